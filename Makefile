@@ -1,0 +1,128 @@
+# seda-lua -- GNU Make build.
+#
+#   make            library, seda-lua, seda.so, examples   (build/release)
+#   make test       build and run every test (cmocka + Lua scripts)
+#   make asan       the same under AddressSanitizer + UBSan (+ LeakSanitizer)
+#   make tsan       the same under ThreadSanitizer
+#   make bench      build and run the benchmark suite
+#   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
+#   make run        build and run examples/pipeline.lua
+#   make clean
+#
+# Dependencies come from pkg-config; scripts/deps.sh installs the Debian
+# packages when pkg-config cannot find them.
+
+PKG_CONFIG ?= pkg-config
+LUA_PC     ?= lua5.4
+V          ?= release
+
+DEPS_OK := $(shell sh scripts/deps.sh >&2 && echo ok)
+ifneq ($(DEPS_OK),ok)
+$(error scripts/deps.sh could not install the build dependencies)
+endif
+
+LUA_CFLAGS    := $(shell $(PKG_CONFIG) --cflags $(LUA_PC))
+LUA_LIBS      := $(shell $(PKG_CONFIG) --libs $(LUA_PC))
+CMOCKA_CFLAGS := $(shell $(PKG_CONFIG) --cflags cmocka)
+CMOCKA_LIBS   := $(shell $(PKG_CONFIG) --libs cmocka)
+
+CC      ?= cc
+WARN    := -Wall -Wextra -Wshadow -Wundef -Wstrict-prototypes \
+           -Wmissing-prototypes -Wwrite-strings
+BASE    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread \
+           -fPIC -MMD -MP -Iinclude -Isrc $(WARN) $(LUA_CFLAGS)
+ifeq ($(CI),true)
+BASE    += -Werror
+endif
+
+ifeq ($(V),release)
+OPT     := -O2 -g
+else ifeq ($(V),debug)
+OPT     := -O0 -g -DSEDA_DEBUG
+else ifeq ($(V),asan)
+OPT     := -O1 -g -fno-omit-frame-pointer -DSEDA_DEBUG \
+           -fsanitize=address,undefined -fno-sanitize-recover=all
+else ifeq ($(V),tsan)
+OPT     := -O1 -g -fno-omit-frame-pointer -DSEDA_DEBUG -fsanitize=thread
+else
+$(error unknown variant V=$(V))
+endif
+
+CFLAGS  += $(BASE) $(OPT)
+LDFLAGS += -pthread $(filter -fsanitize=%,$(OPT))
+LDLIBS  += -lm
+
+B       := build/$(V)
+
+CORE_SRC := $(filter-out src/l%.c src/main.c,$(wildcard src/*.c))
+LUA_SRC  := $(wildcard src/l*.c)
+CORE_OBJ := $(CORE_SRC:src/%.c=$(B)/src/%.o)
+LUA_OBJ  := $(LUA_SRC:src/%.c=$(B)/src/%.o)
+LIBSEDA  := $(B)/libseda.a
+LIBSLUA  := $(B)/libsedalua.a
+
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+SEDA_LUA := $(B)/seda-lua
+SEDA_SO  := $(B)/seda.so
+
+ALL := $(LIBSEDA)
+ifneq ($(LUA_SRC),)
+ALL += $(LIBSLUA)
+endif
+ifneq ($(wildcard src/main.c),)
+ALL += $(SEDA_LUA) $(SEDA_SO)
+endif
+
+.PHONY: all test check asan tsan bench fuzz run clean
+all: $(ALL)
+
+$(B)/src/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(B)/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -c $< -o $@
+
+$(B)/bench/%.o: bench/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBSEDA): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(LIBSLUA): $(LUA_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(SEDA_LUA): $(B)/src/main.o $(LIBSLUA) $(LIBSEDA)
+	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(LDLIBS) -o $@
+
+$(SEDA_SO): $(LUA_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -shared $^ $(LDLIBS) -o $@
+
+$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(LDLIBS) -o $@
+
+# Run every cmocka binary (each under a 120 s timeout), then the Lua
+# scripts; stop at the first failure.
+test: all $(TEST_BIN)
+	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN)
+
+check: test asan tsan
+
+asan:
+	$(MAKE) V=asan test
+
+tsan:
+	$(MAKE) V=tsan test
+
+run: all
+	$(SEDA_LUA) examples/pipeline.lua
+
+clean:
+	rm -rf build
+
+-include $(wildcard $(B)/src/*.d $(B)/tests/*.d $(B)/bench/*.d)

@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seda.h -- the public C API of seda-lua.
+ *
+ * A staged, broker-less message bus inside one process.  Work is split into
+ * named stages; each stage is a bounded FIFO queue plus one or more
+ * consumers.  One shared pthread pool drains every stage through batched,
+ * self-rescheduling drain tasks gated by per-stage permits (the stage's
+ * concurrency).  Envelopes carry a routing slip: when a stage acks, the bus
+ * sends the envelope to the next hop or fires the producer's completion
+ * callback; nacks retry at the head of the queue, then dead-letter.
+ *
+ * Conventions (see STYLE.md):
+ *   - Functions that can fail return 0 (or a count) on success and a negative
+ *     SEDA_E* code on failure.  A failed call has no effect.
+ *   - seda_strerror() maps a code to the short reason word used by the Lua
+ *     API ("full", "timeout", ...).
+ *   - Every function says which threads may call it.  "Any thread" includes
+ *     the pool's own workers (a consumer may publish).
+ *   - Objects are opaque.  A bus owns its stages; stages live until
+ *     seda_bus_free().  An envelope handed to a consumer is borrowed for the
+ *     duration of the call only.
+ */
+#ifndef SEDA_H
+#define SEDA_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SEDA_VERSION "0.1.0"
+
+/* ---- error codes (negative errno values) ---- */
+
+#define SEDA_OK         0
+#define SEDA_EFULL      (-EAGAIN)     /* queue full, policy reject */
+#define SEDA_ETIMEDOUT  (-ETIMEDOUT)  /* block policy: no room in time */
+#define SEDA_EDROPPED   (-ENOBUFS)    /* drop_newest discarded the offer */
+#define SEDA_EPAUSED    (-EBUSY)      /* bus paused */
+#define SEDA_ECLOSED    (-ECANCELED)  /* bus shutting down or shut down */
+#define SEDA_ENOSTAGE   (-ENOENT)     /* no stage of that name */
+#define SEDA_EEXIST     (-EEXIST)     /* duplicate stage name */
+#define SEDA_EINVAL     (-EINVAL)     /* invalid argument */
+#define SEDA_ENOMEM     (-ENOMEM)     /* allocation failed */
+#define SEDA_ERANGE     (-ERANGE)     /* a limit was exceeded */
+
+/* The short reason word for rc: "full", "timeout", "dropped", "paused",
+ * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", or
+ * "error" for anything else; "ok" for 0.  Static storage; any thread. */
+const char *seda_strerror(int rc);
+
+/* ---- enumerations ---- */
+
+enum seda_policy {
+    SEDA_POLICY_BLOCK = 0,   /* wait for room up to the publish timeout */
+    SEDA_POLICY_REJECT,      /* refuse at once with SEDA_EFULL */
+    SEDA_POLICY_DROP_NEWEST, /* discard the offer, SEDA_EDROPPED */
+    SEDA_POLICY_DROP_OLDEST  /* evict the head, admit the offer */
+};
+
+enum seda_delivery {
+    SEDA_DELIVERY_P2P = 0,   /* one consumer per envelope, round robin */
+    SEDA_DELIVERY_PUBSUB     /* every consumer handles every envelope */
+};
+
+enum seda_outcome {
+    SEDA_COMPLETED = 0,      /* the itinerary ended with an ack */
+    SEDA_DEAD_LETTERED,      /* dead-lettered (sent to a DLQ or discarded) */
+    SEDA_DROPPED             /* evicted by drop_oldest or swept at shutdown */
+};
+
+/* Name <-> enum helpers.  The parse functions return -1 for an unknown
+ * name; the name functions return NULL for an unknown value. */
+int seda_policy_parse(const char *name);
+const char *seda_policy_name(int policy);
+int seda_delivery_parse(const char *name);
+const char *seda_delivery_name(int delivery);
+
+#define SEDA_NAME_MAX        64   /* longest stage name */
+#define SEDA_MAX_CONSUMERS   64   /* consumers per stage */
+#define SEDA_ID_MAX          24   /* buffer size for seda_env_id() */
+
+/* ---- allocator ---- */
+
+/* Replace the allocator used for every allocation the library makes.  Call
+ * once, before any other seda_* call; NULL restores malloc/realloc/free.
+ * realloc_fn(p, 0) is never called.  Not thread-safe. */
+void seda_set_allocator(void *(*malloc_fn)(size_t),
+                        void *(*realloc_fn)(void *, size_t),
+                        void (*free_fn)(void *));
+
+/* ---- clock ---- */
+
+/* Monotonic clock in seconds.  Any thread; cannot fail. */
+double seda_now(void);
+
+/* ---- types ---- */
+
+typedef struct seda_bus_s seda_bus_t;
+typedef struct seda_stage_s seda_stage_t;
+typedef struct seda_env_s seda_env_t;
+
+/* A consumer: return true to ack, false to nack.  Runs on a pool worker.
+ * The envelope is borrowed for the call; the consumer may change its
+ * payload and headers and insert hops (seda_env_forward).  It must not
+ * block for long: it holds one of the stage's permits. */
+typedef bool (*seda_consumer_fn)(seda_env_t *env, void *ud);
+
+/* Called exactly once per published envelope when its itinerary ends
+ * (outcome is an enum seda_outcome), on whichever thread ends it: a worker,
+ * the publisher (drop_oldest eviction) or the thread that shuts the bus
+ * down.  The envelope is borrowed for the call.  Must not block. */
+typedef void (*seda_done_fn)(seda_env_t *env, int outcome, void *ud);
+
+/* Per-worker hooks: start runs on each pool thread before it takes work; its
+ * result is what seda_worker_data() returns on that thread.  stop runs on
+ * the same thread as it exits. */
+typedef void *(*seda_worker_start_fn)(int index, void *ud);
+typedef void (*seda_worker_stop_fn)(int index, void *data, void *ud);
+
+/* ---- bus ---- */
+
+typedef struct seda_bus_opts {
+    int workers;               /* pool threads; 0 = number of CPUs */
+    int batch;                 /* envelopes per drain task (32) */
+    double hop_timeout;        /* seconds a worker's publish may wait (5) */
+    const char *dead_letter;   /* bus-wide dead-letter stage, or NULL */
+    seda_worker_start_fn worker_start;  /* optional */
+    seda_worker_stop_fn worker_stop;    /* optional */
+    void *worker_ud;           /* passed to both hooks */
+} seda_bus_opts;
+
+/* Fill o with the defaults.  Cannot fail. */
+void seda_bus_opts_init(seda_bus_opts *o);
+
+/* Create a bus and start its pool.  opts may be NULL for the defaults; it is
+ * copied (strings too).  On success *out owns the bus (seda_bus_free).
+ * Returns 0, SEDA_EINVAL (bad option), SEDA_ENOMEM, or -EAGAIN if a thread
+ * could not be started (nothing is left running).  Any thread. */
+int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out);
+
+/* Shut down at once if still running (see seda_bus_shutdown_now), join the
+ * pool and free the bus, its stages and every envelope.  NULL is a no-op.
+ * Must not be called from a worker of this bus. */
+void seda_bus_free(seda_bus_t *bus);
+
+/* Stop or resume accepting publishes (SEDA_EPAUSED while paused).  Work
+ * already accepted, hops included, keeps flowing.  Any thread. */
+void seda_bus_pause(seda_bus_t *bus);
+void seda_bus_resume(seda_bus_t *bus);
+bool seda_bus_paused(const seda_bus_t *bus);
+
+/* Block until nothing is queued or in flight in any stage, or timeout
+ * seconds pass (timeout < 0: forever).  Returns 0 when idle, SEDA_ETIMEDOUT
+ * otherwise.  Must not be called from a worker of this bus. */
+int seda_bus_wait_idle(seda_bus_t *bus, double timeout);
+
+/* Stop accepting, drain for up to timeout seconds, stop the pool.  Returns 0
+ * if fully drained; SEDA_ETIMEDOUT if not, in which case what was left is
+ * swept and counted dropped (its done callbacks fire with SEDA_DROPPED).
+ * Publishers blocked on a full stage are woken with SEDA_ECLOSED.  Calling
+ * it again returns the first result.  Must not be called from a worker. */
+int seda_bus_shutdown(seda_bus_t *bus, double timeout);
+
+/* seda_bus_shutdown(bus, 0) without waiting: handlers already running
+ * finish their current envelope; the rest is counted dropped. */
+void seda_bus_shutdown_now(seda_bus_t *bus);
+
+/* True once shutdown has begun.  Any thread. */
+bool seda_bus_closed(const seda_bus_t *bus);
+
+/* Number of pool threads.  Any thread; cannot fail. */
+int seda_bus_workers(const seda_bus_t *bus);
+
+/* ---- stages ---- */
+
+typedef struct seda_stage_opts {
+    const char *name;          /* required, [A-Za-z0-9_.:-]{1,64} */
+    int capacity;              /* queue bound (1024) */
+    int concurrency;           /* permits: drain tasks at once (1) */
+    int delivery;              /* enum seda_delivery (p2p) */
+    int policy;                /* enum seda_policy (block) */
+    int max_attempts;          /* handler calls per hop before DLQ (1) */
+    const char *dead_letter;   /* this stage's DLQ, else the bus's */
+    double publish_timeout;    /* block policy wait, seconds (30) */
+    double handler_timeout;    /* for script handlers; 0 = none */
+} seda_stage_opts;
+
+/* Fill o with the defaults (name NULL).  Cannot fail. */
+void seda_stage_opts_init(seda_stage_opts *o);
+
+/* Add a stage.  opts is copied.  On failure nothing is added and, when err
+ * is not NULL, err receives a message naming the stage and the field at
+ * fault ("stage 'x': capacity must be > 0").  Returns 0 and sets *out (owned
+ * by the bus; valid until seda_bus_free), SEDA_EINVAL, SEDA_EEXIST,
+ * SEDA_ECLOSED or SEDA_ENOMEM.  Any thread. */
+int seda_stage_add(seda_bus_t *bus, const seda_stage_opts *opts,
+                   seda_stage_t **out, char *err, size_t errlen);
+
+/* Find a stage by name; NULL if there is none.  Lock-free; any thread. */
+seda_stage_t *seda_bus_stage(seda_bus_t *bus, const char *name);
+
+/* The number of stages, and the i-th in creation order (NULL when out of
+ * range).  Any thread. */
+int seda_bus_stage_count(seda_bus_t *bus);
+seda_stage_t *seda_bus_stage_at(seda_bus_t *bus, int i);
+
+/* The stage's name (owned by the stage) and options.  Any thread. */
+const char *seda_stage_name(const seda_stage_t *st);
+double seda_stage_handler_timeout(const seda_stage_t *st);
+
+/* Add a consumer.  Returns its index (>= 0), or SEDA_ERANGE past
+ * SEDA_MAX_CONSUMERS, SEDA_EINVAL for a NULL fn.  May be called while the
+ * bus runs: envelopes drained afterwards see it.  Any thread. */
+int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud);
+
+/* Pointer slot for whoever drives the stage (the Lua layer keeps its
+ * handler table here).  Set it before publishing.  Any thread. */
+void seda_stage_set_userdata(seda_stage_t *st, void *ud);
+void *seda_stage_userdata(const seda_stage_t *st);
+
+/* ---- publish ---- */
+
+typedef struct seda_publish_opts {
+    const char *sender;           /* optional */
+    const char *const *headers;   /* key, value, key, value, ... */
+    int nheaders;                 /* number of key/value pairs */
+    const char *const *slip;      /* further hops, in order */
+    int nslip;
+    double timeout;               /* block wait; < 0: the stage's own */
+    seda_done_fn done;            /* optional completion callback */
+    void *done_ud;
+    int kind;                     /* payload kind tag (0: raw bytes) */
+} seda_publish_opts;
+
+/* Fill o with the defaults (no sender, headers, slip or callback; timeout
+ * -1).  Cannot fail. */
+void seda_publish_opts_init(seda_publish_opts *o);
+
+/* Publish a copy of payload[0..len) to the stage named to.  opts may be
+ * NULL.  Returns 0 when accepted (the bus now owns the envelope and will
+ * end it in exactly one outcome), or SEDA_ENOSTAGE, SEDA_EPAUSED,
+ * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL,
+ * SEDA_ENOMEM; on failure done is not called.  Blocks only under the block
+ * policy, for at most the timeout (at most the bus's hop_timeout when called
+ * from one of its workers).  Any thread. */
+int seda_publish(seda_bus_t *bus, const char *to, const void *payload,
+                 size_t len, const seda_publish_opts *opts);
+
+/* The same, to a stage already looked up. */
+int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
+                       const seda_publish_opts *opts);
+
+/* Publish n payloads in order through one admission step.  Returns how many
+ * were accepted (>= 0); when fewer than n, *err (if not NULL) says why the
+ * next was refused.  The same opts apply to each.  Any thread. */
+int seda_publish_many(seda_bus_t *bus, const char *to,
+                      const void *const *payloads, const size_t *lens, int n,
+                      const seda_publish_opts *opts, int *err);
+
+/* ---- envelopes (inside a consumer or a done callback) ---- */
+
+/* The envelope's id, written as a NUL-terminated string into buf (at least
+ * SEDA_ID_MAX bytes).  Unique within the process.  Returns buf. */
+char *seda_env_id(const seda_env_t *env, char *buf);
+/* The numeric form of the id. */
+uint64_t seda_env_seq(const seda_env_t *env);
+
+/* The stage the envelope is at (or headed for); its sender (NULL if none). */
+const char *seda_env_to(const seda_env_t *env);
+const char *seda_env_sender(const seda_env_t *env);
+
+/* Delivery attempt on the current hop, from 1. */
+int seda_env_attempts(const seda_env_t *env);
+
+/* Monotonic publish time in seconds (seda_now() at publish). */
+double seda_env_published_at(const seda_env_t *env);
+
+/* The payload bytes (borrowed) and their length. */
+const void *seda_env_payload(const seda_env_t *env, size_t *len);
+
+/* Replace the payload with a copy of p[0..len).  Returns 0 or SEDA_ENOMEM
+ * (the old payload is kept). */
+int seda_env_set_payload(seda_env_t *env, const void *p, size_t len);
+
+/* The payload kind tag: 0 for raw bytes (what C publishers send), other
+ * values are a binding's own encodings (1: the Lua value codec).  The set
+ * function replaces payload and tag together: 0 or SEDA_ENOMEM. */
+int seda_env_payload_kind(const seda_env_t *env);
+int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
+                              int kind);
+
+/* Header lookup (NULL when absent), count, and i-th pair. */
+const char *seda_env_header(const seda_env_t *env, const char *key);
+int seda_env_header_count(const seda_env_t *env);
+int seda_env_header_at(const seda_env_t *env, int i, const char **key,
+                       const char **value);
+
+/* Set (value != NULL) or delete (value == NULL) a header.  Returns 0 or
+ * SEDA_ENOMEM (headers unchanged). */
+int seda_env_set_header(seda_env_t *env, const char *key, const char *value);
+
+/* The remaining routing slip. */
+int seda_env_slip_count(const seda_env_t *env);
+const char *seda_env_slip_at(const seda_env_t *env, int i);
+
+/* Insert hops at the front of the slip, visited in the order given.
+ * Returns 0, SEDA_EINVAL (a NULL or malformed name) or SEDA_ENOMEM (slip
+ * unchanged). */
+int seda_env_forward(seda_env_t *env, const char *const *stages, int n);
+
+/* Mark the current delivery as failed with a message: the consumer's result
+ * is taken as a nack and msg is reported on stderr (rate-limited per
+ * stage).  msg is copied. */
+void seda_env_fail(seda_env_t *env, const char *msg);
+
+/* ---- workers ---- */
+
+/* On a pool worker: its index (0..workers-1) and the value its start hook
+ * returned.  Elsewhere: -1 and NULL.  Any thread; cannot fail. */
+int seda_worker_index(void);
+void *seda_worker_data(void);
+
+/* Report an error for a stage on stderr, rate-limited per stage (at most a
+ * few lines a second; suppressed lines are counted and summarised).  Counts
+ * in the stage's errors.  Any thread. */
+void seda_stage_report(seda_stage_t *st, const char *msg);
+
+/* ---- statistics ---- */
+
+typedef struct seda_stage_stats {
+    char name[SEDA_NAME_MAX + 1];
+    int depth;                 /* queued now */
+    int capacity;
+    int concurrency;
+    int in_flight;             /* taken by drain tasks, not yet ended */
+    int consumers;
+    int delivery, policy, max_attempts;
+    uint64_t enqueued;         /* admitted into the queue (not retries) */
+    uint64_t delivered;        /* acked on this stage */
+    uint64_t nacked;           /* nacks (each retry or final failure) */
+    uint64_t dropped;          /* refusals and evictions, swept at stop */
+    uint64_t dead_lettered;    /* dead-lettered from this stage */
+    uint64_t errors;           /* errors reported (raised, seda_env_fail) */
+    uint64_t completed;        /* itineraries that ended here */
+} seda_stage_stats;
+
+typedef struct seda_bus_stats {
+    uint64_t accepted;         /* publishes accepted */
+    uint64_t completed;
+    uint64_t dead_lettered;
+    uint64_t dropped;
+    uint64_t in_system;        /* accepted - completed - dead - dropped */
+    int workers;
+    int stages;
+    bool paused, closed;
+} seda_bus_stats;
+
+/* Snapshots.  Each stage's figures are read under its lock briefly; the bus
+ * totals sum the stages, so they are exact at any quiet moment.  Any
+ * thread; cannot fail. */
+void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out);
+void seda_bus_stats_get(seda_bus_t *bus, seda_bus_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEDA_H */

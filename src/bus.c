@@ -1,0 +1,579 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bus.c -- the bus: stage registry, publishing, routing, lifecycle, stats.
+ *
+ * DESIGN
+ *   Registry: stages are found by name through an immutable hash snapshot
+ *   read with one acquire load, so publish and hop routing take no bus-wide
+ *   lock.  Adding a stage (rare) builds a new snapshot under bus->mu and
+ *   publishes it with a release store; old snapshots stay allocated until
+ *   seda_bus_free.
+ *
+ *   Routing runs on the worker that delivered the envelope, with no lock
+ *   held: ack pops the next hop and admits the envelope there (waiting at
+ *   most hop_timeout, so full queues cannot deadlock the pool), or ends the
+ *   itinerary; a final nack dead-letters.  A dead letter ends its itinerary
+ *   at once (done fires with SEDA_DEAD_LETTERED, counted once) and then
+ *   travels to the dead-letter stage as a flagged envelope that no later
+ *   outcome counts again.
+ *
+ *   Accounting: every counter lives on a stage, under its lock; the bus
+ *   totals are sums, so at a quiet moment
+ *       accepted == completed + dead_lettered + dropped + in_system.
+ *
+ *   Idleness: a stage is idle when its queue is empty and no drain task is
+ *   scheduled.  The bus is idle when two consecutive scans find every stage
+ *   idle and the same total of admissions (any hop between the scans bumps
+ *   it).  Drain tasks that leave their stage idle bump idle_gen under
+ *   idle_mu and broadcast idle_cv, so waiters sleep instead of polling.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bus.h"
+
+/* ---- options ---- */
+
+void seda_bus_opts_init(seda_bus_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->workers = 0;
+    o->batch = 32;
+    o->hop_timeout = 5.0;
+}
+
+void seda_stage_opts_init(seda_stage_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->capacity = 1024;
+    o->concurrency = 1;
+    o->delivery = SEDA_DELIVERY_P2P;
+    o->policy = SEDA_POLICY_BLOCK;
+    o->max_attempts = 1;
+    o->publish_timeout = 30.0;
+    o->handler_timeout = 0;
+}
+
+void seda_publish_opts_init(seda_publish_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->timeout = -1;
+}
+
+/* ---- registry ---- */
+
+static uint32_t hash_name(const char *s)
+{
+    uint32_t h = 2166136261u;               /* FNV-1a */
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static struct registry *registry_build(const struct registry *old,
+                                       struct seda_stage_s *add)
+{
+    int n = (old ? old->n : 0) + (add ? 1 : 0);
+    uint32_t size = 8;
+    while (size < (uint32_t)n * 2)
+        size <<= 1;
+    struct registry *r = seda__calloc(1, sizeof *r +
+                                      sizeof r->list[0] * (size_t)n);
+    if (!r)
+        return NULL;
+    r->slot = seda__calloc(size, sizeof *r->slot);
+    if (!r->slot) {
+        seda__free(r);
+        return NULL;
+    }
+    r->mask = size - 1;
+    r->n = n;
+    for (int i = 0; i < n; i++) {
+        struct seda_stage_s *st = old && i < old->n ? old->list[i] : add;
+        r->list[i] = st;
+        uint32_t h = hash_name(st->name) & r->mask;
+        while (r->slot[h])
+            h = (h + 1) & r->mask;
+        r->slot[h] = st;
+    }
+    return r;
+}
+
+static void registry_free(struct registry *r)
+{
+    while (r) {
+        struct registry *prev = r->prev;
+        seda__free(r->slot);
+        seda__free(r);
+        r = prev;
+    }
+}
+
+struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b, const char *name)
+{
+    /* Acquire: pairs with the release store in seda_stage_add; the stage
+     * behind the pointer is fully built. */
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    uint32_t h = hash_name(name) & r->mask;
+    for (struct seda_stage_s *st; (st = r->slot[h]); h = (h + 1) & r->mask)
+        if (strcmp(st->name, name) == 0)
+            return st;
+    return NULL;
+}
+
+seda_stage_t *seda_bus_stage(seda_bus_t *b, const char *name)
+{
+    return name ? seda__bus_lookup(b, name) : NULL;
+}
+
+int seda_bus_stage_count(seda_bus_t *b)
+{
+    return atomic_load_explicit(&b->reg, memory_order_acquire)->n;
+}
+
+seda_stage_t *seda_bus_stage_at(seda_bus_t *b, int i)
+{
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    return i >= 0 && i < r->n ? r->list[i] : NULL;
+}
+
+/* ---- bus lifecycle ---- */
+
+int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
+{
+    seda_bus_opts def;
+    if (!opts) {
+        seda_bus_opts_init(&def);
+        opts = &def;
+    }
+    int workers = opts->workers;
+    if (workers == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        workers = ncpu > 0 ? (int)ncpu : 1;
+    }
+    if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
+        opts->batch > 256 || !(opts->hop_timeout >= 0) ||
+        (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
+        return SEDA_EINVAL;
+
+    struct seda_bus_s *b = seda__calloc(1, sizeof *b);
+    if (!b)
+        return SEDA_ENOMEM;
+    b->workers = workers;
+    b->batch = opts->batch;
+    b->hop_timeout_ns = (int64_t)(opts->hop_timeout * 1e9);
+    struct registry *r = registry_build(NULL, NULL);
+    if (!r || (opts->dead_letter &&
+               !(b->dead_letter = seda__strdup(opts->dead_letter)))) {
+        registry_free(r);
+        seda__free(b);
+        return SEDA_ENOMEM;
+    }
+    atomic_init(&b->reg, r);
+    atomic_init(&b->paused, false);
+    atomic_init(&b->closed, false);
+    atomic_init(&b->stopping, false);
+    seda__mutex_init(&b->mu);
+    seda__mutex_init(&b->shut_mu);
+    seda__mutex_init(&b->idle_mu);
+    int rc = seda__cond_init(&b->idle_cv);
+    if (rc == 0)
+        rc = seda__pool_new(workers, opts->worker_start, opts->worker_stop,
+                            opts->worker_ud, b, &b->pool);
+    if (rc) {
+        if (b->pool == NULL)
+            pthread_cond_destroy(&b->idle_cv);
+        seda__mutex_destroy(&b->mu);
+        seda__mutex_destroy(&b->shut_mu);
+        seda__mutex_destroy(&b->idle_mu);
+        registry_free(r);
+        seda__free(b->dead_letter);
+        seda__free(b);
+        return rc;
+    }
+    *out = b;
+    return 0;
+}
+
+void seda_bus_free(seda_bus_t *b)
+{
+    if (!b)
+        return;
+    seda_bus_shutdown_now(b);
+    seda__pool_free(b->pool);
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    for (int i = 0; i < r->n; i++)
+        seda__stage_free(r->list[i]);
+    registry_free(r);
+    pthread_cond_destroy(&b->idle_cv);
+    seda__mutex_destroy(&b->idle_mu);
+    seda__mutex_destroy(&b->shut_mu);
+    seda__mutex_destroy(&b->mu);
+    seda__free(b->dead_letter);
+    seda__free(b);
+}
+
+int seda_bus_workers(const seda_bus_t *b) { return b->workers; }
+
+void seda_bus_pause(seda_bus_t *b)
+{
+    atomic_store_explicit(&b->paused, true, memory_order_release);
+}
+
+void seda_bus_resume(seda_bus_t *b)
+{
+    atomic_store_explicit(&b->paused, false, memory_order_release);
+}
+
+bool seda_bus_paused(const seda_bus_t *b)
+{
+    return atomic_load_explicit(&((seda_bus_t *)b)->paused,
+                                memory_order_acquire);
+}
+
+bool seda_bus_closed(const seda_bus_t *b)
+{
+    return atomic_load_explicit(&((seda_bus_t *)b)->closed,
+                                memory_order_acquire);
+}
+
+/* ---- stages ---- */
+
+int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                   seda_stage_t **out, char *err, size_t errlen)
+{
+    struct seda_stage_s *st;
+    int rc = seda__stage_new(b, o, &st, err, errlen);
+    if (rc)
+        return rc;
+    seda__mutex_lock(&b->mu);
+    if (atomic_load_explicit(&b->closed, memory_order_acquire)) {
+        rc = SEDA_ECLOSED;
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': the bus is closed", st->name);
+    } else if (seda__bus_lookup(b, st->name)) {
+        rc = SEDA_EEXIST;
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': name: a stage of that name "
+                     "already exists", st->name);
+    } else if ((rc = seda__pool_reserve(b->pool, st->concurrency)) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': out of memory", st->name);
+    }
+    struct registry *old = atomic_load_explicit(&b->reg,
+                                                memory_order_relaxed);
+    struct registry *r = NULL;
+    if (rc == 0) {
+        if (!(r = registry_build(old, st))) {
+            seda__pool_reserve(b->pool, -st->concurrency);
+            rc = SEDA_ENOMEM;
+            if (err && errlen)
+                snprintf(err, errlen, "stage '%s': out of memory", st->name);
+        }
+    }
+    if (rc) {
+        seda__mutex_unlock(&b->mu);
+        seda__stage_free(st);
+        return rc;
+    }
+    st->index = old->n;
+    r->prev = old;
+    /* Release: pairs with the acquire in seda__bus_lookup. */
+    atomic_store_explicit(&b->reg, r, memory_order_release);
+    seda__mutex_unlock(&b->mu);
+    if (out)
+        *out = st;
+    return 0;
+}
+
+/* ---- publishing ---- */
+
+int64_t seda__bus_publish_deadline(struct seda_bus_s *b, double timeout)
+{
+    int64_t d = seda__deadline(timeout);
+    if (seda__pool_current_owner() == b) {
+        int64_t cap = seda__now_ns() + b->hop_timeout_ns;
+        if (d > cap)
+            d = cap;
+    }
+    return d;
+}
+
+static int refuse_early(struct seda_bus_s *b)
+{
+    if (atomic_load_explicit(&b->closed, memory_order_acquire))
+        return SEDA_ECLOSED;
+    if (atomic_load_explicit(&b->paused, memory_order_acquire))
+        return SEDA_EPAUSED;
+    return 0;
+}
+
+int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
+                       const seda_publish_opts *opts)
+{
+    struct seda_bus_s *b = st->bus;
+    int rc = refuse_early(b);
+    if (rc)
+        return rc;
+    if (!payload && len)
+        return SEDA_EINVAL;
+    seda_env_t *env = seda__env_new(payload, len, opts, &rc);
+    if (!env)
+        return rc;
+    double t = opts && opts->timeout >= 0 ? opts->timeout
+                                          : st->publish_timeout;
+    rc = seda__stage_admit(st, env, seda__bus_publish_deadline(b, t), false);
+    if (rc) {
+        env->done = NULL;               /* refused: done never fires */
+        seda__env_free(env);
+    }
+    return rc;
+}
+
+int seda_publish(seda_bus_t *b, const char *to, const void *payload,
+                 size_t len, const seda_publish_opts *opts)
+{
+    if (!to)
+        return SEDA_EINVAL;
+    int rc = refuse_early(b);
+    if (rc)
+        return rc;
+    struct seda_stage_s *st = seda__bus_lookup(b, to);
+    if (!st)
+        return SEDA_ENOSTAGE;
+    return seda_stage_publish(st, payload, len, opts);
+}
+
+int seda_publish_many(seda_bus_t *b, const char *to,
+                      const void *const *payloads, const size_t *lens, int n,
+                      const seda_publish_opts *opts, int *err)
+{
+    int dummy;
+    if (!err)
+        err = &dummy;
+    *err = 0;
+    if (!to || n < 0 || (n > 0 && (!payloads || !lens))) {
+        *err = SEDA_EINVAL;
+        return 0;
+    }
+    if ((*err = refuse_early(b)) != 0)
+        return 0;
+    struct seda_stage_s *st = seda__bus_lookup(b, to);
+    if (!st) {
+        *err = SEDA_ENOSTAGE;
+        return 0;
+    }
+    seda_env_t *small[64];
+    seda_env_t **envs = n <= 64 ? small : seda__malloc(sizeof *envs *
+                                                       (size_t)n);
+    if (!envs) {
+        *err = SEDA_ENOMEM;
+        return 0;
+    }
+    int built = 0, rc = 0;
+    for (; built < n; built++) {
+        envs[built] = seda__env_new(payloads[built], lens[built], opts, &rc);
+        if (!envs[built])
+            break;
+    }
+    double t = opts && opts->timeout >= 0 ? opts->timeout
+                                          : st->publish_timeout;
+    int done = seda__stage_admit_many(st, envs, built,
+                                      seda__bus_publish_deadline(b, t), err);
+    for (int i = done; i < built; i++) {
+        envs[i]->done = NULL;
+        seda__env_free(envs[i]);
+    }
+    if (done == built && built < n)
+        *err = rc;
+    if (envs != small)
+        seda__free(envs);
+    return done;
+}
+
+/* ---- routing ---- */
+
+void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
+                         struct stage_counters *tally)
+{
+    struct seda_bus_s *b = st->bus;
+    const char *next = seda__env_slip_pop(env);
+    if (!next) {
+        seda__env_end(st, env, SEDA_COMPLETED, tally);
+        return;
+    }
+    struct seda_stage_s *to = seda__bus_lookup(b, next);
+    if (!to) {
+        seda__bus_dead_letter(st, env, "no_such_stage", tally);
+        return;
+    }
+    env->attempts = 1;
+    env->acked = 0;
+    int rc = seda__stage_admit(to, env, seda__now_ns() + b->hop_timeout_ns,
+                               true);
+    if (rc == 0)
+        return;
+    if (rc == SEDA_ECLOSED) {           /* the pool is stopping */
+        seda__env_end(st, env, SEDA_DROPPED, tally);
+        return;
+    }
+    env->at = st;
+    seda__bus_dead_letter(st, env, "hop_refused", tally);
+}
+
+void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
+                           const char *reason, struct stage_counters *tally)
+{
+    struct seda_bus_s *b = st->bus;
+    struct stage_counters one = { 0 };
+    struct stage_counters *c = tally ? tally : &one;
+    c->dead_lettered++;
+    if (!(env->flags & ENV_DEAD)) {
+        c->it_dead++;
+        env->flags |= ENV_DEAD;
+        if (env->done) {
+            seda_done_fn done = env->done;
+            env->done = NULL;
+            done(env, SEDA_DEAD_LETTERED, env->done_ud);
+        }
+    }
+    if (!tally) {
+        seda__mutex_lock(&st->mu);
+        seda__counters_fold(&st->c, &one);
+        seda__mutex_unlock(&st->mu);
+    }
+    const char *dlq = st->dead_letter ? st->dead_letter : b->dead_letter;
+    struct seda_stage_s *to = dlq && strcmp(dlq, st->name) != 0
+                                  ? seda__bus_lookup(b, dlq) : NULL;
+    if (to) {
+        /* Headers are best effort: out of memory still delivers. */
+        seda_env_set_header(env, "x-dead-reason", reason);
+        seda_env_set_header(env, "x-dead-from", st->name);
+        seda__env_slip_clear(env);
+        env->attempts = 1;
+        env->acked = 0;
+        if (seda__stage_admit(to, env, seda__now_ns() + b->hop_timeout_ns,
+                              true) == 0)
+            return;
+    }
+    seda__env_free(env);                /* discarded, already counted */
+}
+
+/* ---- idleness, shutdown ---- */
+
+void seda__bus_idle_notify(struct seda_bus_s *b)
+{
+    seda__mutex_lock(&b->idle_mu);
+    b->idle_gen++;
+    pthread_cond_broadcast(&b->idle_cv);
+    seda__mutex_unlock(&b->idle_mu);
+}
+
+static bool scan_idle(struct seda_bus_s *b, uint64_t *sum)
+{
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    bool idle = true;
+    *sum = 0;
+    for (int i = 0; i < r->n; i++)
+        idle &= seda__stage_idle(r->list[i], sum);
+    return idle;
+}
+
+int seda_bus_wait_idle(seda_bus_t *b, double timeout)
+{
+    int64_t deadline = seda__deadline(timeout);
+    for (;;) {
+        seda__mutex_lock(&b->idle_mu);
+        uint64_t gen = b->idle_gen;
+        seda__mutex_unlock(&b->idle_mu);
+        uint64_t s1, s2;
+        if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
+            return 0;
+        seda__mutex_lock(&b->idle_mu);
+        int rc = 0;
+        while (b->idle_gen == gen && rc == 0)
+            rc = seda__cond_wait(&b->idle_cv, &b->idle_mu, deadline);
+        seda__mutex_unlock(&b->idle_mu);
+        if (rc == ETIMEDOUT) {
+            /* One last look: it may have gone idle just now. */
+            if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
+                return 0;
+            return SEDA_ETIMEDOUT;
+        }
+    }
+}
+
+static void wake_all(struct seda_bus_s *b)
+{
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    for (int i = 0; i < r->n; i++)
+        seda__stage_wake(r->list[i]);
+}
+
+int seda_bus_shutdown(seda_bus_t *b, double timeout)
+{
+    seda__mutex_lock(&b->shut_mu);
+    if (b->shut_done) {
+        int rc = b->shut_rc;
+        seda__mutex_unlock(&b->shut_mu);
+        return rc;
+    }
+    /* Under bus->mu so no stage is added after close.  Release: pairs with
+     * the acquire loads in publish and offer_locked. */
+    seda__mutex_lock(&b->mu);
+    atomic_store_explicit(&b->closed, true, memory_order_release);
+    seda__mutex_unlock(&b->mu);
+    wake_all(b);                        /* blocked publishers: closed */
+
+    int rc = timeout > 0 ? seda_bus_wait_idle(b, timeout) : SEDA_ETIMEDOUT;
+    if (rc != 0) {
+        uint64_t s1, s2;
+        if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
+            rc = 0;
+    }
+
+    atomic_store_explicit(&b->stopping, true, memory_order_release);
+    wake_all(b);                        /* blocked hops give up */
+    seda__pool_stop(b->pool);
+
+    int swept = 0;
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    for (int i = 0; i < r->n; i++)
+        swept += seda__stage_sweep(r->list[i]);
+    if (rc == 0 && swept > 0)
+        rc = SEDA_ETIMEDOUT;
+
+    b->shut_done = true;
+    b->shut_rc = rc;
+    seda__mutex_unlock(&b->shut_mu);
+    return rc;
+}
+
+void seda_bus_shutdown_now(seda_bus_t *b)
+{
+    seda_bus_shutdown(b, 0);
+}
+
+/* ---- stats ---- */
+
+void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
+    for (int i = 0; i < r->n; i++) {
+        struct seda_stage_s *st = r->list[i];
+        seda__mutex_lock(&st->mu);
+        out->accepted += st->c.accepted;
+        out->completed += st->c.completed;
+        out->dead_lettered += st->c.it_dead;
+        out->dropped += st->c.it_lost;
+        seda__mutex_unlock(&st->mu);
+    }
+    uint64_t ended = out->completed + out->dead_lettered + out->dropped;
+    out->in_system = out->accepted > ended ? out->accepted - ended : 0;
+    out->workers = b->workers;
+    out->stages = r->n;
+    out->paused = seda_bus_paused(b);
+    out->closed = seda_bus_closed(b);
+}

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bus.h -- the bus: stage registry, routing (ack, nack, dead letters),
+ * lifecycle and statistics.
+ */
+#ifndef SEDA_BUS_H
+#define SEDA_BUS_H
+
+#include "pool.h"
+#include "stage.h"
+
+/* An immutable snapshot of the stage table: an open-addressed hash for
+ * lookup by name plus the creation-order list.  Replaced, never changed,
+ * when a stage is added; old snapshots are kept until the bus is freed so
+ * lock-free readers never see freed memory. */
+struct registry {
+    struct registry *prev;      /* older snapshot (retired list) */
+    int n;                      /* stages */
+    uint32_t mask;              /* hash slots - 1 */
+    struct seda_stage_s **slot; /* hash slots (NULL = empty) */
+    struct seda_stage_s *list[];/* creation order */
+};
+
+/*
+ * Locking:
+ *   mu guards: registration (building and publishing a new snapshot),
+ *   the retired list.  shut_mu serialises shutdowns and guards shut_*; it
+ *   is taken before any other lock.
+ *   Atomic: reg (release in add / acquire in lookup); paused, closed,
+ *   stopping (release on set / acquire on read).
+ *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
+ *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
+ *   dead_letter.
+ *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
+ */
+struct seda_bus_s {
+    seda__mutex_t mu;
+    _Atomic(struct registry *) reg;
+    struct seda_pool *pool;
+    int workers;
+    int batch;
+    int64_t hop_timeout_ns;
+    char *dead_letter;          /* owned, or NULL */
+    atomic_bool paused;
+    atomic_bool closed;         /* no new publishes */
+    atomic_bool stopping;       /* pool stopping: drains give up */
+    seda__mutex_t idle_mu;
+    pthread_cond_t idle_cv;
+    uint64_t idle_gen;          /* guarded by idle_mu */
+    seda__mutex_t shut_mu;      /* held for a whole shutdown; outermost */
+    bool shut_done;             /* guarded by shut_mu */
+    int shut_rc;                /* guarded by shut_mu */
+};
+
+/* Lookup by name through the current snapshot; lock-free. */
+SEDA__API struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b,
+                                                const char *name);
+
+/* Called by a drain task when its stage went idle. */
+SEDA__API void seda__bus_idle_notify(struct seda_bus_s *b);
+
+/* Routing after a delivery, on the worker; st is the stage that handled
+ * env and no lock is held.  Counts go to tally (the drain task folds it
+ * into st->c later) or, when tally is NULL, straight into st under its
+ * lock. */
+SEDA__API void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
+                                   struct stage_counters *tally);
+SEDA__API void seda__bus_dead_letter(struct seda_stage_s *st,
+                                     seda_env_t *env, const char *reason,
+                                     struct stage_counters *tally);
+
+/* Deadline for a publish from the calling thread: the given one, capped
+ * at hop_timeout when the caller is one of b's workers. */
+SEDA__API int64_t seda__bus_publish_deadline(struct seda_bus_s *b,
+                                             double timeout);
+
+#endif /* SEDA_BUS_H */

@@ -1,0 +1,341 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * env.c -- envelope construction, accessors and the routing slip.
+ *
+ * DESIGN
+ *   One malloc per envelope in the common case: small payloads (up to
+ *   SEDA_ENV_INLINE bytes, or the published size when larger payloads are
+ *   inlined at construction) live in the envelope's tail.  Headers and the
+ *   slip are separate blocks allocated only when used.  Ids are a process
+ *   wide counter handed out to each thread in blocks of 1024, so publishing
+ *   does not bounce a shared cache line per envelope.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "env.h"
+#include "stage.h"
+
+/* ---- ids ---- */
+
+#define ID_BLOCK 1024
+
+static atomic_uint_fast64_t g_next_id = 1;  /* relaxed: only uniqueness */
+static _Thread_local uint64_t tls_id_next, tls_id_end;
+
+static uint64_t next_id(void)
+{
+    if (SEDA__UNLIKELY(tls_id_next == tls_id_end)) {
+        tls_id_next = atomic_fetch_add_explicit(&g_next_id, ID_BLOCK,
+                                                memory_order_relaxed);
+        tls_id_end = tls_id_next + ID_BLOCK;
+    }
+    return tls_id_next++;
+}
+
+/* ---- slip ---- */
+
+/* Build a slip holding front[0..nfront) then the hops of rest (may be NULL),
+ * visited in that order.  Returns NULL on allocation failure. */
+static struct env_slip *slip_build(const char *const *front, int nfront,
+                                   const struct env_slip *rest)
+{
+    int nrest = rest ? rest->n : 0;
+    int n = nfront + nrest;
+    size_t bytes = 0;
+    for (int i = 0; i < nfront; i++)
+        bytes += strlen(front[i]) + 1;
+    for (int i = 0; i < nrest; i++)
+        bytes += strlen(rest->name[i]) + 1;
+    struct env_slip *s = seda__malloc(sizeof *s + sizeof(char *) * (size_t)n
+                                      + bytes);
+    if (!s)
+        return NULL;
+    s->n = n;
+    char *data = (char *)(s->name + n);
+    /* Reversed: the next hop is name[n-1].  rest is already reversed. */
+    for (int i = 0; i < nrest; i++) {
+        size_t l = strlen(rest->name[i]) + 1;
+        memcpy(data, rest->name[i], l);
+        s->name[i] = data;
+        data += l;
+    }
+    for (int i = 0; i < nfront; i++) {
+        size_t l = strlen(front[i]) + 1;
+        memcpy(data, front[i], l);
+        s->name[n - 1 - i] = data;
+        data += l;
+    }
+    return s;
+}
+
+const char *seda__env_slip_pop(seda_env_t *env)
+{
+    if (!env->slip || env->slip->n == 0)
+        return NULL;
+    return env->slip->name[--env->slip->n];
+}
+
+void seda__env_slip_clear(seda_env_t *env)
+{
+    seda__free(env->slip);
+    env->slip = NULL;
+}
+
+int seda_env_slip_count(const seda_env_t *env)
+{
+    return env->slip ? env->slip->n : 0;
+}
+
+const char *seda_env_slip_at(const seda_env_t *env, int i)
+{
+    if (!env->slip || i < 0 || i >= env->slip->n)
+        return NULL;
+    return env->slip->name[env->slip->n - 1 - i];
+}
+
+int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
+{
+    if (n < 0 || (n > 0 && !stages))
+        return SEDA_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (!seda__valid_name(stages[i]))
+            return SEDA_EINVAL;
+    if (n == 0)
+        return 0;
+    struct env_slip *s = slip_build(stages, n, env->slip);
+    if (!s)
+        return SEDA_ENOMEM;
+    seda__free(env->slip);
+    env->slip = s;
+    return 0;
+}
+
+/* ---- headers ---- */
+
+static void hdrs_free(struct env_hdrs *h)
+{
+    if (!h)
+        return;
+    for (int i = 0; i < h->n; i++) {
+        seda__free(h->kv[i].key);
+        seda__free(h->kv[i].value);
+    }
+    seda__free(h);
+}
+
+const char *seda_env_header(const seda_env_t *env, const char *key)
+{
+    const struct env_hdrs *h = env->hdrs;
+    for (int i = 0; h && i < h->n; i++)
+        if (strcmp(h->kv[i].key, key) == 0)
+            return h->kv[i].value;
+    return NULL;
+}
+
+int seda_env_header_count(const seda_env_t *env)
+{
+    return env->hdrs ? env->hdrs->n : 0;
+}
+
+int seda_env_header_at(const seda_env_t *env, int i, const char **key,
+                       const char **value)
+{
+    if (!env->hdrs || i < 0 || i >= env->hdrs->n)
+        return SEDA_ERANGE;
+    *key = env->hdrs->kv[i].key;
+    *value = env->hdrs->kv[i].value;
+    return 0;
+}
+
+int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
+{
+    if (!key)
+        return SEDA_EINVAL;
+    struct env_hdrs *h = env->hdrs;
+    int i = 0;
+    while (h && i < h->n && strcmp(h->kv[i].key, key) != 0)
+        i++;
+    if (!value) {                       /* delete */
+        if (!h || i == h->n)
+            return 0;
+        seda__free(h->kv[i].key);
+        seda__free(h->kv[i].value);
+        h->kv[i] = h->kv[--h->n];
+        return 0;
+    }
+    char *v = seda__strdup(value);
+    if (!v)
+        return SEDA_ENOMEM;
+    if (h && i < h->n) {                /* replace */
+        seda__free(h->kv[i].value);
+        h->kv[i].value = v;
+        return 0;
+    }
+    char *k = seda__strdup(key);
+    if (!k) {
+        seda__free(v);
+        return SEDA_ENOMEM;
+    }
+    if (!h || h->n == h->cap) {
+        int cap = h ? h->cap * 2 : 4;
+        struct env_hdrs *nh = seda__realloc(h, sizeof *nh +
+                                            sizeof nh->kv[0] * (size_t)cap);
+        if (!nh) {
+            seda__free(k);
+            seda__free(v);
+            return SEDA_ENOMEM;
+        }
+        if (!h)
+            nh->n = 0;
+        nh->cap = cap;
+        env->hdrs = h = nh;
+    }
+    h->kv[h->n++] = (struct env_hdr){ k, v };
+    return 0;
+}
+
+/* ---- construction ---- */
+
+seda_env_t *seda__env_new(const void *payload, size_t len,
+                          const seda_publish_opts *opts, int *rc)
+{
+    *rc = SEDA_ENOMEM;
+    if (len > UINT32_MAX) {
+        *rc = SEDA_EINVAL;
+        return NULL;
+    }
+    if (opts) {
+        for (int i = 0; i < opts->nslip; i++)
+            if (!seda__valid_name(opts->slip[i])) {
+                *rc = SEDA_EINVAL;
+                return NULL;
+            }
+        for (int i = 0; i < 2 * opts->nheaders; i++)
+            if (!opts->headers[i]) {
+                *rc = SEDA_EINVAL;
+                return NULL;
+            }
+    }
+    uint32_t inl = len <= 256 ? (uint32_t)len : 0;
+    if (inl < 8)
+        inl = 8;
+    seda_env_t *e = seda__malloc(sizeof *e + inl);
+    if (!e)
+        return NULL;
+    memset(e, 0, sizeof *e);
+    e->inl_cap = inl;
+    e->seq = next_id();
+    e->attempts = 1;
+    e->ts = seda__now_ns();
+    if (len <= inl) {
+        e->payload = e->inl;
+    } else if (!(e->payload = seda__malloc(len))) {
+        seda__free(e);
+        return NULL;
+    }
+    if (len)
+        memcpy(e->payload, payload, len);
+    e->len = (uint32_t)len;
+    if (opts) {
+        e->kind = (uint8_t)opts->kind;
+        e->done = opts->done;
+        e->done_ud = opts->done_ud;
+        if (opts->sender && !(e->sender = seda__strdup(opts->sender)))
+            goto oom;
+        for (int i = 0; i < opts->nheaders; i++)
+            if (seda_env_set_header(e, opts->headers[2 * i],
+                                    opts->headers[2 * i + 1]))
+                goto oom;
+        if (opts->nslip > 0 &&
+            !(e->slip = slip_build(opts->slip, opts->nslip, NULL)))
+            goto oom;
+    }
+    *rc = 0;
+    return e;
+oom:
+    e->done = NULL;
+    seda__env_free(e);
+    return NULL;
+}
+
+void seda__env_free(seda_env_t *env)
+{
+    if (!env)
+        return;
+    if (env->payload != env->inl)
+        seda__free(env->payload);
+    seda__free(env->sender);
+    hdrs_free(env->hdrs);
+    seda__free(env->slip);
+    seda__free(env);
+}
+
+/* ---- accessors ---- */
+
+char *seda_env_id(const seda_env_t *env, char *buf)
+{
+    snprintf(buf, SEDA_ID_MAX, "%" PRIu64, env->seq);
+    return buf;
+}
+
+uint64_t seda_env_seq(const seda_env_t *env) { return env->seq; }
+
+const char *seda_env_to(const seda_env_t *env)
+{
+    return env->at ? env->at->name : NULL;
+}
+
+const char *seda_env_sender(const seda_env_t *env) { return env->sender; }
+
+int seda_env_attempts(const seda_env_t *env) { return env->attempts; }
+
+double seda_env_published_at(const seda_env_t *env)
+{
+    return (double)env->ts / 1e9;
+}
+
+const void *seda_env_payload(const seda_env_t *env, size_t *len)
+{
+    if (len)
+        *len = env->len;
+    return env->payload;
+}
+
+int seda_env_payload_kind(const seda_env_t *env) { return env->kind; }
+
+int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
+                              int kind)
+{
+    if (len > UINT32_MAX)
+        return SEDA_EINVAL;
+    unsigned char *dst;
+    if (len <= env->inl_cap) {
+        dst = env->inl;
+    } else if (env->payload != env->inl && len <= env->len) {
+        dst = env->payload;             /* shrink in place */
+    } else if (!(dst = seda__malloc(len))) {
+        return SEDA_ENOMEM;
+    }
+    if (len)
+        memmove(dst, p, len);
+    if (env->payload != env->inl && env->payload != dst)
+        seda__free(env->payload);
+    env->payload = dst;
+    env->len = (uint32_t)len;
+    env->kind = (uint8_t)kind;
+    return 0;
+}
+
+int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
+{
+    return seda_env_set_payload_kind(env, p, len, 0);
+}
+
+void seda_env_fail(seda_env_t *env, const char *msg)
+{
+    env->flags |= ENV_FAILED;
+    if (env->at)
+        seda_stage_report(env->at, msg ? msg : "consumer failed");
+}

@@ -1,0 +1,79 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * env.h -- envelopes: id, destination, sender, headers, payload, attempts,
+ * routing slip, publish time and completion callback.
+ *
+ * An envelope has one owner at a time: the publisher until admission, then
+ * the stage queue, then the drain task that took it, which either requeues
+ * it, hands it to the next stage, or ends it.  So its fields need no lock.
+ */
+#ifndef SEDA_ENV_H
+#define SEDA_ENV_H
+
+#include "seda_int.h"
+
+struct seda_stage_s;
+
+/* The routing slip: remaining hops, stored reversed (the next hop is
+ * name[n-1]) so popping is n--.  One allocation holds the header, the
+ * pointer array and the strings. */
+struct env_slip {
+    int n;                      /* hops remaining */
+    const char *name[];         /* reversed; strings follow the array */
+};
+
+struct env_hdr {
+    char *key;                  /* owned */
+    char *value;                /* owned */
+};
+
+struct env_hdrs {
+    int n;                      /* pairs in use */
+    int cap;                    /* pairs allocated */
+    struct env_hdr kv[];
+};
+
+enum {
+    ENV_DEAD = 1,               /* already counted dead-lettered */
+    ENV_FAILED = 2,             /* seda_env_fail during this delivery */
+};
+
+#define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
+
+struct seda_env_s {
+    struct seda_stage_s *at;    /* stage it is queued at or headed for */
+    uint64_t seq;               /* numeric id */
+    char *sender;               /* owned, or NULL */
+    struct env_hdrs *hdrs;      /* owned, or NULL when none */
+    struct env_slip *slip;      /* owned, or NULL when empty */
+    unsigned char *payload;     /* inl or owned heap bytes */
+    uint32_t len;               /* payload length */
+    uint32_t inl_cap;           /* bytes available in inl */
+    uint16_t attempts;          /* delivery attempt on this hop, from 1 */
+    uint8_t kind;               /* payload kind, free for the binding */
+    uint8_t flags;              /* ENV_* */
+    uint32_t pad_;              /* unused */
+    uint64_t acked;             /* pub/sub: consumers that acked */
+    int64_t ts;                 /* publish time, monotonic ns */
+    seda_done_fn done;          /* completion callback, or NULL */
+    void *done_ud;              /* its argument */
+    unsigned char inl[];        /* inline payload storage */
+};
+
+/* Build an envelope holding a copy of payload and of the opts' sender,
+ * headers and slip.  Returns NULL on allocation failure (nothing leaked)
+ * or, with *rc = SEDA_EINVAL, for a malformed slip name or a NULL header.
+ * Any thread. */
+SEDA__API seda_env_t *seda__env_new(const void *payload, size_t len,
+                                    const seda_publish_opts *opts, int *rc);
+
+/* Free an envelope and everything it owns.  NULL is a no-op. */
+SEDA__API void seda__env_free(seda_env_t *env);
+
+/* Pop the next hop name (borrowed until the slip changes); NULL if none. */
+SEDA__API const char *seda__env_slip_pop(seda_env_t *env);
+
+/* Drop the remaining slip. */
+SEDA__API void seda__env_slip_clear(seda_env_t *env);
+
+#endif /* SEDA_ENV_H */

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.c -- the shared worker pool (see pool.h).
+ *
+ * DESIGN
+ *   Tasks live in a ring guarded by pool->mu.  A worker loops: take the
+ *   head task, drop the lock, run it.  With nothing to do it sleeps on
+ *   pool->cv; submit signals one sleeper only when someone sleeps, so a busy
+ *   pool pays no wake-up syscalls.  Stop sets `stopping` (release), wakes
+ *   everyone and joins; a worker leaves as soon as it sees the flag, without
+ *   taking more tasks.
+ *
+ *   Each worker publishes its identity in thread-local storage so the bus
+ *   can tell when a publish comes from one of its own workers (hop timeout)
+ *   and handlers can reach their per-worker data (the Lua state).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "pool.h"
+
+struct task {
+    seda__task_fn fn;
+    void *arg;
+};
+
+struct worker {
+    struct seda_pool *pool;     /* immutable */
+    int index;                  /* immutable */
+    pthread_t tid;              /* written before start, read at join */
+};
+
+/*
+ * Locking:
+ *   mu guards: ring, mask, head, count, idle.
+ *   Immutable after seda__pool_new: n, workers, start, stop, ud, owner.
+ *   Atomic: stopping (release in stop / acquire in readers).
+ *   Lock order: stage->mu may be held when taking pool->mu, never the
+ *   reverse.
+ */
+struct seda_pool {
+    seda__mutex_t mu;
+    pthread_cond_t cv;          /* workers wait here for tasks */
+    struct task *ring;          /* guarded by mu */
+    uint32_t mask;              /* guarded by mu */
+    uint32_t head;              /* guarded by mu */
+    uint32_t count;             /* guarded by mu */
+    uint32_t reserved;          /* slots promised; guarded by mu */
+    int idle;                   /* sleeping workers; guarded by mu */
+    atomic_bool stopping;       /* release/acquire, see pool.h */
+    bool joined;                /* only the stopping thread touches it */
+    int n;                      /* thread count */
+    struct worker *workers;     /* n entries */
+    seda_worker_start_fn start;
+    seda_worker_stop_fn stop;
+    void *ud;
+    void *owner;
+};
+
+static _Thread_local struct worker *tls_worker;
+static _Thread_local void *tls_data;
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct seda_pool *p = w->pool;
+    tls_worker = w;
+    tls_data = p->start ? p->start(w->index, p->ud) : NULL;
+
+    seda__mutex_lock(&p->mu);
+    for (;;) {
+        while (p->count == 0 &&
+               !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+            p->idle++;
+            seda__cond_wait(&p->cv, &p->mu, INT64_MAX);
+            p->idle--;
+        }
+        if (atomic_load_explicit(&p->stopping, memory_order_acquire))
+            break;
+        struct task t = p->ring[p->head];
+        p->head = (p->head + 1) & p->mask;
+        p->count--;
+        seda__mutex_unlock(&p->mu);
+        t.fn(t.arg);
+        seda__mutex_lock(&p->mu);
+    }
+    seda__mutex_unlock(&p->mu);
+
+    if (p->stop)
+        p->stop(w->index, tls_data, p->ud);
+    tls_data = NULL;
+    tls_worker = NULL;
+    return NULL;
+}
+
+int seda__pool_new(int n, seda_worker_start_fn start,
+                   seda_worker_stop_fn stop, void *ud, void *owner,
+                   struct seda_pool **out)
+{
+    if (n <= 0)
+        return SEDA_EINVAL;
+    struct seda_pool *p = seda__calloc(1, sizeof *p);
+    if (!p)
+        return SEDA_ENOMEM;
+    p->workers = seda__calloc((size_t)n, sizeof *p->workers);
+    p->ring = seda__malloc(sizeof *p->ring * 16);
+    if (!p->workers || !p->ring) {
+        seda__free(p->workers);
+        seda__free(p->ring);
+        seda__free(p);
+        return SEDA_ENOMEM;
+    }
+    p->mask = 15;
+    seda__mutex_init(&p->mu);
+    int rc = seda__cond_init(&p->cv);
+    if (rc) {
+        seda__mutex_destroy(&p->mu);
+        seda__free(p->workers);
+        seda__free(p->ring);
+        seda__free(p);
+        return rc;
+    }
+    atomic_init(&p->stopping, false);
+    p->start = start;
+    p->stop = stop;
+    p->ud = ud;
+    p->owner = owner;
+    for (int i = 0; i < n; i++) {
+        p->workers[i].pool = p;
+        p->workers[i].index = i;
+        rc = pthread_create(&p->workers[i].tid, NULL, worker_main,
+                            &p->workers[i]);
+        if (rc) {
+            p->n = i;           /* unwind the ones already running */
+            seda__pool_free(p);
+            return -EAGAIN;
+        }
+    }
+    p->n = n;
+    *out = p;
+    return 0;
+}
+
+int seda__pool_reserve(struct seda_pool *p, int more)
+{
+    seda__mutex_lock(&p->mu);
+    uint32_t want = p->reserved + (uint32_t)more;
+    if (want > p->mask + 1) {
+        uint32_t size = p->mask + 1;
+        while (size < want)
+            size <<= 1;
+        struct task *r = seda__malloc(sizeof *r * size);
+        if (!r) {
+            seda__mutex_unlock(&p->mu);
+            return SEDA_ENOMEM;
+        }
+        for (uint32_t i = 0; i < p->count; i++)
+            r[i] = p->ring[(p->head + i) & p->mask];
+        seda__free(p->ring);
+        p->ring = r;
+        p->mask = size - 1;
+        p->head = 0;
+    }
+    p->reserved = want;
+    seda__mutex_unlock(&p->mu);
+    return 0;
+}
+
+int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
+{
+    seda__mutex_lock(&p->mu);
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        seda__mutex_unlock(&p->mu);
+        return SEDA_ECLOSED;
+    }
+    assert(p->count <= p->mask);
+    p->ring[(p->head + p->count) & p->mask] = (struct task){ fn, arg };
+    p->count++;
+    if (p->idle > 0)
+        pthread_cond_signal(&p->cv);
+    seda__mutex_unlock(&p->mu);
+    return 0;
+}
+
+void seda__pool_stop(struct seda_pool *p)
+{
+    seda__mutex_lock(&p->mu);
+    /* Release: pairs with the acquire loads in worker_main and drain tasks;
+     * everything done before stop is visible to a worker that sees it. */
+    atomic_store_explicit(&p->stopping, true, memory_order_release);
+    pthread_cond_broadcast(&p->cv);
+    seda__mutex_unlock(&p->mu);
+    if (p->joined)
+        return;
+    for (int i = 0; i < p->n; i++)
+        pthread_join(p->workers[i].tid, NULL);
+    p->joined = true;
+    seda__mutex_lock(&p->mu);
+    p->count = 0;               /* discarded; the bus sweeps the stages */
+    seda__mutex_unlock(&p->mu);
+}
+
+bool seda__pool_stopping(const struct seda_pool *p)
+{
+    return atomic_load_explicit(&p->stopping, memory_order_acquire);
+}
+
+void seda__pool_free(struct seda_pool *p)
+{
+    if (!p)
+        return;
+    seda__pool_stop(p);
+    pthread_cond_destroy(&p->cv);
+    seda__mutex_destroy(&p->mu);
+    seda__free(p->ring);
+    seda__free(p->workers);
+    seda__free(p);
+}
+
+int seda__pool_size(const struct seda_pool *p) { return p->n; }
+
+void *seda__pool_current_owner(void)
+{
+    return tls_worker ? tls_worker->pool->owner : NULL;
+}
+
+int seda_worker_index(void) { return tls_worker ? tls_worker->index : -1; }
+
+void *seda_worker_data(void) { return tls_data; }

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.h -- the shared pthread worker pool that drains every stage.
+ *
+ * A fixed set of threads takes tasks (function + argument) from one FIFO.
+ * Idle threads sleep on a condition variable; there is no polling.  The task
+ * ring never grows on the submit path: whoever can submit reserves room
+ * first (a stage reserves one slot per permit when it is added), so
+ * submitting a drain task cannot fail.
+ */
+#ifndef SEDA_POOL_H
+#define SEDA_POOL_H
+
+#include "seda_int.h"
+
+struct seda_pool;
+
+typedef void (*seda__task_fn)(void *arg);
+
+/* Start n threads.  start/stop run on each worker (may be NULL); start's
+ * result is what seda_worker_data() returns there.  owner is an opaque tag
+ * for seda__pool_current_owner().  Returns 0, SEDA_ENOMEM or -EAGAIN (no
+ * thread left running).  Any thread. */
+SEDA__API int seda__pool_new(int n, seda_worker_start_fn start,
+                             seda_worker_stop_fn stop, void *ud, void *owner,
+                             struct seda_pool **out);
+
+/* Make room for `more` additional outstanding tasks.  Returns 0 or
+ * SEDA_ENOMEM (nothing changed).  Takes pool->mu. */
+SEDA__API int seda__pool_reserve(struct seda_pool *p, int more);
+
+/* Queue a task.  The caller must have reserved room for it.  Returns 0, or
+ * SEDA_ECLOSED once the pool is stopping (the task is not queued).  Takes
+ * pool->mu; never blocks otherwise.  Any thread. */
+SEDA__API int seda__pool_submit(struct seda_pool *p, seda__task_fn fn,
+                                void *arg);
+
+/* Ask every worker to exit after its current task, wake them and join
+ * them.  Tasks still queued are discarded (the caller accounts for their
+ * work).  Idempotent.  Must not be called from a worker. */
+SEDA__API void seda__pool_stop(struct seda_pool *p);
+
+/* True once seda__pool_stop has begun (acquire; pairs with the release
+ * store in seda__pool_stop).  Drain tasks poll it between envelopes. */
+SEDA__API bool seda__pool_stopping(const struct seda_pool *p);
+
+/* Stop if needed and free.  NULL is a no-op. */
+SEDA__API void seda__pool_free(struct seda_pool *p);
+
+SEDA__API int seda__pool_size(const struct seda_pool *p);
+
+/* The owner tag of the pool whose worker is calling, or NULL off-pool. */
+SEDA__API void *seda__pool_current_owner(void);
+
+#endif /* SEDA_POOL_H */

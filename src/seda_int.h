@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seda_int.h -- internals shared by the core modules.
+ *
+ * Allocation goes through seda__malloc & co so a test can replace the
+ * allocator (seda_set_allocator) and fail the Nth allocation.  Locks are
+ * wrapped so debug builds can assert who holds them.  Condition variables
+ * run on CLOCK_MONOTONIC, and every wait takes a deadline.
+ *
+ * LOCK ORDER (global): bus->mu  ->  stage->mu  ->  pool->mu  ->  bus->idle_mu.
+ * A function that takes two locks says so at its top.  No Lua code ever runs
+ * while a seda lock is held.
+ */
+#ifndef SEDA_SEDA_INT_H
+#define SEDA_SEDA_INT_H
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "seda.h"
+
+#define SEDA__API __attribute__((visibility("hidden")))
+
+#define SEDA__LIKELY(x)   __builtin_expect(!!(x), 1)
+#define SEDA__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- allocation ---- */
+
+SEDA__API void *seda__malloc(size_t n);
+SEDA__API void *seda__calloc(size_t n, size_t size);
+SEDA__API void *seda__realloc(void *p, size_t n);
+SEDA__API void seda__free(void *p);
+SEDA__API char *seda__strdup(const char *s);
+
+/* ---- time ---- */
+
+/* Monotonic nanoseconds. */
+static inline int64_t seda__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Deadline in monotonic ns for a timeout in seconds; < 0 means never
+ * (INT64_MAX). */
+SEDA__API int64_t seda__deadline(double timeout);
+
+/* ---- locks ---- */
+
+typedef struct seda__mutex {
+    pthread_mutex_t m;
+#ifdef SEDA_DEBUG
+    _Atomic(pthread_t) owner;   /* holder, for asserts (relaxed) */
+    atomic_bool held;           /* relaxed; debug only */
+#endif
+} seda__mutex_t;
+
+SEDA__API void seda__mutex_init(seda__mutex_t *mu);
+SEDA__API void seda__mutex_destroy(seda__mutex_t *mu);
+
+static inline void seda__mutex_lock(seda__mutex_t *mu)
+{
+    pthread_mutex_lock(&mu->m);
+#ifdef SEDA_DEBUG
+    atomic_store_explicit(&mu->owner, pthread_self(), memory_order_relaxed);
+    atomic_store_explicit(&mu->held, true, memory_order_relaxed);
+#endif
+}
+
+static inline void seda__mutex_unlock(seda__mutex_t *mu)
+{
+#ifdef SEDA_DEBUG
+    atomic_store_explicit(&mu->held, false, memory_order_relaxed);
+#endif
+    pthread_mutex_unlock(&mu->m);
+}
+
+#ifdef SEDA_DEBUG
+/* True when the calling thread holds mu.  For assert() only. */
+static inline bool seda__mutex_held(seda__mutex_t *mu)
+{
+    return atomic_load_explicit(&mu->held, memory_order_relaxed) &&
+           pthread_equal(atomic_load_explicit(&mu->owner,
+                                              memory_order_relaxed),
+                         pthread_self());
+}
+#define SEDA__ASSERT_HELD(mu) assert(seda__mutex_held(mu))
+#else
+#define SEDA__ASSERT_HELD(mu) ((void)0)
+#endif
+
+/* Condition variable on CLOCK_MONOTONIC. */
+SEDA__API int seda__cond_init(pthread_cond_t *cv);
+
+/* Wait on cv (mu held) until signalled or deadline_ns passes.  Returns 0
+ * when woken (possibly spuriously), ETIMEDOUT past the deadline.  Callers
+ * loop on their predicate. */
+SEDA__API int seda__cond_wait(pthread_cond_t *cv, seda__mutex_t *mu,
+                              int64_t deadline_ns);
+
+/* ---- misc ---- */
+
+/* True when name matches [A-Za-z0-9_.:-]{1,SEDA_NAME_MAX}. */
+SEDA__API bool seda__valid_name(const char *name);
+
+#endif /* SEDA_SEDA_INT_H */

@@ -1,0 +1,558 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stage.c -- admission control and the drain task.
+ *
+ * DESIGN
+ *   Admission (any thread) takes the stage lock once: room below capacity
+ *   means push and maybe schedule; otherwise the policy decides (refuse,
+ *   discard, evict the head, or wait on not_full until the deadline).
+ *
+ *   Scheduling: `running` counts drain tasks queued in the pool or running.
+ *   A push schedules one only while running < concurrency, so an idle stage
+ *   costs nothing and a busy one never floods the pool.  A drain task takes
+ *   up to `batch` envelopes in one lock round, delivers them with no lock
+ *   held, then in one more lock round folds its counters in, requeues its
+ *   nacks at the head, and either resubmits itself (queue not empty: the
+ *   permit passes to the new task, which goes to the back of the pool's
+ *   FIFO so other stages get their turn) or gives the permit back.
+ *
+ *   The ring holds capacity + concurrency * batch slots: admissions stop at
+ *   capacity, and the headroom guarantees that every envelope a drain task
+ *   took can go back to the head (retry, or an interrupted batch at stop).
+ *
+ *   Invariant: the queue is non-empty only while running > 0 (until the
+ *   pool is stopped, after which the bus sweeps it).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bus.h"
+#include "stage.h"
+
+#define MAX_BATCH 256
+
+/* ---- creation ---- */
+
+#define FAIL(...) do { \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
+        return SEDA_EINVAL; \
+    } while (0)
+
+int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
+                    struct seda_stage_s **out, char *err, size_t errlen)
+{
+    if (!o)
+        FAIL("stage: options are required");
+    const char *nm = o->name;
+    if (!nm || !*nm)
+        FAIL("stage: name is required");
+    if (!seda__valid_name(nm))
+        FAIL("stage '%.80s': name must be 1-%d characters of "
+             "[A-Za-z0-9_.:-]", nm, SEDA_NAME_MAX);
+    if (o->capacity <= 0)
+        FAIL("stage '%s': capacity must be > 0 (got %d)", nm, o->capacity);
+    if (o->capacity > (1 << 26))
+        FAIL("stage '%s': capacity must be <= %d (got %d)", nm, 1 << 26,
+             o->capacity);
+    if (o->concurrency <= 0)
+        FAIL("stage '%s': concurrency must be > 0 (got %d)", nm,
+             o->concurrency);
+    if (o->concurrency > 4096)
+        FAIL("stage '%s': concurrency must be <= 4096 (got %d)", nm,
+             o->concurrency);
+    if (o->max_attempts <= 0)
+        FAIL("stage '%s': max_attempts must be > 0 (got %d)", nm,
+             o->max_attempts);
+    if (o->max_attempts > 65535)
+        FAIL("stage '%s': max_attempts must be <= 65535 (got %d)", nm,
+             o->max_attempts);
+    if (!seda_policy_name(o->policy))
+        FAIL("stage '%s': unknown policy (%d)", nm, o->policy);
+    if (!seda_delivery_name(o->delivery))
+        FAIL("stage '%s': unknown delivery (%d)", nm, o->delivery);
+    if (!(o->publish_timeout >= 0))
+        FAIL("stage '%s': publish_timeout must be >= 0", nm);
+    if (!(o->handler_timeout >= 0))
+        FAIL("stage '%s': handler_timeout must be >= 0", nm);
+    if (o->dead_letter && !seda__valid_name(o->dead_letter))
+        FAIL("stage '%s': dead_letter is not a valid stage name", nm);
+
+    struct seda_stage_s *st = seda__calloc(1, sizeof *st);
+    if (!st)
+        goto oom;
+    uint64_t slots = (uint64_t)o->capacity +
+                     (uint64_t)o->concurrency * (uint64_t)bus->batch;
+    if (seda__queue_init(&st->q, (uint32_t)slots))
+        goto oom;
+    if (o->dead_letter && !(st->dead_letter = seda__strdup(o->dead_letter)))
+        goto oom;
+    if (seda__cond_init(&st->not_full))
+        goto oom;
+    snprintf(st->name, sizeof st->name, "%s", nm);
+    st->bus = bus;
+    st->capacity = o->capacity;
+    st->concurrency = o->concurrency;
+    st->delivery = o->delivery;
+    st->policy = o->policy;
+    st->max_attempts = o->max_attempts;
+    st->publish_timeout = o->publish_timeout;
+    st->handler_timeout = o->handler_timeout;
+    atomic_init(&st->nconsumers, 0);
+    atomic_init(&st->rr, 0);
+    atomic_init(&st->userdata, NULL);
+    seda__mutex_init(&st->mu);
+    seda__mutex_init(&st->report_mu);
+    *out = st;
+    return 0;
+oom:
+    if (st) {
+        seda__queue_destroy(&st->q);
+        seda__free(st->dead_letter);
+        seda__free(st);
+    }
+    if (err && errlen)
+        snprintf(err, errlen, "stage '%s': out of memory", nm);
+    return SEDA_ENOMEM;
+}
+
+void seda__stage_free(struct seda_stage_s *st)
+{
+    if (!st)
+        return;
+    assert(seda__queue_count(&st->q) == 0);
+    seda__queue_destroy(&st->q);
+    pthread_cond_destroy(&st->not_full);
+    seda__mutex_destroy(&st->mu);
+    seda__mutex_destroy(&st->report_mu);
+    seda__free(st->dead_letter);
+    seda__free(st);
+}
+
+/* ---- public accessors ---- */
+
+const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
+
+double seda_stage_handler_timeout(const seda_stage_t *st)
+{
+    return st->handler_timeout;
+}
+
+int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
+{
+    if (!fn)
+        return SEDA_EINVAL;
+    seda__mutex_lock(&st->mu);          /* serialises adders */
+    int n = atomic_load_explicit(&st->nconsumers, memory_order_relaxed);
+    if (n >= SEDA_MAX_CONSUMERS) {
+        seda__mutex_unlock(&st->mu);
+        return SEDA_ERANGE;
+    }
+    st->cons[n] = (struct consumer){ fn, ud };
+    /* Release: pairs with the acquire in deliver(); cons[n] is visible to
+     * any drain task that sees the new count. */
+    atomic_store_explicit(&st->nconsumers, n + 1, memory_order_release);
+    seda__mutex_unlock(&st->mu);
+    return n;
+}
+
+void seda_stage_set_userdata(seda_stage_t *st, void *ud)
+{
+    /* Release: pairs with the acquire in seda_stage_userdata. */
+    atomic_store_explicit(&st->userdata, ud, memory_order_release);
+}
+
+void *seda_stage_userdata(const seda_stage_t *st)
+{
+    return atomic_load_explicit(&((seda_stage_t *)st)->userdata,
+                                memory_order_acquire);
+}
+
+void seda_stage_report(seda_stage_t *st, const char *msg)
+{
+    int64_t now = seda__now_ns();
+    uint64_t suppressed = 0;
+    bool print = false;
+    seda__mutex_lock(&st->report_mu);
+    if (now - st->report_window >= 1000000000) {
+        suppressed = st->report_suppressed;
+        st->report_suppressed = 0;
+        st->report_window = now;
+        st->report_lines = 0;
+    }
+    if (st->report_lines < 5) {
+        st->report_lines++;
+        print = true;
+    } else {
+        st->report_suppressed++;
+    }
+    seda__mutex_unlock(&st->report_mu);
+    seda__mutex_lock(&st->mu);
+    st->c.errors++;
+    seda__mutex_unlock(&st->mu);
+    if (suppressed)
+        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
+                st->name, (unsigned long long)suppressed);
+    if (print)
+        fprintf(stderr, "seda: stage '%s': %s\n", st->name, msg);
+}
+
+/* ---- ending an envelope ---- */
+
+void seda__counters_fold(struct stage_counters *into,
+                         const struct stage_counters *from)
+{
+    into->enqueued += from->enqueued;
+    into->delivered += from->delivered;
+    into->nacked += from->nacked;
+    into->dropped += from->dropped;
+    into->dead_lettered += from->dead_lettered;
+    into->errors += from->errors;
+    into->completed += from->completed;
+    into->accepted += from->accepted;
+    into->it_dead += from->it_dead;
+    into->it_lost += from->it_lost;
+}
+
+void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
+                   struct stage_counters *tally)
+{
+    if (!(env->flags & ENV_DEAD)) {
+        struct stage_counters one = { 0 };
+        struct stage_counters *c = tally ? tally : &one;
+        if (outcome == SEDA_COMPLETED)
+            c->completed++;
+        else if (outcome == SEDA_DROPPED)
+            c->it_lost++;
+        if (!tally) {
+            seda__mutex_lock(&st->mu);
+            seda__counters_fold(&st->c, &one);
+            seda__mutex_unlock(&st->mu);
+        }
+    }
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, outcome, env->done_ud);
+    }
+    seda__env_free(env);
+}
+
+/* Evicted or swept: the stage already counted dropped (and it_lost). */
+static void end_dropped(seda_env_t *env)
+{
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, SEDA_DROPPED, env->done_ud);
+    }
+    seda__env_free(env);
+}
+
+/* ---- admission ---- */
+
+static void drain(void *arg);
+
+/* Push env (lock held, room checked).  Returns true when the caller must
+ * submit a drain task after unlocking. */
+static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    env->at = st;
+    seda__queue_push(&st->q, env);
+    st->c.enqueued++;
+    if (!hop)
+        st->c.accepted++;
+    if (st->running < st->concurrency) {
+        st->running++;
+        return true;
+    }
+    return false;
+}
+
+static void schedule(struct seda_stage_s *st)
+{
+    if (seda__pool_submit(st->bus->pool, drain, st) != 0) {
+        /* Pool stopping: give the permit back; the bus sweeps the queue. */
+        seda__mutex_lock(&st->mu);
+        st->running--;
+        seda__mutex_unlock(&st->mu);
+    }
+}
+
+/* Decide for one offered envelope with the lock held.  Returns 0 when
+ * admitted (*sched says whether to schedule, *victim an evicted envelope to
+ * end after unlocking), 1 when the caller must wait for room, or a
+ * negative refusal. */
+static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
+                        bool *sched, seda_env_t **victim)
+{
+    struct seda_bus_s *b = st->bus;
+    if (!hop && atomic_load_explicit(&b->closed, memory_order_acquire))
+        return SEDA_ECLOSED;
+    if (atomic_load_explicit(&b->stopping, memory_order_acquire))
+        return SEDA_ECLOSED;
+    if (seda__queue_count(&st->q) < (uint32_t)st->capacity) {
+        *sched |= push_locked(st, env, hop);
+        return 0;
+    }
+    switch (st->policy) {
+    case SEDA_POLICY_REJECT:
+        st->c.dropped++;
+        return SEDA_EFULL;
+    case SEDA_POLICY_DROP_NEWEST:
+        st->c.dropped++;
+        return SEDA_EDROPPED;
+    case SEDA_POLICY_DROP_OLDEST: {
+        seda_env_t *old = seda__queue_pop(&st->q);
+        st->c.dropped++;
+        if (old && !(old->flags & ENV_DEAD))
+            st->c.it_lost++;
+        *victim = old;
+        *sched |= push_locked(st, env, hop);
+        return 0;
+    }
+    default:
+        return 1;
+    }
+}
+
+int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
+                      int64_t deadline_ns, bool hop)
+{
+    bool sched = false;
+    seda_env_t *victim = NULL;
+    seda__mutex_lock(&st->mu);
+    int rc;
+    while ((rc = offer_locked(st, env, hop, &sched, &victim)) == 1) {
+        if (seda__now_ns() >= deadline_ns) {
+            st->c.dropped++;
+            rc = SEDA_ETIMEDOUT;
+            break;
+        }
+        st->waiters++;
+        seda__cond_wait(&st->not_full, &st->mu, deadline_ns);
+        st->waiters--;
+    }
+    seda__mutex_unlock(&st->mu);
+    if (sched)
+        schedule(st);
+    if (victim)
+        end_dropped(victim);
+    return rc;
+}
+
+int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
+                           int n, int64_t deadline_ns, int *rc)
+{
+    bool sched = false;
+    int done = 0;
+    /* Evictions are rare; end them after unlocking, a few at a time. */
+    seda_env_t *victims[64];
+    int nv = 0;
+    *rc = 0;
+    seda__mutex_lock(&st->mu);
+    while (done < n) {
+        seda_env_t *victim = NULL;
+        int r = offer_locked(st, envs[done], false, &sched, &victim);
+        if (victim)
+            victims[nv++] = victim;
+        if (r == 0) {
+            done++;
+            if (nv < 64)
+                continue;
+        } else if (r == 1) {
+            if (seda__now_ns() >= deadline_ns) {
+                st->c.dropped++;
+                *rc = SEDA_ETIMEDOUT;
+                break;
+            }
+            /* Let the drain task see the queued work while we wait. */
+            if (sched) {
+                seda__mutex_unlock(&st->mu);
+                schedule(st);
+                sched = false;
+                seda__mutex_lock(&st->mu);
+                continue;
+            }
+            st->waiters++;
+            seda__cond_wait(&st->not_full, &st->mu, deadline_ns);
+            st->waiters--;
+            continue;
+        } else {
+            *rc = r;
+            break;
+        }
+        /* Victim buffer full: flush it outside the lock. */
+        seda__mutex_unlock(&st->mu);
+        for (int i = 0; i < nv; i++)
+            end_dropped(victims[i]);
+        nv = 0;
+        seda__mutex_lock(&st->mu);
+    }
+    seda__mutex_unlock(&st->mu);
+    if (sched)
+        schedule(st);
+    for (int i = 0; i < nv; i++)
+        end_dropped(victims[i]);
+    return done;
+}
+
+void seda__stage_wake(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    pthread_cond_broadcast(&st->not_full);
+    seda__mutex_unlock(&st->mu);
+}
+
+/* ---- delivery ---- */
+
+enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
+
+static int deliver(struct seda_stage_s *st, seda_env_t *env)
+{
+    /* Acquire: pairs with the release in seda_stage_consume. */
+    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
+    if (n == 0)
+        return DELIVER_NO_CONSUMERS;
+    if (st->delivery == SEDA_DELIVERY_P2P) {
+        unsigned i = atomic_fetch_add_explicit(&st->rr, 1,
+                                               memory_order_relaxed);
+        struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
+        env->flags &= (uint8_t)~ENV_FAILED;
+        bool ok = c->fn(env, c->ud);
+        return ok && !(env->flags & ENV_FAILED) ? DELIVER_ACK : DELIVER_NACK;
+    }
+    uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+    for (int i = 0; i < n; i++) {
+        uint64_t bit = UINT64_C(1) << i;
+        if (env->acked & bit)
+            continue;
+        env->flags &= (uint8_t)~ENV_FAILED;
+        bool ok = st->cons[i].fn(env, st->cons[i].ud);
+        if (ok && !(env->flags & ENV_FAILED))
+            env->acked |= bit;
+    }
+    return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
+}
+
+static void drain(void *arg)
+{
+    struct seda_stage_s *st = arg;
+    struct seda_bus_s *b = st->bus;
+    seda_env_t *batch[MAX_BATCH];
+    seda_env_t *retry[MAX_BATCH];
+    int nretry = 0;
+    struct stage_counters tally = { 0 };
+
+    seda__mutex_lock(&st->mu);
+    int n = (int)seda__queue_pop_many(&st->q, (void **)batch,
+                                      (uint32_t)b->batch);
+    st->in_flight += n;
+    if (st->waiters > 0 && n > 0)
+        pthread_cond_broadcast(&st->not_full);
+    seda__mutex_unlock(&st->mu);
+
+    int i = 0;
+    for (; i < n; i++) {
+        if (atomic_load_explicit(&b->stopping, memory_order_acquire))
+            break;
+        seda_env_t *env = batch[i];
+        int r = deliver(st, env);
+        if (r == DELIVER_ACK) {
+            tally.delivered++;
+            seda__bus_route_ack(st, env, &tally);
+        } else if (r == DELIVER_NO_CONSUMERS) {
+            seda__bus_dead_letter(st, env, "no_consumers", &tally);
+        } else {
+            tally.nacked++;
+            if (env->attempts < st->max_attempts) {
+                env->attempts++;
+                retry[nretry++] = env;
+            } else {
+                seda__bus_dead_letter(st, env, "max_attempts", &tally);
+            }
+        }
+    }
+
+    bool again, idle = false;
+    seda__mutex_lock(&st->mu);
+    /* Interrupted by stop: the rest go back first, then the retries, both
+     * in their original order. */
+    for (int k = n - 1; k >= i; k--)
+        seda__queue_push_front(&st->q, batch[k]);
+    for (int k = nretry - 1; k >= 0; k--)
+        seda__queue_push_front(&st->q, retry[k]);
+    st->in_flight -= n;
+    seda__counters_fold(&st->c, &tally);
+    again = seda__queue_count(&st->q) > 0 &&
+            !atomic_load_explicit(&b->stopping, memory_order_acquire);
+    if (!again) {
+        st->running--;
+        idle = st->running == 0 && seda__queue_count(&st->q) == 0;
+    }
+    seda__mutex_unlock(&st->mu);
+    if (again)
+        schedule(st);
+    else if (idle)
+        seda__bus_idle_notify(b);
+}
+
+/* ---- shutdown helpers ---- */
+
+int seda__stage_sweep(struct seda_stage_s *st)
+{
+    int swept = 0;
+    for (;;) {
+        seda_env_t *chunk[64];
+        seda__mutex_lock(&st->mu);
+        uint32_t n = seda__queue_pop_many(&st->q, (void **)chunk, 64);
+        for (uint32_t k = 0; k < n; k++) {
+            st->c.dropped++;
+            if (!(chunk[k]->flags & ENV_DEAD))
+                st->c.it_lost++;
+        }
+        if (n == 0)
+            st->running = 0;
+        seda__mutex_unlock(&st->mu);
+        if (n == 0)
+            return swept;
+        for (uint32_t k = 0; k < n; k++)
+            end_dropped(chunk[k]);
+        swept += (int)n;
+    }
+}
+
+bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
+{
+    seda__mutex_lock(&st->mu);
+    bool idle = st->running == 0 && seda__queue_count(&st->q) == 0;
+    *sum += st->c.enqueued;
+    seda__mutex_unlock(&st->mu);
+    return idle;
+}
+
+/* ---- stats ---- */
+
+void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, st->name, sizeof out->name);
+    out->capacity = st->capacity;
+    out->concurrency = st->concurrency;
+    out->delivery = st->delivery;
+    out->policy = st->policy;
+    out->max_attempts = st->max_attempts;
+    out->consumers = atomic_load_explicit(&st->nconsumers,
+                                          memory_order_acquire);
+    seda__mutex_lock(&st->mu);
+    out->depth = (int)seda__queue_count(&st->q);
+    out->in_flight = st->in_flight;
+    out->enqueued = st->c.enqueued;
+    out->delivered = st->c.delivered;
+    out->nacked = st->c.nacked;
+    out->dropped = st->c.dropped;
+    out->dead_lettered = st->c.dead_lettered;
+    out->errors = st->c.errors;
+    out->completed = st->c.completed;
+    seda__mutex_unlock(&st->mu);
+}

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stage.h -- a stage: bounded queue + admission policy + permits + consumers,
+ * and the drain task that the pool runs for it.
+ */
+#ifndef SEDA_STAGE_H
+#define SEDA_STAGE_H
+
+#include "env.h"
+#include "queue.h"
+#include "seda_int.h"
+
+struct seda_bus_s;
+
+struct consumer {
+    seda_consumer_fn fn;        /* written once before nconsumers covers it */
+    void *ud;
+};
+
+/* Stage counters; guarded by the stage mutex. */
+struct stage_counters {
+    uint64_t enqueued;          /* admissions */
+    uint64_t delivered;         /* acks */
+    uint64_t nacked;            /* nacks */
+    uint64_t dropped;           /* refusals, evictions, sweeps */
+    uint64_t dead_lettered;     /* envelopes dead-lettered from here */
+    uint64_t errors;            /* reported errors */
+    uint64_t completed;         /* itineraries ended here */
+    /* Itinerary-level counters summed into the bus totals. */
+    uint64_t accepted;          /* publishes accepted as a first hop here */
+    uint64_t it_dead;           /* itineraries dead-lettered here */
+    uint64_t it_lost;           /* itineraries evicted or swept here */
+};
+
+/*
+ * Locking:
+ *   mu guards: q, running, in_flight, waiters, c (counters).
+ *   Immutable after seda_stage_add: bus, name, dead_letter, capacity,
+ *   concurrency, delivery, policy, max_attempts, publish_timeout,
+ *   handler_timeout, index.
+ *   Atomic: nconsumers (release in seda_stage_consume / acquire in
+ *   deliver, publishing cons[i] written before it); rr (relaxed, round
+ *   robin only); userdata (release/acquire).
+ *   report_mu guards the rate limiter (a leaf lock).
+ *   Lock order: bus->mu -> stage->mu -> pool->mu -> bus->idle_mu.  A drain
+ *   task never holds its own stage lock while pushing into another stage.
+ */
+struct seda_stage_s {
+    struct seda_bus_s *bus;
+    char name[SEDA_NAME_MAX + 1];
+    char *dead_letter;          /* owned, or NULL */
+    int capacity;               /* admission bound */
+    int concurrency;            /* permits */
+    int delivery;               /* enum seda_delivery */
+    int policy;                 /* enum seda_policy */
+    int max_attempts;
+    double publish_timeout;     /* seconds */
+    double handler_timeout;     /* seconds, 0 = none */
+    int index;                  /* creation order */
+
+    struct consumer cons[SEDA_MAX_CONSUMERS];
+    atomic_int nconsumers;      /* release/acquire, see above */
+    atomic_uint rr;             /* relaxed round-robin cursor */
+    _Atomic(void *) userdata;   /* release/acquire */
+
+    seda__mutex_t mu;
+    pthread_cond_t not_full;    /* block-policy publishers wait here */
+    struct seda_queue q;        /* guarded by mu */
+    int running;                /* drain tasks queued or running; mu */
+    int in_flight;              /* taken by drain tasks; guarded by mu */
+    int waiters;                /* publishers waiting for room; mu */
+    struct stage_counters c;    /* guarded by mu */
+
+    seda__mutex_t report_mu;
+    int64_t report_window;      /* start of the current second; report_mu */
+    int report_lines;           /* lines in this window; report_mu */
+    uint64_t report_suppressed; /* lines not printed; report_mu */
+};
+
+/* Create a stage object (not yet registered).  Validates opts; on failure
+ * writes a message naming the stage and field into err.  Returns 0 or
+ * SEDA_EINVAL / SEDA_ENOMEM. */
+SEDA__API int seda__stage_new(struct seda_bus_s *bus,
+                              const seda_stage_opts *o,
+                              struct seda_stage_s **out, char *err,
+                              size_t errlen);
+
+/* Free a stage whose queue is empty (swept). */
+SEDA__API void seda__stage_free(struct seda_stage_s *st);
+
+/* Admit env into st under its policy.  hop: the envelope is already
+ * accepted (a slip hop or a dead letter), so the bus's pause and close do
+ * not apply and the itinerary is not counted again.  On 0 the stage owns
+ * env; otherwise the caller still does.  May block until deadline_ns under
+ * the block policy.  Takes st->mu, then maybe pool->mu. */
+SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
+                                int64_t deadline_ns, bool hop);
+
+/* Admit envs[0..n) in order with one lock round; returns how many were
+ * admitted and sets *rc for the first refusal. */
+SEDA__API int seda__stage_admit_many(struct seda_stage_s *st,
+                                     seda_env_t **envs, int n,
+                                     int64_t deadline_ns, int *rc);
+
+/* Wake every publisher blocked on st (close and stop use it). */
+SEDA__API void seda__stage_wake(struct seda_stage_s *st);
+
+/* After the pool stopped: take everything left, count it dropped and end
+ * it.  Returns how many envelopes were swept. */
+SEDA__API int seda__stage_sweep(struct seda_stage_s *st);
+
+/* Idle check for the bus: true when nothing is queued or scheduled; adds
+ * the stage's enqueued count to *sum. */
+SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
+
+/* End an envelope with an outcome: count it (in tally, or on st under its
+ * lock when tally is NULL), fire done, free it. */
+SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
+                             int outcome, struct stage_counters *tally);
+
+/* Add tally into st's counters (lock held). */
+SEDA__API void seda__counters_fold(struct stage_counters *into,
+                                   const struct stage_counters *from);
+
+#endif /* SEDA_STAGE_H */

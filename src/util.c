@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.c -- the allocator hook, the monotonic clock, lock wrappers, error
+ * words and enum names: small pieces every other module uses.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "seda_int.h"
+
+/* ---- allocation ---- */
+
+/* Set once before any other call (seda_set_allocator says so), then only
+ * read: no lock needed. */
+static void *(*g_malloc)(size_t) = malloc;
+static void *(*g_realloc)(void *, size_t) = realloc;
+static void (*g_free)(void *) = free;
+
+void seda_set_allocator(void *(*malloc_fn)(size_t),
+                        void *(*realloc_fn)(void *, size_t),
+                        void (*free_fn)(void *))
+{
+    g_malloc = malloc_fn ? malloc_fn : malloc;
+    g_realloc = realloc_fn ? realloc_fn : realloc;
+    g_free = free_fn ? free_fn : free;
+}
+
+void *seda__malloc(size_t n) { return g_malloc(n ? n : 1); }
+
+void *seda__calloc(size_t n, size_t size)
+{
+    if (size && n > SIZE_MAX / size)
+        return NULL;
+    size_t bytes = n * size;
+    void *p = g_malloc(bytes ? bytes : 1);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void *seda__realloc(void *p, size_t n)
+{
+    return p ? g_realloc(p, n ? n : 1) : g_malloc(n ? n : 1);
+}
+
+void seda__free(void *p)
+{
+    if (p)
+        g_free(p);
+}
+
+char *seda__strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = seda__malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+/* ---- time ---- */
+
+double seda_now(void)
+{
+    return (double)seda__now_ns() / 1e9;
+}
+
+int64_t seda__deadline(double timeout)
+{
+    if (timeout < 0 || timeout > 1e9)
+        return INT64_MAX;
+    return seda__now_ns() + (int64_t)(timeout * 1e9);
+}
+
+/* ---- locks ---- */
+
+void seda__mutex_init(seda__mutex_t *mu)
+{
+    pthread_mutex_init(&mu->m, NULL);
+#ifdef SEDA_DEBUG
+    atomic_init(&mu->held, false);
+#endif
+}
+
+void seda__mutex_destroy(seda__mutex_t *mu)
+{
+    pthread_mutex_destroy(&mu->m);
+}
+
+int seda__cond_init(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int rc = pthread_condattr_init(&a);
+    if (rc)
+        return -rc;
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return -rc;
+}
+
+int seda__cond_wait(pthread_cond_t *cv, seda__mutex_t *mu,
+                    int64_t deadline_ns)
+{
+    SEDA__ASSERT_HELD(mu);
+#ifdef SEDA_DEBUG
+    atomic_store_explicit(&mu->held, false, memory_order_relaxed);
+#endif
+    int rc;
+    if (deadline_ns == INT64_MAX) {
+        rc = pthread_cond_wait(cv, &mu->m);
+    } else {
+        struct timespec ts = {
+            .tv_sec = deadline_ns / 1000000000,
+            .tv_nsec = deadline_ns % 1000000000,
+        };
+        rc = pthread_cond_timedwait(cv, &mu->m, &ts);
+    }
+#ifdef SEDA_DEBUG
+    atomic_store_explicit(&mu->owner, pthread_self(), memory_order_relaxed);
+    atomic_store_explicit(&mu->held, true, memory_order_relaxed);
+#endif
+    return rc == ETIMEDOUT ? ETIMEDOUT : 0;
+}
+
+/* ---- names ---- */
+
+bool seda__valid_name(const char *name)
+{
+    if (!name || !*name)
+        return false;
+    size_t n = 0;
+    for (const char *p = name; *p; p++, n++) {
+        char c = *p;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' ||
+              c == '-'))
+            return false;
+    }
+    return n <= SEDA_NAME_MAX;
+}
+
+const char *seda_strerror(int rc)
+{
+    switch (rc) {
+    case SEDA_OK: return "ok";
+    case SEDA_EFULL: return "full";
+    case SEDA_ETIMEDOUT: return "timeout";
+    case SEDA_EDROPPED: return "dropped";
+    case SEDA_EPAUSED: return "paused";
+    case SEDA_ECLOSED: return "closed";
+    case SEDA_ENOSTAGE: return "no_such_stage";
+    case SEDA_EEXIST: return "exists";
+    case SEDA_EINVAL: return "invalid";
+    case SEDA_ENOMEM: return "nomem";
+    case SEDA_ERANGE: return "range";
+    default: return "error";
+    }
+}
+
+static const char *const policy_names[] = {
+    "block", "reject", "drop_newest", "drop_oldest", NULL
+};
+static const char *const delivery_names[] = { "p2p", "pubsub", NULL };
+
+static int parse(const char *const *names, const char *s)
+{
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+int seda_policy_parse(const char *name) { return parse(policy_names, name); }
+int seda_delivery_parse(const char *name)
+{
+    return parse(delivery_names, name);
+}
+
+const char *seda_policy_name(int p)
+{
+    return p >= 0 && p <= SEDA_POLICY_DROP_OLDEST ? policy_names[p] : NULL;
+}
+
+const char *seda_delivery_name(int d)
+{
+    return d >= 0 && d <= SEDA_DELIVERY_PUBSUB ? delivery_names[d] : NULL;
+}

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/* test_env.c -- envelopes: construction, headers, payload, slip. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "env.h"
+
+static seda_env_t *mk(const void *p, size_t n, const seda_publish_opts *o)
+{
+    int rc;
+    seda_env_t *e = seda__env_new(p, n, o, &rc);
+    assert_non_null(e);
+    assert_int_equal(rc, 0);
+    return e;
+}
+
+static void test_env_new_copies_everything(void **state)
+{
+    (void)state;
+    const char *hdr[] = { "a", "1", "b", "2" };
+    const char *slip[] = { "s1", "s2", "s3" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.sender = "me";
+    o.headers = hdr;
+    o.nheaders = 2;
+    o.slip = slip;
+    o.nslip = 3;
+    char big[1000];
+    memset(big, 'x', sizeof big);
+    seda_env_t *e = mk(big, sizeof big, &o);
+    size_t len;
+    const char *p = seda_env_payload(e, &len);
+    assert_int_equal(len, sizeof big);
+    assert_memory_equal(p, big, sizeof big);
+    assert_string_equal(seda_env_sender(e), "me");
+    assert_string_equal(seda_env_header(e, "b"), "2");
+    assert_null(seda_env_header(e, "c"));
+    assert_int_equal(seda_env_attempts(e), 1);
+    assert_int_equal(seda_env_slip_count(e), 3);
+    assert_string_equal(seda_env_slip_at(e, 0), "s1");
+    assert_string_equal(seda__env_slip_pop(e), "s1");
+    assert_string_equal(seda__env_slip_pop(e), "s2");
+    assert_string_equal(seda__env_slip_pop(e), "s3");
+    assert_null(seda__env_slip_pop(e));
+    seda__env_free(e);
+}
+
+static void test_env_ids_unique_and_formatted(void **state)
+{
+    (void)state;
+    seda_env_t *a = mk("x", 1, NULL), *b = mk("y", 1, NULL);
+    char ba[SEDA_ID_MAX], bb[SEDA_ID_MAX];
+    assert_true(seda_env_seq(a) != seda_env_seq(b));
+    assert_string_not_equal(seda_env_id(a, ba), seda_env_id(b, bb));
+    seda__env_free(a);
+    seda__env_free(b);
+}
+
+static void test_env_forward_inserts_in_order(void **state)
+{
+    (void)state;
+    const char *slip[] = { "c" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.slip = slip;
+    o.nslip = 1;
+    seda_env_t *e = mk(NULL, 0, &o);
+    const char *ins[] = { "a", "b" };
+    assert_int_equal(seda_env_forward(e, ins, 2), 0);
+    const char *bad[] = { "no spaces" };
+    assert_int_equal(seda_env_forward(e, bad, 1), SEDA_EINVAL);
+    assert_int_equal(seda_env_slip_count(e), 3);
+    assert_string_equal(seda_env_slip_at(e, 0), "a");
+    assert_string_equal(seda_env_slip_at(e, 1), "b");
+    assert_string_equal(seda_env_slip_at(e, 2), "c");
+    assert_null(seda_env_slip_at(e, 3));
+    /* Forward on an empty slip too. */
+    seda__env_slip_clear(e);
+    assert_int_equal(seda_env_forward(e, ins + 1, 1), 0);
+    assert_string_equal(seda__env_slip_pop(e), "b");
+    seda__env_free(e);
+}
+
+static void test_env_headers_set_replace_delete(void **state)
+{
+    (void)state;
+    seda_env_t *e = mk(NULL, 0, NULL);
+    char k[16];
+    for (int i = 0; i < 20; i++) {           /* grows past the first block */
+        snprintf(k, sizeof k, "k%d", i);
+        assert_int_equal(seda_env_set_header(e, k, k), 0);
+    }
+    assert_int_equal(seda_env_header_count(e), 20);
+    assert_int_equal(seda_env_set_header(e, "k3", "new"), 0);
+    assert_string_equal(seda_env_header(e, "k3"), "new");
+    assert_int_equal(seda_env_set_header(e, "k3", NULL), 0);
+    assert_null(seda_env_header(e, "k3"));
+    assert_int_equal(seda_env_header_count(e), 19);
+    const char *kk, *vv;
+    assert_int_equal(seda_env_header_at(e, 19, &kk, &vv), SEDA_ERANGE);
+    assert_int_equal(seda_env_header_at(e, 0, &kk, &vv), 0);
+    assert_string_equal(kk, "k0");
+    seda__env_free(e);
+}
+
+static void test_env_set_payload_grows_and_shrinks(void **state)
+{
+    (void)state;
+    seda_env_t *e = mk("abc", 3, NULL);
+    char big[5000];
+    memset(big, 7, sizeof big);
+    assert_int_equal(seda_env_set_payload_kind(e, big, sizeof big, 1), 0);
+    size_t n;
+    assert_memory_equal(seda_env_payload(e, &n), big, sizeof big);
+    assert_int_equal(n, sizeof big);
+    assert_int_equal(seda_env_payload_kind(e), 1);
+    assert_int_equal(seda_env_set_payload(e, "hi", 2), 0);
+    assert_memory_equal(seda_env_payload(e, &n), "hi", 2);
+    assert_int_equal(n, 2);
+    assert_int_equal(seda_env_payload_kind(e), 0);
+    seda__env_free(e);
+}
+
+static int fail_after = -1;
+static void *counting_malloc(size_t n)
+{
+    if (fail_after == 0)
+        return NULL;
+    if (fail_after > 0)
+        fail_after--;
+    return malloc(n);
+}
+
+static void test_env_new_enomem_at_every_allocation(void **state)
+{
+    (void)state;
+    const char *hdr[] = { "a", "1" };
+    const char *slip[] = { "s1" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.sender = "me";
+    o.headers = hdr;
+    o.nheaders = 1;
+    o.slip = slip;
+    o.nslip = 1;
+    char big[600] = { 0 };
+    seda_set_allocator(counting_malloc, NULL, NULL);
+    int ok_at = -1;
+    for (int k = 0; k < 20 && ok_at < 0; k++) {
+        fail_after = k;
+        int rc;
+        seda_env_t *e = seda__env_new(big, sizeof big, &o, &rc);
+        if (e) {
+            ok_at = k;
+            seda__env_free(e);
+        } else {
+            assert_int_equal(rc, SEDA_ENOMEM);
+        }
+    }
+    fail_after = -1;
+    seda_set_allocator(NULL, NULL, NULL);
+    assert_true(ok_at > 0);   /* failed cleanly before, then succeeded */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_new_copies_everything),
+        cmocka_unit_test(test_env_ids_unique_and_formatted),
+        cmocka_unit_test(test_env_forward_inserts_in_order),
+        cmocka_unit_test(test_env_headers_set_replace_delete),
+        cmocka_unit_test(test_env_set_payload_grows_and_shrinks),
+        cmocka_unit_test(test_env_new_enomem_at_every_allocation),
+    };
+    return cmocka_run_group_tests_name("env", tests, NULL, NULL);
+}

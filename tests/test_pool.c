@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* test_pool.c -- the shared worker pool (src/pool.c). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "pool.h"
+
+struct counter {
+    seda__mutex_t mu;
+    pthread_cond_t cv;
+    int n;                       /* guarded by mu */
+    int started, stopped;        /* guarded by mu */
+};
+
+static void bump(void *arg)
+{
+    struct counter *c = arg;
+    seda__mutex_lock(&c->mu);
+    c->n++;
+    pthread_cond_broadcast(&c->cv);
+    seda__mutex_unlock(&c->mu);
+}
+
+static void *on_start(int index, void *ud)
+{
+    struct counter *c = ud;
+    seda__mutex_lock(&c->mu);
+    c->started++;
+    seda__mutex_unlock(&c->mu);
+    return (void *)(intptr_t)(index + 100);
+}
+
+static void on_stop(int index, void *data, void *ud)
+{
+    struct counter *c = ud;
+    assert_int_equal((intptr_t)data, index + 100);
+    seda__mutex_lock(&c->mu);
+    c->stopped++;
+    seda__mutex_unlock(&c->mu);
+}
+
+static void counter_init(struct counter *c)
+{
+    seda__mutex_init(&c->mu);
+    assert_int_equal(seda__cond_init(&c->cv), 0);
+    c->n = c->started = c->stopped = 0;
+}
+
+static void counter_destroy(struct counter *c)
+{
+    pthread_cond_destroy(&c->cv);
+    seda__mutex_destroy(&c->mu);
+}
+
+static void wait_for(struct counter *c, int n)
+{
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    seda__mutex_lock(&c->mu);
+    while (c->n < n)
+        if (seda__cond_wait(&c->cv, &c->mu, deadline) == ETIMEDOUT)
+            fail_msg("timed out: %d of %d tasks ran", c->n, n);
+    seda__mutex_unlock(&c->mu);
+}
+
+static void test_pool_runs_every_task_and_hooks(void **state)
+{
+    (void)state;
+    struct counter c;
+    counter_init(&c);
+    struct seda_pool *p;
+    assert_int_equal(seda__pool_new(3, on_start, on_stop, &c, &c, &p), 0);
+    assert_int_equal(seda__pool_size(p), 3);
+    assert_int_equal(seda__pool_reserve(p, 1000), 0);
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(seda__pool_submit(p, bump, &c), 0);
+    wait_for(&c, 1000);
+    seda__pool_free(p);
+    assert_int_equal(c.started, 3);
+    assert_int_equal(c.stopped, 3);
+    counter_destroy(&c);
+}
+
+static void check_owner(void *arg)
+{
+    struct counter *c = arg;
+    assert_ptr_equal(seda__pool_current_owner(), c);
+    assert_true(seda_worker_index() >= 0);
+    bump(c);
+}
+
+static void test_pool_worker_identity(void **state)
+{
+    (void)state;
+    struct counter c;
+    counter_init(&c);
+    struct seda_pool *p;
+    assert_null(seda__pool_current_owner());
+    assert_int_equal(seda_worker_index(), -1);
+    assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, &c, &p), 0);
+    assert_int_equal(seda__pool_reserve(p, 4), 0);
+    for (int i = 0; i < 4; i++)
+        seda__pool_submit(p, check_owner, &c);
+    wait_for(&c, 4);
+    seda__pool_free(p);
+    counter_destroy(&c);
+}
+
+static void test_pool_submit_after_stop_is_refused(void **state)
+{
+    (void)state;
+    struct counter c;
+    counter_init(&c);
+    struct seda_pool *p;
+    assert_int_equal(seda__pool_new(1, NULL, NULL, NULL, NULL, &p), 0);
+    assert_int_equal(seda__pool_reserve(p, 1), 0);
+    seda__pool_stop(p);
+    assert_true(seda__pool_stopping(p));
+    assert_int_equal(seda__pool_submit(p, bump, &c), SEDA_ECLOSED);
+    seda__pool_stop(p);                      /* idempotent */
+    seda__pool_free(p);
+    assert_int_equal(c.n, 0);
+    counter_destroy(&c);
+}
+
+static void test_pool_rejects_bad_size(void **state)
+{
+    (void)state;
+    struct seda_pool *p = NULL;
+    assert_int_equal(seda__pool_new(0, NULL, NULL, NULL, NULL, &p),
+                     SEDA_EINVAL);
+    assert_null(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_runs_every_task_and_hooks),
+        cmocka_unit_test(test_pool_worker_identity),
+        cmocka_unit_test(test_pool_submit_after_stop_is_refused),
+        cmocka_unit_test(test_pool_rejects_bad_size),
+    };
+    return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
+}
