@@ -29,7 +29,7 @@ CMOCKA_LIBS   := $(shell $(PKG_CONFIG) --libs cmocka)
 CC      ?= cc
 WARN    := -Wall -Wextra -Wshadow -Wundef -Wstrict-prototypes \
            -Wmissing-prototypes -Wwrite-strings
-BASE    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -pthread \
+BASE    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_GNU_SOURCE -pthread \
            -fPIC -MMD -MP -Iinclude -Isrc $(WARN) $(LUA_CFLAGS)
 ifeq ($(CI),true)
 BASE    += -Werror

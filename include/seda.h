@@ -271,6 +271,12 @@ char *seda_env_id(const seda_env_t *env, char *buf);
 /* The numeric form of the id. */
 uint64_t seda_env_seq(const seda_env_t *env);
 
+/* The stage the envelope is at (or headed for), as an object. */
+seda_stage_t *seda_env_stage(const seda_env_t *env);
+
+/* True when a completion callback is still attached. */
+bool seda_env_has_done(const seda_env_t *env);
+
 /* The stage the envelope is at (or headed for); its sender (NULL if none). */
 const char *seda_env_to(const seda_env_t *env);
 const char *seda_env_sender(const seda_env_t *env);

@@ -415,6 +415,11 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     if (rc == 0)
         return;
     if (rc == SEDA_ECLOSED) {           /* the pool is stopping */
+        env->at = st;                   /* swept here, counted here */
+        if (tally)
+            tally->dropped++;
+        else
+            seda__stage_count_dropped(st);
         seda__env_end(st, env, SEDA_DROPPED, tally);
         return;
     }

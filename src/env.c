@@ -289,6 +289,10 @@ const char *seda_env_to(const seda_env_t *env)
 
 const char *seda_env_sender(const seda_env_t *env) { return env->sender; }
 
+seda_stage_t *seda_env_stage(const seda_env_t *env) { return env->at; }
+
+bool seda_env_has_done(const seda_env_t *env) { return env->done != NULL; }
+
 int seda_env_attempts(const seda_env_t *env) { return env->attempts; }
 
 double seda_env_published_at(const seda_env_t *env)

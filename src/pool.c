@@ -6,7 +6,9 @@
  *   Tasks live in a ring guarded by pool->mu.  A worker loops: take the
  *   head task, drop the lock, run it.  With nothing to do it sleeps on
  *   pool->cv; submit signals one sleeper only when someone sleeps, so a busy
- *   pool pays no wake-up syscalls.  Stop sets `stopping` (release), wakes
+ *   pool pays no wake-up syscalls.  Before sleeping, an idle worker spins
+ *   for up to SPIN_NS watching `pending`; submit skips the wake-up while
+ *   anyone spins.  Stop sets `stopping` (release), wakes
  *   everyone and joins; a worker leaves as soon as it sees the flag, without
  *   taking more tasks.
  *
@@ -47,6 +49,11 @@ struct seda_pool {
     uint32_t count;             /* guarded by mu */
     uint32_t reserved;          /* slots promised; guarded by mu */
     int idle;                   /* sleeping workers; guarded by mu */
+    atomic_uint pending;        /* mirror of count for spinners: written
+                                   under mu (release), read without it
+                                   (acquire) as a hint only */
+    atomic_int spinning;        /* workers spinning before sleep (relaxed;
+                                   the decision is re-checked under mu) */
     atomic_bool stopping;       /* release/acquire, see pool.h */
     bool joined;                /* only the stopping thread touches it */
     int n;                      /* thread count */
@@ -56,6 +63,45 @@ struct seda_pool {
     void *ud;
     void *owner;
 };
+
+/* How long an idle worker watches for new tasks before sleeping.  A
+ * kernel wake-up costs microseconds on a VM; a stage whose producer is a
+ * little slower than its consumer would otherwise pay one per batch.  The
+ * spin is bounded: an idle pool sleeps after this. */
+#define SPIN_NS 50000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Spin (mu not held) until a task may be pending or SPIN_NS passes.  The
+ * caller re-checks under mu either way. */
+static void spin_for_work(struct seda_pool *p)
+{
+    /* One spinner at a time: on a small machine more would steal the
+     * cores that producers and busy workers need. */
+    int expect = 0;
+    if (!atomic_compare_exchange_strong_explicit(&p->spinning, &expect, 1,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;
+    int64_t end = seda__now_ns() + SPIN_NS;
+    for (unsigned i = 1;; i++) {
+        /* Acquire: pairs with the release store in seda__pool_submit. */
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) ||
+            atomic_load_explicit(&p->stopping, memory_order_acquire))
+            break;
+        cpu_relax();
+        if ((i & 63) == 0 && seda__now_ns() >= end)
+            break;
+    }
+    atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
+}
 
 static _Thread_local struct worker *tls_worker;
 static _Thread_local void *tls_data;
@@ -69,6 +115,12 @@ static void *worker_main(void *arg)
 
     seda__mutex_lock(&p->mu);
     for (;;) {
+        if (p->count == 0 &&
+            !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+            seda__mutex_unlock(&p->mu);
+            spin_for_work(p);
+            seda__mutex_lock(&p->mu);
+        }
         while (p->count == 0 &&
                !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
             p->idle++;
@@ -80,6 +132,11 @@ static void *worker_main(void *arg)
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;
+        atomic_store_explicit(&p->pending, p->count, memory_order_relaxed);
+        /* More work than this worker: pass the wake-up on so a sleeper
+         * is not left idle beside a queued task. */
+        if (p->count > 0 && p->idle > 0)
+            pthread_cond_signal(&p->cv);
         seda__mutex_unlock(&p->mu);
         t.fn(t.arg);
         seda__mutex_lock(&p->mu);
@@ -121,6 +178,8 @@ int seda__pool_new(int n, seda_worker_start_fn start,
         return rc;
     }
     atomic_init(&p->stopping, false);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->spinning, 0);
     p->start = start;
     p->stop = stop;
     p->ud = ud;
@@ -176,7 +235,13 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
     assert(p->count <= p->mask);
     p->ring[(p->head + p->count) & p->mask] = (struct task){ fn, arg };
     p->count++;
-    if (p->idle > 0)
+    /* Release: pairs with the acquire in spin_for_work. */
+    atomic_store_explicit(&p->pending, p->count, memory_order_release);
+    /* A spinning worker will take one task (and re-checks under mu before
+     * it sleeps), so wake a sleeper only for tasks beyond the spinners. */
+    if (p->idle > 0 &&
+        p->count > (uint32_t)atomic_load_explicit(&p->spinning,
+                                                  memory_order_relaxed))
         pthread_cond_signal(&p->cv);
     seda__mutex_unlock(&p->mu);
     return 0;
@@ -197,6 +262,7 @@ void seda__pool_stop(struct seda_pool *p)
     p->joined = true;
     seda__mutex_lock(&p->mu);
     p->count = 0;               /* discarded; the bus sweeps the stages */
+    atomic_store_explicit(&p->pending, 0, memory_order_relaxed);
     seda__mutex_unlock(&p->mu);
 }
 

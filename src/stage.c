@@ -198,6 +198,13 @@ void seda_stage_report(seda_stage_t *st, const char *msg)
 
 /* ---- ending an envelope ---- */
 
+void seda__stage_count_dropped(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->c.dropped++;
+    seda__mutex_unlock(&st->mu);
+}
+
 void seda__counters_fold(struct stage_counters *into,
                          const struct stage_counters *from)
 {

@@ -118,6 +118,9 @@ SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
 SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
                              int outcome, struct stage_counters *tally);
 
+/* Count one envelope dropped on st (takes st->mu). */
+SEDA__API void seda__stage_count_dropped(struct seda_stage_s *st);
+
 /* Add tally into st's counters (lock held). */
 SEDA__API void seda__counters_fold(struct stage_counters *into,
                                    const struct stage_counters *from);

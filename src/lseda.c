@@ -1,0 +1,1424 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lseda.c -- the `seda` Lua module on the main state: buses, stages,
+ * publishing, statistics, lifecycle, reload, and on_complete callbacks.
+ *
+ * DESIGN
+ *   A bus userdata owns a struct lbus (shared with the worker states) and
+ *   the core bus.  Stages are declared here: options are checked, handler
+ *   files are read and their top level run once in a scratch state (so a
+ *   broken handler fails at bus:stage with file:line), and each handler
+ *   becomes a C consumer (seda__lw_consume) of the core stage.
+ *
+ *   on_complete: the function is kept in the main registry; the envelope
+ *   carries the reference.  When its itinerary ends, the core calls on_done
+ *   on whatever thread ended it; on_done copies what the callback needs
+ *   into a struct lcompletion and queues it on the lbus.  The main state
+ *   runs the queue from bus:wait, bus:poll, bus:shutdown and the seda-lua
+ *   run loop, so callbacks never run on a worker.
+ *
+ *   Errors follow the standard library's split: misuse raises an error
+ *   naming the stage and field; runtime refusals return false, reason.
+ *
+ * SECTIONS: helpers, payloads, publishing, completions, stats, stages,
+ *   reload, bus methods, module.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lseda.h"
+
+#define BUSES_KEY "seda.buses"          /* registry: live buses */
+
+/* The bus userdata. */
+struct lbusud {
+    struct lbus *lb;            /* NULL once freed */
+    seda_wbuf wb;               /* main-state encode buffer */
+};
+
+/* ---- helpers ---- */
+
+bool seda__l_valid_name(const char *s)
+{
+    size_t n = 0;
+    if (!s || !*s)
+        return false;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '.' || c == ':' ||
+              c == '-'))
+            return false;
+    }
+    return n <= SEDA_NAME_MAX;
+}
+
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* ---- payloads ---- */
+
+void seda__l_push_payload(lua_State *L, const void *p, size_t len, int kind)
+{
+    if (kind == SEDA_KIND_RAW) {
+        lua_pushlstring(L, p, len);
+        return;
+    }
+    char err[256];
+    if (seda__codec_decode(L, p, len, err, sizeof err) != 0)
+        luaL_error(L, "payload: %s", err);
+}
+
+int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
+                           const void **p, size_t *len, int *kind,
+                           char *err, size_t errlen)
+{
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        *p = lua_tolstring(L, idx, len);
+        *kind = SEDA_KIND_RAW;
+        return 0;
+    }
+    size_t start = wb->len;
+    if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0)
+        return -1;
+    *p = wb->p + start;
+    *len = wb->len - start;
+    *kind = SEDA_KIND_LUA;
+    return 0;
+}
+
+/* ---- completions ---- */
+
+static void completion_free(struct lcompletion *c)
+{
+    free(c->sender);
+    for (int i = 0; i < 2 * c->nh; i++)
+        free(c->hdr[i]);
+    free(c->hdr);
+    free(c->payload);
+    free(c);
+}
+
+/* The core's done callback: any thread, no Lua. */
+static void on_done(seda_env_t *env, int outcome, void *ud)
+{
+    struct lstage *ls = seda_stage_userdata(seda_env_stage(env));
+    struct lbus *lb = ls->lb;
+    struct lcompletion *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "seda: out of memory queueing on_complete\n");
+        return;
+    }
+    c->ref = (int)(intptr_t)ud;
+    c->outcome = outcome;
+    if (outcome == SEDA_COMPLETED) {
+        bool ok = true;
+        seda_env_id(env, c->id);
+        snprintf(c->to, sizeof c->to, "%s", seda_env_to(env));
+        c->attempts = seda_env_attempts(env);
+        if (seda_env_sender(env))
+            ok &= (c->sender = strdup(seda_env_sender(env))) != NULL;
+        int nh = seda_env_header_count(env);
+        if (nh > 0 && (c->hdr = calloc((size_t)nh * 2, sizeof *c->hdr))) {
+            for (int i = 0; i < nh; i++) {
+                const char *k, *v;
+                seda_env_header_at(env, i, &k, &v);
+                c->hdr[2 * i] = strdup(k);
+                c->hdr[2 * i + 1] = strdup(v);
+                ok &= c->hdr[2 * i] && c->hdr[2 * i + 1];
+                c->nh = i + 1;
+            }
+        } else {
+            ok &= nh == 0;
+        }
+        size_t len;
+        const void *p = seda_env_payload(env, &len);
+        c->kind = seda_env_payload_kind(env);
+        c->len = len;
+        if ((c->payload = malloc(len ? len : 1)))
+            memcpy(c->payload, p, len);
+        ok &= c->payload != NULL;
+        if (!ok) {
+            fprintf(stderr, "seda: out of memory copying a completion\n");
+            c->outcome = SEDA_DROPPED;   /* still release the callback */
+        }
+    }
+    pthread_mutex_lock(&lb->mu);
+    if (lb->ctail)
+        lb->ctail->next = c;
+    else
+        lb->chead = c;
+    lb->ctail = c;
+    pthread_cond_broadcast(&lb->cv);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+static int traceback(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
+    return 1;
+}
+
+/* Protected part of running one completion: push the env table and call
+ * the callback at index 1. */
+static int call_completion(lua_State *L)
+{
+    struct lcompletion *c = lua_touserdata(L, 2);
+    lua_settop(L, 1);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, c->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, c->to);
+    lua_setfield(L, -2, "to");
+    if (c->sender) {
+        lua_pushstring(L, c->sender);
+        lua_setfield(L, -2, "sender");
+    }
+    lua_pushinteger(L, c->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_createtable(L, 0, c->nh);
+    for (int i = 0; i < c->nh; i++) {
+        lua_pushstring(L, c->hdr[2 * i + 1]);
+        lua_setfield(L, -2, c->hdr[2 * i]);
+    }
+    lua_setfield(L, -2, "headers");
+    lua_pushliteral(L, "payload");
+    seda__l_push_payload(L, c->payload, c->len, c->kind);
+    lua_rawset(L, -3);
+    lua_call(L, 1, 0);                  /* inside the caller's pcall */
+    return 0;
+}
+
+/* Run every queued completion on the main state.  Returns how many
+ * callbacks ran.  An error in a callback is printed with its traceback. */
+static int run_completions(lua_State *L, struct lbus *lb)
+{
+    int ran = 0;
+    for (;;) {
+        pthread_mutex_lock(&lb->mu);
+        struct lcompletion *c = lb->chead;
+        lb->chead = lb->ctail = NULL;
+        pthread_mutex_unlock(&lb->mu);
+        if (!c)
+            return ran;
+        while (c) {
+            struct lcompletion *next = c->next;
+            if (c->outcome == SEDA_COMPLETED) {
+                int top = lua_gettop(L);
+                lua_pushcfunction(L, traceback);
+                lua_pushcfunction(L, call_completion);
+                lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+                lua_pushlightuserdata(L, c);
+                if (lua_pcall(L, 2, 0, top + 1) != LUA_OK)
+                    fprintf(stderr, "seda: on_complete: %s\n",
+                            lua_tostring(L, -1));
+                lua_settop(L, top);
+                ran++;
+            }
+            luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
+            completion_free(c);
+            c = next;
+        }
+    }
+}
+
+static bool completions_pending(struct lbus *lb)
+{
+    pthread_mutex_lock(&lb->mu);
+    bool any = lb->chead != NULL;
+    pthread_mutex_unlock(&lb->mu);
+    return any;
+}
+
+/* ---- publishing ---- */
+
+static const char *const publish_keys[] = {
+    "headers", "slip", "sender", "timeout", "on_complete", NULL
+};
+
+static void check_keys(lua_State *L, int t, const char *const *keys,
+                       const char *what)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option keys must be strings", what);
+        const char *k = lua_tostring(L, -1);
+        int i = 0;
+        while (keys[i] && strcmp(keys[i], k) != 0)
+            i++;
+        if (!keys[i])
+            luaL_error(L, "%s: unknown option '%s'", what, k);
+    }
+}
+
+int seda__l_publish(lua_State *L, struct lbus *lb, int first,
+                    seda_wbuf *wb, bool main)
+{
+    const char *to = luaL_checkstring(L, first);
+    int pidx = first + 1, oidx = first + 2;
+    lua_settop(L, oidx);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    bool has_cb = false;
+    if (!lua_isnil(L, oidx)) {
+        luaL_checktype(L, oidx, LUA_TTABLE);
+        check_keys(L, oidx, publish_keys, "publish");
+        int base = lua_gettop(L);
+
+        lua_getfield(L, oidx, "sender");        /* base + 1 */
+        if (!lua_isnil(L, -1)) {
+            if (lua_type(L, -1) != LUA_TSTRING)
+                return luaL_error(L, "publish: sender must be a string");
+            o.sender = lua_tostring(L, -1);
+        }
+        lua_getfield(L, oidx, "timeout");       /* base + 2 */
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
+                return luaL_error(L, "publish: timeout must be a number "
+                                  ">= 0");
+            o.timeout = lua_tonumber(L, -1);
+        }
+        lua_getfield(L, oidx, "on_complete");   /* base + 3 */
+        if (!lua_isnil(L, -1)) {
+            if (!lua_isfunction(L, -1))
+                return luaL_error(L, "publish: on_complete must be a "
+                                  "function");
+            if (!main)
+                return luaL_error(L, "publish: on_complete is only "
+                                  "available on the main state");
+            has_cb = true;
+        }
+        lua_getfield(L, oidx, "slip");          /* base + 4 */
+        if (!lua_isnil(L, -1)) {
+            if (!lua_istable(L, -1))
+                return luaL_error(L, "publish: slip must be an array of "
+                                  "stage names");
+            int n = (int)lua_rawlen(L, -1);
+            const char **slip = lua_newuserdatauv(L, sizeof(char *) *
+                                                  (size_t)(n + 1), 0);
+            luaL_checkstack(L, n + 4, "publish: slip too long");
+            for (int i = 0; i < n; i++) {
+                lua_rawgeti(L, base + 4, i + 1);
+                if (lua_type(L, -1) != LUA_TSTRING ||
+                    !seda__l_valid_name(lua_tostring(L, -1)))
+                    return luaL_error(L, "publish: slip[%d] is not a valid "
+                                      "stage name", i + 1);
+                slip[i] = lua_tostring(L, -1);  /* stays on the stack */
+            }
+            o.slip = slip;
+            o.nslip = n;
+        }
+        lua_getfield(L, oidx, "headers");
+        if (!lua_isnil(L, -1)) {
+            int h = lua_gettop(L);
+            if (!lua_istable(L, h))
+                return luaL_error(L, "publish: headers must be a table");
+            int n = 0;
+            lua_pushnil(L);
+            while (lua_next(L, h)) {
+                lua_pop(L, 1);
+                n++;
+            }
+            const char **hv = lua_newuserdatauv(L, sizeof(char *) *
+                                                (size_t)(2 * n + 1), 0);
+            luaL_checkstack(L, 2 * n + 8, "publish: too many headers");
+            int i = 0;
+            lua_pushnil(L);
+            while (lua_next(L, h)) {
+                if (lua_type(L, -2) != LUA_TSTRING)
+                    return luaL_error(L, "publish: header keys must be "
+                                      "strings");
+                int t = lua_type(L, -1);
+                if (t != LUA_TSTRING && t != LUA_TNUMBER)
+                    return luaL_error(L, "publish: headers.%s must be a "
+                                      "string (got %s)", lua_tostring(L, -2),
+                                      luaL_typename(L, -1));
+                /* Keep converted copies on the stack below the key. */
+                lua_pushvalue(L, -2);
+                lua_pushvalue(L, -2);
+                hv[2 * i] = lua_tostring(L, -2);
+                hv[2 * i + 1] = lua_tostring(L, -1);
+                lua_rotate(L, -4, 2);           /* copies under k, v */
+                lua_pop(L, 1);                  /* value; key stays */
+                i++;
+            }
+            o.headers = hv;
+            o.nheaders = i;
+        }
+    }
+
+    const void *p;
+    size_t len;
+    int kind;
+    char err[512];
+    wb->len = 0;
+    if (seda__l_encode_payload(L, pidx, wb, &p, &len, &kind, err,
+                               sizeof err) != 0) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    o.kind = kind;
+    int ref = LUA_NOREF;
+    if (has_cb) {
+        lua_getfield(L, oidx, "on_complete");
+        ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        o.done = on_done;
+        o.done_ud = (void *)(intptr_t)ref;
+    }
+    int rc = seda_publish(lb->bus, to, p, len, &o);
+    if (rc) {
+        if (has_cb)
+            luaL_unref(L, LUA_REGISTRYINDEX, ref);
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, seda_strerror(rc));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* ---- stats ---- */
+
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_stage_stats(lua_State *L, seda_stage_t *st)
+{
+    seda_stage_stats s;
+    seda_stage_stats_get(st, &s);
+    struct lstage *ls = seda_stage_userdata(st);
+    lua_createtable(L, 0, 20);
+    lua_pushstring(L, s.name);
+    lua_setfield(L, -2, "name");
+    set_int(L, "depth", s.depth);
+    set_int(L, "capacity", s.capacity);
+    set_int(L, "concurrency", s.concurrency);
+    set_int(L, "in_flight", s.in_flight);
+    set_int(L, "enqueued", (lua_Integer)s.enqueued);
+    set_int(L, "delivered", (lua_Integer)s.delivered);
+    set_int(L, "nacked", (lua_Integer)s.nacked);
+    set_int(L, "dropped", (lua_Integer)s.dropped);
+    set_int(L, "dead_lettered", (lua_Integer)s.dead_lettered);
+    set_int(L, "errors", (lua_Integer)s.errors);
+    set_int(L, "completed", (lua_Integer)s.completed);
+    set_int(L, "consumers", s.consumers);
+    set_int(L, "max_attempts", s.max_attempts);
+    lua_pushstring(L, seda_policy_name(s.policy));
+    lua_setfield(L, -2, "policy");
+    lua_pushstring(L, seda_delivery_name(s.delivery));
+    lua_setfield(L, -2, "delivery");
+    if (ls) {
+        set_int(L, "version", (lua_Integer)atomic_load_explicit(
+                    &ls->version, memory_order_acquire));
+        pthread_mutex_lock(&ls->mu);
+        char *e = ls->last_error ? strdup(ls->last_error) : NULL;
+        pthread_mutex_unlock(&ls->mu);
+        if (e) {
+            lua_pushstring(L, e);
+            lua_setfield(L, -2, "last_error");
+            free(e);
+        }
+    }
+}
+
+void seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
+{
+    if (!lb->bus) {
+        lua_pushnil(L);
+        return;
+    }
+    if (name) {
+        seda_stage_t *st = seda_bus_stage(lb->bus, name);
+        if (st)
+            push_stage_stats(L, st);
+        else
+            lua_pushnil(L);
+        return;
+    }
+    seda_bus_stats b;
+    seda_bus_stats_get(lb->bus, &b);
+    lua_createtable(L, 0, 10);
+    lua_createtable(L, 0, b.stages);
+    for (int i = 0; i < b.stages; i++) {
+        seda_stage_t *st = seda_bus_stage_at(lb->bus, i);
+        if (!st)
+            break;
+        push_stage_stats(L, st);
+        lua_setfield(L, -2, seda_stage_name(st));
+    }
+    lua_setfield(L, -2, "stages");
+    set_int(L, "accepted", (lua_Integer)b.accepted);
+    set_int(L, "completed", (lua_Integer)b.completed);
+    set_int(L, "dead_lettered", (lua_Integer)b.dead_lettered);
+    set_int(L, "dropped", (lua_Integer)b.dropped);
+    set_int(L, "in_system", (lua_Integer)b.in_system);
+    set_int(L, "workers", b.workers);
+    lua_pushboolean(L, b.paused);
+    lua_setfield(L, -2, "paused");
+    lua_pushboolean(L, b.closed);
+    lua_setfield(L, -2, "closed");
+}
+
+/* ---- stages ---- */
+
+static struct lbusud *check_bus(lua_State *L)
+{
+    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    if (!u->lb || !u->lb->bus)
+        luaL_error(L, "attempt to use a closed bus");
+    return u;
+}
+
+static void lstage_free(struct lstage *ls)
+{
+    if (!ls)
+        return;
+    for (int i = 0; ls->src && i < ls->nsrc; i++) {
+        free(ls->src[i].chunkname);
+        free(ls->src[i].path);
+        free(ls->src[i].code);
+    }
+    free(ls->src);
+    free(ls->cons);
+    free(ls->last_error);
+    pthread_mutex_destroy(&ls->mu);
+    free(ls);
+}
+
+static bool file_exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+/* Read a whole file into malloc'd memory.  NULL on failure, with errno. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap)
+            break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        }
+        buf = nb;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The directory of the Lua chunk that called us (level 1), with a trailing
+ * slash, pushed as a string ("" when unknown). */
+static void push_caller_dir(lua_State *L)
+{
+    lua_Debug ar;
+    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar) &&
+        ar.source[0] == '@') {
+        const char *src = ar.source + 1;
+        const char *slash = strrchr(src, '/');
+        if (slash) {
+            lua_pushlstring(L, src, (size_t)(slash - src + 1));
+            return;
+        }
+    }
+    lua_pushliteral(L, "");
+}
+
+/* Resolve a handler path: relative to the declaring script's directory
+ * (dir), then as given, then through package.searchpath.  Pushes the path
+ * or raises naming the stage. */
+static void resolve_handler(lua_State *L, const char *stage, const char *h,
+                            const char *dir, const char *field)
+{
+    if (h[0] != '/' && dir[0]) {
+        lua_pushfstring(L, "%s%s", dir, h);
+        if (file_exists(lua_tostring(L, -1)))
+            return;
+        lua_pop(L, 1);
+    }
+    if (file_exists(h)) {
+        lua_pushstring(L, h);
+        return;
+    }
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "searchpath");
+        lua_pushstring(L, h);
+        lua_getfield(L, -3, "path");
+        if (lua_isfunction(L, -3) && lua_pcall(L, 2, 1, 0) == LUA_OK &&
+            lua_isstring(L, -1)) {
+            lua_remove(L, -2);
+            return;
+        }
+    }
+    luaL_error(L, "stage '%s': %s: cannot find handler file '%s'", stage,
+               field, h);
+}
+
+/* Build the source of a handler given at stack index idx (a file name or
+ * a function) into *out.  Raises naming the stage and field. */
+static void build_src(lua_State *L, const char *stage, int idx,
+                      const char *field, const char *dir, struct lsrc *out)
+{
+    memset(out, 0, sizeof *out);
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        resolve_handler(L, stage, lua_tostring(L, idx), dir, field);
+        const char *path = lua_tostring(L, -1);
+        size_t len;
+        char *code = read_file(path, &len);
+        if (!code)
+            luaL_error(L, "stage '%s': %s: cannot read '%s'", stage, field,
+                       path);
+        out->code = code;
+        out->len = len;
+        out->path = strdup(path);
+        size_t cn = strlen(path) + 2;
+        out->chunkname = malloc(cn);
+        if (out->chunkname)
+            snprintf(out->chunkname, cn, "@%s", path);
+        lua_pop(L, 1);
+    } else if (lua_type(L, idx) == LUA_TFUNCTION) {
+        if (lua_iscfunction(L, idx))
+            luaL_error(L, "stage '%s': %s: a C function cannot be a "
+                       "handler", stage, field);
+        /* Allowed upvalues: _ENV, and the seda module itself (rebound to
+         * the worker's own seda table there). */
+        luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+        lua_getfield(L, -1, "seda");
+        lua_remove(L, -2);
+        for (int i = 1;; i++) {
+            const char *up = lua_getupvalue(L, idx, i);
+            if (!up)
+                break;
+            bool is_seda = lua_rawequal(L, -1, -2);
+            lua_pop(L, 1);
+            if (strcmp(up, "_ENV") != 0 && !is_seda)
+                luaL_error(L, "stage '%s': %s: an inline handler may not "
+                           "capture upvalue '%s'; move it into a handler "
+                           "file", stage, field, up);
+        }
+        lua_pop(L, 1);
+        lua_getglobal(L, "string");
+        lua_getfield(L, -1, "dump");
+        lua_pushvalue(L, idx);
+        lua_call(L, 1, 1);
+        size_t len;
+        const char *code = lua_tolstring(L, -1, &len);
+        out->code = malloc(len);
+        if (out->code)
+            memcpy(out->code, code, len);
+        out->len = len;
+        out->binary = true;
+        lua_Debug ar;
+        lua_pushvalue(L, idx);
+        lua_getinfo(L, ">S", &ar);
+        char name[300];
+        snprintf(name, sizeof name, "=%s", ar.short_src);
+        out->chunkname = strdup(name);
+        lua_pop(L, 2);
+    } else {
+        luaL_error(L, "stage '%s': %s must be a file name or a function "
+                   "(got %s)", stage, field, luaL_typename(L, idx));
+    }
+    if (!out->code || !out->chunkname)
+        luaL_error(L, "stage '%s': %s: out of memory", stage, field);
+}
+
+static const char *const stage_keys[] = {
+    "name", "handler", "handlers", "capacity", "concurrency", "delivery",
+    "policy", "max_attempts", "dead_letter", "publish_timeout",
+    "handler_timeout", NULL
+};
+
+static int opt_int(lua_State *L, int t, const char *stage, const char *k,
+                   int def)
+{
+    lua_getfield(L, t, k);
+    int v = def;
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        lua_Integer i = lua_tointegerx(L, -1, &isint);
+        if (!isint)
+            luaL_error(L, "stage '%s': %s must be an integer (got %s)",
+                       stage, k, luaL_typename(L, -1));
+        if (i <= 0)
+            luaL_error(L, "stage '%s': %s must be > 0 (got %I)", stage, k,
+                       i);
+        if (i > 1 << 30)
+            luaL_error(L, "stage '%s': %s is too large", stage, k);
+        v = (int)i;
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static double opt_num(lua_State *L, int t, const char *stage, const char *k,
+                      double def)
+{
+    lua_getfield(L, t, k);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "stage '%s': %s must be a number (got %s)", stage,
+                       k, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+        if (!(v >= 0))
+            luaL_error(L, "stage '%s': %s must be >= 0", stage, k);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Protected: the srcs userdata holds the sources until they are handed to
+ * the stage, so an error while building them frees what was built. */
+static int srcs_gc(lua_State *L)
+{
+    struct lstage **pls = lua_touserdata(L, 1);
+    lstage_free(*pls);
+    *pls = NULL;
+    return 0;
+}
+
+static int l_bus_stage(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    struct lbus *lb = u->lb;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+
+    lua_getfield(L, 2, "name");
+    if (lua_isnil(L, -1))
+        return luaL_error(L, "stage: name is required");
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "stage: name must be a string");
+    const char *name = lua_tostring(L, -1);         /* 3 */
+    if (!seda__l_valid_name(name))
+        return luaL_error(L, "stage '%s': name must be 1-%d characters of "
+                          "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                       : "?";
+        int i = 0;
+        while (stage_keys[i] && strcmp(stage_keys[i], k) != 0)
+            i++;
+        if (!stage_keys[i])
+            return luaL_error(L, "stage '%s': unknown option '%s'", name,
+                              lua_type(L, -1) == LUA_TSTRING
+                                  ? k : luaL_typename(L, -1));
+    }
+    if (seda_bus_stage(lb->bus, name))
+        return luaL_error(L, "stage '%s': name: a stage of that name "
+                          "already exists", name);
+
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = name;
+    o.capacity = opt_int(L, 2, name, "capacity", o.capacity);
+    o.concurrency = opt_int(L, 2, name, "concurrency", o.concurrency);
+    o.max_attempts = opt_int(L, 2, name, "max_attempts", o.max_attempts);
+    o.publish_timeout = opt_num(L, 2, name, "publish_timeout",
+                                o.publish_timeout);
+    o.handler_timeout = opt_num(L, 2, name, "handler_timeout",
+                                o.handler_timeout);
+    lua_getfield(L, 2, "policy");                   /* 4 */
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_policy_parse(p) < 0)
+            return luaL_error(L, "stage '%s': policy must be one of block, "
+                              "reject, drop_newest, drop_oldest (got %s)",
+                              name, p ? p : luaL_typename(L, -1));
+        o.policy = seda_policy_parse(p);
+    }
+    lua_getfield(L, 2, "delivery");                 /* 5 */
+    if (!lua_isnil(L, -1)) {
+        const char *d = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_delivery_parse(d) < 0)
+            return luaL_error(L, "stage '%s': delivery must be p2p or pubsub "
+                              "(got %s)", name, d ? d : luaL_typename(L, -1));
+        o.delivery = seda_delivery_parse(d);
+    }
+    lua_getfield(L, 2, "dead_letter");              /* 6 */
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            !seda__l_valid_name(lua_tostring(L, -1)))
+            return luaL_error(L, "stage '%s': dead_letter must be a stage "
+                              "name", name);
+        o.dead_letter = lua_tostring(L, -1);
+    }
+
+    /* Handlers: build and validate every source before creating the
+     * stage, so a broken handler leaves nothing behind. */
+    lua_getfield(L, 2, "handler");                  /* 7 */
+    lua_getfield(L, 2, "handlers");                 /* 8 */
+    if (!lua_isnil(L, 7) && !lua_isnil(L, 8))
+        return luaL_error(L, "stage '%s': give handler or handlers, not "
+                          "both", name);
+    int n = 0;
+    if (!lua_isnil(L, 8)) {
+        if (!lua_istable(L, 8))
+            return luaL_error(L, "stage '%s': handlers must be an array",
+                              name);
+        n = (int)lua_rawlen(L, 8);
+        if (n > SEDA_MAX_CONSUMERS)
+            return luaL_error(L, "stage '%s': handlers: at most %d", name,
+                              SEDA_MAX_CONSUMERS);
+    } else if (!lua_isnil(L, 7)) {
+        n = 1;
+    }
+    push_caller_dir(L);                             /* 9 */
+    struct lstage **pls = lua_newuserdatauv(L, sizeof *pls, 0); /* 10 */
+    *pls = NULL;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, srcs_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, 10);
+    struct lstage *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    pthread_mutex_init(&ls->mu, NULL);
+    *pls = ls;
+    ls->lb = lb;
+    ls->nsrc = n;
+    atomic_init(&ls->version, 1);
+    ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
+    ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
+    if (!ls->src || !ls->cons)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    for (int i = 0; i < n; i++) {
+        char field[32];
+        if (lua_isnil(L, 8)) {
+            snprintf(field, sizeof field, "handler");
+            lua_pushvalue(L, 7);
+        } else {
+            snprintf(field, sizeof field, "handlers[%d]", i + 1);
+            lua_rawgeti(L, 8, i + 1);
+        }
+        build_src(L, name, lua_gettop(L), field, lua_tostring(L, 9),
+                  &ls->src[i]);
+        lua_pop(L, 1);
+        char err[2048];
+        if (seda__lw_validate(lb, &ls->src[i], err, sizeof err) != 0)
+            return luaL_error(L, "stage '%s': %s: %s", name, field, err);
+    }
+
+    char err[256];
+    seda_stage_t *st;
+    int rc = seda_stage_add(lb->bus, &o, &st, err, sizeof err);
+    if (rc)
+        return luaL_error(L, "%s", err);
+    *pls = NULL;                        /* owned by the lbus from here */
+    ls->st = st;
+    ls->index = seda_bus_stage_count(lb->bus) - 1;
+    seda_stage_set_userdata(st, ls);
+    pthread_mutex_lock(&lb->mu);
+    if (lb->nstages == lb->cap_stages) {
+        int cap = lb->cap_stages ? lb->cap_stages * 2 : 8;
+        struct lstage **a = realloc(lb->stages, sizeof *a * (size_t)cap);
+        if (a) {
+            lb->stages = a;
+            lb->cap_stages = cap;
+        }
+    }
+    bool stored = lb->nstages < lb->cap_stages;
+    if (stored)
+        lb->stages[lb->nstages++] = ls;
+    pthread_mutex_unlock(&lb->mu);
+    if (!stored)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    for (int i = 0; i < n; i++) {
+        ls->cons[i] = (struct lconsumer){ ls, i };
+        seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
+    }
+    lua_pushstring(L, name);
+    return 1;
+}
+
+/* ---- reload ---- */
+
+/* Re-read and validate every file of ls; on success install the new code
+ * and bump the version.  Returns 0, or -1 with err. */
+static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
+                        size_t errlen)
+{
+    struct lsrc *fresh = calloc((size_t)(ls->nsrc ? ls->nsrc : 1),
+                                sizeof *fresh);
+    if (!fresh) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&ls->mu);
+    for (int i = 0; i < ls->nsrc && rc == 0; i++) {
+        const struct lsrc *s = &ls->src[i];
+        fresh[i].binary = s->binary;
+        fresh[i].chunkname = strdup(s->chunkname);
+        fresh[i].path = dupstr(s->path);
+        if (s->path) {
+            fresh[i].code = read_file(s->path, &fresh[i].len);
+            if (!fresh[i].code) {
+                snprintf(err, errlen, "cannot read '%s'", s->path);
+                rc = -1;
+            }
+        } else if ((fresh[i].code = malloc(s->len ? s->len : 1))) {
+            memcpy(fresh[i].code, s->code, s->len);
+            fresh[i].len = s->len;
+        }
+        if (rc == 0 && (!fresh[i].code || !fresh[i].chunkname)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&ls->mu);
+    for (int i = 0; i < ls->nsrc && rc == 0; i++)
+        rc = seda__lw_validate(lb, &fresh[i], err, errlen);
+    pthread_mutex_lock(&ls->mu);
+    free(ls->last_error);
+    ls->last_error = NULL;
+    if (rc == 0) {
+        struct lsrc *old = ls->src;
+        ls->src = fresh;
+        fresh = old;
+        ls->reloads++;
+        /* Release: pairs with the acquire in seda__lw_consume. */
+        atomic_fetch_add_explicit(&ls->version, 1, memory_order_release);
+    } else {
+        ls->last_error = strdup(err);
+    }
+    pthread_mutex_unlock(&ls->mu);
+    for (int i = 0; i < ls->nsrc; i++) {
+        free(fresh[i].chunkname);
+        free(fresh[i].path);
+        free(fresh[i].code);
+    }
+    free(fresh);
+    return rc;
+}
+
+static int l_bus_reload(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    struct lbus *lb = u->lb;
+    const char *name = luaL_optstring(L, 2, NULL);
+    char err[2048];
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        const char *sn = seda_stage_name(ls->st);
+        if (name && strcmp(name, sn) != 0)
+            continue;
+        found = true;
+        if (reload_stage(lb, ls, err, sizeof err) != 0) {
+            lua_pushboolean(L, 0);
+            lua_pushfstring(L, "stage '%s': %s", sn, err);
+            return 2;
+        }
+    }
+    if (name && !found) {
+        lua_pushboolean(L, 0);
+        lua_pushfstring(L, "no such stage '%s'", name);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* ---- bus methods ---- */
+
+static int l_bus_publish(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    return seda__l_publish(L, u->lb, 2, &u->wb, true);
+}
+
+static int l_bus_publish_many(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    const char *to = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 4);
+    if (!lua_isnil(L, 4)) {
+        luaL_checktype(L, 4, LUA_TTABLE);
+        lua_getfield(L, 4, "on_complete");
+        bool cb = !lua_isnil(L, -1);
+        lua_pop(L, 1);
+        if (cb)
+            return luaL_error(L, "publish_many: on_complete is not "
+                              "supported; use publish");
+        check_keys(L, 4, publish_keys, "publish_many");
+    }
+    int n = (int)lua_rawlen(L, 3);
+    /* Encode everything first, then one admission step for all. */
+    const void **ps = lua_newuserdatauv(L, sizeof(void *) * (size_t)(n + 1),
+                                        0);
+    size_t *lens = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
+    size_t *offs = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
+    int *kinds = lua_newuserdatauv(L, sizeof(int) * (size_t)(n + 1), 0);
+    int base = lua_gettop(L);
+    luaL_checkstack(L, n + 8, "publish_many: too many payloads");
+    u->wb.len = 0;
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 3, i + 1);
+        const void *p;
+        if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
+                                   err, sizeof err) != 0) {
+            lua_pushinteger(L, 0);
+            lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
+            return 2;
+        }
+        /* wb may move while growing: keep offsets, fix pointers later. */
+        offs[i] = kinds[i] == SEDA_KIND_RAW ? (size_t)-1
+                                            : (size_t)((const unsigned char *)p
+                                                       - u->wb.p);
+        ps[i] = p;
+    }
+    for (int i = 0; i < n; i++)
+        if (offs[i] != (size_t)-1)
+            ps[i] = u->wb.p + offs[i];
+    (void)base;
+    /* One kind per call in the core: split runs of equal kinds. */
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    if (!lua_isnil(L, 4)) {
+        lua_getfield(L, 4, "timeout");
+        if (!lua_isnil(L, -1))
+            o.timeout = luaL_checknumber(L, -1);
+        lua_getfield(L, 4, "sender");
+        o.sender = lua_tostring(L, -1);
+        lua_pop(L, 2);
+        lua_getfield(L, 4, "slip");
+        lua_getfield(L, 4, "headers");
+        if (!lua_isnil(L, -1) || !lua_isnil(L, -2))
+            return luaL_error(L, "publish_many: slip and headers are not "
+                              "supported; use publish");
+        lua_pop(L, 2);
+    }
+    int done = 0, rc = 0;
+    while (done < n && rc == 0) {
+        int k = done;
+        while (k < n && kinds[k] == kinds[done])
+            k++;
+        o.kind = kinds[done];
+        int got = seda_publish_many(u->lb->bus, to, ps + done, lens + done,
+                                    k - done, &o, &rc);
+        done += got;
+        if (got < k - done + got && rc == 0)
+            rc = SEDA_EINVAL;
+    }
+    lua_pushinteger(L, done);
+    if (rc) {
+        lua_pushstring(L, seda_strerror(rc));
+        return 2;
+    }
+    return 1;
+}
+
+static int l_bus_stats(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    seda__l_push_stats(L, u->lb, luaL_optstring(L, 2, NULL));
+    return 1;
+}
+
+static int l_bus_pause(lua_State *L)
+{
+    seda_bus_pause(check_bus(L)->lb->bus);
+    return 0;
+}
+
+static int l_bus_resume(lua_State *L)
+{
+    seda_bus_resume(check_bus(L)->lb->bus);
+    return 0;
+}
+
+static int l_bus_poll(lua_State *L)
+{
+    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    lua_pushinteger(L, u->lb ? run_completions(L, u->lb) : 0);
+    return 1;
+}
+
+/* Wait for a completion to be queued, at most until deadline (seconds). */
+static void wait_completion(struct lbus *lb, double until)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double slice = until - seda_now();
+    if (slice > 0.01)
+        slice = 0.01;
+    if (slice <= 0)
+        return;
+    long ns = ts.tv_nsec + (long)(slice * 1e9);
+    ts.tv_sec += ns / 1000000000;
+    ts.tv_nsec = ns % 1000000000;
+    pthread_mutex_lock(&lb->mu);
+    if (!lb->chead)
+        pthread_cond_timedwait(&lb->cv, &lb->mu, &ts);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+/* Run completions until the bus is idle and none are left, or until the
+ * deadline.  Returns true when idle. */
+static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
+{
+    double until = timeout < 0 ? 1e300 : seda_now() + timeout;
+    for (;;) {
+        run_completions(L, lb);
+        if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
+            !completions_pending(lb))
+            return true;
+        if (seda_now() >= until)
+            return false;
+        wait_completion(lb, until);
+    }
+}
+
+static int l_bus_wait(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    double t = luaL_optnumber(L, 2, -1);
+    lua_pushboolean(L, wait_idle(L, u->lb, t));
+    return 1;
+}
+
+static void unregister_bus(lua_State *L, int idx)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    if (lua_istable(L, -1)) {
+        lua_pushvalue(L, idx);
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+    }
+    lua_pop(L, 1);
+}
+
+static int l_bus_shutdown(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    double t = luaL_optnumber(L, 2, 30.0);
+    int rc = seda_bus_shutdown(u->lb->bus, t);
+    u->lb->shut = true;
+    run_completions(L, u->lb);
+    unregister_bus(L, 1);
+    lua_pushboolean(L, rc == 0);
+    return 1;
+}
+
+static int l_bus_shutdown_now(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    seda_bus_shutdown_now(u->lb->bus);
+    u->lb->shut = true;
+    run_completions(L, u->lb);
+    unregister_bus(L, 1);
+    return 0;
+}
+
+static int l_bus_gc(lua_State *L)
+{
+    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    struct lbus *lb = u->lb;
+    if (!lb)
+        return 0;
+    u->lb = NULL;
+    seda_bus_free(lb->bus);             /* joins the workers */
+    lb->bus = NULL;
+    for (struct lcompletion *c = lb->chead, *next; c; c = next) {
+        next = c->next;
+        luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
+        completion_free(c);
+    }
+    for (int i = 0; i < lb->nstages; i++)
+        lstage_free(lb->stages[i]);
+    free(lb->stages);
+    free(lb->package_path);
+    free(lb->package_cpath);
+    pthread_cond_destroy(&lb->cv);
+    pthread_mutex_destroy(&lb->mu);
+    free(lb);
+    seda__wbuf_free(&u->wb);
+    return 0;
+}
+
+static int l_bus_close(lua_State *L)
+{
+    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    if (u->lb && u->lb->bus && !u->lb->shut) {
+        seda_bus_shutdown(u->lb->bus, 30.0);
+        u->lb->shut = true;
+        run_completions(L, u->lb);
+        unregister_bus(L, 1);
+    }
+    return 0;
+}
+
+static int l_bus_tostring(lua_State *L)
+{
+    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    lua_pushfstring(L, "seda.bus (%s)", !u->lb ? "freed" :
+                    u->lb->shut ? "shut down" : "running");
+    return 1;
+}
+
+static const char *const bus_keys[] = {
+    "workers", "batch", "hop_timeout", "dead_letter", "memory_limit", NULL
+};
+
+static int l_bus_new(lua_State *L)
+{
+    lua_settop(L, 1);
+    if (lua_isnil(L, 1)) {
+        lua_newtable(L);
+        lua_replace(L, 1);
+    }
+    luaL_checktype(L, 1, LUA_TTABLE);
+    check_keys(L, 1, bus_keys, "bus");
+    seda_bus_opts o;
+    seda_bus_opts_init(&o);
+    lua_getfield(L, 1, "workers");
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        lua_Integer w = lua_tointegerx(L, -1, &isint);
+        if (!isint || w <= 0 || w > 1024)
+            return luaL_error(L, "bus: workers must be an integer in "
+                              "1..1024");
+        o.workers = (int)w;
+    }
+    lua_getfield(L, 1, "batch");
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        lua_Integer b = lua_tointegerx(L, -1, &isint);
+        if (!isint || b <= 0 || b > 256)
+            return luaL_error(L, "bus: batch must be an integer in 1..256");
+        o.batch = (int)b;
+    }
+    lua_getfield(L, 1, "hop_timeout");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+            return luaL_error(L, "bus: hop_timeout must be a number >= 0");
+        o.hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "dead_letter");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            !seda__l_valid_name(lua_tostring(L, -1)))
+            return luaL_error(L, "bus: dead_letter must be a stage name");
+        o.dead_letter = lua_tostring(L, -1);
+    }
+    size_t memory_limit = (size_t)256 << 20;
+    lua_getfield(L, 1, "memory_limit");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+            return luaL_error(L, "bus: memory_limit must be a number of "
+                              "bytes > 0");
+        memory_limit = (size_t)lua_tonumber(L, -1);
+    }
+
+    struct lbusud *u = lua_newuserdatauv(L, sizeof *u, 0);
+    memset(u, 0, sizeof *u);
+    luaL_setmetatable(L, LSEDA_BUS_MT);
+    int ud = lua_gettop(L);
+    struct lbus *lb = calloc(1, sizeof *lb);
+    if (!lb)
+        return luaL_error(L, "bus: out of memory");
+    pthread_mutex_init(&lb->mu, NULL);
+    pthread_cond_init(&lb->cv, NULL);
+    u->lb = lb;
+    lb->memory_limit = memory_limit;
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "path");
+        lb->package_path = dupstr(lua_tostring(L, -1));
+        lua_getfield(L, -2, "cpath");
+        lb->package_cpath = dupstr(lua_tostring(L, -1));
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    o.worker_start = seda__lw_start;
+    o.worker_stop = seda__lw_stop;
+    o.worker_ud = lb;
+    int rc = seda_bus_new(&o, &lb->bus);
+    if (rc)
+        return luaL_error(L, "bus: cannot start: %s", seda_strerror(rc));
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushvalue(L, ud);
+    lua_pushboolean(L, 1);
+    lua_rawset(L, -3);
+    lua_pop(L, 1);
+    lua_pushvalue(L, ud);
+    return 1;
+}
+
+/* ---- module ---- */
+
+static int l_now(lua_State *L)
+{
+    lua_pushnumber(L, seda_now());
+    return 1;
+}
+
+static int l_encode(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    seda_wbuf wb = { 0 };
+    char err[512];
+    int rc = seda__codec_encode(L, 1, &wb, "payload", err, sizeof err);
+    if (rc == 0)
+        lua_pushlstring(L, (const char *)wb.p, wb.len);
+    seda__wbuf_free(&wb);
+    if (rc != 0)
+        return luaL_error(L, "%s", err);
+    return 1;
+}
+
+static int l_decode(lua_State *L)
+{
+    size_t len;
+    const char *p = luaL_checklstring(L, 1, &len);
+    char err[256];
+    if (seda__codec_decode(L, p, len, err, sizeof err) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    return 1;
+}
+
+/* seda._finish(drain_timeout, wait_first): for every live bus, run its
+ * completions until it is idle (when wait_first, the default), then shut
+ * it down with the drain timeout.  Used by seda-lua after the script.
+ * Returns true if every bus drained. */
+static int l_finish(lua_State *L)
+{
+    double t = luaL_optnumber(L, 1, 30.0);
+    bool wait_first = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
+    bool all = true;
+    for (;;) {
+        lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+        lua_pushnil(L);
+        if (!lua_next(L, -2)) {
+            lua_pop(L, 1);
+            break;
+        }
+        lua_pop(L, 1);                  /* the bus is the key */
+        struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb && u->lb->bus && !u->lb->shut) {
+            if (wait_first)
+                wait_idle(L, u->lb, -1);
+            all &= seda_bus_shutdown(u->lb->bus, t) == 0;
+            u->lb->shut = true;
+            run_completions(L, u->lb);
+        }
+        lua_pushnil(L);
+        lua_rawset(L, -3);
+        lua_pop(L, 1);
+    }
+    lua_pushboolean(L, all);
+    return 1;
+}
+
+/* Run pending completions of every live bus once; returns how many ran. */
+static int l_poll_all(lua_State *L)
+{
+    int ran = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb)
+            ran += run_completions(L, u->lb);
+    }
+    lua_pop(L, 1);
+    lua_pushinteger(L, ran);
+    return 1;
+}
+
+static const luaL_Reg bus_methods[] = {
+    { "stage", l_bus_stage },
+    { "publish", l_bus_publish },
+    { "publish_many", l_bus_publish_many },
+    { "stats", l_bus_stats },
+    { "pause", l_bus_pause },
+    { "resume", l_bus_resume },
+    { "wait", l_bus_wait },
+    { "poll", l_bus_poll },
+    { "shutdown", l_bus_shutdown },
+    { "shutdown_now", l_bus_shutdown_now },
+    { "reload", l_bus_reload },
+    { NULL, NULL }
+};
+
+static const luaL_Reg module_funcs[] = {
+    { "bus", l_bus_new },
+    { "now", l_now },
+    { "encode", l_encode },
+    { "decode", l_decode },
+    { "_finish", l_finish },
+    { "_poll_all", l_poll_all },
+    { NULL, NULL }
+};
+
+int luaopen_seda(lua_State *L);
+
+int luaopen_seda(lua_State *L)
+{
+    if (luaL_newmetatable(L, LSEDA_BUS_MT)) {
+        luaL_newlib(L, bus_methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_bus_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushcfunction(L, l_bus_close);
+        lua_setfield(L, -2, "__close");
+        lua_pushcfunction(L, l_bus_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    if (lua_isnil(L, -1)) {
+        lua_newtable(L);
+        lua_setfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    }
+    lua_pop(L, 1);
+    luaL_newlib(L, module_funcs);
+    lua_pushliteral(L, SEDA_VERSION);
+    lua_setfield(L, -2, "version");
+    seda__l_push_shared(L);
+    lua_setfield(L, -2, "shared");
+    return 1;
+}

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lseda.h -- internals shared by the Lua binding files (lseda.c: the main
+ * state's module; lworker.c: per-worker states and Lua handlers; lshared.c:
+ * seda.shared).  Like Lua's auxiliary library, these files use only the
+ * public seda.h API of the core.
+ */
+#ifndef SEDA_LSEDA_H
+#define SEDA_LSEDA_H
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "lcodec.h"
+#include "seda.h"
+
+#ifndef SEDA__API
+#define SEDA__API __attribute__((visibility("hidden")))
+#endif
+
+#define SEDA_KIND_RAW 0         /* payload is a byte string */
+#define SEDA_KIND_LUA 1         /* payload is a codec-encoded Lua value */
+
+#define LSEDA_BUS_MT "seda.bus"
+#define LSEDA_ENV_MT "seda.env"
+
+/* One consumer's code, as text or as bytecode. */
+struct lsrc {
+    char *chunkname;            /* "@path" or "=inline handler" */
+    char *path;                 /* file to re-read on reload, or NULL */
+    char *code;                 /* source text or bytecode */
+    size_t len;
+    bool binary;                /* bytecode from string.dump */
+};
+
+struct lstage;
+
+/* The argument a Lua consumer is registered with. */
+struct lconsumer {
+    struct lstage *ls;
+    int index;                  /* which of the stage's handlers */
+};
+
+/*
+ * Locking:
+ *   mu guards src (the array and what it points to), last_error.
+ *   Immutable after creation: lb, st, index, nsrc, cons.
+ *   Atomic: version (release after src is replaced / acquire in workers,
+ *   who then copy src under mu).
+ */
+struct lstage {
+    struct lbus *lb;
+    seda_stage_t *st;
+    int index;                  /* seda stage index */
+    int nsrc;                   /* handlers (consumers) */
+    struct lconsumer *cons;     /* nsrc entries */
+    pthread_mutex_t mu;
+    struct lsrc *src;           /* nsrc entries; guarded by mu */
+    char *last_error;           /* last reload error; guarded by mu */
+    atomic_uint_fast64_t version; /* code version, from 1 */
+    uint64_t reloads;           /* successful reloads; guarded by mu */
+};
+
+/* A finished itinerary waiting for the main state. */
+struct lcompletion {
+    struct lcompletion *next;
+    int ref;                    /* on_complete in the main registry */
+    int outcome;                /* enum seda_outcome */
+    int attempts;
+    int kind;                   /* payload kind */
+    char id[SEDA_ID_MAX];
+    char to[SEDA_NAME_MAX + 1];
+    char *sender;               /* owned, or NULL */
+    int nh;                     /* header pairs */
+    char **hdr;                 /* 2 * nh owned strings */
+    unsigned char *payload;     /* owned */
+    size_t len;
+};
+
+/*
+ * Locking:
+ *   mu guards chead, ctail, stages, nstages, cap_stages; cv is signalled
+ *   (under mu) when a completion is queued.
+ *   Immutable after creation: bus, memory_limit, package_path,
+ *   package_cpath, hop_timeout.
+ */
+struct lbus {
+    seda_bus_t *bus;            /* NULL once freed */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct lcompletion *chead;  /* guarded by mu */
+    struct lcompletion *ctail;  /* guarded by mu */
+    struct lstage **stages;     /* guarded by mu */
+    int nstages;                /* guarded by mu */
+    int cap_stages;             /* guarded by mu */
+    size_t memory_limit;        /* bytes per worker state */
+    char *package_path;         /* copied into every worker state */
+    char *package_cpath;
+    bool shut;                  /* main thread only: shutdown done */
+};
+
+/* ---- lworker.c ---- */
+
+/* The hooks the bus is created with: one Lua state per pool thread. */
+SEDA__API void *seda__lw_start(int index, void *ud);
+SEDA__API void seda__lw_stop(int index, void *data, void *ud);
+
+/* The consumer function every Lua handler is registered as. */
+SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
+
+/* Load src into a scratch state like a worker's and run its top level,
+ * checking that it yields a handler.  Returns 0, or -1 with a message
+ * (file:line) in err.  Main thread. */
+SEDA__API int seda__lw_validate(struct lbus *lb, const struct lsrc *src,
+                                char *err, size_t errlen);
+
+/* ---- lseda.c ---- */
+
+/* Parse (to, payload, opts) at stack index `first` and publish.  Pushes
+ * true, or false and a reason; raises on misuse.  on_complete is allowed
+ * only on the main state (main = true). */
+SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
+                              seda_wbuf *wb, bool main);
+
+/* Push bus:stats() (all stages) or one stage's table (name != NULL; nil
+ * when unknown). */
+SEDA__API void seda__l_push_stats(lua_State *L, struct lbus *lb,
+                                  const char *name);
+
+/* Push a payload as a Lua value: a string for raw bytes, the decoded value
+ * otherwise.  Raises on a payload that cannot be decoded. */
+SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
+                                    int kind);
+
+/* Encode the value at idx as a payload into wb (strings go raw: *p points
+ * into the Lua string, valid while it stays on the stack).  Returns 0, or
+ * -1 with err naming the path. */
+SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
+                                     const void **p, size_t *len, int *kind,
+                                     char *err, size_t errlen);
+
+/* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
+SEDA__API bool seda__l_valid_name(const char *s);
+
+/* ---- lshared.c ---- */
+
+/* Push the process-wide seda.shared object. */
+SEDA__API void seda__l_push_shared(lua_State *L);
+
+#endif /* SEDA_LSEDA_H */

@@ -1,0 +1,744 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lworker.c -- one lua_State per pool worker, and Lua handlers as consumers.
+ *
+ * DESIGN
+ *   The bus is created with seda__lw_start/stop as its worker hooks, so
+ *   every pool thread builds its own state (standard libraries, the
+ *   worker-side `seda` global, the script's package.path) before it takes
+ *   work, and closes it as it exits.  A state is only ever touched by its
+ *   own thread; Lua is entered only through lua_pcall with a traceback
+ *   message handler.
+ *
+ *   A stage's handler code lives in its struct lstage as text (a file's
+ *   contents, read on the main thread) or bytecode (an inline function).
+ *   A worker loads it the first time it drains the stage and keeps the
+ *   handler function in its registry.  Reload replaces the text and bumps
+ *   the stage's version; a worker notices the new version before its next
+ *   envelope and swaps, so a call already running finishes on the old code
+ *   and nothing is handled twice.
+ *
+ *   The per-envelope path does no compilation and no lookups by name: the
+ *   message handler and one reusable envelope userdata sit at stack slots
+ *   1 and 2 for the state's whole life, and the handler comes from
+ *   lua_rawgeti on a cached reference.  The payload is decoded on first
+ *   access and cached in the userdata's first user value; it is re-encoded
+ *   after the call only if it was assigned, or if it was read as a table
+ *   (which the handler may have changed in place) and someone will see it
+ *   (a next hop, a completion callback, another pub/sub consumer).
+ *
+ *   Runaway handlers: a stage's handler_timeout installs a count hook that
+ *   raises once the deadline passes and then fires on every instruction,
+ *   so a handler's own pcall cannot swallow the stop for long.  Each state
+ *   allocates through a counting allocator that refuses past the bus's
+ *   memory_limit, which surfaces as a Lua memory error (a nack), never an
+ *   abort.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lualib.h>
+
+#include "lseda.h"
+
+#define SLOT_MSGH 1
+#define SLOT_ENV 2
+
+/* A worker's view of one stage's handlers. */
+struct wstage {
+    uint64_t version;           /* code version these refs came from */
+    int n;                      /* handler refs */
+    int *ref;                   /* registry refs to handler functions */
+};
+
+struct lworker {
+    lua_State *L;
+    struct lbus *lb;
+    int index;                  /* worker index, -1 for a scratch state */
+    size_t mem_used;            /* bytes allocated by L */
+    size_t mem_limit;           /* refuse past this (0 = none) */
+    seda_wbuf wb;               /* encode buffer, reused */
+    struct wstage *ws;          /* indexed by stage index */
+    int nws;
+    int64_t deadline;           /* handler timeout, monotonic ns */
+    double timeout;             /* for the message */
+};
+
+/* The envelope userdata handed to handlers. */
+struct lenv {
+    seda_env_t *env;            /* NULL outside a handler call */
+    bool decoded;               /* payload value cached in user value 1 */
+    bool payload_set;           /* assigned during this call */
+    bool headers_loaded;        /* headers table cached in user value 2 */
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* ---- allocator ---- */
+
+static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    struct lworker *w = ud;
+    if (ptr == NULL)
+        osize = 0;
+    if (nsize == 0) {
+        free(ptr);
+        w->mem_used -= osize;
+        return NULL;
+    }
+    if (w->mem_limit && nsize > osize &&
+        w->mem_used + (nsize - osize) > w->mem_limit)
+        return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p)
+        w->mem_used += nsize - osize;
+    return p;
+}
+
+/* ---- the envelope object ---- */
+
+static struct lenv *check_env(lua_State *L)
+{
+    struct lenv *le = luaL_checkudata(L, 1, LSEDA_ENV_MT);
+    if (!le->env)
+        luaL_error(L, "envelope used outside its handler");
+    return le;
+}
+
+static void push_headers_table(lua_State *L, const seda_env_t *env)
+{
+    int n = seda_env_header_count(env);
+    lua_createtable(L, 0, n);
+    for (int i = 0; i < n; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        lua_pushstring(L, v);
+        lua_setfield(L, -2, k);
+    }
+}
+
+static void push_slip_table(lua_State *L, const seda_env_t *env)
+{
+    int n = seda_env_slip_count(env);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushstring(L, seda_env_slip_at(env, i));
+        lua_rawseti(L, -2, i + 1);
+    }
+}
+
+static int env_forward(lua_State *L)
+{
+    struct lenv *le = check_env(L);
+    int n = lua_gettop(L) - 1;
+    const char *names[64];
+    if (n > 64)
+        return luaL_error(L, "forward: at most 64 hops at once");
+    for (int i = 0; i < n; i++) {
+        names[i] = luaL_checkstring(L, i + 2);
+        if (!seda__l_valid_name(names[i]))
+            return luaL_error(L, "forward: invalid stage name '%s'",
+                              names[i]);
+    }
+    int rc = seda_env_forward(le->env, names, n);
+    if (rc)
+        return luaL_error(L, "forward: %s", seda_strerror(rc));
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int env_index(lua_State *L)
+{
+    struct lenv *le = check_env(L);
+    size_t kl;
+    const char *k = luaL_checklstring(L, 2, &kl);
+    seda_env_t *env = le->env;
+    char idbuf[SEDA_ID_MAX];
+    switch (k[0]) {
+    case 'p':
+        if (strcmp(k, "payload") == 0) {
+            if (!le->decoded) {
+                size_t len;
+                const void *p = seda_env_payload(env, &len);
+                seda__l_push_payload(L, p, len, seda_env_payload_kind(env));
+                lua_setiuservalue(L, 1, 1);
+                le->decoded = true;
+            }
+            lua_getiuservalue(L, 1, 1);
+            return 1;
+        }
+        if (strcmp(k, "published_at") == 0) {
+            lua_pushnumber(L, seda_env_published_at(env));
+            return 1;
+        }
+        break;
+    case 'h':
+        if (strcmp(k, "headers") == 0) {
+            if (!le->headers_loaded) {
+                push_headers_table(L, env);
+                lua_setiuservalue(L, 1, 2);
+                le->headers_loaded = true;
+            }
+            lua_getiuservalue(L, 1, 2);
+            return 1;
+        }
+        break;
+    case 'i':
+        if (strcmp(k, "id") == 0) {
+            lua_pushstring(L, seda_env_id(env, idbuf));
+            return 1;
+        }
+        break;
+    case 't':
+        if (strcmp(k, "to") == 0) {
+            lua_pushstring(L, seda_env_to(env));
+            return 1;
+        }
+        break;
+    case 's':
+        if (strcmp(k, "sender") == 0) {
+            const char *s = seda_env_sender(env);
+            if (s)
+                lua_pushstring(L, s);
+            else
+                lua_pushnil(L);
+            return 1;
+        }
+        if (strcmp(k, "slip") == 0) {
+            push_slip_table(L, env);
+            return 1;
+        }
+        break;
+    case 'a':
+        if (strcmp(k, "attempts") == 0) {
+            lua_pushinteger(L, seda_env_attempts(env));
+            return 1;
+        }
+        break;
+    case 'f':
+        if (strcmp(k, "forward") == 0) {
+            lua_pushcfunction(L, env_forward);
+            return 1;
+        }
+        break;
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+static int env_newindex(lua_State *L)
+{
+    struct lenv *le = check_env(L);
+    const char *k = luaL_checkstring(L, 2);
+    if (strcmp(k, "payload") == 0) {
+        lua_settop(L, 3);
+        lua_setiuservalue(L, 1, 1);
+        le->decoded = true;
+        le->payload_set = true;
+        return 0;
+    }
+    if (strcmp(k, "headers") == 0) {
+        luaL_checktype(L, 3, LUA_TTABLE);
+        lua_settop(L, 3);
+        lua_setiuservalue(L, 1, 2);
+        le->headers_loaded = true;
+        return 0;
+    }
+    return luaL_error(L, "envelope field '%s' cannot be set", k);
+}
+
+static int env_tostring(lua_State *L)
+{
+    struct lenv *le = luaL_checkudata(L, 1, LSEDA_ENV_MT);
+    char idbuf[SEDA_ID_MAX];
+    if (le->env)
+        lua_pushfstring(L, "envelope %s at %s", seda_env_id(le->env, idbuf),
+                        seda_env_to(le->env));
+    else
+        lua_pushliteral(L, "envelope (finished)");
+    return 1;
+}
+
+/* Copy the handler's view of the envelope back into it.  Runs under
+ * lua_pcall (it may raise on bad headers). */
+static int env_sync(lua_State *L)
+{
+    struct lenv *le = lua_touserdata(L, 1);
+    struct lworker *w = lua_touserdata(L, 2);
+    seda_env_t *env = le->env;
+    lua_settop(L, 2);
+    if (le->headers_loaded) {
+        lua_getiuservalue(L, 1, 2);               /* 3: headers table */
+        /* Deletions and changes of existing headers. */
+        for (int i = seda_env_header_count(env) - 1; i >= 0; i--) {
+            const char *k, *v;
+            seda_env_header_at(env, i, &k, &v);
+            lua_getfield(L, 3, k);
+            if (lua_isnil(L, -1)) {
+                if (seda_env_set_header(env, k, NULL))
+                    return luaL_error(L, "headers: out of memory");
+            } else if (lua_type(L, -1) == LUA_TSTRING ||
+                       lua_type(L, -1) == LUA_TNUMBER) {
+                const char *nv = lua_tostring(L, -1);
+                if (strcmp(nv, v) != 0 && seda_env_set_header(env, k, nv))
+                    return luaL_error(L, "headers: out of memory");
+            }
+            lua_pop(L, 1);
+        }
+        /* Additions. */
+        lua_pushnil(L);
+        while (lua_next(L, 3)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                return luaL_error(L, "headers: keys must be strings");
+            int t = lua_type(L, -1);
+            if (t != LUA_TSTRING && t != LUA_TNUMBER)
+                return luaL_error(L, "headers.%s: expected a string, got %s",
+                                  lua_tostring(L, -2), luaL_typename(L, -1));
+            const char *k = lua_tostring(L, -2);
+            lua_pushvalue(L, -1);
+            const char *v = lua_tostring(L, -1);
+            if (!seda_env_header(env, k) && seda_env_set_header(env, k, v))
+                return luaL_error(L, "headers: out of memory");
+            lua_pop(L, 2);
+        }
+        lua_settop(L, 2);
+    }
+    if (le->decoded) {
+        lua_getiuservalue(L, 1, 1);
+        const void *p;
+        size_t len;
+        int kind;
+        char err[256];
+        w->wb.len = 0;
+        if (seda__l_encode_payload(L, -1, &w->wb, &p, &len, &kind, err,
+                                   sizeof err))
+            return luaL_error(L, "%s", err);
+        if (seda_env_set_payload_kind(env, p, len, kind))
+            return luaL_error(L, "payload: out of memory");
+    }
+    return 0;
+}
+
+/* ---- the worker-side seda module ---- */
+
+static struct lworker *worker_of(lua_State *L)
+{
+    return *(struct lworker **)lua_getextraspace(L);
+}
+
+static int w_publish(lua_State *L)
+{
+    struct lworker *w = worker_of(L);
+    return seda__l_publish(L, w->lb, 1, &w->wb, false);
+}
+
+static int w_stats(lua_State *L)
+{
+    struct lworker *w = worker_of(L);
+    seda__l_push_stats(L, w->lb, luaL_optstring(L, 1, NULL));
+    return 1;
+}
+
+static int w_now(lua_State *L)
+{
+    lua_pushnumber(L, seda_now());
+    return 1;
+}
+
+static int msghandler(lua_State *L)
+{
+    const char *msg = lua_tostring(L, 1);
+    if (msg == NULL) {
+        if (luaL_callmeta(L, 1, "__tostring") &&
+            lua_type(L, -1) == LUA_TSTRING)
+            return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)",
+                              luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+/* Build the state; the caller checks for NULL.  Runs the setup under
+ * lua_pcall so an allocation failure is an error, not an abort. */
+static int setup(lua_State *L)
+{
+    struct lworker *w = lua_touserdata(L, 1);
+    lua_settop(L, 0);
+    luaL_openlibs(L);
+
+    /* package.path / cpath as the main state had them. */
+    lua_getglobal(L, "package");
+    if (w->lb->package_path) {
+        lua_pushstring(L, w->lb->package_path);
+        lua_setfield(L, -2, "path");
+    }
+    if (w->lb->package_cpath) {
+        lua_pushstring(L, w->lb->package_cpath);
+        lua_setfield(L, -2, "cpath");
+    }
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 8);
+    lua_pushcfunction(L, w_publish);
+    lua_setfield(L, -2, "publish");
+    lua_pushcfunction(L, w_stats);
+    lua_setfield(L, -2, "stats");
+    lua_pushcfunction(L, w_now);
+    lua_setfield(L, -2, "now");
+    lua_pushinteger(L, w->index);
+    lua_setfield(L, -2, "worker");
+    seda__l_push_shared(L);
+    lua_setfield(L, -2, "shared");
+    lua_pushvalue(L, -1);
+    lua_setglobal(L, "seda");
+    /* require "seda" inside a handler gives the same table. */
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, "seda");
+    lua_settop(L, 0);
+
+    luaL_newmetatable(L, LSEDA_ENV_MT);
+    lua_pushcfunction(L, env_index);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, env_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushcfunction(L, env_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_pushliteral(L, "envelope");
+    lua_setfield(L, -2, "__name");
+    lua_pop(L, 1);
+
+    lua_pushcfunction(L, msghandler);              /* SLOT_MSGH */
+    struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
+    memset(le, 0, sizeof *le);
+    luaL_setmetatable(L, LSEDA_ENV_MT);
+    return 2;
+}
+
+static struct lworker *worker_new(struct lbus *lb, int index)
+{
+    struct lworker *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->lb = lb;
+    w->index = index;
+    w->L = lua_newstate(l_alloc, w);
+    if (!w->L) {
+        free(w);
+        return NULL;
+    }
+    *(struct lworker **)lua_getextraspace(w->L) = w;
+    lua_pushcfunction(w->L, setup);
+    lua_pushlightuserdata(w->L, w);
+    if (lua_pcall(w->L, 1, 2, 0) != LUA_OK) {
+        fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
+                index, lua_tostring(w->L, -1));
+        lua_close(w->L);
+        free(w);
+        return NULL;
+    }
+    /* The limit applies from here on: setup is the runtime's own cost. */
+    w->mem_limit = lb->memory_limit;
+    return w;
+}
+
+static void worker_free(struct lworker *w)
+{
+    if (!w)
+        return;
+    lua_close(w->L);
+    for (int i = 0; i < w->nws; i++)
+        free(w->ws[i].ref);
+    free(w->ws);
+    seda__wbuf_free(&w->wb);
+    free(w);
+}
+
+void *seda__lw_start(int index, void *ud)
+{
+    return worker_new(ud, index);
+}
+
+void seda__lw_stop(int index, void *data, void *ud)
+{
+    (void)index;
+    (void)ud;
+    worker_free(data);
+}
+
+/* ---- loading handler code ---- */
+
+static void src_free(struct lsrc *s, int n)
+{
+    for (int i = 0; s && i < n; i++) {
+        free(s[i].chunkname);
+        free(s[i].path);
+        free(s[i].code);
+    }
+    free(s);
+}
+
+/* Load one handler: leaves the handler function on the stack and returns
+ * 0, or returns -1 leaving an error message.  Runs the chunk's top level
+ * and the handler's init (when main is false). */
+static int load_one(struct lworker *w, const struct lsrc *s)
+{
+    lua_State *L = w->L;
+    int rc = luaL_loadbufferx(L, s->code, s->len, s->chunkname,
+                              s->binary ? "b" : "t");
+    if (rc != LUA_OK)
+        return -1;
+    if (s->binary) {
+        /* The dumped function itself.  Bind its upvalues by name: _ENV to
+         * this state's globals, anything else (the main state's seda
+         * module, checked at declaration) to this state's seda. */
+        for (int i = 1;; i++) {
+            const char *up = lua_getupvalue(L, -1, i);
+            if (!up)
+                break;
+            lua_pop(L, 1);
+            if (strcmp(up, "_ENV") == 0)
+                lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+            else
+                lua_getglobal(L, "seda");
+            lua_setupvalue(L, -2, i);
+        }
+        return 0;
+    }
+    if (lua_pcall(L, 0, 1, SLOT_MSGH) != LUA_OK)
+        return -1;
+    if (lua_isfunction(L, -1))
+        return 0;
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "handle");
+        if (!lua_isfunction(L, -1)) {
+            lua_pushfstring(L, "%s: the returned table has no handle "
+                            "function", s->chunkname + 1);
+            return -1;
+        }
+        lua_getfield(L, -2, "init");
+        if (lua_isfunction(L, -1)) {
+            lua_pushinteger(L, w->index);
+            if (lua_pcall(L, 1, 0, SLOT_MSGH) != LUA_OK)
+                return -1;
+        } else {
+            lua_pop(L, 1);
+        }
+        lua_remove(L, -2);              /* the table */
+        return 0;
+    }
+    lua_pushfstring(L, "%s: must return a function or a table with a "
+                    "handle function (got %s)", s->chunkname + 1,
+                    luaL_typename(L, -1));
+    return -1;
+}
+
+/* Copy a stage's current sources (under its lock) and their version. */
+static struct lsrc *snapshot_src(struct lstage *ls, uint64_t *version)
+{
+    pthread_mutex_lock(&ls->mu);
+    *version = atomic_load_explicit(&ls->version, memory_order_acquire);
+    struct lsrc *c = calloc((size_t)ls->nsrc, sizeof *c);
+    for (int i = 0; c && i < ls->nsrc; i++) {
+        const struct lsrc *s = &ls->src[i];
+        c[i].binary = s->binary;
+        c[i].len = s->len;
+        c[i].chunkname = strdup(s->chunkname);
+        c[i].path = s->path ? strdup(s->path) : NULL;
+        c[i].code = malloc(s->len ? s->len : 1);
+        if (!c[i].chunkname || !c[i].code || (s->path && !c[i].path)) {
+            src_free(c, ls->nsrc);
+            c = NULL;
+            break;
+        }
+        memcpy(c[i].code, s->code, s->len);
+    }
+    pthread_mutex_unlock(&ls->mu);
+    return c;
+}
+
+static struct wstage *wstage_of(struct lworker *w, struct lstage *ls)
+{
+    if (ls->index >= w->nws) {
+        int n = ls->index + 8;
+        struct wstage *ws = realloc(w->ws, sizeof *ws * (size_t)n);
+        if (!ws)
+            return NULL;
+        memset(ws + w->nws, 0, sizeof *ws * (size_t)(n - w->nws));
+        w->ws = ws;
+        w->nws = n;
+    }
+    return &w->ws[ls->index];
+}
+
+/* Bring c up to the stage's current code.  On failure the old handlers
+ * (if any) stay and the error is reported once. */
+static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
+{
+    lua_State *L = w->L;
+    uint64_t version;
+    struct lsrc *src = snapshot_src(ls, &version);
+    if (!src) {
+        seda_stage_report(ls->st, "out of memory loading handler code");
+        return;
+    }
+    int *refs = calloc((size_t)ls->nsrc, sizeof *refs);
+    int i = 0;
+    for (; refs && i < ls->nsrc; i++) {
+        if (load_one(w, &src[i]) != 0)
+            break;
+        refs[i] = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    if (!refs || i < ls->nsrc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "worker %d cannot load handler: %s",
+                 w->index, refs ? lua_tostring(L, -1) : "out of memory");
+        seda_stage_report(ls->st, msg);
+        for (int k = 0; refs && k < i; k++)
+            luaL_unref(L, LUA_REGISTRYINDEX, refs[k]);
+        free(refs);
+        lua_settop(L, SLOT_ENV);
+        c->version = version;           /* do not retry every envelope */
+        src_free(src, ls->nsrc);
+        return;
+    }
+    for (int k = 0; k < c->n; k++)
+        luaL_unref(L, LUA_REGISTRYINDEX, c->ref[k]);
+    free(c->ref);
+    c->ref = refs;
+    c->n = ls->nsrc;
+    c->version = version;
+    src_free(src, ls->nsrc);
+    lua_settop(L, SLOT_ENV);
+}
+
+int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
+                      size_t errlen)
+{
+    struct lworker *w = worker_new(lb, -1);
+    if (!w) {
+        snprintf(err, errlen, "cannot create a Lua state");
+        return -1;
+    }
+    int rc = load_one(w, src);
+    if (rc != 0)
+        snprintf(err, errlen, "%s", lua_tostring(w->L, -1));
+    worker_free(w);
+    return rc;
+}
+
+/* ---- running a handler ---- */
+
+static void timeout_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    struct lworker *w = worker_of(L);
+    if (now_ns() < w->deadline)
+        return;
+    /* From now on every instruction raises, so a pcall inside the handler
+     * cannot keep it running. */
+    lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
+    luaL_error(L, "handler timeout (%gs)", w->timeout);
+}
+
+bool seda__lw_consume(seda_env_t *env, void *ud)
+{
+    struct lconsumer *lc = ud;
+    struct lstage *ls = lc->ls;
+    struct lworker *w = seda_worker_data();
+    if (!w) {
+        seda_env_fail(env, "no Lua state on this worker");
+        return false;
+    }
+    lua_State *L = w->L;
+    struct wstage *c = wstage_of(w, ls);
+    if (!c) {
+        seda_env_fail(env, "out of memory");
+        return false;
+    }
+    /* Acquire: pairs with the release in reload; the new sources are
+     * visible (and copied under ls->mu anyway). */
+    if (c->version != atomic_load_explicit(&ls->version,
+                                           memory_order_acquire))
+        refresh(w, ls, c);
+    if (lc->index >= c->n) {
+        seda_env_fail(env, "handler not loaded");
+        return false;
+    }
+
+    struct lenv *le = lua_touserdata(L, SLOT_ENV);
+    le->env = env;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
+    lua_pushvalue(L, SLOT_ENV);
+    double timeout = seda_stage_handler_timeout(ls->st);
+    if (timeout > 0) {
+        w->timeout = timeout;
+        w->deadline = now_ns() + (int64_t)(timeout * 1e9);
+        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
+    }
+    int rc = lua_pcall(L, 1, 1, SLOT_MSGH);
+    if (timeout > 0)
+        lua_sethook(L, NULL, 0, 0);
+
+    bool ok = true;
+    if (rc != LUA_OK) {
+        ok = false;
+        const char *msg = lua_tostring(L, -1);
+        char buf[2048];
+        snprintf(buf, sizeof buf, "handler error: %s",
+                 msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
+                                              : "(no message)");
+        seda_env_fail(env, buf);
+    } else if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+        ok = false;
+    }
+    lua_settop(L, SLOT_ENV);
+
+    if (ok && (le->payload_set || le->headers_loaded || le->decoded)) {
+        bool need = le->payload_set || le->headers_loaded;
+        if (!need && le->decoded) {
+            lua_getiuservalue(L, SLOT_ENV, 1);
+            need = lua_istable(L, -1) &&
+                   (seda_env_slip_count(env) > 0 || seda_env_has_done(env) ||
+                    ls->nsrc > 1);
+            lua_pop(L, 1);
+        }
+        if (need) {
+            if (!le->payload_set && !(lua_getiuservalue(L, SLOT_ENV, 1),
+                                      lua_istable(L, -1)))
+                le->decoded = false;    /* a scalar read is unchanged */
+            lua_settop(L, SLOT_ENV);
+            lua_pushcfunction(L, env_sync);
+            lua_pushvalue(L, SLOT_ENV);
+            lua_pushlightuserdata(L, w);
+            if (lua_pcall(L, 2, 0, SLOT_MSGH) != LUA_OK) {
+                char buf[2048];
+                snprintf(buf, sizeof buf, "handler result: %s",
+                         lua_tostring(L, -1));
+                seda_env_fail(env, buf);
+                ok = false;
+            }
+            lua_settop(L, SLOT_ENV);
+        }
+    }
+
+    if (le->decoded || le->headers_loaded) {
+        lua_pushnil(L);
+        lua_setiuservalue(L, SLOT_ENV, 1);
+        lua_pushnil(L);
+        lua_setiuservalue(L, SLOT_ENV, 2);
+    }
+    le->env = NULL;
+    le->decoded = le->payload_set = le->headers_loaded = false;
+    if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))
+        lua_gc(L, LUA_GCCOLLECT);
+    return ok;
+}
