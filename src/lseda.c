@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "lseda.h"
+#include "seda_lua.h"
 
 #define BUSES_KEY "seda.buses"          /* registry: live buses */
 
@@ -1284,6 +1285,14 @@ static int l_bus_new(lua_State *L)
     return 1;
 }
 
+/* ---- embedding ---- */
+
+seda_bus_t *seda_lua_tobus(lua_State *L, int idx)
+{
+    struct lbusud *u = luaL_testudata(L, idx, LSEDA_BUS_MT);
+    return u && u->lb && !u->lb->shut ? u->lb->bus : NULL;
+}
+
 /* ---- module ---- */
 
 static int l_now(lua_State *L)
@@ -1393,8 +1402,6 @@ static const luaL_Reg module_funcs[] = {
     { "_poll_all", l_poll_all },
     { NULL, NULL }
 };
-
-int luaopen_seda(lua_State *L);
 
 int luaopen_seda(lua_State *L)
 {

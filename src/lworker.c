@@ -42,6 +42,7 @@
 #include <lualib.h>
 
 #include "lseda.h"
+#include "seda_lua.h"
 
 #define SLOT_MSGH 1
 #define SLOT_ENV 2
@@ -326,6 +327,38 @@ static int env_sync(lua_State *L)
     return 0;
 }
 
+/* ---- embedder modules ---- */
+
+#define MAX_PRELOAD 32
+
+/* Written by seda_lua_preload before any bus exists (documented as not
+ * thread-safe with bus creation), then only read by worker threads, which
+ * pthread_create orders after those writes. */
+static struct {
+    char name[64];
+    lua_CFunction open;
+} g_preload[MAX_PRELOAD];
+static int g_npreload;
+
+int seda_lua_preload(const char *name, lua_CFunction open)
+{
+    if (!name || !*name || strlen(name) >= sizeof g_preload[0].name ||
+        !open)
+        return SEDA_EINVAL;
+    for (int i = 0; i < g_npreload; i++)
+        if (strcmp(g_preload[i].name, name) == 0) {
+            g_preload[i].open = open;
+            return 0;
+        }
+    if (g_npreload == MAX_PRELOAD)
+        return SEDA_ERANGE;
+    snprintf(g_preload[g_npreload].name, sizeof g_preload[0].name, "%s",
+             name);
+    g_preload[g_npreload].open = open;
+    g_npreload++;
+    return 0;
+}
+
 /* ---- the worker-side seda module ---- */
 
 static struct lworker *worker_of(lua_State *L)
@@ -383,6 +416,13 @@ static int setup(lua_State *L)
     if (w->lb->package_cpath) {
         lua_pushstring(L, w->lb->package_cpath);
         lua_setfield(L, -2, "cpath");
+    }
+    lua_pop(L, 1);
+
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    for (int i = 0; i < g_npreload; i++) {
+        lua_pushcfunction(L, g_preload[i].open);
+        lua_setfield(L, -2, g_preload[i].name);
     }
     lua_pop(L, 1);
 
