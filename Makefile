@@ -74,7 +74,8 @@ ifneq ($(wildcard src/main.c),)
 ALL += $(SEDA_LUA) $(SEDA_SO)
 endif
 
-.PHONY: all test check asan tsan bench fuzz run clean
+.PHONY: all test check asan tsan bench fuzz fuzz-quick run clean
+FUZZ_SECONDS ?= 60
 all: $(ALL)
 
 $(B)/src/%.o: src/%.c
@@ -110,6 +111,13 @@ $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSEDA)
 # scripts; stop at the first failure.
 test: all $(TEST_BIN)
 	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN)
+
+# The decoder fuzzer: libFuzzer under clang (installed on demand).
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) sh scripts/fuzz.sh
+
+fuzz-quick:
+	sh scripts/fuzz.sh --quick
 
 check: test asan tsan
 

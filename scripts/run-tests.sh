@@ -33,5 +33,14 @@ if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/lua ]; then
         fi
     done
 fi
-echo "test programs: $passed passed, $failed failed"
+if [ "$failed" = 0 ]; then
+    echo "== scripts/fuzz.sh --quick (payload decoder)"
+    if sh scripts/fuzz.sh --quick; then
+        passed=$((passed + 1))
+    else
+        echo "FAILED: decoder fuzz run"
+        failed=$((failed + 1))
+    fi
+fi
+echo "tests: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -34,6 +34,159 @@ static uint64_t next_id(void)
     return tls_id_next++;
 }
 
+/* ---- recycling ----
+ *
+ * HOW IT WORKS
+ *   Envelopes are born on producer threads and die on workers, so with
+ *   plain malloc every free lands in another thread's arena (a contended
+ *   lock) and every malloc misses the allocating thread's cache.  Instead,
+ *   envelopes of three inline sizes are recycled: each thread keeps a chain
+ *   of up to BATCH free envelopes per size class; a full chain is handed
+ *   whole to a depot (one lock round per BATCH frees), and a thread whose
+ *   chain is empty takes a whole chain back (one lock round per BATCH
+ *   allocations).  The depot is bounded (DEPOT_MAX chains per class); past
+ *   that, chains go back to free().  A thread's partial chain goes to the
+ *   depot when the thread exits.
+ *
+ *   Recycling is off under AddressSanitizer (so use-after-free stays
+ *   visible) and while a custom allocator is installed (so fault injection
+ *   sees every allocation).
+ */
+
+#define BATCH 32
+#define DEPOT_MAX 256
+#define NCLASS 3
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RECYCLE 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RECYCLE 0
+#endif
+#endif
+#ifndef RECYCLE
+#define RECYCLE 1
+#endif
+
+static const uint32_t class_inl[NCLASS] = { 8, 56, 248 };
+
+/* A free envelope's memory, reused as chain links. */
+struct freenode {
+    struct freenode *next;      /* next in this chain */
+    struct freenode *next_chain;/* depot: next chain (head nodes only) */
+};
+
+/*
+ * Locking: depot.mu guards chains[] and nchains[].
+ */
+static struct {
+    pthread_mutex_t mu;
+    struct freenode *chains[NCLASS];
+    int nchains[NCLASS];
+} depot = { PTHREAD_MUTEX_INITIALIZER, { NULL }, { 0 } };
+
+struct tcache {
+    struct freenode *head[NCLASS];  /* this thread's chain */
+    int n[NCLASS];
+};
+
+static _Thread_local struct tcache tcache;
+static pthread_key_t tcache_key;
+static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
+
+static void free_chain(struct freenode *c)
+{
+    while (c) {
+        struct freenode *next = c->next;
+        seda__free(c);
+        c = next;
+    }
+}
+
+/* Hand a chain to the depot, or free it when the depot is full. */
+static void depot_put(int k, struct freenode *chain)
+{
+    pthread_mutex_lock(&depot.mu);
+    if (depot.nchains[k] < DEPOT_MAX) {
+        chain->next_chain = depot.chains[k];
+        depot.chains[k] = chain;
+        depot.nchains[k]++;
+        chain = NULL;
+    }
+    pthread_mutex_unlock(&depot.mu);
+    free_chain(chain);
+}
+
+static void tcache_flush(void *unused)
+{
+    (void)unused;
+    for (int k = 0; k < NCLASS; k++) {
+        if (tcache.head[k])
+            depot_put(k, tcache.head[k]);
+        tcache.head[k] = NULL;
+        tcache.n[k] = 0;
+    }
+}
+
+static void tcache_key_init(void)
+{
+    pthread_key_create(&tcache_key, tcache_flush);
+}
+
+static int class_of(uint32_t inl)
+{
+    for (int k = 0; k < NCLASS; k++)
+        if (inl == class_inl[k])
+            return k;
+    return -1;
+}
+
+static seda_env_t *env_alloc(uint32_t inl)
+{
+    int k = class_of(inl);
+    if (RECYCLE && k >= 0 && seda__default_allocator()) {
+        struct freenode *f = tcache.head[k];
+        if (!f) {
+            pthread_mutex_lock(&depot.mu);
+            if ((f = depot.chains[k])) {
+                depot.chains[k] = f->next_chain;
+                depot.nchains[k]--;
+            }
+            pthread_mutex_unlock(&depot.mu);
+            tcache.n[k] = f ? BATCH : 0;
+        }
+        if (f) {
+            tcache.head[k] = f->next;
+            tcache.n[k]--;
+            return (seda_env_t *)f;
+        }
+    }
+    return seda__malloc(sizeof(seda_env_t) + inl);
+}
+
+static void env_release(seda_env_t *e)
+{
+    int k = class_of(e->inl_cap);
+    if (RECYCLE && k >= 0 && seda__default_allocator()) {
+        if (tcache.n[k] == 0 && !tcache.head[k]) {
+            /* First use on this thread: flush the chain at thread exit. */
+            pthread_once(&tcache_once, tcache_key_init);
+            pthread_setspecific(tcache_key, &tcache);
+        }
+        struct freenode *f = (struct freenode *)e;
+        if (tcache.n[k] >= BATCH) {
+            depot_put(k, tcache.head[k]);
+            tcache.head[k] = NULL;
+            tcache.n[k] = 0;
+        }
+        f->next = tcache.head[k];
+        tcache.head[k] = f;
+        tcache.n[k]++;
+        return;
+    }
+    seda__free(e);
+}
+
 /* ---- slip ---- */
 
 /* Build a slip holding front[0..nfront) then the hops of rest (may be NULL),
@@ -218,10 +371,11 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 return NULL;
             }
     }
-    uint32_t inl = len <= 256 ? (uint32_t)len : 0;
-    if (inl < 8)
-        inl = 8;
-    seda_env_t *e = seda__malloc(sizeof *e + inl);
+    uint32_t inl = class_inl[0];
+    for (int k = 1; k < NCLASS; k++)
+        if (len > class_inl[k - 1] && len <= class_inl[k])
+            inl = class_inl[k];
+    seda_env_t *e = env_alloc(inl);
     if (!e)
         return NULL;
     memset(e, 0, sizeof *e);
@@ -232,7 +386,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     if (len <= inl) {
         e->payload = e->inl;
     } else if (!(e->payload = seda__malloc(len))) {
-        seda__free(e);
+        env_release(e);
         return NULL;
     }
     if (len)
@@ -269,7 +423,7 @@ void seda__env_free(seda_env_t *env)
     seda__free(env->sender);
     hdrs_free(env->hdrs);
     seda__free(env->slip);
-    seda__free(env);
+    env_release(env);
 }
 
 /* ---- accessors ---- */

@@ -28,6 +28,8 @@ void seda_set_allocator(void *(*malloc_fn)(size_t),
 
 void *seda__malloc(size_t n) { return g_malloc(n ? n : 1); }
 
+bool seda__default_allocator(void) { return g_malloc == malloc; }
+
 void *seda__calloc(size_t n, size_t size)
 {
     if (size && n > SIZE_MAX / size)
@@ -77,7 +79,13 @@ int64_t seda__deadline(double timeout)
 
 void seda__mutex_init(seda__mutex_t *mu)
 {
-    pthread_mutex_init(&mu->m, NULL);
+    /* Adaptive: our critical sections are a few dozen instructions, so a
+     * contended lock spins briefly before sleeping in the kernel. */
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(&mu->m, &a);
+    pthread_mutexattr_destroy(&a);
 #ifdef SEDA_DEBUG
     atomic_init(&mu->held, false);
 #endif

@@ -1,0 +1,796 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lcodec.c -- the payload codec: Lua values to bytes and back (SPEC.md §6).
+ *
+ * A payload published from one lua_State is handled in another, so it
+ * travels as bytes.  This file turns plain data (nil, booleans, integers,
+ * floats, strings and trees of tables of those) into a compact byte string
+ * and back, refusing everything that cannot be copied faithfully
+ * (functions, userdata, threads, cycles) with a message that names the
+ * path to the offending value.
+ *
+ * DESIGN
+ *   - Speed first: the encoder appends to a caller-owned, reused buffer,
+ *     makes no allocation per value, and walks each table exactly once with
+ *     lua_next; the decoder sizes every table exactly with lua_createtable.
+ *   - No Lua errors in the encoder: raw access only, no metamethods, no
+ *     string conversions.  Error paths are built only when an error
+ *     happens, from keys that lua_next still holds on the Lua stack, so the
+ *     hot path carries no path bookkeeping beyond one stack index per level.
+ *   - Hostile input is expected in the decoder.  Each open table owes its
+ *     remaining elements at least one byte each; the decoder keeps that debt
+ *     ("pending") and refuses any length or count the bytes left after the
+ *     debt cannot cover, before allocating.  Total allocation is therefore
+ *     linear in the input size, and a 2 GiB claim in a 10-byte input costs
+ *     nothing.
+ *   - Threads: none of its own.  Both directions use only the lua_State
+ *     passed in, which the calling thread owns.
+ *
+ * HOW IT WORKS (wire format)
+ *   Every value is one tag byte followed by a payload whose size the tag
+ *   determines; multi-byte numbers are little-endian.
+ *
+ *     tag        meaning                 payload
+ *     0x00       nil                     -
+ *     0x01/0x02  false / true            -
+ *     0x03       float                   8 bytes, IEEE-754 bits, exact
+ *     0x04-0x07  integer                 1/2/4/8 bytes, two's complement
+ *     0x08-0x0b  string                  1/2/4/8-byte length, then bytes
+ *     0x0c       table (small)           u8 narr, u8 nrec, then elements
+ *     0x0d       table (large)           u32 narr, u32 nrec, then elements
+ *     0x20-0x3f  short string            length = tag - 0x20, then bytes
+ *     0x60-0xff  small integer           value = tag - 0x80 (-32..127)
+ *     others     invalid
+ *
+ *   A table's elements are narr values (keys 1..narr, in order) followed by
+ *   nrec key/value pairs.  The encoder fills the array part with the run
+ *   of keys 1, 2, 3, ... that lua_next yields first (Lua yields the array
+ *   part in order), and sends every other pair with its key.  Because the
+ *   counts are known only after the walk, the encoder reserves a small
+ *   header and patches it, widening it with one memmove of the table's
+ *   body in the rare case a table has more than 255 entries of either
+ *   kind.  The decoder accepts non-minimal forms (a large header with
+ *   small counts, a wide integer holding a small value); the format is
+ *   not required to be canonical.
+ *
+ *   Example: {id = 7, name = "ab", 10} encodes to 16 bytes:
+ *     0c 01 02            table, 1 array element, 2 pairs
+ *     8a                  [1] = 10
+ *     22 69 64   87       "id" = 7
+ *     24 6e 61 6d 65      "name"
+ *     22 61 62            = "ab"
+ *   (pair order follows lua_next and may differ.)
+ *
+ * Sections: buffer, error messages, encoder, decoder.
+ */
+#include "lcodec.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    TAG_NIL = 0x00,
+    TAG_FALSE = 0x01,
+    TAG_TRUE = 0x02,
+    TAG_FLOAT = 0x03,
+    TAG_INT8 = 0x04,  /* INT16 = 0x05, INT32 = 0x06, INT64 = 0x07 */
+    TAG_STR8 = 0x08,  /* STR16 = 0x09, STR32 = 0x0a, STR64 = 0x0b */
+    TAG_TBL8 = 0x0c,
+    TAG_TBL32 = 0x0d,
+    TAG_FIXSTR = 0x20, /* 0x20..0x3f */
+    TAG_FIXINT = 0x60, /* 0x60..0xff, value = tag - 0x80 */
+    FIXSTR_MAX = 31,
+    FIXINT_MIN = -32,
+    FIXINT_MAX = 127
+};
+
+/* ---- buffer ---- */
+
+void seda__wbuf_free(seda_wbuf *b)
+{
+    if (b == NULL)
+        return;
+    free(b->p);
+    b->p = NULL;
+    b->len = 0;
+    b->cap = 0;
+}
+
+/* Grows b so that n more bytes fit.  Returns 0, or -1 with b unchanged
+ * when the size overflows or realloc fails. */
+static int grow(seda_wbuf *b, size_t n)
+{
+    if (n > SIZE_MAX - b->len)
+        return -1;
+    size_t need = b->len + n;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    unsigned char *p = realloc(b->p, cap);
+    if (p == NULL)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+/* Makes room for n more bytes.  Returns 0 or -1 as grow() does. */
+static inline int reserve(seda_wbuf *b, size_t n)
+{
+    return b->cap - b->len >= n ? 0 : grow(b, n);
+}
+
+/* The stores and loads are written byte by byte so that they are
+ * endian-neutral; gcc and clang merge them into single moves. */
+static inline void st16(unsigned char *p, uint64_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static inline void st32(unsigned char *p, uint64_t v)
+{
+    st16(p, v);
+    st16(p + 2, v >> 16);
+}
+
+static inline void st64(unsigned char *p, uint64_t v)
+{
+    st32(p, v);
+    st32(p + 4, v >> 32);
+}
+
+static inline uint64_t ld16(const unsigned char *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8;
+}
+
+static inline uint64_t ld32(const unsigned char *p)
+{
+    return ld16(p) | ld16(p + 2) << 16;
+}
+
+static inline uint64_t ld64(const unsigned char *p)
+{
+    return ld32(p) | ld32(p + 4) << 32;
+}
+
+/* ---- error messages ---- */
+
+/* A bounded, always NUL-terminated string being assembled in err. */
+struct msg {
+    char *p;    /* the caller's err buffer */
+    size_t n;   /* characters written so far */
+    size_t cap; /* errlen; nothing is written when it is 0 */
+};
+
+/* Appends s[0..len), cut to what fits.  Cannot fail. */
+static void msg_add(struct msg *m, const char *s, size_t len)
+{
+    if (m->cap == 0)
+        return;
+    size_t room = m->cap - 1 - m->n;
+    if (len > room)
+        len = room;
+    memcpy(m->p + m->n, s, len);
+    m->n += len;
+    m->p[m->n] = '\0';
+}
+
+/* Appends the C string s, cut to what fits.  Cannot fail. */
+static void msg_str(struct msg *m, const char *s)
+{
+    msg_add(m, s, strlen(s));
+}
+
+/* Starts an empty message in err (nothing is written when err is NULL or
+ * errlen is 0).  Cannot fail. */
+static void msg_init(struct msg *m, char *err, size_t errlen)
+{
+    m->p = err;
+    m->n = 0;
+    m->cap = err != NULL ? errlen : 0;
+    if (m->cap > 0)
+        err[0] = '\0';
+}
+
+/* ---- encoder ---- */
+
+/* One step of the path from the root to the value being encoded. */
+struct step {
+    int key;    /* absolute stack index of the key lua_next pushed */
+    int in_key; /* 1 while encoding the key itself (a table key) */
+};
+
+struct enc {
+    lua_State *L;     /* the state that holds the value */
+    seda_wbuf *b;     /* output, borrowed */
+    const char *root; /* name of the top-level value in messages */
+    char *err;        /* message output, borrowed */
+    size_t errlen;    /* size of err */
+    int depth;        /* tables currently open */
+    int nsteps;       /* valid entries in steps */
+    int top;          /* the Lua stack top, tracked to save API calls */
+    const void *open[SEDA_CODEC_MAX_DEPTH];  /* tables on the path */
+    struct step steps[SEDA_CODEC_MAX_DEPTH]; /* keys on the path */
+};
+
+static const char *const reserved[] = {
+    "and", "break", "do", "else", "elseif", "end", "false", "for",
+    "function", "goto", "if", "in", "local", "nil", "not", "or", "repeat",
+    "return", "then", "true", "until", "while", NULL
+};
+
+/* Returns 1 when s[0..len) is a Lua name (letters, digits, underscores,
+ * not starting with a digit, not a reserved word), else 0. */
+static int is_identifier(const char *s, size_t len)
+{
+    if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9')))
+            return 0;
+    }
+    for (int i = 0; reserved[i] != NULL; i++)
+        if (strlen(reserved[i]) == len && memcmp(reserved[i], s, len) == 0)
+            return 0;
+    return 1;
+}
+
+/* Appends a string key as `["..."]` with %q-like escapes, cut after 32
+ * source bytes with "...". */
+static void msg_quoted(struct msg *m, const char *s, size_t len)
+{
+    enum { QUOTE_MAX = 32 };
+    msg_str(m, "[\"");
+    for (size_t i = 0; i < len && i < QUOTE_MAX; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char tmp[8];
+        if (c == '"' || c == '\\') {
+            tmp[0] = '\\';
+            tmp[1] = (char)c;
+            msg_add(m, tmp, 2);
+        } else if (c == '\n') {
+            msg_str(m, "\\n");
+        } else if (c < 0x20 || c >= 0x7f) {
+            snprintf(tmp, sizeof tmp, "\\%u", (unsigned)c);
+            msg_str(m, tmp);
+        } else {
+            msg_add(m, (const char *)&c, 1);
+        }
+    }
+    if (len > QUOTE_MAX)
+        msg_str(m, "...");
+    msg_str(m, "\"]");
+}
+
+/* Appends a float key as Lua would print it, with enough digits to tell
+ * it from its neighbours and a ".0" when it would look like an integer. */
+static void msg_float(struct msg *m, double v)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, "%.14g", v);
+    if (strtod(tmp, NULL) != v)
+        snprintf(tmp, sizeof tmp, "%.17g", v);
+    if (strpbrk(tmp, ".eEni") == NULL)
+        strcat(tmp, ".0");
+    msg_str(m, tmp);
+}
+
+/* Appends the path step for the key at stack index k. */
+static void msg_key(struct msg *m, lua_State *L, int k)
+{
+    char tmp[32];
+    switch (lua_type(L, k)) {
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, k, &len);
+        if (is_identifier(s, len)) {
+            msg_str(m, ".");
+            msg_add(m, s, len);
+        } else {
+            msg_quoted(m, s, len);
+        }
+        break;
+    }
+    case LUA_TNUMBER:
+        msg_str(m, "[");
+        if (lua_isinteger(L, k)) {
+            snprintf(tmp, sizeof tmp, LUA_INTEGER_FMT, lua_tointeger(L, k));
+            msg_str(m, tmp);
+        } else {
+            msg_float(m, (double)lua_tonumber(L, k));
+        }
+        msg_str(m, "]");
+        break;
+    case LUA_TBOOLEAN:
+        msg_str(m, lua_toboolean(L, k) ? "[true]" : "[false]");
+        break;
+    default:
+        msg_str(m, "[{...}]"); /* a table used as a key */
+        break;
+    }
+}
+
+/* Writes "<path>: <what>" to e->err, where <path> is the root followed by
+ * the first nsteps steps.  A step inside a table key prints as "{key}".
+ * Returns -1 so callers can `return fail(...)`. */
+static int fail(struct enc *e, int nsteps, const char *what)
+{
+    struct msg m;
+    msg_init(&m, e->err, e->errlen);
+    msg_str(&m, e->root != NULL ? e->root : "payload");
+    for (int i = 0; i < nsteps; i++) {
+        if (e->steps[i].in_key)
+            msg_str(&m, "{key}");
+        else
+            msg_key(&m, e->L, e->steps[i].key);
+    }
+    msg_str(&m, ": ");
+    msg_str(&m, what);
+    return -1;
+}
+
+/* Writes "out of memory" to e->err.  Returns -1. */
+static int fail_oom(struct enc *e)
+{
+    struct msg m;
+    msg_init(&m, e->err, e->errlen);
+    msg_str(&m, "out of memory");
+    return -1;
+}
+
+/* Names an unsupported type for a message, with its article. */
+static const char *a_type(int t)
+{
+    switch (t) {
+    case LUA_TFUNCTION:
+        return "a function";
+    case LUA_TTHREAD:
+        return "a thread";
+    default:
+        return "a userdata"; /* full and light */
+    }
+}
+
+static int enc_value(struct enc *e, int idx, int t);
+
+/* Appends integer v in its shortest form.  Returns 0, or -1 when b cannot
+ * grow. */
+static int enc_int(seda_wbuf *b, lua_Integer v)
+{
+    if (reserve(b, 9) != 0)
+        return -1;
+    unsigned char *p = b->p + b->len;
+    uint64_t u = (uint64_t)v;
+    if (v >= FIXINT_MIN && v <= FIXINT_MAX) {
+        p[0] = (unsigned char)(v + 0x80);
+        b->len += 1;
+    } else if (v >= INT8_MIN && v <= INT8_MAX) {
+        p[0] = TAG_INT8;
+        p[1] = (unsigned char)u;
+        b->len += 2;
+    } else if (v >= INT16_MIN && v <= INT16_MAX) {
+        p[0] = TAG_INT8 + 1;
+        st16(p + 1, u);
+        b->len += 3;
+    } else if (v >= INT32_MIN && v <= INT32_MAX) {
+        p[0] = TAG_INT8 + 2;
+        st32(p + 1, u);
+        b->len += 5;
+    } else {
+        p[0] = TAG_INT8 + 3;
+        st64(p + 1, u);
+        b->len += 9;
+    }
+    return 0;
+}
+
+/* Appends the string s[0..len) with its shortest length header.  Returns
+ * 0, or -1 when b cannot grow. */
+static int enc_str(seda_wbuf *b, const char *s, size_t len)
+{
+    if (len > SIZE_MAX - 9 || reserve(b, len + 9) != 0)
+        return -1;
+    unsigned char *p = b->p + b->len;
+    size_t h;
+    if (len <= FIXSTR_MAX) {
+        p[0] = (unsigned char)(TAG_FIXSTR + len);
+        h = 1;
+    } else if (len <= UINT8_MAX) {
+        p[0] = TAG_STR8;
+        p[1] = (unsigned char)len;
+        h = 2;
+    } else if (len <= UINT16_MAX) {
+        p[0] = TAG_STR8 + 1;
+        st16(p + 1, len);
+        h = 3;
+    } else if (len <= UINT32_MAX) {
+        p[0] = TAG_STR8 + 2;
+        st32(p + 1, len);
+        h = 5;
+    } else {
+        p[0] = TAG_STR8 + 3;
+        st64(p + 1, len);
+        h = 9;
+    }
+    memcpy(p + h, s, len);
+    b->len += h + len;
+    return 0;
+}
+
+/* Encodes the table at absolute index idx, which is at or below e->top.
+ * Returns 0 or -1 (message set, partial output left for the caller to
+ * drop); the stack is balanced on success and may hold extra values on
+ * failure. */
+static int enc_table(struct enc *e, int idx)
+{
+    lua_State *L = e->L;
+    seda_wbuf *b = e->b;
+    const void *t = lua_topointer(L, idx);
+
+    for (int i = 0; i < e->depth; i++)
+        if (e->open[i] == t)
+            return fail(e, e->nsteps, "cannot encode a cyclic table");
+    if (e->depth == SEDA_CODEC_MAX_DEPTH)
+        return fail(e, e->nsteps, "cannot encode a table nested deeper "
+                                  "than 200 levels");
+    if (!lua_checkstack(L, 2)) /* room for a key and a value */
+        return fail(e, e->nsteps, "Lua stack overflow");
+
+    /* Reserve a small header; the counts are patched in at the end. */
+    size_t hdr = b->len;
+    if (reserve(b, 3) != 0)
+        return fail_oom(e);
+    b->len += 3;
+
+    e->open[e->depth++] = t;
+    struct step *st = &e->steps[e->nsteps++];
+    size_t narr = 0, nrec = 0;
+    int array = 1;
+    int base = e->top;
+    int k = base + 1; /* where lua_next leaves the key; the value is k+1 */
+
+    lua_pushnil(L);
+    while (lua_next(L, idx) != 0) {
+        int kt = lua_type(L, k);
+        int isint = 0;
+        e->top = k + 1;
+        st->key = k;
+        st->in_key = 0;
+        if (array && kt == LUA_TNUMBER) {
+            /* Keys never hold floats with integral values, so this
+             * succeeds exactly for integer keys. */
+            lua_Integer i = lua_tointegerx(L, k, &isint);
+            if (isint && i == (lua_Integer)narr + 1)
+                narr++;
+            else
+                array = 0;
+        } else {
+            array = 0;
+        }
+        if (!array) {
+            nrec++;
+            if (kt == LUA_TTABLE)
+                st->in_key = 1;
+            else if (kt != LUA_TSTRING && kt != LUA_TNUMBER &&
+                     kt != LUA_TBOOLEAN) {
+                char what[64];
+                snprintf(what, sizeof what,
+                         "cannot encode %s as a table key", a_type(kt));
+                return fail(e, e->nsteps - 1, what);
+            }
+            if (enc_value(e, k, kt) != 0)
+                return -1;
+            st->in_key = 0;
+        }
+        if (enc_value(e, k + 1, lua_type(L, k + 1)) != 0)
+            return -1;
+        lua_pop(L, 1);
+    }
+    e->top = base;
+    e->nsteps--;
+    e->depth--;
+
+    unsigned char *p = b->p + hdr;
+    if (narr <= UINT8_MAX && nrec <= UINT8_MAX) {
+        p[0] = TAG_TBL8;
+        p[1] = (unsigned char)narr;
+        p[2] = (unsigned char)nrec;
+        return 0;
+    }
+    /* Rare: widen the header.  The body moves once per large table. */
+    if (narr > UINT32_MAX || nrec > UINT32_MAX)
+        return fail(e, e->nsteps, "cannot encode a table this large");
+    if (reserve(b, 6) != 0)
+        return fail_oom(e);
+    p = b->p + hdr;
+    memmove(p + 9, p + 3, b->len - hdr - 3);
+    b->len += 6;
+    p[0] = TAG_TBL32;
+    st32(p + 1, narr);
+    st32(p + 5, nrec);
+    return 0;
+}
+
+/* Encodes the value of type t at absolute index idx.  Returns 0 or -1 as
+ * enc_table() does. */
+static int enc_value(struct enc *e, int idx, int t)
+{
+    lua_State *L = e->L;
+    seda_wbuf *b = e->b;
+
+    switch (t) {
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        return enc_str(b, s, len) ? fail_oom(e) : 0;
+    }
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return enc_int(b, lua_tointeger(L, idx)) ? fail_oom(e) : 0;
+        {
+            double d = (double)lua_tonumber(L, idx);
+            uint64_t u;
+            memcpy(&u, &d, sizeof u);
+            if (reserve(b, 9) != 0)
+                return fail_oom(e);
+            b->p[b->len] = TAG_FLOAT;
+            st64(b->p + b->len + 1, u);
+            b->len += 9;
+        }
+        return 0;
+    case LUA_TTABLE:
+        return enc_table(e, idx);
+    case LUA_TNIL:
+    case LUA_TBOOLEAN:
+        if (reserve(b, 1) != 0)
+            return fail_oom(e);
+        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
+                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
+        return 0;
+    default: {
+        char what[64];
+        snprintf(what, sizeof what, "cannot encode %s", a_type(t));
+        return fail(e, e->nsteps, what);
+    }
+    }
+}
+
+int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
+                       const char *root, char *err, size_t errlen)
+{
+    struct enc e;
+    int top = lua_gettop(L);
+    size_t len0 = b->len;
+
+    e.L = L;
+    e.b = b;
+    e.root = root;
+    e.err = err;
+    e.errlen = errlen;
+    e.depth = 0;
+    e.nsteps = 0;
+    e.top = top;
+    if (idx < 0 && idx > LUA_REGISTRYINDEX)
+        idx = top + 1 + idx;
+    if (enc_value(&e, idx, lua_type(L, idx)) != 0) {
+        b->len = len0;
+        lua_settop(L, top);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- decoder ---- */
+
+struct dec {
+    lua_State *L;
+    const unsigned char *start; /* first input byte, for offsets */
+    const unsigned char *p;     /* next byte to read */
+    const unsigned char *end;   /* one past the last byte */
+    size_t pending;             /* values open tables still owe, >= 1 B */
+    int depth;                  /* tables currently open */
+    char *err;                  /* message output, borrowed */
+    size_t errlen;              /* size of err */
+};
+
+/* Writes "<what> at byte <offset>" to d->err.  Returns -1. */
+static int dfail(struct dec *d, const char *what)
+{
+    struct msg m;
+    char tmp[48];
+    msg_init(&m, d->err, d->errlen);
+    msg_str(&m, what);
+    snprintf(tmp, sizeof tmp, " at byte %zu", (size_t)(d->p - d->start));
+    msg_str(&m, tmp);
+    return -1;
+}
+
+/* Bytes that may still be consumed: what is left after reserving one
+ * byte for every value an open table still owes.  The decoder keeps
+ * pending <= end - p, so this never wraps. */
+static inline size_t avail(const struct dec *d)
+{
+    return (size_t)(d->end - d->p) - d->pending;
+}
+
+static int dec_value(struct dec *d);
+
+/* Decodes the elements of a table whose header (already consumed) claims
+ * narr array values and nrec pairs, and pushes the table.  Returns 0, or
+ * -1 with the message set (and possibly partial values left on the stack
+ * for the caller to drop).  May raise a Lua memory error. */
+static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
+{
+    lua_State *L = d->L;
+
+    if (narr > INT_MAX || nrec > INT_MAX || narr + 2 * nrec > avail(d))
+        return dfail(d, "table size exceeds the input");
+    if (d->depth == SEDA_CODEC_MAX_DEPTH)
+        return dfail(d, "tables nested deeper than 200 levels");
+    /* The entry point made room for the outermost table, key and value;
+     * each nested table needs room for its own key and value. */
+    if (d->depth > 0 && !lua_checkstack(L, 2))
+        return dfail(d, "Lua stack overflow");
+    d->depth++;
+    d->pending += (size_t)(narr + 2 * nrec);
+    lua_createtable(L, (int)narr, (int)nrec);
+    for (lua_Integer i = 1; i <= (lua_Integer)narr; i++) {
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawseti(L, -2, i);
+    }
+    for (uint64_t i = 0; i < nrec; i++) {
+        d->pending--;
+        /* lua_rawset would raise on a nil or NaN key: refuse them from
+         * the bytes, before anything is pushed. */
+        if (avail(d) >= 1 && d->p[0] == TAG_NIL)
+            return dfail(d, "table key is nil");
+        if (avail(d) >= 9 && d->p[0] == TAG_FLOAT &&
+            (ld64(d->p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
+            return dfail(d, "table key is NaN");
+        if (dec_value(d) != 0)
+            return -1;
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawset(L, -3);
+    }
+    d->depth--;
+    return 0;
+}
+
+/* Decodes one value and pushes it.  Returns 0, or -1 with the message set
+ * (and possibly partial values left on the stack for the caller to drop). */
+static int dec_value(struct dec *d)
+{
+    lua_State *L = d->L;
+
+    if (avail(d) < 1)
+        return dfail(d, "truncated input");
+    const unsigned char *p = d->p;
+    unsigned tag = *p;
+    uint64_t n;
+    size_t w;
+
+    if (tag >= TAG_FIXINT) {
+        lua_pushinteger(L, (lua_Integer)tag - 0x80);
+        d->p++;
+        return 0;
+    }
+    if (tag >= TAG_FIXSTR && tag <= TAG_FIXSTR + FIXSTR_MAX) {
+        n = tag - TAG_FIXSTR;
+        if (n > avail(d) - 1)
+            return dfail(d, "truncated string");
+        lua_pushlstring(L, (const char *)p + 1, (size_t)n);
+        d->p += 1 + n;
+        return 0;
+    }
+    switch (tag) {
+    case TAG_NIL:
+        lua_pushnil(L);
+        break;
+    case TAG_FALSE:
+    case TAG_TRUE:
+        lua_pushboolean(L, tag == TAG_TRUE);
+        break;
+    case TAG_FLOAT: {
+        if (avail(d) < 9)
+            return dfail(d, "truncated float");
+        uint64_t u = ld64(p + 1);
+        double v;
+        memcpy(&v, &u, sizeof v);
+        lua_pushnumber(L, (lua_Number)v);
+        d->p += 9;
+        return 0;
+    }
+    case TAG_INT8:
+    case TAG_INT8 + 1:
+    case TAG_INT8 + 2:
+    case TAG_INT8 + 3: {
+        w = (size_t)1 << (tag - TAG_INT8);
+        if (avail(d) < 1 + w)
+            return dfail(d, "truncated integer");
+        int64_t v;
+        switch (w) {
+        case 1: v = (int8_t)p[1]; break;
+        case 2: v = (int16_t)(uint16_t)ld16(p + 1); break;
+        case 4: v = (int32_t)(uint32_t)ld32(p + 1); break;
+        default: v = (int64_t)ld64(p + 1); break;
+        }
+        lua_pushinteger(L, (lua_Integer)v);
+        d->p += 1 + w;
+        return 0;
+    }
+    case TAG_STR8:
+    case TAG_STR8 + 1:
+    case TAG_STR8 + 2:
+    case TAG_STR8 + 3:
+        w = (size_t)1 << (tag - TAG_STR8);
+        if (avail(d) < 1 + w)
+            return dfail(d, "truncated string length");
+        n = w == 1 ? p[1] : w == 2 ? ld16(p + 1)
+            : w == 4 ? ld32(p + 1) : ld64(p + 1);
+        if (n > avail(d) - 1 - w)
+            return dfail(d, "string length exceeds the input");
+        lua_pushlstring(L, (const char *)p + 1 + w, (size_t)n);
+        d->p += 1 + w + n;
+        return 0;
+    case TAG_TBL8:
+        if (avail(d) < 3)
+            return dfail(d, "truncated table header");
+        d->p += 3;
+        return dec_table(d, p[1], p[2]);
+    case TAG_TBL32:
+        if (avail(d) < 9)
+            return dfail(d, "truncated table header");
+        d->p += 9;
+        return dec_table(d, ld32(p + 1), ld32(p + 5));
+    default: {
+        char what[32];
+        snprintf(what, sizeof what, "invalid tag 0x%02x", tag);
+        return dfail(d, what);
+    }
+    }
+    d->p++;
+    return 0;
+}
+
+int seda__codec_decode(lua_State *L, const void *p, size_t len,
+                       char *err, size_t errlen)
+{
+    struct dec d;
+    int top = lua_gettop(L);
+
+    d.L = L;
+    d.start = p;
+    d.p = p;
+    d.end = len > 0 ? d.p + len : d.p; /* no arithmetic on a NULL p */
+    d.pending = 0;
+    d.depth = 0;
+    d.err = err;
+    d.errlen = errlen;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (!lua_checkstack(L, 3)) {
+        dfail(&d, "Lua stack overflow");
+        return -1;
+    }
+    if (dec_value(&d) != 0) {
+        lua_settop(L, top);
+        return -1;
+    }
+    if (d.p != d.end) {
+        lua_settop(L, top);
+        dfail(&d, "trailing bytes after the value");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lcodec.h -- the payload codec: Lua values to bytes and back (SPEC.md §6).
+ *
+ * Payloads cross lua_States as bytes.  seda__codec_encode() turns a plain
+ * data value (nil, boolean, number, string, or a tree of tables of those)
+ * into a compact, self-delimiting byte string; seda__codec_decode() turns
+ * such bytes back into a fresh value in any lua_State.  The wire format is
+ * described in the header of lcodec.c.
+ *
+ * DESIGN
+ *   - Both functions work on one lua_State owned by the calling thread
+ *     (STYLE.md §5); they hold no locks and keep no global state, so any
+ *     number of threads may call them on different states concurrently.
+ *   - The encoder never raises a Lua error: it uses raw access only (no
+ *     metamethods) and reports failures through a return code and a message
+ *     that names the offending path ("payload.items[3].cb: ...").
+ *   - The decoder trusts nothing: every length and count is checked against
+ *     the bytes that remain before anything is allocated.
+ */
+#ifndef SEDA_LCODEC_H
+#define SEDA_LCODEC_H
+
+#include <lua.h>
+#include <stddef.h>
+
+#ifndef SEDA__API
+#define SEDA__API __attribute__((visibility("hidden")))
+#endif
+
+/* The deepest table nesting either direction accepts.  A table that holds
+ * no tables is one level. */
+#define SEDA_CODEC_MAX_DEPTH 200
+
+/* A growable output buffer, reused by the caller across encodes. */
+typedef struct seda_wbuf {
+    unsigned char *p; /* malloc'd storage, NULL when cap is 0 */
+    size_t len;       /* bytes in use */
+    size_t cap;       /* bytes allocated */
+} seda_wbuf;
+
+/* Frees b->p and zeroes *b.  Accepts NULL and an all-zero buffer.  Cannot
+ * fail. */
+SEDA__API void seda__wbuf_free(seda_wbuf *b);
+
+/* Encodes the Lua value at stack index idx and appends the bytes to b.
+ * b->len is not reset: set it to 0 first to reuse the buffer.  The buffer
+ * grows by doubling (malloc/realloc); the caller owns it and frees it with
+ * seda__wbuf_free().
+ *
+ * Returns 0 on success.  Returns -1 when the value holds a function,
+ * userdata, thread, cyclic table, or nests deeper than
+ * SEDA_CODEC_MAX_DEPTH, or when growing b runs out of memory ("out of
+ * memory"); then err receives a NUL-terminated message (truncated to
+ * errlen) whose path is rooted at `root`, e.g.
+ * "payload.items[3].cb: cannot encode a function", and b->len is restored
+ * to its value on entry.  err may be NULL when errlen is 0.  Path steps:
+ * `.name` for identifier keys, `["odd key"]` (escaped, cut after 32
+ * bytes), `[3]`, `[1.5]`, `[true]`, `[{...}]` after a table key and
+ * `{key}` inside one; a bad key itself reads
+ * "payload.a: cannot encode a function as a table key".
+ *
+ * Never raises a Lua error and never calls a metamethod.  The Lua stack is
+ * the same on return as on entry.  Any thread that owns L. */
+SEDA__API int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
+                                 const char *root, char *err, size_t errlen);
+
+/* Decodes exactly one value from p[0..len) and pushes it on L's stack.
+ *
+ * Returns 0 after pushing the value.  Returns -1 and pushes nothing when
+ * the bytes are malformed, truncated, followed by trailing bytes, nested
+ * deeper than SEDA_CODEC_MAX_DEPTH, or otherwise hostile; then err receives
+ * a NUL-terminated message (truncated to errlen).  p is borrowed and only
+ * read within [p, p + len).
+ *
+ * A claimed length or element count larger than the remaining input could
+ * justify is rejected before anything is allocated, so the memory used is
+ * proportional to len.  May raise a Lua memory error (it creates Lua
+ * strings and tables); raises nothing else.  Any thread that owns L. */
+SEDA__API int seda__codec_decode(lua_State *L, const void *p, size_t len,
+                                 char *err, size_t errlen);
+
+#endif /* SEDA_LCODEC_H */
