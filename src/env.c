@@ -382,7 +382,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     e->inl_cap = inl;
     e->seq = next_id();
     e->attempts = 1;
-    e->ts = seda__now_ns();
+    e->ts = seda__clock_ns();
     if (len <= inl) {
         e->payload = e->inl;
     } else if (!(e->payload = seda__malloc(len))) {

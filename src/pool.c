@@ -17,6 +17,7 @@
  *   and handlers can reach their per-worker data (the Lua state).
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "pool.h"
@@ -68,7 +69,7 @@ struct seda_pool {
  * kernel wake-up costs microseconds on a VM; a stage whose producer is a
  * little slower than its consumer would otherwise pay one per batch.  The
  * spin is bounded: an idle pool sleeps after this. */
-#define SPIN_NS 50000
+#define SPIN_NS 20000
 
 static inline void cpu_relax(void)
 {
@@ -96,8 +97,11 @@ static void spin_for_work(struct seda_pool *p)
         if (atomic_load_explicit(&p->pending, memory_order_acquire) ||
             atomic_load_explicit(&p->stopping, memory_order_acquire))
             break;
-        cpu_relax();
-        if ((i & 63) == 0 && seda__now_ns() >= end)
+        if (i < 64)
+            cpu_relax();
+        else
+            sched_yield();              /* let a runnable thread have it */
+        if ((i & 15) == 0 && seda__now_ns() >= end)
             break;
     }
     atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
@@ -284,6 +288,12 @@ void seda__pool_free(struct seda_pool *p)
 }
 
 int seda__pool_size(const struct seda_pool *p) { return p->n; }
+
+unsigned seda__pool_pending(const struct seda_pool *p)
+{
+    return atomic_load_explicit(&((struct seda_pool *)p)->pending,
+                                memory_order_relaxed);
+}
 
 void *seda__pool_current_owner(void)
 {

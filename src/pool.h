@@ -49,6 +49,9 @@ SEDA__API void seda__pool_free(struct seda_pool *p);
 
 SEDA__API int seda__pool_size(const struct seda_pool *p);
 
+/* Tasks queued and not yet taken (relaxed; a hint for lingering drains). */
+SEDA__API unsigned seda__pool_pending(const struct seda_pool *p);
+
 /* The owner tag of the pool whose worker is calling, or NULL off-pool. */
 SEDA__API void *seda__pool_current_owner(void);
 

@@ -49,6 +49,10 @@ static inline int64_t seda__now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* Timestamp clock in ns (TSC-backed when reliable, else the monotonic
+ * clock); what seda_now() reads.  Not for deadlines. */
+SEDA__API int64_t seda__clock_ns(void);
+
 /* Deadline in monotonic ns for a timeout in seconds; < 0 means never
  * (INT64_MAX). */
 SEDA__API int64_t seda__deadline(double timeout);

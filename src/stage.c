@@ -23,6 +23,7 @@
  *   Invariant: the queue is non-empty only while running > 0 (until the
  *   pool is stopped, after which the bus sweeps it).
  */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -100,6 +101,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
+    atomic_init(&st->depth_hint, 0);
     seda__mutex_init(&st->mu);
     seda__mutex_init(&st->report_mu);
     *out = st;
@@ -266,6 +268,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     SEDA__ASSERT_HELD(&st->mu);
     env->at = st;
     seda__queue_push(&st->q, env);
+    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                          memory_order_relaxed);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -311,6 +315,8 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_EDROPPED;
     case SEDA_POLICY_DROP_OLDEST: {
         seda_env_t *old = seda__queue_pop(&st->q);
+        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                              memory_order_relaxed);
         st->c.dropped++;
         if (old && !(old->flags & ENV_DEAD))
             st->c.it_lost++;
@@ -442,9 +448,62 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
     return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
 }
 
-static void drain(void *arg)
+/* How long a drain task that emptied its queue watches for more before
+ * giving its permit back.  A producer a little slower than its consumer
+ * would otherwise make every envelope pay a pool round trip and often a
+ * kernel wake-up.  Bounded, and it yields the core after a short spin, so
+ * an idle stage still costs nothing and a busy machine loses little. */
+#define LINGER_NS 20000
+#define GATHER_NS 2000
+
+static inline void cpu_relax(void)
 {
-    struct seda_stage_s *st = arg;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Watch for new work (no lock held).  True when some arrived. */
+static bool linger(struct seda_stage_s *st)
+{
+    struct seda_bus_s *b = st->bus;
+    int64_t end = seda__now_ns() + LINGER_NS;
+    for (unsigned i = 1;; i++) {
+        /* Relaxed: a hint only; the caller re-checks under the lock. */
+        unsigned depth = atomic_load_explicit(&st->depth_hint,
+                                              memory_order_relaxed);
+        if (depth) {
+            /* Let a few more arrive (at most GATHER_NS) so the producer
+             * and this task do not trade the lock for every envelope. */
+            int64_t until = seda__clock_ns() + GATHER_NS;
+            unsigned want = (unsigned)b->batch / 2;
+            for (unsigned k = 1; depth < want; k++) {
+                cpu_relax();
+                if ((k & 7) == 0 && seda__clock_ns() >= until)
+                    break;
+                depth = atomic_load_explicit(&st->depth_hint,
+                                             memory_order_relaxed);
+            }
+            return true;
+        }
+        if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
+            seda__pool_pending(b->pool))
+            return false;
+        if (i < 64)
+            cpu_relax();
+        else
+            sched_yield();
+        if ((i & 15) == 0 && seda__now_ns() >= end)
+            return false;
+    }
+}
+
+/* Take one batch, deliver it, fold the results in.  Returns with st->mu
+ * held. */
+static void run_batch(struct seda_stage_s *st)
+{
     struct seda_bus_s *b = st->bus;
     seda_env_t *batch[MAX_BATCH];
     seda_env_t *retry[MAX_BATCH];
@@ -454,6 +513,8 @@ static void drain(void *arg)
     seda__mutex_lock(&st->mu);
     int n = (int)seda__queue_pop_many(&st->q, (void **)batch,
                                       (uint32_t)b->batch);
+    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                          memory_order_relaxed);
     st->in_flight += n;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);
@@ -481,7 +542,6 @@ static void drain(void *arg)
         }
     }
 
-    bool again, idle = false;
     seda__mutex_lock(&st->mu);
     /* Interrupted by stop: the rest go back first, then the retries, both
      * in their original order. */
@@ -489,19 +549,42 @@ static void drain(void *arg)
         seda__queue_push_front(&st->q, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
         seda__queue_push_front(&st->q, retry[k]);
+    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                          memory_order_relaxed);
     st->in_flight -= n;
     seda__counters_fold(&st->c, &tally);
-    again = seda__queue_count(&st->q) > 0 &&
-            !atomic_load_explicit(&b->stopping, memory_order_acquire);
-    if (!again) {
+}
+
+static void drain(void *arg)
+{
+    struct seda_stage_s *st = arg;
+    struct seda_bus_s *b = st->bus;
+    for (;;) {
+        run_batch(st);                  /* returns holding st->mu */
+        bool stopping = atomic_load_explicit(&b->stopping,
+                                             memory_order_acquire);
+        if (seda__queue_count(&st->q) > 0 && !stopping) {
+            /* Keep the permit, go to the back of the pool's queue. */
+            seda__mutex_unlock(&st->mu);
+            schedule(st);
+            return;
+        }
+        if (!stopping) {
+            seda__mutex_unlock(&st->mu);
+            bool more = linger(st);
+            seda__mutex_lock(&st->mu);
+            if (more || seda__queue_count(&st->q) > 0) {
+                seda__mutex_unlock(&st->mu);
+                continue;
+            }
+        }
         st->running--;
-        idle = st->running == 0 && seda__queue_count(&st->q) == 0;
+        bool idle = st->running == 0 && seda__queue_count(&st->q) == 0;
+        seda__mutex_unlock(&st->mu);
+        if (idle)
+            seda__bus_idle_notify(b);
+        return;
     }
-    seda__mutex_unlock(&st->mu);
-    if (again)
-        schedule(st);
-    else if (idle)
-        seda__bus_idle_notify(b);
 }
 
 /* ---- shutdown helpers ---- */
@@ -513,6 +596,8 @@ int seda__stage_sweep(struct seda_stage_s *st)
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
         uint32_t n = seda__queue_pop_many(&st->q, (void **)chunk, 64);
+        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                              memory_order_relaxed);
         for (uint32_t k = 0; k < n; k++) {
             st->c.dropped++;
             if (!(chunk[k]->flags & ENV_DEAD))

@@ -69,6 +69,9 @@ struct seda_stage_s {
     int running;                /* drain tasks queued or running; mu */
     int in_flight;              /* taken by drain tasks; guarded by mu */
     int waiters;                /* publishers waiting for room; mu */
+    atomic_uint depth_hint;     /* queue count, stored (relaxed) under mu
+                                   at every change; read without mu by a
+                                   lingering drain task as a hint only */
     struct stage_counters c;    /* guarded by mu */
 
     seda__mutex_t report_mu;
