@@ -177,6 +177,14 @@ bool seda_bus_closed(const seda_bus_t *bus);
 /* Number of pool threads.  Any thread; cannot fail. */
 int seda_bus_workers(const seda_bus_t *bus);
 
+/* Grow or shrink the pool to n threads (1..1024) while the bus runs; no
+ * envelope is lost (a retiring worker finishes its current task first, its
+ * stop hook runs on it).  Returns 0, SEDA_EINVAL, SEDA_ENOMEM, -EAGAIN
+ * (some threads could not start; the pool keeps those that did) or
+ * SEDA_ECLOSED after shutdown.  Blocks while retiring workers finish.  Must
+ * not be called from a worker of this bus. */
+int seda_bus_set_workers(seda_bus_t *bus, int n);
+
 /* ---- stages ---- */
 
 typedef struct seda_stage_opts {
@@ -218,6 +226,16 @@ double seda_stage_handler_timeout(const seda_stage_t *st);
  * SEDA_MAX_CONSUMERS, SEDA_EINVAL for a NULL fn.  May be called while the
  * bus runs: envelopes drained afterwards see it.  Any thread. */
 int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud);
+
+/* Change a running stage: capacity and concurrency (> 0) and policy
+ * (enum seda_policy); a value < 0 (or 0 for the counts) leaves that setting
+ * unchanged.  Growing takes effect at once (waiting publishers are woken,
+ * extra drain tasks scheduled); shrinking never drops queued envelopes: a
+ * queue above the new capacity refuses admissions until it drains below
+ * it, and surplus drain tasks finish their batch.  Returns 0, SEDA_EINVAL
+ * (nothing changed, err names the field) or SEDA_ENOMEM.  Any thread. */
+int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
+                    int policy, char *err, size_t errlen);
 
 /* Pointer slot for whoever drives the stage (the Lua layer keeps its
  * handler table here).  Set it before publishing.  Any thread. */

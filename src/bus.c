@@ -214,7 +214,19 @@ void seda_bus_free(seda_bus_t *b)
     seda__free(b);
 }
 
-int seda_bus_workers(const seda_bus_t *b) { return b->workers; }
+int seda_bus_workers(const seda_bus_t *b)
+{
+    return seda__pool_size(b->pool);
+}
+
+int seda_bus_set_workers(seda_bus_t *b, int n)
+{
+    if (seda__pool_current_owner() == b)
+        return SEDA_EINVAL;
+    if (atomic_load_explicit(&b->stopping, memory_order_acquire))
+        return SEDA_ECLOSED;
+    return seda__pool_resize(b->pool, n);
+}
 
 void seda_bus_pause(seda_bus_t *b)
 {
@@ -577,7 +589,7 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     }
     uint64_t ended = out->completed + out->dead_lettered + out->dropped;
     out->in_system = out->accepted > ended ? out->accepted - ended : 0;
-    out->workers = b->workers;
+    out->workers = seda__pool_size(b->pool);
     out->stages = r->n;
     out->paused = seda_bus_paused(b);
     out->closed = seda_bus_closed(b);

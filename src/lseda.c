@@ -1378,7 +1378,105 @@ static int l_poll_all(lua_State *L)
     return 1;
 }
 
+static const char *const tune_keys[] = {
+    "capacity", "concurrency", "policy", NULL
+};
+
+/* bus:tune(stage, {capacity=, concurrency=, policy=}) -> true; misuse
+ * raises naming the stage and field. */
+static int l_bus_tune(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    const char *name = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, name);
+    if (!st)
+        return luaL_error(L, "tune: no such stage '%s'", name);
+    check_keys(L, 3, tune_keys, "tune");
+    int cap = opt_int(L, 3, name, "capacity", 0);
+    int conc = opt_int(L, 3, name, "concurrency", 0);
+    int pol = -1;
+    lua_getfield(L, 3, "policy");
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_policy_parse(p) < 0)
+            return luaL_error(L, "stage '%s': policy must be one of block, "
+                              "reject, drop_newest, drop_oldest (got %s)",
+                              name, p ? p : luaL_typename(L, -1));
+        pol = seda_policy_parse(p);
+    }
+    char err[256];
+    if (seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0)
+        return luaL_error(L, "%s", err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* bus:workers([n]) -> the pool size after the change. */
+static int l_bus_workers(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    if (!lua_isnoneornil(L, 2)) {
+        int isint;
+        lua_Integer n = lua_tointegerx(L, 2, &isint);
+        if (!isint || n < 1 || n > 1024)
+            return luaL_error(L, "workers: n must be an integer in 1..1024");
+        int rc = seda_bus_set_workers(u->lb->bus, (int)n);
+        if (rc)
+            return luaL_error(L, "workers: %s", seda_strerror(rc));
+    }
+    lua_pushinteger(L, seda_bus_workers(u->lb->bus));
+    return 1;
+}
+
+/* seda.buses(): the live bus objects (created and not yet shut down). */
+static int l_buses(lua_State *L)
+{
+    lua_newtable(L);
+    int n = 0;
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, -4, ++n);
+    }
+    lua_pop(L, 1);
+    return 1;
+}
+
+/* bus:handler_files() -> { stage = { path, ... } } (files only). */
+static int l_bus_handler_files(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    struct lbus *lb = u->lb;
+    lua_newtable(L);
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        lua_newtable(L);
+        int k = 0;
+        for (int j = 0; j < ls->nsrc; j++) {
+            /* Only the main thread (this one) replaces src, so the string
+             * stays valid across lua_pushstring without holding ls->mu. */
+            if (ls->src[j].path) {
+                lua_pushstring(L, ls->src[j].path);
+                lua_rawseti(L, -2, ++k);
+            }
+        }
+        lua_setfield(L, -2, seda_stage_name(ls->st));
+    }
+    return 1;
+}
+
 static const luaL_Reg bus_methods[] = {
+    { "handler_files", l_bus_handler_files },
+    { "tune", l_bus_tune },
+    { "workers", l_bus_workers },
     { "stage", l_bus_stage },
     { "publish", l_bus_publish },
     { "publish_many", l_bus_publish_many },
@@ -1395,6 +1493,7 @@ static const luaL_Reg bus_methods[] = {
 
 static const luaL_Reg module_funcs[] = {
     { "bus", l_bus_new },
+    { "buses", l_buses },
     { "now", l_now },
     { "encode", l_encode },
     { "decode", l_decode },

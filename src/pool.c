@@ -35,8 +35,10 @@ struct worker {
 
 /*
  * Locking:
- *   mu guards: ring, mask, head, count, idle.
- *   Immutable after seda__pool_new: n, workers, start, stop, ud, owner.
+ *   mu guards: ring, mask, head, count, idle, target.
+ *   resize_mu guards workers, cap, joined (resize and stop hold it; it is
+ *   taken before mu).
+ *   Immutable after seda__pool_new: start, stop, ud, owner.
  *   Atomic: stopping (release in stop / acquire in readers).
  *   Lock order: stage->mu may be held when taking pool->mu, never the
  *   reverse.
@@ -56,9 +58,14 @@ struct seda_pool {
     atomic_int spinning;        /* workers spinning before sleep (relaxed;
                                    the decision is re-checked under mu) */
     atomic_bool stopping;       /* release/acquire, see pool.h */
-    bool joined;                /* only the stopping thread touches it */
-    int n;                      /* thread count */
-    struct worker *workers;     /* n entries */
+    bool joined;                /* guarded by resize_mu */
+    seda__mutex_t resize_mu;    /* serialises resize and stop; outermost */
+    atomic_int n;               /* running threads: written under mu and
+                                   resize_mu, read relaxed for stats */
+    int target;                 /* workers with index >= target exit;
+                                   guarded by mu */
+    struct worker **workers;    /* cap entries; guarded by resize_mu */
+    int cap;                    /* guarded by resize_mu */
     seda_worker_start_fn start;
     seda_worker_stop_fn stop;
     void *ud;
@@ -119,19 +126,20 @@ static void *worker_main(void *arg)
 
     seda__mutex_lock(&p->mu);
     for (;;) {
-        if (p->count == 0 &&
+        if (p->count == 0 && w->index < p->target &&
             !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
             seda__mutex_unlock(&p->mu);
             spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
-        while (p->count == 0 &&
+        while (p->count == 0 && w->index < p->target &&
                !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
             p->idle++;
             seda__cond_wait(&p->cv, &p->mu, INT64_MAX);
             p->idle--;
         }
-        if (atomic_load_explicit(&p->stopping, memory_order_acquire))
+        if (atomic_load_explicit(&p->stopping, memory_order_acquire) ||
+            w->index >= p->target)
             break;
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
@@ -154,6 +162,57 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Start workers [from, to).  resize_mu held.  Returns 0 or -EAGAIN /
+ * SEDA_ENOMEM; on failure the workers started so far keep running and n
+ * says how many there are. */
+static int start_workers(struct seda_pool *p, int from, int to)
+{
+    if (to > p->cap) {
+        struct worker **w = seda__realloc(p->workers,
+                                          sizeof *w * (size_t)to);
+        if (!w)
+            return SEDA_ENOMEM;
+        p->workers = w;
+        p->cap = to;
+    }
+    for (int i = from; i < to; i++) {
+        struct worker *w = seda__calloc(1, sizeof *w);
+        if (!w)
+            return SEDA_ENOMEM;
+        w->pool = p;
+        w->index = i;
+        seda__mutex_lock(&p->mu);
+        p->target = i + 1;
+        seda__mutex_unlock(&p->mu);
+        if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            seda__free(w);
+            seda__mutex_lock(&p->mu);
+            p->target = i;
+            seda__mutex_unlock(&p->mu);
+            return -EAGAIN;
+        }
+        p->workers[i] = w;
+        atomic_store_explicit(&p->n, i + 1, memory_order_relaxed);
+    }
+    return 0;
+}
+
+/* Stop and join workers [to, n).  resize_mu held. */
+static void stop_workers(struct seda_pool *p, int to)
+{
+    int n = atomic_load_explicit(&p->n, memory_order_relaxed);
+    seda__mutex_lock(&p->mu);
+    p->target = to;
+    pthread_cond_broadcast(&p->cv);
+    seda__mutex_unlock(&p->mu);
+    for (int i = n - 1; i >= to; i--) {
+        pthread_join(p->workers[i]->tid, NULL);
+        seda__free(p->workers[i]);
+        p->workers[i] = NULL;
+        atomic_store_explicit(&p->n, i, memory_order_relaxed);
+    }
+}
+
 int seda__pool_new(int n, seda_worker_start_fn start,
                    seda_worker_stop_fn stop, void *ud, void *owner,
                    struct seda_pool **out)
@@ -163,20 +222,18 @@ int seda__pool_new(int n, seda_worker_start_fn start,
     struct seda_pool *p = seda__calloc(1, sizeof *p);
     if (!p)
         return SEDA_ENOMEM;
-    p->workers = seda__calloc((size_t)n, sizeof *p->workers);
     p->ring = seda__malloc(sizeof *p->ring * 16);
-    if (!p->workers || !p->ring) {
-        seda__free(p->workers);
-        seda__free(p->ring);
+    if (!p->ring) {
         seda__free(p);
         return SEDA_ENOMEM;
     }
     p->mask = 15;
     seda__mutex_init(&p->mu);
+    seda__mutex_init(&p->resize_mu);
     int rc = seda__cond_init(&p->cv);
     if (rc) {
         seda__mutex_destroy(&p->mu);
-        seda__free(p->workers);
+        seda__mutex_destroy(&p->resize_mu);
         seda__free(p->ring);
         seda__free(p);
         return rc;
@@ -184,24 +241,39 @@ int seda__pool_new(int n, seda_worker_start_fn start,
     atomic_init(&p->stopping, false);
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
+    atomic_init(&p->n, 0);
     p->start = start;
     p->stop = stop;
     p->ud = ud;
     p->owner = owner;
-    for (int i = 0; i < n; i++) {
-        p->workers[i].pool = p;
-        p->workers[i].index = i;
-        rc = pthread_create(&p->workers[i].tid, NULL, worker_main,
-                            &p->workers[i]);
-        if (rc) {
-            p->n = i;           /* unwind the ones already running */
-            seda__pool_free(p);
-            return -EAGAIN;
-        }
+    seda__mutex_lock(&p->resize_mu);
+    rc = start_workers(p, 0, n);
+    seda__mutex_unlock(&p->resize_mu);
+    if (rc) {
+        seda__pool_free(p);             /* unwinds the ones running */
+        return rc;
     }
-    p->n = n;
     *out = p;
     return 0;
+}
+
+int seda__pool_resize(struct seda_pool *p, int n)
+{
+    if (n <= 0 || n > 1024)
+        return SEDA_EINVAL;
+    seda__mutex_lock(&p->resize_mu);
+    int rc = 0;
+    if (p->joined) {
+        rc = SEDA_ECLOSED;
+    } else {
+        int cur = atomic_load_explicit(&p->n, memory_order_relaxed);
+        if (n > cur)
+            rc = start_workers(p, cur, n);
+        else if (n < cur)
+            stop_workers(p, n);
+    }
+    seda__mutex_unlock(&p->resize_mu);
+    return rc;
 }
 
 int seda__pool_reserve(struct seda_pool *p, int more)
@@ -253,17 +325,20 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
 
 void seda__pool_stop(struct seda_pool *p)
 {
+    seda__mutex_lock(&p->resize_mu);
     seda__mutex_lock(&p->mu);
     /* Release: pairs with the acquire loads in worker_main and drain tasks;
      * everything done before stop is visible to a worker that sees it. */
     atomic_store_explicit(&p->stopping, true, memory_order_release);
     pthread_cond_broadcast(&p->cv);
     seda__mutex_unlock(&p->mu);
-    if (p->joined)
+    if (p->joined) {
+        seda__mutex_unlock(&p->resize_mu);
         return;
-    for (int i = 0; i < p->n; i++)
-        pthread_join(p->workers[i].tid, NULL);
+    }
+    stop_workers(p, 0);
     p->joined = true;
+    seda__mutex_unlock(&p->resize_mu);
     seda__mutex_lock(&p->mu);
     p->count = 0;               /* discarded; the bus sweeps the stages */
     atomic_store_explicit(&p->pending, 0, memory_order_relaxed);
@@ -282,12 +357,17 @@ void seda__pool_free(struct seda_pool *p)
     seda__pool_stop(p);
     pthread_cond_destroy(&p->cv);
     seda__mutex_destroy(&p->mu);
+    seda__mutex_destroy(&p->resize_mu);
     seda__free(p->ring);
     seda__free(p->workers);
     seda__free(p);
 }
 
-int seda__pool_size(const struct seda_pool *p) { return p->n; }
+int seda__pool_size(const struct seda_pool *p)
+{
+    return atomic_load_explicit(&((struct seda_pool *)p)->n,
+                                memory_order_relaxed);
+}
 
 unsigned seda__pool_pending(const struct seda_pool *p)
 {

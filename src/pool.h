@@ -25,6 +25,12 @@ SEDA__API int seda__pool_new(int n, seda_worker_start_fn start,
                              seda_worker_stop_fn stop, void *ud, void *owner,
                              struct seda_pool **out);
 
+/* Grow or shrink to n threads (1..1024).  Shrinking lets each retiring
+ * worker finish its current task, then joins it (its stop hook runs).
+ * Returns 0, SEDA_EINVAL, SEDA_ENOMEM or -EAGAIN (some threads may have
+ * started), SEDA_ECLOSED after stop.  Must not be called from a worker. */
+SEDA__API int seda__pool_resize(struct seda_pool *p, int n);
+
 /* Make room for `more` additional outstanding tasks.  Returns 0 or
  * SEDA_ENOMEM (nothing changed).  Takes pool->mu. */
 SEDA__API int seda__pool_reserve(struct seda_pool *p, int more);

@@ -130,6 +130,8 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__free(st);
 }
 
+static void schedule(struct seda_stage_s *st);
+
 /* ---- public accessors ---- */
 
 const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
@@ -155,6 +157,56 @@ int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
     atomic_store_explicit(&st->nconsumers, n + 1, memory_order_release);
     seda__mutex_unlock(&st->mu);
     return n;
+}
+
+int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
+                    int policy, char *err, size_t errlen)
+{
+    const char *nm = st->name;
+    if (capacity > (1 << 26))
+        FAIL("stage '%s': capacity must be <= %d (got %d)", nm, 1 << 26,
+             capacity);
+    if (concurrency > 4096)
+        FAIL("stage '%s': concurrency must be <= 4096 (got %d)", nm,
+             concurrency);
+    if (policy >= 0 && !seda_policy_name(policy))
+        FAIL("stage '%s': unknown policy (%d)", nm, policy);
+    struct seda_bus_s *b = st->bus;
+    int nsched = 0;
+    seda__mutex_lock(&st->mu);
+    int cap = capacity > 0 ? capacity : st->capacity;
+    int conc = concurrency > 0 ? concurrency : st->concurrency;
+    uint64_t slots = (uint64_t)cap + (uint64_t)conc * (uint64_t)b->batch;
+    /* The ring must also hold what is queued now plus what is in flight
+     * (a shrink below the current depth keeps everything). */
+    uint64_t need = seda__queue_count(&st->q) + (uint64_t)st->in_flight +
+                    (uint64_t)conc * (uint64_t)b->batch;
+    if (need > slots)
+        slots = need;
+    int rc = seda__queue_reserve(&st->q, (uint32_t)slots);
+    if (rc == 0 && conc > st->concurrency)
+        rc = seda__pool_reserve(b->pool, conc - st->concurrency);
+    if (rc == 0) {
+        st->capacity = cap;
+        st->concurrency = conc;
+        if (policy >= 0)
+            st->policy = policy;
+        while (st->running < st->concurrency &&
+               (uint32_t)st->running < seda__queue_count(&st->q)) {
+            st->running++;
+            nsched++;
+        }
+        pthread_cond_broadcast(&st->not_full);
+    }
+    seda__mutex_unlock(&st->mu);
+    if (rc) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': out of memory", nm);
+        return rc;
+    }
+    while (nsched-- > 0)
+        schedule(st);
+    return 0;
 }
 
 void seda_stage_set_userdata(seda_stage_t *st, void *ud)
@@ -629,14 +681,14 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
 {
     memset(out, 0, sizeof *out);
     memcpy(out->name, st->name, sizeof out->name);
-    out->capacity = st->capacity;
-    out->concurrency = st->concurrency;
     out->delivery = st->delivery;
-    out->policy = st->policy;
     out->max_attempts = st->max_attempts;
     out->consumers = atomic_load_explicit(&st->nconsumers,
                                           memory_order_acquire);
     seda__mutex_lock(&st->mu);
+    out->capacity = st->capacity;
+    out->concurrency = st->concurrency;
+    out->policy = st->policy;
     out->depth = (int)seda__queue_count(&st->q);
     out->in_flight = st->in_flight;
     out->enqueued = st->c.enqueued;

@@ -34,10 +34,10 @@ struct stage_counters {
 
 /*
  * Locking:
- *   mu guards: q, running, in_flight, waiters, c (counters).
- *   Immutable after seda_stage_add: bus, name, dead_letter, capacity,
- *   concurrency, delivery, policy, max_attempts, publish_timeout,
- *   handler_timeout, index.
+ *   mu guards: q, running, in_flight, waiters, c (counters), and the
+ *   tunables capacity, concurrency, policy (seda_stage_tune).
+ *   Immutable after seda_stage_add: bus, name, dead_letter, delivery,
+ *   max_attempts, publish_timeout, handler_timeout, index.
  *   Atomic: nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
  *   robin only); userdata (release/acquire).
@@ -49,10 +49,10 @@ struct seda_stage_s {
     struct seda_bus_s *bus;
     char name[SEDA_NAME_MAX + 1];
     char *dead_letter;          /* owned, or NULL */
-    int capacity;               /* admission bound */
-    int concurrency;            /* permits */
+    int capacity;               /* admission bound; guarded by mu */
+    int concurrency;            /* permits; guarded by mu */
     int delivery;               /* enum seda_delivery */
-    int policy;                 /* enum seda_policy */
+    int policy;                 /* enum seda_policy; guarded by mu */
     int max_attempts;
     double publish_timeout;     /* seconds */
     double handler_timeout;     /* seconds, 0 = none */
