@@ -372,6 +372,12 @@ typedef struct seda_stage_stats {
     uint64_t dead_lettered;    /* dead-lettered from this stage */
     uint64_t errors;           /* errors reported (raised, seda_env_fail) */
     uint64_t completed;        /* itineraries that ended here */
+    double rate;               /* acks per second over the last ~5 s */
+    /* Latency in microseconds from log-bucket histograms (about 3 %
+     * resolution): sojourn = admitted to this stage -> handler start,
+     * service = handler run time. */
+    double sojourn_p50, sojourn_p99, sojourn_p999, sojourn_max;
+    double service_p50, service_p99, service_p999, service_max;
 } seda_stage_stats;
 
 typedef struct seda_bus_stats {

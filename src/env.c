@@ -187,6 +187,15 @@ static void env_release(seda_env_t *e)
     seda__free(e);
 }
 
+/* ---- the extension block ---- */
+
+static struct env_ext *ext_of(seda_env_t *env)
+{
+    if (!env->ext)
+        env->ext = seda__calloc(1, sizeof *env->ext);
+    return env->ext;
+}
+
 /* ---- slip ---- */
 
 /* Build a slip holding front[0..nfront) then the hops of rest (may be NULL),
@@ -223,29 +232,37 @@ static struct env_slip *slip_build(const char *const *front, int nfront,
     return s;
 }
 
+#define SLIP(env) ((env)->ext ? (env)->ext->slip : NULL)
+#define HDRS(env) ((env)->ext ? (env)->ext->hdrs : NULL)
+
 const char *seda__env_slip_pop(seda_env_t *env)
 {
-    if (!env->slip || env->slip->n == 0)
+    struct env_slip *sl = SLIP(env);
+    if (!sl || sl->n == 0)
         return NULL;
-    return env->slip->name[--env->slip->n];
+    return sl->name[--sl->n];
 }
 
 void seda__env_slip_clear(seda_env_t *env)
 {
-    seda__free(env->slip);
-    env->slip = NULL;
+    if (env->ext) {
+        seda__free(env->ext->slip);
+        env->ext->slip = NULL;
+    }
 }
 
 int seda_env_slip_count(const seda_env_t *env)
 {
-    return env->slip ? env->slip->n : 0;
+    struct env_slip *sl = SLIP(env);
+    return sl ? sl->n : 0;
 }
 
 const char *seda_env_slip_at(const seda_env_t *env, int i)
 {
-    if (!env->slip || i < 0 || i >= env->slip->n)
+    struct env_slip *sl = SLIP(env);
+    if (!sl || i < 0 || i >= sl->n)
         return NULL;
-    return env->slip->name[env->slip->n - 1 - i];
+    return sl->name[sl->n - 1 - i];
 }
 
 int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
@@ -257,11 +274,13 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
             return SEDA_EINVAL;
     if (n == 0)
         return 0;
-    struct env_slip *s = slip_build(stages, n, env->slip);
+    if (!ext_of(env))
+        return SEDA_ENOMEM;
+    struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
-    seda__free(env->slip);
-    env->slip = s;
+    seda__free(env->ext->slip);
+    env->ext->slip = s;
     return 0;
 }
 
@@ -280,7 +299,7 @@ static void hdrs_free(struct env_hdrs *h)
 
 const char *seda_env_header(const seda_env_t *env, const char *key)
 {
-    const struct env_hdrs *h = env->hdrs;
+    const struct env_hdrs *h = HDRS(env);
     for (int i = 0; h && i < h->n; i++)
         if (strcmp(h->kv[i].key, key) == 0)
             return h->kv[i].value;
@@ -289,16 +308,18 @@ const char *seda_env_header(const seda_env_t *env, const char *key)
 
 int seda_env_header_count(const seda_env_t *env)
 {
-    return env->hdrs ? env->hdrs->n : 0;
+    const struct env_hdrs *h = HDRS(env);
+    return h ? h->n : 0;
 }
 
 int seda_env_header_at(const seda_env_t *env, int i, const char **key,
                        const char **value)
 {
-    if (!env->hdrs || i < 0 || i >= env->hdrs->n)
+    const struct env_hdrs *h = HDRS(env);
+    if (!h || i < 0 || i >= h->n)
         return SEDA_ERANGE;
-    *key = env->hdrs->kv[i].key;
-    *value = env->hdrs->kv[i].value;
+    *key = h->kv[i].key;
+    *value = h->kv[i].value;
     return 0;
 }
 
@@ -306,7 +327,7 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
 {
     if (!key)
         return SEDA_EINVAL;
-    struct env_hdrs *h = env->hdrs;
+    struct env_hdrs *h = HDRS(env);
     int i = 0;
     while (h && i < h->n && strcmp(h->kv[i].key, key) != 0)
         i++;
@@ -318,6 +339,8 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
         h->kv[i] = h->kv[--h->n];
         return 0;
     }
+    if (!ext_of(env))
+        return SEDA_ENOMEM;
     char *v = seda__strdup(value);
     if (!v)
         return SEDA_ENOMEM;
@@ -343,7 +366,7 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
         if (!h)
             nh->n = 0;
         nh->cap = cap;
-        env->hdrs = h = nh;
+        env->ext->hdrs = h = nh;
     }
     h->kv[h->n++] = (struct env_hdr){ k, v };
     return 0;
@@ -383,6 +406,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     e->seq = next_id();
     e->attempts = 1;
     e->ts = seda__clock_ns();
+    e->enq_ts = e->ts;
     if (len <= inl) {
         e->payload = e->inl;
     } else if (!(e->payload = seda__malloc(len))) {
@@ -396,14 +420,16 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
         e->kind = (uint8_t)opts->kind;
         e->done = opts->done;
         e->done_ud = opts->done_ud;
-        if (opts->sender && !(e->sender = seda__strdup(opts->sender)))
+        if (opts->sender && (!ext_of(e) ||
+                             !(e->ext->sender = seda__strdup(opts->sender))))
             goto oom;
         for (int i = 0; i < opts->nheaders; i++)
             if (seda_env_set_header(e, opts->headers[2 * i],
                                     opts->headers[2 * i + 1]))
                 goto oom;
         if (opts->nslip > 0 &&
-            !(e->slip = slip_build(opts->slip, opts->nslip, NULL)))
+            (!ext_of(e) ||
+             !(e->ext->slip = slip_build(opts->slip, opts->nslip, NULL))))
             goto oom;
     }
     *rc = 0;
@@ -420,9 +446,12 @@ void seda__env_free(seda_env_t *env)
         return;
     if (env->payload != env->inl)
         seda__free(env->payload);
-    seda__free(env->sender);
-    hdrs_free(env->hdrs);
-    seda__free(env->slip);
+    if (env->ext) {
+        seda__free(env->ext->sender);
+        hdrs_free(env->ext->hdrs);
+        seda__free(env->ext->slip);
+        seda__free(env->ext);
+    }
     env_release(env);
 }
 
@@ -441,7 +470,10 @@ const char *seda_env_to(const seda_env_t *env)
     return env->at ? env->at->name : NULL;
 }
 
-const char *seda_env_sender(const seda_env_t *env) { return env->sender; }
+const char *seda_env_sender(const seda_env_t *env)
+{
+    return env->ext ? env->ext->sender : NULL;
+}
 
 seda_stage_t *seda_env_stage(const seda_env_t *env) { return env->at; }
 

@@ -40,12 +40,17 @@ enum {
 
 #define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
 
-struct seda_env_s {
-    struct seda_stage_s *at;    /* stage it is queued at or headed for */
-    uint64_t seq;               /* numeric id */
+/* What most envelopes do not carry, allocated on first use. */
+struct env_ext {
     char *sender;               /* owned, or NULL */
     struct env_hdrs *hdrs;      /* owned, or NULL when none */
     struct env_slip *slip;      /* owned, or NULL when empty */
+};
+
+struct seda_env_s {
+    struct seda_stage_s *at;    /* stage it is queued at or headed for */
+    uint64_t seq;               /* numeric id */
+    struct env_ext *ext;        /* sender, headers, slip; or NULL */
     unsigned char *payload;     /* inl or owned heap bytes */
     uint32_t len;               /* payload length */
     uint32_t inl_cap;           /* bytes available in inl */
@@ -54,7 +59,8 @@ struct seda_env_s {
     uint8_t flags;              /* ENV_* */
     uint32_t pad_;              /* unused */
     uint64_t acked;             /* pub/sub: consumers that acked */
-    int64_t ts;                 /* publish time, monotonic ns */
+    int64_t ts;                 /* publish time, timestamp clock ns */
+    int64_t enq_ts;             /* admitted to the current stage, ns */
     seda_done_fn done;          /* completion callback, or NULL */
     void *done_ud;              /* its argument */
     unsigned char inl[];        /* inline payload storage */

@@ -417,6 +417,20 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     set_int(L, "max_attempts", s.max_attempts);
     lua_pushstring(L, seda_policy_name(s.policy));
     lua_setfield(L, -2, "policy");
+    static const char *const lat[] = {
+        "sojourn_p50", "sojourn_p99", "sojourn_p999", "sojourn_max",
+        "service_p50", "service_p99", "service_p999", "service_max",
+    };
+    const double latv[] = {
+        s.sojourn_p50, s.sojourn_p99, s.sojourn_p999, s.sojourn_max,
+        s.service_p50, s.service_p99, s.service_p999, s.service_max,
+    };
+    for (int i = 0; i < 8; i++) {
+        lua_pushnumber(L, latv[i]);
+        lua_setfield(L, -2, lat[i]);
+    }
+    lua_pushnumber(L, s.rate);
+    lua_setfield(L, -2, "rate");
     lua_pushstring(L, seda_delivery_name(s.delivery));
     lua_setfield(L, -2, "delivery");
     if (ls) {

@@ -319,6 +319,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
 {
     SEDA__ASSERT_HELD(&st->mu);
     env->at = st;
+    if (hop)
+        env->enq_ts = seda__clock_ns();
     seda__queue_push(&st->q, env);
     atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
                           memory_order_relaxed);
@@ -554,11 +556,28 @@ static bool linger(struct seda_stage_s *st)
 
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
  * held. */
+/* Record a rate sample at most every 100 ms (lock held). */
+static void rate_sample(struct seda_stage_s *st, int64_t now)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    int last = (st->rate_head + 63) % 64;
+    if (st->rate_n > 0 && now - st->rate[last].t < 100000000)
+        return;
+    st->rate[st->rate_head].t = now;
+    st->rate[st->rate_head].delivered = st->c.delivered;
+    st->rate_head = (st->rate_head + 1) % 64;
+    if (st->rate_n < 64)
+        st->rate_n++;
+}
+
+/* Take one batch, deliver it, fold the results in.  Returns with st->mu
+ * held. */
 static void run_batch(struct seda_stage_s *st)
 {
     struct seda_bus_s *b = st->bus;
     seda_env_t *batch[MAX_BATCH];
     seda_env_t *retry[MAX_BATCH];
+    int64_t sojourn[MAX_BATCH], service[MAX_BATCH];
     int nretry = 0;
     struct stage_counters tally = { 0 };
 
@@ -572,12 +591,19 @@ static void run_batch(struct seda_stage_s *st)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
 
+    /* One clock read per envelope: a handler's end is the next one's
+     * start (routing in between counts as the next one's sojourn). */
+    int64_t t = seda__clock_ns();
     int i = 0;
     for (; i < n; i++) {
         if (atomic_load_explicit(&b->stopping, memory_order_acquire))
             break;
         seda_env_t *env = batch[i];
+        sojourn[i] = t - env->enq_ts;
         int r = deliver(st, env);
+        int64_t end = seda__clock_ns();
+        service[i] = end - t;
+        t = end;
         if (r == DELIVER_ACK) {
             tally.delivered++;
             seda__bus_route_ack(st, env, &tally);
@@ -587,6 +613,7 @@ static void run_batch(struct seda_stage_s *st)
             tally.nacked++;
             if (env->attempts < st->max_attempts) {
                 env->attempts++;
+                env->enq_ts = end;
                 retry[nretry++] = env;
             } else {
                 seda__bus_dead_letter(st, env, "max_attempts", &tally);
@@ -605,6 +632,14 @@ static void run_batch(struct seda_stage_s *st)
                           memory_order_relaxed);
     st->in_flight -= n;
     seda__counters_fold(&st->c, &tally);
+    for (int k = 0; k < i; k++) {
+        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
+                                                    : 0);
+        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
+                                                    : 0);
+    }
+    if (i > 0)
+        rate_sample(st, t);
 }
 
 static void drain(void *arg)
@@ -698,5 +733,25 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->dead_lettered = st->c.dead_lettered;
     out->errors = st->c.errors;
     out->completed = st->c.completed;
+    out->sojourn_p50 = seda__hist_quantile(&st->sojourn, 0.50) / 1e3;
+    out->sojourn_p99 = seda__hist_quantile(&st->sojourn, 0.99) / 1e3;
+    out->sojourn_p999 = seda__hist_quantile(&st->sojourn, 0.999) / 1e3;
+    out->sojourn_max = (double)st->sojourn.max / 1e3;
+    out->service_p50 = seda__hist_quantile(&st->service, 0.50) / 1e3;
+    out->service_p99 = seda__hist_quantile(&st->service, 0.99) / 1e3;
+    out->service_p999 = seda__hist_quantile(&st->service, 0.999) / 1e3;
+    out->service_max = (double)st->service.max / 1e3;
+    /* Rate over the newest sample and the oldest within 5 s of now. */
+    int64_t now = seda__clock_ns();
+    uint64_t d_now = st->c.delivered;
+    for (int k = st->rate_n; k >= 1; k--) {
+        int idx = (st->rate_head - k + 64) % 64;
+        int64_t dt = now - st->rate[idx].t;
+        if (dt <= 5000000000LL && dt > 0) {
+            out->rate = (double)(d_now - st->rate[idx].delivered) * 1e9 /
+                        (double)dt;
+            break;
+        }
+    }
     seda__mutex_unlock(&st->mu);
 }

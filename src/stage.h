@@ -7,6 +7,7 @@
 #define SEDA_STAGE_H
 
 #include "env.h"
+#include "hist.h"
 #include "queue.h"
 #include "seda_int.h"
 
@@ -73,6 +74,14 @@ struct seda_stage_s {
                                    at every change; read without mu by a
                                    lingering drain task as a hint only */
     struct stage_counters c;    /* guarded by mu */
+    struct seda_hist sojourn;   /* admission -> handler start; mu */
+    struct seda_hist service;   /* handler run time; guarded by mu */
+    struct {
+        int64_t t;              /* clock ns */
+        uint64_t delivered;     /* c.delivered then */
+    } rate[64];                 /* samples >= 100 ms apart; guarded by mu */
+    int rate_n;                 /* samples stored (<= 64); guarded by mu */
+    int rate_head;              /* next slot; guarded by mu */
 
     seda__mutex_t report_mu;
     int64_t report_window;      /* start of the current second; report_mu */
