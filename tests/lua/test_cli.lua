@@ -1,0 +1,246 @@
+-- The seda-lua program (SPEC §7), run as a child process.
+local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
+
+-- The interpreter running this script: the lowest negative arg index.
+local EXE = "build/release/seda-lua"
+if arg then
+  local i = -1
+  while arg[i - 1] do i = i - 1 end
+  if arg[i] then EXE = arg[i] end
+end
+
+local DIR = T.tmpdir()
+local files = {}
+local function script(name, text)
+  local p = T.write(DIR .. "/" .. name, text)
+  files[#files + 1] = p
+  return p
+end
+
+local function q(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- Run a shell command line; returns combined output and exit status.
+local function run(cmdline, stdin)
+  local cmd = cmdline .. " 2>&1"
+  if stdin then
+    local inp = script("stdin_" .. #files .. ".txt", stdin)
+    cmd = cmd .. " < " .. q(inp)
+  else
+    cmd = cmd .. " < /dev/null"
+  end
+  local p = io.popen("(" .. cmd .. "); echo \"<rc=$?>\"")
+  local out = p:read("a")
+  p:close()
+  local rc = tonumber(out:match("<rc=(%d+)>%s*$"))
+  out = out:gsub("<rc=%d+>%s*$", "")
+  return out, rc
+end
+
+local function seda_lua(args, stdin)
+  return run("timeout 20 " .. q(EXE) .. " " .. args, stdin)
+end
+
+T.test("-v prints the version and exits 0", function()
+  local out, rc = seda_lua("-v")
+  T.eq(rc, 0, "exit status")
+  T.ok(out:match("%d+%.%d+%.%d+"), "version number in: " .. out)
+  local out2, rc2 = seda_lua("--version")
+  T.eq(rc2, 0, "--version exit status")
+  T.eq(out2, out, "same output")
+end)
+
+T.test("--help exits 0 and describes usage", function()
+  local out, rc = seda_lua("--help")
+  T.eq(rc, 0, "exit status")
+  T.contains(out, "seda-lua", "names the program")
+  T.contains(out, "--serve", "lists options")
+end)
+
+T.test("an unknown option exits non-zero with a message", function()
+  local out, rc = seda_lua("--no-such-option")
+  T.ne(rc, 0, "exit status")
+  T.contains(out, "no-such-option", "names the option")
+end)
+
+T.test("a missing script file exits non-zero", function()
+  local out, rc = seda_lua(q(DIR .. "/does_not_exist.lua"))
+  T.ne(rc, 0, "exit status")
+  T.contains(out, "does_not_exist.lua", "names the file")
+end)
+
+T.test("a runtime error exits 1 with message and traceback", function()
+  local s = script("rt.lua", "local function f()\n  error('runtime-marker')\nend\nf()\n")
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "runtime-marker", "message")
+  T.contains(out, "rt.lua:2", "file:line")
+  T.contains(out, "stack traceback", "traceback")
+end)
+
+T.test("a syntax error exits 1 with the location", function()
+  local s = script("syn.lua", "print('a')\nlocal = 3\n")
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "syn.lua:2", "file:line")
+  T.ok(not out:find("^a\n"), "nothing ran")
+end)
+
+T.test("a non-string error object still exits 1", function()
+  local s = script("obj.lua", "error(setmetatable({}, {__tostring = function() return 'obj-marker' end}))\n")
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "obj-marker", "uses __tostring")
+  local s2 = script("obj2.lua", "error({})\n")
+  local _, rc2 = seda_lua(q(s2))
+  T.eq(rc2, 1, "table error exit status")
+end)
+
+T.test("-e runs code; before the script", function()
+  local out, rc = seda_lua("-e 'print(1+1)'")
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "2\n", "output")
+  local s = script("after_e.lua", "print(X)\n")
+  out, rc = seda_lua("-e 'X = 41 + 1' " .. q(s))
+  T.eq(rc, 0, "exit status with script")
+  T.eq(out, "42\n", "-e ran first")
+  out, rc = seda_lua("-e 'error(\"e-marker\")'")
+  T.eq(rc, 1, "error in -e exits 1")
+  T.contains(out, "e-marker", "message")
+end)
+
+T.test("arg and ... are set like lua's", function()
+  local s = script("args.lua", [[
+print(arg[0]:match("args%.lua$") ~= nil, arg[1], arg[2], #arg, select("#", ...), ...)
+print(arg[-1] ~= nil)
+]])
+  local out, rc = seda_lua(q(s) .. " one 'two words'")
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "true\tone\ttwo words\t2\t2\tone\ttwo words\ntrue\n", "arg table")
+end)
+
+T.test("a script read from stdin with -", function()
+  local out, rc = seda_lua("- x y", "print('stdin', ...)\n")
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "stdin\tx\ty\n", "output")
+end)
+
+T.test("require 'seda' is preloaded and seda.so-style module works", function()
+  local out, rc = seda_lua("-e 'local s = require \"seda\"; print(type(s.bus), type(s.now), type(s.shared.get))'")
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "function\tfunction\tfunction\n", "module")
+end)
+
+T.test("a script that publishes and returns: every envelope delivered before exit", function()
+  local s = script("nowait.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "slow", concurrency = 2, handler = function(env)
+  local d = seda.now() + 0.002
+  while seda.now() < d do end
+  seda.shared:incr("n", 1)
+end }
+bus:stage{ name = "last", handler = function(env) end }
+local completed = 0
+for i = 1, 200 do
+  bus:publish("slow", i, { slip = { "last" }, on_complete = function()
+    completed = completed + 1
+    if completed == 200 then print("completed " .. completed .. " handled " .. seda.shared:get("n")) end
+  end })
+end
+-- returns without waiting
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "completed 200 handled 200\n", "all delivered and on_complete ran before exit")
+end)
+
+T.test("a script error still shuts the bus down and exits 1 (no hang)", function()
+  local s = script("err_bus.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "s", handler = function() end }
+for i = 1, 10 do bus:publish("s", i) end
+error("after-publish-marker")
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "after-publish-marker", "message")
+end)
+
+T.test("--serve exits 0 after SIGTERM, draining", function()
+  local s = script("serve.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "s", handler = function(env) seda.shared:incr("n", 1) end }
+local done = 0
+for i = 1, 50 do
+  bus:publish("s", i, { on_complete = function()
+    done = done + 1
+    if done == 50 then print("served " .. seda.shared:get("n")); io.stdout:flush() end
+  end })
+end
+print("started"); io.stdout:flush()
+]])
+  local out, rc = run("timeout --preserve-status -s TERM 1 " .. q(EXE) .. " --serve " .. q(s))
+  T.eq(rc, 0, "exit status after SIGTERM (143 means killed by the signal)")
+  T.contains(out, "started", "script ran")
+  T.contains(out, "served 50", "callbacks ran while serving")
+  local out2, rc2 = run("timeout --preserve-status -s INT 1 " .. q(EXE) .. " --serve " .. q(s))
+  T.eq(rc2, 0, "exit status after SIGINT")
+  T.contains(out2, "served 50", "served")
+end)
+
+T.test("--serve keeps running until the signal", function()
+  local s = script("serve2.lua", "print('up')\n")
+  local t0 = require("seda").now()
+  local out, rc = run("timeout --preserve-status -s TERM 1 " .. q(EXE) .. " --serve " .. q(s))
+  local dt = require("seda").now() - t0
+  T.eq(rc, 0, "exit status")
+  T.ok(dt >= 0.8, string.format("did not exit before the signal (%.2fs)", dt))
+end)
+
+T.test("-i runs a REPL on stdin with the bus live", function()
+  local s = script("repl.lua", [[
+local seda = require "seda"
+B = seda.bus{ workers = 1 }
+B:stage{ name = "s", handler = function() end }
+]])
+  local out, rc = seda_lua("-i " .. q(s), "print(40 + 2)\nB:publish('s', 1)\nprint('idle', B:wait(5))\n")
+  T.eq(rc, 0, "exit status at end of input")
+  T.contains(out, "42", "expression evaluated")
+  T.contains(out, "idle\ttrue", "bus live")
+end)
+
+T.test("-i REPL helpers: stats, reload, tune, workers, help", function()
+  local s = script("repl2.lua", [[
+local seda = require "seda"
+B = seda.bus{ workers = 1 }
+B:stage{ name = "s", handler = function() end }
+]])
+  local out, rc = seda_lua("-i " .. q(s), table.concat({
+    "print('types', type(stats), type(top), type(reload), type(tune), type(workers), type(help))",
+    "print('stats', type(stats()), stats().s ~= nil)",
+    "tune('s', {concurrency = 2}); print('tuned', B:stats('s').concurrency)",
+    "print('reload', reload('s'))",
+  }, "\n") .. "\n")
+  T.eq(rc, 0, "exit status")
+  T.contains(out, "types\tfunction\tfunction\tfunction\tfunction\tfunction\tfunction", "helpers defined")
+  T.contains(out, "stats\ttable\ttrue", "stats() has every stage")
+  T.contains(out, "tuned\t2", "tune changes concurrency")
+end)
+
+T.test("--watch and --control are accepted options", function()
+  local s = script("opts.lua", "print('ran')\n")
+  local out, rc = seda_lua("--watch " .. q(s))
+  T.eq(rc, 0, "--watch: " .. out)
+  T.contains(out, "ran", "--watch ran the script")
+  local sock = DIR .. "/ctl.sock"
+  out, rc = seda_lua("--control " .. q(sock) .. " " .. q(s))
+  T.eq(rc, 0, "--control: " .. out)
+  T.contains(out, "ran", "--control ran the script")
+end)
+
+for _, p in ipairs(files) do os.remove(p) end
+os.remove(DIR .. "/ctl.sock")
+os.remove(DIR)
+T.done()
