@@ -243,6 +243,22 @@ const char *seda__env_slip_pop(seda_env_t *env)
     return sl->name[--sl->n];
 }
 
+void seda__env_delivery_end(seda_env_t *env, bool acked)
+{
+    env->flags &= (uint8_t)~ENV_DELIVERING;
+    struct env_ext *x = env->ext;
+    if (!x || !x->slip_saved)
+        return;
+    if (acked) {
+        seda__free(x->slip_prev);
+    } else {
+        seda__free(x->slip);
+        x->slip = x->slip_prev;
+    }
+    x->slip_prev = NULL;
+    x->slip_saved = false;
+}
+
 void seda__env_slip_clear(seda_env_t *env)
 {
     if (env->ext) {
@@ -279,7 +295,12 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
-    seda__free(env->ext->slip);
+    if ((env->flags & ENV_DELIVERING) && !env->ext->slip_saved) {
+        env->ext->slip_prev = env->ext->slip;   /* restored on nack */
+        env->ext->slip_saved = true;
+    } else {
+        seda__free(env->ext->slip);
+    }
     env->ext->slip = s;
     return 0;
 }
@@ -450,6 +471,7 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->ext->sender);
         hdrs_free(env->ext->hdrs);
         seda__free(env->ext->slip);
+        seda__free(env->ext->slip_prev);
         seda__free(env->ext);
     }
     env_release(env);

@@ -36,6 +36,7 @@ struct env_hdrs {
 enum {
     ENV_DEAD = 1,               /* already counted dead-lettered */
     ENV_FAILED = 2,             /* seda_env_fail during this delivery */
+    ENV_DELIVERING = 4,         /* inside a consumer call */
 };
 
 #define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
@@ -45,6 +46,9 @@ struct env_ext {
     char *sender;               /* owned, or NULL */
     struct env_hdrs *hdrs;      /* owned, or NULL when none */
     struct env_slip *slip;      /* owned, or NULL when empty */
+    struct env_slip *slip_prev; /* the slip before a forward during the
+                                   current delivery (restored on nack) */
+    bool slip_saved;            /* slip_prev holds the pre-delivery slip */
 };
 
 struct seda_env_s {
@@ -78,6 +82,10 @@ SEDA__API void seda__env_free(seda_env_t *env);
 
 /* Pop the next hop name (borrowed until the slip changes); NULL if none. */
 SEDA__API const char *seda__env_slip_pop(seda_env_t *env);
+
+/* End a consumer call: on a nack, hops inserted by seda_env_forward
+ * during the call are undone (the retry sees the slip as it was). */
+SEDA__API void seda__env_delivery_end(seda_env_t *env, bool acked);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

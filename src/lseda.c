@@ -104,6 +104,30 @@ static void completion_free(struct lcompletion *c)
     free(c);
 }
 
+/* Drop n references to cb; the last one releases the function.  Main
+ * thread. */
+static void cb_release(lua_State *L, struct lcb *cb, int n)
+{
+    cb->refs -= n;
+    if (cb->refs <= 0) {
+        luaL_unref(L, LUA_REGISTRYINDEX, cb->ref);
+        free(cb);
+    }
+}
+
+/* Make a callback record for the function at idx with `refs` references.
+ * Raises on allocation failure (before anything is published). */
+static struct lcb *cb_new(lua_State *L, int idx, int refs)
+{
+    struct lcb *cb = malloc(sizeof *cb);
+    if (!cb)
+        luaL_error(L, "publish: out of memory");
+    lua_pushvalue(L, idx);
+    cb->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    cb->refs = refs;
+    return cb;
+}
+
 /* The core's done callback: any thread, no Lua. */
 static void on_done(seda_env_t *env, int outcome, void *ud)
 {
@@ -114,7 +138,7 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
         fprintf(stderr, "seda: out of memory queueing on_complete\n");
         return;
     }
-    c->ref = (int)(intptr_t)ud;
+    c->cb = ud;
     c->outcome = outcome;
     if (outcome == SEDA_COMPLETED) {
         bool ok = true;
@@ -213,7 +237,7 @@ static int run_completions(lua_State *L, struct lbus *lb)
                 int top = lua_gettop(L);
                 lua_pushcfunction(L, traceback);
                 lua_pushcfunction(L, call_completion);
-                lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref);
+                lua_rawgeti(L, LUA_REGISTRYINDEX, c->cb->ref);
                 lua_pushlightuserdata(L, c);
                 if (lua_pcall(L, 2, 0, top + 1) != LUA_OK)
                     fprintf(stderr, "seda: on_complete: %s\n",
@@ -221,7 +245,7 @@ static int run_completions(lua_State *L, struct lbus *lb)
                 lua_settop(L, top);
                 ran++;
             }
-            luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
+            cb_release(L, c->cb, 1);
             completion_free(c);
             c = next;
         }
@@ -259,6 +283,102 @@ static void check_keys(lua_State *L, int t, const char *const *keys,
     }
 }
 
+/* Parse the publish options table at oidx into o.  Strings and arrays
+ * that o points to are left on the stack above oidx (the caller keeps
+ * them there until it has published).  Returns the stack index of the
+ * on_complete function, or 0.  Raises on misuse, naming `what`. */
+static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
+                      bool main, const char *what)
+{
+    seda_publish_opts_init(o);
+    if (lua_isnoneornil(L, oidx))
+        return 0;
+    luaL_checktype(L, oidx, LUA_TTABLE);
+    check_keys(L, oidx, publish_keys, what);
+    int cb = 0;
+
+    lua_getfield(L, oidx, "sender");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: sender must be a string", what);
+        o->sender = lua_tostring(L, -1);
+    }
+    lua_getfield(L, oidx, "timeout");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+            luaL_error(L, "%s: timeout must be a number >= 0", what);
+        o->timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, oidx, "on_complete");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isfunction(L, -1))
+            luaL_error(L, "%s: on_complete must be a function", what);
+        if (!main)
+            luaL_error(L, "%s: on_complete is only available on the main "
+                       "state", what);
+        cb = lua_gettop(L);
+    }
+    lua_getfield(L, oidx, "slip");
+    if (!lua_isnil(L, -1)) {
+        int t = lua_gettop(L);
+        if (!lua_istable(L, t))
+            luaL_error(L, "%s: slip must be an array of stage names", what);
+        int n = (int)lua_rawlen(L, t);
+        const char **slip = lua_newuserdatauv(L, sizeof(char *) *
+                                              (size_t)(n + 1), 0);
+        luaL_checkstack(L, n + 4, "slip too long");
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, t, i + 1);
+            if (lua_type(L, -1) != LUA_TSTRING ||
+                !seda__l_valid_name(lua_tostring(L, -1)))
+                luaL_error(L, "%s: slip[%d] is not a valid stage name", what,
+                           i + 1);
+            slip[i] = lua_tostring(L, -1);      /* stays on the stack */
+        }
+        o->slip = slip;
+        o->nslip = n;
+    }
+    lua_getfield(L, oidx, "headers");
+    if (!lua_isnil(L, -1)) {
+        int h = lua_gettop(L);
+        if (!lua_istable(L, h))
+            luaL_error(L, "%s: headers must be a table", what);
+        int n = 0;
+        lua_pushnil(L);
+        while (lua_next(L, h)) {
+            lua_pop(L, 1);
+            n++;
+        }
+        const char **hv = lua_newuserdatauv(L, sizeof(char *) *
+                                            (size_t)(2 * n + 1), 0);
+        luaL_checkstack(L, 2 * n + 8, "too many headers");
+        int i = 0;
+        lua_pushnil(L);
+        while (lua_next(L, h)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                luaL_error(L, "%s: header keys must be strings", what);
+            int t = lua_type(L, -1);
+            if (t != LUA_TSTRING && t != LUA_TNUMBER)
+                luaL_error(L, "%s: headers.%s must be a string (got %s)",
+                           what, lua_tostring(L, -2), luaL_typename(L, -1));
+            size_t kl, vl;
+            lua_pushvalue(L, -2);
+            lua_pushvalue(L, -2);
+            hv[2 * i] = lua_tolstring(L, -2, &kl);
+            hv[2 * i + 1] = lua_tolstring(L, -1, &vl);
+            if (strlen(hv[2 * i]) != kl || strlen(hv[2 * i + 1]) != vl)
+                luaL_error(L, "%s: headers.%s: keys and values may not "
+                           "contain NUL bytes", what, hv[2 * i]);
+            lua_rotate(L, -4, 2);               /* copies under k, v */
+            lua_pop(L, 1);                      /* value; key stays */
+            i++;
+        }
+        o->headers = hv;
+        o->nheaders = i;
+    }
+    return cb;
+}
+
 int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                     seda_wbuf *wb, bool main)
 {
@@ -266,94 +386,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     int pidx = first + 1, oidx = first + 2;
     lua_settop(L, oidx);
     seda_publish_opts o;
-    seda_publish_opts_init(&o);
-    bool has_cb = false;
-    if (!lua_isnil(L, oidx)) {
-        luaL_checktype(L, oidx, LUA_TTABLE);
-        check_keys(L, oidx, publish_keys, "publish");
-        int base = lua_gettop(L);
-
-        lua_getfield(L, oidx, "sender");        /* base + 1 */
-        if (!lua_isnil(L, -1)) {
-            if (lua_type(L, -1) != LUA_TSTRING)
-                return luaL_error(L, "publish: sender must be a string");
-            o.sender = lua_tostring(L, -1);
-        }
-        lua_getfield(L, oidx, "timeout");       /* base + 2 */
-        if (!lua_isnil(L, -1)) {
-            if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
-                return luaL_error(L, "publish: timeout must be a number "
-                                  ">= 0");
-            o.timeout = lua_tonumber(L, -1);
-        }
-        lua_getfield(L, oidx, "on_complete");   /* base + 3 */
-        if (!lua_isnil(L, -1)) {
-            if (!lua_isfunction(L, -1))
-                return luaL_error(L, "publish: on_complete must be a "
-                                  "function");
-            if (!main)
-                return luaL_error(L, "publish: on_complete is only "
-                                  "available on the main state");
-            has_cb = true;
-        }
-        lua_getfield(L, oidx, "slip");          /* base + 4 */
-        if (!lua_isnil(L, -1)) {
-            if (!lua_istable(L, -1))
-                return luaL_error(L, "publish: slip must be an array of "
-                                  "stage names");
-            int n = (int)lua_rawlen(L, -1);
-            const char **slip = lua_newuserdatauv(L, sizeof(char *) *
-                                                  (size_t)(n + 1), 0);
-            luaL_checkstack(L, n + 4, "publish: slip too long");
-            for (int i = 0; i < n; i++) {
-                lua_rawgeti(L, base + 4, i + 1);
-                if (lua_type(L, -1) != LUA_TSTRING ||
-                    !seda__l_valid_name(lua_tostring(L, -1)))
-                    return luaL_error(L, "publish: slip[%d] is not a valid "
-                                      "stage name", i + 1);
-                slip[i] = lua_tostring(L, -1);  /* stays on the stack */
-            }
-            o.slip = slip;
-            o.nslip = n;
-        }
-        lua_getfield(L, oidx, "headers");
-        if (!lua_isnil(L, -1)) {
-            int h = lua_gettop(L);
-            if (!lua_istable(L, h))
-                return luaL_error(L, "publish: headers must be a table");
-            int n = 0;
-            lua_pushnil(L);
-            while (lua_next(L, h)) {
-                lua_pop(L, 1);
-                n++;
-            }
-            const char **hv = lua_newuserdatauv(L, sizeof(char *) *
-                                                (size_t)(2 * n + 1), 0);
-            luaL_checkstack(L, 2 * n + 8, "publish: too many headers");
-            int i = 0;
-            lua_pushnil(L);
-            while (lua_next(L, h)) {
-                if (lua_type(L, -2) != LUA_TSTRING)
-                    return luaL_error(L, "publish: header keys must be "
-                                      "strings");
-                int t = lua_type(L, -1);
-                if (t != LUA_TSTRING && t != LUA_TNUMBER)
-                    return luaL_error(L, "publish: headers.%s must be a "
-                                      "string (got %s)", lua_tostring(L, -2),
-                                      luaL_typename(L, -1));
-                /* Keep converted copies on the stack below the key. */
-                lua_pushvalue(L, -2);
-                lua_pushvalue(L, -2);
-                hv[2 * i] = lua_tostring(L, -2);
-                hv[2 * i + 1] = lua_tostring(L, -1);
-                lua_rotate(L, -4, 2);           /* copies under k, v */
-                lua_pop(L, 1);                  /* value; key stays */
-                i++;
-            }
-            o.headers = hv;
-            o.nheaders = i;
-        }
-    }
+    int cbidx = parse_opts(L, oidx, &o, main, "publish");
 
     const void *p;
     size_t len;
@@ -367,17 +400,16 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         return 2;
     }
     o.kind = kind;
-    int ref = LUA_NOREF;
-    if (has_cb) {
-        lua_getfield(L, oidx, "on_complete");
-        ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    struct lcb *cb = NULL;
+    if (cbidx) {
+        cb = cb_new(L, cbidx, 1);
         o.done = on_done;
-        o.done_ud = (void *)(intptr_t)ref;
+        o.done_ud = cb;
     }
     int rc = seda_publish(lb->bus, to, p, len, &o);
     if (rc) {
-        if (has_cb)
-            luaL_unref(L, LUA_REGISTRYINDEX, ref);
+        if (cb)
+            cb_release(L, cb, 1);
         lua_pushboolean(L, 0);
         lua_pushstring(L, seda_strerror(rc));
         return 2;
@@ -554,14 +586,20 @@ static char *read_file(const char *path, size_t *len)
 static void push_caller_dir(lua_State *L)
 {
     lua_Debug ar;
-    if (lua_getstack(L, 1, &ar) && lua_getinfo(L, "S", &ar) &&
-        ar.source[0] == '@') {
-        const char *src = ar.source + 1;
-        const char *slash = strrchr(src, '/');
-        if (slash) {
-            lua_pushlstring(L, src, (size_t)(slash - src + 1));
-            return;
+    /* The nearest Lua function up the stack (bus:stage may be reached
+     * through pcall or other C functions). */
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "S", &ar) || ar.what[0] == 'C')
+            continue;
+        if (ar.source[0] == '@') {
+            const char *src = ar.source + 1;
+            const char *slash = strrchr(src, '/');
+            if (slash) {
+                lua_pushlstring(L, src, (size_t)(slash - src + 1));
+                return;
+            }
         }
+        break;
     }
     lua_pushliteral(L, "");
 }
@@ -982,32 +1020,25 @@ static int l_bus_publish(lua_State *L)
 static int l_bus_publish_many(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    const char *to = luaL_checkstring(L, 2);
+    luaL_checkstring(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_settop(L, 4);
-    if (!lua_isnil(L, 4)) {
-        luaL_checktype(L, 4, LUA_TTABLE);
-        lua_getfield(L, 4, "on_complete");
-        bool cb = !lua_isnil(L, -1);
-        lua_pop(L, 1);
-        if (cb)
-            return luaL_error(L, "publish_many: on_complete is not "
-                              "supported; use publish");
-        check_keys(L, 4, publish_keys, "publish_many");
-    }
+    seda_publish_opts o;
+    int cbidx = parse_opts(L, 4, &o, true, "publish_many");
+    const char *to = lua_tostring(L, 2);
     int n = (int)lua_rawlen(L, 3);
-    /* Encode everything first, then one admission step for all. */
+    /* Encode everything first, then one admission step per run of
+     * payloads of the same kind (the core takes one kind per call). */
     const void **ps = lua_newuserdatauv(L, sizeof(void *) * (size_t)(n + 1),
                                         0);
     size_t *lens = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
     size_t *offs = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
     int *kinds = lua_newuserdatauv(L, sizeof(int) * (size_t)(n + 1), 0);
-    int base = lua_gettop(L);
     luaL_checkstack(L, n + 8, "publish_many: too many payloads");
     u->wb.len = 0;
     char err[512];
     for (int i = 0; i < n; i++) {
-        lua_rawgeti(L, 3, i + 1);
+        lua_rawgeti(L, 3, i + 1);               /* stays on the stack */
         const void *p;
         if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
                                    err, sizeof err) != 0) {
@@ -1015,32 +1046,20 @@ static int l_bus_publish_many(lua_State *L)
             lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
             return 2;
         }
-        /* wb may move while growing: keep offsets, fix pointers later. */
-        offs[i] = kinds[i] == SEDA_KIND_RAW ? (size_t)-1
-                                            : (size_t)((const unsigned char *)p
-                                                       - u->wb.p);
+        /* wb may move while growing: keep offsets, fix pointers after. */
+        offs[i] = kinds[i] == SEDA_KIND_RAW
+                      ? (size_t)-1
+                      : (size_t)((const unsigned char *)p - u->wb.p);
         ps[i] = p;
     }
     for (int i = 0; i < n; i++)
         if (offs[i] != (size_t)-1)
             ps[i] = u->wb.p + offs[i];
-    (void)base;
-    /* One kind per call in the core: split runs of equal kinds. */
-    seda_publish_opts o;
-    seda_publish_opts_init(&o);
-    if (!lua_isnil(L, 4)) {
-        lua_getfield(L, 4, "timeout");
-        if (!lua_isnil(L, -1))
-            o.timeout = luaL_checknumber(L, -1);
-        lua_getfield(L, 4, "sender");
-        o.sender = lua_tostring(L, -1);
-        lua_pop(L, 2);
-        lua_getfield(L, 4, "slip");
-        lua_getfield(L, 4, "headers");
-        if (!lua_isnil(L, -1) || !lua_isnil(L, -2))
-            return luaL_error(L, "publish_many: slip and headers are not "
-                              "supported; use publish");
-        lua_pop(L, 2);
+    struct lcb *cb = NULL;
+    if (cbidx && n > 0) {
+        cb = cb_new(L, cbidx, n + 1);           /* +1: held until below */
+        o.done = on_done;
+        o.done_ud = cb;
     }
     int done = 0, rc = 0;
     while (done < n && rc == 0) {
@@ -1048,12 +1067,11 @@ static int l_bus_publish_many(lua_State *L)
         while (k < n && kinds[k] == kinds[done])
             k++;
         o.kind = kinds[done];
-        int got = seda_publish_many(u->lb->bus, to, ps + done, lens + done,
-                                    k - done, &o, &rc);
-        done += got;
-        if (got < k - done + got && rc == 0)
-            rc = SEDA_EINVAL;
+        done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
+                                  k - done, &o, &rc);
     }
+    if (cb)
+        cb_release(L, cb, n - done + 1);
     lua_pushinteger(L, done);
     if (rc) {
         lua_pushstring(L, seda_strerror(rc));
@@ -1175,7 +1193,7 @@ static int l_bus_gc(lua_State *L)
     lb->bus = NULL;
     for (struct lcompletion *c = lb->chead, *next; c; c = next) {
         next = c->next;
-        luaL_unref(L, LUA_REGISTRYINDEX, c->ref);
+        cb_release(L, c->cb, 1);
         completion_free(c);
     }
     for (int i = 0; i < lb->nstages; i++)

@@ -64,10 +64,18 @@ struct lstage {
     uint64_t reloads;           /* successful reloads; guarded by mu */
 };
 
+/* An on_complete callback shared by the envelopes of one publish call.
+ * Main thread only: created by publish, released when the last of its
+ * envelopes' completions has been run (or dropped). */
+struct lcb {
+    int ref;                    /* the function in the main registry */
+    int refs;                   /* envelopes still to report */
+};
+
 /* A finished itinerary waiting for the main state. */
 struct lcompletion {
     struct lcompletion *next;
-    int ref;                    /* on_complete in the main registry */
+    struct lcb *cb;             /* the callback to run and release */
     int outcome;                /* enum seda_outcome */
     int attempts;
     int kind;                   /* payload kind */

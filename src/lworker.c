@@ -686,7 +686,10 @@ static void timeout_hook(lua_State *L, lua_Debug *ar)
     /* From now on every instruction raises, so a pcall inside the handler
      * cannot keep it running. */
     lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
-    luaL_error(L, "handler timeout (%gs)", w->timeout);
+    char msg[64];
+    snprintf(msg, sizeof msg, "handler timeout (%gs)", w->timeout);
+    lua_pushstring(L, msg);
+    lua_error(L);
 }
 
 bool seda__lw_consume(seda_env_t *env, void *ud)

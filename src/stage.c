@@ -485,18 +485,21 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
         unsigned i = atomic_fetch_add_explicit(&st->rr, 1,
                                                memory_order_relaxed);
         struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
-        env->flags &= (uint8_t)~ENV_FAILED;
-        bool ok = c->fn(env, c->ud);
-        return ok && !(env->flags & ENV_FAILED) ? DELIVER_ACK : DELIVER_NACK;
+        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
+        bool ok = c->fn(env, c->ud) && !(env->flags & ENV_FAILED);
+        seda__env_delivery_end(env, ok);
+        return ok ? DELIVER_ACK : DELIVER_NACK;
     }
     uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
     for (int i = 0; i < n; i++) {
         uint64_t bit = UINT64_C(1) << i;
         if (env->acked & bit)
             continue;
-        env->flags &= (uint8_t)~ENV_FAILED;
-        bool ok = st->cons[i].fn(env, st->cons[i].ud);
-        if (ok && !(env->flags & ENV_FAILED))
+        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
+        bool ok = st->cons[i].fn(env, st->cons[i].ud) &&
+                  !(env->flags & ENV_FAILED);
+        seda__env_delivery_end(env, ok);
+        if (ok)
             env->acked |= bit;
     }
     return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
