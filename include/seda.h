@@ -197,6 +197,9 @@ typedef struct seda_stage_opts {
     const char *dead_letter;   /* this stage's DLQ, else the bus's */
     double publish_timeout;    /* block policy wait, seconds (30) */
     double handler_timeout;    /* for script handlers; 0 = none */
+    bool pull;                 /* no consumers: receivers take envelopes
+                                  with seda_stage_receive */
+    double ack_timeout;        /* pull: seconds to ack a receipt (30) */
 } seda_stage_opts;
 
 /* Fill o with the defaults (name NULL).  Cannot fail. */
@@ -241,6 +244,33 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
  * handler table here).  Set it before publishing.  Any thread. */
 void seda_stage_set_userdata(seda_stage_t *st, void *ud);
 void *seda_stage_userdata(const seda_stage_t *st);
+
+/* ---- the pull model ---- */
+
+typedef struct seda_lease_s seda_lease_t;
+
+/* Take the next envelope from a pull stage, waiting up to timeout seconds
+ * (< 0: forever).  On 0, *out is a lease the caller must settle with
+ * seda_lease_ack or seda_lease_nack (which free it).  A lease not settled
+ * within the stage's ack_timeout expires: its envelope counts as nacked
+ * (retried or dead-lettered) and the late settle returns SEDA_ETIMEDOUT.
+ * Returns 0, SEDA_ETIMEDOUT, SEDA_EINVAL (not a pull stage), SEDA_ENOMEM
+ * or SEDA_ECLOSED (shutting down).  Any thread; blocks. */
+int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out);
+
+/* Lock the lease and return its envelope (read or change it: payload,
+ * headers, forward), or NULL when it has expired (nothing is then held).
+ * Every non-NULL return must be followed by seda_lease_release_env.  Keep
+ * the section short: it holds the stage lock. */
+seda_env_t *seda_lease_env(seda_lease_t *lease);
+void seda_lease_release_env(seda_lease_t *lease);
+
+/* Settle and free a lease: ack completes the hop exactly as a consumer's
+ * ack would (next hop or completion); nack retries at the head or
+ * dead-letters by max_attempts.  Returns 0, or SEDA_ETIMEDOUT when the
+ * lease had expired (or was swept by shutdown) before it was settled. */
+int seda_lease_ack(seda_lease_t *lease);
+int seda_lease_nack(seda_lease_t *lease);
 
 /* ---- publish ---- */
 

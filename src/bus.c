@@ -53,6 +53,8 @@ void seda_stage_opts_init(seda_stage_opts *o)
     o->max_attempts = 1;
     o->publish_timeout = 30.0;
     o->handler_timeout = 0;
+    o->pull = false;
+    o->ack_timeout = 30.0;
 }
 
 void seda_publish_opts_init(seda_publish_opts *o)

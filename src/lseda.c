@@ -707,7 +707,7 @@ static void build_src(lua_State *L, const char *stage, int idx,
 static const char *const stage_keys[] = {
     "name", "handler", "handlers", "capacity", "concurrency", "delivery",
     "policy", "max_attempts", "dead_letter", "publish_timeout",
-    "handler_timeout", NULL
+    "handler_timeout", "pull", "ack_timeout", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -802,6 +802,16 @@ static int l_bus_stage(lua_State *L)
                                 o.publish_timeout);
     o.handler_timeout = opt_num(L, 2, name, "handler_timeout",
                                 o.handler_timeout);
+    o.ack_timeout = opt_num(L, 2, name, "ack_timeout", o.ack_timeout);
+    if (!(o.ack_timeout > 0))
+        return luaL_error(L, "stage '%s': ack_timeout must be > 0", name);
+    lua_getfield(L, 2, "pull");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            return luaL_error(L, "stage '%s': pull must be a boolean", name);
+        o.pull = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, 2, "policy");                   /* 4 */
     if (!lua_isnil(L, -1)) {
         const char *p = lua_tostring(L, -1);
@@ -847,6 +857,9 @@ static int l_bus_stage(lua_State *L)
     } else if (!lua_isnil(L, 7)) {
         n = 1;
     }
+    if (o.pull && n > 0)
+        return luaL_error(L, "stage '%s': handler: a pull stage has no "
+                          "handlers (use bus:receive)", name);
     push_caller_dir(L);                             /* 9 */
     struct lstage **pls = lua_newuserdatauv(L, sizeof *pls, 0); /* 10 */
     *pls = NULL;
@@ -1078,6 +1091,12 @@ static int l_bus_publish_many(lua_State *L)
         return 2;
     }
     return 1;
+}
+
+static int l_bus_receive(lua_State *L)
+{
+    struct lbusud *u = check_bus(L);
+    return seda__l_receive(L, u->lb, 2, &u->wb);
 }
 
 static int l_bus_stats(lua_State *L)
@@ -1512,6 +1531,7 @@ static const luaL_Reg bus_methods[] = {
     { "stage", l_bus_stage },
     { "publish", l_bus_publish },
     { "publish_many", l_bus_publish_many },
+    { "receive", l_bus_receive },
     { "stats", l_bus_stats },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },

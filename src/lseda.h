@@ -153,6 +153,13 @@ SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
 /* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
 SEDA__API bool seda__l_valid_name(const char *s);
 
+/* ---- lpull.c ---- */
+
+/* receive(stage, timeout) with the stage name at `first`: pushes the
+ * received envelope, or nil and a reason ("timeout", "closed"). */
+SEDA__API int seda__l_receive(lua_State *L, struct lbus *lb, int first,
+                              seda_wbuf *wb);
+
 /* ---- lshared.c ---- */
 
 /* Push the process-wide seda.shared object. */

@@ -372,6 +372,12 @@ static int w_publish(lua_State *L)
     return seda__l_publish(L, w->lb, 1, &w->wb, false);
 }
 
+static int w_receive(lua_State *L)
+{
+    struct lworker *w = worker_of(L);
+    return seda__l_receive(L, w->lb, 1, &w->wb);
+}
+
 static int w_stats(lua_State *L)
 {
     struct lworker *w = worker_of(L);
@@ -431,6 +437,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "publish");
     lua_pushcfunction(L, w_stats);
     lua_setfield(L, -2, "stats");
+    lua_pushcfunction(L, w_receive);
+    lua_setfield(L, -2, "receive");
     lua_pushcfunction(L, w_now);
     lua_setfield(L, -2, "now");
     lua_pushinteger(L, w->index);

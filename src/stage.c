@@ -77,6 +77,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         FAIL("stage '%s': handler_timeout must be >= 0", nm);
     if (o->dead_letter && !seda__valid_name(o->dead_letter))
         FAIL("stage '%s': dead_letter is not a valid stage name", nm);
+    if (o->pull && !(o->ack_timeout > 0))
+        FAIL("stage '%s': ack_timeout must be > 0", nm);
 
     struct seda_stage_s *st = seda__calloc(1, sizeof *st);
     if (!st)
@@ -89,6 +91,10 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         goto oom;
     if (seda__cond_init(&st->not_full))
         goto oom;
+    if (seda__cond_init(&st->not_empty)) {
+        pthread_cond_destroy(&st->not_full);
+        goto oom;
+    }
     snprintf(st->name, sizeof st->name, "%s", nm);
     st->bus = bus;
     st->capacity = o->capacity;
@@ -98,6 +104,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->max_attempts = o->max_attempts;
     st->publish_timeout = o->publish_timeout;
     st->handler_timeout = o->handler_timeout;
+    st->pull = o->pull;
+    st->ack_timeout_ns = (int64_t)(o->ack_timeout * 1e9);
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
@@ -124,6 +132,7 @@ void seda__stage_free(struct seda_stage_s *st)
     assert(seda__queue_count(&st->q) == 0);
     seda__queue_destroy(&st->q);
     pthread_cond_destroy(&st->not_full);
+    pthread_cond_destroy(&st->not_empty);
     seda__mutex_destroy(&st->mu);
     seda__mutex_destroy(&st->report_mu);
     seda__free(st->dead_letter);
@@ -143,7 +152,7 @@ double seda_stage_handler_timeout(const seda_stage_t *st)
 
 int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
 {
-    if (!fn)
+    if (!fn || st->pull)
         return SEDA_EINVAL;
     seda__mutex_lock(&st->mu);          /* serialises adders */
     int n = atomic_load_explicit(&st->nconsumers, memory_order_relaxed);
@@ -327,6 +336,11 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
+    if (st->pull) {
+        if (st->receivers > 0)
+            pthread_cond_signal(&st->not_empty);
+        return false;
+    }
     if (st->running < st->concurrency) {
         st->running++;
         return true;
@@ -468,6 +482,7 @@ void seda__stage_wake(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);
     pthread_cond_broadcast(&st->not_full);
+    pthread_cond_broadcast(&st->not_empty);
     seda__mutex_unlock(&st->mu);
 }
 
@@ -677,11 +692,32 @@ static void drain(void *arg)
     }
 }
 
+void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
+{
+    if (env->attempts < st->max_attempts) {
+        env->attempts++;
+        env->enq_ts = seda__clock_ns();
+        seda__mutex_lock(&st->mu);
+        st->c.nacked++;
+        seda__queue_push_front(&st->q, env);
+        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                              memory_order_relaxed);
+        if (st->pull && st->receivers > 0)
+            pthread_cond_signal(&st->not_empty);
+        seda__mutex_unlock(&st->mu);
+        return;
+    }
+    seda__mutex_lock(&st->mu);
+    st->c.nacked++;
+    seda__mutex_unlock(&st->mu);
+    seda__bus_dead_letter(st, env, "max_attempts", NULL);
+}
+
 /* ---- shutdown helpers ---- */
 
 int seda__stage_sweep(struct seda_stage_s *st)
 {
-    int swept = 0;
+    int swept = st->pull ? seda__lease_sweep(st) : 0;
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
@@ -706,6 +742,19 @@ int seda__stage_sweep(struct seda_stage_s *st)
 
 bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
 {
+    if (st->pull) {
+        /* Queued envelopes wait for an outside receiver: they do not keep
+         * the bus busy.  Leases do (in flight), until they expire. */
+        seda_env_t *requeue[64];
+        seda__mutex_lock(&st->mu);
+        int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+        bool idle = st->leases == NULL;
+        *sum += st->c.enqueued + st->c.nacked;
+        seda__mutex_unlock(&st->mu);
+        for (int i = 0; i < n; i++)
+            seda__stage_nack(st, requeue[i]);
+        return idle && n == 0;
+    }
     seda__mutex_lock(&st->mu);
     bool idle = st->running == 0 && seda__queue_count(&st->q) == 0;
     *sum += st->c.enqueued;

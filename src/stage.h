@@ -58,6 +58,8 @@ struct seda_stage_s {
     double publish_timeout;     /* seconds */
     double handler_timeout;     /* seconds, 0 = none */
     int index;                  /* creation order */
+    bool pull;                  /* receivers, not consumers */
+    int64_t ack_timeout_ns;     /* pull: lease lifetime */
 
     struct consumer cons[SEDA_MAX_CONSUMERS];
     atomic_int nconsumers;      /* release/acquire, see above */
@@ -70,6 +72,10 @@ struct seda_stage_s {
     int running;                /* drain tasks queued or running; mu */
     int in_flight;              /* taken by drain tasks; guarded by mu */
     int waiters;                /* publishers waiting for room; mu */
+    pthread_cond_t not_empty;   /* pull: receivers wait here */
+    int receivers;              /* pull: receivers waiting; guarded by mu */
+    struct seda_lease_s *leases;/* pull: outstanding, oldest first; mu */
+    struct seda_lease_s *leases_tail; /* guarded by mu */
     atomic_uint depth_hint;     /* queue count, stored (relaxed) under mu
                                    at every change; read without mu by a
                                    lingering drain task as a hint only */
@@ -96,6 +102,16 @@ SEDA__API int seda__stage_new(struct seda_bus_s *bus,
                               const seda_stage_opts *o,
                               struct seda_stage_s **out, char *err,
                               size_t errlen);
+
+/* Pull stages (pull.c): expire overdue leases (lock held); returns
+ * how many.  And settle every lease at shutdown (counted dropped). */
+SEDA__API int seda__lease_expire(struct seda_stage_s *st, int64_t now,
+                                 struct seda_env_s **requeue, int max);
+SEDA__API int seda__lease_sweep(struct seda_stage_s *st);
+
+/* Requeue a nacked envelope at the head, or dead-letter it when out of
+ * attempts (no lock held).  Counts the nack. */
+SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
 
 /* Free a stage whose queue is empty (swept). */
 SEDA__API void seda__stage_free(struct seda_stage_s *st);

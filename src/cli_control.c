@@ -1,0 +1,904 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli_control.c -- the control socket of seda-lua (--control PATH) and
+ * the `seda-lua attach PATH` client.
+ *
+ * Protocol (a unix stream socket, mode 0600; no network listener):
+ *   client -> server: lines ("\n"-terminated, at most 64 KiB each):
+ *     Lua code        one REPL line; an incomplete chunk is kept and the
+ *                     next line continues it (like lua5.4's REPL)
+ *     metrics         the Prometheus text exposition
+ *     \x01complete G|S WORD   completion candidates, one per line
+ *                     (S: inside a string literal, i.e. stage names)
+ *     \x01top         the stats table (what top() redraws)
+ *   server -> client: the output of the request, then "\x04" STATUS "\n":
+ *     STATUS '>' ready, '+' continue the chunk, 'T' SECONDS run top().
+ *   A 0x04 byte in the output itself is sent as '?'.  On connect the
+ *   server sends a greeting line and a '>' terminator.
+ *
+ * The server runs in the main thread's poll loop; sockets are
+ * non-blocking, every client has its own Lua environment table (__index =
+ * _G; print and io.write send to that client), a line that is too long or
+ * a client that vanishes costs only that client its buffer or connection.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <readline/history.h>
+#include <readline/readline.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+
+#include "cli.h"
+#include "seda.h"
+
+#define MAX_CLIENTS 64
+#define OUT_SOFT (1u << 20)         /* stop reading a client above this */
+#define OUT_HARD (16u << 20)        /* truncate one reply above this */
+
+struct client {
+    int fd;
+    int id;
+    int env_ref;
+    char *in;                   /* received, not yet a full line */
+    size_t inlen;
+    bool discarding;            /* skipping the rest of a too-long line */
+    char *chunk;                /* pending incomplete Lua chunk */
+    size_t chunklen;
+    char *out;                  /* reply bytes not yet sent */
+    size_t outlen, outoff, outcap;
+    size_t reply;               /* bytes of the reply being built */
+    bool truncated;
+    double top;                 /* top() asked for: seconds, or 0 */
+    bool dead;
+    struct client *next;
+};
+
+static int lfd = -1;
+static char *lpath;
+static dev_t ldev;
+static ino_t lino;
+static struct client *clients;
+static int nclients;
+static int next_id = 1;
+
+/* ---- listening ---- */
+
+static int fill_addr(struct sockaddr_un *a, const char *path)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof a->sun_path) {
+        fprintf(stderr, "%s: --control: socket path too long (at most %zu "
+                "bytes): %s\n", cli_progname, sizeof a->sun_path - 1, path);
+        return -1;
+    }
+    strcpy(a->sun_path, path);
+    return 0;
+}
+
+int cli_control_listen(const char *path)
+{
+    struct sockaddr_un a;
+    if (fill_addr(&a, path) != 0)
+        return 1;
+    struct stat sb;
+    if (lstat(path, &sb) == 0) {
+        if (!S_ISSOCK(sb.st_mode)) {
+            fprintf(stderr, "%s: --control: '%s' exists and is not a socket; "
+                    "refusing to replace it\n", cli_progname, path);
+            return 1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe < 0) {
+            perror("socket");
+            return 1;
+        }
+        int rc = connect(probe, (struct sockaddr *)&a, sizeof a);
+        int e = errno;
+        close(probe);
+        if (rc == 0) {
+            fprintf(stderr, "%s: --control: '%s' is in use by a running "
+                    "process; refusing to start\n", cli_progname, path);
+            return 1;
+        }
+        if (e != ECONNREFUSED) {
+            fprintf(stderr, "%s: --control: '%s' exists and cannot be "
+                    "checked (%s); refusing to start\n", cli_progname, path,
+                    strerror(e));
+            return 1;
+        }
+        if (unlink(path) != 0) {        /* stale: nobody listens */
+            fprintf(stderr, "%s: --control: cannot remove the stale socket "
+                    "'%s': %s\n", cli_progname, path, strerror(errno));
+            return 1;
+        }
+    } else if (errno != ENOENT) {
+        fprintf(stderr, "%s: --control: '%s': %s\n", cli_progname, path,
+                strerror(errno));
+        return 1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "%s: --control: socket: %s\n", cli_progname,
+                strerror(errno));
+        return 1;
+    }
+    mode_t old = umask(0177);
+    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+    int e = errno;
+    umask(old);
+    if (rc != 0) {
+        fprintf(stderr, "%s: --control: cannot bind '%s': %s\n",
+                cli_progname, path, strerror(e));
+        close(fd);
+        return 1;
+    }
+    if (chmod(path, 0600) != 0 || listen(fd, 16) != 0) {
+        fprintf(stderr, "%s: --control: '%s': %s\n", cli_progname, path,
+                strerror(errno));
+        close(fd);
+        unlink(path);
+        return 1;
+    }
+    if (stat(path, &sb) == 0) {
+        ldev = sb.st_dev;
+        lino = sb.st_ino;
+    }
+    lfd = fd;
+    lpath = strdup(path);
+    return 0;
+}
+
+/* ---- client output ---- */
+
+static void out_raw(struct client *c, const char *s, size_t n)
+{
+    if (c->dead)
+        return;
+    if (c->outlen + n > c->outcap) {
+        if (c->outoff) {
+            memmove(c->out, c->out + c->outoff, c->outlen - c->outoff);
+            c->outlen -= c->outoff;
+            c->outoff = 0;
+        }
+        if (c->outlen + n > c->outcap) {
+            size_t nc = c->outcap ? c->outcap : 4096;
+            while (nc < c->outlen + n)
+                nc *= 2;
+            char *nb = realloc(c->out, nc);
+            if (!nb) {
+                c->dead = true;
+                return;
+            }
+            c->out = nb;
+            c->outcap = nc;
+        }
+    }
+    memcpy(c->out + c->outlen, s, n);
+    c->outlen += n;
+}
+
+/* Reply text: bounded per reply, 0x04 masked. */
+static void out_text(struct client *c, const char *s, size_t n)
+{
+    if (c->truncated)
+        return;
+    if (c->reply + n > OUT_HARD) {
+        n = OUT_HARD > c->reply ? OUT_HARD - c->reply : 0;
+        c->truncated = true;
+    }
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == CLI_EOT) {
+            out_raw(c, s + start, i - start);
+            out_raw(c, "?", 1);
+            start = i + 1;
+        }
+    }
+    out_raw(c, s + start, n - start);
+    c->reply += n;
+    if (c->truncated) {
+        static const char m[] = "\n[output truncated]\n";
+        out_raw(c, m, sizeof m - 1);
+    }
+}
+
+static void out_end(struct client *c, char status, double top)
+{
+    char t[64];
+    int n;
+    if (status == 'T')
+        n = snprintf(t, sizeof t, "%cT%g\n", CLI_EOT, top);
+    else
+        n = snprintf(t, sizeof t, "%c%c\n", CLI_EOT, status);
+    out_raw(c, t, (size_t)n);
+    c->reply = 0;
+    c->truncated = false;
+}
+
+static void flush_client(struct client *c)
+{
+    while (!c->dead && c->outoff < c->outlen) {
+        ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            c->outoff += (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return;
+        } else {
+            c->dead = true;
+        }
+    }
+    if (c->outoff == c->outlen)
+        c->outoff = c->outlen = 0;
+}
+
+static struct client *find_client(int id)
+{
+    for (struct client *c = clients; c; c = c->next)
+        if (c->id == id && !c->dead)
+            return c;
+    return NULL;
+}
+
+static void sink_write(void *ud, const char *s, size_t n)
+{
+    out_text(ud, s, n);
+}
+
+static void sink_top(void *ud, double secs)
+{
+    ((struct client *)ud)->top = secs;
+}
+
+/* The client's print: like print, to that client (stdout once it left). */
+static int client_print(lua_State *L)
+{
+    struct client *c = find_client((int)lua_tointeger(L, lua_upvalueindex(1)));
+    int n = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 1; i <= n; i++) {
+        if (i > 1)
+            luaL_addchar(&b, '\t');
+        luaL_tolstring(L, i, NULL);
+        luaL_addvalue(&b);
+    }
+    luaL_addchar(&b, '\n');
+    luaL_pushresult(&b);
+    size_t len;
+    const char *s = lua_tolstring(L, -1, &len);
+    if (c)
+        out_text(c, s, len);
+    else
+        fwrite(s, 1, len, stdout);
+    return 0;
+}
+
+static int client_write(lua_State *L)
+{
+    struct client *c = find_client((int)lua_tointeger(L, lua_upvalueindex(1)));
+    int n = lua_gettop(L);
+    for (int i = 1; i <= n; i++) {
+        size_t len;
+        const char *s = luaL_checklstring(L, i, &len);
+        if (c)
+            out_text(c, s, len);
+        else
+            fwrite(s, 1, len, stdout);
+    }
+    return 0;
+}
+
+/* ---- accepting ---- */
+
+static void new_client(int fd)
+{
+    lua_State *L = cli.L;
+    struct client *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    c->id = next_id++;
+    /* env = setmetatable({print=, io=setmetatable({write=}, {__index=io})},
+     *                    {__index=_G}) */
+    lua_newtable(L);
+    lua_pushinteger(L, c->id);
+    lua_pushcclosure(L, client_print, 1);
+    lua_setfield(L, -2, "print");
+    lua_newtable(L);
+    lua_pushinteger(L, c->id);
+    lua_pushcclosure(L, client_write, 1);
+    lua_setfield(L, -2, "write");
+    lua_newtable(L);
+    lua_getglobal(L, "io");
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
+    lua_setfield(L, -2, "io");
+    lua_newtable(L);
+    lua_pushglobaltable(L);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
+    c->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    c->next = clients;
+    clients = c;
+    nclients++;
+    char g[128];
+    int n = snprintf(g, sizeof g, "seda-lua %s control (pid %ld); help() "
+                     "lists the commands\n", SEDA_VERSION, (long)getpid());
+    out_text(c, g, (size_t)n);
+    out_end(c, '>', 0);
+    flush_client(c);
+}
+
+static void free_client(struct client *c)
+{
+    luaL_unref(cli.L, LUA_REGISTRYINDEX, c->env_ref);
+    close(c->fd);
+    free(c->in);
+    free(c->chunk);
+    free(c->out);
+    free(c);
+    nclients--;
+}
+
+/* ---- requests ---- */
+
+static void push_fn_result(struct client *c, const char *fn, int nargs)
+{
+    lua_State *L = cli.L;
+    /* function and args are on the stack */
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, cli_msghandler);
+    lua_insert(L, base);
+    if (lua_pcall(L, nargs, 1, base) != LUA_OK) {
+        size_t n;
+        const char *m = lua_tolstring(L, -1, &n);
+        out_text(c, fn, strlen(fn));
+        out_text(c, ": ", 2);
+        out_text(c, m, n);
+        out_text(c, "\n", 1);
+    } else if (lua_type(L, -1) == LUA_TSTRING) {
+        size_t n;
+        const char *s = lua_tolstring(L, -1, &n);
+        out_text(c, s, n);
+    } else if (lua_istable(L, -1)) {
+        lua_Integer n = luaL_len(L, -1);
+        for (lua_Integer i = 1; i <= n; i++) {
+            lua_rawgeti(L, -1, i);
+            size_t len;
+            const char *s = lua_tolstring(L, -1, &len);
+            if (s && !memchr(s, '\n', len)) {
+                out_text(c, s, len);
+                out_text(c, "\n", 1);
+            }
+            lua_pop(L, 1);
+        }
+    }
+    lua_settop(L, base - 1);
+}
+
+static void handle_line(struct client *c, const char *line, size_t len)
+{
+    lua_State *L = cli.L;
+    int top = lua_gettop(L);
+    if (len && line[len - 1] == '\r')
+        len--;
+    struct cli_sink sink = { sink_write, sink_top, c };
+    struct cli_sink *saved = cli.sink;
+    cli.sink = &sink;
+    c->top = 0;
+    if (!c->chunk && len == 7 && memcmp(line, "metrics", 7) == 0) {
+        if (cli_get_fn(L, "metrics"))
+            push_fn_result(c, "metrics", 0);
+        out_end(c, '>', 0);
+    } else if (len && line[0] == '\x01') {
+        if (len >= 12 && memcmp(line + 1, "complete ", 9) == 0 &&
+            (line[10] == 'G' || line[10] == 'S') && line[11] == ' ') {
+            if (cli_get_fn(L, "complete")) {
+                lua_pushlstring(L, line + 12, len - 12);
+                lua_pushboolean(L, line[10] == 'S');
+                lua_rawgeti(L, LUA_REGISTRYINDEX, c->env_ref);
+                push_fn_result(c, "complete", 3);
+            }
+        } else if (len == 4 && memcmp(line + 1, "top", 3) == 0) {
+            if (cli_get_fn(L, "format_stats"))
+                push_fn_result(c, "top", 0);
+        } else {
+            static const char m[] = "error: unknown control request\n";
+            out_text(c, m, sizeof m - 1);
+        }
+        out_end(c, c->chunk ? '+' : '>', 0);
+    } else {
+        const char *code = line;
+        size_t clen = len;
+        char *joined = NULL;
+        if (c->chunk) {
+            if (c->chunklen + 1 + len > CLI_MAX_LINE) {
+                static const char m[] = "error: chunk too long (limit "
+                                        "65536 bytes); discarded\n";
+                out_text(c, m, sizeof m - 1);
+                free(c->chunk);
+                c->chunk = NULL;
+                out_end(c, '>', 0);
+                goto done;
+            }
+            joined = malloc(c->chunklen + 1 + len);
+            if (!joined) {
+                c->dead = true;
+                goto done;
+            }
+            memcpy(joined, c->chunk, c->chunklen);
+            joined[c->chunklen] = '\n';
+            memcpy(joined + c->chunklen + 1, line, len);
+            code = joined;
+            clen = c->chunklen + 1 + len;
+        }
+        lua_rawgeti(L, LUA_REGISTRYINDEX, c->env_ref);
+        int r = cli_eval(L, code, clen, "=control", lua_gettop(L));
+        lua_pop(L, 1);
+        free(c->chunk);
+        c->chunk = NULL;
+        c->chunklen = 0;
+        if (r == CLI_EVAL_INCOMPLETE) {
+            if (!joined && (joined = malloc(len ? len : 1)))
+                memcpy(joined, line, len);
+            c->chunk = joined;
+            c->chunklen = clen;
+            joined = NULL;
+            out_end(c, '+', 0);
+        } else if (c->top > 0) {
+            out_end(c, 'T', c->top);
+        } else {
+            out_end(c, '>', 0);
+        }
+        free(joined);
+    }
+done:
+    cli.sink = saved;
+    lua_settop(L, top);
+}
+
+static void read_client(struct client *c)
+{
+    char buf[65536];
+    for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
+        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (r <= 0) {
+            c->dead = true;             /* EOF or error: drop it */
+            return;
+        }
+        size_t start = 0;
+        for (size_t i = 0; i < (size_t)r && !c->dead; i++) {
+            if (buf[i] != '\n')
+                continue;
+            if (c->discarding) {
+                c->discarding = false;
+            } else if (c->inlen) {
+                size_t need = c->inlen + (i - start);
+                if (need > CLI_MAX_LINE) {
+                    static const char m[] = "error: line too long (limit "
+                                            "65536 bytes); discarded\n";
+                    out_text(c, m, sizeof m - 1);
+                    out_end(c, c->chunk ? '+' : '>', 0);
+                    c->inlen = 0;
+                    start = i + 1;
+                    continue;
+                }
+                char *nb = realloc(c->in, need ? need : 1);
+                if (!nb) {
+                    c->dead = true;
+                    return;
+                }
+                c->in = nb;
+                memcpy(c->in + c->inlen, buf + start, i - start);
+                handle_line(c, c->in, need);
+                c->inlen = 0;
+            } else {
+                handle_line(c, buf + start, i - start);
+            }
+            start = i + 1;
+        }
+        if (c->dead)
+            return;
+        size_t rest = (size_t)r - start;
+        if (rest && !c->discarding) {
+            if (c->inlen + rest > CLI_MAX_LINE) {
+                static const char m[] = "error: line too long (limit 65536 "
+                                        "bytes); discarded\n";
+                out_text(c, m, sizeof m - 1);
+                out_end(c, c->chunk ? '+' : '>', 0);
+                c->inlen = 0;
+                c->discarding = true;
+            } else {
+                char *nb = realloc(c->in, c->inlen + rest);
+                if (!nb) {
+                    c->dead = true;
+                    return;
+                }
+                c->in = nb;
+                memcpy(c->in + c->inlen, buf + start, rest);
+                c->inlen += rest;
+            }
+        }
+        flush_client(c);
+        if (c->outlen - c->outoff > OUT_SOFT)
+            return;
+    }
+}
+
+int cli_control_fds(struct pollfd *fds, int max)
+{
+    int n = 0;
+    if (lfd < 0 || max < 1)
+        return 0;
+    fds[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+    for (struct client *c = clients; c && n < max; c = c->next) {
+        short ev = 0;
+        if (c->outlen - c->outoff <= OUT_SOFT)
+            ev |= POLLIN;
+        if (c->outlen > c->outoff)
+            ev |= POLLOUT;
+        fds[n++] = (struct pollfd){ .fd = c->fd, .events = ev };
+    }
+    return n;
+}
+
+static void sweep(void)
+{
+    struct client **pp = &clients;
+    while (*pp) {
+        struct client *c = *pp;
+        if (c->dead) {
+            *pp = c->next;
+            free_client(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+void cli_control_handle(struct pollfd *fds, int n)
+{
+    if (lfd < 0 || n < 1)
+        return;
+    /* Clients first: match descriptors (the list may change below). */
+    for (int i = 1; i < n; i++) {
+        if (!fds[i].revents)
+            continue;
+        for (struct client *c = clients; c; c = c->next) {
+            if (c->fd != fds[i].fd || c->dead)
+                continue;
+            if (fds[i].revents & POLLOUT)
+                flush_client(c);
+            if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
+                read_client(c);
+            flush_client(c);
+            break;
+        }
+    }
+    if (fds[0].revents & POLLIN) {
+        for (int k = 0; k < 16; k++) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0)
+                break;
+            if (nclients >= MAX_CLIENTS) {
+                static const char m[] = "error: too many clients\n\x04>\n";
+                (void)!send(fd, m, sizeof m - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                close(fd);
+                continue;
+            }
+            new_client(fd);
+        }
+    }
+    sweep();
+}
+
+void cli_control_close(void)
+{
+    for (struct client *c = clients; c; c = c->next) {
+        flush_client(c);
+        c->dead = true;
+    }
+    sweep();
+    if (lfd >= 0) {
+        close(lfd);
+        lfd = -1;
+        struct stat sb;
+        if (lpath && stat(lpath, &sb) == 0 && sb.st_dev == ldev &&
+            sb.st_ino == lino)
+            unlink(lpath);
+    }
+    free(lpath);
+    lpath = NULL;
+}
+
+/* ================= the attach client ================= */
+
+static int afd = -1;
+static char *abuf;              /* received, not yet consumed */
+static size_t alen, acap;
+
+/* Send all of s (blocking socket). */
+static int send_all(const char *s, size_t n)
+{
+    while (n) {
+        ssize_t w = send(afd, s, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Read one reply: output goes to `emit` (NULL: stdout); returns the status
+ * line after 0x04 (static), or NULL when the connection closed. */
+static const char *read_reply(void (*emit)(const char *, size_t, void *),
+                              void *ud)
+{
+    static char status[64];
+    for (;;) {
+        char *eot = alen ? memchr(abuf, CLI_EOT, alen) : NULL;
+        if (eot) {
+            char *nl = memchr(eot, '\n', alen - (size_t)(eot - abuf));
+            if (nl) {
+                size_t out = (size_t)(eot - abuf);
+                if (emit)
+                    emit(abuf, out, ud);
+                else
+                    fwrite(abuf, 1, out, stdout);
+                size_t sl = (size_t)(nl - eot - 1);
+                if (sl >= sizeof status)
+                    sl = sizeof status - 1;
+                memcpy(status, eot + 1, sl);
+                status[sl] = '\0';
+                size_t used = (size_t)(nl - abuf) + 1;
+                memmove(abuf, abuf + used, alen - used);
+                alen -= used;
+                fflush(stdout);
+                return status;
+            }
+        } else if (alen) {
+            if (emit)
+                emit(abuf, alen, ud);
+            else
+                fwrite(abuf, 1, alen, stdout);
+            alen = 0;
+        }
+        if (acap - alen < 4096) {
+            size_t nc = acap ? acap * 2 : 65536;
+            char *nb = realloc(abuf, nc);
+            if (!nb)
+                return NULL;
+            abuf = nb;
+            acap = nc;
+        }
+        ssize_t r = recv(afd, abuf + alen, acap - alen, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            if (alen && !emit)
+                fwrite(abuf, 1, alen, stdout);
+            fflush(stdout);
+            return NULL;
+        }
+        alen += (size_t)r;
+    }
+}
+
+struct collect {
+    char *s;
+    size_t n, cap;
+};
+
+static void collect_emit(const char *s, size_t n, void *ud)
+{
+    struct collect *c = ud;
+    if (c->n + n + 1 > c->cap) {
+        size_t nc = c->cap ? c->cap * 2 : 1024;
+        while (nc < c->n + n + 1)
+            nc *= 2;
+        char *nb = realloc(c->s, nc);
+        if (!nb)
+            return;
+        c->s = nb;
+        c->cap = nc;
+    }
+    memcpy(c->s + c->n, s, n);
+    c->n += n;
+    c->s[c->n] = '\0';
+}
+
+static char **fetch_remote(const char *text, bool in_string)
+{
+    size_t tl = strlen(text);
+    char *req = malloc(tl + 16);
+    if (!req)
+        return NULL;
+    int n = snprintf(req, tl + 16, "\x01" "complete %c %s\n",
+                     in_string ? 'S' : 'G', text);
+    struct collect col = { 0 };
+    if (send_all(req, (size_t)n) != 0 ||
+        !read_reply(collect_emit, &col)) {
+        free(req);
+        free(col.s);
+        return NULL;
+    }
+    free(req);
+    size_t cnt = 0;
+    for (size_t i = 0; i < col.n; i++)
+        cnt += col.s[i] == '\n';
+    char **v = calloc(cnt + 1, sizeof *v);
+    size_t k = 0, start = 0;
+    for (size_t i = 0; v && i < col.n; i++) {
+        if (col.s[i] == '\n') {
+            v[k++] = strndup(col.s + start, i - start);
+            start = i + 1;
+        }
+    }
+    free(col.s);
+    return v;
+}
+
+static void remote_top(double secs)
+{
+    bool tty = isatty(0) && isatty(1);
+    struct termios old, raw;
+    bool tio = tty && tcgetattr(0, &old) == 0;
+    if (tio) {
+        raw = old;
+        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        raw.c_cc[VMIN] = 1;
+        raw.c_cc[VTIME] = 0;
+        tcsetattr(0, TCSANOW, &raw);
+        fputs("\033[?25l", stdout);
+    }
+    for (;;) {
+        struct collect col = { 0 };
+        if (send_all("\x01top\n", 5) != 0 || !read_reply(collect_emit, &col)) {
+            free(col.s);
+            break;
+        }
+        if (tty) {
+            time_t t = time(NULL);
+            struct tm tm;
+            char ts[32];
+            localtime_r(&t, &tm);
+            strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+            printf("\033[H\033[2J%s top  every %gs  %s  (press a key to "
+                   "stop)\n\n", cli_progname, secs, ts);
+        }
+        fwrite(col.s ? col.s : "", 1, col.n, stdout);
+        fflush(stdout);
+        free(col.s);
+        if (!tty)
+            break;
+        struct pollfd p = { .fd = 0, .events = POLLIN };
+        int r = poll(&p, 1, (int)(secs * 1000));
+        if (r > 0) {
+            char b[64];
+            (void)!read(0, b, sizeof b);
+            break;
+        }
+        if (r < 0 && errno != EINTR)
+            break;
+    }
+    if (tio) {
+        fputs("\033[?25h\n", stdout);
+        fflush(stdout);
+        tcsetattr(0, TCSANOW, &old);
+    }
+}
+
+/* Handle a reply's status; returns the next prompt, or NULL when the
+ * connection closed. */
+static const char *after(const char *status)
+{
+    if (!status) {
+        fprintf(stderr, "%s: attach: connection closed\n", cli_progname);
+        return NULL;
+    }
+    if (status[0] == 'T') {
+        remote_top(atof(status + 1));
+        return "> ";
+    }
+    return status[0] == '+' ? ">> " : "> ";
+}
+
+int cli_attach(const char *path)
+{
+    struct sockaddr_un a;
+    if (fill_addr(&a, path) != 0)
+        return 1;
+    afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof a) != 0) {
+        fprintf(stderr, "%s: attach: cannot connect to '%s': %s\n",
+                cli_progname, path, strerror(errno));
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    bool tty = isatty(0) && isatty(1);
+    struct collect greet = { 0 };
+    /* the greeting is shown on a terminal only */
+    const char *st = read_reply(tty ? NULL : collect_emit, &greet);
+    free(greet.s);
+    const char *prompt = after(st);
+    if (!prompt)
+        return 1;
+    int rc = 0;
+    if (tty) {
+        char hp[4096];
+        cli_history_path(hp, sizeof hp);
+        rl_readline_name = "seda-lua";
+        stifle_history(1000);
+        if (hp[0])
+            read_history(hp);
+        cli_complete_list(NULL, fetch_remote);
+        for (;;) {
+            char *line = readline(prompt);
+            if (!line) {
+                fputs("\n", stdout);
+                break;
+            }
+            if (*line)
+                add_history(line);
+            size_t n = strlen(line);
+            line[n] = '\n';
+            int s = send_all(line, n + 1);
+            free(line);
+            if (s != 0 || !(prompt = after(read_reply(NULL, NULL)))) {
+                rc = 1;
+                break;
+            }
+        }
+        if (hp[0]) {
+            write_history(hp);
+            history_truncate_file(hp, 1000);
+        }
+    } else {
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n;
+        while ((n = getline(&line, &cap, stdin)) > 0) {
+            if (line[n - 1] != '\n') {
+                char *nb = realloc(line, (size_t)n + 1);
+                if (!nb)
+                    break;
+                line = nb;
+                line[n++] = '\n';
+            }
+            if (send_all(line, (size_t)n) != 0 ||
+                !after(read_reply(NULL, NULL))) {
+                rc = 1;
+                break;
+            }
+        }
+        free(line);
+    }
+    free(abuf);
+    close(afd);
+    return rc;
+}

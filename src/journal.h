@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * journal.h -- the durable journal behind durable stages: one SQLite
+ * database in WAL mode per bus, written by one writer thread that commits
+ * whatever is queued in one transaction (group commit).
+ *
+ * The journal knows nothing about buses or stages beyond their names: it
+ * stores rows (seda_jrec) under a stage name, moves them between stages,
+ * deletes them, remembers accepted ids for idempotent publish, and hands
+ * them back in their original order on replay.  The blobs (headers, slip,
+ * payload) are opaque to it.
+ *
+ * ON-DISK FORMAT (schema version 1; readable with the sqlite3 tool, e.g.
+ * `sqlite3 DIR/seda.db "SELECT key, stage, id FROM envelopes"`):
+ *
+ *   DIR/seda.db       the database (DIR/seda.db-wal, -shm: its WAL files)
+ *   DIR/seda.lock     empty file; flock()ed exclusively while a journal is
+ *                     open, so a second bus or process fails with "locked"
+ *
+ *   envelopes(key INTEGER PRIMARY KEY AUTOINCREMENT,  -- order of publish;
+ *                                        never reused, kept across moves
+ *             stage TEXT NOT NULL,       -- stage the envelope waits at
+ *             id TEXT NOT NULL,          -- envelope id
+ *             attempts INTEGER,          -- deliveries tried so far
+ *             sender TEXT,               -- NULL when none
+ *             headers BLOB,              -- the bus's encoding (k\0v\0...)
+ *             slip BLOB,                 -- remaining itinerary (bus's)
+ *             kind INTEGER,              -- payload kind
+ *             payload BLOB,
+ *             published_at REAL)         -- seconds, the bus's clock
+ *   INDEX envelopes_stage ON envelopes(stage, key)
+ *
+ *   dedup(stage TEXT, id TEXT, seq INTEGER,   -- ids accepted by
+ *         PRIMARY KEY(stage, id)) WITHOUT ROWID  exactly_once stages; seq
+ *   INDEX dedup_seq ON dedup(stage, seq)         counts up per stage and
+ *                                                only the newest
+ *                                                dedup_window are kept
+ *   meta(k TEXT PRIMARY KEY, v)   -- ('schema_version', 1)
+ *
+ *   A durable envelope is exactly one row of envelopes while it is
+ *   unacknowledged; a hop rewrites the row (new stage, same key); completion
+ *   deletes it.  Dead letters are rows whose stage is the dead-letter stage.
+ *
+ * THREADS: every function is thread-safe unless it says otherwise.  Writes
+ * (insert, apply, delete_stage) block until the writer thread has committed
+ * them.  Reads (replay, count, get) use a connection of their own, so they
+ * never wait for the writer and see only committed rows.
+ */
+#ifndef SEDA_JOURNAL_H
+#define SEDA_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "seda_int.h"
+
+#define SEDA_JOURNAL_FILE "seda.db"
+#define SEDA_JOURNAL_LOCK "seda.lock"
+#define SEDA_JOURNAL_SCHEMA 1
+
+struct seda_journal;
+
+/* One journal row.  On the way in, every pointer is borrowed for the call;
+ * on the way out (replay, get callbacks), every pointer is valid only
+ * during the callback.  A zero-length blob may come back as NULL. */
+typedef struct seda_jrec {
+    int64_t key;                /* row key: assigned by insert, kept by MOVE */
+    const char *stage;          /* stage name */
+    const char *id;             /* envelope id */
+    int attempts;               /* deliveries tried */
+    const char *sender;         /* may be NULL */
+    const void *headers;        /* opaque blob */
+    size_t hlen;                /* bytes at headers */
+    const void *slip;           /* opaque blob: the remaining itinerary */
+    size_t slen;                /* bytes at slip */
+    int kind;                   /* payload kind */
+    const void *payload;        /* opaque blob */
+    size_t plen;                /* bytes at payload */
+    double published_at;        /* seconds */
+} seda_jrec;
+
+enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2 };
+
+/* One state change for seda__journal_apply.  rec.key names the row. */
+typedef struct seda_jop {
+    int op;                     /* SEDA_JOP_MOVE or SEDA_JOP_DELETE */
+    seda_jrec rec;              /* MOVE: every field is written; DELETE:
+                                   only key is read */
+} seda_jop;
+
+/* Open DIR/seda.db (creating DIR, with parents, and the database as
+ * needed) in WAL mode with synchronous=FULL (sync_full) or NORMAL, take
+ * the exclusive lock on DIR/seda.lock and start the writer thread.
+ * Returns 0 and *out (free with seda__journal_close), or a negative errno
+ * with a message in err (when err != NULL) naming the path and the problem:
+ *   -EBUSY     "DIR: locked by another process"
+ *   -ENOTDIR, -EACCES, -EROFS, ...  "PATH: not writable: <strerror>"
+ *   -EILSEQ    "DIR/seda.db: not a database (corrupt?)"
+ *   -EPROTO    "DIR/seda.db: schema version N is newer than this build"
+ *   -EIO       "DIR/seda.db: <sqlite message>"
+ *   -ENOMEM, -EAGAIN (no thread)
+ * Nothing is left open on failure.  Any thread; blocks on file I/O. */
+SEDA__API int seda__journal_open(const char *dir, bool sync_full,
+                                 struct seda_journal **out, char *err,
+                                 size_t errlen);
+
+/* Commit what is queued, stop and join the writer, close the database and
+ * release the lock.  NULL is ignored.  No other call may be running or
+ * start on j.  Blocks. */
+SEDA__API void seda__journal_close(struct seda_journal *j);
+
+/* Insert n records (one publish or publish_many) in one transaction, and
+ * write each new row's key into recs[i].key.  When dedup_window > 0, a
+ * record whose (stage, id) was accepted before (and is still among the
+ * newest dedup_window ids of its stage) is not inserted: dup[i] is set to
+ * 1 and recs[i].key to 0; the others get dup[i] = 0.  dup may be NULL
+ * when dedup_window <= 0.  Accepted ids are remembered in the same
+ * transaction, and older ones beyond the window are forgotten.
+ * Returns 0, -EIO (disk full or I/O error: nothing of this call was
+ * committed), -E2BIG (a blob over 2 GiB), -ENOMEM, -EINVAL, or
+ * -ECANCELED after close began.  Any thread; blocks until committed. */
+SEDA__API int seda__journal_insert(struct seda_journal *j, seda_jrec *recs,
+                                   int n, int dedup_window, int *dup);
+
+/* Apply n state changes atomically: MOVE rewrites row rec.key with every
+ * field of rec (a hop; the key, and so the replay order, is kept); DELETE
+ * removes row rec.key (completion).  A key that is not in the journal is
+ * skipped without error.  Returns 0 (all applied), or -EIO, -E2BIG,
+ * -ENOMEM, -EINVAL, -ECANCELED with nothing applied.  Any thread; blocks
+ * until committed. */
+SEDA__API int seda__journal_apply(struct seda_journal *j, const seda_jop *ops,
+                                  int n);
+
+/* Call cb(rec, ud) for every committed row of stage, in key order (the
+ * original publish order), until cb returns non-zero.  Returns 0 (also
+ * when cb stopped early), -EIO or -ENOMEM.  cb may call insert and apply
+ * (they commit independently of the replay's snapshot).  Any thread,
+ * before or while the writer runs. */
+SEDA__API int seda__journal_replay(struct seda_journal *j, const char *stage,
+                                   int (*cb)(const seda_jrec *rec, void *ud),
+                                   void *ud);
+
+/* Store the number of rows of stage in *n.  Returns 0 or -EIO. */
+SEDA__API int seda__journal_count(struct seda_journal *j, const char *stage,
+                                  int64_t *n);
+
+/* Call cb for each row of stage whose id is id (in key order; normally
+ * one), until cb returns non-zero.  Returns 0, -ENOENT when there is no
+ * such row, or -EIO. */
+SEDA__API int seda__journal_get(struct seda_journal *j, const char *stage,
+                                const char *id,
+                                int (*cb)(const seda_jrec *, void *),
+                                void *ud);
+
+/* Delete every row of stage (purge), in one transaction through the
+ * writer.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
+SEDA__API int seda__journal_delete_stage(struct seda_journal *j,
+                                         const char *stage);
+
+/* Transactions committed so far (for tests and stats; relaxed). */
+SEDA__API uint64_t seda__journal_txns(struct seda_journal *j);
+
+#endif /* SEDA_JOURNAL_H */

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pull.c -- the pull model: receivers take envelopes from a pull stage
+ * and settle them with ack or nack.
+ *
+ * DESIGN
+ *   A pull stage has no consumers and never schedules drain tasks; publish
+ *   only queues and wakes a waiting receiver.  seda_stage_receive pops the
+ *   head under the stage lock and hands out a lease: a small struct, owned
+ *   by the receiver, linked into the stage's list of outstanding leases
+ *   (oldest first, so expiry looks at the head only).
+ *
+ *   The envelope stays the stage's while leased.  The receiver reaches it
+ *   only through seda_lease_env (which takes the stage lock and returns
+ *   NULL once the lease expired), so expiry can take the envelope back
+ *   without racing a reader.  Expiry is lazy: receive, idle checks and
+ *   stats call seda__lease_expire, which unlinks overdue leases, clears
+ *   their envelope pointer and hands the envelopes back for a nack (retry
+ *   at the head, or dead letter).  A late ack or nack finds the pointer
+ *   cleared and returns SEDA_ETIMEDOUT.  At shutdown every outstanding
+ *   lease is swept the same way and its envelope counted dropped.
+ */
+#include <string.h>
+
+#include "bus.h"
+#include "stage.h"
+
+struct seda_lease_s {
+    struct seda_lease_s *next;  /* stage's list; guarded by st->mu */
+    struct seda_lease_s *prev;  /* guarded by st->mu */
+    struct seda_stage_s *st;    /* immutable */
+    seda_env_t *env;            /* NULL once expired; guarded by st->mu */
+    int64_t deadline;           /* monotonic ns; immutable */
+    int64_t recv_ts;            /* clock ns at receive; immutable */
+};
+
+static void unlink_lease(struct seda_stage_s *st, struct seda_lease_s *l)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        st->leases = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    else
+        st->leases_tail = l->prev;
+    l->next = l->prev = NULL;
+}
+
+int seda__lease_expire(struct seda_stage_s *st, int64_t now,
+                       seda_env_t **requeue, int max)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    int n = 0;
+    while (n < max && st->leases && st->leases->deadline <= now) {
+        struct seda_lease_s *l = st->leases;
+        unlink_lease(st, l);
+        requeue[n++] = l->env;
+        l->env = NULL;
+        st->in_flight--;
+    }
+    return n;
+}
+
+int seda__lease_sweep(struct seda_stage_s *st)
+{
+    int swept = 0;
+    for (;;) {
+        seda__mutex_lock(&st->mu);
+        struct seda_lease_s *l = st->leases;
+        seda_env_t *env = NULL;
+        if (l) {
+            unlink_lease(st, l);
+            env = l->env;
+            l->env = NULL;
+            st->in_flight--;
+            st->c.dropped++;
+            if (!(env->flags & ENV_DEAD))
+                st->c.it_lost++;
+        }
+        seda__mutex_unlock(&st->mu);
+        if (!env)
+            return swept;
+        if (env->done) {
+            seda_done_fn done = env->done;
+            env->done = NULL;
+            done(env, SEDA_DROPPED, env->done_ud);
+        }
+        seda__env_free(env);
+        swept++;
+    }
+}
+
+int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
+{
+    if (!st->pull)
+        return SEDA_EINVAL;
+    struct seda_bus_s *b = st->bus;
+    struct seda_lease_s *l = seda__calloc(1, sizeof *l);
+    if (!l)
+        return SEDA_ENOMEM;
+    int64_t deadline = seda__deadline(timeout);
+    seda_env_t *requeue[16];
+    int rc = 0;
+    seda__mutex_lock(&st->mu);
+    for (;;) {
+        int nre = seda__lease_expire(st, seda__now_ns(), requeue, 16);
+        if (nre > 0) {
+            /* Expired leases count as nacks; settle them unlocked. */
+            seda__mutex_unlock(&st->mu);
+            for (int i = 0; i < nre; i++)
+                seda__stage_nack(st, requeue[i]);
+            seda__mutex_lock(&st->mu);
+            continue;
+        }
+        if (atomic_load_explicit(&b->stopping, memory_order_acquire)) {
+            rc = SEDA_ECLOSED;
+            break;
+        }
+        if (seda__queue_count(&st->q) > 0)
+            break;
+        if (seda__now_ns() >= deadline) {
+            rc = SEDA_ETIMEDOUT;
+            break;
+        }
+        /* Wake for the oldest lease's expiry too. */
+        int64_t until = deadline;
+        if (st->leases && st->leases->deadline < until)
+            until = st->leases->deadline;
+        st->receivers++;
+        seda__cond_wait(&st->not_empty, &st->mu, until);
+        st->receivers--;
+    }
+    if (rc) {
+        seda__mutex_unlock(&st->mu);
+        seda__free(l);
+        return rc;
+    }
+    seda_env_t *env = seda__queue_pop(&st->q);
+    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                          memory_order_relaxed);
+    if (st->waiters > 0)
+        pthread_cond_broadcast(&st->not_full);
+    st->in_flight++;
+    l->recv_ts = seda__clock_ns();
+    seda__hist_add(&st->sojourn, l->recv_ts > env->enq_ts
+                                     ? (uint64_t)(l->recv_ts - env->enq_ts)
+                                     : 0);
+    l->st = st;
+    l->env = env;
+    l->deadline = seda__now_ns() + st->ack_timeout_ns;
+    l->prev = st->leases_tail;
+    if (st->leases_tail)
+        st->leases_tail->next = l;
+    else
+        st->leases = l;
+    st->leases_tail = l;
+    seda__mutex_unlock(&st->mu);
+    *out = l;
+    return 0;
+}
+
+seda_env_t *seda_lease_env(seda_lease_t *l)
+{
+    seda__mutex_lock(&l->st->mu);
+    if (!l->env) {
+        seda__mutex_unlock(&l->st->mu);
+        return NULL;
+    }
+    return l->env;
+}
+
+void seda_lease_release_env(seda_lease_t *l)
+{
+    seda__mutex_unlock(&l->st->mu);
+}
+
+/* Take the envelope back from the lease (NULL when expired) and free the
+ * lease. */
+static seda_env_t *settle(seda_lease_t *l)
+{
+    struct seda_stage_s *st = l->st;
+    seda__mutex_lock(&st->mu);
+    seda_env_t *env = l->env;
+    if (env) {
+        unlink_lease(st, l);
+        l->env = NULL;
+        st->in_flight--;
+        int64_t now = seda__clock_ns();
+        seda__hist_add(&st->service, now > l->recv_ts
+                                         ? (uint64_t)(now - l->recv_ts) : 0);
+    }
+    seda__mutex_unlock(&st->mu);
+    seda__free(l);
+    return env;
+}
+
+int seda_lease_ack(seda_lease_t *l)
+{
+    struct seda_stage_s *st = l->st;
+    seda_env_t *env = settle(l);
+    if (!env)
+        return SEDA_ETIMEDOUT;
+    struct stage_counters tally = { 0 };
+    tally.delivered = 1;
+    seda__bus_route_ack(st, env, &tally);
+    seda__mutex_lock(&st->mu);
+    seda__counters_fold(&st->c, &tally);
+    seda__mutex_unlock(&st->mu);
+    return 0;
+}
+
+int seda_lease_nack(seda_lease_t *l)
+{
+    struct seda_stage_s *st = l->st;
+    seda_env_t *env = settle(l);
+    if (!env)
+        return SEDA_ETIMEDOUT;
+    seda__stage_nack(st, env);
+    return 0;
+}
