@@ -48,9 +48,10 @@ extern "C" {
 #define SEDA_EINVAL     (-EINVAL)     /* invalid argument */
 #define SEDA_ENOMEM     (-ENOMEM)     /* allocation failed */
 #define SEDA_ERANGE     (-ERANGE)     /* a limit was exceeded */
+#define SEDA_ETYPE      (-EBADMSG)    /* refused by the stage's check */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
- * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", or
+ * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type", or
  * "error" for anything else; "ok" for 0.  Static storage; any thread. */
 const char *seda_strerror(int rc);
 
@@ -240,6 +241,18 @@ int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud);
 int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
                     int policy, char *err, size_t errlen);
 
+/* An admission check: return 0 to admit, non-zero to refuse (writing a
+ * reason into err).  Runs on the publishing thread (a worker for hops),
+ * with no lock held; must not block. */
+typedef int (*seda_check_fn)(const seda_env_t *env, void *ud, char *err,
+                             size_t errlen);
+
+/* Install st's admission check (NULL removes it).  Every publish and hop
+ * into st runs it first: a refused publish returns SEDA_ETYPE, a refused
+ * hop is dead-lettered with reason "type"; both count in the stage's
+ * `invalid`.  Set it before publishing to the stage.  Any thread. */
+void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud);
+
 /* Pointer slot for whoever drives the stage (the Lua layer keeps its
  * handler table here).  Set it before publishing.  Any thread. */
 void seda_stage_set_userdata(seda_stage_t *st, void *ud);
@@ -402,6 +415,7 @@ typedef struct seda_stage_stats {
     uint64_t dead_lettered;    /* dead-lettered from this stage */
     uint64_t errors;           /* errors reported (raised, seda_env_fail) */
     uint64_t completed;        /* itineraries that ended here */
+    uint64_t invalid;          /* refused by the admission check */
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,

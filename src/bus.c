@@ -335,6 +335,12 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
         return rc;
+    char why[256];
+    if ((rc = seda__stage_check(st, env, why, sizeof why)) != 0) {
+        env->done = NULL;
+        seda__env_free(env);
+        return rc;
+    }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
     rc = seda__stage_admit(st, env, seda__bus_publish_deadline(b, t), false);
@@ -386,10 +392,16 @@ int seda_publish_many(seda_bus_t *b, const char *to,
         return 0;
     }
     int built = 0, rc = 0;
+    char why[256];
     for (; built < n; built++) {
         envs[built] = seda__env_new(payloads[built], lens[built], opts, &rc);
         if (!envs[built])
             break;
+        if ((rc = seda__stage_check(st, envs[built], why, sizeof why))) {
+            envs[built]->done = NULL;
+            seda__env_free(envs[built]);
+            break;
+        }
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
@@ -424,6 +436,11 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     }
     env->attempts = 1;
     env->acked = 0;
+    char why[256];
+    if (seda__stage_check(to, env, why, sizeof why) != 0) {
+        seda__bus_dead_letter(st, env, "type", tally);
+        return;
+    }
     int rc = seda__stage_admit(to, env, seda__now_ns() + b->hop_timeout_ns,
                                true);
     if (rc == 0)

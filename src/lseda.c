@@ -445,6 +445,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     set_int(L, "dead_lettered", (lua_Integer)s.dead_lettered);
     set_int(L, "errors", (lua_Integer)s.errors);
     set_int(L, "completed", (lua_Integer)s.completed);
+    set_int(L, "invalid", (lua_Integer)s.invalid);
     set_int(L, "consumers", s.consumers);
     set_int(L, "max_attempts", s.max_attempts);
     lua_pushstring(L, seda_policy_name(s.policy));

@@ -110,6 +110,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
     atomic_init(&st->depth_hint, 0);
+    atomic_init(&st->check, NULL);
+    atomic_init(&st->check_ud, NULL);
     seda__mutex_init(&st->mu);
     seda__mutex_init(&st->report_mu);
     *out = st;
@@ -218,6 +220,30 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     return 0;
 }
 
+void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
+{
+    atomic_store_explicit(&st->check_ud, ud, memory_order_relaxed);
+    /* Release: pairs with the acquire in seda__stage_check; check_ud is
+     * visible to whoever sees fn. */
+    atomic_store_explicit(&st->check, fn, memory_order_release);
+}
+
+int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
+                      char *err, size_t errlen)
+{
+    seda_check_fn fn = atomic_load_explicit(&st->check,
+                                            memory_order_acquire);
+    if (!fn)
+        return 0;
+    void *ud = atomic_load_explicit(&st->check_ud, memory_order_relaxed);
+    if (fn(env, ud, err, errlen) == 0)
+        return 0;
+    seda__mutex_lock(&st->mu);
+    st->c.invalid++;
+    seda__mutex_unlock(&st->mu);
+    return SEDA_ETYPE;
+}
+
 void seda_stage_set_userdata(seda_stage_t *st, void *ud)
 {
     /* Release: pairs with the acquire in seda_stage_userdata. */
@@ -278,6 +304,7 @@ void seda__counters_fold(struct stage_counters *into,
     into->dead_lettered += from->dead_lettered;
     into->errors += from->errors;
     into->completed += from->completed;
+    into->invalid += from->invalid;
     into->accepted += from->accepted;
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
@@ -785,6 +812,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->dead_lettered = st->c.dead_lettered;
     out->errors = st->c.errors;
     out->completed = st->c.completed;
+    out->invalid = st->c.invalid;
     out->sojourn_p50 = seda__hist_quantile(&st->sojourn, 0.50) / 1e3;
     out->sojourn_p99 = seda__hist_quantile(&st->sojourn, 0.99) / 1e3;
     out->sojourn_p999 = seda__hist_quantile(&st->sojourn, 0.999) / 1e3;

@@ -27,6 +27,7 @@ struct stage_counters {
     uint64_t dead_lettered;     /* envelopes dead-lettered from here */
     uint64_t errors;            /* reported errors */
     uint64_t completed;         /* itineraries ended here */
+    uint64_t invalid;           /* refused by the admission check */
     /* Itinerary-level counters summed into the bus totals. */
     uint64_t accepted;          /* publishes accepted as a first hop here */
     uint64_t it_dead;           /* itineraries dead-lettered here */
@@ -65,6 +66,8 @@ struct seda_stage_s {
     atomic_int nconsumers;      /* release/acquire, see above */
     atomic_uint rr;             /* relaxed round-robin cursor */
     _Atomic(void *) userdata;   /* release/acquire */
+    _Atomic(seda_check_fn) check; /* admission check; release/acquire */
+    _Atomic(void *) check_ud;   /* its argument; stored before check */
 
     seda__mutex_t mu;
     pthread_cond_t not_full;    /* block-policy publishers wait here */
@@ -123,6 +126,12 @@ SEDA__API void seda__stage_free(struct seda_stage_s *st);
  * the block policy.  Takes st->mu, then maybe pool->mu. */
 SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                                 int64_t deadline_ns, bool hop);
+
+/* Run st's admission check on env (no lock held); 0 when admitted or no
+ * check is set, SEDA_ETYPE (counted in invalid, reason in err) if not. */
+SEDA__API int seda__stage_check(struct seda_stage_s *st,
+                                const seda_env_t *env, char *err,
+                                size_t errlen);
 
 /* Admit envs[0..n) in order with one lock round; returns how many were
  * admitted and sets *rc for the first refusal. */

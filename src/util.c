@@ -236,6 +236,7 @@ const char *seda_strerror(int rc)
     case SEDA_EINVAL: return "invalid";
     case SEDA_ENOMEM: return "nomem";
     case SEDA_ERANGE: return "range";
+    case SEDA_ETYPE: return "type";
     default: return "error";
     }
 }
