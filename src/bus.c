@@ -343,7 +343,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
-    rc = seda__stage_admit(st, env, seda__bus_publish_deadline(b, t), false);
+    rc = seda__stage_admit(st, env, t, false);
     if (rc) {
         env->done = NULL;               /* refused: done never fires */
         seda__env_free(env);
@@ -405,8 +405,7 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
-    int done = seda__stage_admit_many(st, envs, built,
-                                      seda__bus_publish_deadline(b, t), err);
+    int done = seda__stage_admit_many(st, envs, built, t, err);
     for (int i = done; i < built; i++) {
         envs[i]->done = NULL;
         seda__env_free(envs[i]);
@@ -441,7 +440,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
         seda__bus_dead_letter(st, env, "type", tally);
         return;
     }
-    int rc = seda__stage_admit(to, env, seda__now_ns() + b->hop_timeout_ns,
+    int rc = seda__stage_admit(to, env, (double)b->hop_timeout_ns / 1e9,
                                true);
     if (rc == 0)
         return;
@@ -489,7 +488,7 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         seda__env_slip_clear(env);
         env->attempts = 1;
         env->acked = 0;
-        if (seda__stage_admit(to, env, seda__now_ns() + b->hop_timeout_ns,
+        if (seda__stage_admit(to, env, (double)b->hop_timeout_ns / 1e9,
                               true) == 0)
             return;
     }

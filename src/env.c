@@ -133,18 +133,15 @@ static void tcache_key_init(void)
     pthread_key_create(&tcache_key, tcache_flush);
 }
 
-static int class_of(uint32_t inl)
+static inline int class_of(uint32_t inl)
 {
-    for (int k = 0; k < NCLASS; k++)
-        if (inl == class_inl[k])
-            return k;
-    return -1;
+    return inl == 8 ? 0 : inl == 56 ? 1 : inl == 248 ? 2 : -1;
 }
 
 static seda_env_t *env_alloc(uint32_t inl)
 {
     int k = class_of(inl);
-    if (RECYCLE && k >= 0 && seda__default_allocator()) {
+    if (RECYCLE && k >= 0 && !seda__custom_alloc) {
         struct freenode *f = tcache.head[k];
         if (!f) {
             pthread_mutex_lock(&depot.mu);
@@ -167,7 +164,7 @@ static seda_env_t *env_alloc(uint32_t inl)
 static void env_release(seda_env_t *e)
 {
     int k = class_of(e->inl_cap);
-    if (RECYCLE && k >= 0 && seda__default_allocator()) {
+    if (RECYCLE && k >= 0 && !seda__custom_alloc) {
         if (tcache.n[k] == 0 && !tcache.head[k]) {
             /* First use on this thread: flush the chain at thread exit. */
             pthread_once(&tcache_once, tcache_key_init);
@@ -415,10 +412,9 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 return NULL;
             }
     }
-    uint32_t inl = class_inl[0];
-    for (int k = 1; k < NCLASS; k++)
-        if (len > class_inl[k - 1] && len <= class_inl[k])
-            inl = class_inl[k];
+    uint32_t inl = len <= class_inl[0] ? class_inl[0]
+                 : len <= class_inl[1] ? class_inl[1]
+                 : len <= class_inl[2] ? class_inl[2] : class_inl[0];
     seda_env_t *e = env_alloc(inl);
     if (!e)
         return NULL;

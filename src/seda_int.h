@@ -38,6 +38,7 @@ SEDA__API void seda__free(void *p);
 SEDA__API char *seda__strdup(const char *s);
 /* True while the allocator is malloc/free (caches may then recycle). */
 SEDA__API bool seda__default_allocator(void);
+SEDA__API extern bool seda__custom_alloc;   /* set before other calls */
 
 /* ---- time ---- */
 

@@ -425,13 +425,16 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
 }
 
 int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
-                      int64_t deadline_ns, bool hop)
+                      double timeout, bool hop)
 {
     bool sched = false;
     seda_env_t *victim = NULL;
+    int64_t deadline_ns = 0;            /* computed when first needed */
     seda__mutex_lock(&st->mu);
     int rc;
     while ((rc = offer_locked(st, env, hop, &sched, &victim)) == 1) {
+        if (deadline_ns == 0)
+            deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
         if (seda__now_ns() >= deadline_ns) {
             st->c.dropped++;
             rc = SEDA_ETIMEDOUT;
@@ -450,8 +453,9 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
 }
 
 int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
-                           int n, int64_t deadline_ns, int *rc)
+                           int n, double timeout, int *rc)
 {
+    int64_t deadline_ns = 0;            /* computed when first needed */
     bool sched = false;
     int done = 0;
     /* Evictions are rare; end them after unlocking, a few at a time. */
@@ -469,6 +473,8 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
             if (nv < 64)
                 continue;
         } else if (r == 1) {
+            if (deadline_ns == 0)
+                deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
             if (seda__now_ns() >= deadline_ns) {
                 st->c.dropped++;
                 *rc = SEDA_ETIMEDOUT;

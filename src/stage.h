@@ -122,10 +122,12 @@ SEDA__API void seda__stage_free(struct seda_stage_s *st);
 /* Admit env into st under its policy.  hop: the envelope is already
  * accepted (a slip hop or a dead letter), so the bus's pause and close do
  * not apply and the itinerary is not counted again.  On 0 the stage owns
- * env; otherwise the caller still does.  May block until deadline_ns under
- * the block policy.  Takes st->mu, then maybe pool->mu. */
+ * env; otherwise the caller still does.  Under the block policy waits up
+ * to timeout seconds (< 0: forever), capped at the bus's hop_timeout on
+ * its workers; the deadline is only computed when a wait is needed.
+ * Takes st->mu, then maybe pool->mu. */
 SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
-                                int64_t deadline_ns, bool hop);
+                                double timeout, bool hop);
 
 /* Run st's admission check on env (no lock held); 0 when admitted or no
  * check is set, SEDA_ETYPE (counted in invalid, reason in err) if not. */
@@ -137,7 +139,7 @@ SEDA__API int seda__stage_check(struct seda_stage_s *st,
  * admitted and sets *rc for the first refusal. */
 SEDA__API int seda__stage_admit_many(struct seda_stage_s *st,
                                      seda_env_t **envs, int n,
-                                     int64_t deadline_ns, int *rc);
+                                     double timeout, int *rc);
 
 /* Wake every publisher blocked on st (close and stop use it). */
 SEDA__API void seda__stage_wake(struct seda_stage_s *st);

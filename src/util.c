@@ -22,13 +22,16 @@ void seda_set_allocator(void *(*malloc_fn)(size_t),
                         void (*free_fn)(void *))
 {
     g_malloc = malloc_fn ? malloc_fn : malloc;
+    seda__custom_alloc = malloc_fn || realloc_fn || free_fn;
     g_realloc = realloc_fn ? realloc_fn : realloc;
     g_free = free_fn ? free_fn : free;
 }
 
 void *seda__malloc(size_t n) { return g_malloc(n ? n : 1); }
 
-bool seda__default_allocator(void) { return g_malloc == malloc; }
+bool seda__custom_alloc;
+
+bool seda__default_allocator(void) { return !seda__custom_alloc; }
 
 void *seda__calloc(size_t n, size_t size)
 {
@@ -119,10 +122,25 @@ static void tsc_init(void)
     g_tsc.ok = true;
 }
 
+/* 0: not calibrated yet, 1: TSC, 2: fall back.  Release after g_tsc is
+ * written (in tsc_once), acquire here. */
+static atomic_int g_tsc_state;
+
+static void tsc_once(void)
+{
+    tsc_init();
+    atomic_store_explicit(&g_tsc_state, g_tsc.ok ? 1 : 2,
+                          memory_order_release);
+}
+
 int64_t seda__clock_ns(void)
 {
-    pthread_once(&g_tsc_once, tsc_init);
-    if (!g_tsc.ok)
+    int state = atomic_load_explicit(&g_tsc_state, memory_order_acquire);
+    if (SEDA__UNLIKELY(state == 0)) {
+        pthread_once(&g_tsc_once, tsc_once);
+        state = atomic_load_explicit(&g_tsc_state, memory_order_acquire);
+    }
+    if (state != 1)
         return seda__now_ns();
     return g_tsc.ns0 + (int64_t)((double)(int64_t)(__rdtsc() - g_tsc.tick0)
                                  * g_tsc.ns_per_tick);
