@@ -12,8 +12,9 @@
  * DESIGN
  *   - Compiled form: a tree of `struct node`.  A table schema owns a
  *     malloc'd array of fields sorted by name (bytewise, shorter first on
- *     a common prefix), so a key is found by binary search and missing
- *     fields are reported in a fixed order.  The tree is immutable after
+ *     a common prefix), so a key is found by a short scan (up to 8
+ *     fields) or binary search, and missing fields are reported in a
+ *     fixed order.  The tree is immutable after
  *     compile and holds no Lua references: any thread may check with it.
  *   - Both checkers walk the payload once, in its own order (lua_next for
  *     a value, byte order for an encoding, which is the lua_next order of
@@ -263,9 +264,21 @@ static int field_cmp(const void *a, const void *b)
     return name_cmp(x->name, x->len, y->name, y->len);
 }
 
-/* Returns the index of the field named s[0..len) in n, or -1. */
+/* Returns the index of the field named s[0..len) in n, or -1.  Small
+ * schemas, the common case, are scanned: comparing lengths first rejects
+ * most fields without a memcmp call. */
 static inline int lookup(const struct node *n, const char *s, size_t len)
 {
+    enum { SCAN_MAX = 8 };
+    if (n->nfields <= SCAN_MAX) {
+        for (unsigned i = 0; i < n->nfields; i++) {
+            const struct field *f = &n->fields[i];
+            if (f->len == len && (len == 0 || (f->name[0] == s[0] &&
+                                  memcmp(f->name, s, len) == 0)))
+                return (int)i;
+        }
+        return -1;
+    }
     int lo = 0, hi = (int)n->nfields - 1;
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
@@ -361,16 +374,24 @@ struct comp {
     unsigned char strict;                   /* the strict flag */
     int depth;                              /* table schemas open */
     struct msg path;                        /* "accepts..." so far */
-    char pathbuf[256];                      /* storage for path */
+    char pathbuf[128];                      /* storage for path */
     const void *open[SEDA_CODEC_MAX_DEPTH]; /* tables on the path */
 };
+
+/* Appends the path to m, ending in "..." when it was cut short. */
+static void msg_prefix(const struct comp *c, struct msg *m)
+{
+    msg_add(m, c->path.p, c->path.n);
+    if (c->path.n == sizeof c->pathbuf - 1)
+        msg_str(m, "...");
+}
 
 /* Writes "<path>: <what>" to c->err.  Returns -1. */
 static int cfail(struct comp *c, const char *what)
 {
     struct msg m;
     msg_init(&m, c->err, c->errlen);
-    msg_add(&m, c->path.p, c->path.n);
+    msg_prefix(c, &m);
     msg_str(&m, ": ");
     msg_str(&m, what);
     return -1;
@@ -392,7 +413,7 @@ static int compile_name(struct comp *c, const char *s, size_t len,
     }
     struct msg m;
     msg_init(&m, c->err, c->errlen);
-    msg_add(&m, c->path.p, c->path.n);
+    msg_prefix(c, &m);
     msg_str(&m, ": unknown type '");
     msg_add(&m, s, len);
     msg_str(&m, "'");
@@ -601,7 +622,7 @@ static int vcheck_node(struct vchk *c, const struct node *n, int idx,
     int t = lua_type(c->L, idx);
     int ok;
 
-    if (t == LUA_TNIL)
+    if (t == LUA_TNIL || t == LUA_TNONE)
         return n->optional ? 0 : fail_type(c->err, c->errlen, p, n, "nil");
     switch (n->type) {
     case T_ANY:
