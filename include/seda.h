@@ -253,6 +253,10 @@ typedef int (*seda_check_fn)(const seda_env_t *env, void *ud, char *err,
  * `invalid`.  Set it before publishing to the stage.  Any thread. */
 void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud);
 
+/* The reason the calling thread's last SEDA_ETYPE refusal gave ("" if
+ * none).  Thread-local storage; valid until the thread's next publish. */
+const char *seda_last_check_error(void);
+
 /* Pointer slot for whoever drives the stage (the Lua layer keeps its
  * handler table here).  Set it before publishing.  Any thread. */
 void seda_stage_set_userdata(seda_stage_t *st, void *ud);

@@ -331,6 +331,10 @@ static void new_client(int fd)
     lua_setfield(L, -2, "__index");
     lua_setmetatable(L, -2);
     lua_setfield(L, -2, "io");
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "seda");
+    lua_remove(L, -2);
+    lua_setfield(L, -2, "seda");        /* handy, like in handlers */
     lua_newtable(L);
     lua_pushglobaltable(L);
     lua_setfield(L, -2, "__index");

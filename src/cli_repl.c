@@ -205,6 +205,14 @@ static void on_line(char *line)
 void cli_repl_start(void)
 {
     active = true;
+    lua_State *L = cli.L;
+    if (lua_getglobal(L, "seda") == LUA_TNIL) {    /* handy at the prompt */
+        lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+        lua_getfield(L, -1, "seda");
+        lua_setglobal(L, "seda");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
     use_rl = isatty(0) && isatty(1);
     if (!use_rl)
         return;

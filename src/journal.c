@@ -34,8 +34,18 @@
  *   writer caches each stage's next seq (loaded with max(seq) on first
  *   use) and drops the cache after a rollback.
  *
+ *   Checkpoints run on a thread of their own with a connection of its own:
+ *   a WAL hook on the writer's connection replaces SQLite's autocheckpoint
+ *   (which would copy pages and, even at synchronous=NORMAL, fsync on the
+ *   committing thread) and wakes the checkpointer once the WAL passes
+ *   CKPT_FRAMES pages.  PASSIVE checkpoints never block the writer; should
+ *   they fall behind, the writer truncates the WAL itself past
+ *   CKPT_HARD_FRAMES.
+ *
  *   The exclusive flock on DIR/seda.lock, held from open to close, keeps a
  *   second journal (this process or another) off the same directory.
+ *
+ *   Threads: callers (any), the writer, the checkpointer.  One mutex (mu).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +65,11 @@
 #define WRITER_BUSY_MS 200
 /* busy_timeout of read connections, ms (WAL recovery by another one). */
 #define READER_BUSY_MS 2000
+/* WAL frames (pages) after a commit that wake the checkpointer. */
+#define CKPT_FRAMES 4096
+/* WAL frames past which the writer itself restarts and truncates the WAL
+ * (the checkpointer could not catch up under sustained load). */
+#define CKPT_HARD_FRAMES 65536
 
 enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE };
 
@@ -123,11 +138,12 @@ static const char schema_sql[] =
                     " kind, payload, published_at FROM envelopes "
 
 /*
- * Locking: mu guards head, tail and stop (and each queued request's next
- * and done).  Immutable after open: dir, path, lockfd, sync_full, writer.
- * Writer-thread only (after open hands them over at pthread_create): db,
- * st, seqs.  Atomic: txns (relaxed counter).  Only one lock; it is never
- * held across SQLite calls.
+ * Locking: mu guards head, tail, stop, ckpt_want and ckpt_stop (and each
+ * queued request's next and done).  Immutable after open: dir, path,
+ * lockfd, writer, ckpter.  Writer-thread only (open hands them over at
+ * pthread_create): db, st, seqs.  Checkpointer-thread only: ckdb.  Atomic:
+ * txns (relaxed counter).  Only one lock; it is never held across SQLite
+ * calls.
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -142,6 +158,11 @@ struct seda_journal {
     struct jreq *tail;          /* newest pending; guarded by mu */
     bool stop;                  /* close began; guarded by mu */
     pthread_t writer;           /* the writer thread */
+    sqlite3 *ckdb;              /* checkpoint connection; ckpter only */
+    pthread_cond_t ckpt_cv;     /* the checkpointer waits here */
+    bool ckpt_want;             /* WAL is long; guarded by mu */
+    bool ckpt_stop;             /* guarded by mu */
+    pthread_t ckpter;           /* the checkpointer thread */
     atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
 };
 
@@ -417,6 +438,51 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
     int e = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
     for (struct jreq *r = batch; r; r = r->next)
         r->rc = e;
+}
+
+/* sqlite3_wal_hook callback, on the writer thread after each commit with
+ * the WAL's length in frames.  Replaces SQLite's autocheckpoint, which
+ * would copy pages and fsync on the writer's (the publishers') time. */
+static int wal_hook(void *ud, sqlite3 *db, const char *name, int frames)
+{
+    struct seda_journal *j = ud;
+    if (frames >= CKPT_HARD_FRAMES) {
+        /* Bound the WAL: restart it now, waiting (busy_timeout) for a
+         * checkpoint or reader in progress.  Failure is harmless. */
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE,
+                                  NULL, NULL);
+    } else if (frames >= CKPT_FRAMES) {
+        seda__mutex_lock(&j->mu);
+        if (!j->ckpt_want) {
+            j->ckpt_want = true;
+            pthread_cond_signal(&j->ckpt_cv);
+        }
+        seda__mutex_unlock(&j->mu);
+    }
+    return SQLITE_OK;
+}
+
+/* The checkpointer: copies committed WAL pages into the database (PASSIVE:
+ * never blocks the writer) when the WAL grows past CKPT_FRAMES.  Once a
+ * checkpoint has copied everything, the writer's next transaction starts
+ * the WAL over from its beginning. */
+static void *ckpt_main(void *arg)
+{
+    struct seda_journal *j = arg;
+    seda__mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->ckpt_want && !j->ckpt_stop)
+            seda__cond_wait(&j->ckpt_cv, &j->mu, INT64_MAX);
+        if (j->ckpt_stop)
+            break;
+        j->ckpt_want = false;
+        seda__mutex_unlock(&j->mu);
+        sqlite3_wal_checkpoint_v2(j->ckdb, NULL, SQLITE_CHECKPOINT_PASSIVE,
+                                  NULL, NULL);
+        seda__mutex_lock(&j->mu);
+    }
+    seda__mutex_unlock(&j->mu);
+    return NULL;
 }
 
 static void *writer_main(void *arg)
@@ -695,7 +761,8 @@ static void journal_free(struct seda_journal *j)
 {
     for (int i = 0; i < ST_N; i++)
         sqlite3_finalize(j->st[i]);
-    sqlite3_close(j->db);
+    sqlite3_close(j->ckdb);
+    sqlite3_close(j->db);       /* the last one: checkpoints, drops WAL */
     seqs_drop(j);
     if (j->lockfd >= 0)
         close(j->lockfd);       /* releases the flock */
@@ -774,6 +841,17 @@ static int db_setup(struct seda_journal *j, bool sync_full, char *err,
         if (rc != SQLITE_OK)
             return open_error(rc, j->db, j->path, j->dir, err, errlen);
     }
+    rc = sqlite3_open_v2(j->path, &j->ckdb, SQLITE_OPEN_READWRITE |
+                         SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_busy_timeout(j->ckdb, WRITER_BUSY_MS);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(j->ckdb, sync_full ? "PRAGMA synchronous=FULL;"
+                                             : "PRAGMA synchronous=NORMAL;",
+                          NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->ckdb, j->path, j->dir, err, errlen);
+    sqlite3_wal_hook(j->db, wal_hook, j);
     return 0;
 }
 
@@ -827,17 +905,32 @@ int seda__journal_open(const char *dir, bool sync_full,
         journal_free(j);
         return -ENOMEM;
     }
-    atomic_init(&j->txns, 0);
-    if (pthread_create(&j->writer, NULL, writer_main, j) != 0) {
+    if (seda__cond_init(&j->ckpt_cv) != 0) {
         pthread_cond_destroy(&j->work_cv);
         seda__mutex_destroy(&j->mu);
         journal_free(j);
-        if (err && errlen)
-            snprintf(err, errlen, "%s: cannot start the writer thread", dir);
-        return -EAGAIN;
+        return -ENOMEM;
     }
-    *out = j;
-    return 0;
+    atomic_init(&j->txns, 0);
+    bool writer = pthread_create(&j->writer, NULL, writer_main, j) == 0;
+    if (writer && pthread_create(&j->ckpter, NULL, ckpt_main, j) == 0) {
+        *out = j;
+        return 0;
+    }
+    if (writer) {
+        seda__mutex_lock(&j->mu);
+        j->stop = true;
+        pthread_cond_signal(&j->work_cv);
+        seda__mutex_unlock(&j->mu);
+        pthread_join(j->writer, NULL);
+    }
+    pthread_cond_destroy(&j->ckpt_cv);
+    pthread_cond_destroy(&j->work_cv);
+    seda__mutex_destroy(&j->mu);
+    journal_free(j);
+    if (err && errlen)
+        snprintf(err, errlen, "%s: cannot start the journal threads", dir);
+    return -EAGAIN;
 }
 
 void seda__journal_close(struct seda_journal *j)
@@ -849,6 +942,12 @@ void seda__journal_close(struct seda_journal *j)
     pthread_cond_signal(&j->work_cv);
     seda__mutex_unlock(&j->mu);
     pthread_join(j->writer, NULL);
+    seda__mutex_lock(&j->mu);
+    j->ckpt_stop = true;
+    pthread_cond_signal(&j->ckpt_cv);
+    seda__mutex_unlock(&j->mu);
+    pthread_join(j->ckpter, NULL);
+    pthread_cond_destroy(&j->ckpt_cv);
     pthread_cond_destroy(&j->work_cv);
     seda__mutex_destroy(&j->mu);
     journal_free(j);

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lschema.h"
 #include "lseda.h"
 #include "seda_lua.h"
 
@@ -411,7 +412,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         if (cb)
             cb_release(L, cb, 1);
         lua_pushboolean(L, 0);
-        lua_pushstring(L, seda_strerror(rc));
+        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+                                           : seda_strerror(rc));
         return 2;
     }
     lua_pushboolean(L, 1);
@@ -540,6 +542,7 @@ static void lstage_free(struct lstage *ls)
     free(ls->src);
     free(ls->cons);
     free(ls->last_error);
+    seda__schema_free(ls->accepts);
     pthread_mutex_destroy(&ls->mu);
     free(ls);
 }
@@ -705,10 +708,20 @@ static void build_src(lua_State *L, const char *stage, int idx,
         luaL_error(L, "stage '%s': %s: out of memory", stage, field);
 }
 
+/* The admission check of typed stages: any thread, no Lua. */
+static int check_accepts(const seda_env_t *env, void *ud, char *err,
+                         size_t errlen)
+{
+    size_t len;
+    const void *p = seda_env_payload(env, &len);
+    return seda__schema_check_bytes(ud, p, len, seda_env_payload_kind(env),
+                                    err, errlen);
+}
+
 static const char *const stage_keys[] = {
     "name", "handler", "handlers", "capacity", "concurrency", "delivery",
     "policy", "max_attempts", "dead_letter", "publish_timeout",
-    "handler_timeout", "pull", "ack_timeout", NULL
+    "handler_timeout", "pull", "ack_timeout", "accepts", "strict", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -880,6 +893,22 @@ static int l_bus_stage(lua_State *L)
     ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
     if (!ls->src || !ls->cons)
         return luaL_error(L, "stage '%s': out of memory", name);
+    lua_getfield(L, 2, "strict");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+        return luaL_error(L, "stage '%s': strict must be a boolean", name);
+    bool strict = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 2, "accepts");
+    if (!lua_isnil(L, -1)) {
+        char serr[256];
+        ls->accepts = seda__schema_compile(L, lua_gettop(L), strict, serr,
+                                           sizeof serr);
+        if (!ls->accepts)
+            return luaL_error(L, "stage '%s': %s", name, serr);
+    } else if (strict) {
+        return luaL_error(L, "stage '%s': strict needs accepts", name);
+    }
+    lua_pop(L, 1);
     for (int i = 0; i < n; i++) {
         char field[32];
         if (lua_isnil(L, 8)) {
@@ -906,6 +935,8 @@ static int l_bus_stage(lua_State *L)
     ls->st = st;
     ls->index = seda_bus_stage_count(lb->bus) - 1;
     seda_stage_set_userdata(st, ls);
+    if (ls->accepts)
+        seda_stage_set_check(st, check_accepts, ls->accepts);
     pthread_mutex_lock(&lb->mu);
     if (lb->nstages == lb->cap_stages) {
         int cap = lb->cap_stages ? lb->cap_stages * 2 : 8;
@@ -1088,7 +1119,8 @@ static int l_bus_publish_many(lua_State *L)
         cb_release(L, cb, n - done + 1);
     lua_pushinteger(L, done);
     if (rc) {
-        lua_pushstring(L, seda_strerror(rc));
+        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+                                           : seda_strerror(rc));
         return 2;
     }
     return 1;

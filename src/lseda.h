@@ -61,6 +61,7 @@ struct lstage {
     struct lsrc *src;           /* nsrc entries; guarded by mu */
     char *last_error;           /* last reload error; guarded by mu */
     atomic_uint_fast64_t version; /* code version, from 1 */
+    struct seda_schema *accepts;/* typed stage, or NULL; immutable */
     uint64_t reloads;           /* successful reloads; guarded by mu */
 };
 

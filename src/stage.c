@@ -228,6 +228,10 @@ void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
     atomic_store_explicit(&st->check, fn, memory_order_release);
 }
 
+static _Thread_local char tls_check_error[256];
+
+const char *seda_last_check_error(void) { return tls_check_error; }
+
 int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
                       char *err, size_t errlen)
 {
@@ -238,6 +242,7 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
     void *ud = atomic_load_explicit(&st->check_ud, memory_order_relaxed);
     if (fn(env, ud, err, errlen) == 0)
         return 0;
+    snprintf(tls_check_error, sizeof tls_check_error, "%s", err);
     seda__mutex_lock(&st->mu);
     st->c.invalid++;
     seda__mutex_unlock(&st->mu);
