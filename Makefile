@@ -30,7 +30,8 @@ CC      ?= cc
 WARN    := -Wall -Wextra -Wshadow -Wundef -Wstrict-prototypes \
            -Wmissing-prototypes -Wwrite-strings
 BASE    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_GNU_SOURCE -pthread \
-           -fPIC -MMD -MP -Iinclude -Isrc $(WARN) $(LUA_CFLAGS)
+           -fPIC -MMD -MP -Iinclude -Isrc $(WARN) $(LUA_CFLAGS) \
+           $(shell $(PKG_CONFIG) --cflags sqlite3)
 ifeq ($(CI),true)
 BASE    += -Werror
 endif
@@ -54,7 +55,10 @@ LDLIBS  += -lm
 
 B       := build/$(V)
 
-CORE_SRC := $(filter-out src/l%.c src/main.c,$(wildcard src/*.c))
+CORE_SRC := $(filter-out src/l%.c src/main.c src/cli_%.c,$(wildcard src/*.c))
+CLI_SRC  := $(wildcard src/cli_*.c)
+CLI_OBJ  := $(CLI_SRC:src/%.c=$(B)/src/%.o)
+READLINE_LIBS := $(shell $(PKG_CONFIG) --libs readline)
 LUA_SRC  := $(wildcard src/l*.c)
 CORE_OBJ := $(CORE_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ  := $(LUA_SRC:src/%.c=$(B)/src/%.o)
@@ -98,14 +102,19 @@ $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/main.o $(LIBSLUA) $(LIBSEDA)
-	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(LDLIBS) -o $@
+$(SEDA_LUA): $(B)/src/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
+	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(shell $(PKG_CONFIG) --libs sqlite3) $(READLINE_LIBS) $(LDLIBS) -o $@
+
+# lua/seda/cli.lua is embedded into seda-lua (.incbin in src/cli_lua.c).
+$(B)/src/cli_lua.o: src/cli_lua.c lua/seda/cli.lua
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' -c $< -o $@
 
 $(SEDA_SO): $(LUA_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared $^ $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) -shared $^ $(shell $(PKG_CONFIG) --libs sqlite3) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(shell $(PKG_CONFIG) --libs sqlite3) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -134,3 +143,19 @@ clean:
 	rm -rf build
 
 -include $(wildcard $(B)/src/*.d $(B)/tests/*.d $(B)/bench/*.d)
+
+# ---- bench ----
+# make bench: build the benchmark program (bench/bench*.c at -O2, linked
+# with the release libraries) and run the full suite through bench/run.
+# bench/run --help lists the options (--config, --handler, --quick).
+BENCH_SRC := bench/bench.c bench/bench_stage.c bench/bench_more.c
+BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
+BENCH_BIN := $(B)/bench/seda-bench
+
+$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(shell $(PKG_CONFIG) --libs sqlite3) $(LDLIBS) -o $@
+
+# bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
+# stdout carries nothing but the JSON rows.
+bench:
+	@V=$(V) BENCH_BIN=$(BENCH_BIN) sh bench/run

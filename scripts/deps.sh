@@ -12,6 +12,9 @@ have_pc() { command -v "$PKG_CONFIG" >/dev/null 2>&1 && "$PKG_CONFIG" --exists "
 command -v "$PKG_CONFIG" >/dev/null 2>&1 || need="$need pkg-config"
 have_pc lua5.4 || need="$need liblua5.4-dev"
 have_pc cmocka || need="$need libcmocka-dev"
+have_pc sqlite3 || need="$need libsqlite3-dev"
+have_pc readline || need="$need libreadline-dev"
+command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
 for extra in "$@"; do
     case "$extra" in
