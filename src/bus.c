@@ -176,6 +176,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     atomic_init(&b->paused, false);
     atomic_init(&b->closed, false);
     atomic_init(&b->stopping, false);
+    atomic_init(&b->has_pull, false);
     seda__mutex_init(&b->mu);
     seda__mutex_init(&b->shut_mu);
     seda__mutex_init(&b->idle_mu);
@@ -292,6 +293,8 @@ int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
         return rc;
     }
     st->index = old->n;
+    if (st->pull)
+        atomic_store_explicit(&b->has_pull, true, memory_order_relaxed);
     r->prev = old;
     /* Release: pairs with the acquire in seda__bus_lookup. */
     atomic_store_explicit(&b->reg, r, memory_order_release);
@@ -515,6 +518,20 @@ static bool scan_idle(struct seda_bus_s *b, uint64_t *sum)
     return idle;
 }
 
+/* Idle now?  Two scans that agree; a scan that expired a pull lease (and
+ * so changed something) is retried a few times. */
+static bool idle_now(struct seda_bus_s *b)
+{
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t s1, s2;
+        if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
+            return true;
+        if (!atomic_load_explicit(&b->has_pull, memory_order_relaxed))
+            return false;
+    }
+    return false;
+}
+
 int seda_bus_wait_idle(seda_bus_t *b, double timeout)
 {
     int64_t deadline = seda__deadline(timeout);
@@ -522,20 +539,23 @@ int seda_bus_wait_idle(seda_bus_t *b, double timeout)
         seda__mutex_lock(&b->idle_mu);
         uint64_t gen = b->idle_gen;
         seda__mutex_unlock(&b->idle_mu);
-        uint64_t s1, s2;
-        if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
+        if (idle_now(b))
             return 0;
+        /* Pull leases expire lazily, with no drain task to signal it:
+         * with pull stages, look again at least every 20 ms. */
+        int64_t until = deadline;
+        if (atomic_load_explicit(&b->has_pull, memory_order_relaxed)) {
+            int64_t slice = seda__now_ns() + 20000000;
+            if (slice < until)
+                until = slice;
+        }
         seda__mutex_lock(&b->idle_mu);
         int rc = 0;
         while (b->idle_gen == gen && rc == 0)
-            rc = seda__cond_wait(&b->idle_cv, &b->idle_mu, deadline);
+            rc = seda__cond_wait(&b->idle_cv, &b->idle_mu, until);
         seda__mutex_unlock(&b->idle_mu);
-        if (rc == ETIMEDOUT) {
-            /* One last look: it may have gone idle just now. */
-            if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
-                return 0;
-            return SEDA_ETIMEDOUT;
-        }
+        if (rc == ETIMEDOUT && seda__now_ns() >= deadline)
+            return idle_now(b) ? 0 : SEDA_ETIMEDOUT;
     }
 }
 
@@ -562,11 +582,8 @@ int seda_bus_shutdown(seda_bus_t *b, double timeout)
     wake_all(b);                        /* blocked publishers: closed */
 
     int rc = timeout > 0 ? seda_bus_wait_idle(b, timeout) : SEDA_ETIMEDOUT;
-    if (rc != 0) {
-        uint64_t s1, s2;
-        if (scan_idle(b, &s1) && scan_idle(b, &s2) && s1 == s2)
-            rc = 0;
-    }
+    if (rc != 0 && idle_now(b))
+        rc = 0;
 
     atomic_store_explicit(&b->stopping, true, memory_order_release);
     wake_all(b);                        /* blocked hops give up */

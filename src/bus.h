@@ -44,6 +44,7 @@ struct seda_bus_s {
     atomic_bool paused;
     atomic_bool closed;         /* no new publishes */
     atomic_bool stopping;       /* pool stopping: drains give up */
+    atomic_bool has_pull;       /* a pull stage exists (relaxed hint) */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;
     uint64_t idle_gen;          /* guarded by idle_mu */

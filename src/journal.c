@@ -138,8 +138,8 @@ static const char schema_sql[] =
                     " kind, payload, published_at FROM envelopes "
 
 /*
- * Locking: mu guards head, tail, stop, ckpt_want and ckpt_stop (and each
- * queued request's next and done).  Immutable after open: dir, path,
+ * Locking: mu guards head, tail, npending, hold, stop, ckpt_want and
+ * ckpt_stop (and each queued request's next and done).  Immutable after open: dir, path,
  * lockfd, writer, ckpter.  Writer-thread only (open hands them over at
  * pthread_create): db, st, seqs.  Checkpointer-thread only: ckdb.  Atomic:
  * txns (relaxed counter).  Only one lock; it is never held across SQLite
@@ -152,10 +152,14 @@ struct seda_journal {
     sqlite3 *db;                /* write connection; writer-only */
     sqlite3_stmt *st[ST_N];     /* prepared statements; writer-only */
     struct seqent *seqs;        /* dedup seq cache; writer-only */
+    int hard_next;              /* WAL frames for the next truncation
+                                   attempt; writer-only */
     seda__mutex_t mu;           /* guards the pending list */
     pthread_cond_t work_cv;     /* the writer waits here for work */
     struct jreq *head;          /* oldest pending; guarded by mu */
     struct jreq *tail;          /* newest pending; guarded by mu */
+    int npending;               /* requests queued; guarded by mu */
+    bool hold;                  /* tests: take no batch; guarded by mu */
     bool stop;                  /* close began; guarded by mu */
     pthread_t writer;           /* the writer thread */
     sqlite3 *ckdb;              /* checkpoint connection; ckpter only */
@@ -446,12 +450,20 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
 static int wal_hook(void *ud, sqlite3 *db, const char *name, int frames)
 {
     struct seda_journal *j = ud;
-    if (frames >= CKPT_HARD_FRAMES) {
-        /* Bound the WAL: restart it now, waiting (busy_timeout) for a
-         * checkpoint or reader in progress.  Failure is harmless. */
+    if (frames < CKPT_FRAMES) {
+        j->hard_next = CKPT_HARD_FRAMES;
+    } else if (frames >= j->hard_next) {
+        /* Bound the WAL: copy it all and restart it now, waiting briefly
+         * for a checkpoint or reader in progress.  A reader that keeps an
+         * old snapshot (a slow replay) can make this fail; then it is
+         * retried only after CKPT_FRAMES more frames, so the stall stays
+         * rare.  Failure is harmless. */
+        j->hard_next = frames + CKPT_FRAMES;
+        sqlite3_busy_timeout(db, 50);
         sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE,
                                   NULL, NULL);
-    } else if (frames >= CKPT_FRAMES) {
+        sqlite3_busy_timeout(db, WRITER_BUSY_MS);
+    } else {
         seda__mutex_lock(&j->mu);
         if (!j->ckpt_want) {
             j->ckpt_want = true;
@@ -490,12 +502,13 @@ static void *writer_main(void *arg)
     struct seda_journal *j = arg;
     seda__mutex_lock(&j->mu);
     for (;;) {
-        while (!j->head && !j->stop)
+        while ((!j->head || j->hold) && !j->stop)
             seda__cond_wait(&j->work_cv, &j->mu, INT64_MAX);
         if (!j->head)
             break;                      /* stop, and nothing pending */
         struct jreq *batch = j->head;
         j->head = j->tail = NULL;
+        j->npending = 0;
         seda__mutex_unlock(&j->mu);
         run_group(j, batch);
         seda__mutex_lock(&j->mu);
@@ -534,6 +547,7 @@ static int submit(struct seda_journal *j, struct jreq *r)
         pthread_cond_signal(&j->work_cv);
     }
     j->tail = r;
+    j->npending++;
     while (!r->done)
         seda__cond_wait(&r->cv, &j->mu, INT64_MAX);
     int rc = r->rc;
@@ -605,6 +619,22 @@ int seda__journal_delete_stage(struct seda_journal *j, const char *stage)
 uint64_t seda__journal_txns(struct seda_journal *j)
 {
     return atomic_load_explicit(&j->txns, memory_order_relaxed);
+}
+
+void seda__journal_hold(struct seda_journal *j, bool hold)
+{
+    seda__mutex_lock(&j->mu);
+    j->hold = hold;
+    pthread_cond_signal(&j->work_cv);
+    seda__mutex_unlock(&j->mu);
+}
+
+int seda__journal_pending(struct seda_journal *j)
+{
+    seda__mutex_lock(&j->mu);
+    int n = j->npending;
+    seda__mutex_unlock(&j->mu);
+    return n;
 }
 
 /* ---- reads ---- */
@@ -851,6 +881,7 @@ static int db_setup(struct seda_journal *j, bool sync_full, char *err,
                           NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         return open_error(rc, j->ckdb, j->path, j->dir, err, errlen);
+    j->hard_next = CKPT_HARD_FRAMES;
     sqlite3_wal_hook(j->db, wal_hook, j);
     return 0;
 }

@@ -97,7 +97,8 @@ typedef struct seda_jop {
  *   -EBUSY     "DIR: locked by another process"
  *   -ENOTDIR, -EACCES, -EROFS, ...  "PATH: not writable: <strerror>"
  *   -EILSEQ    "DIR/seda.db: not a database (corrupt?)"
- *   -EPROTO    "DIR/seda.db: schema version N is newer than this build"
+ *   -EPROTO    "DIR/seda.db: schema version N is not 1 (newer than this
+ *              build)"
  *   -EIO       "DIR/seda.db: <sqlite message>"
  *   -ENOMEM, -EAGAIN (no thread)
  * Nothing is left open on failure.  Any thread; blocks on file I/O. */
@@ -160,5 +161,12 @@ SEDA__API int seda__journal_delete_stage(struct seda_journal *j,
 
 /* Transactions committed so far (for tests and stats; relaxed). */
 SEDA__API uint64_t seda__journal_txns(struct seda_journal *j);
+
+/* For tests: while held, the writer takes no new batch (writes queue up
+ * and their callers keep waiting; close still flushes them).  Any thread. */
+SEDA__API void seda__journal_hold(struct seda_journal *j, bool hold);
+
+/* For tests: write requests queued and not yet taken by the writer. */
+SEDA__API int seda__journal_pending(struct seda_journal *j);
 
 #endif /* SEDA_JOURNAL_H */

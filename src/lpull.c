@@ -21,7 +21,8 @@
 #define LEASE_MT "seda.received"
 
 /* User values: 1 info table {id,to,sender,attempts,slip}, 2 headers table,
- * 3 raw payload string, 4 decoded/assigned payload, 5 pending forwards. */
+ * 3 raw payload string, 4 decoded/assigned payload, 5 pending forwards,
+ * 6 the bus object (main state), which must outlive the lease. */
 struct llease {
     seda_lease_t *lease;        /* NULL once settled */
     int kind;                   /* payload kind */
@@ -267,7 +268,8 @@ static int lease_newindex(lua_State *L)
     return luaL_error(L, "envelope field '%s' cannot be set", k);
 }
 
-int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb)
+int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
+                    int busidx)
 {
     const char *name = luaL_checkstring(L, first);
     double timeout = luaL_optnumber(L, first + 1, 0);
@@ -287,11 +289,15 @@ int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb)
     lua_pop(L, 1);
     /* The object first, so the lease is owned by something collectable
      * before any Lua call can raise. */
-    struct llease *ll = lua_newuserdatauv(L, sizeof *ll, 5);
+    struct llease *ll = lua_newuserdatauv(L, sizeof *ll, 6);
     memset(ll, 0, sizeof *ll);
     ll->wb = wb;
     luaL_setmetatable(L, LEASE_MT);
     int obj = lua_gettop(L);
+    if (busidx) {
+        lua_pushvalue(L, busidx);
+        lua_setiuservalue(L, obj, 6);
+    }
     lua_newtable(L);
     lua_setiuservalue(L, obj, 5);
     seda_lease_t *lease;

@@ -1129,7 +1129,7 @@ static int l_bus_publish_many(lua_State *L)
 static int l_bus_receive(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    return seda__l_receive(L, u->lb, 2, &u->wb);
+    return seda__l_receive(L, u->lb, 2, &u->wb, 1);
 }
 
 static int l_bus_stats(lua_State *L)

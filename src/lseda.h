@@ -157,9 +157,11 @@ SEDA__API bool seda__l_valid_name(const char *s);
 /* ---- lpull.c ---- */
 
 /* receive(stage, timeout) with the stage name at `first`: pushes the
- * received envelope, or nil and a reason ("timeout", "closed"). */
+ * received envelope, or nil and a reason ("timeout", "closed").  busidx:
+ * the bus object's stack index (main state; it is kept alive by the
+ * received envelope), or 0 in a worker. */
 SEDA__API int seda__l_receive(lua_State *L, struct lbus *lb, int first,
-                              seda_wbuf *wb);
+                              seda_wbuf *wb, int busidx);
 
 /* ---- lshared.c ---- */
 

@@ -375,7 +375,7 @@ static int w_publish(lua_State *L)
 static int w_receive(lua_State *L)
 {
     struct lworker *w = worker_of(L);
-    return seda__l_receive(L, w->lb, 1, &w->wb);
+    return seda__l_receive(L, w->lb, 1, &w->wb, 0);
 }
 
 static int w_stats(lua_State *L)

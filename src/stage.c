@@ -804,6 +804,18 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
 
 void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
 {
+    if (st->pull) {
+        /* Overdue leases count as nacks before we report. */
+        seda_env_t *requeue[64];
+        int n;
+        do {
+            seda__mutex_lock(&st->mu);
+            n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+            seda__mutex_unlock(&st->mu);
+            for (int i = 0; i < n; i++)
+                seda__stage_nack(st, requeue[i]);
+        } while (n == 64);
+    }
     memset(out, 0, sizeof *out);
     memcpy(out->name, st->name, sizeof out->name);
     out->delivery = st->delivery;

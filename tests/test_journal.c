@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_journal.c -- the durable journal (src/journal.c): round trips,
+ * hops, group commit, dedup, reopen, and the open/IO failures.
+ *
+ * Every test works in a fresh mkdtemp directory under /tmp that teardown
+ * removes.  The full-disk test mounts a 1 MiB tmpfs and is skipped with a
+ * message where mounting is not permitted.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "journal.h"
+
+/* ---- fixture: a temporary directory ---- */
+
+struct fx {
+    char dir[64];               /* mkdtemp result */
+    char sub[96];               /* dir/data: the journal's directory */
+    bool mounted;               /* a tmpfs is mounted on sub */
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    snprintf(f->dir, sizeof f->dir, "/tmp/seda-journal-XXXXXX");
+    if (!mkdtemp(f->dir)) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->sub, sizeof f->sub, "%s/data", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    if (f->mounted)
+        umount2(f->sub, MNT_DETACH);
+    chmod(f->dir, 0700);
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+static struct seda_journal *jopen(const char *dir, bool full)
+{
+    struct seda_journal *j = NULL;
+    char err[256];
+    int rc = seda__journal_open(dir, full, &j, err, sizeof err);
+    if (rc != 0)
+        fail_msg("journal_open(%s): %d %s", dir, rc, err);
+    return j;
+}
+
+/* ---- records ---- */
+
+static seda_jrec mkrec(const char *stage, const char *id, const void *p,
+                       size_t plen)
+{
+    seda_jrec r = {
+        .stage = stage, .id = id, .attempts = 0, .sender = NULL,
+        .headers = "k\0v\0", .hlen = 4, .slip = "b\0c\0", .slen = 4,
+        .kind = 2, .payload = p, .plen = plen, .published_at = 12.5,
+    };
+    return r;
+}
+
+/* Owned copy of a replayed row. */
+struct row {
+    int64_t key;
+    char stage[32], id[32], sender[32];
+    bool has_sender;
+    int attempts, kind;
+    unsigned char headers[64], slip[64], payload[256];
+    size_t hlen, slen, plen;
+    double published_at;
+};
+
+struct rows {
+    int n;
+    int stop_after;             /* cb returns 1 after this many; 0: never */
+    struct row r[64];
+};
+
+static void copy_blob(unsigned char *dst, size_t cap, const void *src,
+                      size_t n, size_t *len)
+{
+    assert_true(n <= cap);
+    assert_true(n == 0 || src != NULL);
+    if (n)
+        memcpy(dst, src, n);
+    *len = n;
+}
+
+static int collect(const seda_jrec *rec, void *ud)
+{
+    struct rows *rs = ud;
+    assert_true(rs->n < 64);
+    struct row *w = &rs->r[rs->n++];
+    memset(w, 0, sizeof *w);
+    w->key = rec->key;
+    snprintf(w->stage, sizeof w->stage, "%s", rec->stage);
+    snprintf(w->id, sizeof w->id, "%s", rec->id);
+    w->has_sender = rec->sender != NULL;
+    if (rec->sender)
+        snprintf(w->sender, sizeof w->sender, "%s", rec->sender);
+    w->attempts = rec->attempts;
+    w->kind = rec->kind;
+    copy_blob(w->headers, sizeof w->headers, rec->headers, rec->hlen,
+              &w->hlen);
+    copy_blob(w->slip, sizeof w->slip, rec->slip, rec->slen, &w->slen);
+    copy_blob(w->payload, sizeof w->payload, rec->payload, rec->plen,
+              &w->plen);
+    w->published_at = rec->published_at;
+    return rs->stop_after && rs->n >= rs->stop_after;
+}
+
+static int64_t count(struct seda_journal *j, const char *stage)
+{
+    int64_t n = -1;
+    assert_int_equal(seda__journal_count(j, stage, &n), 0);
+    return n;
+}
+
+/* ---- round trips ---- */
+
+static void test_journal_insert_replay_round_trip(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    static const unsigned char bin[] = { 0, 1, 0, 255, 'x', 0 };
+    seda_jrec r[3] = {
+        mkrec("s", "id-1", bin, sizeof bin),
+        mkrec("s", "id-2", "", 0),
+        mkrec("s", "id-3", "hello", 5),
+    };
+    r[1].sender = "alice";
+    r[1].attempts = 3;
+    r[1].headers = NULL;
+    r[1].hlen = 0;
+    r[2].kind = 7;
+    r[2].published_at = 99.25;
+    assert_int_equal(seda__journal_insert(j, r, 2, 0, NULL), 0);
+    assert_int_equal(seda__journal_insert(j, &r[2], 1, 0, NULL), 0);
+    assert_true(r[0].key > 0 && r[0].key < r[1].key && r[1].key < r[2].key);
+
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
+    assert_int_equal(got.n, 3);
+    for (int i = 0; i < 3; i++) {
+        struct row *w = &got.r[i];
+        assert_int_equal(w->key, r[i].key);
+        assert_string_equal(w->stage, "s");
+        assert_string_equal(w->id, r[i].id);
+        assert_int_equal(w->attempts, r[i].attempts);
+        assert_int_equal(w->kind, r[i].kind);
+        assert_true(w->published_at == r[i].published_at);
+        assert_int_equal(w->hlen, r[i].hlen);
+        assert_memory_equal(w->headers, r[i].hlen ? r[i].headers : "",
+                            r[i].hlen);
+        assert_int_equal(w->slen, 4);
+        assert_memory_equal(w->slip, "b\0c\0", 4);
+        assert_int_equal(w->plen, r[i].plen);
+        if (r[i].plen)
+            assert_memory_equal(w->payload, r[i].payload, r[i].plen);
+    }
+    assert_false(got.r[0].has_sender);
+    assert_true(got.r[1].has_sender);
+    assert_string_equal(got.r[1].sender, "alice");
+
+    /* Early stop, and another stage's rows stay out. */
+    seda_jrec other = mkrec("t", "id-9", "x", 1);
+    assert_int_equal(seda__journal_insert(j, &other, 1, 0, NULL), 0);
+    struct rows two = { .stop_after = 2 };
+    assert_int_equal(seda__journal_replay(j, "s", collect, &two), 0);
+    assert_int_equal(two.n, 2);
+    assert_int_equal(count(j, "s"), 3);
+    assert_int_equal(count(j, "t"), 1);
+    assert_int_equal(count(j, "none"), 0);
+    seda__journal_close(j);
+}
+
+static void test_journal_move_replays_under_new_stage(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[3] = {
+        mkrec("a", "1", "p1", 2), mkrec("a", "2", "p2", 2),
+        mkrec("a", "3", "p3", 2),
+    };
+    assert_int_equal(seda__journal_insert(j, r, 3, 0, NULL), 0);
+    seda_jop ops[2] = {
+        { .op = SEDA_JOP_MOVE, .rec = mkrec("b", "2", "new\0payload", 11) },
+        { .op = SEDA_JOP_MOVE, .rec = mkrec("b", "1", "q", 1) },
+    };
+    ops[0].rec.key = r[1].key;
+    ops[0].rec.attempts = 1;
+    ops[0].rec.slip = "c\0";
+    ops[0].rec.slen = 2;
+    ops[1].rec.key = r[0].key;
+    assert_int_equal(seda__journal_apply(j, ops, 2), 0);
+
+    struct rows ga = { 0 }, gb = { 0 };
+    assert_int_equal(seda__journal_replay(j, "a", collect, &ga), 0);
+    assert_int_equal(ga.n, 1);
+    assert_string_equal(ga.r[0].id, "3");
+    assert_int_equal(seda__journal_replay(j, "b", collect, &gb), 0);
+    assert_int_equal(gb.n, 2);
+    /* Key order is publish order, whatever the order of the moves. */
+    assert_int_equal(gb.r[0].key, r[0].key);
+    assert_string_equal(gb.r[0].id, "1");
+    assert_int_equal(gb.r[1].key, r[1].key);
+    assert_int_equal(gb.r[1].attempts, 1);
+    assert_int_equal(gb.r[1].slen, 2);
+    assert_memory_equal(gb.r[1].slip, "c\0", 2);
+    assert_int_equal(gb.r[1].plen, 11);
+    assert_memory_equal(gb.r[1].payload, "new\0payload", 11);
+    seda__journal_close(j);
+}
+
+static void test_journal_delete_removes_row(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[3] = {
+        mkrec("a", "1", "x", 1), mkrec("a", "2", "x", 1),
+        mkrec("a", "3", "x", 1),
+    };
+    assert_int_equal(seda__journal_insert(j, r, 3, 0, NULL), 0);
+    /* A hop and a completion in one batch; an unknown key is skipped. */
+    seda_jop ops[3] = {
+        { .op = SEDA_JOP_DELETE, .rec = { .key = r[1].key } },
+        { .op = SEDA_JOP_MOVE, .rec = mkrec("b", "3", "y", 1) },
+        { .op = SEDA_JOP_DELETE, .rec = { .key = 999999 } },
+    };
+    ops[1].rec.key = r[2].key;
+    assert_int_equal(seda__journal_apply(j, ops, 3), 0);
+    assert_int_equal(count(j, "a"), 1);
+    assert_int_equal(count(j, "b"), 1);
+    seda_jop bad = { .op = 42 };
+    assert_int_equal(seda__journal_apply(j, &bad, 1), -EINVAL);
+    seda__journal_close(j);
+}
+
+static int find_id(const seda_jrec *rec, void *ud)
+{
+    struct row *w = ud;
+    w->key = rec->key;
+    snprintf(w->id, sizeof w->id, "%s", rec->id);
+    w->plen = rec->plen;
+    return 0;
+}
+
+static void test_journal_get_and_purge(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[2] = { mkrec("dlq", "a", "xyz", 3), mkrec("dlq", "b", "", 0) };
+    assert_int_equal(seda__journal_insert(j, r, 2, 0, NULL), 0);
+    struct row w = { 0 };
+    assert_int_equal(seda__journal_get(j, "dlq", "a", find_id, &w), 0);
+    assert_int_equal(w.key, r[0].key);
+    assert_int_equal(w.plen, 3);
+    assert_int_equal(seda__journal_get(j, "dlq", "zz", find_id, &w), -ENOENT);
+    assert_int_equal(seda__journal_get(j, "other", "a", find_id, &w),
+                     -ENOENT);
+    assert_int_equal(seda__journal_delete_stage(j, "dlq"), 0);
+    assert_int_equal(count(j, "dlq"), 0);
+    seda__journal_close(j);
+}
+
+/* A replay callback may itself write (the writer is not held). */
+static int requeue(const seda_jrec *rec, void *ud)
+{
+    struct seda_journal *j = ud;
+    seda_jrec copy = *rec;
+    copy.stage = "copy";
+    return seda__journal_insert(j, &copy, 1, 0, NULL) != 0;
+}
+
+static void test_journal_replay_callback_may_write(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[3] = {
+        mkrec("a", "1", "x", 1), mkrec("a", "2", "x", 1),
+        mkrec("a", "3", "x", 1),
+    };
+    assert_int_equal(seda__journal_insert(j, r, 3, 0, NULL), 0);
+    assert_int_equal(seda__journal_replay(j, "a", requeue, j), 0);
+    assert_int_equal(count(j, "copy"), 3);
+    seda__journal_close(j);
+}
+
+/* ---- group commit ---- */
+
+enum { GC_THREADS = 8, GC_EACH = 400 };
+
+struct gc_arg {
+    struct seda_journal *j;
+    pthread_barrier_t *start;
+    int t;
+    int failures;               /* read by the test after join */
+};
+
+static void *gc_main(void *p)
+{
+    struct gc_arg *a = p;
+    pthread_barrier_wait(a->start);
+    for (int i = 0; i < GC_EACH; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%d", a->t * GC_EACH + i);
+        seda_jrec r = mkrec("g", id, id, strlen(id));
+        if (seda__journal_insert(a->j, &r, 1, 0, NULL) != 0)
+            a->failures++;
+    }
+    return NULL;
+}
+
+static int mark_seen(const seda_jrec *rec, void *ud)
+{
+    int *seen = ud;
+    int v = atoi(rec->id);
+    if (v >= 0 && v < GC_THREADS * GC_EACH)
+        seen[v]++;
+    return 0;
+}
+
+static void *one_insert(void *p)
+{
+    struct gc_arg *a = p;
+    char id[16];
+    snprintf(id, sizeof id, "one-%d", a->t);
+    seda_jrec r = mkrec("one", id, "", 0);
+    if (seda__journal_insert(a->j, &r, 1, 0, NULL) != 0)
+        a->failures++;
+    return NULL;
+}
+
+/* Deterministic: 8 inserts queued while the writer is held commit in
+ * exactly one transaction. */
+static void test_journal_group_commit_one_txn_for_queued(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    uint64_t t0 = seda__journal_txns(j);
+    seda__journal_hold(j, true);
+    pthread_t th[GC_THREADS];
+    struct gc_arg args[GC_THREADS];
+    for (int t = 0; t < GC_THREADS; t++) {
+        args[t] = (struct gc_arg){ .j = j, .t = t };
+        assert_int_equal(pthread_create(&th[t], NULL, one_insert, &args[t]),
+                         0);
+    }
+    double end = seda_now() + 10.0;
+    while (seda__journal_pending(j) < GC_THREADS) {
+        if (seda_now() > end)
+            fail_msg("deadline passed waiting for %d queued inserts",
+                     GC_THREADS);
+        struct timespec nap = { 0, 200000 };  /* polling back-off only */
+        nanosleep(&nap, NULL);
+    }
+    assert_int_equal(seda__journal_txns(j), t0);
+    seda__journal_hold(j, false);
+    for (int t = 0; t < GC_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(args[t].failures, 0);
+    }
+    assert_int_equal(seda__journal_txns(j) - t0, 1);
+    assert_int_equal(count(j, "one"), GC_THREADS);
+    seda__journal_close(j);
+}
+
+/* Free running: 8 threads inserting one record at a time. */
+static void test_journal_group_commit_shares_transactions(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    uint64_t t0 = seda__journal_txns(j);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, GC_THREADS);
+    pthread_t th[GC_THREADS];
+    struct gc_arg args[GC_THREADS];
+    for (int t = 0; t < GC_THREADS; t++) {
+        args[t] = (struct gc_arg){ .j = j, .start = &start, .t = t };
+        assert_int_equal(pthread_create(&th[t], NULL, gc_main, &args[t]), 0);
+    }
+    for (int t = 0; t < GC_THREADS; t++) {
+        pthread_join(th[t], NULL);
+        assert_int_equal(args[t].failures, 0);
+    }
+    pthread_barrier_destroy(&start);
+    uint64_t txns = seda__journal_txns(j) - t0;
+    int total = GC_THREADS * GC_EACH;
+
+    static int seen[GC_THREADS * GC_EACH];
+    memset(seen, 0, sizeof seen);
+    assert_int_equal(seda__journal_replay(j, "g", mark_seen, seen), 0);
+    for (int i = 0; i < total; i++)
+        if (seen[i] != 1)
+            fail_msg("insert %d replayed %d times", i, seen[i]);
+    print_message("group commit: %d inserts from %d threads in %llu "
+                  "transactions\n", total, GC_THREADS,
+                  (unsigned long long)txns);
+    /* How much is shared depends on scheduling (2 cores, sanitizers):
+     * typically 4-6 inserts per transaction, asserted loosely here; the
+     * test above shows the batching deterministically. */
+    if (txns * 4 > (uint64_t)total * 3)
+        fail_msg("%llu transactions for %d inserts: no group commit",
+                 (unsigned long long)txns, total);
+    seda__journal_close(j);
+}
+
+/* ---- dedup ---- */
+
+static int insert_id(struct seda_journal *j, const char *id, int window)
+{
+    seda_jrec r = mkrec("x", id, id, strlen(id));
+    int dup = -1;
+    int rc = seda__journal_insert(j, &r, 1, window, &dup);
+    assert_int_equal(rc, 0);
+    assert_true(dup == 0 ? r.key > 0 : r.key == 0);
+    return dup;
+}
+
+static void test_journal_dedup_refuses_accepted_id(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    assert_int_equal(insert_id(j, "m1", 10), 0);
+    assert_int_equal(insert_id(j, "m1", 10), 1);
+    /* Within one batch: the second y is a duplicate of the first. */
+    seda_jrec r[3] = {
+        mkrec("x", "y", "1", 1), mkrec("x", "m1", "2", 1),
+        mkrec("x", "y", "3", 1),
+    };
+    int dup[3] = { -1, -1, -1 };
+    assert_int_equal(seda__journal_insert(j, r, 3, 10, dup), 0);
+    assert_int_equal(dup[0], 0);
+    assert_int_equal(dup[1], 1);
+    assert_int_equal(dup[2], 1);
+    /* Ids are per stage; without a window nothing is checked. */
+    seda_jrec other = mkrec("z", "m1", "", 0);
+    assert_int_equal(seda__journal_insert(j, &other, 1, 10, dup), 0);
+    assert_int_equal(dup[0], 0);
+    assert_int_equal(seda__journal_insert(j, &other, 1, 0, NULL), 0);
+    assert_int_equal(count(j, "x"), 2);
+    assert_int_equal(count(j, "z"), 2);
+    /* Completion does not forget the id. */
+    seda_jop del = { .op = SEDA_JOP_DELETE, .rec = { .key = r[0].key } };
+    assert_int_equal(seda__journal_apply(j, &del, 1), 0);
+    assert_int_equal(insert_id(j, "y", 10), 1);
+    seda__journal_close(j);
+
+    j = jopen(f->sub, false);
+    assert_int_equal(insert_id(j, "m1", 10), 1);
+    assert_int_equal(insert_id(j, "y", 10), 1);
+    assert_int_equal(insert_id(j, "new", 10), 0);
+    seda__journal_close(j);
+}
+
+static void test_journal_dedup_window_evicts_oldest(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    const char *ids[] = { "a", "b", "c", "d" };
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(insert_id(j, ids[i], 3), 0);
+    /* Window 3 holds b, c, d: a was forgotten. */
+    assert_int_equal(insert_id(j, "d", 3), 1);
+    assert_int_equal(insert_id(j, "b", 3), 1);
+    assert_int_equal(insert_id(j, "a", 3), 0);  /* now c, d, a */
+    seda__journal_close(j);
+    j = jopen(f->sub, false);
+    assert_int_equal(insert_id(j, "b", 3), 0);  /* now d, a, b */
+    assert_int_equal(insert_id(j, "c", 3), 0);  /* now a, b, c */
+    assert_int_equal(insert_id(j, "a", 3), 1);
+    assert_int_equal(insert_id(j, "d", 3), 0);
+    seda__journal_close(j);
+}
+
+/* ---- reopen ---- */
+
+static void test_journal_reopen_keeps_data(void **state)
+{
+    struct fx *f = *state;
+    for (int full = 0; full < 2; full++) {
+        struct seda_journal *j = jopen(f->sub, full);
+        char id[16];
+        snprintf(id, sizeof id, "r%d", full);
+        seda_jrec r = mkrec("keep", id, "data\0more", 9);
+        assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
+        seda__journal_close(j);
+    }
+    struct seda_journal *j = jopen(f->sub, false);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "keep", collect, &got), 0);
+    assert_int_equal(got.n, 2);
+    assert_string_equal(got.r[0].id, "r0");
+    assert_string_equal(got.r[1].id, "r1");
+    assert_int_equal(got.r[1].plen, 9);
+    assert_memory_equal(got.r[1].payload, "data\0more", 9);
+    /* Keys keep growing past the rows already there. */
+    seda_jrec r = mkrec("keep", "r2", "", 0);
+    assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
+    assert_true(r.key > got.r[1].key);
+    seda__journal_close(j);
+}
+
+/* ---- open failures ---- */
+
+static void test_journal_corrupt_db_fails_clearly(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(mkdir(f->sub, 0755), 0);
+    char path[160];
+    snprintf(path, sizeof path, "%s/seda.db", f->sub);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    for (int i = 0; i < 512; i++)
+        fputs("garbage!", fp);
+    fclose(fp);
+    struct seda_journal *j = NULL;
+    char err[256] = "";
+    int rc = seda__journal_open(f->sub, false, &j, err, sizeof err);
+    assert_int_equal(rc, -EILSEQ);
+    assert_null(j);
+    assert_non_null(strstr(err, "not a database (corrupt?)"));
+    assert_non_null(strstr(err, path));
+}
+
+static void test_journal_second_open_is_locked(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j2 = NULL;
+    char err[256] = "";
+    assert_int_equal(seda__journal_open(f->sub, false, &j2, err, sizeof err),
+                     -EBUSY);
+    assert_null(j2);
+    assert_non_null(strstr(err, "locked by another process"));
+    assert_non_null(strstr(err, f->sub));
+    seda__journal_close(j);
+    j2 = jopen(f->sub, false);     /* the lock went with the close */
+    seda__journal_close(j2);
+}
+
+static void test_journal_unwritable_dir_fails_clearly(void **state)
+{
+    struct fx *f = *state;
+    /* Root ignores permission bits: a path under a regular file fails for
+     * everyone. */
+    char file[128], dir[160];
+    snprintf(file, sizeof file, "%s/file", f->dir);
+    snprintf(dir, sizeof dir, "%s/sub/more", file);
+    FILE *fp = fopen(file, "w");
+    assert_non_null(fp);
+    fclose(fp);
+    struct seda_journal *j = NULL;
+    char err[256] = "";
+    assert_int_equal(seda__journal_open(dir, false, &j, err, sizeof err),
+                     -ENOTDIR);
+    assert_null(j);
+    assert_non_null(strstr(err, "not writable: Not a directory"));
+    assert_int_equal(seda__journal_open(file, false, &j, err, sizeof err),
+                     -ENOTDIR);
+    assert_int_equal(seda__journal_open("", false, &j, err, sizeof err),
+                     -EINVAL);
+}
+
+/* ---- full disk ---- */
+
+static void test_journal_full_disk_returns_eio(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(mkdir(f->sub, 0755), 0);
+    if (mount("tmpfs", f->sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
+        print_message("skipped: cannot mount a tmpfs (%s)\n",
+                      strerror(errno));
+        skip();
+    }
+    f->mounted = true;
+    struct seda_journal *j = jopen(f->sub, false);
+    static unsigned char big[64 * 1024];
+    memset(big, 0xab, sizeof big);
+    int accepted = 0, rc = 0;
+    for (int i = 0; i < 64; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "%d", i);
+        seda_jrec r = mkrec("full", id, big, sizeof big);
+        rc = seda__journal_insert(j, &r, 1, 0, NULL);
+        if (rc != 0)
+            break;
+        accepted++;
+    }
+    assert_int_equal(rc, -EIO);
+    assert_true(accepted > 0);
+    /* A failed group leaves the earlier ones alone, and the next small
+     * write does not corrupt anything either way. */
+    assert_int_equal(count(j, "full"), accepted);
+    seda_jrec small = mkrec("full", "small", "s", 1);
+    rc = seda__journal_insert(j, &small, 1, 0, NULL);
+    assert_true(rc == 0 || rc == -EIO);
+    int expect = accepted + (rc == 0);
+    seda__journal_close(j);
+
+    j = jopen(f->sub, false);
+    assert_int_equal(count(j, "full"), expect);
+    seda__journal_close(j);
+}
+
+/* ---- argument checks ---- */
+
+static void test_journal_rejects_bad_arguments(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r = mkrec("a", NULL, "", 0);
+    assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), -EINVAL);
+    r = mkrec("a", "1", NULL, 5);
+    assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), -EINVAL);
+    r = mkrec("a", "1", "", 0);
+    assert_int_equal(seda__journal_insert(j, &r, 1, 5, NULL), -EINVAL);
+    assert_int_equal(seda__journal_insert(j, &r, 0, 0, NULL), 0);
+    assert_int_equal(count(j, "a"), 0);
+    seda__journal_close(j);
+    seda__journal_close(NULL);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_journal_insert_replay_round_trip),
+        T(test_journal_move_replays_under_new_stage),
+        T(test_journal_delete_removes_row),
+        T(test_journal_get_and_purge),
+        T(test_journal_replay_callback_may_write),
+        T(test_journal_group_commit_one_txn_for_queued),
+        T(test_journal_group_commit_shares_transactions),
+        T(test_journal_dedup_refuses_accepted_id),
+        T(test_journal_dedup_window_evicts_oldest),
+        T(test_journal_reopen_keeps_data),
+        T(test_journal_corrupt_db_fails_clearly),
+        T(test_journal_second_open_is_locked),
+        T(test_journal_unwritable_dir_fails_clearly),
+        T(test_journal_full_disk_returns_eio),
+        T(test_journal_rejects_bad_arguments),
+    };
+#undef T
+    return cmocka_run_group_tests_name("journal", tests, NULL, NULL);
+}
