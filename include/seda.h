@@ -49,9 +49,12 @@ extern "C" {
 #define SEDA_ENOMEM     (-ENOMEM)     /* allocation failed */
 #define SEDA_ERANGE     (-ERANGE)     /* a limit was exceeded */
 #define SEDA_ETYPE      (-EBADMSG)    /* refused by the stage's check */
+#define SEDA_EDUP       (-EALREADY)   /* exactly_once: id already accepted */
+#define SEDA_EIO        (-EIO)        /* the journal could not commit */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
- * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type", or
+ * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type",
+ * "duplicate", "io", or
  * "error" for anything else; "ok" for 0.  Static storage; any thread. */
 const char *seda_strerror(int rc);
 
@@ -69,6 +72,13 @@ enum seda_delivery {
     SEDA_DELIVERY_PUBSUB     /* every consumer handles every envelope */
 };
 
+enum seda_durability {
+    SEDA_MEMORY = 0,           /* in memory only (default) */
+    SEDA_AT_LEAST_ONCE,        /* journaled; replayed after a restart */
+    SEDA_EXACTLY_ONCE          /* journaled, and publish refuses an id it
+                                  already accepted (SEDA_EDUP) */
+};
+
 enum seda_outcome {
     SEDA_COMPLETED = 0,      /* the itinerary ended with an ack */
     SEDA_DEAD_LETTERED,      /* dead-lettered (sent to a DLQ or discarded) */
@@ -84,7 +94,8 @@ const char *seda_delivery_name(int delivery);
 
 #define SEDA_NAME_MAX        64   /* longest stage name */
 #define SEDA_MAX_CONSUMERS   64   /* consumers per stage */
-#define SEDA_ID_MAX          24   /* buffer size for seda_env_id() */
+#define SEDA_ID_MAX         128   /* buffer size for seda_env_id(); custom
+                                     ids are at most SEDA_ID_MAX-1 bytes */
 
 /* ---- allocator ---- */
 
@@ -134,6 +145,9 @@ typedef struct seda_bus_opts {
     seda_worker_start_fn worker_start;  /* optional */
     seda_worker_stop_fn worker_stop;    /* optional */
     void *worker_ud;           /* passed to both hooks */
+    const char *data_dir;      /* journal directory ("./seda-data") */
+    bool sync_normal;          /* journal: no fsync per commit (default:
+                                  fsync, survives power loss) */
 } seda_bus_opts;
 
 /* Fill o with the defaults.  Cannot fail. */
@@ -200,6 +214,8 @@ typedef struct seda_stage_opts {
     double handler_timeout;    /* for script handlers; 0 = none */
     bool pull;                 /* no consumers: receivers take envelopes
                                   with seda_stage_receive */
+    int durable;               /* enum seda_durability */
+    int dedup_window;          /* exactly_once: ids remembered (100000) */
     double ack_timeout;        /* pull: seconds to ack a receipt (30) */
 } seda_stage_opts;
 
@@ -262,6 +278,22 @@ const char *seda_last_check_error(void);
 void seda_stage_set_userdata(seda_stage_t *st, void *ud);
 void *seda_stage_userdata(const seda_stage_t *st);
 
+/* ---- durability ---- */
+
+/* Open the bus's journal now (otherwise the first durable stage opens
+ * it), so a corrupt, locked or unwritable data_dir fails early.  Returns 0
+ * or a negative code with err naming the path and the problem.  Any
+ * thread. */
+int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
+
+/* Requeue what a durable stage had journaled and not finished when the
+ * process last stopped, in the original order and before new envelopes
+ * (it bypasses the capacity bound).  Call it once, after adding the
+ * stage's consumers.  Returns how many were replayed (>= 0), or a negative
+ * code.  Replayed envelopes count as accepted; their completion callbacks
+ * are gone with the old process. */
+int seda_stage_replay(seda_stage_t *st);
+
 /* ---- the pull model ---- */
 
 typedef struct seda_lease_s seda_lease_t;
@@ -301,6 +333,8 @@ typedef struct seda_publish_opts {
     seda_done_fn done;            /* optional completion callback */
     void *done_ud;
     int kind;                     /* payload kind tag (0: raw bytes) */
+    const char *id;               /* custom envelope id (exactly_once
+                                     dedup key), or NULL for a fresh one */
 } seda_publish_opts;
 
 /* Fill o with the defaults (no sender, headers, slip or callback; timeout

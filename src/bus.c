@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "journal.h"
 
 /* ---- options ---- */
 
@@ -55,6 +56,8 @@ void seda_stage_opts_init(seda_stage_opts *o)
     o->handler_timeout = 0;
     o->pull = false;
     o->ack_timeout = 30.0;
+    o->durable = SEDA_MEMORY;
+    o->dedup_window = 100000;
 }
 
 void seda_publish_opts_init(seda_publish_opts *o)
@@ -165,13 +168,19 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->workers = workers;
     b->batch = opts->batch;
     b->hop_timeout_ns = (int64_t)(opts->hop_timeout * 1e9);
+    b->sync_normal = opts->sync_normal;
     struct registry *r = registry_build(NULL, NULL);
-    if (!r || (opts->dead_letter &&
+    b->data_dir = seda__strdup(opts->data_dir ? opts->data_dir
+                                              : "./seda-data");
+    if (!r || !b->data_dir || (opts->dead_letter &&
                !(b->dead_letter = seda__strdup(opts->dead_letter)))) {
         registry_free(r);
+        seda__free(b->data_dir);
+        seda__free(b->dead_letter);
         seda__free(b);
         return SEDA_ENOMEM;
     }
+    atomic_init(&b->journal, NULL);
     atomic_init(&b->reg, r);
     atomic_init(&b->paused, false);
     atomic_init(&b->closed, false);
@@ -192,6 +201,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         seda__mutex_destroy(&b->idle_mu);
         registry_free(r);
         seda__free(b->dead_letter);
+        seda__free(b->data_dir);
         seda__free(b);
         return rc;
     }
@@ -205,6 +215,8 @@ void seda_bus_free(seda_bus_t *b)
         return;
     seda_bus_shutdown_now(b);
     seda__pool_free(b->pool);
+    seda__journal_close(atomic_load_explicit(&b->journal,
+                                             memory_order_acquire));
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
     for (int i = 0; i < r->n; i++)
         seda__stage_free(r->list[i]);
@@ -214,6 +226,7 @@ void seda_bus_free(seda_bus_t *b)
     seda__mutex_destroy(&b->shut_mu);
     seda__mutex_destroy(&b->mu);
     seda__free(b->dead_letter);
+    seda__free(b->data_dir);
     seda__free(b);
 }
 
@@ -262,6 +275,17 @@ int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
     int rc = seda__stage_new(b, o, &st, err, errlen);
     if (rc)
         return rc;
+    if (st->durable) {
+        char jerr[512];
+        rc = seda_bus_open_journal(b, jerr, sizeof jerr);
+        if (rc) {
+            if (err && errlen)
+                snprintf(err, errlen, "stage '%s': durable: %s", st->name,
+                         jerr);
+            seda__stage_free(st);
+            return rc;
+        }
+    }
     seda__mutex_lock(&b->mu);
     if (atomic_load_explicit(&b->closed, memory_order_acquire)) {
         rc = SEDA_ECLOSED;
@@ -346,6 +370,10 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
+    if (st->durable) {
+        seda__durable_publish(st, &env, 1, t, &rc);
+        return rc;
+    }
     rc = seda__stage_admit(st, env, t, false);
     if (rc) {
         env->done = NULL;               /* refused: done never fires */
@@ -408,6 +436,15 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
+    if (st->durable) {
+        /* Frees what it refuses. */
+        int done = seda__durable_publish(st, envs, built, t, err);
+        if (done == built && built < n)
+            *err = rc;
+        if (envs != small)
+            seda__free(envs);
+        return done;
+    }
     int done = seda__stage_admit_many(st, envs, built, t, err);
     for (int i = done; i < built; i++) {
         envs[i]->done = NULL;
@@ -426,8 +463,12 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
                          struct stage_counters *tally)
 {
     struct seda_bus_s *b = st->bus;
-    const char *next = seda__env_slip_pop(env);
+    bool jdone = env->flags & ENV_JDONE;
+    env->flags &= (uint8_t)~ENV_JDONE;
+    const char *next = seda_env_slip_at(env, 0);
     if (!next) {
+        if (!jdone && seda__env_jkey(env))
+            seda__durable_forget(st, env);          /* completed */
         seda__env_end(st, env, SEDA_COMPLETED, tally);
         return;
     }
@@ -436,6 +477,22 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
         seda__bus_dead_letter(st, env, "no_such_stage", tally);
         return;
     }
+    /* The journal follows the envelope: a durable next stage gets the row
+     * (moved, or inserted when it comes from memory), an in-memory one
+     * means the row goes. */
+    if (!jdone) {
+        if (to->durable) {
+            if (seda__env_jkey(env))
+                seda__durable_move(st, to, env, 1);
+            else
+                seda__durable_enter_hop(to, env);
+        } else if (seda__env_jkey(env)) {
+            seda__durable_forget(st, env);
+        }
+    } else if (!to->durable) {
+        seda__env_set_jkey(env, 0);
+    }
+    seda__env_slip_pop(env);
     env->attempts = 1;
     env->acked = 0;
     char why[256];
@@ -484,6 +541,8 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
     const char *dlq = st->dead_letter ? st->dead_letter : b->dead_letter;
     struct seda_stage_s *to = dlq && strcmp(dlq, st->name) != 0
                                   ? seda__bus_lookup(b, dlq) : NULL;
+    bool jdone = env->flags & ENV_JDONE;
+    env->flags &= (uint8_t)~ENV_JDONE;
     if (to) {
         /* Headers are best effort: out of memory still delivers. */
         seda_env_set_header(env, "x-dead-reason", reason);
@@ -491,9 +550,24 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         seda__env_slip_clear(env);
         env->attempts = 1;
         env->acked = 0;
+        if (!jdone) {
+            if (to->durable && seda__env_jkey(env))
+                seda__durable_move(st, to, env, 0);
+            else if (to->durable)
+                seda__durable_enter_hop(to, env);
+            else if (seda__env_jkey(env))
+                seda__durable_forget(st, env);
+        } else if (!to->durable) {
+            seda__env_set_jkey(env, 0);
+        }
         if (seda__stage_admit(to, env, (double)b->hop_timeout_ns / 1e9,
                               true) == 0)
             return;
+        /* The DLQ refused it: it is discarded after all. */
+        if (seda__env_jkey(env))
+            seda__durable_forget(to, env);
+    } else if (!jdone && seda__env_jkey(env)) {
+        seda__durable_forget(st, env);
     }
     seda__env_free(env);                /* discarded, already counted */
 }

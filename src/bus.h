@@ -45,6 +45,10 @@ struct seda_bus_s {
     atomic_bool closed;         /* no new publishes */
     atomic_bool stopping;       /* pool stopping: drains give up */
     atomic_bool has_pull;       /* a pull stage exists (relaxed hint) */
+    _Atomic(struct seda_journal *) journal; /* opened once under mu
+                                   (release), read with acquire */
+    char *data_dir;             /* owned; immutable */
+    bool sync_normal;           /* immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;
     uint64_t idle_gen;          /* guarded by idle_mu */

@@ -448,6 +448,15 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
             (!ext_of(e) ||
              !(e->ext->slip = slip_build(opts->slip, opts->nslip, NULL))))
             goto oom;
+        if (opts->id) {
+            int r = seda__env_set_id(e, opts->id);
+            if (r) {
+                e->done = NULL;
+                seda__env_free(e);
+                *rc = r;
+                return NULL;
+            }
+        }
     }
     *rc = 0;
     return e;
@@ -468,6 +477,7 @@ void seda__env_free(seda_env_t *env)
         hdrs_free(env->ext->hdrs);
         seda__free(env->ext->slip);
         seda__free(env->ext->slip_prev);
+        seda__free(env->ext->id);
         seda__free(env->ext);
     }
     env_release(env);
@@ -477,8 +487,36 @@ void seda__env_free(seda_env_t *env)
 
 char *seda_env_id(const seda_env_t *env, char *buf)
 {
-    snprintf(buf, SEDA_ID_MAX, "%" PRIu64, env->seq);
+    if (env->ext && env->ext->id)
+        snprintf(buf, SEDA_ID_MAX, "%s", env->ext->id);
+    else
+        snprintf(buf, SEDA_ID_MAX, "%" PRIu64, env->seq);
     return buf;
+}
+
+int seda__env_set_jkey(seda_env_t *env, int64_t key)
+{
+    if (!key && !env->ext)
+        return 0;
+    if (!ext_of(env))
+        return SEDA_ENOMEM;
+    env->ext->jkey = key;
+    return 0;
+}
+
+int seda__env_set_id(seda_env_t *env, const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= SEDA_ID_MAX)
+        return SEDA_EINVAL;
+    if (!ext_of(env))
+        return SEDA_ENOMEM;
+    char *d = seda__strdup(id);
+    if (!d)
+        return SEDA_ENOMEM;
+    seda__free(env->ext->id);
+    env->ext->id = d;
+    return 0;
 }
 
 uint64_t seda_env_seq(const seda_env_t *env) { return env->seq; }

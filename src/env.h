@@ -37,6 +37,8 @@ enum {
     ENV_DEAD = 1,               /* already counted dead-lettered */
     ENV_FAILED = 2,             /* seda_env_fail during this delivery */
     ENV_DELIVERING = 4,         /* inside a consumer call */
+    ENV_JDONE = 8,              /* the journal already reflects the
+                                   routing decision about to be made */
 };
 
 #define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
@@ -49,6 +51,8 @@ struct env_ext {
     struct env_slip *slip_prev; /* the slip before a forward during the
                                    current delivery (restored on nack) */
     bool slip_saved;            /* slip_prev holds the pre-delivery slip */
+    char *id;                   /* custom id (owned), or NULL */
+    int64_t jkey;               /* journal row, or 0 when not journaled */
 };
 
 struct seda_env_s {
@@ -76,6 +80,18 @@ struct seda_env_s {
  * Any thread. */
 SEDA__API seda_env_t *seda__env_new(const void *payload, size_t len,
                                     const seda_publish_opts *opts, int *rc);
+
+/* The journal row of env (0 when none), and setting it (0, or
+ * SEDA_ENOMEM). */
+static inline int64_t seda__env_jkey(const seda_env_t *env)
+{
+    return env->ext ? env->ext->jkey : 0;
+}
+SEDA__API int seda__env_set_jkey(seda_env_t *env, int64_t key);
+
+/* Set a custom id (copied): 0, SEDA_EINVAL (empty or too long) or
+ * SEDA_ENOMEM. */
+SEDA__API int seda__env_set_id(seda_env_t *env, const char *id);
 
 /* Free an envelope and everything it owns.  NULL is a no-op. */
 SEDA__API void seda__env_free(seda_env_t *env);

@@ -264,7 +264,7 @@ static bool completions_pending(struct lbus *lb)
 /* ---- publishing ---- */
 
 static const char *const publish_keys[] = {
-    "headers", "slip", "sender", "timeout", "on_complete", NULL
+    "headers", "slip", "sender", "timeout", "on_complete", "id", NULL
 };
 
 static void check_keys(lua_State *L, int t, const char *const *keys,
@@ -309,6 +309,16 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
         if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
             luaL_error(L, "%s: timeout must be a number >= 0", what);
         o->timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, oidx, "id");
+    if (!lua_isnil(L, -1)) {
+        size_t n;
+        const char *id = lua_tolstring(L, -1, &n);
+        if (lua_type(L, -1) != LUA_TSTRING || n == 0 || n >= SEDA_ID_MAX ||
+            strlen(id) != n)
+            luaL_error(L, "%s: id must be a non-empty string of at most %d "
+                       "bytes", what, SEDA_ID_MAX - 1);
+        o->id = id;
     }
     lua_getfield(L, oidx, "on_complete");
     if (!lua_isnil(L, -1)) {
@@ -721,7 +731,8 @@ static int check_accepts(const seda_env_t *env, void *ud, char *err,
 static const char *const stage_keys[] = {
     "name", "handler", "handlers", "capacity", "concurrency", "delivery",
     "policy", "max_attempts", "dead_letter", "publish_timeout",
-    "handler_timeout", "pull", "ack_timeout", "accepts", "strict", NULL
+    "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
+    "durable", "dedup_window", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -819,6 +830,24 @@ static int l_bus_stage(lua_State *L)
     o.ack_timeout = opt_num(L, 2, name, "ack_timeout", o.ack_timeout);
     if (!(o.ack_timeout > 0))
         return luaL_error(L, "stage '%s': ack_timeout must be > 0", name);
+    lua_getfield(L, 2, "durable");
+    if (!lua_isnil(L, -1)) {
+        const char *d = lua_tostring(L, -1);
+        if (lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1))
+            o.durable = SEDA_AT_LEAST_ONCE;
+        else if (lua_type(L, -1) == LUA_TSTRING &&
+                 strcmp(d, "at_least_once") == 0)
+            o.durable = SEDA_AT_LEAST_ONCE;
+        else if (lua_type(L, -1) == LUA_TSTRING &&
+                 strcmp(d, "exactly_once") == 0)
+            o.durable = SEDA_EXACTLY_ONCE;
+        else if (!(lua_type(L, -1) == LUA_TBOOLEAN))
+            return luaL_error(L, "stage '%s': durable must be "
+                              "\"at_least_once\" or \"exactly_once\" "
+                              "(got %s)", name, d ? d : luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    o.dedup_window = opt_int(L, 2, name, "dedup_window", o.dedup_window);
     lua_getfield(L, 2, "pull");
     if (!lua_isnil(L, -1)) {
         if (!lua_isboolean(L, -1))
@@ -955,6 +984,12 @@ static int l_bus_stage(lua_State *L)
     for (int i = 0; i < n; i++) {
         ls->cons[i] = (struct lconsumer){ ls, i };
         seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
+    }
+    if (o.durable) {
+        int r = seda_stage_replay(st);
+        if (r < 0)
+            return luaL_error(L, "stage '%s': durable: replay failed (%s)",
+                              name, seda_strerror(r));
     }
     lua_pushstring(L, name);
     return 1;
@@ -1281,7 +1316,8 @@ static int l_bus_tostring(lua_State *L)
 }
 
 static const char *const bus_keys[] = {
-    "workers", "batch", "hop_timeout", "dead_letter", "memory_limit", NULL
+    "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
+    "data_dir", "sync", NULL
 };
 
 static int l_bus_new(lua_State *L)
@@ -1325,6 +1361,20 @@ static int l_bus_new(lua_State *L)
             return luaL_error(L, "bus: dead_letter must be a stage name");
         o.dead_letter = lua_tostring(L, -1);
     }
+    lua_getfield(L, 1, "data_dir");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
+            return luaL_error(L, "bus: data_dir must be a directory path");
+        o.data_dir = lua_tostring(L, -1);
+    }
+    lua_getfield(L, 1, "sync");
+    if (!lua_isnil(L, -1)) {
+        const char *sy = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
+            return luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
+        o.sync_normal = strcmp(sy, "normal") == 0;
+    }
     size_t memory_limit = (size_t)256 << 20;
     lua_getfield(L, 1, "memory_limit");
     if (!lua_isnil(L, -1)) {
@@ -1360,6 +1410,12 @@ static int l_bus_new(lua_State *L)
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)
         return luaL_error(L, "bus: cannot start: %s", seda_strerror(rc));
+    if (o.data_dir) {
+        /* Given explicitly: a bad journal fails here, not at first use. */
+        char jerr[512];
+        if (seda_bus_open_journal(lb->bus, jerr, sizeof jerr) != 0)
+            return luaL_error(L, "bus: data_dir: %s", jerr);
+    }
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     lua_pushvalue(L, ud);
     lua_pushboolean(L, 1);

@@ -79,6 +79,10 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         FAIL("stage '%s': dead_letter is not a valid stage name", nm);
     if (o->pull && !(o->ack_timeout > 0))
         FAIL("stage '%s': ack_timeout must be > 0", nm);
+    if (o->durable < SEDA_MEMORY || o->durable > SEDA_EXACTLY_ONCE)
+        FAIL("stage '%s': unknown durable mode (%d)", nm, o->durable);
+    if (o->durable == SEDA_EXACTLY_ONCE && o->dedup_window <= 0)
+        FAIL("stage '%s': dedup_window must be > 0", nm);
 
     struct seda_stage_s *st = seda__calloc(1, sizeof *st);
     if (!st)
@@ -105,6 +109,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->publish_timeout = o->publish_timeout;
     st->handler_timeout = o->handler_timeout;
     st->pull = o->pull;
+    st->durable = o->durable;
+    st->dedup_window = o->dedup_window;
     st->ack_timeout_ns = (int64_t)(o->ack_timeout * 1e9);
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
@@ -402,8 +408,12 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
-    if (seda__queue_count(&st->q) < (uint32_t)st->capacity) {
-        *sched |= push_locked(st, env, hop);
+    if (seda__queue_count(&st->q) + (uint32_t)st->reserved <
+        (uint32_t)st->capacity) {
+        if (env)
+            *sched |= push_locked(st, env, hop);
+        else
+            st->reserved++;             /* a slot held for a journal write */
         return 0;
     }
     switch (st->policy) {
@@ -421,7 +431,10 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         if (old && !(old->flags & ENV_DEAD))
             st->c.it_lost++;
         *victim = old;
-        *sched |= push_locked(st, env, hop);
+        if (env)
+            *sched |= push_locked(st, env, hop);
+        else
+            st->reserved++;
         return 0;
     }
     default:
@@ -452,8 +465,11 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     seda__mutex_unlock(&st->mu);
     if (sched)
         schedule(st);
-    if (victim)
+    if (victim) {
+        if (seda__env_jkey(victim))
+            seda__durable_forget(st, victim);
         end_dropped(victim);
+    }
     return rc;
 }
 
@@ -521,6 +537,68 @@ void seda__stage_wake(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     pthread_cond_broadcast(&st->not_full);
     pthread_cond_broadcast(&st->not_empty);
+    seda__mutex_unlock(&st->mu);
+}
+
+int seda__stage_reserve(struct seda_stage_s *st, double timeout)
+{
+    return seda__stage_admit(st, NULL, timeout, false);
+}
+
+void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
+{
+    seda__mutex_lock(&st->mu);
+    assert(st->reserved > 0);
+    st->reserved--;
+    bool sched = push_locked(st, env, false);
+    seda__mutex_unlock(&st->mu);
+    if (sched)
+        schedule(st);
+}
+
+int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
+                              int n)
+{
+    int nsched = 0;
+    seda__mutex_lock(&st->mu);
+    uint64_t need = (uint64_t)seda__queue_count(&st->q) + (uint64_t)n +
+                    (uint64_t)st->capacity +
+                    (uint64_t)st->concurrency * (uint64_t)st->bus->batch;
+    if (need > UINT32_MAX / 2 ||
+        seda__queue_reserve(&st->q, (uint32_t)need) != 0) {
+        seda__mutex_unlock(&st->mu);
+        return SEDA_ENOMEM;
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        envs[i]->at = st;
+        seda__queue_push_front(&st->q, envs[i]);
+    }
+    st->c.enqueued += (uint64_t)n;
+    st->c.accepted += (uint64_t)n;
+    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                          memory_order_relaxed);
+    if (st->pull) {
+        pthread_cond_broadcast(&st->not_empty);
+    } else {
+        while (st->running < st->concurrency &&
+               (uint32_t)st->running < seda__queue_count(&st->q)) {
+            st->running++;
+            nsched++;
+        }
+    }
+    seda__mutex_unlock(&st->mu);
+    while (nsched-- > 0)
+        schedule(st);
+    return 0;
+}
+
+void seda__stage_unreserve(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    assert(st->reserved > 0);
+    st->reserved--;
+    if (st->waiters > 0)
+        pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
 }
 
@@ -626,6 +704,32 @@ static void rate_sample(struct seda_stage_s *st, int64_t now)
         st->rate_n++;
 }
 
+/* Act on one delivery's result. */
+static void route(struct seda_stage_s *st, seda_env_t *env, int res,
+                  struct stage_counters *tally, seda_env_t **retry,
+                  int *nretry, int64_t now)
+{
+    switch (res) {
+    case DR_ACK:
+        tally->delivered++;
+        seda__bus_route_ack(st, env, tally);
+        break;
+    case DR_DEAD_NOCONS:
+        seda__bus_dead_letter(st, env, "no_consumers", tally);
+        break;
+    case DR_RETRY:
+        tally->nacked++;
+        env->attempts++;
+        env->enq_ts = now;
+        retry[(*nretry)++] = env;
+        break;
+    default:
+        tally->nacked++;
+        seda__bus_dead_letter(st, env, "max_attempts", tally);
+        break;
+    }
+}
+
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
  * held. */
 static void run_batch(struct seda_stage_s *st)
@@ -650,6 +754,7 @@ static void run_batch(struct seda_stage_s *st)
     /* One clock read per envelope: a handler's end is the next one's
      * start (routing in between counts as the next one's sojourn). */
     int64_t t = seda__clock_ns();
+    int res[MAX_BATCH];
     int i = 0;
     for (; i < n; i++) {
         if (atomic_load_explicit(&b->stopping, memory_order_acquire))
@@ -660,21 +765,17 @@ static void run_batch(struct seda_stage_s *st)
         int64_t end = seda__clock_ns();
         service[i] = end - t;
         t = end;
-        if (r == DELIVER_ACK) {
-            tally.delivered++;
-            seda__bus_route_ack(st, env, &tally);
-        } else if (r == DELIVER_NO_CONSUMERS) {
-            seda__bus_dead_letter(st, env, "no_consumers", &tally);
-        } else {
-            tally.nacked++;
-            if (env->attempts < st->max_attempts) {
-                env->attempts++;
-                env->enq_ts = end;
-                retry[nretry++] = env;
-            } else {
-                seda__bus_dead_letter(st, env, "max_attempts", &tally);
-            }
-        }
+        res[i] = r == DELIVER_ACK ? DR_ACK
+               : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
+               : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
+        if (!st->durable)
+            route(st, env, res[i], &tally, retry, &nretry, end);
+    }
+    if (st->durable) {
+        /* Every decision of the batch in one commit, then act on them. */
+        seda__durable_batch(st, batch, res, i);
+        for (int k = 0; k < i; k++)
+            route(st, batch[k], res[k], &tally, retry, &nretry, t);
     }
 
     seda__mutex_lock(&st->mu);

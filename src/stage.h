@@ -75,6 +75,9 @@ struct seda_stage_s {
     int running;                /* drain tasks queued or running; mu */
     int in_flight;              /* taken by drain tasks; guarded by mu */
     int waiters;                /* publishers waiting for room; mu */
+    int reserved;               /* slots held for journal writes; mu */
+    int durable;                /* enum seda_durability; immutable */
+    int dedup_window;           /* exactly_once; immutable */
     pthread_cond_t not_empty;   /* pull: receivers wait here */
     int receivers;              /* pull: receivers waiting; guarded by mu */
     struct seda_lease_s *leases;/* pull: outstanding, oldest first; mu */
@@ -128,6 +131,50 @@ SEDA__API void seda__stage_free(struct seda_stage_s *st);
  * Takes st->mu, then maybe pool->mu. */
 SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                                 double timeout, bool hop);
+
+/* Durable publishing in three steps: hold a slot (under the policy, like
+ * an admission; env-less), then, once the journal committed, fill it; or
+ * give it back. */
+SEDA__API int seda__stage_reserve(struct seda_stage_s *st, double timeout);
+SEDA__API void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env);
+SEDA__API void seda__stage_unreserve(struct seda_stage_s *st);
+
+/* Queue envs[0..n) at the head, in order, ahead of anything queued,
+ * regardless of capacity (replay).  Counted accepted.  0 or SEDA_ENOMEM
+ * (nothing queued). */
+SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
+                                        seda_env_t **envs, int n);
+
+/* ---- durable.c: the journal glue ---- */
+
+/* Publish envs[0..n) into durable stage st: hold slots, write them to the
+ * journal in one commit (dedup for exactly_once), then queue them.
+ * Returns how many were accepted, *rc the first refusal (SEDA_EDUP,
+ * SEDA_EIO, a policy refusal).  Refused envelopes are freed. */
+SEDA__API int seda__durable_publish(struct seda_stage_s *st,
+                                    seda_env_t **envs, int n, double timeout,
+                                    int *rc);
+
+/* A drain batch of a durable stage: write every routing decision in one
+ * commit before any of them takes effect.  res[i] is DR_ACK, DR_RETRY,
+ * DR_DEAD_MAX or DR_DEAD_NOCONS. */
+enum { DR_ACK, DR_RETRY, DR_DEAD_MAX, DR_DEAD_NOCONS };
+SEDA__API void seda__durable_batch(struct seda_stage_s *st,
+                                   seda_env_t **envs, const int *res, int n);
+
+/* Single-envelope journal steps, for routing outside a batch (pull acks,
+ * hops into durable stages, dead letters).  Each returns 0 or a negative
+ * code and reports failures on the stage. */
+SEDA__API int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env);
+/* The same for an envelope entering a durable stage by a hop or as a dead
+ * letter (already accepted: no dedup, failures reported, not refused). */
+SEDA__API void seda__durable_enter_hop(struct seda_stage_s *to,
+                                       seda_env_t *env);
+SEDA__API int seda__durable_move(struct seda_stage_s *from,
+                                 struct seda_stage_s *to, seda_env_t *env,
+                                 int skip_slip);
+SEDA__API void seda__durable_forget(struct seda_stage_s *st,
+                                    seda_env_t *env);
 
 /* Run st's admission check on env (no lock held); 0 when admitted or no
  * check is set, SEDA_ETYPE (counted in invalid, reason in err) if not. */

@@ -255,6 +255,8 @@ const char *seda_strerror(int rc)
     case SEDA_ENOMEM: return "nomem";
     case SEDA_ERANGE: return "range";
     case SEDA_ETYPE: return "type";
+    case SEDA_EDUP: return "duplicate";
+    case SEDA_EIO: return "io";
     default: return "error";
     }
 }
