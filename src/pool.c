@@ -303,6 +303,9 @@ int seda__pool_reserve(struct seda_pool *p, int more)
 
 int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
 {
+    /* From one of our own workers the caller takes the next task itself as
+     * soon as it returns, so one queued task needs no wake-up. */
+    bool self = tls_worker && tls_worker->pool == p;
     seda__mutex_lock(&p->mu);
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
         seda__mutex_unlock(&p->mu);
@@ -317,7 +320,8 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
      * it sleeps), so wake a sleeper only for tasks beyond the spinners. */
     if (p->idle > 0 &&
         p->count > (uint32_t)atomic_load_explicit(&p->spinning,
-                                                  memory_order_relaxed))
+                                                  memory_order_relaxed) +
+                       (self ? 1u : 0u))
         pthread_cond_signal(&p->cv);
     seda__mutex_unlock(&p->mu);
     return 0;

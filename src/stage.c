@@ -32,6 +32,16 @@
 
 #define MAX_BATCH 256
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+
 /* ---- creation ---- */
 
 #define FAIL(...) do { \
@@ -442,12 +452,40 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     }
 }
 
+/* How long a blocked publisher watches for room before sleeping. */
+#define ROOM_SPIN_NS 50000
+
+/* Spin (no lock held) until the depth hint shows room, ROOM_SPIN_NS pass
+ * or the deadline comes.  The caller re-checks under the lock. */
+static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
+{
+    int64_t end = seda__now_ns() + ROOM_SPIN_NS;
+    if (end > deadline_ns)
+        end = deadline_ns;
+    /* Relaxed: a hint, re-checked under the lock.  Any drop below the
+     * depth we found full means a drain task took a batch. */
+    unsigned full = atomic_load_explicit(&st->depth_hint,
+                                         memory_order_relaxed);
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(&st->depth_hint, memory_order_relaxed) <
+            full)
+            return;
+        if (i < 64)
+            cpu_relax();
+        else
+            sched_yield();
+        if ((i & 15) == 0 && seda__now_ns() >= end)
+            return;
+    }
+}
+
 int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                       double timeout, bool hop)
 {
     bool sched = false;
     seda_env_t *victim = NULL;
     int64_t deadline_ns = 0;            /* computed when first needed */
+    bool spun = false;
     seda__mutex_lock(&st->mu);
     int rc;
     while ((rc = offer_locked(st, env, hop, &sched, &victim)) == 1) {
@@ -458,9 +496,20 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             rc = SEDA_ETIMEDOUT;
             break;
         }
+        if (!spun && st->running > 0) {
+            /* A drain task is working on it: room usually appears within
+             * a batch, so watch for it briefly instead of paying two
+             * kernel round trips (our sleep, its wake-up) per batch. */
+            spun = true;
+            seda__mutex_unlock(&st->mu);
+            wait_for_room(st, deadline_ns);
+            seda__mutex_lock(&st->mu);
+            continue;
+        }
         st->waiters++;
         seda__cond_wait(&st->not_full, &st->mu, deadline_ns);
         st->waiters--;
+        spun = false;
     }
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -643,15 +692,6 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
  * an idle stage still costs nothing and a busy machine loses little. */
 #define LINGER_NS 20000
 #define GATHER_NS 2000
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* Watch for new work (no lock held).  True when some arrived. */
 static bool linger(struct seda_stage_s *st)
