@@ -33,6 +33,19 @@ if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/lua ]; then
         fi
     done
 fi
+if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/cli ]; then
+    for s in tests/cli/test_*.sh; do
+        [ -e "$s" ] || continue
+        echo "== $s"
+        if SEDA="$B/seda-lua" timeout "$TO" sh "$s"; then
+            passed=$((passed + 1))
+        else
+            echo "FAILED: $s (exit $?)"
+            failed=$((failed + 1))
+            break
+        fi
+    done
+fi
 if [ "$failed" = 0 ]; then
     echo "== scripts/fuzz.sh --quick (payload decoder)"
     if sh scripts/fuzz.sh --quick; then

@@ -373,7 +373,7 @@ int cli_run(void)
         if (cli_step(10, cli_repl_active() ? 0 : -1))
             cli_repl_input();
     }
-    if (cli_repl_active())
+    if (cli.o.interactive)
         cli_repl_end();
     if (cli.stop || cli.intr)
         fprintf(stderr, "%s: signal received, draining\n", cli_progname);

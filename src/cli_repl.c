@@ -298,6 +298,7 @@ void cli_repl_input(void)
 void cli_repl_end(void)
 {
     if (use_rl) {
+        use_rl = false;
         if (active)
             rl_callback_handler_remove();
         char hp[4096];

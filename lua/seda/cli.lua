@@ -1,0 +1,621 @@
+-- lua/seda/cli.lua -- the Lua side of the seda-lua program's live
+-- operation features: the REPL helpers (stats, top, reload, tune, workers,
+-- help), the stats table, the Prometheus exposition, tab completion and the
+-- --watch reload policy.  Embedded into seda-lua at build time
+-- (src/cli_lua.c) and run once on the main Lua state with one argument:
+-- a table of C functions (C.write writes to the current output sink, C.top
+-- runs the live view).  Returns the module table M the C side calls into.
+
+local C = ...
+local seda = require "seda"
+
+local M = {}
+
+local fmt, concat, sort = string.format, table.concat, table.sort
+
+-- Output of the helpers goes to the current sink: the calling control
+-- client, else standard output.
+local function out(...) C.write(...) end
+M.out = out
+
+-- ---- collecting stats ----------------------------------------------
+
+local function buses()
+  local ok, b = pcall(seda.buses)
+  if not ok or type(b) ~= "table" then return {} end
+  return b
+end
+
+-- Sorted stage names of one bus-level stats table.
+local function stage_names(bs)
+  local names = {}
+  for name in pairs(bs.stages or {}) do names[#names + 1] = name end
+  sort(names)
+  return names
+end
+
+-- Fallback deliveries/s when the binding does not report `rate`:
+-- the delta since the previous sample taken at least 0.5 s ago.
+local prev = setmetatable({}, { __mode = "k" })
+local function rate_of(bus, name, s, now)
+  if s.rate then return s.rate end
+  local pb = prev[bus]
+  if not pb then pb = {}; prev[bus] = pb end
+  local p = pb[name]
+  if not p then
+    pb[name] = { t = now, d = s.delivered or 0, r = nil }
+    return nil
+  end
+  if now - p.t >= 0.5 then
+    p.r = ((s.delivered or 0) - p.d) / (now - p.t)
+    p.t, p.d = now, s.delivered or 0
+  end
+  return p.r
+end
+
+-- Every live bus's stats: { {bus=, stats=}, ... } in creation order (as
+-- seda.buses() gives them).
+local function snapshot()
+  local list = {}
+  for i, b in ipairs(buses()) do
+    local ok, st = pcall(b.stats, b)
+    if ok and type(st) == "table" then
+      list[#list + 1] = { index = i, bus = b, stats = st }
+    end
+  end
+  return list
+end
+M.snapshot = snapshot
+
+-- ---- the stats table -------------------------------------------------
+
+local function num(v)
+  if v == nil then return "-" end
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "-" end
+  if v >= 100 or v == math.floor(v) then return fmt("%.0f", v) end
+  return fmt("%.1f", v)
+end
+
+local function us(v)
+  if v == nil then return "-" end
+  if v >= 10000000 then return fmt("%.0fs", v / 1e6) end
+  if v >= 100000 then return fmt("%.0fms", v / 1e3) end
+  return fmt("%.0f", v)
+end
+
+local COLS = {
+  { "stage", "l" }, { "depth/cap", "r" }, { "inflt", "r" }, { "rate/s", "r" },
+  { "delivered", "r" }, { "nacked", "r" }, { "dropped", "r" }, { "dead", "r" },
+  { "p50us", "r" }, { "p99us", "r" }, { "ver", "r" },
+}
+
+local function render(rows)
+  local w = {}
+  for c, col in ipairs(COLS) do
+    w[c] = #col[1]
+    for _, r in ipairs(rows) do
+      if #r[c] > w[c] then w[c] = #r[c] end
+    end
+  end
+  local lines = {}
+  local function line(r)
+    local cells = {}
+    for c, col in ipairs(COLS) do
+      local v = r[c]
+      if col[2] == "l" then cells[c] = v .. (" "):rep(w[c] - #v)
+      else cells[c] = (" "):rep(w[c] - #v) .. v end
+    end
+    lines[#lines + 1] = (concat(cells, "  "):gsub("%s+$", ""))
+  end
+  local head = {}
+  for c, col in ipairs(COLS) do head[c] = col[1] end
+  line(head)
+  for _, r in ipairs(rows) do line(r) end
+  return lines
+end
+
+-- The text of the stats table: one block per live bus.
+function M.format_stats()
+  local now = seda.now()
+  local snap = snapshot()
+  if #snap == 0 then return "no live bus\n" end
+  local text = {}
+  for _, e in ipairs(snap) do
+    local bs = e.stats
+    local rows, errs = {}, {}
+    local tot = { depth = 0, cap = 0, inflt = 0, rate = 0, del = 0, nack = 0,
+                  drop = 0, dead = 0 }
+    for _, name in ipairs(stage_names(bs)) do
+      local s = bs.stages[name]
+      local r = rate_of(e.bus, name, s, now)
+      local p50 = s.service_p50 or s.sojourn_p50
+      local p99 = s.service_p99 or s.sojourn_p99
+      rows[#rows + 1] = {
+        name, num(s.depth) .. "/" .. num(s.capacity),
+        num(s.in_flight) .. "/" .. num(s.concurrency), num(r),
+        num(s.delivered), num(s.nacked), num(s.dropped), num(s.dead_lettered),
+        us(p50), us(p99), num(s.version) .. (s.last_error and "!" or ""),
+      }
+      tot.depth = tot.depth + (s.depth or 0)
+      tot.cap = tot.cap + (s.capacity or 0)
+      tot.inflt = tot.inflt + (s.in_flight or 0)
+      tot.rate = tot.rate + (r or 0)
+      tot.del = tot.del + (s.delivered or 0)
+      tot.nack = tot.nack + (s.nacked or 0)
+      tot.drop = tot.drop + (s.dropped or 0)
+      tot.dead = tot.dead + (s.dead_lettered or 0)
+      if s.last_error then errs[#errs + 1] = name .. ": " .. s.last_error end
+    end
+    rows[#rows + 1] = {
+      "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt),
+      num(tot.rate), num(tot.del), num(tot.nack), num(tot.drop),
+      num(tot.dead), "", "", "",
+    }
+    text[#text + 1] = fmt("bus %d: workers=%s accepted=%s completed=%s " ..
+      "dead_lettered=%s dropped=%s in_system=%s%s%s", e.index,
+      num(bs.workers), num(bs.accepted), num(bs.completed),
+      num(bs.dead_lettered), num(bs.dropped), num(bs.in_system),
+      bs.paused and " paused" or "", bs.closed and " closed" or "")
+    for _, l in ipairs(render(rows)) do text[#text + 1] = "  " .. l end
+    for _, l in ipairs(errs) do
+      text[#text + 1] = "  last reload error: " .. l
+    end
+  end
+  return concat(text, "\n") .. "\n"
+end
+
+-- ---- REPL helpers (installed as globals) -----------------------------
+
+local G = {}
+
+-- stats(): { [stage] = stage stats } over every live bus (a name used by
+-- several buses: the first bus's stage, the others as "name#2", ...); its
+-- tostring is the aligned table, so typing stats() at the REPL prints it.
+local stats_mt = { __tostring = function(t)
+  return (rawget(getmetatable(t), "text") or ""):gsub("\n$", "")
+end }
+function G.stats()
+  local t = setmetatable({}, { __tostring = stats_mt.__tostring,
+                               text = M.format_stats() })
+  for _, e in ipairs(snapshot()) do
+    for name, s in pairs(e.stats.stages or {}) do
+      local k, n = name, 1
+      while t[k] ~= nil do n = n + 1; k = name .. "#" .. n end
+      t[k] = s
+    end
+  end
+  return t
+end
+
+-- The bus that has stage `name` (the first one), or nil.
+local function bus_of(name)
+  for _, b in ipairs(buses()) do
+    local ok, s = pcall(b.stats, b, name)
+    if ok and s then return b end
+  end
+  return nil
+end
+M.bus_of = bus_of
+
+-- reload([stage]): reload one stage (on every bus that has it) or every
+-- stage of every bus.  Prints and returns true, or false, err.
+function G.reload(stage)
+  if stage ~= nil and type(stage) ~= "string" then
+    error("reload: stage name must be a string", 2)
+  end
+  local any, ok_all, errs = false, true, {}
+  for _, b in ipairs(buses()) do
+    local has = stage == nil or (pcall(b.stats, b, stage) and b:stats(stage))
+    if has then
+      any = true
+      local ok, err = b:reload(stage)
+      if not ok then ok_all = false; errs[#errs + 1] = tostring(err) end
+    end
+  end
+  if not any then
+    local err = stage and ("no such stage '" .. stage .. "'") or "no live bus"
+    out("reload: " .. err .. "\n")
+    return false, err
+  end
+  if ok_all then
+    out("reloaded " .. (stage or "every stage") .. "\n")
+    return true
+  end
+  local err = concat(errs, "; ")
+  out("reload failed: " .. err .. "\n")
+  return false, err
+end
+
+-- tune(stage, {concurrency=, capacity=, policy=})
+function G.tune(stage, opts)
+  if type(stage) ~= "string" then error("tune: stage name expected", 2) end
+  if type(opts) ~= "table" then
+    error("tune: options table expected ({concurrency=, capacity=, policy=})", 2)
+  end
+  local b = bus_of(stage)
+  if not b then error("tune: no such stage '" .. stage .. "'", 2) end
+  if type(b.tune) ~= "function" then
+    error("tune: bus:tune is not available in this build", 2)
+  end
+  local r = table.pack(b:tune(stage, opts))
+  if r[1] == false then error("tune: " .. tostring(r[2]), 2) end
+  local s = b:stats(stage)
+  out(fmt("%s: concurrency=%s capacity=%s policy=%s\n", stage,
+          num(s.concurrency), num(s.capacity), tostring(s.policy)))
+  return true
+end
+
+-- workers([n]): resize the pool of every live bus (or print the sizes).
+function G.workers(n)
+  local list = buses()
+  if n == nil then
+    for i, b in ipairs(list) do
+      out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
+    end
+    return #list > 0 and list[1]:stats().workers or nil
+  end
+  if math.type(n) ~= "integer" or n < 1 then
+    error("workers: a positive integer expected", 2)
+  end
+  if #list == 0 then error("workers: no live bus", 2) end
+  for i, b in ipairs(list) do
+    if type(b.workers) ~= "function" then
+      error("workers: bus:workers is not available in this build", 2)
+    end
+    local r = table.pack(b:workers(n))
+    if r[1] == false then error("workers: " .. tostring(r[2]), 2) end
+    out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
+  end
+  return true
+end
+
+-- top([seconds]): the stats table redrawn in place until a key is pressed.
+function G.top(seconds)
+  seconds = seconds or 1
+  if type(seconds) ~= "number" or seconds <= 0 then
+    error("top: seconds must be a positive number", 2)
+  end
+  return C.top(seconds)
+end
+
+-- metrics(): the Prometheus text exposition of every live bus.
+function G.metrics() return M.metrics() end
+
+local HELP = [[
+seda-lua REPL -- Lua statements and expressions (=expr prints too);
+the buses keep running while you type.
+  stats()                    table of every stage of every live bus (returns
+                             { [stage] = stats }; tostring gives the table)
+  top([seconds])             stats redrawn every `seconds` (default 1) until
+                             a key is pressed
+  reload([stage])            hot-reload one stage's handler code, or all
+  tune(stage, {concurrency=, capacity=, policy=})
+                             change a stage of a running bus
+  workers([n])               resize the worker pool of every bus (n nil:
+                             print the sizes)
+  metrics()                  the Prometheus text exposition (a string)
+  seda.buses()               the live bus objects
+  help()                     this text
+Columns: depth/cap queue depth and capacity; inflt running drain tasks /
+concurrency; rate/s deliveries per second; p50us/p99us handler service time
+(µs); ver handler code version ("!" = the last reload failed).
+Ctrl-D (or end of input) leaves the REPL; Tab completes globals, fields and
+stage names inside strings.
+]]
+function G.help() out(HELP) end
+
+function M.install(env)
+  for k, v in pairs(G) do env[k] = v end
+end
+
+-- ---- Prometheus exposition -------------------------------------------
+
+local function esc(v)
+  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"',
+                                          ["\n"] = "\\n" }))
+end
+
+local function pnum(v)
+  if v == true then return "1" end
+  if v == false then return "0" end
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "NaN" end
+  if v == math.huge then return "+Inf" end
+  if v == -math.huge then return "-Inf" end
+  return fmt("%.9g", v)
+end
+
+local STAGE_METRICS = {
+  { "depth", "gauge", "Envelopes waiting in the stage's queue.", "depth" },
+  { "capacity", "gauge", "Capacity of the stage's queue.", "capacity" },
+  { "concurrency", "gauge", "Concurrency limit (permits) of the stage.",
+    "concurrency" },
+  { "in_flight", "gauge", "Drain tasks of the stage running now.",
+    "in_flight" },
+  { "consumers", "gauge", "Consumers (handlers) of the stage.", "consumers" },
+  { "enqueued_total", "counter", "Envelopes admitted to the stage's queue.",
+    "enqueued" },
+  { "delivered_total", "counter", "Envelopes delivered to the stage's handlers.",
+    "delivered" },
+  { "nacked_total", "counter", "Deliveries that nacked (false or an error).",
+    "nacked" },
+  { "errors_total", "counter", "Handler errors raised in the stage.", "errors" },
+  { "dropped_total", "counter", "Envelopes refused or evicted by the stage.",
+    "dropped" },
+  { "dead_lettered_total", "counter", "Envelopes dead-lettered by the stage.",
+    "dead_lettered" },
+  { "completed_total", "counter", "Itineraries that completed at the stage.",
+    "completed" },
+  { "delivery_rate", "gauge",
+    "Deliveries per second over the last few seconds.", "rate" },
+  { "handler_version", "gauge", "Version of the stage's handler code " ..
+    "(1 at declaration, +1 per successful reload).", "version" },
+}
+
+local BUS_METRICS = {
+  { "accepted_total", "counter", "Envelopes accepted by publish.", "accepted" },
+  { "completed_total", "counter", "Itineraries completed.", "completed" },
+  { "dead_lettered_total", "counter", "Itineraries dead-lettered.",
+    "dead_lettered" },
+  { "dropped_total", "counter", "Itineraries evicted or swept.", "dropped" },
+  { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
+  { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
+  { "paused", "gauge", "1 when the bus is paused.", "paused" },
+}
+
+local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }
+
+function M.metrics()
+  local snap = snapshot()
+  local multi = #snap > 1
+  local lines = {}
+  local function add(s) lines[#lines + 1] = s end
+  local function labels(e, stage, extra)
+    local l = {}
+    if multi then l[#l + 1] = 'bus="' .. e.index .. '"' end
+    if stage then l[#l + 1] = 'stage="' .. esc(stage) .. '"' end
+    if extra then l[#l + 1] = extra end
+    if #l == 0 then return "" end
+    return "{" .. concat(l, ",") .. "}"
+  end
+  local now = seda.now()
+  for _, m in ipairs(STAGE_METRICS) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      for _, name in ipairs(stage_names(e.stats)) do
+        local s = e.stats.stages[name]
+        local v = s[m[4]]
+        if m[4] == "rate" then v = rate_of(e.bus, name, s, now) end
+        if v ~= nil then
+          samples[#samples + 1] = "seda_stage_" .. m[1] .. labels(e, name) ..
+                                  " " .. pnum(v)
+        end
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_stage_" .. m[1] .. " " .. m[3])
+      add("# TYPE seda_stage_" .. m[1] .. " " .. m[2])
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  -- reload errors: 1 when the last reload of the stage failed
+  add("# HELP seda_stage_reload_failed 1 when the stage's last reload failed " ..
+      "(the old code stays installed).")
+  add("# TYPE seda_stage_reload_failed gauge")
+  for _, e in ipairs(snap) do
+    for _, name in ipairs(stage_names(e.stats)) do
+      add("seda_stage_reload_failed" .. labels(e, name) .. " " ..
+          (e.stats.stages[name].last_error and "1" or "0"))
+    end
+  end
+  for _, kind in ipairs({ "service", "sojourn" }) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      for _, name in ipairs(stage_names(e.stats)) do
+        local s = e.stats.stages[name]
+        for _, q in ipairs(QUANTILES) do
+          local v = s[kind .. "_" .. q[2]]
+          if v ~= nil then
+            samples[#samples + 1] = "seda_stage_" .. kind .. "_seconds" ..
+              labels(e, name, 'quantile="' .. q[1] .. '"') .. " " ..
+              pnum(v / 1e6)
+          end
+        end
+        if #samples > 0 and s.delivered then
+          samples[#samples + 1] = "seda_stage_" .. kind .. "_seconds_count" ..
+            labels(e, name) .. " " .. pnum(s.delivered)
+        end
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_stage_" .. kind .. "_seconds " .. (kind == "service"
+        and "Handler service time (recent window)."
+        or "Time from admission to the end of delivery (recent window)."))
+      add("# TYPE seda_stage_" .. kind .. "_seconds summary")
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  for _, m in ipairs(BUS_METRICS) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      local v = e.stats[m[4]]
+      if v ~= nil then
+        samples[#samples + 1] = "seda_bus_" .. m[1] .. labels(e) .. " " .. pnum(v)
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_bus_" .. m[1] .. " " .. m[3])
+      add("# TYPE seda_bus_" .. m[1] .. " " .. m[2])
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  add("# HELP seda_buses Live buses in the process.")
+  add("# TYPE seda_buses gauge")
+  add("seda_buses " .. #snap)
+  return concat(lines, "\n") .. "\n"
+end
+
+-- ---- completion ------------------------------------------------------
+
+local KEYWORDS = { "and", "break", "do", "else", "elseif", "end", "false",
+  "for", "function", "goto", "if", "in", "local", "nil", "not", "or",
+  "repeat", "return", "then", "true", "until", "while" }
+
+-- Keys of a value usable after "." (or ":" for methods), following
+-- __index tables of metatables.
+local function keys_of(v, methods, acc, seen)
+  seen = seen or {}
+  if v == nil or seen[v] then return acc end
+  seen[v] = true
+  if type(v) == "table" then
+    for k, x in next, v do
+      if type(k) == "string" and k:match("^[%a_][%w_]*$") and
+         (not methods or type(x) == "function") then
+        acc[k] = true
+      end
+    end
+  end
+  local ok, mt = pcall(getmetatable, v)
+  if ok and type(mt) == "table" then
+    local idx = rawget(mt, "__index")
+    if type(idx) == "table" then keys_of(idx, methods, acc, seen) end
+  end
+  return acc
+end
+
+-- complete(word, in_string, env): candidates replacing `word`.
+function M.complete(word, in_string, env)
+  env = env or _G
+  local res = {}
+  if in_string then
+    local seen = {}
+    for _, e in ipairs(snapshot()) do
+      for name in pairs(e.stats.stages or {}) do
+        if name:sub(1, #word) == word and not seen[name] then
+          seen[name] = true
+          res[#res + 1] = name
+        end
+      end
+    end
+    sort(res)
+    return res
+  end
+  local path, sep, part = word:match("^(.*)([%.:])([%w_]*)$")
+  local base = env
+  if path then
+    for seg in path:gmatch("[^%.:]+") do
+      if not seg:match("^[%a_][%w_]*$") then return res end
+      local ok, v = pcall(function() return base[seg] end)
+      if not ok or v == nil then return res end
+      base = v
+    end
+  else
+    part = word
+  end
+  local acc = keys_of(base, sep == ":", {})
+  if not path then for _, k in ipairs(KEYWORDS) do acc[k] = true end end
+  for k in pairs(acc) do
+    if k:sub(1, #part) == part then
+      res[#res + 1] = (path and (path .. sep) or "") .. k
+    end
+  end
+  sort(res)
+  return res
+end
+
+-- ---- --watch ---------------------------------------------------------
+
+local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
+
+-- Directories to watch: those of every stage's handler files, and the
+-- package.path directories under `script_dir` (when given).
+function M.watch_dirs(script_dir)
+  local dirs, seen = {}, {}
+  local function add(d)
+    if d and d ~= "" and not seen[d] then seen[d] = true; dirs[#dirs + 1] = d end
+  end
+  for _, b in ipairs(buses()) do
+    if type(b.handler_files) == "function" then
+      local ok, hf = pcall(b.handler_files, b)
+      if ok and type(hf) == "table" then
+        for _, files in pairs(hf) do
+          for _, f in ipairs(files) do add(dirname(C.realpath(f) or f)) end
+        end
+      end
+    end
+  end
+  if script_dir then
+    local sd = C.realpath(script_dir) or script_dir
+    for templ in package.path:gmatch("[^;]+") do
+      local d = templ:match("^(.*)/[^/]*%?[^/]*$")
+      if d and not d:find("?", 1, true) then
+        if d:sub(1, 1) ~= "/" then d = sd .. "/" .. d end
+        local rd = C.realpath(d)
+        if rd and (rd == sd or rd:sub(1, #sd + 1) == sd .. "/") then add(rd) end
+      end
+    end
+  end
+  return dirs
+end
+
+-- changed(paths): files (real directory + "/" + name) that changed on
+-- disk.  Reload the stages whose handler file changed; when another .lua
+-- file changed (a module a handler may require), every stage.  Every
+-- outcome goes to stderr and stays in the stage's stats.
+function M.changed(paths)
+  local changed = {}
+  for _, p in ipairs(paths) do changed[p] = true end
+  local todo, other = {}, false
+  local matched = {}
+  for _, b in ipairs(buses()) do
+    local ok, hf = pcall(b.handler_files, b)
+    if ok and type(hf) == "table" then
+      for stage, files in pairs(hf) do
+        for _, f in ipairs(files) do
+          local rf = (C.realpath(dirname(f)) or dirname(f)) .. "/" ..
+                     f:match("[^/]*$")
+          if changed[rf] then
+            matched[rf] = true
+            todo[#todo + 1] = { b, stage, rf }
+          end
+        end
+      end
+    end
+  end
+  for p in pairs(changed) do
+    if not matched[p] then other = p; break end
+  end
+  local function report(b, stage, why)
+    local ok, err = b:reload(stage)
+    local s = b:stats(stage)
+    if ok then
+      io.stderr:write(fmt("seda-lua: watch: reloaded stage '%s' (%s): " ..
+        "version %s\n", stage, why, num(s and s.version)))
+    else
+      io.stderr:write(fmt("seda-lua: watch: reload of stage '%s' (%s) " ..
+        "failed, keeping version %s: %s\n", stage, why,
+        num(s and s.version), tostring(err)))
+    end
+    io.stderr:flush()
+  end
+  if other then
+    for _, b in ipairs(buses()) do
+      local st = b:stats()
+      for _, name in ipairs(stage_names(st)) do
+        report(b, name, other:match("[^/]*$") .. " changed")
+      end
+    end
+  else
+    local done = {}
+    for _, t in ipairs(todo) do
+      done[t[1]] = done[t[1]] or {}
+      if not done[t[1]][t[2]] then
+        done[t[1]][t[2]] = true
+        report(t[1], t[2], t[3]:match("[^/]*$") .. " changed")
+      end
+    end
+  end
+end
+
+return M

@@ -1,0 +1,120 @@
+#!/bin/sh
+# The control socket (seda-lua --control PATH) and --metrics: mode 0600;
+# clients isolated from each other; garbage, an oversized line and a
+# client killed mid-command cost only that client; refusing a PATH that is
+# a regular file or a live socket; reusing a stale socket; the `metrics`
+# request and the --metrics file in Prometheus text format.
+. "$(dirname "$0")/lib.sh"
+
+printf '%s\n' \
+    'local seda = require "seda"' \
+    'B = seda.bus{ workers = 2 }' \
+    'B:stage{ name = "parse", handler = function(env) end }' \
+    'for i = 1, 10 do B:publish("parse", i) end' >"$D/p.lua"
+S="$D/ctl.sock"
+M="$D/metrics.prom"
+start_server "$D/log" --serve --control "$S" --metrics "$M" "$D/p.lua"
+check "server answers" wait_until "$DEADLINE" sock_up "$S"
+check "socket mode is 0600" [ "$(stat -c %a "$S")" = 600 ]
+check "socket is a socket" [ -S "$S" ]
+
+# Expressions, statements, =expr, multi-line chunks, errors.
+out=$(ask "$S" '1 + 1' '=2 * 3' 'x = 5' 'print(x)' 'for i = 1, 2 do' 'io.write(i, ";")' 'end' 'print()' 'error("boom-marker")' 'print("still")')
+check "expressions, statements and chunks" \
+    [ "$(printf '%s' "$out" | head -5 | tr '\n' '|')" = "2|6|5|1;2;|control:1: boom-marker|" ]
+check "an error goes back to the client and the session goes on" contains "$out" "still"
+
+# Isolation: a client's globals are its own.
+mkfifo "$D/fifo"
+timeout 30 "$SEDA" attach "$S" <"$D/fifo" >"$D/a.out" 2>&1 &
+APID=$!
+PIDS="$PIDS $APID"
+exec 3>"$D/fifo"
+echo 'only_a = "A-secret"' >&3
+echo 'print("a sees", only_a)' >&3
+check "client A sees its global" wait_until "$DEADLINE" grep -q 'a sees	A-secret' "$D/a.out"
+check "client B does not see A's global" ask_is "$S" nil 'print(only_a)'
+check "B's print goes to B only" ask_is "$S" "to-b" 'print("to-b")'
+check "nothing of B's reached A" sh -c "! grep -q to-b '$D/a.out'"
+check "script globals are shared (B reads the bus)" ask_is "$S" 10 'print(B:stats("parse").delivered)'
+exec 3>&-
+wait "$APID"
+
+# Garbage: binary bytes, NUL, an unknown control request.
+out=$(printf '\377\376 ]]] \000 garbage\n\001bogus\nprint("after-garbage")\n' | timeout 20 "$SEDA" attach "$S" 2>&1)
+check "garbage gets an error" contains "$out" "unexpected symbol"
+check "unknown control request is an error" contains "$out" "unknown control request"
+check "the session goes on after garbage" contains "$out" "after-garbage"
+
+# An oversized line (200 KB): error, buffer discarded, the session goes on.
+out=$( (head -c 200000 /dev/zero | tr '\0' 'x'; printf '\nprint("after-big")\n') | timeout 20 "$SEDA" attach "$S" 2>&1)
+check "an oversized line gets an error" contains "$out" "line too long"
+check "the session goes on after the oversized line" contains "$out" "after-big"
+check "no part of the oversized line was run" sh -c "! printf '%s' '$out' | grep -q xxxx"
+
+# A client killed in the middle of a command with a large reply.
+printf '%s\n' "io.open('$D/busy', 'w'):close(); local t = seda.now() + 1; while seda.now() < t do end; print(string.rep('y', 4000000))" >"$D/cmd"
+timeout 30 "$SEDA" attach "$S" <"$D/cmd" >/dev/null 2>&1 &
+KPID=$!
+check "the long command started" wait_until "$DEADLINE" [ -e "$D/busy" ]
+kill -9 "$KPID" 2>/dev/null
+wait "$KPID" 2>/dev/null
+check "server survives a client killed mid-command" \
+    wait_until "$DEADLINE" ask_is "$S" alive 'print("alive")'
+check "server process still running" kill -0 "$SPID"
+
+# Several clients at once.
+CP=""
+for i in 1 2 3 4 5; do
+    ask "$S" "print('c$i', B:stats('parse').delivered)" >"$D/c$i.out" &
+    CP="$CP $!"
+done
+for p in $CP; do wait "$p"; done
+allok=true
+for i in 1 2 3 4 5; do
+    [ "$(cat "$D/c$i.out")" = "c$i	10" ] || allok=false
+done
+check "five concurrent clients each get their own answer" $allok
+
+# Prometheus text: the metrics request and the --metrics file.
+out=$(ask "$S" metrics)
+check "metrics: delivered counter" contains "$out" 'seda_stage_delivered_total{stage="parse"} 10'
+check "metrics: TYPE line" contains "$out" '# TYPE seda_stage_delivered_total counter'
+check "metrics: HELP line" contains "$out" '# HELP seda_stage_depth'
+check "metrics: depth gauge" contains "$out" 'seda_stage_depth{stage="parse"} 0'
+check "metrics: bus in_system" contains "$out" 'seda_bus_in_system 0'
+check "metrics: latency quantile" contains "$out" 'seda_stage_service_seconds{stage="parse",quantile="0.99"}'
+bad=$(printf '%s\n' "$out" | grep -v '^#' | grep -Ev '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+(Inf|NaN)?$' | head -3)
+check "metrics: every sample line well formed ($bad)" [ -z "$bad" ]
+check "--metrics file written" wait_until "$DEADLINE" grep -q 'seda_stage_delivered_total{stage="parse"} 10' "$M"
+check "--metrics file is replaced atomically (no .tmp left)" [ ! -e "$M.tmp" ]
+
+# Refusals: a live socket, a regular file.
+out=$(timeout 20 "$SEDA" --serve --control "$S" "$D/p.lua" 2>&1)
+rc=$?
+check "refuses a socket in use (rc $rc)" [ "$rc" != 0 ]
+check "says it is in use ($out)" contains "$out" "in use"
+: >"$D/regular"
+out=$(timeout 20 "$SEDA" --serve --control "$D/regular" "$D/p.lua" 2>&1)
+rc=$?
+check "refuses a regular file (rc $rc)" [ "$rc" != 0 ]
+check "says it is not a socket ($out)" contains "$out" "not a socket"
+check "the regular file is untouched" [ -f "$D/regular" ]
+
+# A stale socket (its server was killed): reused.
+kill -9 "$SPID"
+wait "$SPID" 2>/dev/null
+check "killed server left its socket behind" [ -S "$S" ]
+start_server "$D/log2" --serve --control "$S" "$D/p.lua"
+check "a stale socket is reused" wait_until "$DEADLINE" sock_up "$S"
+check "reused socket mode is 0600" [ "$(stat -c %a "$S")" = 600 ]
+stop_server
+check "exits 0 on SIGTERM (got $SRC)" [ "$SRC" = 0 ]
+check "socket removed at exit" [ ! -e "$S" ]
+
+# attach to nothing.
+out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" 2>&1 </dev/null)
+rc=$?
+check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
+check "and says why ($out)" contains "$out" "cannot connect"
+finish

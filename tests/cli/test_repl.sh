@@ -1,0 +1,109 @@
+#!/bin/sh
+# The interactive REPL on a terminal (tmux): `seda-lua -i script` and
+# `seda-lua attach PATH` -- stats(), tune(), workers(), top(), Tab
+# completion of globals, fields and stage names, on_complete callbacks
+# running while the prompt waits, history in ~/.seda_history.
+. "$(dirname "$0")/lib.sh"
+
+if ! command -v tmux >/dev/null 2>&1; then
+    echo "skip $NAME: tmux not installed"
+    exit 0
+fi
+TMUX_L="seda-test-$$"
+T() { tmux -L "$TMUX_L" "$@"; }
+screen() { T capture-pane -p -J -S -200 -t "$1" 2>/dev/null; }
+shows() { screen "$1" | grep -qF -- "$2"; }
+# type SESSION TEXT: type literally, then Enter.
+type_line() { T send-keys -t "$1" -l -- "$2"; T send-keys -t "$1" Enter; }
+gone() { ! T has-session -t "$1" 2>/dev/null; }
+
+printf '%s\n' \
+    'local seda = require "seda"' \
+    'B = seda.bus{ workers = 2 }' \
+    'B:stage{ name = "parse", handler = function(env) end }' \
+    'B:stage{ name = "sink", handler = function(env) end }' \
+    'CB = 0' \
+    'for i = 1, 25 do B:publish("parse", i, { slip = { "sink" },' \
+    '  on_complete = function() CB = CB + 1 end }) end' >"$D/p.lua"
+
+run_session() {   # run_session NAME COMMAND...
+    s=$1; shift
+    T new-session -d -s "$s" -x 160 -y 50 \
+        "env HOME='$D' TERM=xterm $*; echo '[exited]'; sleep 30"
+}
+
+exercise() {   # exercise SESSION LABEL
+    s=$1; l=$2
+    check "$l: prompt" wait_until "$DEADLINE" shows "$s" "> "
+    type_line "$s" 'stats()'
+    check "$l: stats() prints the table" wait_until "$DEADLINE" shows "$s" "depth/cap"
+    check "$l: stats() lists every stage" wait_until "$DEADLINE" sh -c \
+        "tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -q '^  parse ' &&
+         tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -q '^  sink '"
+    type_line "$s" "tune('parse', {concurrency = 3, capacity = 64})"
+    check "$l: tune reports the new settings" \
+        wait_until "$DEADLINE" shows "$s" "parse: concurrency=3 capacity=64"
+    type_line "$s" "print('conc=' .. B:stats('parse').concurrency)"
+    check "$l: tune changed the running stage" wait_until "$DEADLINE" shows "$s" "conc=3"
+    type_line "$s" 'workers(3)'
+    check "$l: workers(n) resizes the pool" wait_until "$DEADLINE" shows "$s" "bus 1: 3 workers"
+    type_line "$s" "print('pool=' .. B:stats().workers)"
+    check "$l: the bus reports 3 workers" wait_until "$DEADLINE" shows "$s" "pool=3"
+    # Tab completion: a global, a method after ':', a stage name in a string.
+    T send-keys -t "$s" -l -- "prin"
+    T send-keys -t "$s" Tab
+    T send-keys -t "$s" -l -- "('G' .. 'T')"
+    T send-keys -t "$s" Enter
+    check "$l: Tab completes a global" wait_until "$DEADLINE" shows "$s" "GT"
+    T send-keys -t "$s" -l -- "print(B:stats('sin"   # completes with the closing quote
+    T send-keys -t "$s" Tab
+    T send-keys -t "$s" -l -- ").name .. '-name')"
+    T send-keys -t "$s" Enter
+    check "$l: Tab completes a stage name in a string" \
+        wait_until "$DEADLINE" shows "$s" "sink-name"
+    T send-keys -t "$s" -l -- "print(B:handler_fi"
+    T send-keys -t "$s" Tab
+    T send-keys -t "$s" -l -- "() ~= nil and 'method-ok')"
+    T send-keys -t "$s" Enter
+    check "$l: Tab completes a method after ':'" \
+        wait_until "$DEADLINE" shows "$s" "method-ok"
+    type_line "$s" 'top(0.2)'
+    check "$l: top() draws" wait_until "$DEADLINE" shows "$s" "press a key to stop"
+    T send-keys -t "$s" q
+    type_line "$s" "print('after' .. 'top')"
+    check "$l: a key ends top()" wait_until "$DEADLINE" shows "$s" "aftertop"
+}
+
+# ---- seda-lua -i ----
+run_session repl "'$SEDA' -i '$D/p.lua'"
+exercise repl "-i"
+type_line repl "print('cb=' .. CB)"
+check "-i: on_complete callbacks ran while the prompt waited" \
+    wait_until "$DEADLINE" shows repl "cb=25"
+type_line repl 'for i = 1, 2 do'
+type_line repl "print('loop=' .. i)"
+type_line repl 'end'
+check "-i: a multi-line chunk" wait_until "$DEADLINE" shows repl "loop=2"
+T send-keys -t repl C-d
+check "-i: Ctrl-D leaves the REPL and the program exits" \
+    wait_until "$DEADLINE" shows repl "[exited]"
+check "-i: history saved to ~/.seda_history" grep -q "^stats()" "$D/.seda_history"
+
+# ---- seda-lua attach ----
+S="$D/ctl.sock"
+start_server "$D/log" --serve --control "$S" "$D/p.lua"
+check "server answers" wait_until "$DEADLINE" sock_up "$S"
+run_session att "'$SEDA' attach '$S'"
+exercise att "attach"
+type_line att "x_local = 1; print('cb=' .. CB)"
+check "attach: script globals visible" wait_until "$DEADLINE" shows att "cb=25"
+T send-keys -t att C-d
+check "attach: Ctrl-D ends the client" wait_until "$DEADLINE" shows att "[exited]"
+check "attach: the server keeps running" ask_is "$S" "nil	3" 'print(x_local, B:stats().workers)'
+stop_server
+check "server exits 0 on SIGTERM (got $SRC)" [ "$SRC" = 0 ]
+if [ "$FAILS" != 0 ]; then
+    echo "--- last screen of the -i session:"; screen repl | tail -25
+    echo "--- last screen of the attach session:"; screen att | tail -25
+fi
+finish
