@@ -6,7 +6,8 @@
  * The workload is the cross-language SEDA-bus benchmark of
  * /work/shared/WORKLOAD.md, run with a C consumer and with a Lua handler
  * (`handler` "c" / "lua"), plus configs of our own: cap1_table, codec,
- * pipeline, reload, memory.  One JSON object per trial goes to stdout and
+ * pipeline, reload, memory, durable1, durable_batch, durable_pipeline.
+ * One JSON object per trial goes to stdout and
  * to the results file; progress goes to stderr.
  *
  *     seda-bench [--config NAME]... [--handler c|lua] [--quick]
@@ -35,6 +36,15 @@
  * time to its completion callback); codec rows ns_per_roundtrip, bytes,
  * iterations; memory rows payload, payload_bytes, count, depth, in_flight,
  * rss_delta_bytes, bytes_per_envelope; floor rows name, rate_per_s.
+ * Durable rows (durable1, durable_batch, durable_pipeline; Lua handlers,
+ * one C producer, see bench_durable.c): sync ("normal"/"full"),
+ * publish_p50_us, publish_p99_us (time inside the publish call, one
+ * sample per call), publish_p999_us, publish_max_us, publish_calls, batch,
+ * durable, capacity, window_ms, end_of_window_depth, drain_tail_ms,
+ * journal_rows_left (rows still in the journal after a drained shutdown:
+ * should be 0); elapsed_ms runs from the first publish to drained.
+ * durable_pipeline adds stages, itineraries_per_s, handler_calls_per_s,
+ * hops_delivered, latency_from.
  */
 #include <errno.h>
 #include <math.h>
@@ -518,7 +528,8 @@ void bench_floors(void)
 
 static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
-    "pipeline", "reload", "memory", NULL
+    "pipeline", "reload", "memory", "durable1", "durable_batch",
+    "durable_pipeline", NULL
 };
 
 static void usage(FILE *f)
@@ -534,7 +545,8 @@ static void usage(FILE *f)
         "\n"
         "  --config NAME   run only this config (repeatable); one of\n"
         "                  floor cap1 cap8 seq par chan cap1_table codec\n"
-        "                  pipeline reload memory (default: all).  The floors\n"
+        "                  pipeline reload memory durable1 durable_batch\n"
+        "                  durable_pipeline (default: all).  The floors\n"
         "                  are measured in every run: stage rows report\n"
         "                  their throughput as a fraction of them.\n"
         "  --handler H     c or lua: only rows with that handler\n"
@@ -582,7 +594,8 @@ static FILE *open_results(const char *out)
 static void remove_tmpdir(void)
 {
     static const char *const files[] = { "h.lua", "h_table.lua",
-                                         "h_pipe.lua", NULL };
+                                         "h_pipe.lua", "h_dur.lua", "h_dpipe.lua",
+                                         NULL };
     char path[512];
     for (int i = 0; files[i]; i++) {
         snprintf(path, sizeof path, "%s/%s", g_cfg.tmpdir, files[i]);
@@ -687,6 +700,11 @@ int main(int argc, char **argv)
             bench_pipeline();
         if (selected(sel, nsel, "reload"))
             bench_reload();
+        static const char *const dur[] = { "durable1", "durable_batch",
+                                           "durable_pipeline", NULL };
+        for (int i = 0; dur[i]; i++)
+            if (selected(sel, nsel, dur[i]))
+                bench_durable(dur[i]);
     }
     if (selected(sel, nsel, "memory"))
         bench_memory();

@@ -6,7 +6,8 @@
  * DESIGN
  *   - One program, several families: bench.c (command line, output rows,
  *     latency recorder, floors), bench_stage.c (capacity curve, firehose,
- *     cap1_table, reload), bench_more.c (codec, pipeline, memory).
+ *     cap1_table, reload), bench_more.c (codec, pipeline, memory),
+ *     bench_durable.c (durable1, durable_batch, durable_pipeline).
  *   - Latency samples go into per-slot arrays (one slot per pool worker plus
  *     one for non-worker threads), reserved with mmap(MAP_NORESERVE) so the
  *     hot path is one store and an increment; percentiles are computed after
@@ -186,6 +187,8 @@ void bench_reload(void);
 void bench_codec(void);
 void bench_pipeline(void);
 void bench_memory(void);
+/* durable1, durable_batch, durable_pipeline (bench_durable.c) */
+void bench_durable(const char *config);
 
 /* Write name into g_cfg.tmpdir; returns the malloc'd path or NULL. */
 char *bench_write_file(const char *name, const char *text);

@@ -2,7 +2,8 @@
 -- bench/report.lua RESULTS.jsonl OUTDIR -- run by bench/report.
 --
 -- Reads the JSON rows of one benchmark run and writes OUTDIR/report.md
--- (Markdown tables: median over trials, min-max) and GNUPLOT_SCRIPT, a
+-- (Markdown tables: median over trials, min-max; durable rows in a
+-- "Durable" table by config and sync) and GNUPLOT_SCRIPT, a
 -- gnuplot script with the data inline that draws OUTDIR/throughput.svg
 -- (throughput by config and handler) and OUTDIR/capacity.svg (the capacity
 -- curve: achieved/target and p99 against load fraction).  Rows that did
@@ -181,6 +182,41 @@ if #pipe > 0 then
           cell(rs, "handler_calls_per_s", rate),
           cell(rs, "p50_us", num), cell(rs, "p99_us", num), lost,
           undrained(rs))
+    end
+  end
+  out("")
+end
+
+-- ---- durable ----
+local dur = select(function(r) return r.config and r.config:match("^durable") end)
+if #dur > 0 then
+  out("## Durable (Lua handlers, one C producer, at_least_once journal)")
+  out("")
+  out("durable1: one seda_stage_publish per envelope; durable_batch: " ..
+      "seda_publish_many in batches of 100 (one commit per call); " ..
+      "durable_pipeline: d1..d4 all durable, slip {d2, d3, d4}, fed in " ..
+      "batches of 100 (throughput in itineraries/s).  Elapsed runs from " ..
+      "the first publish to drained.  Publish latency: time inside the " ..
+      "publish call, one sample per call.  Rows left: journal rows after " ..
+      "a drained shutdown (should be 0).")
+  out("")
+  out("| config | sync | throughput/s | publish p50 µs | publish p99 µs | p50 µs | p99 µs | lost | rows left | not drained |")
+  out("|---|---|---|---|---|---|---|---|---|---|")
+  for _, c in ipairs{"durable1", "durable_batch", "durable_pipeline"} do
+    for _, s in ipairs{"normal", "full"} do
+      local rs = select(function(r) return r.config == c and r.sync == s end)
+      if #rs > 0 then
+        local lost, left = 0, 0
+        for _, x in ipairs(rs) do
+          lost = lost + (x.lost or 0)
+          left = left + (x.journal_rows_left or 0)
+        end
+        out("| %s | %s | %s | %s | %s | %s | %s | %d | %d | %d |", c, s,
+            cell(rs, "throughput_eps", rate),
+            cell(rs, "publish_p50_us", num), cell(rs, "publish_p99_us", num),
+            cell(rs, "p50_us", num), cell(rs, "p99_us", num), lost, left,
+            undrained(rs))
+      end
     end
   end
   out("")

@@ -105,6 +105,18 @@ static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 
 /* ---- the envelope object ---- */
 
+/* The envelope metatable is hidden (__metatable), so its __index and
+ * __newindex are only ever called by the VM with our userdata first:
+ * lua_touserdata suffices.  env:forward checks properly (it can be
+ * called with anything). */
+static struct lenv *env_self(lua_State *L)
+{
+    struct lenv *le = lua_touserdata(L, 1);
+    if (!le->env)
+        luaL_error(L, "envelope used outside its handler");
+    return le;
+}
+
 static struct lenv *check_env(lua_State *L)
 {
     struct lenv *le = luaL_checkudata(L, 1, LSEDA_ENV_MT);
@@ -157,7 +169,7 @@ static int env_forward(lua_State *L)
 
 static int env_index(lua_State *L)
 {
-    struct lenv *le = check_env(L);
+    struct lenv *le = env_self(L);
     size_t kl;
     const char *k = luaL_checklstring(L, 2, &kl);
     seda_env_t *env = le->env;
@@ -236,7 +248,7 @@ static int env_index(lua_State *L)
 
 static int env_newindex(lua_State *L)
 {
-    struct lenv *le = check_env(L);
+    struct lenv *le = env_self(L);
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "payload") == 0) {
         lua_settop(L, 3);
@@ -462,6 +474,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "__tostring");
     lua_pushliteral(L, "envelope");
     lua_setfield(L, -2, "__name");
+    lua_pushliteral(L, "envelope");
+    lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
 
     lua_pushcfunction(L, msghandler);              /* SLOT_MSGH */
@@ -781,12 +795,9 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
         }
     }
 
-    if (le->decoded || le->headers_loaded) {
-        lua_pushnil(L);
-        lua_setiuservalue(L, SLOT_ENV, 1);
-        lua_pushnil(L);
-        lua_setiuservalue(L, SLOT_ENV, 2);
-    }
+    /* The user values keep the last payload and headers alive until the
+     * next envelope overwrites them (the flags say they are stale): one
+     * value each, and no barrier work per envelope. */
     le->env = NULL;
     le->decoded = le->payload_set = le->headers_loaded = false;
     if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))
