@@ -38,6 +38,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: %s [options] [script [args]]\n"
         "       %s attach PATH\n"
+        "       %s dlq DATA_DIR list|show ID|replay ID|purge\n"
         "Run a seda-lua pipeline script: run it, wait until its buses are\n"
         "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
         "\n"
@@ -61,10 +62,12 @@ static void usage(FILE *f)
         "  -               run the script read from standard input\n"
         "\n"
         "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
+        "dlq DATA_DIR ...: inspect and replay the dead letters a stopped\n"
+        "bus left in its journal.\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
         "workers(n) metrics() help()\n",
-        progname, progname);
+        progname, progname, progname);
 }
 
 /* Call seda._NAME(arg, flag) from the preloaded module. */
@@ -266,8 +269,12 @@ static int run(lua_State *L, int argc, char **argv)
     return rc;
 }
 
+int seda_cli_dlq(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "dlq") == 0)
+        return seda_cli_dlq(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
         if (argc != 3) {
             fprintf(stderr, "usage: %s attach PATH\n", progname);

@@ -1,0 +1,518 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge`:
+ * inspect and replay the dead letters a stopped bus left in its journal.
+ *
+ *   list        one line per dead letter (tab-separated, after a header
+ *               line): id, stage, x-dead-from, x-dead-reason, attempts,
+ *               payload bytes, row key
+ *   show ID     every dead letter whose envelope id is ID: row key, stage,
+ *               sender, attempts, headers, slip and the payload (raw bytes
+ *               as an escaped string; Lua-encoded values in hex)
+ *   replay ID   move every dead letter whose id is ID back to its
+ *               x-dead-from stage (attempts 1, the x-dead-* headers
+ *               removed, key and so replay order kept): the next process
+ *               that creates that durable stage replays it
+ *   purge       delete every dead letter (and nothing else)
+ *
+ * A dead letter is a journal row whose headers blob ("k\0v\0k\0v\0...")
+ * has the key x-dead-reason.  The journal allows one user at a time: the
+ * CLI opens it through seda__journal_open, which takes DATA_DIR/seda.lock,
+ * so it works on a stopped bus's directory and says so when a running bus
+ * holds it.  Rows are read with a plain SQLite connection of our own
+ * (seda.db is an ordinary SQLite database, see src/journal.h); writes go
+ * through seda__journal_apply.
+ *
+ * Exit status: 0 done, 1 error (no journal, in use, no such dead letter,
+ * I/O), 2 usage.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
+
+#include "journal.h"
+
+int seda_cli_dlq(int argc, char **argv);
+
+static void dlq_usage(FILE *f)
+{
+    fprintf(f,
+        "usage: seda-lua dlq DATA_DIR list\n"
+        "       seda-lua dlq DATA_DIR show ID\n"
+        "       seda-lua dlq DATA_DIR replay ID\n"
+        "       seda-lua dlq DATA_DIR purge\n"
+        "Inspect and replay the dead letters in the journal of a stopped "
+        "bus\n"
+        "(DATA_DIR is its seda.bus{data_dir = ...}).\n"
+        "  list        one line per dead letter: id, stage, x-dead-from,\n"
+        "              x-dead-reason, attempts, payload bytes, row key\n"
+        "  show ID     headers, slip and payload of the dead letter(s) ID\n"
+        "  replay ID   move dead letter(s) ID back to their x-dead-from "
+        "stage;\n"
+        "              the next bus that creates that durable stage replays "
+        "them\n"
+        "  purge       delete every dead letter\n");
+}
+
+/* ---- one row, owned copies ---- */
+
+struct drow {
+    int64_t key;
+    char *stage, *id, *sender;
+    int attempts, kind;
+    unsigned char *hdr, *slip, *payload;
+    size_t hlen, slen, plen;
+    double published_at;
+};
+
+static void drow_free(struct drow *r)
+{
+    free(r->stage);
+    free(r->id);
+    free(r->sender);
+    free(r->hdr);
+    free(r->slip);
+    free(r->payload);
+    memset(r, 0, sizeof *r);
+}
+
+static char *dup_text(const unsigned char *s)
+{
+    return s ? strdup((const char *)s) : NULL;
+}
+
+static unsigned char *dup_blob(const void *p, int n, size_t *len)
+{
+    *len = n > 0 ? (size_t)n : 0;
+    unsigned char *c = malloc(*len + 1);   /* +1: never malloc(0) */
+    if (c && *len)
+        memcpy(c, p, *len);
+    return c;
+}
+
+/* The value of header key k in blob h[0..hlen), or NULL.  Keys sit at even
+ * positions; a truncated final pair is ignored. */
+static const char *hdr_get(const unsigned char *h, size_t hlen, const char *k)
+{
+    const char *p = (const char *)h, *end = p + hlen;
+    while (p && p < end) {
+        const char *key = p;
+        const char *kz = memchr(key, '\0', (size_t)(end - key));
+        if (!kz || kz + 1 >= end)
+            return NULL;
+        const char *val = kz + 1;
+        const char *vz = memchr(val, '\0', (size_t)(end - val));
+        if (!vz)
+            return NULL;
+        if (strcmp(key, k) == 0)
+            return val;
+        p = vz + 1;
+    }
+    return NULL;
+}
+
+static bool is_dead(const struct drow *r)
+{
+    return r->hdr && hdr_get(r->hdr, r->hlen, "x-dead-reason") != NULL;
+}
+
+/* Every dead letter (id == NULL) or the dead letters with that id, in key
+ * order.  Returns 0 with *rows and *n (free with rows_free), or -1 after
+ * printing the error. */
+static int load_dead(sqlite3 *db, const char *path, const char *id,
+                     struct drow **rows, int *n)
+{
+    *rows = NULL;
+    *n = 0;
+    const char *sql = id
+        ? "SELECT key, stage, id, attempts, sender, headers, slip, kind, "
+          "payload, published_at FROM envelopes WHERE id = ?1 ORDER BY key"
+        : "SELECT key, stage, id, attempts, sender, headers, slip, kind, "
+          "payload, published_at FROM envelopes "
+          "WHERE instr(headers, CAST('x-dead-reason' AS BLOB)) > 0 "
+          "ORDER BY key";
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
+    if (rc == SQLITE_OK && id)
+        rc = sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
+    int cap = 0;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        struct drow r = { 0 };
+        r.key = sqlite3_column_int64(s, 0);
+        r.stage = dup_text(sqlite3_column_text(s, 1));
+        r.id = dup_text(sqlite3_column_text(s, 2));
+        r.attempts = sqlite3_column_int(s, 3);
+        r.sender = dup_text(sqlite3_column_text(s, 4));
+        r.hdr = dup_blob(sqlite3_column_blob(s, 5), sqlite3_column_bytes(s, 5),
+                         &r.hlen);
+        r.slip = dup_blob(sqlite3_column_blob(s, 6),
+                          sqlite3_column_bytes(s, 6), &r.slen);
+        r.kind = sqlite3_column_int(s, 7);
+        r.payload = dup_blob(sqlite3_column_blob(s, 8),
+                             sqlite3_column_bytes(s, 8), &r.plen);
+        r.published_at = sqlite3_column_double(s, 9);
+        if (!r.stage || !r.id || !r.hdr || !r.slip || !r.payload) {
+            drow_free(&r);
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        if (!is_dead(&r)) {
+            drow_free(&r);
+            rc = SQLITE_OK;
+            continue;
+        }
+        if (*n == cap) {
+            int c = cap ? cap * 2 : 16;
+            struct drow *a = realloc(*rows, sizeof *a * (size_t)c);
+            if (!a) {
+                drow_free(&r);
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            *rows = a;
+            cap = c;
+        }
+        (*rows)[(*n)++] = r;
+        rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_DONE)
+        rc = SQLITE_OK;
+    if (rc != SQLITE_OK)
+        fprintf(stderr, "seda-lua dlq: %s: %s\n", path,
+                rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK) {
+        for (int i = 0; i < *n; i++)
+            drow_free(&(*rows)[i]);
+        free(*rows);
+        *rows = NULL;
+        *n = 0;
+        return -1;
+    }
+    return 0;
+}
+
+static void rows_free(struct drow *rows, int n)
+{
+    for (int i = 0; i < n; i++)
+        drow_free(&rows[i]);
+    free(rows);
+}
+
+/* ---- printing ---- */
+
+/* s[0..n) as a C-style escaped, quoted string. */
+static void put_escaped(FILE *f, const unsigned char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c >= 0x20 && c < 0x7f)
+                fputc(c, f);
+            else
+                fprintf(f, "\\x%02x", c);
+        }
+    }
+    fputc('"', f);
+}
+
+static void put_cstr(FILE *f, const char *s)
+{
+    put_escaped(f, (const unsigned char *)s, strlen(s));
+}
+
+/* For list: a field with tabs and newlines made harmless. */
+static void put_field(FILE *f, const char *s)
+{
+    if (!s || !*s) {
+        fputc('-', f);
+        return;
+    }
+    for (; *s; s++)
+        fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
+}
+
+static void put_hex(FILE *f, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%02x", p[i]);
+}
+
+static void show_row(FILE *f, const struct drow *r)
+{
+    fprintf(f, "key: %lld\nid: ", (long long)r->key);
+    put_cstr(f, r->id);
+    fputs("\nstage: ", f);
+    put_cstr(f, r->stage);
+    fputs("\nsender: ", f);
+    if (r->sender)
+        put_cstr(f, r->sender);
+    else
+        fputs("-", f);
+    fprintf(f, "\nattempts: %d\npublished_at: %.6f\nheaders:\n",
+            r->attempts, r->published_at);
+    const char *p = (const char *)r->hdr, *end = p + r->hlen;
+    while (p < end) {
+        const char *kz = memchr(p, '\0', (size_t)(end - p));
+        if (!kz || kz + 1 >= end)
+            break;
+        const char *v = kz + 1;
+        const char *vz = memchr(v, '\0', (size_t)(end - v));
+        if (!vz)
+            break;
+        fputs("  ", f);
+        put_cstr(f, p);
+        fputs(": ", f);
+        put_cstr(f, v);
+        fputc('\n', f);
+        p = vz + 1;
+    }
+    fputs("slip:", f);
+    p = (const char *)r->slip;
+    end = p + r->slen;
+    if (p >= end)
+        fputs(" (empty)", f);
+    while (p < end) {
+        const char *z = memchr(p, '\0', (size_t)(end - p));
+        size_t len = z ? (size_t)(z - p) : (size_t)(end - p);
+        fputc(' ', f);
+        put_escaped(f, (const unsigned char *)p, len);
+        p += len + 1;
+    }
+    fprintf(f, "\nkind: %d\npayload: ", r->kind);
+    if (r->kind == 0) {
+        put_escaped(f, r->payload, r->plen);
+    } else {
+        fprintf(f, "<%s, %zu bytes> ", r->kind == 1 ? "lua value"
+                                                    : "encoded value",
+                r->plen);
+        put_hex(f, r->payload, r->plen);
+    }
+    fputc('\n', f);
+}
+
+/* ---- commands ---- */
+
+static int cmd_list(struct drow *rows, int n)
+{
+    printf("ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\n");
+    for (int i = 0; i < n; i++) {
+        const struct drow *r = &rows[i];
+        put_field(stdout, r->id);
+        putchar('\t');
+        put_field(stdout, r->stage);
+        putchar('\t');
+        put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-from"));
+        putchar('\t');
+        put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-reason"));
+        printf("\t%d\t%zu\t%lld\n", r->attempts, r->plen, (long long)r->key);
+    }
+    return 0;
+}
+
+/* r's headers without the x-dead-* pairs, in a new blob. */
+static unsigned char *strip_dead(const struct drow *r, size_t *len)
+{
+    unsigned char *out = malloc(r->hlen + 1);
+    size_t o = 0;
+    if (!out)
+        return NULL;
+    const char *p = (const char *)r->hdr, *end = p + r->hlen;
+    while (p < end) {
+        const char *kz = memchr(p, '\0', (size_t)(end - p));
+        if (!kz || kz + 1 >= end)
+            break;
+        const char *v = kz + 1;
+        const char *vz = memchr(v, '\0', (size_t)(end - v));
+        if (!vz)
+            break;
+        size_t pair = (size_t)(vz + 1 - p);
+        if (strncmp(p, "x-dead-", 7) != 0) {
+            memcpy(out + o, p, pair);
+            o += pair;
+        }
+        p = vz + 1;
+    }
+    *len = o;
+    return out;
+}
+
+static int cmd_replay(struct seda_journal *j, struct drow *rows, int n,
+                      const char *id)
+{
+    if (n == 0) {
+        fprintf(stderr, "seda-lua dlq: no dead letter with id '%s'\n", id);
+        return 1;
+    }
+    seda_jop *ops = calloc((size_t)n, sizeof *ops);
+    unsigned char **hdrs = calloc((size_t)n, sizeof *hdrs);
+    int rc = ops && hdrs ? 0 : -ENOMEM;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const struct drow *r = &rows[i];
+        const char *from = hdr_get(r->hdr, r->hlen, "x-dead-from");
+        if (!from || !*from) {
+            fprintf(stderr, "seda-lua dlq: dead letter '%s' (key %lld) has "
+                    "no x-dead-from header: cannot replay it\n", r->id,
+                    (long long)r->key);
+            rc = -EINVAL;
+            break;
+        }
+        size_t hlen;
+        hdrs[i] = strip_dead(r, &hlen);
+        if (!hdrs[i]) {
+            rc = -ENOMEM;
+            break;
+        }
+        ops[i].op = SEDA_JOP_MOVE;
+        ops[i].rec = (seda_jrec){
+            .key = r->key,
+            .stage = from,
+            .id = r->id,
+            .attempts = 1,
+            .sender = r->sender,
+            .headers = hdrs[i], .hlen = hlen,
+            .slip = r->slip, .slen = r->slen,
+            .kind = r->kind,
+            .payload = r->payload, .plen = r->plen,
+            .published_at = r->published_at,
+        };
+    }
+    if (rc == 0)
+        rc = seda__journal_apply(j, ops, n);
+    if (rc == 0) {
+        for (int i = 0; i < n; i++)
+            printf("replayed %s (key %lld) -> %s\n", rows[i].id,
+                   (long long)rows[i].key, ops[i].rec.stage);
+    } else if (rc != -EINVAL) {
+        fprintf(stderr, "seda-lua dlq: replay failed: %s\n", strerror(-rc));
+    }
+    for (int i = 0; hdrs && i < n; i++)
+        free(hdrs[i]);
+    free(hdrs);
+    free(ops);
+    return rc == 0 ? 0 : 1;
+}
+
+static int cmd_purge(struct seda_journal *j, struct drow *rows, int n)
+{
+    int rc = 0;
+    if (n > 0) {
+        seda_jop *ops = calloc((size_t)n, sizeof *ops);
+        if (!ops) {
+            fprintf(stderr, "seda-lua dlq: out of memory\n");
+            return 1;
+        }
+        for (int i = 0; i < n; i++) {
+            ops[i].op = SEDA_JOP_DELETE;
+            ops[i].rec.key = rows[i].key;
+        }
+        rc = seda__journal_apply(j, ops, n);
+        free(ops);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "seda-lua dlq: purge failed: %s\n", strerror(-rc));
+        return 1;
+    }
+    printf("purged %d dead letter%s\n", n, n == 1 ? "" : "s");
+    return 0;
+}
+
+int seda_cli_dlq(int argc, char **argv)
+{
+    if (argc < 3 || argc > 4) {
+        dlq_usage(stderr);
+        return 2;
+    }
+    const char *dir = argv[1], *cmd = argv[2], *id = argc == 4 ? argv[3]
+                                                               : NULL;
+    bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
+    bool replay = strcmp(cmd, "replay") == 0;
+    bool purge = strcmp(cmd, "purge") == 0;
+    if (!(list || show || replay || purge) ||
+        ((show || replay) != (id != NULL))) {
+        dlq_usage(stderr);
+        return 2;
+    }
+    /* Never create a journal: DATA_DIR must hold one already. */
+    size_t plen = strlen(dir) + sizeof "/" SEDA_JOURNAL_FILE;
+    char *path = malloc(plen);
+    if (!path) {
+        fprintf(stderr, "seda-lua dlq: out of memory\n");
+        return 1;
+    }
+    snprintf(path, plen, "%s/%s", dir, SEDA_JOURNAL_FILE);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        int e = errno;
+        fprintf(stderr, "seda-lua dlq: %s: no journal here (%s: %s)\n", dir,
+                path, strerror(e));
+        free(path);
+        return 1;
+    }
+    struct seda_journal *j = NULL;
+    char err[512];
+    int rc = seda__journal_open(dir, true, &j, err, sizeof err);
+    if (rc == -EBUSY) {
+        fprintf(stderr, "seda-lua dlq: %s is in use by a running bus (stop "
+                "it first)\n", dir);
+        free(path);
+        return 1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "seda-lua dlq: %s\n", err);
+        free(path);
+        return 1;
+    }
+    sqlite3 *db = NULL;
+    int status = 1;
+    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    if (rc == SQLITE_OK)
+        sqlite3_busy_timeout(db, 5000);
+    if (rc != SQLITE_OK) {
+        fprintf(stderr, "seda-lua dlq: %s: %s\n", path,
+                db ? sqlite3_errmsg(db) : "cannot open");
+    } else {
+        struct drow *rows;
+        int n;
+        if (load_dead(db, path, list || purge ? NULL : id, &rows, &n) == 0) {
+            if (list) {
+                status = cmd_list(rows, n);
+            } else if (show) {
+                for (int i = 0; i < n; i++) {
+                    if (i)
+                        putchar('\n');
+                    show_row(stdout, &rows[i]);
+                }
+                status = 0;
+                if (n == 0) {
+                    fprintf(stderr, "seda-lua dlq: no dead letter with id "
+                            "'%s'\n", id);
+                    status = 1;
+                }
+            } else if (replay) {
+                status = cmd_replay(j, rows, n, id);
+            } else {
+                status = cmd_purge(j, rows, n);
+            }
+            rows_free(rows, n);
+        }
+    }
+    sqlite3_close(db);
+    seda__journal_close(j);
+    free(path);
+    fflush(stdout);
+    return status;
+}
