@@ -16,6 +16,7 @@ have_pc sqlite3 || need="$need libsqlite3-dev"
 have_pc readline || need="$need libreadline-dev"
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
+command -v sqlite3 >/dev/null 2>&1 || need="$need sqlite3"   # journal checks in tests
 for extra in "$@"; do
     case "$extra" in
         *:*) pc=${extra%%:*}; pkg=${extra#*:}
