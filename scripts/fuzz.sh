@@ -25,7 +25,7 @@ CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
  -Iinclude -Isrc $LUA_CFLAGS -g"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all
  -fno-omit-frame-pointer"
-TARGET="src/lcodec.c tests/fuzz_codec.c"
+TARGET="src/lcodec.c src/lpath.c tests/fuzz_codec.c"
 mkdir -p "$OUT"
 
 if [ "${1:-}" = "--quick" ]; then

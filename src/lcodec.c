@@ -61,9 +61,11 @@
  *     22 61 62            = "ab"
  *   (pair order follows lua_next and may differ.)
  *
- * Sections: buffer, error messages, encoder, decoder.
+ * Sections: buffer, encoder, decoder.  The path notation of messages is
+ * lpath.c's, shared with lschema.c.
  */
 #include "lcodec.h"
+#include "lpath.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -158,45 +160,6 @@ static inline uint64_t ld64(const unsigned char *p)
     return ld32(p) | ld32(p + 4) << 32;
 }
 
-/* ---- error messages ---- */
-
-/* A bounded, always NUL-terminated string being assembled in err. */
-struct msg {
-    char *p;    /* the caller's err buffer */
-    size_t n;   /* characters written so far */
-    size_t cap; /* errlen; nothing is written when it is 0 */
-};
-
-/* Appends s[0..len), cut to what fits.  Cannot fail. */
-static void msg_add(struct msg *m, const char *s, size_t len)
-{
-    if (m->cap == 0)
-        return;
-    size_t room = m->cap - 1 - m->n;
-    if (len > room)
-        len = room;
-    memcpy(m->p + m->n, s, len);
-    m->n += len;
-    m->p[m->n] = '\0';
-}
-
-/* Appends the C string s, cut to what fits.  Cannot fail. */
-static void msg_str(struct msg *m, const char *s)
-{
-    msg_add(m, s, strlen(s));
-}
-
-/* Starts an empty message in err (nothing is written when err is NULL or
- * errlen is 0).  Cannot fail. */
-static void msg_init(struct msg *m, char *err, size_t errlen)
-{
-    m->p = err;
-    m->n = 0;
-    m->cap = err != NULL ? errlen : 0;
-    if (m->cap > 0)
-        err[0] = '\0';
-}
-
 /* ---- encoder ---- */
 
 /* One step of the path from the root to the value being encoded. */
@@ -218,130 +181,31 @@ struct enc {
     struct step steps[SEDA_CODEC_MAX_DEPTH]; /* keys on the path */
 };
 
-static const char *const reserved[] = {
-    "and", "break", "do", "else", "elseif", "end", "false", "for",
-    "function", "goto", "if", "in", "local", "nil", "not", "or", "repeat",
-    "return", "then", "true", "until", "while", NULL
-};
-
-/* Returns 1 when s[0..len) is a Lua name (letters, digits, underscores,
- * not starting with a digit, not a reserved word), else 0. */
-static int is_identifier(const char *s, size_t len)
-{
-    if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9')))
-            return 0;
-    }
-    for (int i = 0; reserved[i] != NULL; i++)
-        if (strlen(reserved[i]) == len && memcmp(reserved[i], s, len) == 0)
-            return 0;
-    return 1;
-}
-
-/* Appends a string key as `["..."]` with %q-like escapes, cut after 32
- * source bytes with "...". */
-static void msg_quoted(struct msg *m, const char *s, size_t len)
-{
-    enum { QUOTE_MAX = 32 };
-    msg_str(m, "[\"");
-    for (size_t i = 0; i < len && i < QUOTE_MAX; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char tmp[8];
-        if (c == '"' || c == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)c;
-            msg_add(m, tmp, 2);
-        } else if (c == '\n') {
-            msg_str(m, "\\n");
-        } else if (c < 0x20 || c >= 0x7f) {
-            snprintf(tmp, sizeof tmp, "\\%u", (unsigned)c);
-            msg_str(m, tmp);
-        } else {
-            msg_add(m, (const char *)&c, 1);
-        }
-    }
-    if (len > QUOTE_MAX)
-        msg_str(m, "...");
-    msg_str(m, "\"]");
-}
-
-/* Appends a float key as Lua would print it, with enough digits to tell
- * it from its neighbours and a ".0" when it would look like an integer. */
-static void msg_float(struct msg *m, double v)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.14g", v);
-    if (strtod(tmp, NULL) != v)
-        snprintf(tmp, sizeof tmp, "%.17g", v);
-    if (strpbrk(tmp, ".eEni") == NULL)
-        strcat(tmp, ".0");
-    msg_str(m, tmp);
-}
-
-/* Appends the path step for the key at stack index k. */
-static void msg_key(struct msg *m, lua_State *L, int k)
-{
-    char tmp[32];
-    switch (lua_type(L, k)) {
-    case LUA_TSTRING: {
-        size_t len;
-        const char *s = lua_tolstring(L, k, &len);
-        if (is_identifier(s, len)) {
-            msg_str(m, ".");
-            msg_add(m, s, len);
-        } else {
-            msg_quoted(m, s, len);
-        }
-        break;
-    }
-    case LUA_TNUMBER:
-        msg_str(m, "[");
-        if (lua_isinteger(L, k)) {
-            snprintf(tmp, sizeof tmp, LUA_INTEGER_FMT, lua_tointeger(L, k));
-            msg_str(m, tmp);
-        } else {
-            msg_float(m, (double)lua_tonumber(L, k));
-        }
-        msg_str(m, "]");
-        break;
-    case LUA_TBOOLEAN:
-        msg_str(m, lua_toboolean(L, k) ? "[true]" : "[false]");
-        break;
-    default:
-        msg_str(m, "[{...}]"); /* a table used as a key */
-        break;
-    }
-}
-
 /* Writes "<path>: <what>" to e->err, where <path> is the root followed by
  * the first nsteps steps.  A step inside a table key prints as "{key}".
  * Returns -1 so callers can `return fail(...)`. */
 static int fail(struct enc *e, int nsteps, const char *what)
 {
-    struct msg m;
-    msg_init(&m, e->err, e->errlen);
-    msg_str(&m, e->root != NULL ? e->root : "payload");
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, e->err, e->errlen);
+    seda__msgbuf_str(&m, e->root != NULL ? e->root : "payload");
     for (int i = 0; i < nsteps; i++) {
         if (e->steps[i].in_key)
-            msg_str(&m, "{key}");
+            seda__msgbuf_str(&m, "{key}");
         else
-            msg_key(&m, e->L, e->steps[i].key);
+            seda__path_key(&m, e->L, e->steps[i].key);
     }
-    msg_str(&m, ": ");
-    msg_str(&m, what);
+    seda__msgbuf_str(&m, ": ");
+    seda__msgbuf_str(&m, what);
     return -1;
 }
 
 /* Writes "out of memory" to e->err.  Returns -1. */
 static int fail_oom(struct enc *e)
 {
-    struct msg m;
-    msg_init(&m, e->err, e->errlen);
-    msg_str(&m, "out of memory");
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, e->err, e->errlen);
+    seda__msgbuf_str(&m, "out of memory");
     return -1;
 }
 
@@ -603,12 +467,12 @@ struct dec {
 /* Writes "<what> at byte <offset>" to d->err.  Returns -1. */
 static int dfail(struct dec *d, const char *what)
 {
-    struct msg m;
+    struct seda_msgbuf m;
     char tmp[48];
-    msg_init(&m, d->err, d->errlen);
-    msg_str(&m, what);
+    seda__msgbuf_init(&m, d->err, d->errlen);
+    seda__msgbuf_str(&m, what);
     snprintf(tmp, sizeof tmp, " at byte %zu", (size_t)(d->p - d->start));
-    msg_str(&m, tmp);
+    seda__msgbuf_str(&m, tmp);
     return -1;
 }
 

@@ -35,158 +35,20 @@
  *     twice is therefore refused as malformed, and a nil value counts as
  *     absent, so an accepted encoding always decodes to a conforming
  *     value.  Duplicates of keys outside the schema do not matter.
- *   - The wire constants and the path notation repeat lcodec.c's (which
- *     keeps them static); tests/test_schema.c round-trips payloads through
- *     seda__codec_encode to keep the two in step.
+ *   - The wire constants repeat lcodec.c's (which keeps them static);
+ *     tests/test_schema.c round-trips payloads through seda__codec_encode
+ *     to keep the two in step.  The path notation of messages is
+ *     lpath.c's, shared with lcodec.c, so both print the same paths.
  *
- * Sections: messages, schema tree, compiler, value checker, byte checker.
+ * Sections: schema tree, compiler, value checker, byte checker.
  */
 #include "lschema.h"
+#include "lpath.h"
 
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- messages ---- */
-
-/* A bounded, always NUL-terminated string being assembled in a buffer. */
-struct msg {
-    char *p;    /* the caller's buffer */
-    size_t n;   /* characters written so far */
-    size_t cap; /* buffer size; nothing is written when it is 0 */
-};
-
-/* Starts an empty message in buf (nothing is written when buf is NULL or
- * cap is 0).  Cannot fail. */
-static void msg_init(struct msg *m, char *buf, size_t cap)
-{
-    m->p = buf;
-    m->n = 0;
-    m->cap = buf != NULL ? cap : 0;
-    if (m->cap > 0)
-        buf[0] = '\0';
-}
-
-/* Appends s[0..len), cut to what fits.  Cannot fail. */
-static void msg_add(struct msg *m, const char *s, size_t len)
-{
-    if (m->cap == 0)
-        return;
-    size_t room = m->cap - 1 - m->n;
-    if (len > room)
-        len = room;
-    memcpy(m->p + m->n, s, len);
-    m->n += len;
-    m->p[m->n] = '\0';
-}
-
-static void msg_str(struct msg *m, const char *s)
-{
-    msg_add(m, s, strlen(s));
-}
-
-static const char *const reserved[] = {
-    "and", "break", "do", "else", "elseif", "end", "false", "for",
-    "function", "goto", "if", "in", "local", "nil", "not", "or", "repeat",
-    "return", "then", "true", "until", "while", NULL
-};
-
-/* Returns 1 when s[0..len) is a Lua name (not a reserved word), else 0. */
-static int is_identifier(const char *s, size_t len)
-{
-    if (len == 0 || (s[0] >= '0' && s[0] <= '9'))
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c >= '0' && c <= '9')))
-            return 0;
-    }
-    for (int i = 0; reserved[i] != NULL; i++)
-        if (strlen(reserved[i]) == len && memcmp(reserved[i], s, len) == 0)
-            return 0;
-    return 1;
-}
-
-/* Appends a string key as lcodec does: `.name` for an identifier, else
- * `["..."]` with %q-like escapes, cut after 32 bytes with "...". */
-static void msg_name(struct msg *m, const char *s, size_t len)
-{
-    enum { QUOTE_MAX = 32 };
-    if (is_identifier(s, len)) {
-        msg_str(m, ".");
-        msg_add(m, s, len);
-        return;
-    }
-    msg_str(m, "[\"");
-    for (size_t i = 0; i < len && i < QUOTE_MAX; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char tmp[8];
-        if (c == '"' || c == '\\') {
-            tmp[0] = '\\';
-            tmp[1] = (char)c;
-            msg_add(m, tmp, 2);
-        } else if (c == '\n') {
-            msg_str(m, "\\n");
-        } else if (c < 0x20 || c >= 0x7f) {
-            snprintf(tmp, sizeof tmp, "\\%u", (unsigned)c);
-            msg_str(m, tmp);
-        } else {
-            msg_add(m, (const char *)&c, 1);
-        }
-    }
-    if (len > QUOTE_MAX)
-        msg_str(m, "...");
-    msg_str(m, "\"]");
-}
-
-static void msg_int(struct msg *m, lua_Integer v)
-{
-    char tmp[32];
-    snprintf(tmp, sizeof tmp, "[" LUA_INTEGER_FMT "]", v);
-    msg_str(m, tmp);
-}
-
-/* Appends a float key as Lua prints it, as lcodec does. */
-static void msg_float(struct msg *m, double v)
-{
-    char tmp[64];
-    snprintf(tmp, sizeof tmp, "%.14g", v);
-    if (strtod(tmp, NULL) != v)
-        snprintf(tmp, sizeof tmp, "%.17g", v);
-    if (strpbrk(tmp, ".eEni") == NULL)
-        strcat(tmp, ".0");
-    msg_str(m, "[");
-    msg_str(m, tmp);
-    msg_str(m, "]");
-}
-
-/* Appends the path step for the Lua key at stack index k. */
-static void msg_lkey(struct msg *m, lua_State *L, int k)
-{
-    switch (lua_type(L, k)) {
-    case LUA_TSTRING: {
-        size_t len;
-        const char *s = lua_tolstring(L, k, &len);
-        msg_name(m, s, len);
-        break;
-    }
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, k))
-            msg_int(m, lua_tointeger(L, k));
-        else
-            msg_float(m, (double)lua_tonumber(L, k));
-        break;
-    case LUA_TBOOLEAN:
-        msg_str(m, lua_toboolean(L, k) ? "[true]" : "[false]");
-        break;
-    default:
-        msg_str(m, "[{...}]");
-        break;
-    }
-}
 
 /* ---- schema tree ---- */
 
@@ -310,27 +172,27 @@ static inline int bit_get(const bits_t *b, int i)
 }
 
 /* Writes "type: payload<path>" to m. */
-static void msg_path(struct msg *m, const struct path *p)
+static void msg_path(struct seda_msgbuf *m, const struct path *p)
 {
     if (p == NULL) {
-        msg_str(m, "type: payload");
+        seda__msgbuf_str(m, "type: payload");
         return;
     }
     msg_path(m, p->up);
-    msg_name(m, p->f->name, p->f->len);
+    seda__path_name(m, p->f->name, p->f->len);
 }
 
 /* Writes "type: payload<path>: expected <t>, got <got>".  Returns -1. */
 static int fail_type(char *err, size_t errlen, const struct path *p,
                      const struct node *n, const char *got)
 {
-    struct msg m;
-    msg_init(&m, err, errlen);
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, err, errlen);
     msg_path(&m, p);
-    msg_str(&m, ": expected ");
-    msg_str(&m, type_names[n->type]);
-    msg_str(&m, ", got ");
-    msg_str(&m, got);
+    seda__msgbuf_str(&m, ": expected ");
+    seda__msgbuf_str(&m, type_names[n->type]);
+    seda__msgbuf_str(&m, ", got ");
+    seda__msgbuf_str(&m, got);
     return -1;
 }
 
@@ -344,12 +206,12 @@ static int fail_missing(char *err, size_t errlen, const struct path *p,
         if (f->node.optional || bit_get(seen, (int)i))
             continue;
         struct path sub = {p, f};
-        struct msg m;
-        msg_init(&m, err, errlen);
+        struct seda_msgbuf m;
+        seda__msgbuf_init(&m, err, errlen);
         msg_path(&m, &sub);
-        msg_str(&m, ": missing (expected ");
-        msg_str(&m, type_names[f->node.type]);
-        msg_str(&m, ")");
+        seda__msgbuf_str(&m, ": missing (expected ");
+        seda__msgbuf_str(&m, type_names[f->node.type]);
+        seda__msgbuf_str(&m, ")");
         return -1;
     }
     return -1; /* not reached: the caller counted a missing field */
@@ -358,10 +220,10 @@ static int fail_missing(char *err, size_t errlen, const struct path *p,
 /* Writes "type: payload: <what>".  Returns -1. */
 static int fail_plain(char *err, size_t errlen, const char *what)
 {
-    struct msg m;
-    msg_init(&m, err, errlen);
-    msg_str(&m, "type: payload: ");
-    msg_str(&m, what);
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, err, errlen);
+    seda__msgbuf_str(&m, "type: payload: ");
+    seda__msgbuf_str(&m, what);
     return -1;
 }
 
@@ -373,27 +235,27 @@ struct comp {
     size_t errlen;                          /* size of err */
     unsigned char strict;                   /* the strict flag */
     int depth;                              /* table schemas open */
-    struct msg path;                        /* "accepts..." so far */
+    struct seda_msgbuf path;                /* "accepts..." so far */
     char pathbuf[128];                      /* storage for path */
     const void *open[SEDA_CODEC_MAX_DEPTH]; /* tables on the path */
 };
 
 /* Appends the path to m, ending in "..." when it was cut short. */
-static void msg_prefix(const struct comp *c, struct msg *m)
+static void msg_prefix(const struct comp *c, struct seda_msgbuf *m)
 {
-    msg_add(m, c->path.p, c->path.n);
+    seda__msgbuf_add(m, c->path.p, c->path.n);
     if (c->path.n == sizeof c->pathbuf - 1)
-        msg_str(m, "...");
+        seda__msgbuf_str(m, "...");
 }
 
 /* Writes "<path>: <what>" to c->err.  Returns -1. */
 static int cfail(struct comp *c, const char *what)
 {
-    struct msg m;
-    msg_init(&m, c->err, c->errlen);
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, c->err, c->errlen);
     msg_prefix(c, &m);
-    msg_str(&m, ": ");
-    msg_str(&m, what);
+    seda__msgbuf_str(&m, ": ");
+    seda__msgbuf_str(&m, what);
     return -1;
 }
 
@@ -411,12 +273,12 @@ static int compile_name(struct comp *c, const char *s, size_t len,
             return 0;
         }
     }
-    struct msg m;
-    msg_init(&m, c->err, c->errlen);
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, c->err, c->errlen);
     msg_prefix(c, &m);
-    msg_str(&m, ": unknown type '");
-    msg_add(&m, s, len);
-    msg_str(&m, "'");
+    seda__msgbuf_str(&m, ": unknown type '");
+    seda__msgbuf_add(&m, s, len);
+    seda__msgbuf_str(&m, "'");
     return -1;
 }
 
@@ -447,7 +309,7 @@ static int compile_table(struct comp *c, int idx, struct node *n)
     while (lua_next(L, idx) != 0) {
         if (lua_type(L, -2) != LUA_TSTRING) {
             size_t n0 = c->path.n;
-            msg_lkey(&c->path, L, -2);
+            seda__path_key(&c->path, L, -2);
             cfail(c, "field names must be strings");
             c->path.n = n0;
             lua_settop(L, top);
@@ -480,7 +342,7 @@ static int compile_table(struct comp *c, int idx, struct node *n)
         f->len = len;
         n->nfields++;
         size_t n0 = c->path.n;
-        msg_name(&c->path, s, len);
+        seda__path_name(&c->path, s, len);
         int rc = compile_node(c, lua_gettop(L), &f->node);
         c->path.n = n0;
         c->path.p[n0] = '\0';
@@ -525,9 +387,9 @@ struct seda_schema *seda__schema_compile(lua_State *L, int idx, bool strict,
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (c == NULL || s == NULL) {
-        struct msg m;
-        msg_init(&m, err, errlen);
-        msg_str(&m, "accepts: out of memory");
+        struct seda_msgbuf m;
+        seda__msgbuf_init(&m, err, errlen);
+        seda__msgbuf_str(&m, "accepts: out of memory");
         free(c);
         free(s);
         return NULL;
@@ -537,8 +399,8 @@ struct seda_schema *seda__schema_compile(lua_State *L, int idx, bool strict,
     c->errlen = errlen;
     c->strict = strict;
     c->depth = 0;
-    msg_init(&c->path, c->pathbuf, sizeof c->pathbuf);
-    msg_str(&c->path, "accepts");
+    seda__msgbuf_init(&c->path, c->pathbuf, sizeof c->pathbuf);
+    seda__msgbuf_str(&c->path, "accepts");
     int rc = compile_node(c, lua_absindex(L, idx), &s->root);
     free(c);
     if (rc != 0) {
@@ -599,11 +461,11 @@ static int vcheck_table(struct vchk *c, const struct node *n, int idx,
                 return -1;
             }
         } else if (n->strict) {
-            struct msg m;
-            msg_init(&m, c->err, c->errlen);
+            struct seda_msgbuf m;
+            seda__msgbuf_init(&m, c->err, c->errlen);
             msg_path(&m, p);
-            msg_lkey(&m, L, top + 1);
-            msg_str(&m, ": unexpected field (strict)");
+            seda__path_key(&m, L, top + 1);
+            seda__msgbuf_str(&m, ": unexpected field (strict)");
             lua_settop(L, top);
             return -1;
         }
@@ -881,7 +743,7 @@ static const char *got_kind(enum kind k, const struct node *n)
 }
 
 /* Appends the path step for the (valid) encoded key at p. */
-static void msg_bkey(struct msg *m, const unsigned char *p)
+static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
 {
     unsigned tag = p[0];
     switch (kind_of(tag)) {
@@ -890,7 +752,7 @@ static void msg_bkey(struct msg *m, const unsigned char *p)
         size_t len = w == 0 ? tag - TAG_FIXSTR : w == 1 ? p[1]
                      : w == 2 ? (size_t)ld16(p + 1)
                      : w == 4 ? (size_t)ld32(p + 1) : (size_t)ld64(p + 1);
-        msg_name(m, (const char *)p + 1 + w, len);
+        seda__path_name(m, (const char *)p + 1 + w, len);
         break;
     }
     case K_INT: {
@@ -905,21 +767,21 @@ static void msg_bkey(struct msg *m, const unsigned char *p)
             v = (int32_t)(uint32_t)ld32(p + 1);
         else
             v = (int64_t)ld64(p + 1);
-        msg_int(m, (lua_Integer)v);
+        seda__path_int(m, (lua_Integer)v);
         break;
     }
     case K_FLOAT: {
         uint64_t u = ld64(p + 1);
         double d;
         memcpy(&d, &u, sizeof d);
-        msg_float(m, d);
+        seda__path_float(m, d);
         break;
     }
     case K_BOOL:
-        msg_str(m, tag == TAG_TRUE ? "[true]" : "[false]");
+        seda__msgbuf_str(m, tag == TAG_TRUE ? "[true]" : "[false]");
         break;
     default:
-        msg_str(m, "[{...}]");
+        seda__msgbuf_str(m, "[{...}]");
         break;
     }
 }
@@ -929,14 +791,14 @@ static void msg_bkey(struct msg *m, const unsigned char *p)
 static int unexpected(struct bchk *r, const struct path *p,
                       const unsigned char *k, uint64_t i)
 {
-    struct msg m;
-    msg_init(&m, r->err, r->errlen);
+    struct seda_msgbuf m;
+    seda__msgbuf_init(&m, r->err, r->errlen);
     msg_path(&m, p);
     if (k != NULL)
         msg_bkey(&m, k);
     else
-        msg_int(&m, (lua_Integer)i);
-    msg_str(&m, ": unexpected field (strict)");
+        seda__path_int(&m, (lua_Integer)i);
+    seda__msgbuf_str(&m, ": unexpected field (strict)");
     return -1;
 }
 

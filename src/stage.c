@@ -848,8 +848,13 @@ static void drain(void *arg)
         bool stopping = atomic_load_explicit(&b->stopping,
                                              memory_order_acquire);
         if (seda__queue_count(&st->q) > 0 && !stopping) {
-            /* Keep the permit, go to the back of the pool's queue. */
             seda__mutex_unlock(&st->mu);
+            /* Keep the permit.  With other tasks waiting, go to the back
+             * of the pool's queue so every stage gets its turn; with none,
+             * the rescheduled task would only hop to another worker and
+             * leave this one's cache behind, so carry on here. */
+            if (seda__pool_pending(b->pool) == 0)
+                continue;
             schedule(st);
             return;
         }
