@@ -144,9 +144,11 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
         pthread_cond_broadcast(&st->not_full);
     st->in_flight++;
     l->recv_ts = seda__clock_ns();
+    seda__mutex_lock(&st->hist_mu);
     seda__hist_add(&st->sojourn, l->recv_ts > env->enq_ts
                                      ? (uint64_t)(l->recv_ts - env->enq_ts)
                                      : 0);
+    seda__mutex_unlock(&st->hist_mu);
     l->st = st;
     l->env = env;
     l->deadline = seda__now_ns() + st->ack_timeout_ns;
@@ -188,8 +190,10 @@ static seda_env_t *settle(seda_lease_t *l)
         l->env = NULL;
         st->in_flight--;
         int64_t now = seda__clock_ns();
+        seda__mutex_lock(&st->hist_mu);
         seda__hist_add(&st->service, now > l->recv_ts
                                          ? (uint64_t)(now - l->recv_ts) : 0);
+        seda__mutex_unlock(&st->hist_mu);
     }
     seda__mutex_unlock(&st->mu);
     seda__free(l);

@@ -31,6 +31,7 @@
 #include "stage.h"
 
 #define MAX_BATCH 256
+atomic_long dbg_drains, dbg_linger_hit, dbg_linger_miss, dbg_batches2, dbg_items2;
 
 static inline void cpu_relax(void)
 {
@@ -129,6 +130,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
     seda__mutex_init(&st->mu);
+    seda__mutex_init(&st->hist_mu);
     seda__mutex_init(&st->report_mu);
     *out = st;
     return 0;
@@ -152,6 +154,7 @@ void seda__stage_free(struct seda_stage_s *st)
     pthread_cond_destroy(&st->not_full);
     pthread_cond_destroy(&st->not_empty);
     seda__mutex_destroy(&st->mu);
+    seda__mutex_destroy(&st->hist_mu);
     seda__mutex_destroy(&st->report_mu);
     seda__free(st->dead_letter);
     seda__free(st);
@@ -379,8 +382,12 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (hop)
         env->enq_ts = seda__clock_ns();
     seda__queue_push(&st->q, env);
-    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                          memory_order_relaxed);
+    /* The hint's readers only ask "anything there?" and "half a batch
+     * yet?": store it at those crossings, not on every push, so the line
+     * they poll is not pulled from them on every publish. */
+    uint32_t n = seda__queue_count(&st->q);
+    if (n == 1 || n == (uint32_t)st->bus->batch / 2)
+        atomic_store_explicit(&st->depth_hint, n, memory_order_relaxed);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -501,6 +508,9 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
              * a batch, so watch for it briefly instead of paying two
              * kernel round trips (our sleep, its wake-up) per batch. */
             spun = true;
+            /* Make the hint exact before watching it go down. */
+            atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
+                                  memory_order_relaxed);
             seda__mutex_unlock(&st->mu);
             wait_for_room(st, deadline_ns);
             seda__mutex_lock(&st->mu);
@@ -662,7 +672,10 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
     if (n == 0)
         return DELIVER_NO_CONSUMERS;
     if (st->delivery == SEDA_DELIVERY_P2P) {
-        unsigned i = atomic_fetch_add_explicit(&st->rr, 1,
+        /* One consumer: no cursor to bump (it shares no line with what
+         * publishers read, but there is no need to write at all). */
+        unsigned i = n == 1 ? 0
+                   : atomic_fetch_add_explicit(&st->rr, 1,
                                                memory_order_relaxed);
         struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
         env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
@@ -691,9 +704,36 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
  * kernel wake-up.  Bounded, and it yields the core after a short spin, so
  * an idle stage still costs nothing and a busy machine loses little. */
 #define LINGER_NS 20000
-#define GATHER_NS 2000
+#define GATHER_NS 10000
 
 /* Watch for new work (no lock held).  True when some arrived. */
+/* Let more envelopes arrive (at most GATHER_NS, no lock held) while
+ * fewer than half a batch are queued, so the publisher and this task do
+ * not trade the stage lock for every envelope: with a consumer a little
+ * faster than its producer, taking whatever is there at once settles
+ * into batches of a few envelopes and a contended lock on every publish.
+ * Costs at most GATHER_NS of latency. */
+static void gather(struct seda_stage_s *st, unsigned depth)
+{
+    unsigned want = (unsigned)st->bus->batch / 2;
+    if (depth >= want)
+        return;
+    int64_t until = seda__clock_ns() + GATHER_NS;
+    for (unsigned k = 1; depth < want; k++) {
+        /* Read the hint sparingly: every read pulls the line the
+         * producer is writing away from it. */
+        for (int r = 0; r < 16; r++)
+            cpu_relax();
+        for (int r = 0; r < 48; r++)
+            cpu_relax();
+        if ((k & 3) == 0 && seda__clock_ns() >= until)
+            break;
+        if (atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
+            break;
+        depth = atomic_load_explicit(&st->depth_hint, memory_order_relaxed);
+    }
+}
+
 static bool linger(struct seda_stage_s *st)
 {
     struct seda_bus_s *b = st->bus;
@@ -703,26 +743,18 @@ static bool linger(struct seda_stage_s *st)
         unsigned depth = atomic_load_explicit(&st->depth_hint,
                                               memory_order_relaxed);
         if (depth) {
-            /* Let a few more arrive (at most GATHER_NS) so the producer
-             * and this task do not trade the lock for every envelope. */
-            int64_t until = seda__clock_ns() + GATHER_NS;
-            unsigned want = (unsigned)b->batch / 2;
-            for (unsigned k = 1; depth < want; k++) {
-                cpu_relax();
-                if ((k & 7) == 0 && seda__clock_ns() >= until)
-                    break;
-                depth = atomic_load_explicit(&st->depth_hint,
-                                             memory_order_relaxed);
-            }
+            gather(st, depth);
             return true;
         }
         if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
             seda__pool_pending(b->pool))
             return false;
-        if (i < 64)
-            cpu_relax();
-        else
+        if (i < 64) {
+            for (int r = 0; r < 8; r++)
+                cpu_relax();
+        } else {
             sched_yield();
+        }
         if ((i & 15) == 0 && seda__now_ns() >= end)
             return false;
     }
@@ -784,6 +816,7 @@ static void run_batch(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     int n = (int)seda__queue_pop_many(&st->q, (void **)batch,
                                       (uint32_t)b->batch);
+    atomic_fetch_add(&dbg_batches2, 1); atomic_fetch_add(&dbg_items2, n);
     atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
                           memory_order_relaxed);
     st->in_flight += n;
@@ -818,6 +851,17 @@ static void run_batch(struct seda_stage_s *st)
             route(st, batch[k], res[k], &tally, retry, &nretry, t);
     }
 
+    /* Latency samples under their own lock, so the stage lock (which
+     * publishers want) is held only for the counters below. */
+    seda__mutex_lock(&st->hist_mu);
+    for (int k = 0; k < i; k++) {
+        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
+                                                    : 0);
+        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
+                                                    : 0);
+    }
+    seda__mutex_unlock(&st->hist_mu);
+
     seda__mutex_lock(&st->mu);
     /* Interrupted by stop: the rest go back first, then the retries, both
      * in their original order. */
@@ -829,12 +873,6 @@ static void run_batch(struct seda_stage_s *st)
                           memory_order_relaxed);
     st->in_flight -= n;
     seda__counters_fold(&st->c, &tally);
-    for (int k = 0; k < i; k++) {
-        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
-                                                    : 0);
-        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
-                                                    : 0);
-    }
     if (i > 0)
         rate_sample(st, t);
 }
@@ -843,24 +881,29 @@ static void drain(void *arg)
 {
     struct seda_stage_s *st = arg;
     struct seda_bus_s *b = st->bus;
+    atomic_fetch_add(&dbg_drains, 1);
     for (;;) {
         run_batch(st);                  /* returns holding st->mu */
         bool stopping = atomic_load_explicit(&b->stopping,
                                              memory_order_acquire);
         if (seda__queue_count(&st->q) > 0 && !stopping) {
+            unsigned depth = seda__queue_count(&st->q);
             seda__mutex_unlock(&st->mu);
             /* Keep the permit.  With other tasks waiting, go to the back
              * of the pool's queue so every stage gets its turn; with none,
              * the rescheduled task would only hop to another worker and
              * leave this one's cache behind, so carry on here. */
-            if (seda__pool_pending(b->pool) == 0)
+            if (seda__pool_pending(b->pool) == 0) {
+                gather(st, depth);
                 continue;
+            }
             schedule(st);
             return;
         }
         if (!stopping) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);
+            atomic_fetch_add(more ? &dbg_linger_hit : &dbg_linger_miss, 1);
             seda__mutex_lock(&st->mu);
             if (more || seda__queue_count(&st->q) > 0) {
                 seda__mutex_unlock(&st->mu);
@@ -982,14 +1025,6 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->errors = st->c.errors;
     out->completed = st->c.completed;
     out->invalid = st->c.invalid;
-    out->sojourn_p50 = seda__hist_quantile(&st->sojourn, 0.50) / 1e3;
-    out->sojourn_p99 = seda__hist_quantile(&st->sojourn, 0.99) / 1e3;
-    out->sojourn_p999 = seda__hist_quantile(&st->sojourn, 0.999) / 1e3;
-    out->sojourn_max = (double)st->sojourn.max / 1e3;
-    out->service_p50 = seda__hist_quantile(&st->service, 0.50) / 1e3;
-    out->service_p99 = seda__hist_quantile(&st->service, 0.99) / 1e3;
-    out->service_p999 = seda__hist_quantile(&st->service, 0.999) / 1e3;
-    out->service_max = (double)st->service.max / 1e3;
     /* Rate over the newest sample and the oldest within 5 s of now. */
     int64_t now = seda__clock_ns();
     uint64_t d_now = st->c.delivered;
@@ -1003,4 +1038,14 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
         }
     }
     seda__mutex_unlock(&st->mu);
+    seda__mutex_lock(&st->hist_mu);
+    out->sojourn_p50 = seda__hist_quantile(&st->sojourn, 0.50) / 1e3;
+    out->sojourn_p99 = seda__hist_quantile(&st->sojourn, 0.99) / 1e3;
+    out->sojourn_p999 = seda__hist_quantile(&st->sojourn, 0.999) / 1e3;
+    out->sojourn_max = (double)st->sojourn.max / 1e3;
+    out->service_p50 = seda__hist_quantile(&st->service, 0.50) / 1e3;
+    out->service_p99 = seda__hist_quantile(&st->service, 0.99) / 1e3;
+    out->service_p999 = seda__hist_quantile(&st->service, 0.999) / 1e3;
+    out->service_max = (double)st->service.max / 1e3;
+    seda__mutex_unlock(&st->hist_mu);
 }

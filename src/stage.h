@@ -64,7 +64,10 @@ struct seda_stage_s {
 
     struct consumer cons[SEDA_MAX_CONSUMERS];
     atomic_int nconsumers;      /* release/acquire, see above */
-    atomic_uint rr;             /* relaxed round-robin cursor */
+    _Alignas(64) atomic_uint rr;/* relaxed round-robin cursor; drain
+                                   tasks write it, so it gets a line of
+                                   its own away from what publishers read */
+    char pad_rr[64 - sizeof(atomic_uint)];
     _Atomic(void *) userdata;   /* release/acquire */
     _Atomic(seda_check_fn) check; /* admission check; release/acquire */
     _Atomic(void *) check_ud;   /* its argument; stored before check */
@@ -82,12 +85,19 @@ struct seda_stage_s {
     int receivers;              /* pull: receivers waiting; guarded by mu */
     struct seda_lease_s *leases;/* pull: outstanding, oldest first; mu */
     struct seda_lease_s *leases_tail; /* guarded by mu */
-    atomic_uint depth_hint;     /* queue count, stored (relaxed) under mu
-                                   at every change; read without mu by a
-                                   lingering drain task as a hint only */
+    /* queue count, stored (relaxed) under mu whenever envelopes are
+     * taken, and by a push only when the count reaches 1 or half a batch
+     * (what its readers wait for); read without mu by a lingering or
+     * gathering drain task and a blocked publisher as a hint only.  On its
+     * own cache line: the readers poll it, and sharing a line with mu and
+     * q made every publish miss (bench: cap1). */
+    _Alignas(64) atomic_uint depth_hint;
+    char pad_hint[64 - sizeof(atomic_uint)];
     struct stage_counters c;    /* guarded by mu */
-    struct seda_hist sojourn;   /* admission -> handler start; mu */
-    struct seda_hist service;   /* handler run time; guarded by mu */
+    seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock
+                                   (may be taken while holding mu) */
+    struct seda_hist sojourn;   /* admission -> handler start; hist_mu */
+    struct seda_hist service;   /* handler run time; guarded by hist_mu */
     struct {
         int64_t t;              /* clock ns */
         uint64_t delivered;     /* c.delivered then */
