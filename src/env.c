@@ -40,12 +40,14 @@ static uint64_t next_id(void)
  *   Envelopes are born on producer threads and die on workers, so with
  *   plain malloc every free lands in another thread's arena (a contended
  *   lock) and every malloc misses the allocating thread's cache.  Instead,
- *   envelopes of three inline sizes are recycled: each thread keeps a chain
- *   of up to BATCH free envelopes per size class; a full chain is handed
- *   whole to a depot (one lock round per BATCH frees), and a thread whose
- *   chain is empty takes a whole chain back (one lock round per BATCH
- *   allocations).  The depot is bounded (DEPOT_MAX chains per class); past
- *   that, chains go back to free().  A thread's partial chain goes to the
+ *   envelopes of three inline sizes are recycled: each thread keeps a
+ *   stack of up to 2 * BATCH free envelope POINTERS per size class (never
+ *   writing into the freed memory, so taking one does not wait for a cache
+ *   line the freeing core still holds); a full half goes to a depot (one
+ *   lock round and a memcpy per BATCH frees), and a thread whose stack is
+ *   empty takes BATCH pointers back (one lock round per BATCH
+ *   allocations).  The depot is bounded (DEPOT_MAX pointers per class);
+ *   past that, envelopes go back to free().  A thread's stack goes to the
  *   depot when the thread exits.
  *
  *   Recycling is off under AddressSanitizer (so use-after-free stays
@@ -54,7 +56,7 @@ static uint64_t next_id(void)
  */
 
 #define BATCH 32
-#define DEPOT_MAX 256
+#define DEPOT_MAX 8192
 #define NCLASS 3
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -70,62 +72,47 @@ static uint64_t next_id(void)
 
 static const uint32_t class_inl[NCLASS] = { 8, 56, 248 };
 
-/* A free envelope's memory, reused as chain links. */
-struct freenode {
-    struct freenode *next;      /* next in this chain */
-    struct freenode *next_chain;/* depot: next chain (head nodes only) */
-};
-
 /*
- * Locking: depot.mu guards chains[] and nchains[].
+ * Locking: depot.mu guards p[][] and n[].
  */
 static struct {
     pthread_mutex_t mu;
-    struct freenode *chains[NCLASS];
-    int nchains[NCLASS];
-} depot = { PTHREAD_MUTEX_INITIALIZER, { NULL }, { 0 } };
+    void *p[NCLASS][DEPOT_MAX];     /* free envelopes, a stack per class */
+    int n[NCLASS];
+} depot = { PTHREAD_MUTEX_INITIALIZER, { { NULL } }, { 0 } };
 
 struct tcache {
-    struct freenode *head[NCLASS];  /* this thread's chain */
+    void *p[NCLASS][2 * BATCH];     /* this thread's free envelopes */
     int n[NCLASS];
+    bool registered;                /* flushed at thread exit */
 };
 
 static _Thread_local struct tcache tcache;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
-static void free_chain(struct freenode *c)
+/* Move the top `count` pointers of this thread's class-k stack to the
+ * depot (the overflow is freed). */
+static void depot_put(int k, int count)
 {
-    while (c) {
-        struct freenode *next = c->next;
-        seda__free(c);
-        c = next;
-    }
-}
-
-/* Hand a chain to the depot, or free it when the depot is full. */
-static void depot_put(int k, struct freenode *chain)
-{
+    void **src = &tcache.p[k][tcache.n[k] - count];
     pthread_mutex_lock(&depot.mu);
-    if (depot.nchains[k] < DEPOT_MAX) {
-        chain->next_chain = depot.chains[k];
-        depot.chains[k] = chain;
-        depot.nchains[k]++;
-        chain = NULL;
-    }
+    int room = DEPOT_MAX - depot.n[k];
+    int take = count < room ? count : room;
+    memcpy(&depot.p[k][depot.n[k]], src, sizeof(void *) * (size_t)take);
+    depot.n[k] += take;
     pthread_mutex_unlock(&depot.mu);
-    free_chain(chain);
+    for (int i = take; i < count; i++)
+        seda__free(src[i]);
+    tcache.n[k] -= count;
 }
 
 static void tcache_flush(void *unused)
 {
     (void)unused;
-    for (int k = 0; k < NCLASS; k++) {
-        if (tcache.head[k])
-            depot_put(k, tcache.head[k]);
-        tcache.head[k] = NULL;
-        tcache.n[k] = 0;
-    }
+    for (int k = 0; k < NCLASS; k++)
+        if (tcache.n[k])
+            depot_put(k, tcache.n[k]);
 }
 
 static void tcache_key_init(void)
@@ -142,21 +129,17 @@ static seda_env_t *env_alloc(uint32_t inl)
 {
     int k = class_of(inl);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {
-        struct freenode *f = tcache.head[k];
-        if (!f) {
+        if (tcache.n[k] == 0) {
             pthread_mutex_lock(&depot.mu);
-            if ((f = depot.chains[k])) {
-                depot.chains[k] = f->next_chain;
-                depot.nchains[k]--;
-            }
+            int take = depot.n[k] < BATCH ? depot.n[k] : BATCH;
+            depot.n[k] -= take;
+            memcpy(tcache.p[k], &depot.p[k][depot.n[k]],
+                   sizeof(void *) * (size_t)take);
             pthread_mutex_unlock(&depot.mu);
-            tcache.n[k] = f ? BATCH : 0;
+            tcache.n[k] = take;
         }
-        if (f) {
-            tcache.head[k] = f->next;
-            tcache.n[k]--;
-            return (seda_env_t *)f;
-        }
+        if (tcache.n[k] > 0)
+            return tcache.p[k][--tcache.n[k]];
     }
     return seda__malloc(sizeof(seda_env_t) + inl);
 }
@@ -165,20 +148,15 @@ static void env_release(seda_env_t *e)
 {
     int k = class_of(e->inl_cap);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {
-        if (tcache.n[k] == 0 && !tcache.head[k]) {
-            /* First use on this thread: flush the chain at thread exit. */
+        if (!tcache.registered) {
+            /* First use on this thread: flush the stack at thread exit. */
             pthread_once(&tcache_once, tcache_key_init);
             pthread_setspecific(tcache_key, &tcache);
+            tcache.registered = true;
         }
-        struct freenode *f = (struct freenode *)e;
-        if (tcache.n[k] >= BATCH) {
-            depot_put(k, tcache.head[k]);
-            tcache.head[k] = NULL;
-            tcache.n[k] = 0;
-        }
-        f->next = tcache.head[k];
-        tcache.head[k] = f;
-        tcache.n[k]++;
+        if (tcache.n[k] == 2 * BATCH)
+            depot_put(k, BATCH);
+        tcache.p[k][tcache.n[k]++] = e;
         return;
     }
     seda__free(e);
