@@ -70,7 +70,9 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 SEDA_LUA := $(B)/seda-lua
 SEDA_SO  := $(B)/seda.so
 
-ALL := $(LIBSEDA)
+EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
+
+ALL := $(LIBSEDA) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
@@ -90,6 +92,10 @@ $(B)/src/%.o: src/%.c
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -c $< -o $@
+
+$(B)/examples/%: examples/%.c $(LIBSEDA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) $(shell $(PKG_CONFIG) --libs sqlite3) $(LDLIBS) -o $@
 
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
@@ -120,7 +126,7 @@ $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSEDA)
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
 test: all $(TEST_BIN)
-	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN)
+	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN) $(EXAMPLES)
 
 # The decoder fuzzer: libFuzzer under clang (installed on demand).
 fuzz:
