@@ -397,7 +397,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     if (!e)
         return NULL;
     memset(e, 0, sizeof *e);
-    e->inl_cap = inl;
+    e->inl_cap = (uint16_t)inl;
     e->seq = next_id();
     e->attempts = 1;
     e->ts = seda__clock_ns();

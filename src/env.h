@@ -43,6 +43,11 @@ enum {
 
 #define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
 
+/* The link of a stage's inbox (an intrusive multi-producer queue). */
+struct env_link {
+    _Atomic(struct env_link *) next;
+};
+
 /* What most envelopes do not carry, allocated on first use. */
 struct env_ext {
     char *sender;               /* owned, or NULL */
@@ -61,11 +66,11 @@ struct seda_env_s {
     struct env_ext *ext;        /* sender, headers, slip; or NULL */
     unsigned char *payload;     /* inl or owned heap bytes */
     uint32_t len;               /* payload length */
-    uint32_t inl_cap;           /* bytes available in inl */
+    uint16_t inl_cap;           /* bytes available in inl (<= 248) */
     uint16_t attempts;          /* delivery attempt on this hop, from 1 */
     uint8_t kind;               /* payload kind, free for the binding */
     uint8_t flags;              /* ENV_* */
-    uint32_t pad_;              /* unused */
+    struct env_link link;       /* stage inbox link (stage.c) */
     uint64_t acked;             /* pub/sub: consumers that acked */
     int64_t ts;                 /* publish time, timestamp clock ns */
     int64_t enq_ts;             /* admitted to the current stage, ns */

@@ -118,7 +118,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
             rc = SEDA_ECLOSED;
             break;
         }
-        if (seda__queue_count(&st->q) > 0)
+        if (seda__stage_depth(st) > 0)
             break;
         if (seda__now_ns() >= deadline) {
             rc = SEDA_ETIMEDOUT;
@@ -137,9 +137,12 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
         seda__free(l);
         return rc;
     }
-    seda_env_t *env = seda__queue_pop(&st->q);
-    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                          memory_order_relaxed);
+    seda_env_t *env = seda__stage_take_one(st);
+    if (!env) {                         /* a publisher is mid-way */
+        seda__mutex_unlock(&st->mu);
+        seda__free(l);
+        return seda_stage_receive(st, timeout, out);
+    }
     if (st->waiters > 0)
         pthread_cond_broadcast(&st->not_full);
     st->in_flight++;

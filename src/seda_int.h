@@ -111,6 +111,18 @@ SEDA__API int seda__cond_init(pthread_cond_t *cv);
 SEDA__API int seda__cond_wait(pthread_cond_t *cv, seda__mutex_t *mu,
                               int64_t deadline_ns);
 
+/* ---- chaos ----
+ * In debug builds (make asan / tsan), SEDA__CHAOS() marks a point inside a
+ * lock-free hand-off where a thread sometimes yields, widening race
+ * windows so the tests that target them (test_stage_inbox_*) hit them.
+ * Compiled out of release builds. */
+#ifdef SEDA_DEBUG
+SEDA__API void seda__chaos(void);
+#define SEDA__CHAOS() seda__chaos()
+#else
+#define SEDA__CHAOS() ((void)0)
+#endif
+
 /* ---- misc ---- */
 
 /* True when name matches [A-Za-z0-9_.:-]{1,SEDA_NAME_MAX}. */

@@ -22,6 +22,33 @@
  *
  *   Invariant: the queue is non-empty only while running > 0 (until the
  *   pool is stopped, after which the bus sweeps it).
+ *
+ * HOW IT WORKS: the lock-free publish path
+ *   A stage's queue is two parts: an inbox that publishers append to
+ *   without the stage lock (an intrusive multi-producer queue: exchange the
+ *   tail, then link the old tail to the new node), and a small ring at the
+ *   head for envelopes that must go first (nack retries, an interrupted
+ *   batch, replays).  Consumers (drain tasks, evictions, sweeps) take from
+ *   the ring, then the inbox, always under the stage lock, so the inbox
+ *   has a single consumer at a time.  qcount counts both parts.
+ *
+ *   A publish takes the lock-free path when the stage is a plain push
+ *   stage and the bus is open: fetch_add(qcount) reserves room (over
+ *   capacity: undo, take the locked path, where the policy decides), the
+ *   envelope goes into the inbox, and if fewer drain tasks run than the
+ *   stage allows (read of running), the publisher takes the lock to
+ *   schedule one.  The race with a drain task that is about to give its
+ *   permit back is closed Dekker-style, all seq_cst: the publisher does
+ *   qcount++ then reads running; the task does running-- then reads
+ *   qcount.  Whichever comes second sees the other, so either the
+ *   publisher schedules or the task carries on; an envelope is never left
+ *   behind.  Between a publisher's exchange and its link the inbox may
+ *   look empty while qcount says otherwise: takers treat that as "not yet"
+ *   and look again.
+ *
+ *   Worked example: capacity 2, qcount 2.  A third publisher's fetch_add
+ *   returns 2 (not below 2), it undoes to 2 and takes the locked path,
+ *   where the policy (reject, wait, evict) applies to the exact state.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -31,7 +58,6 @@
 #include "stage.h"
 
 #define MAX_BATCH 256
-atomic_long dbg_drains, dbg_linger_hit, dbg_linger_miss, dbg_batches2, dbg_items2;
 
 static inline void cpu_relax(void)
 {
@@ -42,6 +68,128 @@ static inline void cpu_relax(void)
 #endif
 }
 
+
+/* ---- the two-part queue ---- */
+
+static inline seda_env_t *env_of_link(struct env_link *l)
+{
+    return (seda_env_t *)((char *)l - offsetof(seda_env_t, link));
+}
+
+/* Append to the inbox.  Any thread, lock or not. */
+static void inbox_push(struct seda_stage_s *st, seda_env_t *env)
+{
+    atomic_store_explicit(&env->link.next, NULL, memory_order_relaxed);
+    /* acq_rel: release publishes env's contents to the taker that finds
+     * it through prev->next; acquire orders us after the previous tail's
+     * publisher. */
+    struct env_link *prev = atomic_exchange_explicit(&st->in_tail,
+                                                     &env->link,
+                                                     memory_order_acq_rel);
+    SEDA__CHAOS();                      /* the "link on its way" window */
+    /* Release: pairs with the acquire load of next in inbox_pop. */
+    atomic_store_explicit(&prev->next, &env->link, memory_order_release);
+}
+
+/* Take the inbox's oldest envelope (mu held); NULL when empty or when a
+ * publisher is between its exchange and its link (look again later). */
+static seda_env_t *inbox_pop(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    struct env_link *head = st->in_head;
+    struct env_link *next = atomic_load_explicit(&head->next,
+                                                 memory_order_acquire);
+    if (head == &st->in_stub) {
+        if (!next)
+            return NULL;
+        st->in_head = head = next;
+        next = atomic_load_explicit(&head->next, memory_order_acquire);
+    }
+    if (next) {
+        st->in_head = next;
+        return env_of_link(head);
+    }
+    if (head != atomic_load_explicit(&st->in_tail, memory_order_acquire))
+        return NULL;                    /* a link is on its way */
+    /* head is the last node: put the stub behind it to take it out. */
+    atomic_store_explicit(&st->in_stub.next, NULL, memory_order_relaxed);
+    struct env_link *prev = atomic_exchange_explicit(&st->in_tail,
+                                                     &st->in_stub,
+                                                     memory_order_acq_rel);
+    atomic_store_explicit(&prev->next, &st->in_stub, memory_order_release);
+    next = atomic_load_explicit(&head->next, memory_order_acquire);
+    if (next) {
+        st->in_head = next;
+        return env_of_link(head);
+    }
+    return NULL;
+}
+
+/* Envelopes queued (both parts, and held reservations).  A hint without
+ * mu; exact with mu held and no lock-free publisher mid-way. */
+static inline uint32_t depth_of(struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&st->qcount, memory_order_relaxed);
+}
+
+/* Take up to n envelopes, the ring first (mu held).  qcount goes down by
+ * what was taken.  May return fewer than are counted while publishers
+ * are mid-way (see inbox_pop). */
+static uint32_t q_take(struct seda_stage_s *st, seda_env_t **out,
+                       uint32_t n)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    uint32_t got = seda__queue_pop_many(&st->q, (void **)out, n);
+    while (got < n) {
+        seda_env_t *e = inbox_pop(st);
+        if (!e)
+            break;
+        out[got++] = e;
+    }
+    if (got)
+        atomic_fetch_sub_explicit(&st->qcount, got, memory_order_seq_cst);
+    return got;
+}
+
+/* Put env back at the head (mu held; the ring has room by construction:
+ * see seda__queue_reserve calls). */
+static void q_push_head(struct seda_stage_s *st, seda_env_t *env)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    seda__queue_push_front(&st->q, env);
+    atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+}
+
+/* Take everything queued right now, waiting out publishers mid-way
+ * (mu held; used where the count must reach zero: sweeps). */
+static uint32_t q_take_all_of(struct seda_stage_s *st, seda_env_t **out,
+                              uint32_t n)
+{
+    uint32_t got = q_take(st, out, n);
+    /* A publisher counted in qcount either links its envelope or undoes
+     * its count shortly; neither needs this lock. */
+    for (unsigned spin = 0;
+         got == 0 && depth_of(st) > (uint32_t)st->reserved; spin++) {
+        if (spin < 64)
+            cpu_relax();
+        else
+            sched_yield();
+        got = q_take(st, out, n);
+    }
+    return got;
+}
+
+uint32_t seda__stage_depth(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    return depth_of(st) - (uint32_t)st->reserved;
+}
+
+seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
+{
+    seda_env_t *e = NULL;
+    return q_take(st, &e, 1) ? e : NULL;
+}
 
 /* ---- creation ---- */
 
@@ -126,7 +274,15 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
-    atomic_init(&st->depth_hint, 0);
+    atomic_init(&st->qcount, 0);
+    atomic_init(&st->in_stub.next, NULL);
+    st->in_head = &st->in_stub;
+    atomic_init(&st->in_tail, &st->in_stub);
+    atomic_init(&st->fast_acc, 0);
+    atomic_init(&st->fast_hop, 0);
+    atomic_init(&st->cap_fast, o->capacity);
+    atomic_init(&st->conc_fast, o->concurrency);
+    atomic_init(&st->running, 0);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
     seda__mutex_init(&st->mu);
@@ -149,7 +305,7 @@ void seda__stage_free(struct seda_stage_s *st)
 {
     if (!st)
         return;
-    assert(seda__queue_count(&st->q) == 0);
+    assert(seda__queue_count(&st->q) == 0 && depth_of(st) == 0);
     seda__queue_destroy(&st->q);
     pthread_cond_destroy(&st->not_full);
     pthread_cond_destroy(&st->not_empty);
@@ -221,11 +377,15 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         st->concurrency = conc;
         if (policy >= 0)
             st->policy = policy;
-        while (st->running < st->concurrency &&
-               (uint32_t)st->running < seda__queue_count(&st->q)) {
-            st->running++;
+        atomic_store_explicit(&st->cap_fast, cap, memory_order_relaxed);
+        atomic_store_explicit(&st->conc_fast, conc, memory_order_relaxed);
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        while (!st->pull && run < st->concurrency &&
+               (uint32_t)run < depth_of(st) - (uint32_t)st->reserved) {
+            run++;
             nsched++;
         }
+        atomic_store_explicit(&st->running, run, memory_order_seq_cst);
         pthread_cond_broadcast(&st->not_full);
     }
     seda__mutex_unlock(&st->mu);
@@ -381,13 +541,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     env->at = st;
     if (hop)
         env->enq_ts = seda__clock_ns();
-    seda__queue_push(&st->q, env);
-    /* The hint's readers only ask "anything there?" and "half a batch
-     * yet?": store it at those crossings, not on every push, so the line
-     * they poll is not pulled from them on every publish. */
-    uint32_t n = seda__queue_count(&st->q);
-    if (n == 1 || n == (uint32_t)st->bus->batch / 2)
-        atomic_store_explicit(&st->depth_hint, n, memory_order_relaxed);
+    inbox_push(st, env);
+    atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -396,8 +551,9 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
             pthread_cond_signal(&st->not_empty);
         return false;
     }
-    if (st->running < st->concurrency) {
-        st->running++;
+    int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+    if (run < st->concurrency) {
+        atomic_store_explicit(&st->running, run + 1, memory_order_seq_cst);
         return true;
     }
     return false;
@@ -408,7 +564,7 @@ static void schedule(struct seda_stage_s *st)
     if (seda__pool_submit(st->bus->pool, drain, st) != 0) {
         /* Pool stopping: give the permit back; the bus sweeps the queue. */
         seda__mutex_lock(&st->mu);
-        st->running--;
+        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
         seda__mutex_unlock(&st->mu);
     }
 }
@@ -425,12 +581,13 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
-    if (seda__queue_count(&st->q) + (uint32_t)st->reserved <
-        (uint32_t)st->capacity) {
-        if (env)
+    if (depth_of(st) < (uint32_t)st->capacity) {
+        if (env) {
             *sched |= push_locked(st, env, hop);
-        else
+        } else {
             st->reserved++;             /* a slot held for a journal write */
+            atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+        }
         return 0;
     }
     switch (st->policy) {
@@ -441,17 +598,19 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         st->c.dropped++;
         return SEDA_EDROPPED;
     case SEDA_POLICY_DROP_OLDEST: {
-        seda_env_t *old = seda__queue_pop(&st->q);
-        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                              memory_order_relaxed);
+        seda_env_t *old = NULL;
+        if (q_take_all_of(st, &old, 1) == 0)
+            old = NULL;                 /* only reservations are held */
         st->c.dropped++;
         if (old && !(old->flags & ENV_DEAD))
             st->c.it_lost++;
         *victim = old;
-        if (env)
+        if (env) {
             *sched |= push_locked(st, env, hop);
-        else
+        } else {
             st->reserved++;
+            atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+        }
         return 0;
     }
     default:
@@ -471,11 +630,9 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
         end = deadline_ns;
     /* Relaxed: a hint, re-checked under the lock.  Any drop below the
      * depth we found full means a drain task took a batch. */
-    unsigned full = atomic_load_explicit(&st->depth_hint,
-                                         memory_order_relaxed);
+    unsigned full = depth_of(st);
     for (unsigned i = 1;; i++) {
-        if (atomic_load_explicit(&st->depth_hint, memory_order_relaxed) <
-            full)
+        if (depth_of(st) < full)
             return;
         if (i < 64)
             cpu_relax();
@@ -486,9 +643,59 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
     }
 }
 
+/* The lock-free publish path (see HOW IT WORKS).  Returns 0 when env was
+ * admitted, 1 when the caller must take the locked path. */
+static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
+{
+    struct seda_bus_s *b = st->bus;
+    if (st->pull)
+        return 1;                       /* receivers need a signal */
+    int cap = atomic_load_explicit(&st->cap_fast, memory_order_relaxed);
+    if (depth_of(st) >= (unsigned)cap)
+        return 1;                       /* full: no transient over-count */
+    /* seq_cst RMW: ordered before the reads of stopping and running. */
+    unsigned n = atomic_fetch_add_explicit(&st->qcount, 1,
+                                           memory_order_seq_cst);
+    if (n >= (unsigned)cap ||
+        (!hop && atomic_load_explicit(&b->closed, memory_order_seq_cst)) ||
+        atomic_load_explicit(&b->stopping, memory_order_seq_cst)) {
+        /* Full or closing: undo; the locked path decides exactly.  A
+         * sweep that follows the store of stopping sees our increment
+         * and waits for it to be undone or to show up in the inbox. */
+        atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
+        return 1;
+    }
+    env->at = st;
+    if (hop)
+        env->enq_ts = seda__clock_ns();
+    inbox_push(st, env);
+    atomic_fetch_add_explicit(hop ? &st->fast_hop : &st->fast_acc, 1,
+                              memory_order_relaxed);
+    SEDA__CHAOS();
+    /* Dekker pairing: qcount++ above, then running here; a drain task
+     * does running-- then reads qcount (both seq_cst). */
+    if (atomic_load_explicit(&st->running, memory_order_seq_cst) <
+        atomic_load_explicit(&st->conc_fast, memory_order_relaxed)) {
+        bool sched = false;
+        seda__mutex_lock(&st->mu);
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        if (run < st->concurrency) {
+            atomic_store_explicit(&st->running, run + 1,
+                                  memory_order_seq_cst);
+            sched = true;
+        }
+        seda__mutex_unlock(&st->mu);
+        if (sched)
+            schedule(st);
+    }
+    return 0;
+}
+
 int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                       double timeout, bool hop)
 {
+    if (env && admit_fast(st, env, hop) == 0)
+        return 0;
     bool sched = false;
     seda_env_t *victim = NULL;
     int64_t deadline_ns = 0;            /* computed when first needed */
@@ -503,14 +710,12 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             rc = SEDA_ETIMEDOUT;
             break;
         }
-        if (!spun && st->running > 0) {
+        if (!spun &&
+            atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within
              * a batch, so watch for it briefly instead of paying two
              * kernel round trips (our sleep, its wake-up) per batch. */
             spun = true;
-            /* Make the hint exact before watching it go down. */
-            atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                                  memory_order_relaxed);
             seda__mutex_unlock(&st->mu);
             wait_for_room(st, deadline_ns);
             seda__mutex_lock(&st->mu);
@@ -609,6 +814,8 @@ void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
     seda__mutex_lock(&st->mu);
     assert(st->reserved > 0);
     st->reserved--;
+    /* The slot was counted when it was held; push_locked counts again. */
+    atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
     bool sched = push_locked(st, env, false);
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -630,20 +837,20 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     }
     for (int i = n - 1; i >= 0; i--) {
         envs[i]->at = st;
-        seda__queue_push_front(&st->q, envs[i]);
+        q_push_head(st, envs[i]);
     }
     st->c.enqueued += (uint64_t)n;
     st->c.accepted += (uint64_t)n;
-    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                          memory_order_relaxed);
     if (st->pull) {
         pthread_cond_broadcast(&st->not_empty);
     } else {
-        while (st->running < st->concurrency &&
-               (uint32_t)st->running < seda__queue_count(&st->q)) {
-            st->running++;
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        while (run < st->concurrency &&
+               (uint32_t)run < depth_of(st) - (uint32_t)st->reserved) {
+            run++;
             nsched++;
         }
+        atomic_store_explicit(&st->running, run, memory_order_seq_cst);
     }
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
@@ -656,6 +863,7 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     assert(st->reserved > 0);
     st->reserved--;
+    atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
     if (st->waiters > 0)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
@@ -730,7 +938,7 @@ static void gather(struct seda_stage_s *st, unsigned depth)
             break;
         if (atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
             break;
-        depth = atomic_load_explicit(&st->depth_hint, memory_order_relaxed);
+        depth = depth_of(st);
     }
 }
 
@@ -740,8 +948,7 @@ static bool linger(struct seda_stage_s *st)
     int64_t end = seda__now_ns() + LINGER_NS;
     for (unsigned i = 1;; i++) {
         /* Relaxed: a hint only; the caller re-checks under the lock. */
-        unsigned depth = atomic_load_explicit(&st->depth_hint,
-                                              memory_order_relaxed);
+        unsigned depth = depth_of(st);
         if (depth) {
             gather(st, depth);
             return true;
@@ -814,11 +1021,7 @@ static void run_batch(struct seda_stage_s *st)
     struct stage_counters tally = { 0 };
 
     seda__mutex_lock(&st->mu);
-    int n = (int)seda__queue_pop_many(&st->q, (void **)batch,
-                                      (uint32_t)b->batch);
-    atomic_fetch_add(&dbg_batches2, 1); atomic_fetch_add(&dbg_items2, n);
-    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                          memory_order_relaxed);
+    int n = (int)q_take(st, batch, (uint32_t)b->batch);
     st->in_flight += n;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);
@@ -866,11 +1069,9 @@ static void run_batch(struct seda_stage_s *st)
     /* Interrupted by stop: the rest go back first, then the retries, both
      * in their original order. */
     for (int k = n - 1; k >= i; k--)
-        seda__queue_push_front(&st->q, batch[k]);
+        q_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
-        seda__queue_push_front(&st->q, retry[k]);
-    atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                          memory_order_relaxed);
+        q_push_head(st, retry[k]);
     st->in_flight -= n;
     seda__counters_fold(&st->c, &tally);
     if (i > 0)
@@ -881,13 +1082,12 @@ static void drain(void *arg)
 {
     struct seda_stage_s *st = arg;
     struct seda_bus_s *b = st->bus;
-    atomic_fetch_add(&dbg_drains, 1);
     for (;;) {
         run_batch(st);                  /* returns holding st->mu */
         bool stopping = atomic_load_explicit(&b->stopping,
                                              memory_order_acquire);
-        if (seda__queue_count(&st->q) > 0 && !stopping) {
-            unsigned depth = seda__queue_count(&st->q);
+        uint32_t depth = depth_of(st) - (uint32_t)st->reserved;
+        if (depth > 0 && !stopping) {
             seda__mutex_unlock(&st->mu);
             /* Keep the permit.  With other tasks waiting, go to the back
              * of the pool's queue so every stage gets its turn; with none,
@@ -903,15 +1103,28 @@ static void drain(void *arg)
         if (!stopping) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);
-            atomic_fetch_add(more ? &dbg_linger_hit : &dbg_linger_miss, 1);
             seda__mutex_lock(&st->mu);
-            if (more || seda__queue_count(&st->q) > 0) {
+            if (more || depth_of(st) > (uint32_t)st->reserved) {
                 seda__mutex_unlock(&st->mu);
                 continue;
             }
         }
-        st->running--;
-        bool idle = st->running == 0 && seda__queue_count(&st->q) == 0;
+        /* Give the permit back, then look once more (seq_cst, the Dekker
+         * pairing with admit_fast): a lock-free publisher that read the
+         * old running count did not schedule, so its envelope is ours. */
+        SEDA__CHAOS();
+        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
+        SEDA__CHAOS();
+        if (!stopping && depth_of(st) > (uint32_t)st->reserved &&
+            atomic_load_explicit(&st->running, memory_order_relaxed) <
+                st->concurrency) {
+            atomic_fetch_add_explicit(&st->running, 1, memory_order_seq_cst);
+            seda__mutex_unlock(&st->mu);
+            continue;
+        }
+        bool idle = atomic_load_explicit(&st->running,
+                                         memory_order_relaxed) == 0 &&
+                    depth_of(st) == (uint32_t)st->reserved;
         seda__mutex_unlock(&st->mu);
         if (idle)
             seda__bus_idle_notify(b);
@@ -926,9 +1139,7 @@ void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
         env->enq_ts = seda__clock_ns();
         seda__mutex_lock(&st->mu);
         st->c.nacked++;
-        seda__queue_push_front(&st->q, env);
-        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                              memory_order_relaxed);
+        q_push_head(st, env);
         if (st->pull && st->receivers > 0)
             pthread_cond_signal(&st->not_empty);
         seda__mutex_unlock(&st->mu);
@@ -948,16 +1159,14 @@ int seda__stage_sweep(struct seda_stage_s *st)
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
-        uint32_t n = seda__queue_pop_many(&st->q, (void **)chunk, 64);
-        atomic_store_explicit(&st->depth_hint, seda__queue_count(&st->q),
-                              memory_order_relaxed);
+        uint32_t n = q_take_all_of(st, chunk, 64);
         for (uint32_t k = 0; k < n; k++) {
             st->c.dropped++;
             if (!(chunk[k]->flags & ENV_DEAD))
                 st->c.it_lost++;
         }
         if (n == 0)
-            st->running = 0;
+            atomic_store_explicit(&st->running, 0, memory_order_seq_cst);
         seda__mutex_unlock(&st->mu);
         if (n == 0)
             return swept;
@@ -976,15 +1185,19 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         seda__mutex_lock(&st->mu);
         int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
         bool idle = st->leases == NULL;
-        *sum += st->c.enqueued + st->c.nacked;
+        *sum += st->c.enqueued + st->c.nacked +
+                atomic_load_explicit(&st->fast_acc, memory_order_relaxed);
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < n; i++)
             seda__stage_nack(st, requeue[i]);
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
-    bool idle = st->running == 0 && seda__queue_count(&st->q) == 0;
-    *sum += st->c.enqueued;
+    bool idle = atomic_load_explicit(&st->running, memory_order_seq_cst) == 0
+                && depth_of(st) == (uint32_t)st->reserved;
+    *sum += st->c.enqueued +
+            atomic_load_explicit(&st->fast_acc, memory_order_relaxed) +
+            atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
     seda__mutex_unlock(&st->mu);
     return idle;
 }
@@ -1015,9 +1228,16 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->capacity = st->capacity;
     out->concurrency = st->concurrency;
     out->policy = st->policy;
-    out->depth = (int)seda__queue_count(&st->q);
+    /* qcount may hold a lock-free publisher's increment for an instant
+     * before it finds the stage full and takes it back: never report more
+     * than the bound plus what sits at the head. */
+    uint32_t d = depth_of(st) - (uint32_t)st->reserved;
+    uint32_t bound = (uint32_t)st->capacity + seda__queue_count(&st->q);
+    out->depth = (int)(d < bound ? d : bound);
     out->in_flight = st->in_flight;
-    out->enqueued = st->c.enqueued;
+    out->enqueued = st->c.enqueued +
+                    atomic_load_explicit(&st->fast_acc, memory_order_relaxed) +
+                    atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
     out->delivered = st->c.delivered;
     out->nacked = st->c.nacked;
     out->dropped = st->c.dropped;

@@ -74,8 +74,10 @@ struct seda_stage_s {
 
     seda__mutex_t mu;
     pthread_cond_t not_full;    /* block-policy publishers wait here */
-    struct seda_queue q;        /* guarded by mu */
-    int running;                /* drain tasks queued or running; mu */
+    struct seda_queue q;        /* the head: retries and replays, taken
+                                   before the inbox; guarded by mu */
+    struct env_link *in_head;   /* inbox consumer end; guarded by mu */
+    struct env_link in_stub;    /* the inbox's stub node */
     int in_flight;              /* taken by drain tasks; guarded by mu */
     int waiters;                /* publishers waiting for room; mu */
     int reserved;               /* slots held for journal writes; mu */
@@ -85,15 +87,28 @@ struct seda_stage_s {
     int receivers;              /* pull: receivers waiting; guarded by mu */
     struct seda_lease_s *leases;/* pull: outstanding, oldest first; mu */
     struct seda_lease_s *leases_tail; /* guarded by mu */
-    /* queue count, stored (relaxed) under mu whenever envelopes are
-     * taken, and by a push only when the count reaches 1 or half a batch
-     * (what its readers wait for); read without mu by a lingering or
-     * gathering drain task and a blocked publisher as a hint only.  On its
-     * own cache line: the readers poll it, and sharing a line with mu and
-     * q made every publish miss (bench: cap1). */
-    _Alignas(64) atomic_uint depth_hint;
-    char pad_hint[64 - sizeof(atomic_uint)];
-    struct stage_counters c;    /* guarded by mu */
+
+    /* ---- the publishers' line (see "HOW IT WORKS" in stage.c) ----
+     * qcount: envelopes queued, ring + inbox + held reservations;
+     *   seq_cst RMW by lock-free publishers, changed under mu elsewhere,
+     *   read without mu as a hint (lingering and gathering drain tasks,
+     *   publishers waiting for room).
+     * in_tail: inbox tail; publishers exchange it (acq_rel).
+     * fast_acc / fast_hop: admissions that skipped the lock (relaxed
+     *   counters, folded into the stats).
+     * cap_fast / conc_fast: capacity and concurrency mirrors, written under
+     *   mu (relaxed), read by the lock-free path.
+     * running: drain tasks queued or running; changed under mu with
+     *   seq_cst stores, read seq_cst by the lock-free path (the Dekker
+     *   pairing with qcount described in stage.c). */
+    _Alignas(64) atomic_uint qcount;
+    _Atomic(struct env_link *) in_tail;
+    atomic_uint_fast64_t fast_acc;
+    atomic_uint_fast64_t fast_hop;
+    atomic_int cap_fast;
+    atomic_int conc_fast;
+    atomic_int running;
+    _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock
                                    (may be taken while holding mu) */
     struct seda_hist sojourn;   /* admission -> handler start; hist_mu */
@@ -185,6 +200,11 @@ SEDA__API int seda__durable_move(struct seda_stage_s *from,
                                  int skip_slip);
 SEDA__API void seda__durable_forget(struct seda_stage_s *st,
                                     seda_env_t *env);
+
+/* Envelopes queued, not counting held reservations (mu held), and
+ * taking the oldest (mu held; NULL when none is ready yet). */
+SEDA__API uint32_t seda__stage_depth(struct seda_stage_s *st);
+SEDA__API seda_env_t *seda__stage_take_one(struct seda_stage_s *st);
 
 /* Run st's admission check on env (no lock held); 0 when admitted or no
  * check is set, SEDA_ETYPE (counted in invalid, reason in err) if not. */

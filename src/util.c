@@ -223,6 +223,23 @@ int seda__cond_wait(pthread_cond_t *cv, seda__mutex_t *mu,
     return rc == ETIMEDOUT ? ETIMEDOUT : 0;
 }
 
+/* ---- chaos ---- */
+
+#ifdef SEDA_DEBUG
+#include <sched.h>
+
+void seda__chaos(void)
+{
+    /* A cheap per-thread xorshift: yield about one time in eight. */
+    static _Thread_local uint32_t x = 2463534242u;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    if ((x & 7) == 0)
+        sched_yield();
+}
+#endif
+
 /* ---- names ---- */
 
 bool seda__valid_name(const char *name)

@@ -990,6 +990,86 @@ static void c7_round(int policy, int capacity, int per_producer,
     free(c);
 }
 
+/* The lock-free publish path vs a drain task giving its permit back (see
+ * "HOW IT WORKS" in src/stage.c): publish one envelope at a time after a
+ * pause around the drain task's linger time (20 us), so publishes keep
+ * landing while the task decides to stop.  A lost hand-off leaves an
+ * envelope queued with no task: the wait for its delivery then fails by
+ * deadline.  Two publishers race as well in the second half. */
+static tu_counter race_seen;
+
+static bool race_consume(seda_env_t *env, void *ud)
+{
+    (void)env;
+    (void)ud;
+    tu_counter_add(&race_seen, 1);
+    return true;
+}
+
+struct race_prod {
+    seda_stage_t *st;
+    int n;
+    unsigned seed;
+};
+
+static void *race_producer(void *arg)
+{
+    struct race_prod *p = arg;
+    for (int i = 0; i < p->n; i++) {
+        p->seed = p->seed * 1103515245u + 12345u;
+        tu_spin((double)((p->seed >> 8) % 40) * 1e-6);
+        if (seda_stage_publish(p->st, &i, sizeof i, NULL) != 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static void test_stage_inbox_handoff_never_strands(void **state)
+{
+    (void)state;
+    tu_counter_init(&race_seen);
+    seda_bus_t *bus;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "race";
+    seda_stage_t *st;
+    assert_int_equal(seda_stage_add(bus, &so, &st, NULL, 0), 0);
+    assert_true(seda_stage_consume(st, race_consume, NULL) >= 0);
+    int rounds = getenv("STRESS") ? 20000 : 2000;
+    /* One publisher, waiting for each delivery: every envelope must be
+     * taken even when it lands as the task stops. */
+    unsigned seed = 12345;
+    for (int i = 0; i < rounds; i++) {
+        seed = seed * 1103515245u + 12345u;
+        tu_spin((double)((seed >> 8) % 40) * 1e-6);
+        assert_int_equal(seda_stage_publish(st, &i, sizeof i, NULL), 0);
+        if (!tu_counter_wait_ge(&race_seen, i + 1, TU_DEADLINE))
+            fail_msg("envelope %d stranded: published, never delivered", i);
+    }
+    /* Two publishers at once. */
+    struct race_prod p[2] = { { st, rounds, 1 }, { st, rounds, 2 } };
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, race_producer, &p[k]),
+                         0);
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    if (!tu_counter_wait_ge(&race_seen, 3L * rounds, TU_DEADLINE))
+        fail_msg("%ld of %d envelopes delivered",
+                 tu_counter_get(&race_seen), 3 * rounds);
+    assert_int_equal(seda_bus_shutdown(bus, 10), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.accepted, 3L * rounds);
+    assert_int_equal(bs.completed, 3L * rounds);
+    seda_bus_free(bus);
+    tu_counter_destroy(&race_seen);
+}
+
 static void test_stage_c7_exactly_once_under_contention(void **state)
 {
     (void)state;
@@ -1103,6 +1183,7 @@ int main(void)
             test_stage_c1_drop_newest_discards_offer, c1_setup, c1_teardown),
         cmocka_unit_test_setup_teardown(test_stage_c1_drop_oldest_evicts_head,
                                         c1_setup, c1_teardown),
+        cmocka_unit_test(test_stage_inbox_handoff_never_strands),
         cmocka_unit_test_setup_teardown(test_stage_c1_block_waits_for_room,
                                         c1_setup, c1_teardown),
         cmocka_unit_test_setup_teardown(
