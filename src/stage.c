@@ -928,11 +928,9 @@ static void gather(struct seda_stage_s *st, unsigned depth)
         return;
     int64_t until = seda__clock_ns() + GATHER_NS;
     for (unsigned k = 1; depth < want; k++) {
-        /* Read the hint sparingly: every read pulls the line the
-         * producer is writing away from it. */
-        for (int r = 0; r < 16; r++)
-            cpu_relax();
-        for (int r = 0; r < 48; r++)
+        /* Read the count sparingly: every read pulls the line the
+         * publishers are writing away from them. */
+        for (int r = 0; r < 64; r++)
             cpu_relax();
         if ((k & 3) == 0 && seda__clock_ns() >= until)
             break;
