@@ -36,16 +36,24 @@ struct stage_counters {
 
 /*
  * Locking:
- *   mu guards: q, running, in_flight, waiters, c (counters), and the
- *   tunables capacity, concurrency, policy (seda_stage_tune).
+ *   mu guards: q (the head ring), in_head (the inbox's consumer end),
+ *   in_flight, waiters, reserved, receivers, leases, c (counters), rate,
+ *   and the tunables capacity, concurrency, policy (seda_stage_tune).
+ *   Taking envelopes (drain tasks, evictions, sweeps, receivers) always
+ *   holds mu, so the inbox has one consumer at a time.
  *   Immutable after seda_stage_add: bus, name, dead_letter, delivery,
- *   max_attempts, publish_timeout, handler_timeout, index.
- *   Atomic: nconsumers (release in seda_stage_consume / acquire in
+ *   max_attempts, publish_timeout, handler_timeout, index, pull,
+ *   ack_timeout_ns, durable, dedup_window.
+ *   Atomic: qcount, in_tail, fast_acc, fast_hop, cap_fast, conc_fast,
+ *   running (see the publishers' line below and "HOW IT WORKS" in
+ *   stage.c); nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
- *   robin only); userdata (release/acquire).
- *   report_mu guards the rate limiter (a leaf lock).
- *   Lock order: bus->mu -> stage->mu -> pool->mu -> bus->idle_mu.  A drain
- *   task never holds its own stage lock while pushing into another stage.
+ *   robin only); userdata, check, check_ud (release/acquire).
+ *   hist_mu guards sojourn and service; report_mu the rate limiter (both
+ *   leaf locks).
+ *   Lock order: bus->mu -> stage->mu -> pool->mu -> bus->idle_mu; hist_mu
+ *   and report_mu last.  A drain task never holds its own stage lock while
+ *   pushing into another stage.
  */
 struct seda_stage_s {
     struct seda_bus_s *bus;
