@@ -5,7 +5,9 @@
  * DESIGN
  *   Tasks live in a ring guarded by pool->mu.  A worker loops: take the
  *   head task, drop the lock, run it.  With nothing to do it sleeps on
- *   pool->cv; submit signals one sleeper only when someone sleeps, so a busy
+ *   its own condition variable, on an idle stack; submit wakes the most
+ *   recently parked worker (its cache is warmest, and a stage's drain task
+ *   keeps coming back to the same worker) only when someone sleeps, so a busy
  *   pool pays no wake-up syscalls.  Before sleeping, an idle worker spins
  *   for up to SPIN_NS watching `pending`; submit skips the wake-up while
  *   anyone spins.  Stop sets `stopping` (release), wakes
@@ -31,11 +33,14 @@ struct worker {
     struct seda_pool *pool;     /* immutable */
     int index;                  /* immutable */
     pthread_t tid;              /* written before start, read at join */
+    pthread_cond_t cv;          /* this worker sleeps here */
+    bool parked;                /* on the idle stack; guarded by pool mu */
 };
 
 /*
  * Locking:
- *   mu guards: ring, mask, head, count, idle, target.
+ *   mu guards: ring, mask, head, count, idle, parked (the idle stack and
+ *   each worker's parked flag), target.
  *   resize_mu guards workers, cap, joined (resize and stop hold it; it is
  *   taken before mu).
  *   Immutable after seda__pool_new: start, stop, ud, owner.
@@ -45,13 +50,13 @@ struct worker {
  */
 struct seda_pool {
     seda__mutex_t mu;
-    pthread_cond_t cv;          /* workers wait here for tasks */
     struct task *ring;          /* guarded by mu */
     uint32_t mask;              /* guarded by mu */
     uint32_t head;              /* guarded by mu */
     uint32_t count;             /* guarded by mu */
     uint32_t reserved;          /* slots promised; guarded by mu */
     int idle;                   /* sleeping workers; guarded by mu */
+    struct worker **parked;     /* idle stack, most recent last; mu */
     atomic_uint pending;        /* mirror of count for spinners: written
                                    under mu (release), read without it
                                    (acquire) as a hint only */
@@ -114,6 +119,35 @@ static void spin_for_work(struct seda_pool *p)
     atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
 }
 
+/* Take w off the idle stack (mu held). */
+static void unpark(struct seda_pool *p, struct worker *w)
+{
+    for (int i = 0; i < p->idle; i++) {
+        if (p->parked[i] == w) {
+            memmove(&p->parked[i], &p->parked[i + 1],
+                    sizeof(p->parked[0]) * (size_t)(p->idle - i - 1));
+            p->idle--;
+            break;
+        }
+    }
+    w->parked = false;
+}
+
+/* Wake the most recently parked worker (mu held). */
+static void wake_one(struct seda_pool *p)
+{
+    struct worker *w = p->parked[--p->idle];
+    w->parked = false;
+    pthread_cond_signal(&w->cv);
+}
+
+/* Wake every parked worker (mu held): stop and resize. */
+static void wake_all(struct seda_pool *p)
+{
+    while (p->idle > 0)
+        wake_one(p);
+}
+
 static _Thread_local struct worker *tls_worker;
 static _Thread_local void *tls_data;
 
@@ -134,9 +168,13 @@ static void *worker_main(void *arg)
         }
         while (p->count == 0 && w->index < p->target &&
                !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
-            p->idle++;
-            seda__cond_wait(&p->cv, &p->mu, INT64_MAX);
-            p->idle--;
+            /* Park on the idle stack: a submit wakes the most recently
+             * parked worker, whose cache is the warmest. */
+            p->parked[p->idle++] = w;
+            w->parked = true;
+            seda__cond_wait(&w->cv, &p->mu, INT64_MAX);
+            if (w->parked)
+                unpark(p, w);           /* woken by a broadcast */
         }
         if (atomic_load_explicit(&p->stopping, memory_order_acquire) ||
             w->index >= p->target)
@@ -148,7 +186,7 @@ static void *worker_main(void *arg)
         /* More work than this worker: pass the wake-up on so a sleeper
          * is not left idle beside a queued task. */
         if (p->count > 0 && p->idle > 0)
-            pthread_cond_signal(&p->cv);
+            wake_one(p);
         seda__mutex_unlock(&p->mu);
         t.fn(t.arg);
         seda__mutex_lock(&p->mu);
@@ -173,18 +211,33 @@ static int start_workers(struct seda_pool *p, int from, int to)
         if (!w)
             return SEDA_ENOMEM;
         p->workers = w;
+        /* The idle stack holds at most every worker; grown under mu
+         * since sleepers reach it. */
+        seda__mutex_lock(&p->mu);
+        struct worker **pk = seda__realloc(p->parked,
+                                           sizeof *pk * (size_t)to);
+        if (pk)
+            p->parked = pk;
+        seda__mutex_unlock(&p->mu);
+        if (!pk)
+            return SEDA_ENOMEM;
         p->cap = to;
     }
     for (int i = from; i < to; i++) {
         struct worker *w = seda__calloc(1, sizeof *w);
         if (!w)
             return SEDA_ENOMEM;
+        if (seda__cond_init(&w->cv) != 0) {
+            seda__free(w);
+            return SEDA_ENOMEM;
+        }
         w->pool = p;
         w->index = i;
         seda__mutex_lock(&p->mu);
         p->target = i + 1;
         seda__mutex_unlock(&p->mu);
         if (pthread_create(&w->tid, NULL, worker_main, w) != 0) {
+            pthread_cond_destroy(&w->cv);
             seda__free(w);
             seda__mutex_lock(&p->mu);
             p->target = i;
@@ -203,10 +256,11 @@ static void stop_workers(struct seda_pool *p, int to)
     int n = atomic_load_explicit(&p->n, memory_order_relaxed);
     seda__mutex_lock(&p->mu);
     p->target = to;
-    pthread_cond_broadcast(&p->cv);
+    wake_all(p);
     seda__mutex_unlock(&p->mu);
     for (int i = n - 1; i >= to; i--) {
         pthread_join(p->workers[i]->tid, NULL);
+        pthread_cond_destroy(&p->workers[i]->cv);
         seda__free(p->workers[i]);
         p->workers[i] = NULL;
         atomic_store_explicit(&p->n, i, memory_order_relaxed);
@@ -230,14 +284,7 @@ int seda__pool_new(int n, seda_worker_start_fn start,
     p->mask = 15;
     seda__mutex_init(&p->mu);
     seda__mutex_init(&p->resize_mu);
-    int rc = seda__cond_init(&p->cv);
-    if (rc) {
-        seda__mutex_destroy(&p->mu);
-        seda__mutex_destroy(&p->resize_mu);
-        seda__free(p->ring);
-        seda__free(p);
-        return rc;
-    }
+    int rc;
     atomic_init(&p->stopping, false);
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
@@ -322,7 +369,7 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
         p->count > (uint32_t)atomic_load_explicit(&p->spinning,
                                                   memory_order_relaxed) +
                        (self ? 1u : 0u))
-        pthread_cond_signal(&p->cv);
+        wake_one(p);
     seda__mutex_unlock(&p->mu);
     return 0;
 }
@@ -334,7 +381,7 @@ void seda__pool_stop(struct seda_pool *p)
     /* Release: pairs with the acquire loads in worker_main and drain tasks;
      * everything done before stop is visible to a worker that sees it. */
     atomic_store_explicit(&p->stopping, true, memory_order_release);
-    pthread_cond_broadcast(&p->cv);
+    wake_all(p);
     seda__mutex_unlock(&p->mu);
     if (p->joined) {
         seda__mutex_unlock(&p->resize_mu);
@@ -359,11 +406,11 @@ void seda__pool_free(struct seda_pool *p)
     if (!p)
         return;
     seda__pool_stop(p);
-    pthread_cond_destroy(&p->cv);
     seda__mutex_destroy(&p->mu);
     seda__mutex_destroy(&p->resize_mu);
     seda__free(p->ring);
     seda__free(p->workers);
+    seda__free(p->parked);
     seda__free(p);
 }
 
