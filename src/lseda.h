@@ -111,6 +111,29 @@ struct lbus {
     bool shut;                  /* main thread only: shutdown done */
 };
 
+/* The bus userdata (main state). */
+struct lbusud {
+    struct lbus *lb;            /* NULL once freed */
+    seda_wbuf wb;               /* main-state encode buffer */
+};
+
+/* ---- lseda.c (shared helpers) ---- */
+
+/* The bus object at index 1; raises when it is not a live bus. */
+SEDA__API struct lbusud *seda__l_check_bus(lua_State *L);
+
+/* Raise "<what>: unknown option 'k'" for a key of table t not in keys. */
+SEDA__API void seda__l_check_keys(lua_State *L, int t,
+                                  const char *const *keys, const char *what);
+
+/* ---- lstage.c ---- */
+
+SEDA__API int seda__l_bus_stage(lua_State *L);
+SEDA__API int seda__l_bus_reload(lua_State *L);
+SEDA__API int seda__l_bus_tune(lua_State *L);
+SEDA__API int seda__l_bus_handler_files(lua_State *L);
+SEDA__API void seda__l_lstage_free(struct lstage *ls);
+
 /* ---- lworker.c ---- */
 
 /* The hooks the bus is created with: one Lua state per pool thread. */

@@ -1,0 +1,639 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lstage.c -- declaring stages from Lua, and changing them while the bus
+ * runs: bus:stage{...}, bus:reload([stage]), bus:tune(stage, {...}),
+ * bus:handler_files().
+ *
+ * DESIGN
+ *   bus:stage checks every option (an error names the stage and the
+ *   field), builds each handler's source (a file's text, read here on the
+ *   main thread, or an inline function's bytecode), runs it once in a
+ *   scratch state like a worker's so a broken handler fails at once with
+ *   file:line, and only then creates the core stage and registers one C
+ *   consumer per handler (seda__lw_consume).  Typed stages get their
+ *   schema compiled and installed as the stage's admission check; durable
+ *   stages replay their journal after the consumers are in place.
+ *
+ *   bus:reload re-reads the files, validates them the same way and, only
+ *   if all are good, swaps the sources and bumps the stage's version
+ *   (release); workers pick the new code up before their next envelope.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lschema.h"
+#include "lseda.h"
+
+/* ---- stages ---- */
+
+void seda__l_lstage_free(struct lstage *ls)
+{
+    if (!ls)
+        return;
+    for (int i = 0; ls->src && i < ls->nsrc; i++) {
+        free(ls->src[i].chunkname);
+        free(ls->src[i].path);
+        free(ls->src[i].code);
+    }
+    free(ls->src);
+    free(ls->cons);
+    free(ls->last_error);
+    seda__schema_free(ls->accepts);
+    pthread_mutex_destroy(&ls->mu);
+    free(ls);
+}
+
+static bool file_exists(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+/* Read a whole file into malloc'd memory.  NULL on failure, with errno. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap)
+            break;
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        }
+        buf = nb;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* The directory of the Lua chunk that called us (level 1), with a trailing
+ * slash, pushed as a string ("" when unknown). */
+static void push_caller_dir(lua_State *L)
+{
+    lua_Debug ar;
+    /* The nearest Lua function up the stack (bus:stage may be reached
+     * through pcall or other C functions). */
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        if (!lua_getinfo(L, "S", &ar) || ar.what[0] == 'C')
+            continue;
+        if (ar.source[0] == '@') {
+            const char *src = ar.source + 1;
+            const char *slash = strrchr(src, '/');
+            if (slash) {
+                lua_pushlstring(L, src, (size_t)(slash - src + 1));
+                return;
+            }
+        }
+        break;
+    }
+    lua_pushliteral(L, "");
+}
+
+/* Resolve a handler path: relative to the declaring script's directory
+ * (dir), then as given, then through package.searchpath.  Pushes the path
+ * or raises naming the stage. */
+static void resolve_handler(lua_State *L, const char *stage, const char *h,
+                            const char *dir, const char *field)
+{
+    if (h[0] != '/' && dir[0]) {
+        lua_pushfstring(L, "%s%s", dir, h);
+        if (file_exists(lua_tostring(L, -1)))
+            return;
+        lua_pop(L, 1);
+    }
+    if (file_exists(h)) {
+        lua_pushstring(L, h);
+        return;
+    }
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "searchpath");
+        lua_pushstring(L, h);
+        lua_getfield(L, -3, "path");
+        if (lua_isfunction(L, -3) && lua_pcall(L, 2, 1, 0) == LUA_OK &&
+            lua_isstring(L, -1)) {
+            lua_remove(L, -2);
+            return;
+        }
+    }
+    luaL_error(L, "stage '%s': %s: cannot find handler file '%s'", stage,
+               field, h);
+}
+
+/* Build the source of a handler given at stack index idx (a file name or
+ * a function) into *out.  Raises naming the stage and field. */
+static void build_src(lua_State *L, const char *stage, int idx,
+                      const char *field, const char *dir, struct lsrc *out)
+{
+    memset(out, 0, sizeof *out);
+    if (lua_type(L, idx) == LUA_TSTRING) {
+        resolve_handler(L, stage, lua_tostring(L, idx), dir, field);
+        const char *path = lua_tostring(L, -1);
+        size_t len;
+        char *code = read_file(path, &len);
+        if (!code)
+            luaL_error(L, "stage '%s': %s: cannot read '%s'", stage, field,
+                       path);
+        out->code = code;
+        out->len = len;
+        out->path = strdup(path);
+        size_t cn = strlen(path) + 2;
+        out->chunkname = malloc(cn);
+        if (out->chunkname)
+            snprintf(out->chunkname, cn, "@%s", path);
+        lua_pop(L, 1);
+    } else if (lua_type(L, idx) == LUA_TFUNCTION) {
+        if (lua_iscfunction(L, idx))
+            luaL_error(L, "stage '%s': %s: a C function cannot be a "
+                       "handler", stage, field);
+        /* Allowed upvalues: _ENV, and the seda module itself (rebound to
+         * the worker's own seda table there). */
+        luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+        lua_getfield(L, -1, "seda");
+        lua_remove(L, -2);
+        for (int i = 1;; i++) {
+            const char *up = lua_getupvalue(L, idx, i);
+            if (!up)
+                break;
+            bool is_seda = lua_rawequal(L, -1, -2);
+            lua_pop(L, 1);
+            if (strcmp(up, "_ENV") != 0 && !is_seda)
+                luaL_error(L, "stage '%s': %s: an inline handler may not "
+                           "capture upvalue '%s'; move it into a handler "
+                           "file", stage, field, up);
+        }
+        lua_pop(L, 1);
+        lua_getglobal(L, "string");
+        lua_getfield(L, -1, "dump");
+        lua_pushvalue(L, idx);
+        lua_call(L, 1, 1);
+        size_t len;
+        const char *code = lua_tolstring(L, -1, &len);
+        out->code = malloc(len);
+        if (out->code)
+            memcpy(out->code, code, len);
+        out->len = len;
+        out->binary = true;
+        lua_Debug ar;
+        lua_pushvalue(L, idx);
+        lua_getinfo(L, ">S", &ar);
+        char name[300];
+        snprintf(name, sizeof name, "=%s", ar.short_src);
+        out->chunkname = strdup(name);
+        lua_pop(L, 2);
+    } else {
+        luaL_error(L, "stage '%s': %s must be a file name or a function "
+                   "(got %s)", stage, field, luaL_typename(L, idx));
+    }
+    if (!out->code || !out->chunkname)
+        luaL_error(L, "stage '%s': %s: out of memory", stage, field);
+}
+
+/* The admission check of typed stages: any thread, no Lua. */
+static int check_accepts(const seda_env_t *env, void *ud, char *err,
+                         size_t errlen)
+{
+    size_t len;
+    const void *p = seda_env_payload(env, &len);
+    return seda__schema_check_bytes(ud, p, len, seda_env_payload_kind(env),
+                                    err, errlen);
+}
+
+static const char *const stage_keys[] = {
+    "name", "handler", "handlers", "capacity", "concurrency", "delivery",
+    "policy", "max_attempts", "dead_letter", "publish_timeout",
+    "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
+    "durable", "dedup_window", NULL
+};
+
+static int opt_int(lua_State *L, int t, const char *stage, const char *k,
+                   int def)
+{
+    lua_getfield(L, t, k);
+    int v = def;
+    if (!lua_isnil(L, -1)) {
+        int isint;
+        lua_Integer i = lua_tointegerx(L, -1, &isint);
+        if (!isint)
+            luaL_error(L, "stage '%s': %s must be an integer (got %s)",
+                       stage, k, luaL_typename(L, -1));
+        if (i <= 0)
+            luaL_error(L, "stage '%s': %s must be > 0 (got %I)", stage, k,
+                       i);
+        if (i > 1 << 30)
+            luaL_error(L, "stage '%s': %s is too large", stage, k);
+        v = (int)i;
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static double opt_num(lua_State *L, int t, const char *stage, const char *k,
+                      double def)
+{
+    lua_getfield(L, t, k);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER)
+            luaL_error(L, "stage '%s': %s must be a number (got %s)", stage,
+                       k, luaL_typename(L, -1));
+        v = lua_tonumber(L, -1);
+        if (!(v >= 0))
+            luaL_error(L, "stage '%s': %s must be >= 0", stage, k);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Protected: the srcs userdata holds the sources until they are handed to
+ * the stage, so an error while building them frees what was built. */
+static int srcs_gc(lua_State *L)
+{
+    struct lstage **pls = lua_touserdata(L, 1);
+    seda__l_lstage_free(*pls);
+    *pls = NULL;
+    return 0;
+}
+
+int seda__l_bus_stage(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    struct lbus *lb = u->lb;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+
+    lua_getfield(L, 2, "name");
+    if (lua_isnil(L, -1))
+        return luaL_error(L, "stage: name is required");
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "stage: name must be a string");
+    const char *name = lua_tostring(L, -1);         /* 3 */
+    if (!seda__l_valid_name(name))
+        return luaL_error(L, "stage '%s': name must be 1-%d characters of "
+                          "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
+    lua_pushnil(L);
+    while (lua_next(L, 2)) {
+        lua_pop(L, 1);
+        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                       : "?";
+        int i = 0;
+        while (stage_keys[i] && strcmp(stage_keys[i], k) != 0)
+            i++;
+        if (!stage_keys[i])
+            return luaL_error(L, "stage '%s': unknown option '%s'", name,
+                              lua_type(L, -1) == LUA_TSTRING
+                                  ? k : luaL_typename(L, -1));
+    }
+    if (seda_bus_stage(lb->bus, name))
+        return luaL_error(L, "stage '%s': name: a stage of that name "
+                          "already exists", name);
+
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = name;
+    o.capacity = opt_int(L, 2, name, "capacity", o.capacity);
+    o.concurrency = opt_int(L, 2, name, "concurrency", o.concurrency);
+    o.max_attempts = opt_int(L, 2, name, "max_attempts", o.max_attempts);
+    o.publish_timeout = opt_num(L, 2, name, "publish_timeout",
+                                o.publish_timeout);
+    o.handler_timeout = opt_num(L, 2, name, "handler_timeout",
+                                o.handler_timeout);
+    o.ack_timeout = opt_num(L, 2, name, "ack_timeout", o.ack_timeout);
+    if (!(o.ack_timeout > 0))
+        return luaL_error(L, "stage '%s': ack_timeout must be > 0", name);
+    lua_getfield(L, 2, "durable");
+    if (!lua_isnil(L, -1)) {
+        const char *d = lua_tostring(L, -1);
+        if (lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1))
+            o.durable = SEDA_AT_LEAST_ONCE;
+        else if (lua_type(L, -1) == LUA_TSTRING &&
+                 strcmp(d, "at_least_once") == 0)
+            o.durable = SEDA_AT_LEAST_ONCE;
+        else if (lua_type(L, -1) == LUA_TSTRING &&
+                 strcmp(d, "exactly_once") == 0)
+            o.durable = SEDA_EXACTLY_ONCE;
+        else if (!(lua_type(L, -1) == LUA_TBOOLEAN))
+            return luaL_error(L, "stage '%s': durable must be "
+                              "\"at_least_once\" or \"exactly_once\" "
+                              "(got %s)", name, d ? d : luaL_typename(L, -1));
+    }
+    lua_pop(L, 1);
+    o.dedup_window = opt_int(L, 2, name, "dedup_window", o.dedup_window);
+    lua_getfield(L, 2, "pull");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            return luaL_error(L, "stage '%s': pull must be a boolean", name);
+        o.pull = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, 2, "policy");                   /* 4 */
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_policy_parse(p) < 0)
+            return luaL_error(L, "stage '%s': policy must be one of block, "
+                              "reject, drop_newest, drop_oldest (got %s)",
+                              name, p ? p : luaL_typename(L, -1));
+        o.policy = seda_policy_parse(p);
+    }
+    lua_getfield(L, 2, "delivery");                 /* 5 */
+    if (!lua_isnil(L, -1)) {
+        const char *d = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_delivery_parse(d) < 0)
+            return luaL_error(L, "stage '%s': delivery must be p2p or pubsub "
+                              "(got %s)", name, d ? d : luaL_typename(L, -1));
+        o.delivery = seda_delivery_parse(d);
+    }
+    lua_getfield(L, 2, "dead_letter");              /* 6 */
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            !seda__l_valid_name(lua_tostring(L, -1)))
+            return luaL_error(L, "stage '%s': dead_letter must be a stage "
+                              "name", name);
+        o.dead_letter = lua_tostring(L, -1);
+    }
+
+    /* Handlers: build and validate every source before creating the
+     * stage, so a broken handler leaves nothing behind. */
+    lua_getfield(L, 2, "handler");                  /* 7 */
+    lua_getfield(L, 2, "handlers");                 /* 8 */
+    if (!lua_isnil(L, 7) && !lua_isnil(L, 8))
+        return luaL_error(L, "stage '%s': give handler or handlers, not "
+                          "both", name);
+    int n = 0;
+    if (!lua_isnil(L, 8)) {
+        if (!lua_istable(L, 8))
+            return luaL_error(L, "stage '%s': handlers must be an array",
+                              name);
+        n = (int)lua_rawlen(L, 8);
+        if (n > SEDA_MAX_CONSUMERS)
+            return luaL_error(L, "stage '%s': handlers: at most %d", name,
+                              SEDA_MAX_CONSUMERS);
+    } else if (!lua_isnil(L, 7)) {
+        n = 1;
+    }
+    if (o.pull && n > 0)
+        return luaL_error(L, "stage '%s': handler: a pull stage has no "
+                          "handlers (use bus:receive)", name);
+    push_caller_dir(L);                             /* 9 */
+    struct lstage **pls = lua_newuserdatauv(L, sizeof *pls, 0); /* 10 */
+    *pls = NULL;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, srcs_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, 10);
+    struct lstage *ls = calloc(1, sizeof *ls);
+    if (!ls)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    pthread_mutex_init(&ls->mu, NULL);
+    *pls = ls;
+    ls->lb = lb;
+    ls->nsrc = n;
+    atomic_init(&ls->version, 1);
+    ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
+    ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
+    if (!ls->src || !ls->cons)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    lua_getfield(L, 2, "strict");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+        return luaL_error(L, "stage '%s': strict must be a boolean", name);
+    bool strict = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    lua_getfield(L, 2, "accepts");
+    if (!lua_isnil(L, -1)) {
+        char serr[256];
+        ls->accepts = seda__schema_compile(L, lua_gettop(L), strict, serr,
+                                           sizeof serr);
+        if (!ls->accepts)
+            return luaL_error(L, "stage '%s': %s", name, serr);
+    } else if (strict) {
+        return luaL_error(L, "stage '%s': strict needs accepts", name);
+    }
+    lua_pop(L, 1);
+    for (int i = 0; i < n; i++) {
+        char field[32];
+        if (lua_isnil(L, 8)) {
+            snprintf(field, sizeof field, "handler");
+            lua_pushvalue(L, 7);
+        } else {
+            snprintf(field, sizeof field, "handlers[%d]", i + 1);
+            lua_rawgeti(L, 8, i + 1);
+        }
+        build_src(L, name, lua_gettop(L), field, lua_tostring(L, 9),
+                  &ls->src[i]);
+        lua_pop(L, 1);
+        char err[2048];
+        if (seda__lw_validate(lb, &ls->src[i], err, sizeof err) != 0)
+            return luaL_error(L, "stage '%s': %s: %s", name, field, err);
+    }
+
+    char err[256];
+    seda_stage_t *st;
+    int rc = seda_stage_add(lb->bus, &o, &st, err, sizeof err);
+    if (rc)
+        return luaL_error(L, "%s", err);
+    *pls = NULL;                        /* owned by the lbus from here */
+    ls->st = st;
+    ls->index = seda_bus_stage_count(lb->bus) - 1;
+    seda_stage_set_userdata(st, ls);
+    if (ls->accepts)
+        seda_stage_set_check(st, check_accepts, ls->accepts);
+    pthread_mutex_lock(&lb->mu);
+    if (lb->nstages == lb->cap_stages) {
+        int cap = lb->cap_stages ? lb->cap_stages * 2 : 8;
+        struct lstage **a = realloc(lb->stages, sizeof *a * (size_t)cap);
+        if (a) {
+            lb->stages = a;
+            lb->cap_stages = cap;
+        }
+    }
+    bool stored = lb->nstages < lb->cap_stages;
+    if (stored)
+        lb->stages[lb->nstages++] = ls;
+    pthread_mutex_unlock(&lb->mu);
+    if (!stored)
+        return luaL_error(L, "stage '%s': out of memory", name);
+    for (int i = 0; i < n; i++) {
+        ls->cons[i] = (struct lconsumer){ ls, i };
+        seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
+    }
+    if (o.durable) {
+        int r = seda_stage_replay(st);
+        if (r < 0)
+            return luaL_error(L, "stage '%s': durable: replay failed (%s)",
+                              name, seda_strerror(r));
+    }
+    lua_pushstring(L, name);
+    return 1;
+}
+
+/* ---- reload ---- */
+
+/* Re-read and validate every file of ls; on success install the new code
+ * and bump the version.  Returns 0, or -1 with err. */
+static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
+                        size_t errlen)
+{
+    struct lsrc *fresh = calloc((size_t)(ls->nsrc ? ls->nsrc : 1),
+                                sizeof *fresh);
+    if (!fresh) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&ls->mu);
+    for (int i = 0; i < ls->nsrc && rc == 0; i++) {
+        const struct lsrc *s = &ls->src[i];
+        fresh[i].binary = s->binary;
+        fresh[i].chunkname = strdup(s->chunkname);
+        fresh[i].path = s->path ? strdup(s->path) : NULL;
+        if (s->path) {
+            fresh[i].code = read_file(s->path, &fresh[i].len);
+            if (!fresh[i].code) {
+                snprintf(err, errlen, "cannot read '%s'", s->path);
+                rc = -1;
+            }
+        } else if ((fresh[i].code = malloc(s->len ? s->len : 1))) {
+            memcpy(fresh[i].code, s->code, s->len);
+            fresh[i].len = s->len;
+        }
+        if (rc == 0 && (!fresh[i].code || !fresh[i].chunkname)) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&ls->mu);
+    for (int i = 0; i < ls->nsrc && rc == 0; i++)
+        rc = seda__lw_validate(lb, &fresh[i], err, errlen);
+    pthread_mutex_lock(&ls->mu);
+    free(ls->last_error);
+    ls->last_error = NULL;
+    if (rc == 0) {
+        struct lsrc *old = ls->src;
+        ls->src = fresh;
+        fresh = old;
+        ls->reloads++;
+        /* Release: pairs with the acquire in seda__lw_consume. */
+        atomic_fetch_add_explicit(&ls->version, 1, memory_order_release);
+    } else {
+        ls->last_error = strdup(err);
+    }
+    pthread_mutex_unlock(&ls->mu);
+    for (int i = 0; i < ls->nsrc; i++) {
+        free(fresh[i].chunkname);
+        free(fresh[i].path);
+        free(fresh[i].code);
+    }
+    free(fresh);
+    return rc;
+}
+
+int seda__l_bus_reload(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    struct lbus *lb = u->lb;
+    const char *name = luaL_optstring(L, 2, NULL);
+    char err[2048];
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        const char *sn = seda_stage_name(ls->st);
+        if (name && strcmp(name, sn) != 0)
+            continue;
+        found = true;
+        if (reload_stage(lb, ls, err, sizeof err) != 0) {
+            lua_pushboolean(L, 0);
+            lua_pushfstring(L, "stage '%s': %s", sn, err);
+            return 2;
+        }
+    }
+    if (name && !found) {
+        lua_pushboolean(L, 0);
+        lua_pushfstring(L, "no such stage '%s'", name);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static const char *const tune_keys[] = {
+    "capacity", "concurrency", "policy", NULL
+};
+
+/* bus:tune(stage, {capacity=, concurrency=, policy=}) -> true; misuse
+ * raises naming the stage and field. */
+int seda__l_bus_tune(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, name);
+    if (!st)
+        return luaL_error(L, "tune: no such stage '%s'", name);
+    seda__l_check_keys(L, 3, tune_keys, "tune");
+    int cap = opt_int(L, 3, name, "capacity", 0);
+    int conc = opt_int(L, 3, name, "concurrency", 0);
+    int pol = -1;
+    lua_getfield(L, 3, "policy");
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || seda_policy_parse(p) < 0)
+            return luaL_error(L, "stage '%s': policy must be one of block, "
+                              "reject, drop_newest, drop_oldest (got %s)",
+                              name, p ? p : luaL_typename(L, -1));
+        pol = seda_policy_parse(p);
+    }
+    char err[256];
+    if (seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0)
+        return luaL_error(L, "%s", err);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* bus:handler_files() -> { stage = { path, ... } } (files only). */
+int seda__l_bus_handler_files(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    struct lbus *lb = u->lb;
+    lua_newtable(L);
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        lua_newtable(L);
+        int k = 0;
+        for (int j = 0; j < ls->nsrc; j++) {
+            /* Only the main thread (this one) replaces src, so the string
+             * stays valid across lua_pushstring without holding ls->mu. */
+            if (ls->src[j].path) {
+                lua_pushstring(L, ls->src[j].path);
+                lua_rawseti(L, -2, ++k);
+            }
+        }
+        lua_setfield(L, -2, seda_stage_name(ls->st));
+    }
+    return 1;
+}
