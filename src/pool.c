@@ -83,14 +83,6 @@ struct seda_pool {
  * spin is bounded: an idle pool sleeps after this. */
 #define SPIN_NS 20000
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 /* Spin (mu not held) until a task may be pending or SPIN_NS passes.  The
  * caller re-checks under mu either way. */
@@ -110,7 +102,7 @@ static void spin_for_work(struct seda_pool *p)
             atomic_load_explicit(&p->stopping, memory_order_acquire))
             break;
         if (i < 64)
-            cpu_relax();
+            seda__cpu_relax();
         else
             sched_yield();              /* let a runnable thread have it */
         if ((i & 15) == 0 && seda__now_ns() >= end)

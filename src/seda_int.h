@@ -123,6 +123,16 @@ SEDA__API void seda__chaos(void);
 #define SEDA__CHAOS() ((void)0)
 #endif
 
+/* A spin-wait hint to the CPU. */
+static inline void seda__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* ---- misc ---- */
 
 /* True when name matches [A-Za-z0-9_.:-]{1,SEDA_NAME_MAX}. */

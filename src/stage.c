@@ -57,17 +57,6 @@
 #include "bus.h"
 #include "stage.h"
 
-#define MAX_BATCH 256
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 
 /* ---- the two-part queue ---- */
 
@@ -127,16 +116,12 @@ static seda_env_t *inbox_pop(struct seda_stage_s *st)
 
 /* Envelopes queued (both parts, and held reservations).  A hint without
  * mu; exact with mu held and no lock-free publisher mid-way. */
-static inline uint32_t depth_of(struct seda_stage_s *st)
-{
-    return atomic_load_explicit(&st->qcount, memory_order_relaxed);
-}
 
 /* Take up to n envelopes, the ring first (mu held).  qcount goes down by
  * what was taken.  May return fewer than are counted while publishers
  * are mid-way (see inbox_pop). */
-static uint32_t q_take(struct seda_stage_s *st, seda_env_t **out,
-                       uint32_t n)
+uint32_t seda__stage_take(struct seda_stage_s *st, seda_env_t **out,
+                          uint32_t n)
 {
     SEDA__ASSERT_HELD(&st->mu);
     uint32_t got = seda__queue_pop_many(&st->q, (void **)out, n);
@@ -153,7 +138,7 @@ static uint32_t q_take(struct seda_stage_s *st, seda_env_t **out,
 
 /* Put env back at the head (mu held; the ring has room by construction:
  * see seda__queue_reserve calls). */
-static void q_push_head(struct seda_stage_s *st, seda_env_t *env)
+void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
 {
     SEDA__ASSERT_HELD(&st->mu);
     seda__queue_push_front(&st->q, env);
@@ -165,16 +150,16 @@ static void q_push_head(struct seda_stage_s *st, seda_env_t *env)
 static uint32_t q_take_all_of(struct seda_stage_s *st, seda_env_t **out,
                               uint32_t n)
 {
-    uint32_t got = q_take(st, out, n);
+    uint32_t got = seda__stage_take(st, out, n);
     /* A publisher counted in qcount either links its envelope or undoes
      * its count shortly; neither needs this lock. */
     for (unsigned spin = 0;
-         got == 0 && depth_of(st) > (uint32_t)st->reserved; spin++) {
+         got == 0 && seda__stage_qcount(st) > (uint32_t)st->reserved; spin++) {
         if (spin < 64)
-            cpu_relax();
+            seda__cpu_relax();
         else
             sched_yield();
-        got = q_take(st, out, n);
+        got = seda__stage_take(st, out, n);
     }
     return got;
 }
@@ -182,13 +167,13 @@ static uint32_t q_take_all_of(struct seda_stage_s *st, seda_env_t **out,
 uint32_t seda__stage_depth(struct seda_stage_s *st)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    return depth_of(st) - (uint32_t)st->reserved;
+    return seda__stage_qcount(st) - (uint32_t)st->reserved;
 }
 
 seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
 {
     seda_env_t *e = NULL;
-    return q_take(st, &e, 1) ? e : NULL;
+    return seda__stage_take(st, &e, 1) ? e : NULL;
 }
 
 /* ---- creation ---- */
@@ -305,7 +290,7 @@ void seda__stage_free(struct seda_stage_s *st)
 {
     if (!st)
         return;
-    assert(seda__queue_count(&st->q) == 0 && depth_of(st) == 0);
+    assert(seda__queue_count(&st->q) == 0 && seda__stage_qcount(st) == 0);
     seda__queue_destroy(&st->q);
     pthread_cond_destroy(&st->not_full);
     pthread_cond_destroy(&st->not_empty);
@@ -316,7 +301,6 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__free(st);
 }
 
-static void schedule(struct seda_stage_s *st);
 
 /* ---- public accessors ---- */
 
@@ -381,7 +365,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         atomic_store_explicit(&st->conc_fast, conc, memory_order_relaxed);
         int run = atomic_load_explicit(&st->running, memory_order_relaxed);
         while (!st->pull && run < st->concurrency &&
-               (uint32_t)run < depth_of(st) - (uint32_t)st->reserved) {
+               (uint32_t)run < seda__stage_qcount(st) - (uint32_t)st->reserved) {
             run++;
             nsched++;
         }
@@ -395,7 +379,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         return rc;
     }
     while (nsched-- > 0)
-        schedule(st);
+        seda__stage_schedule(st);
     return 0;
 }
 
@@ -531,7 +515,6 @@ static void end_dropped(seda_env_t *env)
 
 /* ---- admission ---- */
 
-static void drain(void *arg);
 
 /* Push env (lock held, room checked).  Returns true when the caller must
  * submit a drain task after unlocking. */
@@ -559,9 +542,9 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     return false;
 }
 
-static void schedule(struct seda_stage_s *st)
+void seda__stage_schedule(struct seda_stage_s *st)
 {
-    if (seda__pool_submit(st->bus->pool, drain, st) != 0) {
+    if (seda__pool_submit(st->bus->pool, seda__stage_drain, st) != 0) {
         /* Pool stopping: give the permit back; the bus sweeps the queue. */
         seda__mutex_lock(&st->mu);
         atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
@@ -581,7 +564,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
-    if (depth_of(st) < (uint32_t)st->capacity) {
+    if (seda__stage_qcount(st) < (uint32_t)st->capacity) {
         if (env) {
             *sched |= push_locked(st, env, hop);
         } else {
@@ -630,12 +613,12 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
         end = deadline_ns;
     /* Relaxed: a hint, re-checked under the lock.  Any drop below the
      * depth we found full means a drain task took a batch. */
-    unsigned full = depth_of(st);
+    unsigned full = seda__stage_qcount(st);
     for (unsigned i = 1;; i++) {
-        if (depth_of(st) < full)
+        if (seda__stage_qcount(st) < full)
             return;
         if (i < 64)
-            cpu_relax();
+            seda__cpu_relax();
         else
             sched_yield();
         if ((i & 15) == 0 && seda__now_ns() >= end)
@@ -651,7 +634,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (st->pull)
         return 1;                       /* receivers need a signal */
     int cap = atomic_load_explicit(&st->cap_fast, memory_order_relaxed);
-    if (depth_of(st) >= (unsigned)cap)
+    if (seda__stage_qcount(st) >= (unsigned)cap)
         return 1;                       /* full: no transient over-count */
     /* seq_cst RMW: ordered before the reads of stopping and running. */
     unsigned n = atomic_fetch_add_explicit(&st->qcount, 1,
@@ -686,7 +669,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         }
         seda__mutex_unlock(&st->mu);
         if (sched)
-            schedule(st);
+            seda__stage_schedule(st);
     }
     return 0;
 }
@@ -728,7 +711,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     }
     seda__mutex_unlock(&st->mu);
     if (sched)
-        schedule(st);
+        seda__stage_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
             seda__durable_forget(st, victim);
@@ -768,7 +751,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
             /* Let the drain task see the queued work while we wait. */
             if (sched) {
                 seda__mutex_unlock(&st->mu);
-                schedule(st);
+                seda__stage_schedule(st);
                 sched = false;
                 seda__mutex_lock(&st->mu);
                 continue;
@@ -790,7 +773,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
     }
     seda__mutex_unlock(&st->mu);
     if (sched)
-        schedule(st);
+        seda__stage_schedule(st);
     for (int i = 0; i < nv; i++)
         end_dropped(victims[i]);
     return done;
@@ -819,7 +802,7 @@ void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
     bool sched = push_locked(st, env, false);
     seda__mutex_unlock(&st->mu);
     if (sched)
-        schedule(st);
+        seda__stage_schedule(st);
 }
 
 int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
@@ -837,7 +820,7 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     }
     for (int i = n - 1; i >= 0; i--) {
         envs[i]->at = st;
-        q_push_head(st, envs[i]);
+        seda__stage_push_head(st, envs[i]);
     }
     st->c.enqueued += (uint64_t)n;
     st->c.accepted += (uint64_t)n;
@@ -846,7 +829,7 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     } else {
         int run = atomic_load_explicit(&st->running, memory_order_relaxed);
         while (run < st->concurrency &&
-               (uint32_t)run < depth_of(st) - (uint32_t)st->reserved) {
+               (uint32_t)run < seda__stage_qcount(st) - (uint32_t)st->reserved) {
             run++;
             nsched++;
         }
@@ -854,7 +837,7 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     }
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
-        schedule(st);
+        seda__stage_schedule(st);
     return 0;
 }
 
@@ -869,267 +852,6 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_unlock(&st->mu);
 }
 
-/* ---- delivery ---- */
-
-enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
-
-static int deliver(struct seda_stage_s *st, seda_env_t *env)
-{
-    /* Acquire: pairs with the release in seda_stage_consume. */
-    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
-    if (n == 0)
-        return DELIVER_NO_CONSUMERS;
-    if (st->delivery == SEDA_DELIVERY_P2P) {
-        /* One consumer: no cursor to bump (it shares no line with what
-         * publishers read, but there is no need to write at all). */
-        unsigned i = n == 1 ? 0
-                   : atomic_fetch_add_explicit(&st->rr, 1,
-                                               memory_order_relaxed);
-        struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
-        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
-        bool ok = c->fn(env, c->ud) && !(env->flags & ENV_FAILED);
-        seda__env_delivery_end(env, ok);
-        return ok ? DELIVER_ACK : DELIVER_NACK;
-    }
-    uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
-    for (int i = 0; i < n; i++) {
-        uint64_t bit = UINT64_C(1) << i;
-        if (env->acked & bit)
-            continue;
-        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
-        bool ok = st->cons[i].fn(env, st->cons[i].ud) &&
-                  !(env->flags & ENV_FAILED);
-        seda__env_delivery_end(env, ok);
-        if (ok)
-            env->acked |= bit;
-    }
-    return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
-}
-
-/* How long a drain task that emptied its queue watches for more before
- * giving its permit back.  A producer a little slower than its consumer
- * would otherwise make every envelope pay a pool round trip and often a
- * kernel wake-up.  Bounded, and it yields the core after a short spin, so
- * an idle stage still costs nothing and a busy machine loses little. */
-#define LINGER_NS 20000
-#define GATHER_NS 10000
-
-/* Watch for new work (no lock held).  True when some arrived. */
-/* Let more envelopes arrive (at most GATHER_NS, no lock held) while
- * fewer than half a batch are queued, so the publisher and this task do
- * not trade the stage lock for every envelope: with a consumer a little
- * faster than its producer, taking whatever is there at once settles
- * into batches of a few envelopes and a contended lock on every publish.
- * Costs at most GATHER_NS of latency. */
-static void gather(struct seda_stage_s *st, unsigned depth)
-{
-    unsigned want = (unsigned)st->bus->batch / 2;
-    if (depth >= want)
-        return;
-    int64_t until = seda__clock_ns() + GATHER_NS;
-    for (unsigned k = 1; depth < want; k++) {
-        /* Read the count sparingly: every read pulls the line the
-         * publishers are writing away from them. */
-        for (int r = 0; r < 64; r++)
-            cpu_relax();
-        if ((k & 3) == 0 && seda__clock_ns() >= until)
-            break;
-        if (atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
-            break;
-        depth = depth_of(st);
-    }
-}
-
-static bool linger(struct seda_stage_s *st)
-{
-    struct seda_bus_s *b = st->bus;
-    int64_t end = seda__now_ns() + LINGER_NS;
-    for (unsigned i = 1;; i++) {
-        /* Relaxed: a hint only; the caller re-checks under the lock. */
-        unsigned depth = depth_of(st);
-        if (depth) {
-            gather(st, depth);
-            return true;
-        }
-        if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
-            seda__pool_pending(b->pool))
-            return false;
-        if (i < 64) {
-            for (int r = 0; r < 8; r++)
-                cpu_relax();
-        } else {
-            sched_yield();
-        }
-        if ((i & 15) == 0 && seda__now_ns() >= end)
-            return false;
-    }
-}
-
-/* Take one batch, deliver it, fold the results in.  Returns with st->mu
- * held. */
-/* Record a rate sample at most every 100 ms (lock held). */
-static void rate_sample(struct seda_stage_s *st, int64_t now)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    int last = (st->rate_head + 63) % 64;
-    if (st->rate_n > 0 && now - st->rate[last].t < 100000000)
-        return;
-    st->rate[st->rate_head].t = now;
-    st->rate[st->rate_head].delivered = st->c.delivered;
-    st->rate_head = (st->rate_head + 1) % 64;
-    if (st->rate_n < 64)
-        st->rate_n++;
-}
-
-/* Act on one delivery's result. */
-static void route(struct seda_stage_s *st, seda_env_t *env, int res,
-                  struct stage_counters *tally, seda_env_t **retry,
-                  int *nretry, int64_t now)
-{
-    switch (res) {
-    case DR_ACK:
-        tally->delivered++;
-        seda__bus_route_ack(st, env, tally);
-        break;
-    case DR_DEAD_NOCONS:
-        seda__bus_dead_letter(st, env, "no_consumers", tally);
-        break;
-    case DR_RETRY:
-        tally->nacked++;
-        env->attempts++;
-        env->enq_ts = now;
-        retry[(*nretry)++] = env;
-        break;
-    default:
-        tally->nacked++;
-        seda__bus_dead_letter(st, env, "max_attempts", tally);
-        break;
-    }
-}
-
-/* Take one batch, deliver it, fold the results in.  Returns with st->mu
- * held. */
-static void run_batch(struct seda_stage_s *st)
-{
-    struct seda_bus_s *b = st->bus;
-    seda_env_t *batch[MAX_BATCH];
-    seda_env_t *retry[MAX_BATCH];
-    int64_t sojourn[MAX_BATCH], service[MAX_BATCH];
-    int nretry = 0;
-    struct stage_counters tally = { 0 };
-
-    seda__mutex_lock(&st->mu);
-    int n = (int)q_take(st, batch, (uint32_t)b->batch);
-    st->in_flight += n;
-    if (st->waiters > 0 && n > 0)
-        pthread_cond_broadcast(&st->not_full);
-    seda__mutex_unlock(&st->mu);
-
-    /* One clock read per envelope: a handler's end is the next one's
-     * start (routing in between counts as the next one's sojourn). */
-    int64_t t = seda__clock_ns();
-    int res[MAX_BATCH];
-    int i = 0;
-    for (; i < n; i++) {
-        if (atomic_load_explicit(&b->stopping, memory_order_acquire))
-            break;
-        seda_env_t *env = batch[i];
-        sojourn[i] = t - env->enq_ts;
-        int r = deliver(st, env);
-        int64_t end = seda__clock_ns();
-        service[i] = end - t;
-        t = end;
-        res[i] = r == DELIVER_ACK ? DR_ACK
-               : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
-               : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
-        if (!st->durable)
-            route(st, env, res[i], &tally, retry, &nretry, end);
-    }
-    if (st->durable) {
-        /* Every decision of the batch in one commit, then act on them. */
-        seda__durable_batch(st, batch, res, i);
-        for (int k = 0; k < i; k++)
-            route(st, batch[k], res[k], &tally, retry, &nretry, t);
-    }
-
-    /* Latency samples under their own lock, so the stage lock (which
-     * publishers want) is held only for the counters below. */
-    seda__mutex_lock(&st->hist_mu);
-    for (int k = 0; k < i; k++) {
-        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
-                                                    : 0);
-        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
-                                                    : 0);
-    }
-    seda__mutex_unlock(&st->hist_mu);
-
-    seda__mutex_lock(&st->mu);
-    /* Interrupted by stop: the rest go back first, then the retries, both
-     * in their original order. */
-    for (int k = n - 1; k >= i; k--)
-        q_push_head(st, batch[k]);
-    for (int k = nretry - 1; k >= 0; k--)
-        q_push_head(st, retry[k]);
-    st->in_flight -= n;
-    seda__counters_fold(&st->c, &tally);
-    if (i > 0)
-        rate_sample(st, t);
-}
-
-static void drain(void *arg)
-{
-    struct seda_stage_s *st = arg;
-    struct seda_bus_s *b = st->bus;
-    for (;;) {
-        run_batch(st);                  /* returns holding st->mu */
-        bool stopping = atomic_load_explicit(&b->stopping,
-                                             memory_order_acquire);
-        uint32_t depth = depth_of(st) - (uint32_t)st->reserved;
-        if (depth > 0 && !stopping) {
-            seda__mutex_unlock(&st->mu);
-            /* Keep the permit.  With other tasks waiting, go to the back
-             * of the pool's queue so every stage gets its turn; with none,
-             * the rescheduled task would only hop to another worker and
-             * leave this one's cache behind, so carry on here. */
-            if (seda__pool_pending(b->pool) == 0) {
-                gather(st, depth);
-                continue;
-            }
-            schedule(st);
-            return;
-        }
-        if (!stopping) {
-            seda__mutex_unlock(&st->mu);
-            bool more = linger(st);
-            seda__mutex_lock(&st->mu);
-            if (more || depth_of(st) > (uint32_t)st->reserved) {
-                seda__mutex_unlock(&st->mu);
-                continue;
-            }
-        }
-        /* Give the permit back, then look once more (seq_cst, the Dekker
-         * pairing with admit_fast): a lock-free publisher that read the
-         * old running count did not schedule, so its envelope is ours. */
-        SEDA__CHAOS();
-        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
-        SEDA__CHAOS();
-        if (!stopping && depth_of(st) > (uint32_t)st->reserved &&
-            atomic_load_explicit(&st->running, memory_order_relaxed) <
-                st->concurrency) {
-            atomic_fetch_add_explicit(&st->running, 1, memory_order_seq_cst);
-            seda__mutex_unlock(&st->mu);
-            continue;
-        }
-        bool idle = atomic_load_explicit(&st->running,
-                                         memory_order_relaxed) == 0 &&
-                    depth_of(st) == (uint32_t)st->reserved;
-        seda__mutex_unlock(&st->mu);
-        if (idle)
-            seda__bus_idle_notify(b);
-        return;
-    }
-}
-
 void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
 {
     if (env->attempts < st->max_attempts) {
@@ -1137,7 +859,7 @@ void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
         env->enq_ts = seda__clock_ns();
         seda__mutex_lock(&st->mu);
         st->c.nacked++;
-        q_push_head(st, env);
+        seda__stage_push_head(st, env);
         if (st->pull && st->receivers > 0)
             pthread_cond_signal(&st->not_empty);
         seda__mutex_unlock(&st->mu);
@@ -1192,7 +914,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
     }
     seda__mutex_lock(&st->mu);
     bool idle = atomic_load_explicit(&st->running, memory_order_seq_cst) == 0
-                && depth_of(st) == (uint32_t)st->reserved;
+                && seda__stage_qcount(st) == (uint32_t)st->reserved;
     *sum += st->c.enqueued +
             atomic_load_explicit(&st->fast_acc, memory_order_relaxed) +
             atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
@@ -1229,7 +951,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     /* qcount may hold a lock-free publisher's increment for an instant
      * before it finds the stage full and takes it back: never report more
      * than the bound plus what sits at the head. */
-    uint32_t d = depth_of(st) - (uint32_t)st->reserved;
+    uint32_t d = seda__stage_qcount(st) - (uint32_t)st->reserved;
     uint32_t bound = (uint32_t)st->capacity + seda__queue_count(&st->q);
     out->depth = (int)(d < bound ? d : bound);
     out->in_flight = st->in_flight;

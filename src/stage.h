@@ -209,6 +209,27 @@ SEDA__API int seda__durable_move(struct seda_stage_s *from,
 SEDA__API void seda__durable_forget(struct seda_stage_s *st,
                                     seda_env_t *env);
 
+/* qcount: envelopes queued plus held reservations (a hint without mu). */
+static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&st->qcount, memory_order_relaxed);
+}
+
+/* Take up to n envelopes, the head ring first, then the inbox (mu held);
+ * may return fewer than qcount says while publishers are mid-way. */
+SEDA__API uint32_t seda__stage_take(struct seda_stage_s *st,
+                                    seda_env_t **out, uint32_t n);
+
+/* Put env back at the head (mu held). */
+SEDA__API void seda__stage_push_head(struct seda_stage_s *st,
+                                     seda_env_t *env);
+
+/* Submit a drain task for st (its permit already counted in running). */
+SEDA__API void seda__stage_schedule(struct seda_stage_s *st);
+
+/* The drain task (drain.c). */
+SEDA__API void seda__stage_drain(void *arg);
+
 /* Envelopes queued, not counting held reservations (mu held), and
  * taking the oldest (mu held; NULL when none is ready yet). */
 SEDA__API uint32_t seda__stage_depth(struct seda_stage_s *st);

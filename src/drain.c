@@ -1,0 +1,283 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * drain.c -- the drain task: delivering a stage's envelopes to its
+ * consumers, routing the results, and deciding when to stop.
+ *
+ * DESIGN
+ *   A drain task holds one of its stage's permits.  It takes up to `batch`
+ *   envelopes in one lock round (the head ring, then the inbox: see
+ *   stage.c), delivers them with no lock held (one clock read per envelope
+ *   feeds the sojourn and service histograms), routes acks, nacks and dead
+ *   letters (a durable stage first writes the whole batch's decisions in
+ *   one journal commit), then in one more lock round folds its counters in
+ *   and puts retries back at the head.  Then it carries on (after gathering
+ *   half a batch, when no other task waits for the pool), reschedules
+ *   itself behind other stages' tasks, or lingers briefly for more before
+ *   giving the permit back -- with the Dekker check that pairs with the
+ *   lock-free publish path, so no envelope is left without a task.
+ */
+#include <sched.h>
+
+#include "bus.h"
+#include "stage.h"
+
+#define MAX_BATCH 256
+
+enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
+
+static int deliver(struct seda_stage_s *st, seda_env_t *env)
+{
+    /* Acquire: pairs with the release in seda_stage_consume. */
+    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
+    if (n == 0)
+        return DELIVER_NO_CONSUMERS;
+    if (st->delivery == SEDA_DELIVERY_P2P) {
+        /* One consumer: no cursor to bump (it shares no line with what
+         * publishers read, but there is no need to write at all). */
+        unsigned i = n == 1 ? 0
+                   : atomic_fetch_add_explicit(&st->rr, 1,
+                                               memory_order_relaxed);
+        struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
+        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
+        bool ok = c->fn(env, c->ud) && !(env->flags & ENV_FAILED);
+        seda__env_delivery_end(env, ok);
+        return ok ? DELIVER_ACK : DELIVER_NACK;
+    }
+    uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+    for (int i = 0; i < n; i++) {
+        uint64_t bit = UINT64_C(1) << i;
+        if (env->acked & bit)
+            continue;
+        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
+        bool ok = st->cons[i].fn(env, st->cons[i].ud) &&
+                  !(env->flags & ENV_FAILED);
+        seda__env_delivery_end(env, ok);
+        if (ok)
+            env->acked |= bit;
+    }
+    return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
+}
+
+/* How long a drain task that emptied its queue watches for more before
+ * giving its permit back.  A producer a little slower than its consumer
+ * would otherwise make every envelope pay a pool round trip and often a
+ * kernel wake-up.  Bounded, and it yields the core after a short spin, so
+ * an idle stage still costs nothing and a busy machine loses little. */
+#define LINGER_NS 20000
+#define GATHER_NS 10000
+
+/* Watch for new work (no lock held).  True when some arrived. */
+/* Let more envelopes arrive (at most GATHER_NS, no lock held) while
+ * fewer than half a batch are queued, so the publisher and this task do
+ * not trade the stage lock for every envelope: with a consumer a little
+ * faster than its producer, taking whatever is there at once settles
+ * into batches of a few envelopes and a contended lock on every publish.
+ * Costs at most GATHER_NS of latency. */
+static void gather(struct seda_stage_s *st, unsigned depth)
+{
+    unsigned want = (unsigned)st->bus->batch / 2;
+    if (depth >= want)
+        return;
+    int64_t until = seda__clock_ns() + GATHER_NS;
+    for (unsigned k = 1; depth < want; k++) {
+        /* Read the count sparingly: every read pulls the line the
+         * publishers are writing away from them. */
+        for (int r = 0; r < 64; r++)
+            seda__cpu_relax();
+        if ((k & 3) == 0 && seda__clock_ns() >= until)
+            break;
+        if (atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
+            break;
+        depth = seda__stage_qcount(st);
+    }
+}
+
+static bool linger(struct seda_stage_s *st)
+{
+    struct seda_bus_s *b = st->bus;
+    int64_t end = seda__now_ns() + LINGER_NS;
+    for (unsigned i = 1;; i++) {
+        /* Relaxed: a hint only; the caller re-checks under the lock. */
+        unsigned depth = seda__stage_qcount(st);
+        if (depth) {
+            gather(st, depth);
+            return true;
+        }
+        if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
+            seda__pool_pending(b->pool))
+            return false;
+        if (i < 64) {
+            for (int r = 0; r < 8; r++)
+                seda__cpu_relax();
+        } else {
+            sched_yield();
+        }
+        if ((i & 15) == 0 && seda__now_ns() >= end)
+            return false;
+    }
+}
+
+/* Take one batch, deliver it, fold the results in.  Returns with st->mu
+ * held. */
+/* Record a rate sample at most every 100 ms (lock held). */
+static void rate_sample(struct seda_stage_s *st, int64_t now)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    int last = (st->rate_head + 63) % 64;
+    if (st->rate_n > 0 && now - st->rate[last].t < 100000000)
+        return;
+    st->rate[st->rate_head].t = now;
+    st->rate[st->rate_head].delivered = st->c.delivered;
+    st->rate_head = (st->rate_head + 1) % 64;
+    if (st->rate_n < 64)
+        st->rate_n++;
+}
+
+/* Act on one delivery's result. */
+static void route(struct seda_stage_s *st, seda_env_t *env, int res,
+                  struct stage_counters *tally, seda_env_t **retry,
+                  int *nretry, int64_t now)
+{
+    switch (res) {
+    case DR_ACK:
+        tally->delivered++;
+        seda__bus_route_ack(st, env, tally);
+        break;
+    case DR_DEAD_NOCONS:
+        seda__bus_dead_letter(st, env, "no_consumers", tally);
+        break;
+    case DR_RETRY:
+        tally->nacked++;
+        env->attempts++;
+        env->enq_ts = now;
+        retry[(*nretry)++] = env;
+        break;
+    default:
+        tally->nacked++;
+        seda__bus_dead_letter(st, env, "max_attempts", tally);
+        break;
+    }
+}
+
+/* Take one batch, deliver it, fold the results in.  Returns with st->mu
+ * held. */
+static void run_batch(struct seda_stage_s *st)
+{
+    struct seda_bus_s *b = st->bus;
+    seda_env_t *batch[MAX_BATCH];
+    seda_env_t *retry[MAX_BATCH];
+    int64_t sojourn[MAX_BATCH], service[MAX_BATCH];
+    int nretry = 0;
+    struct stage_counters tally = { 0 };
+
+    seda__mutex_lock(&st->mu);
+    int n = (int)seda__stage_take(st, batch, (uint32_t)b->batch);
+    st->in_flight += n;
+    if (st->waiters > 0 && n > 0)
+        pthread_cond_broadcast(&st->not_full);
+    seda__mutex_unlock(&st->mu);
+
+    /* One clock read per envelope: a handler's end is the next one's
+     * start (routing in between counts as the next one's sojourn). */
+    int64_t t = seda__clock_ns();
+    int res[MAX_BATCH];
+    int i = 0;
+    for (; i < n; i++) {
+        if (atomic_load_explicit(&b->stopping, memory_order_acquire))
+            break;
+        seda_env_t *env = batch[i];
+        sojourn[i] = t - env->enq_ts;
+        int r = deliver(st, env);
+        int64_t end = seda__clock_ns();
+        service[i] = end - t;
+        t = end;
+        res[i] = r == DELIVER_ACK ? DR_ACK
+               : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
+               : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
+        if (!st->durable)
+            route(st, env, res[i], &tally, retry, &nretry, end);
+    }
+    if (st->durable) {
+        /* Every decision of the batch in one commit, then act on them. */
+        seda__durable_batch(st, batch, res, i);
+        for (int k = 0; k < i; k++)
+            route(st, batch[k], res[k], &tally, retry, &nretry, t);
+    }
+
+    /* Latency samples under their own lock, so the stage lock (which
+     * publishers want) is held only for the counters below. */
+    seda__mutex_lock(&st->hist_mu);
+    for (int k = 0; k < i; k++) {
+        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
+                                                    : 0);
+        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
+                                                    : 0);
+    }
+    seda__mutex_unlock(&st->hist_mu);
+
+    seda__mutex_lock(&st->mu);
+    /* Interrupted by stop: the rest go back first, then the retries, both
+     * in their original order. */
+    for (int k = n - 1; k >= i; k--)
+        seda__stage_push_head(st, batch[k]);
+    for (int k = nretry - 1; k >= 0; k--)
+        seda__stage_push_head(st, retry[k]);
+    st->in_flight -= n;
+    seda__counters_fold(&st->c, &tally);
+    if (i > 0)
+        rate_sample(st, t);
+}
+
+void seda__stage_drain(void *arg)
+{
+    struct seda_stage_s *st = arg;
+    struct seda_bus_s *b = st->bus;
+    for (;;) {
+        run_batch(st);                  /* returns holding st->mu */
+        bool stopping = atomic_load_explicit(&b->stopping,
+                                             memory_order_acquire);
+        uint32_t depth = seda__stage_qcount(st) - (uint32_t)st->reserved;
+        if (depth > 0 && !stopping) {
+            seda__mutex_unlock(&st->mu);
+            /* Keep the permit.  With other tasks waiting, go to the back
+             * of the pool's queue so every stage gets its turn; with none,
+             * the rescheduled task would only hop to another worker and
+             * leave this one's cache behind, so carry on here. */
+            if (seda__pool_pending(b->pool) == 0) {
+                gather(st, depth);
+                continue;
+            }
+            seda__stage_schedule(st);
+            return;
+        }
+        if (!stopping) {
+            seda__mutex_unlock(&st->mu);
+            bool more = linger(st);
+            seda__mutex_lock(&st->mu);
+            if (more || seda__stage_qcount(st) > (uint32_t)st->reserved) {
+                seda__mutex_unlock(&st->mu);
+                continue;
+            }
+        }
+        /* Give the permit back, then look once more (seq_cst, the Dekker
+         * pairing with admit_fast): a lock-free publisher that read the
+         * old running count did not schedule, so its envelope is ours. */
+        SEDA__CHAOS();
+        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
+        SEDA__CHAOS();
+        if (!stopping && seda__stage_qcount(st) > (uint32_t)st->reserved &&
+            atomic_load_explicit(&st->running, memory_order_relaxed) <
+                st->concurrency) {
+            atomic_fetch_add_explicit(&st->running, 1, memory_order_seq_cst);
+            seda__mutex_unlock(&st->mu);
+            continue;
+        }
+        bool idle = atomic_load_explicit(&st->running,
+                                         memory_order_relaxed) == 0 &&
+                    seda__stage_qcount(st) == (uint32_t)st->reserved;
+        seda__mutex_unlock(&st->mu);
+        if (idle)
+            seda__bus_idle_notify(b);
+        return;
+    }
+}
