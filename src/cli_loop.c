@@ -22,6 +22,7 @@
 #include <lualib.h>
 
 #include "cli.h"
+#include "lseda.h"
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";
@@ -37,16 +38,7 @@ double cli_now(void)
 
 int cli_msghandler(lua_State *L)
 {
-    const char *msg = lua_tostring(L, 1);
-    if (msg == NULL) {
-        if (luaL_callmeta(L, 1, "__tostring") &&
-            lua_type(L, -1) == LUA_TSTRING)
-            return 1;
-        msg = lua_pushfstring(L, "(error object is a %s value)",
-                              luaL_typename(L, 1));
-    }
-    luaL_traceback(L, L, msg, 1);
-    return 1;
+    return seda__l_msghandler(L);       /* the runtime's own */
 }
 
 /* Call the function below nargs arguments with a traceback handler.  On

@@ -177,12 +177,6 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
     pthread_mutex_unlock(&lb->mu);
 }
 
-static int traceback(lua_State *L)
-{
-    const char *msg = lua_tostring(L, 1);
-    luaL_traceback(L, L, msg ? msg : "(error object is not a string)", 1);
-    return 1;
-}
 
 /* Protected part of running one completion: push the env table and call
  * the callback at index 1. */
@@ -230,7 +224,7 @@ static int run_completions(lua_State *L, struct lbus *lb)
             struct lcompletion *next = c->next;
             if (c->outcome == SEDA_COMPLETED) {
                 int top = lua_gettop(L);
-                lua_pushcfunction(L, traceback);
+                lua_pushcfunction(L, seda__l_msghandler);
                 lua_pushcfunction(L, call_completion);
                 lua_rawgeti(L, LUA_REGISTRYINDEX, c->cb->ref);
                 lua_pushlightuserdata(L, c);

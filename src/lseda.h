@@ -136,6 +136,10 @@ SEDA__API void seda__l_lstage_free(struct lstage *ls);
 
 /* ---- lworker.c ---- */
 
+/* The message handler every protected call uses: the error (or its
+ * __tostring, or a note of its type) with a traceback. */
+SEDA__API int seda__l_msghandler(lua_State *L);
+
 /* The hooks the bus is created with: one Lua state per pool thread. */
 SEDA__API void *seda__lw_start(int index, void *ud);
 SEDA__API void seda__lw_stop(int index, void *data, void *ud);

@@ -403,7 +403,7 @@ static int w_now(lua_State *L)
     return 1;
 }
 
-static int msghandler(lua_State *L)
+int seda__l_msghandler(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
@@ -478,7 +478,7 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
 
-    lua_pushcfunction(L, msghandler);              /* SLOT_MSGH */
+    lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
     struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
     memset(le, 0, sizeof *le);
     luaL_setmetatable(L, LSEDA_ENV_MT);
