@@ -485,7 +485,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
             if (seda__env_jkey(env))
                 seda__durable_move(st, to, env, 1);
             else
-                seda__durable_enter_hop(to, env);
+                (void)seda__durable_enter(to, env); /* reported */
         } else if (seda__env_jkey(env)) {
             seda__durable_forget(st, env);
         }
@@ -554,7 +554,7 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
             if (to->durable && seda__env_jkey(env))
                 seda__durable_move(st, to, env, 0);
             else if (to->durable)
-                seda__durable_enter_hop(to, env);
+                (void)seda__durable_enter(to, env); /* reported */
             else if (seda__env_jkey(env))
                 seda__durable_forget(st, env);
         } else if (!to->durable) {

@@ -230,11 +230,6 @@ int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env)
     return rc;
 }
 
-void seda__durable_enter_hop(struct seda_stage_s *to, seda_env_t *env)
-{
-    (void)seda__durable_enter(to, env);
-}
-
 int seda__durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
                        seda_env_t *env, int skip_slip)
 {

@@ -3,10 +3,10 @@
  * env.c -- envelope construction, accessors and the routing slip.
  *
  * DESIGN
- *   One malloc per envelope in the common case: small payloads (up to
- *   SEDA_ENV_INLINE bytes, or the published size when larger payloads are
- *   inlined at construction) live in the envelope's tail.  Headers and the
- *   slip are separate blocks allocated only when used.  Ids are a process
+ *   One allocation per envelope, recycled (see "recycling" below):
+ *   payloads up to 248 bytes live in the envelope's tail, in one of three
+ *   size classes (8, 56, 248).  Sender, headers and the slip live in an
+ *   extension block allocated only when used.  Ids are a process
  *   wide counter handed out to each thread in blocks of 1024, so publishing
  *   does not bounce a shared cache line per envelope.
  */

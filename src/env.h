@@ -41,8 +41,6 @@ enum {
                                    routing decision about to be made */
 };
 
-#define SEDA_ENV_INLINE 16      /* payload bytes stored inside the env */
-
 /* The link of a stage's inbox (an intrusive multi-producer queue). */
 struct env_link {
     _Atomic(struct env_link *) next;

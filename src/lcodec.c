@@ -74,16 +74,16 @@
 #include <string.h>
 
 enum {
-    TAG_NIL = 0x00,
-    TAG_FALSE = 0x01,
-    TAG_TRUE = 0x02,
-    TAG_FLOAT = 0x03,
-    TAG_INT8 = 0x04,  /* INT16 = 0x05, INT32 = 0x06, INT64 = 0x07 */
-    TAG_STR8 = 0x08,  /* STR16 = 0x09, STR32 = 0x0a, STR64 = 0x0b */
-    TAG_TBL8 = 0x0c,
-    TAG_TBL32 = 0x0d,
-    TAG_FIXSTR = 0x20, /* 0x20..0x3f */
-    TAG_FIXINT = 0x60, /* 0x60..0xff, value = tag - 0x80 */
+    TAG_NIL = SEDA_TAG_NIL,
+    TAG_FALSE = SEDA_TAG_FALSE,
+    TAG_TRUE = SEDA_TAG_TRUE,
+    TAG_FLOAT = SEDA_TAG_FLOAT,
+    TAG_INT8 = SEDA_TAG_INT8,
+    TAG_STR8 = SEDA_TAG_STR8,
+    TAG_TBL8 = SEDA_TAG_TBL8,
+    TAG_TBL32 = SEDA_TAG_TBL32,
+    TAG_FIXSTR = SEDA_TAG_FIXSTR,
+    TAG_FIXINT = SEDA_TAG_FIXINT,
     FIXSTR_MAX = 31,
     FIXINT_MIN = -32,
     FIXINT_MAX = 127
@@ -143,21 +143,6 @@ static inline void st64(unsigned char *p, uint64_t v)
 {
     st32(p, v);
     st32(p + 4, v >> 32);
-}
-
-static inline uint64_t ld16(const unsigned char *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8;
-}
-
-static inline uint64_t ld32(const unsigned char *p)
-{
-    return ld16(p) | ld16(p + 2) << 16;
-}
-
-static inline uint64_t ld64(const unsigned char *p)
-{
-    return ld32(p) | ld32(p + 4) << 32;
 }
 
 /* ---- encoder ---- */
@@ -518,7 +503,7 @@ static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
         if (avail(d) >= 1 && d->p[0] == TAG_NIL)
             return dfail(d, "table key is nil");
         if (avail(d) >= 9 && d->p[0] == TAG_FLOAT &&
-            (ld64(d->p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
+            (seda__ld64(d->p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
             return dfail(d, "table key is NaN");
         if (dec_value(d) != 0)
             return -1;
@@ -568,7 +553,7 @@ static int dec_value(struct dec *d)
     case TAG_FLOAT: {
         if (avail(d) < 9)
             return dfail(d, "truncated float");
-        uint64_t u = ld64(p + 1);
+        uint64_t u = seda__ld64(p + 1);
         double v;
         memcpy(&v, &u, sizeof v);
         lua_pushnumber(L, (lua_Number)v);
@@ -585,9 +570,9 @@ static int dec_value(struct dec *d)
         int64_t v;
         switch (w) {
         case 1: v = (int8_t)p[1]; break;
-        case 2: v = (int16_t)(uint16_t)ld16(p + 1); break;
-        case 4: v = (int32_t)(uint32_t)ld32(p + 1); break;
-        default: v = (int64_t)ld64(p + 1); break;
+        case 2: v = (int16_t)(uint16_t)seda__ld16(p + 1); break;
+        case 4: v = (int32_t)(uint32_t)seda__ld32(p + 1); break;
+        default: v = (int64_t)seda__ld64(p + 1); break;
         }
         lua_pushinteger(L, (lua_Integer)v);
         d->p += 1 + w;
@@ -600,8 +585,8 @@ static int dec_value(struct dec *d)
         w = (size_t)1 << (tag - TAG_STR8);
         if (avail(d) < 1 + w)
             return dfail(d, "truncated string length");
-        n = w == 1 ? p[1] : w == 2 ? ld16(p + 1)
-            : w == 4 ? ld32(p + 1) : ld64(p + 1);
+        n = w == 1 ? p[1] : w == 2 ? seda__ld16(p + 1)
+            : w == 4 ? seda__ld32(p + 1) : seda__ld64(p + 1);
         if (n > avail(d) - 1 - w)
             return dfail(d, "string length exceeds the input");
         lua_pushlstring(L, (const char *)p + 1 + w, (size_t)n);
@@ -616,7 +601,7 @@ static int dec_value(struct dec *d)
         if (avail(d) < 9)
             return dfail(d, "truncated table header");
         d->p += 9;
-        return dec_table(d, ld32(p + 1), ld32(p + 5));
+        return dec_table(d, seda__ld32(p + 1), seda__ld32(p + 5));
     default: {
         char what[32];
         snprintf(what, sizeof what, "invalid tag 0x%02x", tag);

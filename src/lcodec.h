@@ -23,6 +23,7 @@
 
 #include <lua.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifndef SEDA__API
 #define SEDA__API __attribute__((visibility("hidden")))
@@ -31,6 +32,37 @@
 /* The deepest table nesting either direction accepts.  A table that holds
  * no tables is one level. */
 #define SEDA_CODEC_MAX_DEPTH 200
+
+/* The wire format's tag bytes (described in the header of lcodec.c),
+ * shared by the codec and the schema checker (lschema.c). */
+enum {
+    SEDA_TAG_NIL = 0x00,
+    SEDA_TAG_FALSE = 0x01,
+    SEDA_TAG_TRUE = 0x02,
+    SEDA_TAG_FLOAT = 0x03,
+    SEDA_TAG_INT8 = 0x04,   /* ..0x07: 1/2/4/8-byte integer */
+    SEDA_TAG_STR8 = 0x08,   /* ..0x0b: 1/2/4/8-byte length, then bytes */
+    SEDA_TAG_TBL8 = 0x0c,   /* u8 narr, u8 nrec */
+    SEDA_TAG_TBL32 = 0x0d,  /* u32 narr, u32 nrec */
+    SEDA_TAG_FIXSTR = 0x20, /* ..0x3f: length tag - 0x20 */
+    SEDA_TAG_FIXINT = 0x60  /* ..0xff: value tag - 0x80 */
+};
+
+/* Little-endian readers of the wire format's fixed-width fields. */
+static inline uint64_t seda__ld16(const unsigned char *p)
+{
+    return (uint64_t)p[0] | (uint64_t)p[1] << 8;
+}
+
+static inline uint64_t seda__ld32(const unsigned char *p)
+{
+    return seda__ld16(p) | seda__ld16(p + 2) << 16;
+}
+
+static inline uint64_t seda__ld64(const unsigned char *p)
+{
+    return seda__ld32(p) | seda__ld32(p + 4) << 32;
+}
 
 /* A growable output buffer, reused by the caller across encodes. */
 typedef struct seda_wbuf {

@@ -525,18 +525,18 @@ int seda__schema_check_value(const struct seda_schema *s, lua_State *L,
 
 /* ---- byte checker ---- */
 
-/* lcodec's wire format (see the header of lcodec.c). */
+/* lcodec's wire format (lcodec.h), under the short names used here. */
 enum {
-    TAG_NIL = 0x00,
-    TAG_FALSE = 0x01,
-    TAG_TRUE = 0x02,
-    TAG_FLOAT = 0x03,
-    TAG_INT8 = 0x04,   /* ..0x07: 1/2/4/8-byte integer */
-    TAG_STR8 = 0x08,   /* ..0x0b: 1/2/4/8-byte length, then bytes */
-    TAG_TBL8 = 0x0c,   /* u8 narr, u8 nrec */
-    TAG_TBL32 = 0x0d,  /* u32 narr, u32 nrec */
-    TAG_FIXSTR = 0x20, /* ..0x3f: length tag - 0x20 */
-    TAG_FIXINT = 0x60  /* ..0xff: value tag - 0x80 */
+    TAG_NIL = SEDA_TAG_NIL,
+    TAG_FALSE = SEDA_TAG_FALSE,
+    TAG_TRUE = SEDA_TAG_TRUE,
+    TAG_FLOAT = SEDA_TAG_FLOAT,
+    TAG_INT8 = SEDA_TAG_INT8,
+    TAG_STR8 = SEDA_TAG_STR8,
+    TAG_TBL8 = SEDA_TAG_TBL8,
+    TAG_TBL32 = SEDA_TAG_TBL32,
+    TAG_FIXSTR = SEDA_TAG_FIXSTR,
+    TAG_FIXINT = SEDA_TAG_FIXINT
 };
 
 /* What a tag byte holds, as the checker sees it. */
@@ -559,21 +559,6 @@ static inline enum kind kind_of(unsigned tag)
     case TAG_TBL8: case TAG_TBL32: return K_TABLE;
     default: return K_BAD;
     }
-}
-
-static inline uint64_t ld16(const unsigned char *p)
-{
-    return (uint64_t)p[0] | (uint64_t)p[1] << 8;
-}
-
-static inline uint64_t ld32(const unsigned char *p)
-{
-    return ld16(p) | ld16(p + 2) << 16;
-}
-
-static inline uint64_t ld64(const unsigned char *p)
-{
-    return ld32(p) | ld32(p + 4) << 32;
 }
 
 /* The reader.  As in lcodec's decoder, pending counts the values open
@@ -615,8 +600,8 @@ static inline int read_str(struct bchk *r, const char **s, size_t *len)
         w = (size_t)1 << (tag - TAG_STR8);
         if (avail(r) < 1 + w)
             return -1;
-        n = w == 1 ? p[1] : w == 2 ? ld16(p + 1)
-            : w == 4 ? ld32(p + 1) : ld64(p + 1);
+        n = w == 1 ? p[1] : w == 2 ? seda__ld16(p + 1)
+            : w == 4 ? seda__ld32(p + 1) : seda__ld64(p + 1);
     } else {
         return -1;
     }
@@ -644,8 +629,8 @@ static int open_table(struct bchk *r, uint64_t *narr, uint64_t *nrec)
     } else {
         if (avail(r) < 9)
             return -1;
-        *narr = ld32(p + 1);
-        *nrec = ld32(p + 5);
+        *narr = seda__ld32(p + 1);
+        *nrec = seda__ld32(p + 5);
         r->p += 9;
     }
     if (*narr > INT_MAX || *nrec > INT_MAX ||
@@ -663,7 +648,7 @@ static inline int bad_key(const struct bchk *r)
     const unsigned char *p = r->p;
     return p[0] == TAG_NIL ||
            (p[0] == TAG_FLOAT && avail(r) >= 9 &&
-            (ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52);
+            (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52);
 }
 
 static int skip_value(struct bchk *r);
@@ -750,8 +735,8 @@ static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
     case K_STR: {
         size_t w = tag >= TAG_FIXSTR ? 0 : (size_t)1 << (tag - TAG_STR8);
         size_t len = w == 0 ? tag - TAG_FIXSTR : w == 1 ? p[1]
-                     : w == 2 ? (size_t)ld16(p + 1)
-                     : w == 4 ? (size_t)ld32(p + 1) : (size_t)ld64(p + 1);
+                     : w == 2 ? (size_t)seda__ld16(p + 1)
+                     : w == 4 ? (size_t)seda__ld32(p + 1) : (size_t)seda__ld64(p + 1);
         seda__path_name(m, (const char *)p + 1 + w, len);
         break;
     }
@@ -762,16 +747,16 @@ static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
         else if (tag == TAG_INT8)
             v = (int8_t)p[1];
         else if (tag == TAG_INT8 + 1)
-            v = (int16_t)(uint16_t)ld16(p + 1);
+            v = (int16_t)(uint16_t)seda__ld16(p + 1);
         else if (tag == TAG_INT8 + 2)
-            v = (int32_t)(uint32_t)ld32(p + 1);
+            v = (int32_t)(uint32_t)seda__ld32(p + 1);
         else
-            v = (int64_t)ld64(p + 1);
+            v = (int64_t)seda__ld64(p + 1);
         seda__path_int(m, (lua_Integer)v);
         break;
     }
     case K_FLOAT: {
-        uint64_t u = ld64(p + 1);
+        uint64_t u = seda__ld64(p + 1);
         double d;
         memcpy(&d, &u, sizeof d);
         seda__path_float(m, d);

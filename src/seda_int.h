@@ -36,9 +36,9 @@ SEDA__API void *seda__calloc(size_t n, size_t size);
 SEDA__API void *seda__realloc(void *p, size_t n);
 SEDA__API void seda__free(void *p);
 SEDA__API char *seda__strdup(const char *s);
-/* True while the allocator is malloc/free (caches may then recycle). */
-SEDA__API bool seda__default_allocator(void);
-SEDA__API extern bool seda__custom_alloc;   /* set before other calls */
+/* True once seda_set_allocator installed a custom allocator (caches then
+ * stand aside).  Set before any other call, then only read. */
+SEDA__API extern bool seda__custom_alloc;
 
 /* ---- time ---- */
 

@@ -199,10 +199,6 @@ SEDA__API void seda__durable_batch(struct seda_stage_s *st,
  * hops into durable stages, dead letters).  Each returns 0 or a negative
  * code and reports failures on the stage. */
 SEDA__API int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env);
-/* The same for an envelope entering a durable stage by a hop or as a dead
- * letter (already accepted: no dedup, failures reported, not refused). */
-SEDA__API void seda__durable_enter_hop(struct seda_stage_s *to,
-                                       seda_env_t *env);
 SEDA__API int seda__durable_move(struct seda_stage_s *from,
                                  struct seda_stage_s *to, seda_env_t *env,
                                  int skip_slip);

@@ -31,7 +31,6 @@ void *seda__malloc(size_t n) { return g_malloc(n ? n : 1); }
 
 bool seda__custom_alloc;
 
-bool seda__default_allocator(void) { return !seda__custom_alloc; }
 
 void *seda__calloc(size_t n, size_t size)
 {
