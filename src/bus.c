@@ -690,9 +690,8 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     for (int i = 0; i < r->n; i++) {
         struct seda_stage_s *st = r->list[i];
         seda__mutex_lock(&st->mu);
-        out->accepted += st->c.accepted +
-                         atomic_load_explicit(&st->fast_acc,
-                                              memory_order_relaxed);
+        out->accepted += st->c.accepted + seda__stage_fast_all(st) -
+                         seda__stage_fast_hops(st);
         out->completed += st->c.completed;
         out->dead_lettered += st->c.it_dead;
         out->dropped += st->c.it_lost;

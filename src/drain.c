@@ -66,41 +66,43 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
 #define LINGER_NS 20000
 #define GATHER_NS 10000
 
-/* Watch for new work (no lock held).  True when some arrived. */
 /* Let more envelopes arrive (at most GATHER_NS, no lock held) while
  * fewer than half a batch are queued, so the publisher and this task do
  * not trade the stage lock for every envelope: with a consumer a little
  * faster than its producer, taking whatever is there at once settles
  * into batches of a few envelopes and a contended lock on every publish.
- * Costs at most GATHER_NS of latency. */
+ * Costs at most GATHER_NS of latency.  It watches the inbox slot the
+ * half batch would end at (seda__stage_ready), not the count: reading
+ * the line publishers write on every publish would cost each of them a
+ * cache-line round trip. */
 static void gather(struct seda_stage_s *st, unsigned depth)
 {
     unsigned want = (unsigned)st->bus->batch / 2;
     if (depth >= want)
         return;
     int64_t until = seda__clock_ns() + GATHER_NS;
-    for (unsigned k = 1; depth < want; k++) {
-        /* Read the count sparingly: every read pulls the line the
-         * publishers are writing away from them. */
-        for (int r = 0; r < 64; r++)
+    for (unsigned k = 1; !seda__stage_ready(st, want); k++) {
+        for (int r = 0; r < 16; r++)
             seda__cpu_relax();
-        if ((k & 3) == 0 && seda__clock_ns() >= until)
+        if ((k & 7) == 0 &&
+            (seda__clock_ns() >= until ||
+             atomic_load_explicit(&st->bus->stopping, memory_order_relaxed)))
             break;
-        if (atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
-            break;
-        depth = seda__stage_qcount(st);
     }
 }
 
+/* Watch for new work (no lock held).  True when some arrived. */
 static bool linger(struct seda_stage_s *st)
 {
     struct seda_bus_s *b = st->bus;
     int64_t end = seda__now_ns() + LINGER_NS;
     for (unsigned i = 1;; i++) {
-        /* Relaxed: a hint only; the caller re-checks under the lock. */
-        unsigned depth = seda__stage_qcount(st);
-        if (depth) {
-            gather(st, depth);
+        /* A hint only; the caller re-checks under the lock.  Every 16th
+         * look also counts (held reservations, a ticket whose envelope is
+         * on its way). */
+        if (seda__stage_ready(st, 1) ||
+            ((i & 15) == 0 && seda__stage_qcount(st))) {
+            gather(st, seda__stage_qcount(st));
             return true;
         }
         if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
@@ -188,9 +190,10 @@ static void run_batch(struct seda_stage_s *st)
         seda_env_t *env = batch[i];
         if (i + 1 < n) {
             /* The next envelope was written on the publisher's core:
-             * start pulling its two lines while this one is handled. */
-            __builtin_prefetch(batch[i + 1]);
-            __builtin_prefetch((char *)batch[i + 1] + 64);
+             * start pulling its lines (for writing: delivery marks it)
+             * while this one is handled. */
+            seda__prefetchw(batch[i + 1]);
+            seda__prefetchw((char *)batch[i + 1] + sizeof(seda_env_t) - 1);
         }
         sojourn[i] = t - env->enq_ts;
         int r = deliver(st, env);

@@ -41,11 +41,6 @@ enum {
                                    routing decision about to be made */
 };
 
-/* The link of a stage's inbox (an intrusive multi-producer queue). */
-struct env_link {
-    _Atomic(struct env_link *) next;
-};
-
 /* What most envelopes do not carry, allocated on first use. */
 struct env_ext {
     char *sender;               /* owned, or NULL */
@@ -68,7 +63,6 @@ struct seda_env_s {
     uint16_t attempts;          /* delivery attempt on this hop, from 1 */
     uint8_t kind;               /* payload kind, free for the binding */
     uint8_t flags;              /* ENV_* */
-    struct env_link link;       /* stage inbox link (stage.c) */
     uint64_t acked;             /* pub/sub: consumers that acked */
     int64_t ts;                 /* publish time, timestamp clock ns */
     int64_t enq_ts;             /* admitted to the current stage, ns */

@@ -24,31 +24,57 @@
  *   pool is stopped, after which the bus sweeps it).
  *
  * HOW IT WORKS: the lock-free publish path
- *   A stage's queue is two parts: an inbox that publishers append to
- *   without the stage lock (an intrusive multi-producer queue: exchange the
- *   tail, then link the old tail to the new node), and a small ring at the
- *   head for envelopes that must go first (nack retries, an interrupted
- *   batch, replays).  Consumers (drain tasks, evictions, sweeps) take from
- *   the ring, then the inbox, always under the stage lock, so the inbox
- *   has a single consumer at a time.  qcount counts both parts.
+ *   A stage's queue is two parts: the inbox, a ring of envelope pointers
+ *   that publishers fill without the stage lock, and q, a ring at the head
+ *   for envelopes that must go first (nack retries, an interrupted batch,
+ *   replays) or that did not fit in the inbox.  Takers (drain tasks,
+ *   evictions, sweeps, receivers) take from q, then the inbox, always
+ *   under the stage lock, so the inbox has a single consumer at a time.
  *
- *   A publish takes the lock-free path when the stage is a plain push
- *   stage and the bus is open: fetch_add(qcount) reserves room (over
- *   capacity: undo, take the locked path, where the policy decides), the
- *   envelope goes into the inbox, and if fewer drain tasks run than the
- *   stage allows (read of running), the publisher takes the lock to
- *   schedule one.  The race with a drain task that is about to give its
- *   permit back is closed Dekker-style, all seq_cst: the publisher does
- *   qcount++ then reads running; the task does running-- then reads
- *   qcount.  Whichever comes second sees the other, so either the
+ *   Inbox tickets: in_pos counts tickets issued, out_pos tickets taken;
+ *   ticket t owns slot t & inbox_mask.  A publisher reads out_pos and
+ *   held (q's count plus reservations), and if in_pos - out_pos + held is
+ *   below cap_fast = min(capacity, slots), claims ticket in_pos with a
+ *   compare-and-swap: one atomic step both admits and reserves the slot,
+ *   so nothing is ever over-counted or undone.  Since fewer than `slots`
+ *   tickets are then outstanding, ticket t - slots was taken, and the
+ *   taker cleared its slot before it stored out_pos (release; the
+ *   publisher's load is acquire), so the slot is free.  The publisher
+ *   stores its envelope there (release) and, if fewer drain tasks run
+ *   than the stage allows, takes the lock to schedule one.  A taker walks
+ *   slots from out_pos, clearing each, and stops at an empty one: either
+ *   nothing more was published or a publisher is between its ticket and
+ *   its store; takers treat that as "not yet" and look again.
+ *
+ *   Why a ring and not a linked list: a taker following links waits for
+ *   one cache line from the publisher's core per envelope, one after the
+ *   other; the ring hands it eight pointers a line, and it can start
+ *   fetching all the envelopes of a batch at once.  The publishers write
+ *   only their own line and the slots; takers write theirs (out_pos, once
+ *   a batch) and the slots.
+ *
+ *   The race with a drain task that is about to give its permit back is
+ *   closed Dekker-style, all seq_cst: the publisher's compare-and-swap on
+ *   in_pos, then its read of running; the task's running--, then its read
+ *   of in_pos.  Whichever comes second sees the other, so either the
  *   publisher schedules or the task carries on; an envelope is never left
- *   behind.  Between a publisher's exchange and its link the inbox may
- *   look empty while qcount says otherwise: takers treat that as "not yet"
- *   and look again.
+ *   behind.  The same order protects closing: a publisher that finds the
+ *   bus closing after its ticket was issued cannot return it, so it
+ *   stores a tombstone that takers skip, and takes the locked path, which
+ *   refuses; a sweep after the store of stopping waits for every issued
+ *   ticket's slot to fill.
  *
- *   Worked example: capacity 2, qcount 2.  A third publisher's fetch_add
- *   returns 2 (not below 2), it undoes to 2 and takes the locked path,
- *   where the policy (reject, wait, evict) applies to the exact state.
+ *   The locked path appends to the inbox the same way (so order holds);
+ *   when the inbox is full but the capacity is larger than the inbox, it
+ *   first moves the inbox's envelopes to the tail of q, in order, then
+ *   appends there.  Lock-free publishers stay out while that much is
+ *   queued (cap_fast), and whatever they add later is taken after q.
+ *
+ *   Worked example: capacity 2, slots 64, nothing held.  Tickets 0 and 1
+ *   are issued; a third publisher reads in_pos 2, out_pos 0: 2 is not
+ *   below 2, so it takes the locked path, where the policy (reject, wait,
+ *   evict) applies to the exact state.  A drain task takes both (out_pos
+ *   becomes 2, slots 0 and 1 cleared); the next ticket is 2, slot 2.
  */
 #include <sched.h>
 #include <stdio.h>
@@ -60,89 +86,150 @@
 
 /* ---- the two-part queue ---- */
 
-static inline seda_env_t *env_of_link(struct env_link *l)
-{
-    return (seda_env_t *)((char *)l - offsetof(seda_env_t, link));
-}
+/* A voided ticket's slot (see HOW IT WORKS); takers skip it. */
+static seda_env_t tombstone_env;
+#define TOMBSTONE (&tombstone_env)
 
-/* Append to the inbox.  Any thread, lock or not. */
-static void inbox_push(struct seda_stage_s *st, seda_env_t *env)
-{
-    atomic_store_explicit(&env->link.next, NULL, memory_order_relaxed);
-    /* acq_rel: release publishes env's contents to the taker that finds
-     * it through prev->next; acquire orders us after the previous tail's
-     * publisher. */
-    struct env_link *prev = atomic_exchange_explicit(&st->in_tail,
-                                                     &env->link,
-                                                     memory_order_acq_rel);
-    SEDA__CHAOS();                      /* the "link on its way" window */
-    /* Release: pairs with the acquire load of next in inbox_pop. */
-    atomic_store_explicit(&prev->next, &env->link, memory_order_release);
-}
-
-/* Take the inbox's oldest envelope (mu held); NULL when empty or when a
- * publisher is between its exchange and its link (look again later). */
-static seda_env_t *inbox_pop(struct seda_stage_s *st)
+/* Keep held (q's count plus reservations) in step after q or reserved
+ * changed (mu held). */
+static void held_sync(struct seda_stage_s *st)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    struct env_link *head = st->in_head;
-    struct env_link *next = atomic_load_explicit(&head->next,
-                                                 memory_order_acquire);
-    if (head == &st->in_stub) {
-        if (!next)
-            return NULL;
-        st->in_head = head = next;
-        next = atomic_load_explicit(&head->next, memory_order_acquire);
-    }
-    if (next) {
-        st->in_head = next;
-        return env_of_link(head);
-    }
-    if (head != atomic_load_explicit(&st->in_tail, memory_order_acquire))
-        return NULL;                    /* a link is on its way */
-    /* head is the last node: put the stub behind it to take it out. */
-    atomic_store_explicit(&st->in_stub.next, NULL, memory_order_relaxed);
-    struct env_link *prev = atomic_exchange_explicit(&st->in_tail,
-                                                     &st->in_stub,
-                                                     memory_order_acq_rel);
-    atomic_store_explicit(&prev->next, &st->in_stub, memory_order_release);
-    next = atomic_load_explicit(&head->next, memory_order_acquire);
-    if (next) {
-        st->in_head = next;
-        return env_of_link(head);
-    }
-    return NULL;
+    atomic_store_explicit(&st->held,
+                          seda__queue_count(&st->q) + (uint32_t)st->reserved,
+                          memory_order_relaxed);
 }
 
-/* Envelopes queued (both parts, and held reservations).  A hint without
- * mu; exact with mu held and no lock-free publisher mid-way. */
+/* Fill ticket t's slot. */
+static inline void inbox_store(struct seda_stage_s *st, uint64_t t,
+                               seda_env_t *env)
+{
+    SEDA__CHAOS();                      /* the "ticket, no envelope" window */
+    /* Entering a line of slots (eight a line): ask for the next one now,
+     * the taker cleared it last. */
+    if ((t & 7) == 0)
+        seda__prefetchw(&st->inbox[(t + 8) & st->inbox_mask]);
+    /* Release: pairs with the acquire load in inbox_take. */
+    atomic_store_explicit(&st->inbox[t & st->inbox_mask], env,
+                          memory_order_release);
+}
 
-/* Take up to n envelopes, the ring first (mu held).  qcount goes down by
- * what was taken.  May return fewer than are counted while publishers
- * are mid-way (see inbox_pop). */
+/* Take up to n envelopes from the inbox into out[] (mu held), stopping at
+ * the first empty slot. */
+static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
+                           uint32_t n)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    uint64_t start = pos;
+    uint32_t got = 0;
+    while (got < n) {
+        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
+        seda_env_t *e = atomic_load_explicit(slot, memory_order_acquire);
+        if (!e)
+            break;
+        atomic_store_explicit(slot, NULL, memory_order_relaxed);
+        pos++;
+        if (e == TOMBSTONE)
+            continue;
+        /* Start fetching the batch's envelopes at once (for writing: the
+         * delivery marks them). */
+        seda__prefetchw(e);
+        seda__prefetchw((char *)e + sizeof *e - 1);
+        out[got++] = e;
+    }
+    if (pos != start)
+        /* Release: the cleared slots are visible to a publisher that sees
+         * the new out_pos and reuses them. */
+        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
+    return got;
+}
+
+/* Move everything in the inbox to the tail of q, in order, waiting out
+ * publishers between their ticket and their store (mu held). */
+static void inbox_spill(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    uint64_t end = atomic_load_explicit(&st->in_pos, memory_order_acquire);
+    seda_env_t *chunk[64];
+    unsigned spin = 0;
+    while (atomic_load_explicit(&st->out_pos, memory_order_relaxed) < end) {
+        uint32_t got = inbox_take(st, chunk, 64);
+        for (uint32_t k = 0; k < got; k++)
+            seda__queue_push(&st->q, chunk[k]);
+        if (got > 0) {
+            spin = 0;
+            continue;
+        }
+        if (atomic_load_explicit(&st->out_pos, memory_order_relaxed) >= end)
+            break;                      /* only tombstones were left */
+        if (spin++ < 64)
+            seda__cpu_relax();
+        else
+            sched_yield();
+    }
+    held_sync(st);
+}
+
+/* Append env at the tail, after everything queued (mu held, room under
+ * the capacity already checked).  Returns through the inbox when it has
+ * a free slot, else through q after spilling the inbox into it. */
+static void append_locked(struct seda_stage_s *st, seda_env_t *env)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    uint64_t slots = (uint64_t)st->inbox_mask + 1;
+    uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
+    for (;;) {
+        uint64_t out = atomic_load_explicit(&st->out_pos,
+                                            memory_order_relaxed);
+        if (t - out >= slots) {
+            inbox_spill(st);
+            seda__queue_push(&st->q, env);
+            held_sync(st);
+            return;
+        }
+        if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,
+                                                  memory_order_seq_cst,
+                                                  memory_order_relaxed))
+            break;
+    }
+    st->in_other++;
+    inbox_store(st, t, env);
+}
+
+bool seda__stage_ready(struct seda_stage_s *st, uint32_t n)
+{
+    if (atomic_load_explicit(&st->held, memory_order_relaxed))
+        return true;
+    if (n == 0 || n > st->inbox_mask + 1)
+        n = st->inbox_mask + 1;
+    uint64_t out = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    return atomic_load_explicit(&st->inbox[(out + n - 1) & st->inbox_mask],
+                                memory_order_relaxed) != NULL;
+}
+
+/* Take up to n envelopes, q first, then the inbox (mu held). */
 uint32_t seda__stage_take(struct seda_stage_s *st, seda_env_t **out,
                           uint32_t n)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    uint32_t got = seda__queue_pop_many(&st->q, (void **)out, n);
-    while (got < n) {
-        seda_env_t *e = inbox_pop(st);
-        if (!e)
-            break;
-        out[got++] = e;
+    uint32_t got = 0;
+    if (seda__queue_count(&st->q)) {
+        got = seda__queue_pop_many(&st->q, (void **)out, n);
+        held_sync(st);
     }
-    if (got)
-        atomic_fetch_sub_explicit(&st->qcount, got, memory_order_seq_cst);
+    if (got < n)
+        got += inbox_take(st, out + got, n - got);
     return got;
 }
 
-/* Put env back at the head (mu held; the ring has room by construction:
- * see seda__queue_reserve calls). */
+/* Put env back at the head (mu held; q has room by construction: see
+ * seda__queue_reserve calls). */
 void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
 {
     SEDA__ASSERT_HELD(&st->mu);
     seda__queue_push_front(&st->q, env);
-    atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+    held_sync(st);
 }
 
 /* Take everything queued right now, waiting out publishers mid-way
@@ -151,8 +238,8 @@ static uint32_t q_take_all_of(struct seda_stage_s *st, seda_env_t **out,
                               uint32_t n)
 {
     uint32_t got = seda__stage_take(st, out, n);
-    /* A publisher counted in qcount either links its envelope or undoes
-     * its count shortly; neither needs this lock. */
+    /* A publisher holding a ticket stores its envelope (or a tombstone)
+     * shortly; that needs no lock. */
     for (unsigned spin = 0;
          got == 0 && seda__stage_qcount(st) > (uint32_t)st->reserved; spin++) {
         if (spin < 64)
@@ -177,6 +264,18 @@ seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
 }
 
 /* ---- creation ---- */
+
+/* Inbox slots: the capacity rounded up to a power of two, within these
+ * bounds (8 bytes a slot).  Deeper queues overflow into q. */
+#define INBOX_MIN 64
+#define INBOX_MAX 1024
+
+/* The lock-free path's bound for a capacity. */
+static int cap_fast(const struct seda_stage_s *st, int capacity)
+{
+    int slots = (int)st->inbox_mask + 1;
+    return capacity < slots ? capacity : slots;
+}
 
 #define FAIL(...) do { \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
@@ -228,13 +327,26 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     if (o->durable == SEDA_EXACTLY_ONCE && o->dedup_window <= 0)
         FAIL("stage '%s': dedup_window must be > 0", nm);
 
-    struct seda_stage_s *st = seda__calloc(1, sizeof *st);
-    if (!st)
+    /* Aligned to a cache line, so the lines laid out in stage.h are. */
+    struct seda_stage_s *st = NULL;
+    void *mem = seda__calloc(1, sizeof *st + 63);
+    if (!mem)
         goto oom;
+    st = (void *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    st->mem = mem;
     uint64_t slots = (uint64_t)o->capacity +
                      (uint64_t)o->concurrency * (uint64_t)bus->batch;
     if (seda__queue_init(&st->q, (uint32_t)slots))
         goto oom;
+    uint32_t n = INBOX_MIN;
+    while (n < INBOX_MAX && n < (uint32_t)o->capacity)
+        n *= 2;
+    if (!(st->inbox_mem = seda__calloc(1, n * sizeof *st->inbox + 63)))
+        goto oom;
+    st->inbox = (void *)(((uintptr_t)st->inbox_mem + 63) & ~(uintptr_t)63);
+    for (uint32_t k = 0; k < n; k++)
+        atomic_init(&st->inbox[k], NULL);
+    st->inbox_mask = n - 1;
     if (o->dead_letter && !(st->dead_letter = seda__strdup(o->dead_letter)))
         goto oom;
     if (seda__cond_init(&st->not_full))
@@ -259,13 +371,11 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
-    atomic_init(&st->qcount, 0);
-    atomic_init(&st->in_stub.next, NULL);
-    st->in_head = &st->in_stub;
-    atomic_init(&st->in_tail, &st->in_stub);
-    atomic_init(&st->fast_acc, 0);
+    atomic_init(&st->in_pos, 0);
+    atomic_init(&st->out_pos, 0);
+    atomic_init(&st->held, 0);
     atomic_init(&st->fast_hop, 0);
-    atomic_init(&st->cap_fast, o->capacity);
+    atomic_init(&st->cap_fast, cap_fast(st, o->capacity));
     atomic_init(&st->conc_fast, o->concurrency);
     atomic_init(&st->running, 0);
     atomic_init(&st->check, NULL);
@@ -278,8 +388,9 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
 oom:
     if (st) {
         seda__queue_destroy(&st->q);
+        seda__free(st->inbox_mem);
         seda__free(st->dead_letter);
-        seda__free(st);
+        seda__free(st->mem);
     }
     if (err && errlen)
         snprintf(err, errlen, "stage '%s': out of memory", nm);
@@ -292,13 +403,14 @@ void seda__stage_free(struct seda_stage_s *st)
         return;
     assert(seda__queue_count(&st->q) == 0 && seda__stage_qcount(st) == 0);
     seda__queue_destroy(&st->q);
+    seda__free(st->inbox_mem);
     pthread_cond_destroy(&st->not_full);
     pthread_cond_destroy(&st->not_empty);
     seda__mutex_destroy(&st->mu);
     seda__mutex_destroy(&st->hist_mu);
     seda__mutex_destroy(&st->report_mu);
     seda__free(st->dead_letter);
-    seda__free(st);
+    seda__free(st->mem);
 }
 
 
@@ -349,7 +461,8 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     uint64_t slots = (uint64_t)cap + (uint64_t)conc * (uint64_t)b->batch;
     /* The ring must also hold what is queued now plus what is in flight
      * (a shrink below the current depth keeps everything). */
-    uint64_t need = seda__queue_count(&st->q) + (uint64_t)st->in_flight +
+    uint64_t need = (uint64_t)seda__stage_depth(st) +
+                    (uint64_t)st->in_flight +
                     (uint64_t)conc * (uint64_t)b->batch;
     if (need > slots)
         slots = need;
@@ -361,7 +474,8 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         st->concurrency = conc;
         if (policy >= 0)
             st->policy = policy;
-        atomic_store_explicit(&st->cap_fast, cap, memory_order_relaxed);
+        atomic_store_explicit(&st->cap_fast, cap_fast(st, cap),
+                              memory_order_relaxed);
         atomic_store_explicit(&st->conc_fast, conc, memory_order_relaxed);
         int run = atomic_load_explicit(&st->running, memory_order_relaxed);
         while (!st->pull && run < st->concurrency &&
@@ -524,8 +638,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     env->at = st;
     if (hop)
         env->enq_ts = seda__clock_ns();
-    inbox_push(st, env);
-    atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+    append_locked(st, env);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -569,7 +682,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
             *sched |= push_locked(st, env, hop);
         } else {
             st->reserved++;             /* a slot held for a journal write */
-            atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+            held_sync(st);
         }
         return 0;
     }
@@ -592,7 +705,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
             *sched |= push_locked(st, env, hop);
         } else {
             st->reserved++;
-            atomic_fetch_add_explicit(&st->qcount, 1, memory_order_seq_cst);
+            held_sync(st);
         }
         return 0;
     }
@@ -633,30 +746,45 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     struct seda_bus_s *b = st->bus;
     if (st->pull)
         return 1;                       /* receivers need a signal */
-    int cap = atomic_load_explicit(&st->cap_fast, memory_order_relaxed);
-    if (seda__stage_qcount(st) >= (unsigned)cap)
-        return 1;                       /* full: no transient over-count */
-    /* seq_cst RMW: ordered before the reads of stopping and running. */
-    unsigned n = atomic_fetch_add_explicit(&st->qcount, 1,
-                                           memory_order_seq_cst);
-    if (n >= (unsigned)cap ||
-        (!hop && atomic_load_explicit(&b->closed, memory_order_seq_cst)) ||
+    uint64_t cap = (uint64_t)atomic_load_explicit(&st->cap_fast,
+                                                  memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
+    for (;;) {
+        /* Acquire: pairs with the taker's store of out_pos, after which
+         * the slots below it are clear.  A stale value only makes the
+         * stage look fuller than it is (the locked path then decides). */
+        uint64_t out = atomic_load_explicit(&st->out_pos,
+                                            memory_order_acquire);
+        uint32_t held = atomic_load_explicit(&st->held,
+                                             memory_order_relaxed);
+        if (t - out + held >= cap)
+            return 1;                   /* full, or q in use: locked path */
+        /* seq_cst: ordered before the reads of closed, stopping and
+         * running below (the Dekker pairings). */
+        if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,
+                                                  memory_order_seq_cst,
+                                                  memory_order_relaxed))
+            break;
+    }
+    if ((!hop && atomic_load_explicit(&b->closed, memory_order_seq_cst)) ||
         atomic_load_explicit(&b->stopping, memory_order_seq_cst)) {
-        /* Full or closing: undo; the locked path decides exactly.  A
-         * sweep that follows the store of stopping sees our increment
-         * and waits for it to be undone or to show up in the inbox. */
-        atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
+        /* Closing: the ticket cannot be given back.  Void it; a sweep that
+         * follows the store of stopping waits for this slot to fill. */
+        inbox_store(st, t, TOMBSTONE);
+        seda__mutex_lock(&st->mu);
+        st->in_other++;                 /* not an admission */
+        seda__mutex_unlock(&st->mu);
         return 1;
     }
     env->at = st;
-    if (hop)
+    if (hop) {
         env->enq_ts = seda__clock_ns();
-    inbox_push(st, env);
-    atomic_fetch_add_explicit(hop ? &st->fast_hop : &st->fast_acc, 1,
-                              memory_order_relaxed);
+        atomic_fetch_add_explicit(&st->fast_hop, 1, memory_order_relaxed);
+    }
+    inbox_store(st, t, env);
     SEDA__CHAOS();
-    /* Dekker pairing: qcount++ above, then running here; a drain task
-     * does running-- then reads qcount (both seq_cst). */
+    /* Dekker pairing: in_pos++ above, then running here; a drain task
+     * does running-- then reads in_pos (both seq_cst). */
     if (atomic_load_explicit(&st->running, memory_order_seq_cst) <
         atomic_load_explicit(&st->conc_fast, memory_order_relaxed)) {
         bool sched = false;
@@ -798,7 +926,7 @@ void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
     assert(st->reserved > 0);
     st->reserved--;
     /* The slot was counted when it was held; push_locked counts again. */
-    atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
+    held_sync(st);
     bool sched = push_locked(st, env, false);
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -846,7 +974,7 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     assert(st->reserved > 0);
     st->reserved--;
-    atomic_fetch_sub_explicit(&st->qcount, 1, memory_order_seq_cst);
+    held_sync(st);
     if (st->waiters > 0)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
@@ -905,8 +1033,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         seda__mutex_lock(&st->mu);
         int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
         bool idle = st->leases == NULL;
-        *sum += st->c.enqueued + st->c.nacked +
-                atomic_load_explicit(&st->fast_acc, memory_order_relaxed);
+        *sum += st->c.enqueued + st->c.nacked + seda__stage_fast_all(st);
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < n; i++)
             seda__stage_nack(st, requeue[i]);
@@ -915,9 +1042,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
     seda__mutex_lock(&st->mu);
     bool idle = atomic_load_explicit(&st->running, memory_order_seq_cst) == 0
                 && seda__stage_qcount(st) == (uint32_t)st->reserved;
-    *sum += st->c.enqueued +
-            atomic_load_explicit(&st->fast_acc, memory_order_relaxed) +
-            atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
+    *sum += st->c.enqueued + seda__stage_fast_all(st);
     seda__mutex_unlock(&st->mu);
     return idle;
 }
@@ -948,16 +1073,12 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->capacity = st->capacity;
     out->concurrency = st->concurrency;
     out->policy = st->policy;
-    /* qcount may hold a lock-free publisher's increment for an instant
-     * before it finds the stage full and takes it back: never report more
-     * than the bound plus what sits at the head. */
-    uint32_t d = seda__stage_qcount(st) - (uint32_t)st->reserved;
-    uint32_t bound = (uint32_t)st->capacity + seda__queue_count(&st->q);
-    out->depth = (int)(d < bound ? d : bound);
+    /* Counts an inbox ticket whose publisher is mid-way as queued (it
+     * was admitted); a ticket voided by a publisher racing a close counts
+     * until a taker skips it. */
+    out->depth = (int)seda__stage_depth(st);
     out->in_flight = st->in_flight;
-    out->enqueued = st->c.enqueued +
-                    atomic_load_explicit(&st->fast_acc, memory_order_relaxed) +
-                    atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
+    out->enqueued = st->c.enqueued + seda__stage_fast_all(st);
     out->delivered = st->c.delivered;
     out->nacked = st->c.nacked;
     out->dropped = st->c.dropped;

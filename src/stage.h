@@ -36,17 +36,17 @@ struct stage_counters {
 
 /*
  * Locking:
- *   mu guards: q (the head ring), in_head (the inbox's consumer end),
- *   in_flight, waiters, reserved, receivers, leases, c (counters), rate,
- *   and the tunables capacity, concurrency, policy (seda_stage_tune).
- *   Taking envelopes (drain tasks, evictions, sweeps, receivers) always
- *   holds mu, so the inbox has one consumer at a time.
+ *   mu guards: q (the head ring), in_flight, waiters, reserved,
+ *   receivers, leases, c (counters), in_other, rate, and the tunables
+ *   capacity, concurrency, policy (seda_stage_tune).  Taking envelopes
+ *   (drain tasks, evictions, sweeps, receivers) always holds mu, so the
+ *   inbox has one consumer at a time.
  *   Immutable after seda_stage_add: bus, name, dead_letter, delivery,
  *   max_attempts, publish_timeout, handler_timeout, index, pull,
- *   ack_timeout_ns, durable, dedup_window.
- *   Atomic: qcount, in_tail, fast_acc, fast_hop, cap_fast, conc_fast,
- *   running (see the publishers' line below and "HOW IT WORKS" in
- *   stage.c); nconsumers (release in seda_stage_consume / acquire in
+ *   ack_timeout_ns, durable, dedup_window, inbox, inbox_mask.
+ *   Atomic: the inbox's slots, in_pos, fast_hop, cap_fast, conc_fast,
+ *   running (the publishers' line below), out_pos and held (the takers'
+ *   line), see "HOW IT WORKS" in stage.c; nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
  *   robin only); userdata, check, check_ud (release/acquire).
  *   hist_mu guards sojourn and service; report_mu the rate limiter (both
@@ -57,6 +57,8 @@ struct stage_counters {
  */
 struct seda_stage_s {
     struct seda_bus_s *bus;
+    void *mem;                  /* the allocation (st is aligned within it
+                                   to a cache line) */
     char name[SEDA_NAME_MAX + 1];
     char *dead_letter;          /* owned, or NULL */
     int capacity;               /* admission bound; guarded by mu */
@@ -69,6 +71,15 @@ struct seda_stage_s {
     int index;                  /* creation order */
     bool pull;                  /* receivers, not consumers */
     int64_t ack_timeout_ns;     /* pull: lease lifetime */
+    _Atomic(seda_env_t *) *inbox;/* the inbox's slots (NULL = free),
+                                   aligned to a cache line */
+    void *inbox_mem;            /* its allocation */
+    uint32_t inbox_mask;        /* slots - 1; a power of two minus one */
+    int durable;                /* enum seda_durability; immutable */
+    int dedup_window;           /* exactly_once; immutable */
+    _Atomic(void *) userdata;   /* release/acquire */
+    _Atomic(seda_check_fn) check; /* admission check; release/acquire */
+    _Atomic(void *) check_ud;   /* its argument; stored before check */
 
     struct consumer cons[SEDA_MAX_CONSUMERS];
     atomic_int nconsumers;      /* release/acquire, see above */
@@ -76,46 +87,46 @@ struct seda_stage_s {
                                    tasks write it, so it gets a line of
                                    its own away from what publishers read */
     char pad_rr[64 - sizeof(atomic_uint)];
-    _Atomic(void *) userdata;   /* release/acquire */
-    _Atomic(seda_check_fn) check; /* admission check; release/acquire */
-    _Atomic(void *) check_ud;   /* its argument; stored before check */
 
-    seda__mutex_t mu;
+    /* What the drain tasks write, from here on, is kept off the lines
+     * above, which publishers read on every publish. */
+    _Alignas(64) seda__mutex_t mu;
     pthread_cond_t not_full;    /* block-policy publishers wait here */
     struct seda_queue q;        /* the head: retries and replays, taken
                                    before the inbox; guarded by mu */
-    struct env_link *in_head;   /* inbox consumer end; guarded by mu */
-    struct env_link in_stub;    /* the inbox's stub node */
     int in_flight;              /* taken by drain tasks; guarded by mu */
     int waiters;                /* publishers waiting for room; mu */
     int reserved;               /* slots held for journal writes; mu */
-    int durable;                /* enum seda_durability; immutable */
-    int dedup_window;           /* exactly_once; immutable */
     pthread_cond_t not_empty;   /* pull: receivers wait here */
     int receivers;              /* pull: receivers waiting; guarded by mu */
     struct seda_lease_s *leases;/* pull: outstanding, oldest first; mu */
     struct seda_lease_s *leases_tail; /* guarded by mu */
 
+    uint64_t in_other;          /* inbox tickets that are not lock-free
+                                   admissions (the locked path's, and
+                                   voided ones); guarded by mu */
+
     /* ---- the publishers' line (see "HOW IT WORKS" in stage.c) ----
-     * qcount: envelopes queued, ring + inbox + held reservations;
-     *   seq_cst RMW by lock-free publishers, changed under mu elsewhere,
-     *   read without mu as a hint (lingering and gathering drain tasks,
-     *   publishers waiting for room).
-     * in_tail: inbox tail; publishers exchange it (acq_rel).
-     * fast_acc / fast_hop: admissions that skipped the lock (relaxed
-     *   counters, folded into the stats).
-     * cap_fast / conc_fast: capacity and concurrency mirrors, written under
-     *   mu (relaxed), read by the lock-free path.
+     * in_pos: inbox tickets issued; a compare-and-swap (seq_cst) both
+     *   admits under capacity and claims slot in_pos & inbox_mask.
+     * fast_hop: lock-free admissions of hops (relaxed; the stats derive
+     *   first-hop admissions from in_pos).
+     * cap_fast / conc_fast: min(capacity, inbox slots) and concurrency,
+     *   written under mu (relaxed), read by the lock-free path.
      * running: drain tasks queued or running; changed under mu with
      *   seq_cst stores, read seq_cst by the lock-free path (the Dekker
-     *   pairing with qcount described in stage.c). */
-    _Alignas(64) atomic_uint qcount;
-    _Atomic(struct env_link *) in_tail;
-    atomic_uint_fast64_t fast_acc;
+     *   pairing with in_pos described in stage.c). */
+    _Alignas(64) atomic_uint_fast64_t in_pos;
     atomic_uint_fast64_t fast_hop;
     atomic_int cap_fast;
     atomic_int conc_fast;
     atomic_int running;
+    /* ---- the takers' line: written under mu, read by anyone ----
+     * out_pos: inbox tickets taken (release store after the slots were
+     *   cleared; publishers load it with acquire before reusing a slot).
+     * held: q's count plus reservations (relaxed mirror). */
+    _Alignas(64) atomic_uint_fast64_t out_pos;
+    atomic_uint held;
     _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock
                                    (may be taken while holding mu) */
@@ -205,11 +216,36 @@ SEDA__API int seda__durable_move(struct seda_stage_s *from,
 SEDA__API void seda__durable_forget(struct seda_stage_s *st,
                                     seda_env_t *env);
 
-/* qcount: envelopes queued plus held reservations (a hint without mu). */
+/* qcount: envelopes queued (head ring and inbox, counting inbox tickets
+ * whose publisher is mid-way) plus held reservations.  A hint without mu;
+ * exact with mu held and no lock-free publisher mid-way.  seq_cst: the
+ * drain task's final look at it is the second half of the Dekker pairing
+ * (see stage.c).  out_pos is read first: a taker only counts tickets
+ * issued before, so the difference never goes negative. */
 static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
 {
-    return atomic_load_explicit(&st->qcount, memory_order_relaxed);
+    uint64_t out = atomic_load_explicit(&st->out_pos, memory_order_seq_cst);
+    uint64_t in = atomic_load_explicit(&st->in_pos, memory_order_seq_cst);
+    return (uint32_t)(in - out) +
+           atomic_load_explicit(&st->held, memory_order_relaxed);
 }
+
+/* Lock-free admissions so far, and the hops among them (mu held). */
+static inline uint64_t seda__stage_fast_all(struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&st->in_pos, memory_order_relaxed) -
+           st->in_other;
+}
+static inline uint64_t seda__stage_fast_hops(struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&st->fast_hop, memory_order_relaxed);
+}
+
+/* Without mu: a hint that at least n envelopes wait to be taken (the
+ * inbox's n-th slot from its head is filled, or q is in use).  Cheap to
+ * poll: it reads the takers' line and a slot line the publishers have
+ * not reached yet, rather than the publishers' own line. */
+SEDA__API bool seda__stage_ready(struct seda_stage_s *st, uint32_t n);
 
 /* Take up to n envelopes, the head ring first, then the inbox (mu held);
  * may return fewer than qcount says while publishers are mid-way. */

@@ -1070,6 +1070,291 @@ static void test_stage_inbox_handoff_never_strands(void **state)
     tu_counter_destroy(&race_seen);
 }
 
+/* ====================================================================
+ * The inbox boundary: a stage's lock-free inbox holds at most 1024
+ * envelopes; deeper queues overflow into the head ring in order.  FIFO,
+ * eviction and tuning must not notice the boundary.
+ * ==================================================================== */
+
+#define OVF_MAX 8192
+
+typedef struct ovf {
+    seda_bus_t *bus;
+    seda_stage_t *st;
+    tu_gate gate;               /* holds the consumer on its first call */
+    tu_counter calls;
+    pthread_mutex_t mu;
+    uint64_t log[OVF_MAX];      /* delivery order; guarded by mu */
+    int nlog;                   /* guarded by mu */
+} ovf_t;
+
+static bool ovf_consumer(seda_env_t *env, void *ud)
+{
+    ovf_t *o = ud;
+    pthread_mutex_lock(&o->mu);
+    if (o->nlog < OVF_MAX)
+        o->log[o->nlog++] = tu_env_u64(env);
+    pthread_mutex_unlock(&o->mu);
+    if (tu_counter_add(&o->calls, 1) == 1)
+        tu_gate_wait(&o->gate, TU_DEADLINE);
+    return true;
+}
+
+/* A stage whose consumer holds envelope 0 until the gate opens. */
+static ovf_t *ovf_start(int capacity, int policy)
+{
+    ovf_t *o = calloc(1, sizeof *o);
+    assert_non_null(o);
+    tu_gate_init(&o->gate);
+    tu_counter_init(&o->calls);
+    pthread_mutex_init(&o->mu, NULL);
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    assert_int_equal(seda_bus_new(&bo, &o->bus), 0);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "deep";
+    so.capacity = capacity;
+    so.policy = policy;
+    assert_int_equal(seda_stage_add(o->bus, &so, &o->st, NULL, 0), 0);
+    assert_true(seda_stage_consume(o->st, ovf_consumer, o) >= 0);
+    assert_int_equal(tu_publish_u64(o->bus, "deep", 0, NULL), 0);
+    TU_WAIT(tu_counter_wait_ge(&o->calls, 1, TU_DEADLINE),
+            "envelope 0 to reach the gated consumer");
+    TU_WAIT(tu_stage_wait(o->st, tu_pred_in_flight_eq, 1, TU_DEADLINE),
+            "stage in_flight == 1");
+    return o;
+}
+
+static void ovf_finish(ovf_t *o)
+{
+    tu_gate_open(&o->gate);
+    assert_int_equal(seda_bus_wait_idle(o->bus, TU_DEADLINE), 0);
+    assert_int_equal(seda_bus_shutdown(o->bus, TU_DEADLINE), 0);
+    seda_bus_free(o->bus);
+    pthread_mutex_destroy(&o->mu);
+    tu_counter_destroy(&o->calls);
+    tu_gate_destroy(&o->gate);
+    free(o);
+}
+
+static void ovf_expect_depth(ovf_t *o, int depth)
+{
+    seda_stage_stats s;
+    seda_stage_stats_get(o->st, &s);
+    assert_int_equal(s.depth, depth);
+}
+
+struct ovf_prod {
+    ovf_t *o;
+    uint64_t tag;
+    int n;
+    int err;
+};
+
+static void *ovf_producer(void *arg)
+{
+    struct ovf_prod *p = arg;
+    for (int i = 1; i <= p->n && !p->err; i++)
+        p->err = tu_publish_u64(p->o->bus, "deep", p->tag << 32 | (uint64_t)i,
+                                NULL);
+    return NULL;
+}
+
+/* Producers 1-3 at once, then producer 4 alone, 5000 envelopes behind a
+ * held one: every producer's envelopes arrive complete and in order. */
+static void test_stage_inbox_overflow_keeps_fifo(void **state)
+{
+    (void)state;
+    ovf_t *o = ovf_start(5000, SEDA_POLICY_BLOCK);
+    struct ovf_prod p[4] = { { o, 1, 1500, 0 }, { o, 2, 1500, 0 },
+                             { o, 3, 1500, 0 }, { o, 4, 500, 0 } };
+    pthread_t t[3];
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(pthread_create(&t[k], NULL, ovf_producer, &p[k]), 0);
+    for (int k = 0; k < 3; k++)
+        pthread_join(t[k], NULL);
+    ovf_producer(&p[3]);
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(p[k].err, 0);
+    ovf_expect_depth(o, 5000);
+    tu_gate_open(&o->gate);
+    assert_int_equal(seda_bus_wait_idle(o->bus, TU_DEADLINE), 0);
+    assert_int_equal(o->nlog, 5001);
+    uint64_t next[5] = { 1, 1, 1, 1, 1 };
+    for (int i = 1; i < o->nlog; i++) {
+        uint64_t tag = o->log[i] >> 32, seq = o->log[i] & 0xffffffffu;
+        assert_true(tag >= 1 && tag <= 4);
+        if (seq != next[tag])
+            fail_msg("producer %d: envelope %d arrived where %d was due",
+                     (int)tag, (int)seq, (int)next[tag]);
+        next[tag]++;
+    }
+    ovf_finish(o);
+}
+
+/* drop_oldest past the inbox: the oldest are evicted, from the head ring
+ * first, and what is left arrives in order. */
+static void test_stage_inbox_overflow_drop_oldest(void **state)
+{
+    (void)state;
+    ovf_t *o = ovf_start(2000, SEDA_POLICY_DROP_OLDEST);
+    for (uint64_t i = 1; i <= 3000; i++)
+        assert_int_equal(tu_publish_u64(o->bus, "deep", i, NULL), 0);
+    ovf_expect_depth(o, 2000);
+    tu_gate_open(&o->gate);
+    assert_int_equal(seda_bus_wait_idle(o->bus, TU_DEADLINE), 0);
+    assert_int_equal(o->nlog, 2001);
+    for (int i = 1; i < o->nlog; i++)
+        assert_int_equal(o->log[i], 1000 + (uint64_t)i);
+    seda_stage_stats s;
+    seda_stage_stats_get(o->st, &s);
+    assert_int_equal(s.dropped, 1000);
+    ovf_finish(o);
+}
+
+/* A stage created small (a 128-slot inbox) and tuned deeper, then back
+ * below its depth: nothing is lost or reordered. */
+static void test_stage_inbox_tuned_past_its_size(void **state)
+{
+    (void)state;
+    ovf_t *o = ovf_start(100, SEDA_POLICY_REJECT);
+    uint64_t v = 1;
+    for (; v <= 100; v++)
+        assert_int_equal(tu_publish_u64(o->bus, "deep", v, NULL), 0);
+    assert_int_equal(tu_publish_u64(o->bus, "deep", v, NULL), SEDA_EFULL);
+    char err[128];
+    assert_int_equal(seda_stage_tune(o->st, 1000, 0, -1, err, sizeof err), 0);
+    for (; v <= 1000; v++)
+        assert_int_equal(tu_publish_u64(o->bus, "deep", v, NULL), 0);
+    assert_int_equal(tu_publish_u64(o->bus, "deep", v, NULL), SEDA_EFULL);
+    ovf_expect_depth(o, 1000);
+    assert_int_equal(seda_stage_tune(o->st, 50, 0, -1, err, sizeof err), 0);
+    assert_int_equal(tu_publish_u64(o->bus, "deep", v, NULL), SEDA_EFULL);
+    ovf_expect_depth(o, 1000);
+    tu_gate_open(&o->gate);
+    assert_int_equal(seda_bus_wait_idle(o->bus, TU_DEADLINE), 0);
+    assert_int_equal(o->nlog, 1001);
+    for (int i = 0; i < o->nlog; i++)
+        assert_int_equal(o->log[i], (uint64_t)i);
+    ovf_finish(o);
+}
+
+/* Publishers racing a shutdown: a publish that returned 0 ends exactly
+ * once (completed, or dropped by the sweep), a refused one never, and the
+ * bus's books balance. */
+typedef struct race_close {
+    seda_bus_t *bus;
+    tu_idset ended;             /* ids whose done fired */
+    tu_idset accepted;          /* ids whose publish returned 0 */
+    tu_counter delivered;
+    atomic_int bad_rc;
+} race_close_t;
+
+struct race_close_prod {
+    race_close_t *r;
+    uint64_t tag;
+};
+
+static void race_close_done(seda_env_t *env, int outcome, void *ud)
+{
+    race_close_t *r = ud;
+    if (outcome != SEDA_COMPLETED && outcome != SEDA_DROPPED)
+        atomic_fetch_add_explicit(&r->bad_rc, 1, memory_order_relaxed);
+    tu_idset_add(&r->ended, tu_env_u64(env));
+}
+
+static bool race_close_consume(seda_env_t *env, void *ud)
+{
+    (void)env;
+    tu_counter_add(&((race_close_t *)ud)->delivered, 1);
+    return true;
+}
+
+static void *race_close_producer(void *arg)
+{
+    struct race_close_prod *p = arg;
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    po.done = race_close_done;
+    po.done_ud = p->r;
+    for (uint64_t i = 0;; i++) {
+        uint64_t id = p->tag << 32 | i;
+        int rc = tu_publish_u64(p->r->bus, "race", id, &po);
+        if (rc == 0) {
+            tu_idset_add(&p->r->accepted, id);
+        } else {
+            if (rc != SEDA_ECLOSED)
+                atomic_fetch_add_explicit(&p->r->bad_rc, 1,
+                                          memory_order_relaxed);
+            return NULL;
+        }
+    }
+}
+
+static void test_stage_publish_racing_shutdown_ends_once(void **state)
+{
+    (void)state;
+    int rounds = tu_iterations(10, 100);
+    for (int round = 0; round < rounds; round++) {
+        race_close_t r;
+        memset(&r, 0, sizeof r);
+        tu_idset_init(&r.ended);
+        tu_idset_init(&r.accepted);
+        tu_counter_init(&r.delivered);
+        atomic_init(&r.bad_rc, 0);
+        seda_bus_opts bo;
+        seda_bus_opts_init(&bo);
+        bo.workers = 2;
+        assert_int_equal(seda_bus_new(&bo, &r.bus), 0);
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.name = "race";
+        so.capacity = 64 + 512 * (round % 3);
+        so.concurrency = 2;
+        seda_stage_t *st;
+        assert_int_equal(seda_stage_add(r.bus, &so, &st, NULL, 0), 0);
+        assert_true(seda_stage_consume(st, race_close_consume, &r) >= 0);
+        struct race_close_prod p[3];
+        pthread_t t[3];
+        for (int k = 0; k < 3; k++) {
+            p[k] = (struct race_close_prod){ &r, (uint64_t)k + 1 };
+            assert_int_equal(pthread_create(&t[k], NULL,
+                                            race_close_producer, &p[k]), 0);
+        }
+        TU_WAIT(tu_counter_wait_ge(&r.delivered, 200 + 100 * round,
+                                   TU_DEADLINE),
+                "deliveries before the shutdown");
+        /* Alternate a drain and an immediate stop. */
+        if (round % 2)
+            seda_bus_shutdown(r.bus, TU_DEADLINE);
+        else
+            seda_bus_shutdown_now(r.bus);
+        for (int k = 0; k < 3; k++)
+            pthread_join(t[k], NULL);
+        assert_int_equal(atomic_load(&r.bad_rc), 0);
+        assert_int_equal(tu_idset_dups(&r.ended), 0);
+        assert_int_equal(tu_idset_dups(&r.accepted), 0);
+        if (tu_idset_size(&r.ended) != tu_idset_size(&r.accepted))
+            fail_msg("round %d: %zu accepted, %zu ended", round,
+                     tu_idset_size(&r.accepted), tu_idset_size(&r.ended));
+        seda_bus_stats bs;
+        seda_bus_stats_get(r.bus, &bs);
+        assert_int_equal(bs.accepted, (uint64_t)tu_idset_size(&r.accepted));
+        assert_int_equal(bs.accepted, bs.completed + bs.dropped);
+        assert_int_equal(bs.in_system, 0);
+        seda_stage_stats ss;
+        seda_stage_stats_get(st, &ss);
+        assert_int_equal(ss.depth, 0);
+        assert_int_equal(ss.enqueued, bs.accepted);
+        seda_bus_free(r.bus);
+        tu_counter_destroy(&r.delivered);
+        tu_idset_destroy(&r.accepted);
+        tu_idset_destroy(&r.ended);
+    }
+}
+
 static void test_stage_c7_exactly_once_under_contention(void **state)
 {
     (void)state;
@@ -1184,6 +1469,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_c1_drop_oldest_evicts_head,
                                         c1_setup, c1_teardown),
         cmocka_unit_test(test_stage_inbox_handoff_never_strands),
+        cmocka_unit_test(test_stage_inbox_overflow_keeps_fifo),
+        cmocka_unit_test(test_stage_inbox_overflow_drop_oldest),
+        cmocka_unit_test(test_stage_inbox_tuned_past_its_size),
+        cmocka_unit_test(test_stage_publish_racing_shutdown_ends_once),
         cmocka_unit_test_setup_teardown(test_stage_c1_block_waits_for_room,
                                         c1_setup, c1_teardown),
         cmocka_unit_test_setup_teardown(
