@@ -54,6 +54,18 @@ struct wstage {
     int *ref;                   /* registry refs to handler functions */
 };
 
+/* Small blocks (strings, tables, closures up to SMALL_MAX bytes) come
+ * from a free list per 16-byte size class, kept per state: a state lives
+ * on one thread, so no locking, and an envelope's short-lived payload
+ * string costs a pointer pop and push instead of a malloc and a free. */
+#define SMALL_MAX 128
+#define SMALL_CLASSES (SMALL_MAX / 16)
+#define SMALL_KEEP 1024             /* blocks kept per class, at most */
+
+struct small_block {
+    struct small_block *next;
+};
+
 struct lworker {
     lua_State *L;
     struct lbus *lb;
@@ -65,6 +77,8 @@ struct lworker {
     int nws;
     int64_t deadline;           /* handler timeout, monotonic ns */
     double timeout;             /* for the message */
+    struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
+    int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
 
 /* The envelope userdata handed to handlers. */
@@ -84,22 +98,79 @@ static int64_t now_ns(void)
 
 /* ---- allocator ---- */
 
+/* The size class of an n-byte block, or -1 when it is not small. */
+static inline int small_class(size_t n)
+{
+    return n > 0 && n <= SMALL_MAX ? (int)((n - 1) >> 4) : -1;
+}
+
+static void small_release(struct lworker *w, void *p, int c)
+{
+    if (c >= 0 && w->nsmall[c] < SMALL_KEEP) {
+        struct small_block *b = p;
+        b->next = w->small[c];
+        w->small[c] = b;
+        w->nsmall[c]++;
+    } else {
+        free(p);
+    }
+}
+
+static void small_free_all(struct lworker *w)
+{
+    for (int c = 0; c < SMALL_CLASSES; c++) {
+        while (w->small[c]) {
+            struct small_block *b = w->small[c];
+            w->small[c] = b->next;
+            free(b);
+        }
+        w->nsmall[c] = 0;
+    }
+}
+
 static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     struct lworker *w = ud;
     if (ptr == NULL)
-        osize = 0;
+        osize = 0;                      /* it holds a type tag then */
+    int oc = small_class(osize);
     if (nsize == 0) {
-        free(ptr);
+        if (ptr)
+            small_release(w, ptr, oc);
         w->mem_used -= osize;
         return NULL;
     }
     if (w->mem_limit && nsize > osize &&
         w->mem_used + (nsize - osize) > w->mem_limit)
         return NULL;
-    void *p = realloc(ptr, nsize);
-    if (p)
-        w->mem_used += nsize - osize;
+    int nc = small_class(nsize);
+    void *p;
+    if (ptr && nc >= 0 && (oc == nc || nsize <= osize)) {
+        /* The block has room already (a block in a class's list may be
+         * bigger than the class: this one will be, once freed).  Lua
+         * also counts on a shrink never failing. */
+        p = ptr;
+    } else if (nc >= 0 || oc >= 0) {
+        /* Into or out of a size class: a new block, then copy. */
+        if (nc >= 0 && w->small[nc]) {
+            p = w->small[nc];
+            w->small[nc] = w->small[nc]->next;
+            w->nsmall[nc]--;
+        } else {
+            p = malloc(nc >= 0 ? (size_t)(nc + 1) * 16 : nsize);
+            if (!p)
+                return NULL;
+        }
+        if (ptr) {
+            memcpy(p, ptr, osize < nsize ? osize : nsize);
+            small_release(w, ptr, oc);
+        }
+    } else {
+        p = realloc(ptr, nsize);
+        if (!p)
+            return NULL;
+    }
+    w->mem_used += nsize - osize;
     return p;
 }
 
@@ -504,9 +575,14 @@ static struct lworker *worker_new(struct lbus *lb, int index)
         fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
                 index, lua_tostring(w->L, -1));
         lua_close(w->L);
+        small_free_all(w);
         free(w);
         return NULL;
     }
+    /* Generational collection: most of what handlers allocate (payload
+     * strings and tables) dies within one call, which a young collection
+     * reclaims without walking the handlers' long-lived state. */
+    lua_gc(w->L, LUA_GCGEN, 0, 0);
     /* The limit applies from here on: setup is the runtime's own cost. */
     w->mem_limit = lb->memory_limit;
     return w;
@@ -517,6 +593,7 @@ static void worker_free(struct lworker *w)
     if (!w)
         return;
     lua_close(w->L);
+    small_free_all(w);
     for (int i = 0; i < w->nws; i++)
         free(w->ws[i].ref);
     free(w->ws);
