@@ -173,7 +173,18 @@ static void run_batch(struct seda_stage_s *st)
     struct stage_counters tally = { 0 };
 
     seda__mutex_lock(&st->mu);
-    int n = (int)seda__stage_take(st, batch, (uint32_t)b->batch);
+    /* With several permits, take a fair share of what is queued, so a
+     * burst of slow envelopes is spread over the stage's drain tasks
+     * (the publishers schedule one per free permit) instead of being
+     * handled one after another by the first. */
+    uint32_t want = (uint32_t)b->batch;
+    if (st->concurrency > 1) {
+        uint32_t share = (seda__stage_depth(st) + (uint32_t)st->concurrency
+                          - 1) / (uint32_t)st->concurrency;
+        if (share < want)
+            want = share > 0 ? share : 1;
+    }
+    int n = (int)seda__stage_take(st, batch, want);
     st->in_flight += n;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);

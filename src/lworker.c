@@ -85,6 +85,8 @@ struct lworker {
 struct lenv {
     seda_env_t *env;            /* NULL outside a handler call */
     bool decoded;               /* payload value cached in user value 1 */
+    bool decoded_table;         /* ... and it is a table (may be changed
+                                   in place, so it is written back) */
     bool payload_set;           /* assigned during this call */
     bool headers_loaded;        /* headers table cached in user value 2 */
 };
@@ -248,14 +250,17 @@ static int env_index(lua_State *L)
     switch (k[0]) {
     case 'p':
         if (strcmp(k, "payload") == 0) {
-            if (!le->decoded) {
-                size_t len;
-                const void *p = seda_env_payload(env, &len);
-                seda__l_push_payload(L, p, len, seda_env_payload_kind(env));
-                lua_setiuservalue(L, 1, 1);
-                le->decoded = true;
+            if (le->decoded) {
+                lua_getiuservalue(L, 1, 1);
+                return 1;
             }
-            lua_getiuservalue(L, 1, 1);
+            size_t len;
+            const void *p = seda_env_payload(env, &len);
+            seda__l_push_payload(L, p, len, seda_env_payload_kind(env));
+            lua_pushvalue(L, -1);
+            lua_setiuservalue(L, 1, 1);
+            le->decoded = true;
+            le->decoded_table = lua_type(L, -1) == LUA_TTABLE;
             return 1;
         }
         if (strcmp(k, "published_at") == 0) {
@@ -323,6 +328,7 @@ static int env_newindex(lua_State *L)
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "payload") == 0) {
         lua_settop(L, 3);
+        le->decoded_table = lua_type(L, 3) == LUA_TTABLE;
         lua_setiuservalue(L, 1, 1);
         le->decoded = true;
         le->payload_set = true;
@@ -845,19 +851,15 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
     lua_settop(L, SLOT_ENV);
 
     if (ok && (le->payload_set || le->headers_loaded || le->decoded)) {
-        bool need = le->payload_set || le->headers_loaded;
-        if (!need && le->decoded) {
-            lua_getiuservalue(L, SLOT_ENV, 1);
-            need = lua_istable(L, -1) &&
-                   (seda_env_slip_count(env) > 0 || seda_env_has_done(env) ||
-                    ls->nsrc > 1);
-            lua_pop(L, 1);
-        }
+        /* A table read may have been changed in place: it travels on
+         * only if someone else will see it. */
+        bool need = le->payload_set || le->headers_loaded ||
+                    (le->decoded_table &&
+                     (seda_env_slip_count(env) > 0 ||
+                      seda_env_has_done(env) || ls->nsrc > 1));
         if (need) {
-            if (!le->payload_set && !(lua_getiuservalue(L, SLOT_ENV, 1),
-                                      lua_istable(L, -1)))
+            if (!le->payload_set && !le->decoded_table)
                 le->decoded = false;    /* a scalar read is unchanged */
-            lua_settop(L, SLOT_ENV);
             lua_pushcfunction(L, env_sync);
             lua_pushvalue(L, SLOT_ENV);
             lua_pushlightuserdata(L, w);
@@ -876,7 +878,8 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
      * next envelope overwrites them (the flags say they are stale): one
      * value each, and no barrier work per envelope. */
     le->env = NULL;
-    le->decoded = le->payload_set = le->headers_loaded = false;
+    le->decoded = le->decoded_table = le->payload_set =
+        le->headers_loaded = false;
     if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))
         lua_gc(L, LUA_GCCOLLECT);
     return ok;

@@ -220,6 +220,30 @@ T.test("worker states are separate from the main state", function()
   bus:shutdown(5)
 end)
 
+T.test("concurrency = n runs a burst of n envelopes at once (default batch)", function()
+  -- Each handler waits until all three are inside; one taking a batch of
+  -- the others would make them time out instead.
+  for round = 1, 5 do
+    local key = "wa.meet." .. round
+    local bus = T.bus{ workers = 3 }
+    bus:stage{ name = "s", concurrency = 3, handler = function(env)
+      local k = "wa.meet." .. env.payload
+      seda.shared:incr(k, 1)
+      local deadline = seda.now() + 10
+      while (seda.shared:get(k) or 0) < 3 do
+        if seda.now() > deadline then error("met alone") end
+      end
+      seda.shared:incr(k .. ".ok", 1)
+    end }
+    for _ = 1, 3 do T.eq(bus:publish("s", round), true, "publish") end
+    T.idle(bus, 20)
+    T.eq(seda.shared:get(key .. ".ok"), 3, "all three handlers met")
+    local s = bus:stats("s")
+    T.eq(s.nacked, 0, "no handler waited alone")
+    bus:shutdown(5)
+  end
+end)
+
 T.test("env fields inside a handler", function()
   local bus = T.bus{ workers = 1 }
   bus:stage{ name = "t", handler = function() end }
