@@ -173,16 +173,29 @@ static void run_batch(struct seda_stage_s *st)
     struct stage_counters tally = { 0 };
 
     seda__mutex_lock(&st->mu);
-    /* With several permits, take a fair share of what is queued, so a
-     * burst of slow envelopes is spread over the stage's drain tasks
-     * (the publishers schedule one per free permit) instead of being
-     * handled one after another by the first. */
+    /* With several drain tasks, take a fair share of what is queued, so
+     * a burst of slow envelopes is spread over them (the publishers
+     * start one per free permit for slow work: see "Extra drain tasks"
+     * in stage.c) instead of being handled one after another by the
+     * first. */
     uint32_t want = (uint32_t)b->batch;
     if (st->concurrency > 1) {
-        uint32_t share = (seda__stage_depth(st) + (uint32_t)st->concurrency
-                          - 1) / (uint32_t)st->concurrency;
-        if (share < want)
-            want = share > 0 ? share : 1;
+        /* Tasks to share with: those queued or running, or, for work slow
+         * enough to want more, as many as the permits allow (a publisher
+         * counts its envelope before it starts the task for it). */
+        uint32_t depth = seda__stage_depth(st);
+        uint32_t tasks = (uint32_t)atomic_load_explicit(&st->running,
+                                                        memory_order_relaxed);
+        if (seda__stage_want_task(st, (int)tasks, depth)) {
+            tasks = (uint32_t)st->concurrency;
+            if (tasks > depth)
+                tasks = depth;
+        }
+        if (tasks > 1) {
+            uint32_t share = (depth + tasks - 1) / tasks;
+            if (share < want)
+                want = share > 0 ? share : 1;
+        }
     }
     int n = (int)seda__stage_take(st, batch, want);
     st->in_flight += n;
@@ -195,6 +208,7 @@ static void run_batch(struct seda_stage_s *st)
     int64_t t = seda__clock_ns();
     int res[MAX_BATCH];
     int i = 0;
+    bool shed = false;
     for (; i < n; i++) {
         if (atomic_load_explicit(&b->stopping, memory_order_acquire))
             break;
@@ -216,6 +230,15 @@ static void run_batch(struct seda_stage_s *st)
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
         if (!st->durable)
             route(st, env, res[i], &tally, retry, &nretry, end);
+        if (service[i] >= SEDA_SPAWN_NS && i + 1 < n &&
+            atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
+            /* A slow envelope: the rest of the batch should not wait
+             * behind this task when other permits are free.  Give it
+             * back (below) and start tasks for it. */
+            i++;
+            shed = true;
+            break;
+        }
     }
     if (st->durable) {
         /* Every decision of the batch in one commit, then act on them. */
@@ -226,6 +249,20 @@ static void run_batch(struct seda_stage_s *st)
 
     /* Latency samples under their own lock, so the stage lock (which
      * publishers want) is held only for the counters below. */
+    if (i > 0) {
+        /* The handling time the publishers weigh extra tasks by: a
+         * moving average over batches, per envelope. */
+        int64_t sum = 0;
+        for (int k = 0; k < i; k++)
+            sum += service[k] > 0 ? service[k] : 0;
+        uint64_t per = (uint64_t)sum / (uint64_t)i + 1;
+        uint64_t old = atomic_load_explicit(&st->svc_ns,
+                                            memory_order_relaxed);
+        uint64_t avg = old ? (old * 7 + per) / 8 : per;
+        atomic_store_explicit(&st->svc_ns,
+                              (unsigned)(avg < UINT32_MAX ? avg : UINT32_MAX),
+                              memory_order_relaxed);
+    }
     seda__mutex_lock(&st->hist_mu);
     for (int k = 0; k < i; k++) {
         seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
@@ -236,8 +273,8 @@ static void run_batch(struct seda_stage_s *st)
     seda__mutex_unlock(&st->hist_mu);
 
     seda__mutex_lock(&st->mu);
-    /* Interrupted by stop: the rest go back first, then the retries, both
-     * in their original order. */
+    /* Interrupted by stop or shed: the rest go back first, then the
+     * retries, both in their original order. */
     for (int k = n - 1; k >= i; k--)
         seda__stage_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
@@ -246,6 +283,27 @@ static void run_batch(struct seda_stage_s *st)
     seda__counters_fold(&st->c, &tally);
     if (i > 0)
         rate_sample(st, t);
+    if (st->concurrency > 1 && !atomic_load_explicit(&b->stopping,
+                                                     memory_order_relaxed)) {
+        /* Free permits and work this task should not do alone (it shed
+         * its batch, or the handling time says so): a task for each, up
+         * to what is queued beyond what this task will take next. */
+        int tasks = atomic_load_explicit(&st->running, memory_order_relaxed);
+        int nsched = 0;
+        uint32_t depth = seda__stage_depth(st);
+        while (tasks < st->concurrency && (uint32_t)(nsched + 1) < depth &&
+               (shed || seda__stage_want_task(st, tasks, depth))) {
+            tasks++;
+            nsched++;
+        }
+        if (nsched > 0) {
+            atomic_store_explicit(&st->running, tasks, memory_order_seq_cst);
+            seda__mutex_unlock(&st->mu);
+            while (nsched-- > 0)
+                seda__stage_schedule(st);
+            seda__mutex_lock(&st->mu);
+        }
+    }
 }
 
 void seda__stage_drain(void *arg)
@@ -270,7 +328,10 @@ void seda__stage_drain(void *arg)
             seda__stage_schedule(st);
             return;
         }
-        if (!stopping) {
+        /* Linger only as the stage's last task: with another one
+         * running, it will see what arrives next. */
+        if (!stopping &&
+            atomic_load_explicit(&st->running, memory_order_relaxed) == 1) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);
             seda__mutex_lock(&st->mu);

@@ -70,6 +70,17 @@
  *   appends there.  Lock-free publishers stay out while that much is
  *   queued (cap_fast), and whatever they add later is taken after q.
  *
+ *   Extra drain tasks: a stage with several permits gets a second (third,
+ *   ...) drain task only when the backlog would keep the tasks already
+ *   running busy for SEDA_SPAWN_NS or more at the recent handling time
+ *   per envelope (svc_ns; unknown counts as slow).  So a burst of slow
+ *   envelopes is spread over every permit at once (each task takes a
+ *   fair share of the queue), while a fast consumer that keeps up alone
+ *   is not joined by tasks that would only fight it for the queue and,
+ *   on a small machine, for the cores the publishers need.  A queued
+ *   envelope always has a task: with none running one is started, as
+ *   before.
+ *
  *   Worked example: capacity 2, slots 64, nothing held.  Tickets 0 and 1
  *   are issued; a third publisher reads in_pos 2, out_pos 0: 2 is not
  *   below 2, so it takes the locked path, where the policy (reject, wait,
@@ -374,6 +385,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->in_pos, 0);
     atomic_init(&st->out_pos, 0);
     atomic_init(&st->held, 0);
+    atomic_init(&st->svc_ns, 0);
     atomic_init(&st->fast_hop, 0);
     atomic_init(&st->cap_fast, cap_fast(st, o->capacity));
     atomic_init(&st->conc_fast, o->concurrency);
@@ -648,7 +660,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
         return false;
     }
     int run = atomic_load_explicit(&st->running, memory_order_relaxed);
-    if (run < st->concurrency) {
+    if (run < st->concurrency &&
+        seda__stage_want_task(st, run, seda__stage_depth(st))) {
         atomic_store_explicit(&st->running, run + 1, memory_order_seq_cst);
         return true;
     }
@@ -749,14 +762,14 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     uint64_t cap = (uint64_t)atomic_load_explicit(&st->cap_fast,
                                                   memory_order_relaxed);
     uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
+    uint64_t out;
+    uint32_t held;
     for (;;) {
         /* Acquire: pairs with the taker's store of out_pos, after which
          * the slots below it are clear.  A stale value only makes the
          * stage look fuller than it is (the locked path then decides). */
-        uint64_t out = atomic_load_explicit(&st->out_pos,
-                                            memory_order_acquire);
-        uint32_t held = atomic_load_explicit(&st->held,
-                                             memory_order_relaxed);
+        out = atomic_load_explicit(&st->out_pos, memory_order_acquire);
+        held = atomic_load_explicit(&st->held, memory_order_relaxed);
         if (t - out + held >= cap)
             return 1;                   /* full, or q in use: locked path */
         /* seq_cst: ordered before the reads of closed, stopping and
@@ -785,12 +798,14 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     SEDA__CHAOS();
     /* Dekker pairing: in_pos++ above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
-    if (atomic_load_explicit(&st->running, memory_order_seq_cst) <
-        atomic_load_explicit(&st->conc_fast, memory_order_relaxed)) {
+    int run = atomic_load_explicit(&st->running, memory_order_seq_cst);
+    if (run < atomic_load_explicit(&st->conc_fast, memory_order_relaxed) &&
+        seda__stage_want_task(st, run, t + 1 - out + held)) {
         bool sched = false;
         seda__mutex_lock(&st->mu);
-        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
-        if (run < st->concurrency) {
+        run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        if (run < st->concurrency &&
+            seda__stage_want_task(st, run, seda__stage_depth(st))) {
             atomic_store_explicit(&st->running, run + 1,
                                   memory_order_seq_cst);
             sched = true;

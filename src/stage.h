@@ -124,9 +124,13 @@ struct seda_stage_s {
     /* ---- the takers' line: written under mu, read by anyone ----
      * out_pos: inbox tickets taken (release store after the slots were
      *   cleared; publishers load it with acquire before reusing a slot).
-     * held: q's count plus reservations (relaxed mirror). */
+     * held: q's count plus reservations (relaxed mirror).
+     * svc_ns: recent handling time per envelope, a moving average
+     *   written by drain tasks once a batch (relaxed; 0 = not measured
+     *   yet); publishers read it to decide on extra drain tasks. */
     _Alignas(64) atomic_uint_fast64_t out_pos;
     atomic_uint held;
+    atomic_uint svc_ns;
     _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock
                                    (may be taken while holding mu) */
@@ -228,6 +232,19 @@ static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
     uint64_t in = atomic_load_explicit(&st->in_pos, memory_order_seq_cst);
     return (uint32_t)(in - out) +
            atomic_load_explicit(&st->held, memory_order_relaxed);
+}
+
+/* Whether a publisher that found `run` drain tasks queued or running
+ * should start one more for `depth` queued envelopes (see "Extra drain
+ * tasks" in stage.c).  The caller checked run < concurrency. */
+#define SEDA_SPAWN_NS 200000
+static inline bool seda__stage_want_task(struct seda_stage_s *st, int run,
+                                         uint64_t depth)
+{
+    if (run == 0)
+        return true;
+    uint64_t svc = atomic_load_explicit(&st->svc_ns, memory_order_relaxed);
+    return svc == 0 || svc * depth >= (uint64_t)SEDA_SPAWN_NS * (uint64_t)run;
 }
 
 /* Lock-free admissions so far, and the hops among them (mu held). */

@@ -244,6 +244,36 @@ T.test("concurrency = n runs a burst of n envelopes at once (default batch)", fu
   end
 end)
 
+T.test("a stage that turns slow still spreads its backlog over its permits", function()
+  -- Fast envelopes first (the stage learns a short handling time), then
+  -- a slow one followed by two that must meet each other: the two may
+  -- not wait behind the slow one in the same drain task.
+  local bus = T.bus{ workers = 3 }
+  bus:stage{ name = "s", concurrency = 3, handler = function(env)
+    local p = env.payload
+    if p == "slow" then
+      local t = seda.now() + 0.3
+      while seda.now() < t do end
+    elseif p == "meet" then
+      seda.shared:incr("wa.turn", 1)
+      local deadline = seda.now() + 10
+      while seda.shared:get("wa.turn") < 2 do
+        if seda.now() > deadline then error("met alone") end
+      end
+      seda.shared:incr("wa.turn.ok", 1)
+    end
+  end }
+  for _ = 1, 20000 do bus:publish("s", 0) end
+  T.idle(bus, 20)
+  for _, p in ipairs{ "slow", "meet", "meet" } do
+    T.eq(bus:publish("s", p), true, "publish")
+  end
+  T.idle(bus, 30)
+  T.eq(seda.shared:get("wa.turn.ok"), 2, "the two met")
+  T.eq(bus:stats("s").nacked, 0, "nothing waited alone")
+  bus:shutdown(5)
+end)
+
 T.test("env fields inside a handler", function()
   local bus = T.bus{ workers = 1 }
   bus:stage{ name = "t", handler = function() end }
