@@ -33,11 +33,12 @@
  *
  *   Inbox tickets: in_pos counts tickets issued, out_pos tickets taken;
  *   ticket t owns slot t & inbox_mask.  A publisher reads out_pos and
- *   held (q's count plus reservations), and if in_pos - out_pos + held is
- *   below cap_fast = min(capacity, slots), claims ticket in_pos with a
- *   compare-and-swap: one atomic step both admits and reserves the slot,
- *   so nothing is ever over-counted or undone.  Since fewer than `slots`
- *   tickets are then outstanding, ticket t - slots was taken, and the
+ *   held (q's count plus reservations), and if in_pos - out_pos is below
+ *   the number of slots and in_pos - out_pos + held below the capacity,
+ *   claims ticket in_pos with a compare-and-swap: one atomic step both
+ *   admits and reserves the slot, so nothing is ever over-counted or
+ *   undone.  Since fewer than `slots` tickets are then outstanding,
+ *   ticket t - slots was taken, and the
  *   taker cleared its slot before it stored out_pos (release; the
  *   publisher's load is acquire), so the slot is free.  The publisher
  *   stores its envelope there (release) and, if fewer drain tasks run
@@ -67,8 +68,9 @@
  *   The locked path appends to the inbox the same way (so order holds);
  *   when the inbox is full but the capacity is larger than the inbox, it
  *   first moves the inbox's envelopes to the tail of q, in order, then
- *   appends there.  Lock-free publishers stay out while that much is
- *   queued (cap_fast), and whatever they add later is taken after q.
+ *   appends there.  That empties the inbox, so the lock-free path goes
+ *   on (what it adds is taken after q): a deep queue costs one locked
+ *   spill per `slots` publishes, not a lock each.
  *
  *   Extra drain tasks: a stage with several permits gets a second (third,
  *   ...) drain task only when the backlog would keep the tasks already
@@ -281,12 +283,6 @@ seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
 #define INBOX_MIN 64
 #define INBOX_MAX 1024
 
-/* The lock-free path's bound for a capacity. */
-static int cap_fast(const struct seda_stage_s *st, int capacity)
-{
-    int slots = (int)st->inbox_mask + 1;
-    return capacity < slots ? capacity : slots;
-}
 
 #define FAIL(...) do { \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
@@ -387,7 +383,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->held, 0);
     atomic_init(&st->svc_ns, 0);
     atomic_init(&st->fast_hop, 0);
-    atomic_init(&st->cap_fast, cap_fast(st, o->capacity));
+    atomic_init(&st->cap_fast, o->capacity);
     atomic_init(&st->conc_fast, o->concurrency);
     atomic_init(&st->running, 0);
     atomic_init(&st->check, NULL);
@@ -486,8 +482,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         st->concurrency = conc;
         if (policy >= 0)
             st->policy = policy;
-        atomic_store_explicit(&st->cap_fast, cap_fast(st, cap),
-                              memory_order_relaxed);
+        atomic_store_explicit(&st->cap_fast, cap, memory_order_relaxed);
         atomic_store_explicit(&st->conc_fast, conc, memory_order_relaxed);
         int run = atomic_load_explicit(&st->running, memory_order_relaxed);
         while (!st->pull && run < st->concurrency &&
@@ -770,8 +765,8 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
          * stage look fuller than it is (the locked path then decides). */
         out = atomic_load_explicit(&st->out_pos, memory_order_acquire);
         held = atomic_load_explicit(&st->held, memory_order_relaxed);
-        if (t - out + held >= cap)
-            return 1;                   /* full, or q in use: locked path */
+        if (t - out > st->inbox_mask || t - out + held >= cap)
+            return 1;                   /* inbox or stage full: locked path */
         /* seq_cst: ordered before the reads of closed, stopping and
          * running below (the Dekker pairings). */
         if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,

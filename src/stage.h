@@ -111,7 +111,7 @@ struct seda_stage_s {
      *   admits under capacity and claims slot in_pos & inbox_mask.
      * fast_hop: lock-free admissions of hops (relaxed; the stats derive
      *   first-hop admissions from in_pos).
-     * cap_fast / conc_fast: min(capacity, inbox slots) and concurrency,
+     * cap_fast / conc_fast: capacity and concurrency mirrors,
      *   written under mu (relaxed), read by the lock-free path.
      * running: drain tasks queued or running; changed under mu with
      *   seq_cst stores, read seq_cst by the lock-free path (the Dekker
