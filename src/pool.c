@@ -168,9 +168,16 @@ static void *worker_main(void *arg)
             if (w->parked)
                 unpark(p, w);           /* woken by a broadcast */
         }
-        if (atomic_load_explicit(&p->stopping, memory_order_acquire) ||
-            w->index >= p->target)
+        if (atomic_load_explicit(&p->stopping, memory_order_acquire))
             break;
+        if (w->index >= p->target) {
+            /* Retired by a shrink.  A submit may have counted on us (we
+             * were spinning, or it came from our own task and expected us
+             * to take it next): hand queued work to a sleeper. */
+            if (p->count > 0 && p->idle > 0)
+                wake_one(p);
+            break;
+        }
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;

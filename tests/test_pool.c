@@ -6,6 +6,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <sched.h>
+#include <stdatomic.h>
+
 #include "pool.h"
 
 struct counter {
@@ -63,6 +66,14 @@ static void wait_for(struct counter *c, int n)
         if (seda__cond_wait(&c->cv, &c->mu, deadline) == ETIMEDOUT)
             fail_msg("timed out: %d of %d tasks ran", c->n, n);
     seda__mutex_unlock(&c->mu);
+}
+
+/* Wait (yielding, up to 10 s) until no task is queued. */
+static void tu_sleep_until_pending_zero(struct seda_pool *p)
+{
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (seda__pool_pending(p) && seda__now_ns() < deadline)
+        sched_yield();
 }
 
 static void test_pool_runs_every_task_and_hooks(void **state)
@@ -125,6 +136,78 @@ static void test_pool_submit_after_stop_is_refused(void **state)
     counter_destroy(&c);
 }
 
+/* A chain of tasks, each submitting the next from its worker.  A submit
+ * from a worker wakes nobody for one queued task (that worker takes it
+ * next); so if a shrink retires that worker as its task ends, it must
+ * hand the task to a sleeper, or the chain stalls with every remaining
+ * worker asleep.  The chain is placed on worker 1 (worker 0 held by a
+ * gated task), worker 0 is let go to sleep, then the pool shrinks to 1
+ * while a step runs. */
+struct chain {
+    struct counter c;
+    struct seda_pool *p;
+    int goal;
+    atomic_int hold;            /* the gated task waits while set */
+    atomic_int refused;         /* a submit failed before the stop */
+};
+
+static void chain_step(void *arg)
+{
+    struct chain *ch = arg;
+    bump(&ch->c);
+    seda__mutex_lock(&ch->c.mu);
+    bool more = ch->c.n < ch->goal;
+    seda__mutex_unlock(&ch->c.mu);
+    /* Longer than an idle worker spins before it sleeps. */
+    int64_t until = seda__now_ns() + 300000;
+    while (seda__now_ns() < until)
+        ;
+    /* Refused only once the pool stops (the test is over). */
+    if (more && seda__pool_submit(ch->p, chain_step, ch) != 0 &&
+        !seda__pool_stopping(ch->p))
+        atomic_store(&ch->refused, 1);
+}
+
+static void gated(void *arg)
+{
+    struct chain *ch = arg;
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (atomic_load(&ch->hold) && seda__now_ns() < deadline)
+        sched_yield();
+}
+
+static void test_pool_shrink_never_strands_a_chain(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 5; round++) {
+        struct chain ch;
+        counter_init(&ch.c);
+        ch.goal = 1000000;
+        atomic_init(&ch.hold, 1);
+        atomic_init(&ch.refused, 0);
+        assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, NULL, &ch.p), 0);
+        assert_int_equal(seda__pool_reserve(ch.p, 4), 0);
+        assert_int_equal(seda__pool_submit(ch.p, gated, &ch), 0);
+        /* Let the gated task start, so the chain goes to the other worker. */
+        tu_sleep_until_pending_zero(ch.p);
+        assert_int_equal(seda__pool_submit(ch.p, chain_step, &ch), 0);
+        wait_for(&ch.c, 3);
+        atomic_store(&ch.hold, 0);
+        wait_for(&ch.c, 8);             /* worker 0 has gone to sleep */
+        assert_int_equal(seda__pool_resize(ch.p, 1), 0);
+        seda__mutex_lock(&ch.c.mu);
+        int n = ch.c.n;
+        seda__mutex_unlock(&ch.c.mu);
+        wait_for(&ch.c, n + 5);
+        seda__mutex_lock(&ch.c.mu);
+        ch.goal = 0;                    /* stop the chain */
+        seda__mutex_unlock(&ch.c.mu);
+        seda__pool_free(ch.p);
+        counter_destroy(&ch.c);
+        assert_int_equal(atomic_load(&ch.refused), 0);
+    }
+}
+
 static void test_pool_rejects_bad_size(void **state)
 {
     (void)state;
@@ -141,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_pool_worker_identity),
         cmocka_unit_test(test_pool_submit_after_stop_is_refused),
         cmocka_unit_test(test_pool_rejects_bad_size),
+        cmocka_unit_test(test_pool_shrink_never_strands_a_chain),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
