@@ -71,7 +71,7 @@ static uint64_t next_id(void)
 #endif
 
 #ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 2
+#define PREFETCH_AHEAD 4
 #endif
 
 static const uint32_t class_inl[NCLASS] = { 8, 56, 248 };
@@ -133,16 +133,23 @@ static seda_env_t *env_alloc(uint32_t inl)
 {
     int k = class_of(inl);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {
-        if (tcache.n[k] == 0) {
+        int n = tcache.n[k];
+        if (n <= PREFETCH_AHEAD) {
+            /* Refill below what is left (already being prefetched), so
+             * the prefetches run ahead across the refill too. */
             pthread_mutex_lock(&depot.mu);
             int take = depot.n[k] < BATCH ? depot.n[k] : BATCH;
             depot.n[k] -= take;
-            memcpy(tcache.p[k], &depot.p[k][depot.n[k]],
-                   sizeof(void *) * (size_t)take);
+            if (take > 0) {
+                memmove(&tcache.p[k][take], tcache.p[k],
+                        sizeof(void *) * (size_t)n);
+                memcpy(tcache.p[k], &depot.p[k][depot.n[k]],
+                       sizeof(void *) * (size_t)take);
+            }
             pthread_mutex_unlock(&depot.mu);
-            tcache.n[k] = take;
+            n += take;
+            tcache.n[k] = n;
         }
-        int n = tcache.n[k];
         if (n > 0) {
             /* The stack's next envelopes were last written by the thread
              * that freed them: start moving their lines here now, so
