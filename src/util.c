@@ -68,7 +68,7 @@ char *seda__strdup(const char *s)
 /* A cheaper clock for timestamps.  clock_gettime costs ~30 ns on a VM with
  * kvm-clock, and every publish takes a timestamp; the TSC costs ~10 ns.
  * When the CPU says its TSC is constant and never stops, it is calibrated
- * once against CLOCK_MONOTONIC over 2 ms and used for seda_now() and
+ * once against CLOCK_MONOTONIC over 5 ms and used for seda_now() and
  * envelope timestamps.  Deadlines handed to condition variables keep using
  * CLOCK_MONOTONIC itself (seda__now_ns), so calibration error never skews
  * a timeout.  Written once under pthread_once, then only read. */
@@ -102,18 +102,37 @@ static bool tsc_reliable(void)
     return constant && nonstop;
 }
 
+/* One (TSC, CLOCK_MONOTONIC) pair: the clock read bracketed by two TSC
+ * reads, the tightest bracket of a few tries, its midpoint. */
+static void tsc_sample(uint64_t *tsc, int64_t *ns)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 8; i++) {
+        uint64_t t1 = __rdtsc();
+        int64_t n = seda__now_ns();
+        uint64_t t2 = __rdtsc();
+        if (t2 > t1 && t2 - t1 < best) {
+            best = t2 - t1;
+            *tsc = t1 + (t2 - t1) / 2;
+            *ns = n;
+        }
+    }
+}
+
 static void tsc_init(void)
 {
     if (!tsc_reliable())
         return;
-    int64_t a = seda__now_ns();
-    uint64_t ta = __rdtsc();
-    int64_t b;
-    do
-        b = seda__now_ns();
-    while (b - a < 2000000);
-    uint64_t tb = __rdtsc();
-    if (tb <= ta)
+    /* 5 ms between two tight samples: a few ns of read jitter against
+     * 5 ms is a few ppm (a single 2 ms span with loose reads measured
+     * 115 ppm fast on a VM: 11 ms after 100 s). */
+    uint64_t ta = 0, tb = 0;
+    int64_t a = 0, b = 0;
+    tsc_sample(&ta, &a);
+    while (seda__now_ns() - a < 5000000)
+        ;
+    tsc_sample(&tb, &b);
+    if (tb <= ta || b <= a)
         return;
     g_tsc.ns_per_tick = (double)(b - a) / (double)(tb - ta);
     g_tsc.tick0 = tb;
