@@ -541,7 +541,7 @@ void bench_floors(void)
 static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
-    "durable_pipeline", NULL
+    "durable_pipeline", "count", NULL
 };
 
 static void usage(FILE *f)
@@ -558,9 +558,11 @@ static void usage(FILE *f)
         "  --config NAME   run only this config (repeatable); one of\n"
         "                  floor cap1 cap8 seq par chan cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
-        "                  durable_pipeline (default: all).  The floors\n"
-        "                  are measured in every run: stage rows report\n"
-        "                  their throughput as a fraction of them.\n"
+        "                  durable_pipeline count (default: all).  The\n"
+        "                  floors are measured in every run: stage rows\n"
+        "                  report their throughput as a fraction of them.\n"
+        "                  count is the C runtime's own check (a consumer\n"
+        "                  that only counts; 1 and 2 producers).\n"
         "  --handler H     c or lua: only rows with that handler\n"
         "  --quick         smoke run: 0.3 s windows, one trial each\n"
         "  --out FILE      results file\n"
@@ -720,6 +722,8 @@ int main(int argc, char **argv)
     }
     if (selected(sel, nsel, "memory"))
         bench_memory();
+    if (g_cfg.want_c && selected(sel, nsel, "count"))
+        bench_count();
 
     remove_tmpdir();
     if (g_out)

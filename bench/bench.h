@@ -187,6 +187,7 @@ void bench_reload(void);
 void bench_codec(void);
 void bench_pipeline(void);
 void bench_memory(void);
+void bench_count(void);       /* count: the C runtime's hand-off rate */
 /* durable1, durable_batch, durable_pipeline (bench_durable.c) */
 void bench_durable(const char *config);
 

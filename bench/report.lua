@@ -247,6 +247,23 @@ if #codec > 0 then
       codec[1].bytes, cell(codec, "ns_per_roundtrip", num))
   out("")
 end
+local cnt = select(function(r) return r.config == "count" end)
+if #cnt > 0 then
+  out("## count (the C runtime's own check)")
+  out("")
+  out("One stage (capacity 1024, block, concurrency = producers), a C consumer that only counts; 8-byte payloads.")
+  out("")
+  out("| producers | throughput/s | trials | not drained |")
+  out("|---|---|---|---|")
+  for _, np in ipairs{1, 2} do
+    local rs = select(function(r) return r.config == "count" and r.producers == np end)
+    if #rs > 0 then
+      out("| %d | %s | %d | %d |", np, cell(rs, "throughput_eps", rate), #rs,
+          undrained(rs))
+    end
+  end
+  out("")
+end
 local mem = select(function(r) return r.config == "memory" end)
 if #mem > 0 then
   out("## Memory")

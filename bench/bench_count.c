@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench_count.c -- the C runtime's own throughput check (config `count`,
+ * not part of WORKLOAD.md's workload).
+ *
+ * One producer thread -> one stage (capacity 1024, policy block,
+ * concurrency 1) -> a C consumer that only counts; then two producers into
+ * one stage with concurrency 2.  Each trial publishes 8-byte timestamps
+ * (written just before each publish) for the calibration window (2 s; 0.3 s
+ * with --quick) on a fresh bus, then shuts down; the clock runs from the
+ * first publish until shutdown reports drained.  Five trials per producer
+ * count (two with --quick); bench/report shows the median.
+ *
+ * Unlike the cap1 rows, the consumer records no latency: this is the
+ * bus's hand-off rate, which cap1's C rows also pay a clock read and an
+ * array store per envelope on top of.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bench.h"
+
+static atomic_long g_counted;
+
+static bool count_consume(seda_env_t *env, void *ud)
+{
+    (void)env;
+    (void)ud;
+    atomic_fetch_add_explicit(&g_counted, 1, memory_order_relaxed);
+    return true;
+}
+
+struct count_prod {
+    pthread_t th;
+    seda_stage_t *st;
+    double start, end;          /* seda_now() times */
+    long published;
+    int err;
+};
+
+static void *count_producer(void *arg)
+{
+    struct count_prod *p = arg;
+    bench_sleep_until(p->start);
+    for (;;) {
+        /* Look at the clock once per 256 publishes, as a tight loop would. */
+        for (int i = 0; i < 256; i++) {
+            double ts = seda_now();
+            int rc = seda_stage_publish(p->st, &ts, sizeof ts, NULL);
+            if (rc != 0) {
+                p->err = rc;
+                return NULL;
+            }
+            p->published++;
+        }
+        if (seda_now() >= p->end)
+            return NULL;
+    }
+}
+
+static void count_trial(int np, int trial, double window)
+{
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    seda_bus_t *bus;
+    if (seda_bus_new(&bo, &bus) != 0) {
+        fprintf(stderr, "bench: count: seda_bus_new failed\n");
+        return;
+    }
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "count";
+    so.capacity = 1024;
+    so.policy = SEDA_POLICY_BLOCK;
+    so.concurrency = np;
+    so.publish_timeout = 30;
+    seda_stage_t *st;
+    char err[256];
+    if (seda_stage_add(bus, &so, &st, err, sizeof err) != 0 ||
+        seda_stage_consume(st, count_consume, NULL) < 0) {
+        fprintf(stderr, "bench: count: %s\n", err);
+        seda_bus_free(bus);
+        return;
+    }
+    atomic_store(&g_counted, 0);
+    struct count_prod p[2];
+    memset(p, 0, sizeof p);
+    double start = seda_now() + 0.01;
+    int started = 0;
+    for (int i = 0; i < np; i++) {
+        p[i].st = st;
+        p[i].start = start;
+        p[i].end = start + window;
+        if (pthread_create(&p[i].th, NULL, count_producer, &p[i]) != 0)
+            break;
+        started++;
+    }
+    long published = 0;
+    int perr = 0;
+    for (int i = 0; i < started; i++) {
+        pthread_join(p[i].th, NULL);
+        published += p[i].published;
+        if (p[i].err)
+            perr = p[i].err;
+    }
+    int drained = seda_bus_shutdown(bus, 60);
+    double elapsed = seda_now() - start;
+    long counted = atomic_load(&g_counted);
+    seda_bus_free(bus);
+
+    struct row r;
+    row_begin(&r, "c", "count");
+    row_int(&r, "trial", trial);
+    row_int(&r, "producers", np);
+    row_int(&r, "concurrency", np);
+    row_int(&r, "capacity", 1024);
+    row_int(&r, "total", published);
+    row_int(&r, "delivered", counted);
+    row_int(&r, "elapsed_ms", (long long)(elapsed * 1e3 + 0.5));
+    row_num(&r, "throughput_eps", (double)published / elapsed, 0);
+    row_bool(&r, "drained", drained == 0 && counted == published &&
+                            started == np && perr == 0);
+    row_int(&r, "workers", g_cfg.cpus);
+    row_end(&r);
+}
+
+void bench_count(void)
+{
+    int trials = g_cfg.quick ? 2 : 5;
+    double window = g_cfg.calib_s;
+    for (int np = 1; np <= 2; np++)
+        for (int t = 1; t <= trials; t++) {
+            bench_progress("count/c P=%d trial %d/%d", np, t, trials);
+            count_trial(np, t, window);
+        }
+}
