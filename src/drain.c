@@ -230,11 +230,12 @@ static void run_batch(struct seda_stage_s *st)
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
         if (!st->durable)
             route(st, env, res[i], &tally, retry, &nretry, end);
-        if (service[i] >= SEDA_SPAWN_NS && i + 1 < n &&
+        if (service[i] >= SEDA_SHED_NS && i + 1 < n &&
             atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
-            /* A slow envelope: the rest of the batch should not wait
-             * behind this task when other permits are free.  Give it
-             * back (below) and start tasks for it. */
+            /* A slow envelope (longer than a preemption would make a
+             * fast one): the rest of the batch should not wait behind
+             * this task when other permits are free.  Give it back
+             * (below) and start tasks for it. */
             i++;
             shed = true;
             break;
@@ -252,10 +253,18 @@ static void run_batch(struct seda_stage_s *st)
     if (i > 0) {
         /* The handling time the publishers weigh extra tasks by: a
          * moving average over batches, per envelope. */
-        int64_t sum = 0;
-        for (int k = 0; k < i; k++)
-            sum += service[k] > 0 ? service[k] : 0;
-        uint64_t per = (uint64_t)sum / (uint64_t)i + 1;
+        int64_t sum = 0, top = 0;
+        for (int k = 0; k < i; k++) {
+            int64_t v = service[k] > 0 ? service[k] : 0;
+            sum += v;
+            if (v > top)
+                top = v;
+        }
+        /* Leave the batch's slowest out when there are others: a task
+         * preempted in the middle of one envelope (three threads on two
+         * cores) is not a slow handler. */
+        uint64_t per = i > 1 ? (uint64_t)(sum - top) / (uint64_t)(i - 1) + 1
+                             : (uint64_t)sum + 1;
         uint64_t old = atomic_load_explicit(&st->svc_ns,
                                             memory_order_relaxed);
         uint64_t avg = old ? (old * 7 + per) / 8 : per;

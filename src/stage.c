@@ -79,7 +79,11 @@
  *   envelopes is spread over every permit at once (each task takes a
  *   fair share of the queue), while a fast consumer that keeps up alone
  *   is not joined by tasks that would only fight it for the queue and,
- *   on a small machine, for the cores the publishers need.  A queued
+ *   on a small machine, for the cores the publishers need.  Drain tasks
+ *   apply the same rule after each batch, and one that meets an envelope
+ *   taking SEDA_SHED_NS (longer than a preemption makes a fast one) gives
+ *   the rest of its batch back and starts tasks for it; the batch's
+ *   slowest envelope is left out of svc_ns for the same reason.  A queued
  *   envelope always has a task: with none running one is started, as
  *   before.
  *

@@ -238,6 +238,9 @@ static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
  * should start one more for `depth` queued envelopes (see "Extra drain
  * tasks" in stage.c).  The caller checked run < concurrency. */
 #define SEDA_SPAWN_NS 200000
+/* A drain task gives back the rest of its batch after an envelope that
+ * took this long (see drain.c). */
+#define SEDA_SHED_NS 20000000
 static inline bool seda__stage_want_task(struct seda_stage_s *st, int run,
                                          uint64_t depth)
 {
