@@ -138,12 +138,13 @@ static const char schema_sql[] =
                     " kind, payload, published_at FROM envelopes "
 
 /*
- * Locking: mu guards head, tail, npending, hold, stop, ckpt_want and
- * ckpt_stop (and each queued request's next and done).  Immutable after open: dir, path,
- * lockfd, writer, ckpter.  Writer-thread only (open hands them over at
- * pthread_create): db, st, seqs.  Checkpointer-thread only: ckdb.  Atomic:
- * txns (relaxed counter).  Only one lock; it is never held across SQLite
- * calls.
+ * Locking: mu guards head, tail, npending, hold, stop, busy, ckpt_want
+ * and ckpt_stop (and each queued request's next and done).  Immutable
+ * after open: dir, path, lockfd, writer, ckpter.  db, st, seqs and
+ * hard_next belong to whoever set busy (under mu) until it clears it:
+ * the writer thread, or a caller committing its own request inline (see
+ * submit).  Checkpointer-thread only: ckdb.  Atomic: txns (relaxed
+ * counter).  Only one lock; it is never held across SQLite calls.
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -161,6 +162,9 @@ struct seda_journal {
     int npending;               /* requests queued; guarded by mu */
     bool hold;                  /* tests: take no batch; guarded by mu */
     bool stop;                  /* close began; guarded by mu */
+    bool busy;                  /* a commit is running (the writer's or
+                                   an inline one); guarded by mu */
+    int last_group;             /* requests in the last commit; mu */
     pthread_t writer;           /* the writer thread */
     sqlite3 *ckdb;              /* checkpoint connection; ckpter only */
     pthread_cond_t ckpt_cv;     /* the checkpointer waits here */
@@ -502,16 +506,19 @@ static void *writer_main(void *arg)
     struct seda_journal *j = arg;
     seda__mutex_lock(&j->mu);
     for (;;) {
-        while ((!j->head || j->hold) && !j->stop)
+        while (j->busy || ((!j->head || j->hold) && !j->stop))
             seda__cond_wait(&j->work_cv, &j->mu, INT64_MAX);
         if (!j->head)
             break;                      /* stop, and nothing pending */
         struct jreq *batch = j->head;
         j->head = j->tail = NULL;
+        j->last_group = j->npending;
         j->npending = 0;
+        j->busy = true;
         seda__mutex_unlock(&j->mu);
         run_group(j, batch);
         seda__mutex_lock(&j->mu);
+        j->busy = false;
         /* Read next before done: the caller may return (and its request
          * vanish) as soon as it sees done. */
         for (struct jreq *r = batch, *nx; r; r = nx) {
@@ -524,21 +531,42 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* Queue r and block until the writer has run it.  Returns r's result, or
- * -ECANCELED when close began, -ENOMEM/-EAGAIN if the wait could not be
- * set up.  Takes j->mu. */
+/* Run r and return its result, or -ECANCELED when close began,
+ * -ENOMEM/-EAGAIN if a wait could not be set up.  A caller that is alone
+ * (nothing being committed or waiting, and the last commit was a single
+ * request) commits r itself: handing it to the writer thread and back
+ * costs two thread wake-ups, more than the commit of one small
+ * transaction.  Otherwise r joins the queue, which the writer commits as
+ * one group once the running commit ends.  Takes j->mu. */
 static int submit(struct seda_journal *j, struct jreq *r)
 {
-    if (seda__cond_init(&r->cv) != 0)
-        return -ENOMEM;
     r->done = false;
     r->next = NULL;
     r->rc = 0;
     seda__mutex_lock(&j->mu);
     if (j->stop) {
         seda__mutex_unlock(&j->mu);
-        pthread_cond_destroy(&r->cv);
         return -ECANCELED;
+    }
+    /* Inline only while callers come one at a time (the last commit was
+     * a single request): with several at once, the writer's groups
+     * share one transaction among them. */
+    if (!j->busy && !j->head && !j->hold && j->last_group <= 1) {
+        j->busy = true;
+        seda__mutex_unlock(&j->mu);
+        run_group(j, r);
+        seda__mutex_lock(&j->mu);
+        j->busy = false;
+        /* Whatever queued meanwhile is the writer's now (and a close
+         * waits for us to finish). */
+        if (j->head || j->stop)
+            pthread_cond_signal(&j->work_cv);
+        seda__mutex_unlock(&j->mu);
+        return r->rc;
+    }
+    if (seda__cond_init(&r->cv) != 0) {
+        seda__mutex_unlock(&j->mu);
+        return -ENOMEM;
     }
     if (j->tail) {
         j->tail->next = r;      /* the writer is busy or already woken */
