@@ -257,10 +257,16 @@ static int env_index(lua_State *L)
             size_t len;
             const void *p = seda_env_payload(env, &len);
             seda__l_push_payload(L, p, len, seda_env_payload_kind(env));
-            lua_pushvalue(L, -1);
-            lua_setiuservalue(L, 1, 1);
-            le->decoded = true;
-            le->decoded_table = lua_type(L, -1) == LUA_TTABLE;
+            /* A table is kept (the handler may change it in place, and
+             * reads must see one table); a scalar is decoded again on the
+             * next read, which saves the store on the common single
+             * read. */
+            if (lua_type(L, -1) == LUA_TTABLE) {
+                lua_pushvalue(L, -1);
+                lua_setiuservalue(L, 1, 1);
+                le->decoded = true;
+                le->decoded_table = true;
+            }
             return 1;
         }
         if (strcmp(k, "published_at") == 0) {
