@@ -186,12 +186,19 @@ static void run_batch(struct seda_stage_s *st)
         uint32_t depth = seda__stage_depth(st);
         uint32_t tasks = (uint32_t)atomic_load_explicit(&st->running,
                                                         memory_order_relaxed);
-        if (seda__stage_want_task(st, (int)tasks, depth)) {
+        bool slow = seda__stage_want_task(st, (int)tasks, depth);
+        if (slow) {
             tasks = (uint32_t)st->concurrency;
             if (tasks > depth)
                 tasks = depth;
+            if (tasks == 0)
+                tasks = 1;
         }
-        if (tasks > 1) {
+        /* For slow work the share also caps a lone task at what it
+         * counted: publishers add without the lock, and an envelope that
+         * lands between the count and the take belongs to the task its
+         * publisher is starting, not to this one. */
+        if (tasks > 1 || slow) {
             uint32_t share = (depth + tasks - 1) / tasks;
             if (share < want)
                 want = share > 0 ? share : 1;
