@@ -45,8 +45,8 @@ struct stage_counters {
  *   max_attempts, publish_timeout, handler_timeout, index, pull,
  *   ack_timeout_ns, durable, dedup_window, inbox, inbox_mask.
  *   Atomic: the inbox's slots, in_pos, fast_hop, cap_fast, conc_fast,
- *   running (the publishers' line below), out_pos and held (the takers'
- *   line), see "HOW IT WORKS" in stage.c; nconsumers (release in seda_stage_consume / acquire in
+ *   running (the publishers' line below), out_pos, held and svc_ns (the
+ *   takers' line), see "HOW IT WORKS" in stage.c; nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
  *   robin only); userdata, check, check_ud (release/acquire).
  *   hist_mu guards sojourn and service; report_mu the rate limiter (both
@@ -121,13 +121,17 @@ struct seda_stage_s {
     atomic_int cap_fast;
     atomic_int conc_fast;
     atomic_int running;
-    /* ---- the takers' line: written under mu, read by anyone ----
-     * out_pos: inbox tickets taken (release store after the slots were
-     *   cleared; publishers load it with acquire before reusing a slot).
-     * held: q's count plus reservations (relaxed mirror).
-     * svc_ns: recent handling time per envelope, a moving average
-     *   written by drain tasks once a batch (relaxed; 0 = not measured
-     *   yet); publishers read it to decide on extra drain tasks. */
+    /* ---- the takers' line: read by anyone ----
+     * out_pos: inbox tickets taken; written under mu (release store
+     *   after the slots were cleared; publishers load it with acquire
+     *   before reusing a slot).
+     * held: q's count plus reservations (relaxed mirror, written under
+     *   mu).
+     * svc_ns: recent handling time per envelope, a moving average drain
+     *   tasks update once a batch without a lock (relaxed load and store:
+     *   two tasks may overwrite each other's update, which an average
+     *   tolerates; 0 = not measured yet); publishers read it to decide
+     *   on extra drain tasks. */
     _Alignas(64) atomic_uint_fast64_t out_pos;
     atomic_uint held;
     atomic_uint svc_ns;
