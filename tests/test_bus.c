@@ -1555,14 +1555,33 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* One (seda_now, monotonic) pair: the monotonic read bracketed by two
+ * seda_now reads, the tightest bracket of a few tries, so a preemption
+ * between the reads does not count as skew. */
+static void now_pair(double *s, double *m)
+{
+    double best = 1e9;
+    for (int i = 0; i < 50; i++) {
+        double a = seda_now(), mm = mono_s(), b = seda_now();
+        if (b - a < best) {
+            best = b - a;
+            *s = a + (b - a) / 2;
+            *m = mm;
+        }
+        if (best < 2e-6)
+            break;
+    }
+}
+
 static void test_bus_now_keeps_pace_with_monotonic(void **state)
 {
     (void)state;
-    double s0 = seda_now(), m0 = mono_s();
+    double s0, m0, s1, m1;
+    now_pair(&s0, &m0);
     struct timespec half = { 0, 500000000L };
     while (nanosleep(&half, &half) != 0)
         ;
-    double s1 = seda_now(), m1 = mono_s();
+    now_pair(&s1, &m1);
     double skew_us = ((s1 - s0) - (m1 - m0)) * 1e6;
     if (skew_us > 20 || skew_us < -20)
         fail_msg("seda_now advanced %.1f us %s than CLOCK_MONOTONIC over "
