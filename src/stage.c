@@ -63,7 +63,8 @@
  *   bus closing after its ticket was issued cannot return it, so it
  *   stores a tombstone that takers skip, and takes the locked path, which
  *   refuses; a sweep after the store of stopping waits for every issued
- *   ticket's slot to fill.
+ *   ticket's slot to fill, and a tombstone stored after a sweep is
+ *   skipped by its own publisher (under the lock).
  *
  *   The locked path appends to the inbox the same way (so order holds);
  *   when the inbox is full but the capacity is larger than the inbox, it
@@ -160,6 +161,24 @@ static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
          * the new out_pos and reuses them. */
         atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
     return got;
+}
+
+/* Clear the tombstones at the head of the inbox, stopping at the first
+ * envelope or empty slot (mu held). */
+static void inbox_skip_tombstones(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    uint64_t start = pos;
+    for (;;) {
+        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
+        if (atomic_load_explicit(slot, memory_order_acquire) != TOMBSTONE)
+            break;
+        atomic_store_explicit(slot, NULL, memory_order_relaxed);
+        pos++;
+    }
+    if (pos != start)
+        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
 }
 
 /* Move everything in the inbox to the tail of q, in order, waiting out
@@ -785,6 +804,11 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         inbox_store(st, t, TOMBSTONE);
         seda__mutex_lock(&st->mu);
         st->in_other++;                 /* not an admission */
+        /* A sweep may already be over (stopping): nobody else would
+         * skip it.  Skip the tombstones at the head; one behind a slot
+         * still empty is skipped by its own publisher, who stores after
+         * us and comes through here too. */
+        inbox_skip_tombstones(st);
         seda__mutex_unlock(&st->mu);
         return 1;
     }
