@@ -98,22 +98,32 @@ static unsigned char *dup_blob(const void *p, int n, size_t *len)
 
 /* The value of header key k in blob h[0..hlen), or NULL.  Keys sit at even
  * positions; a truncated final pair is ignored. */
+/* Step through a header blob (key\0value\0 pairs): sets *key and *val to
+ * the pair at *p and moves *p past it.  False at the end or at a
+ * truncated pair. */
+static bool hdr_next(const char **p, const char *end, const char **key,
+                     const char **val)
+{
+    if (!*p || *p >= end)
+        return false;
+    const char *kz = memchr(*p, '\0', (size_t)(end - *p));
+    if (!kz || kz + 1 >= end)
+        return false;
+    const char *vz = memchr(kz + 1, '\0', (size_t)(end - (kz + 1)));
+    if (!vz)
+        return false;
+    *key = *p;
+    *val = kz + 1;
+    *p = vz + 1;
+    return true;
+}
+
 static const char *hdr_get(const unsigned char *h, size_t hlen, const char *k)
 {
-    const char *p = (const char *)h, *end = p + hlen;
-    while (p && p < end) {
-        const char *key = p;
-        const char *kz = memchr(key, '\0', (size_t)(end - key));
-        if (!kz || kz + 1 >= end)
-            return NULL;
-        const char *val = kz + 1;
-        const char *vz = memchr(val, '\0', (size_t)(end - val));
-        if (!vz)
-            return NULL;
+    const char *p = (const char *)h, *end = p + hlen, *key, *val;
+    while (hdr_next(&p, end, &key, &val))
         if (strcmp(key, k) == 0)
             return val;
-        p = vz + 1;
-    }
     return NULL;
 }
 
@@ -264,21 +274,13 @@ static void show_row(FILE *f, const struct drow *r)
         fputs("-", f);
     fprintf(f, "\nattempts: %d\npublished_at: %.6f\nheaders:\n",
             r->attempts, r->published_at);
-    const char *p = (const char *)r->hdr, *end = p + r->hlen;
-    while (p < end) {
-        const char *kz = memchr(p, '\0', (size_t)(end - p));
-        if (!kz || kz + 1 >= end)
-            break;
-        const char *v = kz + 1;
-        const char *vz = memchr(v, '\0', (size_t)(end - v));
-        if (!vz)
-            break;
+    const char *p = (const char *)r->hdr, *end = p + r->hlen, *k, *v;
+    while (hdr_next(&p, end, &k, &v)) {
         fputs("  ", f);
-        put_cstr(f, p);
+        put_cstr(f, k);
         fputs(": ", f);
         put_cstr(f, v);
         fputc('\n', f);
-        p = vz + 1;
     }
     fputs("slip:", f);
     p = (const char *)r->slip;
@@ -330,21 +332,13 @@ static unsigned char *strip_dead(const struct drow *r, size_t *len)
     size_t o = 0;
     if (!out)
         return NULL;
-    const char *p = (const char *)r->hdr, *end = p + r->hlen;
-    while (p < end) {
-        const char *kz = memchr(p, '\0', (size_t)(end - p));
-        if (!kz || kz + 1 >= end)
-            break;
-        const char *v = kz + 1;
-        const char *vz = memchr(v, '\0', (size_t)(end - v));
-        if (!vz)
-            break;
-        size_t pair = (size_t)(vz + 1 - p);
-        if (strncmp(p, "x-dead-", 7) != 0) {
-            memcpy(out + o, p, pair);
+    const char *p = (const char *)r->hdr, *end = p + r->hlen, *k, *v;
+    while (hdr_next(&p, end, &k, &v)) {
+        size_t pair = (size_t)(p - k);
+        if (strncmp(k, "x-dead-", 7) != 0) {
+            memcpy(out + o, k, pair);
             o += pair;
         }
-        p = vz + 1;
     }
     *len = o;
     return out;

@@ -256,20 +256,26 @@ static void run_batch(struct seda_stage_s *st)
     }
 
     /* Latency samples under their own lock, so the stage lock (which
-     * publishers want) is held only for the counters below. */
+     * publishers want) is held only for the counters below; the same pass
+     * sums the handling times (and finds the slowest) for svc_ns. */
+    int64_t sum = 0, top = 0;
+    seda__mutex_lock(&st->hist_mu);
+    for (int k = 0; k < i; k++) {
+        int64_t v = service[k] > 0 ? service[k] : 0;
+        sum += v;
+        if (v > top)
+            top = v;
+        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
+                                                    : 0);
+        seda__hist_add(&st->service, (uint64_t)v);
+    }
+    seda__mutex_unlock(&st->hist_mu);
     if (i > 0) {
         /* The handling time the publishers weigh extra tasks by: a
-         * moving average over batches, per envelope. */
-        int64_t sum = 0, top = 0;
-        for (int k = 0; k < i; k++) {
-            int64_t v = service[k] > 0 ? service[k] : 0;
-            sum += v;
-            if (v > top)
-                top = v;
-        }
-        /* Leave the batch's slowest out when there are others: a task
-         * preempted in the middle of one envelope (three threads on two
-         * cores) is not a slow handler. */
+         * moving average over batches, per envelope.  The batch's slowest
+         * is left out when there are others: a task preempted in the
+         * middle of one envelope (three threads on two cores) is not a
+         * slow handler. */
         uint64_t per = i > 1 ? (uint64_t)(sum - top) / (uint64_t)(i - 1) + 1
                              : (uint64_t)sum + 1;
         uint64_t old = atomic_load_explicit(&st->svc_ns,
@@ -279,14 +285,6 @@ static void run_batch(struct seda_stage_s *st)
                               (unsigned)(avg < UINT32_MAX ? avg : UINT32_MAX),
                               memory_order_relaxed);
     }
-    seda__mutex_lock(&st->hist_mu);
-    for (int k = 0; k < i; k++) {
-        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
-                                                    : 0);
-        seda__hist_add(&st->service, service[k] > 0 ? (uint64_t)service[k]
-                                                    : 0);
-    }
-    seda__mutex_unlock(&st->hist_mu);
 
     seda__mutex_lock(&st->mu);
     /* Interrupted by stop or shed: the rest go back first, then the
