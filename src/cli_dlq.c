@@ -19,9 +19,9 @@
  * has the key x-dead-reason.  The journal allows one user at a time: the
  * CLI opens it through seda__journal_open, which takes DATA_DIR/seda.lock,
  * so it works on a stopped bus's directory and says so when a running bus
- * holds it.  Rows are read with a plain SQLite connection of our own
- * (seda.db is an ordinary SQLite database, see src/journal.h); writes go
- * through seda__journal_apply.
+ * holds it.  Rows are read with seda__journal_scan and written with
+ * seda__journal_apply (seda.db is an ordinary SQLite database, see
+ * src/journal.h, but the open journal holds it exclusively).
  *
  * Exit status: 0 done, 1 error (no journal, in use, no such dead letter,
  * I/O), 2 usage.
@@ -34,7 +34,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include <sqlite3.h>
 
 #include "journal.h"
 
@@ -132,79 +131,74 @@ static bool is_dead(const struct drow *r)
     return r->hdr && hdr_get(r->hdr, r->hlen, "x-dead-reason") != NULL;
 }
 
+struct load {
+    struct drow *rows;
+    int n, cap;
+    bool nomem;
+};
+
+/* seda__journal_scan callback: keep a copy of rec if it is dead. */
+static int load_one(const seda_jrec *rec, void *ud)
+{
+    struct load *l = ud;
+    struct drow r = { 0 };
+    r.key = rec->key;
+    r.stage = dup_text((const unsigned char *)rec->stage);
+    r.id = dup_text((const unsigned char *)rec->id);
+    r.attempts = rec->attempts;
+    r.sender = dup_text((const unsigned char *)rec->sender);
+    r.hdr = dup_blob(rec->headers, (int)rec->hlen, &r.hlen);
+    r.slip = dup_blob(rec->slip, (int)rec->slen, &r.slen);
+    r.kind = rec->kind;
+    r.payload = dup_blob(rec->payload, (int)rec->plen, &r.plen);
+    r.published_at = rec->published_at;
+    if (!r.stage || !r.id || !r.hdr || !r.slip || !r.payload ||
+        (rec->sender && !r.sender)) {
+        drow_free(&r);
+        l->nomem = true;
+        return 1;
+    }
+    if (!is_dead(&r)) {
+        drow_free(&r);
+        return 0;
+    }
+    if (l->n == l->cap) {
+        int c = l->cap ? l->cap * 2 : 16;
+        struct drow *a = realloc(l->rows, sizeof *a * (size_t)c);
+        if (!a) {
+            drow_free(&r);
+            l->nomem = true;
+            return 1;
+        }
+        l->rows = a;
+        l->cap = c;
+    }
+    l->rows[l->n++] = r;
+    return 0;
+}
+
 /* Every dead letter (id == NULL) or the dead letters with that id, in key
  * order.  Returns 0 with *rows and *n (free with rows_free), or -1 after
  * printing the error. */
-static int load_dead(sqlite3 *db, const char *path, const char *id,
-                     struct drow **rows, int *n)
+static int load_dead(struct seda_journal *j, const char *path,
+                     const char *id, struct drow **rows, int *n)
 {
-    *rows = NULL;
-    *n = 0;
-    const char *sql = id
-        ? "SELECT key, stage, id, attempts, sender, headers, slip, kind, "
-          "payload, published_at FROM envelopes WHERE id = ?1 ORDER BY key"
-        : "SELECT key, stage, id, attempts, sender, headers, slip, kind, "
-          "payload, published_at FROM envelopes "
-          "WHERE instr(headers, CAST('x-dead-reason' AS BLOB)) > 0 "
-          "ORDER BY key";
-    sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &s, NULL);
-    if (rc == SQLITE_OK && id)
-        rc = sqlite3_bind_text(s, 1, id, -1, SQLITE_TRANSIENT);
-    int cap = 0;
-    while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        struct drow r = { 0 };
-        r.key = sqlite3_column_int64(s, 0);
-        r.stage = dup_text(sqlite3_column_text(s, 1));
-        r.id = dup_text(sqlite3_column_text(s, 2));
-        r.attempts = sqlite3_column_int(s, 3);
-        r.sender = dup_text(sqlite3_column_text(s, 4));
-        r.hdr = dup_blob(sqlite3_column_blob(s, 5), sqlite3_column_bytes(s, 5),
-                         &r.hlen);
-        r.slip = dup_blob(sqlite3_column_blob(s, 6),
-                          sqlite3_column_bytes(s, 6), &r.slen);
-        r.kind = sqlite3_column_int(s, 7);
-        r.payload = dup_blob(sqlite3_column_blob(s, 8),
-                             sqlite3_column_bytes(s, 8), &r.plen);
-        r.published_at = sqlite3_column_double(s, 9);
-        if (!r.stage || !r.id || !r.hdr || !r.slip || !r.payload) {
-            drow_free(&r);
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        if (!is_dead(&r)) {
-            drow_free(&r);
-            rc = SQLITE_OK;
-            continue;
-        }
-        if (*n == cap) {
-            int c = cap ? cap * 2 : 16;
-            struct drow *a = realloc(*rows, sizeof *a * (size_t)c);
-            if (!a) {
-                drow_free(&r);
-                rc = SQLITE_NOMEM;
-                break;
-            }
-            *rows = a;
-            cap = c;
-        }
-        (*rows)[(*n)++] = r;
-        rc = SQLITE_OK;
-    }
-    if (rc == SQLITE_DONE)
-        rc = SQLITE_OK;
-    if (rc != SQLITE_OK)
+    struct load l = { 0 };
+    int rc = seda__journal_scan(j, id ? "WHERE id = ?1"
+                                : "WHERE instr(headers, CAST('x-dead-reason'"
+                                  " AS BLOB)) > 0", id, load_one, &l);
+    if (rc == 0 && l.nomem)
+        rc = -ENOMEM;
+    if (rc != 0) {
         fprintf(stderr, "seda-lua dlq: %s: %s\n", path,
-                rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
-    sqlite3_finalize(s);
-    if (rc != SQLITE_OK) {
-        for (int i = 0; i < *n; i++)
-            drow_free(&(*rows)[i]);
-        free(*rows);
-        *rows = NULL;
-        *n = 0;
+                rc == -ENOMEM ? "out of memory" : "cannot read the journal");
+        for (int i = 0; i < l.n; i++)
+            drow_free(&l.rows[i]);
+        free(l.rows);
         return -1;
     }
+    *rows = l.rows;
+    *n = l.n;
     return 0;
 }
 
@@ -470,41 +464,31 @@ int seda_cli_dlq(int argc, char **argv)
         free(path);
         return 1;
     }
-    sqlite3 *db = NULL;
     int status = 1;
-    rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
-    if (rc == SQLITE_OK)
-        sqlite3_busy_timeout(db, 5000);
-    if (rc != SQLITE_OK) {
-        fprintf(stderr, "seda-lua dlq: %s: %s\n", path,
-                db ? sqlite3_errmsg(db) : "cannot open");
-    } else {
-        struct drow *rows;
-        int n;
-        if (load_dead(db, path, list || purge ? NULL : id, &rows, &n) == 0) {
-            if (list) {
-                status = cmd_list(rows, n);
-            } else if (show) {
-                for (int i = 0; i < n; i++) {
-                    if (i)
-                        putchar('\n');
-                    show_row(stdout, &rows[i]);
-                }
-                status = 0;
-                if (n == 0) {
-                    fprintf(stderr, "seda-lua dlq: no dead letter with id "
-                            "'%s'\n", id);
-                    status = 1;
-                }
-            } else if (replay) {
-                status = cmd_replay(j, rows, n, id);
-            } else {
-                status = cmd_purge(j, rows, n);
+    struct drow *rows;
+    int n;
+    if (load_dead(j, path, list || purge ? NULL : id, &rows, &n) == 0) {
+        if (list) {
+            status = cmd_list(rows, n);
+        } else if (show) {
+            for (int i = 0; i < n; i++) {
+                if (i)
+                    putchar('\n');
+                show_row(stdout, &rows[i]);
             }
-            rows_free(rows, n);
+            status = 0;
+            if (n == 0) {
+                fprintf(stderr, "seda-lua dlq: no dead letter with id "
+                        "'%s'\n", id);
+                status = 1;
+            }
+        } else if (replay) {
+            status = cmd_replay(j, rows, n, id);
+        } else {
+            status = cmd_purge(j, rows, n);
         }
+        rows_free(rows, n);
     }
-    sqlite3_close(db);
     seda__journal_close(j);
     free(path);
     fflush(stdout);

@@ -1,20 +1,33 @@
 /* SPDX-License-Identifier: MIT */
+/* SPDX-License-Identifier: MIT */
 /*
- * journal.c -- the durable journal: SQLite in WAL mode, one writer thread,
- * group commit (see journal.h for the API and the on-disk schema).
+ * journal.c -- the durable journal: SQLite in WAL mode on one connection,
+ * group commit by whichever caller is committing (see journal.h for the
+ * API and the on-disk schema).
  *
  * DESIGN
- *   Callers of insert, apply and delete_stage build a request on their own
- *   stack, append it to j's pending list and sleep on the request's own
- *   condition variable.  The writer thread takes the whole list at once,
- *   runs every request in ONE transaction (BEGIN IMMEDIATE ... COMMIT),
- *   then marks them all done and wakes each caller.  Concurrent publishers
- *   thus share one commit, and with synchronous=FULL one fsync, per batch.
- *   A caller alone pays one commit of its own: nothing waits to collect a
- *   batch, so the writer never adds latency.
+ *   One connection, opened in EXCLUSIVE locking mode: the process holds
+ *   the database lock from open to close (the flock on DIR/seda.lock
+ *   already keeps every other user out), so SQLite keeps the WAL index in
+ *   heap memory and a transaction makes no file-lock system calls.  New
+ *   databases use 1 KiB pages: a small transaction writes a few short WAL
+ *   frames instead of a few 4 KiB ones.  Both halve the cost of a
+ *   one-envelope commit on this kind of machine.
  *
- *     caller --(append, signal if the list was empty)--> pending list
- *     writer: take list -> BEGIN; req1; req2; ...; COMMIT -> done, wake all
+ *   Callers build a request on their own stack and append it to j's
+ *   pending list.  If nobody is committing, the caller becomes the LEADER:
+ *   it takes the whole list, runs it as ONE transaction (BEGIN IMMEDIATE
+ *   ... COMMIT), marks every request of it done and wakes their callers,
+ *   and repeats while its own request is not done.  Then, if more arrived
+ *   meanwhile, it hands the lead to the oldest waiter and returns.
+ *   Concurrent publishers thus share one commit, and with
+ *   synchronous=FULL one fsync, per group; a caller alone commits its own
+ *   request with no thread hand-off at all.  A waiter spins briefly (a
+ *   commit takes microseconds) before it sleeps on its own condition
+ *   variable.
+ *
+ *     caller --append--> pending list --(no leader? lead)--> BEGIN;
+ *       req1; req2; ...; COMMIT -> done, wake the others -> pass the lead
  *
  *   Any failure inside the group (SQLITE_FULL, SQLITE_IOERR, ...) rolls
  *   the whole group back and fails every request of it with the same code,
@@ -22,30 +35,26 @@
  *   committed before are untouched.  Arguments are checked in the caller's
  *   thread before queueing, so one bad request cannot sink a group.
  *
- *   The writer owns the write connection and its prepared statements; no
- *   other thread touches them after open.  Reads (replay, count, get) open
- *   a connection of their own per call: WAL lets them read a committed
- *   snapshot while the writer commits, and a replay callback may itself
- *   insert or apply without deadlock.
+ *   Reads (replay, get, count, scan) queue like writes but are never
+ *   grouped: a read leads on its own thread, copies the rows it selects
+ *   out of SQLite, passes the lead on, and only then calls the caller's
+ *   callback, so a callback may itself insert or apply.
+ *
+ *   Row keys come from a counter (max(key) + 1 at open), so a key is never
+ *   reused while a process runs, without SQLite's AUTOINCREMENT table
+ *   write per insert.
  *
  *   Dedup (idempotent publish): dedup(stage, id, seq) holds the accepted
  *   ids; seq counts up per stage, and after each insert request the rows
  *   with seq <= newest - window are deleted in the same transaction.  The
- *   writer caches each stage's next seq (loaded with max(seq) on first
+ *   leader caches each stage's next seq (loaded with max(seq) on first
  *   use) and drops the cache after a rollback.
  *
- *   Checkpoints run on a thread of their own with a connection of its own:
- *   a WAL hook on the writer's connection replaces SQLite's autocheckpoint
- *   (which would copy pages and, even at synchronous=NORMAL, fsync on the
- *   committing thread) and wakes the checkpointer once the WAL passes
- *   CKPT_FRAMES pages.  PASSIVE checkpoints never block the writer; should
- *   they fall behind, the writer truncates the WAL itself past
- *   CKPT_HARD_FRAMES.
+ *   Checkpoints are SQLite's automatic ones (wal_autocheckpoint), run by
+ *   the committing leader every CKPT_FRAMES WAL pages: with no other
+ *   connection they always complete, and the WAL then starts over.
  *
- *   The exclusive flock on DIR/seda.lock, held from open to close, keeps a
- *   second journal (this process or another) off the same directory.
- *
- *   Threads: callers (any), the writer, the checkpointer.  One mutex (mu).
+ *   Threads: none of its own.  One mutex (mu).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,23 +69,33 @@
 
 #include "journal.h"
 
-/* busy_timeout of the write connection, ms: only an outside tool (the
- * sqlite3 shell holding a write transaction) can make the writer wait. */
-#define WRITER_BUSY_MS 200
-/* busy_timeout of read connections, ms (WAL recovery by another one). */
-#define READER_BUSY_MS 2000
-/* WAL frames (pages) after a commit that wake the checkpointer. */
-#define CKPT_FRAMES 4096
-/* WAL frames past which the writer itself restarts and truncates the WAL
- * (the checkpointer could not catch up under sustained load). */
-#define CKPT_HARD_FRAMES 65536
+/* busy_timeout, ms: only an outside tool (the sqlite3 shell holding a
+ * lock when the journal opens) can make the connection wait. */
+#define BUSY_MS 200
+/* WAL pages between automatic checkpoints. */
+#define CKPT_FRAMES "4096"
+/* Page size of a new database. */
+#define PAGE_SIZE "1024"
+/* How long a waiter spins before it sleeps, ns. */
+#define SPIN_NS 40000
 
-enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE };
+enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE, REQ_READ, REQ_COUNT };
 
-/* A queued write.  Lives on the caller's stack until done.  Locking: next
- * and done are guarded by j->mu; the writer writes rc (and the caller's
- * keys and dup flags) before setting done, and the caller reads them only
- * after seeing done under j->mu. */
+/* What a waiting request's state says (jreq.state). */
+enum { JR_WAIT, JR_DONE, JR_LEAD };
+
+/* A row copied out of SQLite for a read; rec's pointers point into it. */
+struct jrow {
+    struct jrow *next;
+    seda_jrec rec;
+    char data[];
+};
+
+/* A queued request.  Lives on the caller's stack until it returns.
+ * Locking: next and sleeping are guarded by j->mu; state is stored under
+ * j->mu with release order and may be read without it (acquire) by its
+ * caller, who reads rc, keys, dup flags, rows and count only after seeing
+ * JR_DONE. */
 struct jreq {
     int type;                   /* REQ_* */
     seda_jrec *recs;            /* INSERT: records, keys written back */
@@ -84,10 +103,15 @@ struct jreq {
     int n;                      /* INSERT/APPLY: count */
     int window;                 /* INSERT: dedup window, <= 0 for none */
     int *dup;                   /* INSERT: dup flags out */
-    const char *stage;          /* PURGE: the stage */
-    int rc;                     /* result, set by the writer */
-    bool done;                  /* guarded by j->mu */
-    pthread_cond_t cv;          /* the caller waits here, with j->mu */
+    const char *stage;          /* PURGE, COUNT: the stage */
+    const char *sql;            /* READ: the SELECT (binds ?1, ?2) */
+    const char *a, *b;          /* READ: texts for ?1 and ?2 (or NULL) */
+    struct jrow *rows;          /* READ: rows, in order; caller frees */
+    int64_t count;              /* READ: rows; COUNT: the count */
+    int rc;                     /* result, set by the leader */
+    atomic_int state;           /* JR_*; see above */
+    bool sleeping;              /* the caller waits on cv; mu */
+    pthread_cond_t cv;          /* the caller sleeps here, with j->mu */
     struct jreq *next;          /* guarded by j->mu while queued */
 };
 
@@ -108,9 +132,9 @@ static const char *const stmt_sql[ST_N] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT] = "INSERT INTO envelopes(stage, id, attempts, sender, "
+    [ST_INSERT] = "INSERT INTO envelopes(key, stage, id, attempts, sender, "
                   "headers, slip, kind, payload, published_at) "
-                  "VALUES(?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [ST_DEDUP] = "INSERT OR IGNORE INTO dedup(stage, id, seq) "
                  "VALUES(?1, ?2, ?3)",
     [ST_EVICT] = "DELETE FROM dedup WHERE stage = ?1 AND seq <= ?2",
@@ -124,10 +148,9 @@ static const char *const stmt_sql[ST_N] = {
 
 static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS envelopes("
-    " key INTEGER PRIMARY KEY AUTOINCREMENT, stage TEXT NOT NULL,"
+    " key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
     " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
     " slip BLOB, kind INTEGER, payload BLOB, published_at REAL);"
-    "CREATE INDEX IF NOT EXISTS envelopes_stage ON envelopes(stage, key);"
     "CREATE TABLE IF NOT EXISTS dedup(stage TEXT, id TEXT, seq INTEGER,"
     " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
@@ -138,39 +161,30 @@ static const char schema_sql[] =
                     " kind, payload, published_at FROM envelopes "
 
 /*
- * Locking: mu guards head, tail, npending, hold, stop, busy, ckpt_want
- * and ckpt_stop (and each queued request's next and done).  Immutable
- * after open: dir, path, lockfd, writer, ckpter.  db, st, seqs and
- * hard_next belong to whoever set busy (under mu) until it clears it:
- * the writer thread, or a caller committing its own request inline (see
- * submit).  Checkpointer-thread only: ckdb.  Atomic: txns (relaxed
- * counter).  Only one lock; it is never held across SQLite calls.
+ * Locking: mu guards head, tail, npending, hold, stop, busy and last_group
+ * (and each queued request's next and sleeping).  Immutable after open:
+ * dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
+ * whoever set busy (under mu) -- until it clears busy or passes the lead.
+ * Atomic: txns (relaxed counter).  Only one lock; it is never held across
+ * SQLite calls.
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
     char *path;                 /* DIR/seda.db */
     int lockfd;                 /* DIR/seda.lock, flock()ed */
-    sqlite3 *db;                /* write connection; writer-only */
-    sqlite3_stmt *st[ST_N];     /* prepared statements; writer-only */
-    struct seqent *seqs;        /* dedup seq cache; writer-only */
-    int hard_next;              /* WAL frames for the next truncation
-                                   attempt; writer-only */
+    sqlite3 *db;                /* the connection; leader only */
+    sqlite3_stmt *st[ST_N];     /* prepared statements; leader only */
+    struct seqent *seqs;        /* dedup seq cache; leader only */
+    int64_t next_key;           /* key of the next insert; leader only */
     seda__mutex_t mu;           /* guards the pending list */
-    pthread_cond_t work_cv;     /* the writer waits here for work */
+    pthread_cond_t idle_cv;     /* close waits here for the last leader */
     struct jreq *head;          /* oldest pending; guarded by mu */
     struct jreq *tail;          /* newest pending; guarded by mu */
     int npending;               /* requests queued; guarded by mu */
-    bool hold;                  /* tests: take no batch; guarded by mu */
+    bool hold;                  /* tests: nobody leads; guarded by mu */
     bool stop;                  /* close began; guarded by mu */
-    bool busy;                  /* a commit is running (the writer's or
-                                   an inline one); guarded by mu */
+    bool busy;                  /* a leader is running; guarded by mu */
     int last_group;             /* requests in the last commit; mu */
-    pthread_t writer;           /* the writer thread */
-    sqlite3 *ckdb;              /* checkpoint connection; ckpter only */
-    pthread_cond_t ckpt_cv;     /* the checkpointer waits here */
-    bool ckpt_want;             /* WAL is long; guarded by mu */
-    bool ckpt_stop;             /* guarded by mu */
-    pthread_t ckpter;           /* the checkpointer thread */
     atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
 };
 
@@ -388,12 +402,14 @@ static int do_insert(struct seda_journal *j, struct jreq *r)
             e->next++;
         }
         sqlite3_stmt *s = j->st[ST_INSERT];
-        rc = bind_rec(s, rec);
+        rc = sqlite3_bind_int64(s, 1, j->next_key);
+        if (rc == SQLITE_OK)
+            rc = bind_rec(s, rec);
         if (rc == SQLITE_OK)
             rc = exec_stmt(s);
         if (rc != SQLITE_OK)
             return rc;
-        rec->key = sqlite3_last_insert_rowid(j->db);
+        rec->key = j->next_key++;   /* a rollback leaves a gap: harmless */
     }
     return e ? evict(j, e, r->window) : SQLITE_OK;
 }
@@ -421,8 +437,8 @@ static int do_purge(struct seda_journal *j, struct jreq *r)
     return rc == SQLITE_OK ? exec_stmt(s) : rc;
 }
 
-/* Run the requests of batch in one transaction and set each one's rc.
- * Writer only. */
+/* Run the write requests of batch in one transaction and set each one's
+ * rc.  Leader only. */
 static void run_group(struct seda_journal *j, struct jreq *batch)
 {
     int rc = exec_stmt(j->st[ST_BEGIN]);
@@ -448,140 +464,199 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
         r->rc = e;
 }
 
-/* sqlite3_wal_hook callback, on the writer thread after each commit with
- * the WAL's length in frames.  Replaces SQLite's autocheckpoint, which
- * would copy pages and fsync on the writer's (the publishers') time. */
-static int wal_hook(void *ud, sqlite3 *db, const char *name, int frames)
+/* ---- reads (run by the leader on the reader's own thread) ---- */
+
+static void rows_free(struct jrow *w)
 {
-    struct seda_journal *j = ud;
-    if (frames < CKPT_FRAMES) {
-        j->hard_next = CKPT_HARD_FRAMES;
-    } else if (frames >= j->hard_next) {
-        /* Bound the WAL: copy it all and restart it now, waiting briefly
-         * for a checkpoint or reader in progress.  A reader that keeps an
-         * old snapshot (a slow replay) can make this fail; then it is
-         * retried only after CKPT_FRAMES more frames, so the stall stays
-         * rare.  Failure is harmless. */
-        j->hard_next = frames + CKPT_FRAMES;
-        sqlite3_busy_timeout(db, 50);
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_TRUNCATE,
-                                  NULL, NULL);
-        sqlite3_busy_timeout(db, WRITER_BUSY_MS);
-    } else {
-        seda__mutex_lock(&j->mu);
-        if (!j->ckpt_want) {
-            j->ckpt_want = true;
-            pthread_cond_signal(&j->ckpt_cv);
-        }
-        seda__mutex_unlock(&j->mu);
+    while (w) {
+        struct jrow *nx = w->next;
+        seda__free(w);
+        w = nx;
     }
-    return SQLITE_OK;
 }
 
-/* The checkpointer: copies committed WAL pages into the database (PASSIVE:
- * never blocks the writer) when the WAL grows past CKPT_FRAMES.  Once a
- * checkpoint has copied everything, the writer's next transaction starts
- * the WAL over from its beginning. */
-static void *ckpt_main(void *arg)
+/* Copy n bytes of src to *p and advance it; NULL stays NULL. */
+static const void *put(char **p, const void *src, size_t n)
 {
-    struct seda_journal *j = arg;
-    seda__mutex_lock(&j->mu);
-    for (;;) {
-        while (!j->ckpt_want && !j->ckpt_stop)
-            seda__cond_wait(&j->ckpt_cv, &j->mu, INT64_MAX);
-        if (j->ckpt_stop)
+    if (!src)
+        return NULL;
+    void *at = *p;
+    memcpy(at, src, n);
+    *p += n;
+    return at;
+}
+
+/* The current row of a SELECT_COLS statement as a jrow, or NULL. */
+static struct jrow *copy_row(sqlite3_stmt *s)
+{
+    seda_jrec r;
+    read_row(s, &r);
+    size_t ls = strlen(r.stage) + 1, li = strlen(r.id) + 1;
+    size_t lsn = r.sender ? strlen(r.sender) + 1 : 0;
+    struct jrow *w = seda__malloc(sizeof *w + ls + li + lsn + r.hlen +
+                                  r.slen + r.plen);
+    if (!w)
+        return NULL;
+    char *p = w->data;
+    w->next = NULL;
+    w->rec = r;
+    w->rec.stage = put(&p, r.stage, ls);
+    w->rec.id = put(&p, r.id, li);
+    w->rec.sender = put(&p, r.sender, lsn);
+    w->rec.headers = put(&p, r.headers, r.hlen);
+    w->rec.slip = put(&p, r.slip, r.slen);
+    w->rec.payload = put(&p, r.payload, r.plen);
+    return w;
+}
+
+/* Run a READ (rows copied into r->rows) or COUNT request.  Returns an
+ * SQLite result code. */
+static int run_read(struct seda_journal *j, struct jreq *r)
+{
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v2(j->db, r->sql, -1, &s, NULL);
+    if (rc == SQLITE_OK && r->a)
+        rc = bind_text(s, 1, r->a);
+    if (rc == SQLITE_OK && r->b)
+        rc = bind_text(s, 2, r->b);
+    struct jrow **tail = &r->rows;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        rc = SQLITE_OK;
+        if (r->type == REQ_COUNT) {
+            r->count = sqlite3_column_int64(s, 0);
+            continue;
+        }
+        struct jrow *w = copy_row(s);
+        if (!w) {
+            rc = SQLITE_NOMEM;
             break;
-        j->ckpt_want = false;
-        seda__mutex_unlock(&j->mu);
-        sqlite3_wal_checkpoint_v2(j->ckdb, NULL, SQLITE_CHECKPOINT_PASSIVE,
-                                  NULL, NULL);
-        seda__mutex_lock(&j->mu);
+        }
+        *tail = w;
+        tail = &w->next;
+        r->count++;
     }
-    seda__mutex_unlock(&j->mu);
-    return NULL;
+    sqlite3_finalize(s);
+    if (rc == SQLITE_DONE)
+        return SQLITE_OK;
+    rows_free(r->rows);
+    r->rows = NULL;
+    return rc;
 }
 
-static void *writer_main(void *arg)
+/* ---- leading ---- */
+
+/* Set r's state and wake its caller if it sleeps.  mu held.  sleeping is
+ * read first: once state says JR_DONE a spinning caller may return, and
+ * r with it; a sleeping one cannot before we release mu. */
+static void finish(struct jreq *r, int state)
 {
-    struct seda_journal *j = arg;
-    seda__mutex_lock(&j->mu);
-    for (;;) {
-        while (j->busy || ((!j->head || j->hold) && !j->stop))
-            seda__cond_wait(&j->work_cv, &j->mu, INT64_MAX);
+    bool sleeping = r->sleeping;
+    atomic_store_explicit(&r->state, state, memory_order_release);
+    if (sleeping)
+        pthread_cond_signal(&r->cv);
+}
+
+/* Run pending requests, oldest first, until self is done; then pass the
+ * lead to the oldest waiter, or go idle.  A read runs alone and only on
+ * its caller's thread: meeting someone else's read first, the leader
+ * passes the lead to it and returns with self still queued.  mu held
+ * (released around SQLite); busy is set for us. */
+static void lead(struct seda_journal *j, struct jreq *self)
+{
+    while (atomic_load_explicit(&self->state, memory_order_relaxed) !=
+           JR_DONE && !j->hold) {
+        struct jreq *batch = j->head, *last = batch;
+        if (batch->type >= REQ_READ && batch != self)
+            break;
+        int n = 1;
+        if (batch->type < REQ_READ)
+            while (last->next && last->next->type < REQ_READ) {
+                last = last->next;
+                n++;
+            }
+        j->head = last->next;
         if (!j->head)
-            break;                      /* stop, and nothing pending */
-        struct jreq *batch = j->head;
-        j->head = j->tail = NULL;
-        j->last_group = j->npending;
-        j->npending = 0;
-        j->busy = true;
+            j->tail = NULL;
+        last->next = NULL;
+        j->npending -= n;
         seda__mutex_unlock(&j->mu);
-        run_group(j, batch);
+        if (batch->type >= REQ_READ)
+            batch->rc = run_read(j, batch) == SQLITE_OK ? 0 : -EIO;
+        else
+            run_group(j, batch);
         seda__mutex_lock(&j->mu);
-        j->busy = false;
-        /* Read next before done: the caller may return (and its request
-         * vanish) as soon as it sees done. */
+        if (batch->type < REQ_READ)
+            j->last_group = n;
         for (struct jreq *r = batch, *nx; r; r = nx) {
-            nx = r->next;
-            r->done = true;
-            pthread_cond_signal(&r->cv);
+            nx = r->next;       /* read first: r may vanish once done */
+            finish(r, JR_DONE);
         }
     }
-    seda__mutex_unlock(&j->mu);
-    return NULL;
+    if (j->head && !j->hold) {
+        finish(j->head, JR_LEAD);       /* busy stays set: its now */
+    } else {
+        j->busy = false;
+        if (j->stop)
+            pthread_cond_broadcast(&j->idle_cv);
+    }
 }
 
-/* Run r and return its result, or -ECANCELED when close began,
- * -ENOMEM/-EAGAIN if a wait could not be set up.  A caller that is alone
- * (nothing being committed or waiting, and the last commit was a single
- * request) commits r itself: handing it to the writer thread and back
- * costs two thread wake-ups, more than the commit of one small
- * transaction.  Otherwise r joins the queue, which the writer commits as
- * one group once the running commit ends.  Takes j->mu. */
+/* Run r and return its result (0 or a negative errno), or -ECANCELED when
+ * close began, -ENOMEM if a wait could not be set up.  Takes j->mu. */
 static int submit(struct seda_journal *j, struct jreq *r)
 {
-    r->done = false;
-    r->next = NULL;
     r->rc = 0;
+    r->next = NULL;
+    r->rows = NULL;
+    r->count = 0;
+    r->sleeping = false;
+    atomic_init(&r->state, JR_WAIT);
+    if (seda__cond_init(&r->cv) != 0)
+        return -ENOMEM;
     seda__mutex_lock(&j->mu);
     if (j->stop) {
         seda__mutex_unlock(&j->mu);
+        pthread_cond_destroy(&r->cv);
         return -ECANCELED;
     }
-    /* Inline only while callers come one at a time (the last commit was
-     * a single request): with several at once, the writer's groups
-     * share one transaction among them. */
-    if (!j->busy && !j->head && !j->hold && j->last_group <= 1) {
-        j->busy = true;
-        seda__mutex_unlock(&j->mu);
-        run_group(j, r);
-        seda__mutex_lock(&j->mu);
-        j->busy = false;
-        /* Whatever queued meanwhile is the writer's now (and a close
-         * waits for us to finish). */
-        if (j->head || j->stop)
-            pthread_cond_signal(&j->work_cv);
-        seda__mutex_unlock(&j->mu);
-        return r->rc;
-    }
-    if (seda__cond_init(&r->cv) != 0) {
-        seda__mutex_unlock(&j->mu);
-        return -ENOMEM;
-    }
-    if (j->tail) {
-        j->tail->next = r;      /* the writer is busy or already woken */
-    } else {
+    if (j->tail)
+        j->tail->next = r;
+    else
         j->head = r;
-        pthread_cond_signal(&j->work_cv);
-    }
     j->tail = r;
     j->npending++;
-    while (!r->done)
-        seda__cond_wait(&r->cv, &j->mu, INT64_MAX);
-    int rc = r->rc;
+    if (!j->busy && !j->hold) {
+        j->busy = true;
+        lead(j, r);             /* r is the head: it is done after this */
+    }
+    for (;;) {
+        int st = atomic_load_explicit(&r->state, memory_order_acquire);
+        if (st == JR_DONE)
+            break;
+        if (st == JR_LEAD) {
+            atomic_store_explicit(&r->state, JR_WAIT, memory_order_relaxed);
+            lead(j, r);
+            continue;
+        }
+        /* A commit takes microseconds: spin a little before sleeping. */
+        seda__mutex_unlock(&j->mu);
+        int64_t until = seda__clock_ns() + SPIN_NS;
+        for (int i = 1; atomic_load_explicit(&r->state, memory_order_acquire)
+                        == JR_WAIT; i++) {
+            seda__cpu_relax();
+            if (i % 64 == 0 && seda__clock_ns() > until)
+                break;
+        }
+        seda__mutex_lock(&j->mu);
+        r->sleeping = true;
+        while (atomic_load_explicit(&r->state, memory_order_acquire) ==
+               JR_WAIT)
+            seda__cond_wait(&r->cv, &j->mu, INT64_MAX);
+        r->sleeping = false;
+    }
     seda__mutex_unlock(&j->mu);
     pthread_cond_destroy(&r->cv);
-    return rc;
+    return r->rc;
 }
 
 /* ---- the write API ---- */
@@ -653,7 +728,10 @@ void seda__journal_hold(struct seda_journal *j, bool hold)
 {
     seda__mutex_lock(&j->mu);
     j->hold = hold;
-    pthread_cond_signal(&j->work_cv);
+    if (!hold && j->head && !j->busy) {
+        j->busy = true;
+        finish(j->head, JR_LEAD);
+    }
     seda__mutex_unlock(&j->mu);
 }
 
@@ -667,61 +745,21 @@ int seda__journal_pending(struct seda_journal *j)
 
 /* ---- reads ---- */
 
-/* Open a read connection and prepare sql on it.  Returns 0 or -EIO. */
-static int reader_open(struct seda_journal *j, const char *sql,
-                       sqlite3 **db, sqlite3_stmt **s)
-{
-    *db = NULL;
-    *s = NULL;
-    int rc = sqlite3_open_v2(j->path, db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                             NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_busy_timeout(*db, READER_BUSY_MS);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(*db, sql, -1, s, NULL);
-    if (rc != SQLITE_OK) {
-        sqlite3_close(*db);
-        *db = NULL;
-        return sqlite_errno(rc);
-    }
-    return 0;
-}
-
-static void reader_close(sqlite3 *db, sqlite3_stmt *s)
-{
-    sqlite3_finalize(s);
-    sqlite3_close(db);
-}
-
-/* Run a SELECT_COLS query with bound texts a (and b), calling cb per row.
- * *rows gets the number of rows seen.  Returns 0, -EIO or -ENOMEM. */
+/* Run a SELECT_COLS query with bound texts a (and b), then call cb per
+ * row with the journal free again.  *rows gets the number of rows.
+ * Returns 0, -EIO, -ENOMEM or -ECANCELED. */
 static int query_rows(struct seda_journal *j, const char *sql,
                       const char *a, const char *b,
                       int (*cb)(const seda_jrec *, void *), void *ud,
                       int64_t *rows)
 {
-    sqlite3 *db;
-    sqlite3_stmt *s;
-    int rc = reader_open(j, sql, &db, &s);
-    if (rc)
-        return rc;
-    int src = bind_text(s, 1, a);
-    if (src == SQLITE_OK && b)
-        src = bind_text(s, 2, b);
-    *rows = 0;
-    while (src == SQLITE_OK && (src = sqlite3_step(s)) == SQLITE_ROW) {
-        seda_jrec rec;
-        read_row(s, &rec);
-        ++*rows;
-        if (cb(&rec, ud) != 0) {
-            src = SQLITE_DONE;
-            break;
-        }
-        src = SQLITE_OK;
-    }
-    rc = src == SQLITE_DONE ? 0 : sqlite_errno(src);
-    reader_close(db, s);
+    struct jreq r = { .type = REQ_READ, .sql = sql, .a = a, .b = b };
+    int rc = submit(j, &r);
+    *rows = r.count;
+    bool more = rc == 0;
+    for (struct jrow *w = r.rows; w && more; w = w->next)
+        more = cb(&w->rec, ud) == 0;
+    rows_free(r.rows);
     return rc;
 }
 
@@ -747,27 +785,34 @@ int seda__journal_get(struct seda_journal *j, const char *stage,
     return rc ? rc : rows ? 0 : -ENOENT;
 }
 
+int seda__journal_scan(struct seda_journal *j, const char *where,
+                       const char *arg, int (*cb)(const seda_jrec *, void *),
+                       void *ud)
+{
+    if (!j || !where || !cb)
+        return -EINVAL;
+    size_t n = sizeof SELECT_COLS + strlen(where) + sizeof " ORDER BY key";
+    char *sql = seda__malloc(n);
+    if (!sql)
+        return -ENOMEM;
+    snprintf(sql, n, SELECT_COLS "%s ORDER BY key", where);
+    int64_t rows;
+    int rc = query_rows(j, sql, arg, NULL, cb, ud, &rows);
+    seda__free(sql);
+    return rc;
+}
+
 int seda__journal_count(struct seda_journal *j, const char *stage,
                         int64_t *n)
 {
     if (!j || !stage || !n)
         return -EINVAL;
-    sqlite3 *db;
-    sqlite3_stmt *s;
-    int rc = reader_open(j, "SELECT count(*) FROM envelopes WHERE stage = ?1",
-                         &db, &s);
-    if (rc)
-        return rc;
-    int src = bind_text(s, 1, stage);
-    if (src == SQLITE_OK)
-        src = sqlite3_step(s);
-    if (src == SQLITE_ROW) {
-        *n = sqlite3_column_int64(s, 0);
-        rc = 0;
-    } else {
-        rc = sqlite_errno(src);
-    }
-    reader_close(db, s);
+    struct jreq r = {
+        .type = REQ_COUNT, .a = stage,
+        .sql = "SELECT count(*) FROM envelopes WHERE stage = ?1",
+    };
+    int rc = submit(j, &r);
+    *n = r.count;
     return rc;
 }
 
@@ -819,8 +864,7 @@ static void journal_free(struct seda_journal *j)
 {
     for (int i = 0; i < ST_N; i++)
         sqlite3_finalize(j->st[i]);
-    sqlite3_close(j->ckdb);
-    sqlite3_close(j->db);       /* the last one: checkpoints, drops WAL */
+    sqlite3_close(j->db);       /* checkpoints, drops the WAL */
     seqs_drop(j);
     if (j->lockfd >= 0)
         close(j->lockfd);       /* releases the flock */
@@ -843,10 +887,16 @@ static int db_setup(struct seda_journal *j, bool sync_full, char *err,
     if (sqlite3_db_readonly(j->db, "main") == 1)
         return open_error(SQLITE_READONLY, j->db, j->path, j->dir, err,
                           errlen);
-    sqlite3_busy_timeout(j->db, WRITER_BUSY_MS);
-    /* journal_mode reads the header first: garbage fails here. */
+    sqlite3_busy_timeout(j->db, BUSY_MS);
+    /* Exclusive before WAL, so that the WAL index lives in heap memory;
+     * the page size applies only to a new database.  journal_mode reads
+     * the header first: garbage fails there. */
     sqlite3_stmt *s = NULL;
-    rc = sqlite3_prepare_v2(j->db, "PRAGMA journal_mode=WAL", -1, &s, NULL);
+    rc = sqlite3_exec(j->db, "PRAGMA locking_mode=EXCLUSIVE;"
+                      "PRAGMA page_size=" PAGE_SIZE, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(j->db, "PRAGMA journal_mode=WAL", -1, &s,
+                                NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         const char *mode = (const char *)sqlite3_column_text(s, 0);
         rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_CANTOPEN;
@@ -863,7 +913,9 @@ static int db_setup(struct seda_journal *j, bool sync_full, char *err,
                       NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(j->db, "PRAGMA temp_store=MEMORY;"
-                          "PRAGMA cache_size=-16384;", NULL, NULL, NULL);
+                          "PRAGMA cache_size=-16384;"
+                          "PRAGMA wal_autocheckpoint=" CKPT_FRAMES,
+                          NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     if (rc == SQLITE_OK) {
@@ -899,18 +951,15 @@ static int db_setup(struct seda_journal *j, bool sync_full, char *err,
         if (rc != SQLITE_OK)
             return open_error(rc, j->db, j->path, j->dir, err, errlen);
     }
-    rc = sqlite3_open_v2(j->path, &j->ckdb, SQLITE_OPEN_READWRITE |
-                         SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_busy_timeout(j->ckdb, WRITER_BUSY_MS);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(j->ckdb, sync_full ? "PRAGMA synchronous=FULL;"
-                                             : "PRAGMA synchronous=NORMAL;",
-                          NULL, NULL, NULL);
+    rc = sqlite3_prepare_v2(j->db, "SELECT coalesce(max(key), 0) FROM "
+                            "envelopes", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        j->next_key = sqlite3_column_int64(s, 0) + 1;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
     if (rc != SQLITE_OK)
-        return open_error(rc, j->ckdb, j->path, j->dir, err, errlen);
-    j->hard_next = CKPT_HARD_FRAMES;
-    sqlite3_wal_hook(j->db, wal_hook, j);
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
     return 0;
 }
 
@@ -958,38 +1007,14 @@ int seda__journal_open(const char *dir, bool sync_full,
         journal_free(j);
         return rc;
     }
+    if (seda__cond_init(&j->idle_cv) != 0) {
+        journal_free(j);
+        return -ENOMEM;
+    }
     seda__mutex_init(&j->mu);
-    if (seda__cond_init(&j->work_cv) != 0) {
-        seda__mutex_destroy(&j->mu);
-        journal_free(j);
-        return -ENOMEM;
-    }
-    if (seda__cond_init(&j->ckpt_cv) != 0) {
-        pthread_cond_destroy(&j->work_cv);
-        seda__mutex_destroy(&j->mu);
-        journal_free(j);
-        return -ENOMEM;
-    }
     atomic_init(&j->txns, 0);
-    bool writer = pthread_create(&j->writer, NULL, writer_main, j) == 0;
-    if (writer && pthread_create(&j->ckpter, NULL, ckpt_main, j) == 0) {
-        *out = j;
-        return 0;
-    }
-    if (writer) {
-        seda__mutex_lock(&j->mu);
-        j->stop = true;
-        pthread_cond_signal(&j->work_cv);
-        seda__mutex_unlock(&j->mu);
-        pthread_join(j->writer, NULL);
-    }
-    pthread_cond_destroy(&j->ckpt_cv);
-    pthread_cond_destroy(&j->work_cv);
-    seda__mutex_destroy(&j->mu);
-    journal_free(j);
-    if (err && errlen)
-        snprintf(err, errlen, "%s: cannot start the journal threads", dir);
-    return -EAGAIN;
+    *out = j;
+    return 0;
 }
 
 void seda__journal_close(struct seda_journal *j)
@@ -998,16 +1023,15 @@ void seda__journal_close(struct seda_journal *j)
         return;
     seda__mutex_lock(&j->mu);
     j->stop = true;
-    pthread_cond_signal(&j->work_cv);
+    j->hold = false;
+    if (j->head && !j->busy) {
+        j->busy = true;
+        finish(j->head, JR_LEAD);
+    }
+    while (j->busy)
+        seda__cond_wait(&j->idle_cv, &j->mu, INT64_MAX);
     seda__mutex_unlock(&j->mu);
-    pthread_join(j->writer, NULL);
-    seda__mutex_lock(&j->mu);
-    j->ckpt_stop = true;
-    pthread_cond_signal(&j->ckpt_cv);
-    seda__mutex_unlock(&j->mu);
-    pthread_join(j->ckpter, NULL);
-    pthread_cond_destroy(&j->ckpt_cv);
-    pthread_cond_destroy(&j->work_cv);
+    pthread_cond_destroy(&j->idle_cv);
     seda__mutex_destroy(&j->mu);
     journal_free(j);
 }

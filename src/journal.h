@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * journal.h -- the durable journal behind durable stages: one SQLite
- * database in WAL mode per bus, written by one writer thread that commits
- * whatever is queued in one transaction (group commit).
+ * database in WAL mode per bus, on one connection; whatever is queued when
+ * a commit starts goes into that one transaction (group commit).
  *
  * The journal knows nothing about buses or stages beyond their names: it
  * stores rows (seda_jrec) under a stage name, moves them between stages,
@@ -13,12 +13,15 @@
  * ON-DISK FORMAT (schema version 1; readable with the sqlite3 tool, e.g.
  * `sqlite3 DIR/seda.db "SELECT key, stage, id FROM envelopes"`):
  *
- *   DIR/seda.db       the database (DIR/seda.db-wal, -shm: its WAL files)
+ *   DIR/seda.db       the database (DIR/seda.db-wal: its WAL; no -shm:
+ *                     the connection holds the database exclusively)
  *   DIR/seda.lock     empty file; flock()ed exclusively while a journal is
  *                     open, so a second bus or process fails with "locked"
  *
- *   envelopes(key INTEGER PRIMARY KEY AUTOINCREMENT,  -- order of publish;
- *                                        never reused, kept across moves
+ *   envelopes(key INTEGER PRIMARY KEY,   -- order of publish; kept across
+ *                                        moves, never reused while a
+ *                                        process runs (databases made by
+ *                                        older builds say AUTOINCREMENT)
  *             stage TEXT NOT NULL,       -- stage the envelope waits at
  *             id TEXT NOT NULL,          -- envelope id
  *             attempts INTEGER,          -- deliveries tried so far
@@ -41,10 +44,14 @@
  *   unacknowledged; a hop rewrites the row (new stage, same key); completion
  *   deletes it.  Dead letters are rows whose stage is the dead-letter stage.
  *
- * THREADS: every function is thread-safe unless it says otherwise.  Writes
- * (insert, apply, delete_stage) block until the writer thread has committed
- * them.  Reads (replay, count, get) use a connection of their own, so they
- * never wait for the writer and see only committed rows.
+ * THREADS: every function is thread-safe unless it says otherwise, and
+ * the journal has no threads of its own.  Writes (insert, apply,
+ * delete_stage) block until committed, by the caller itself or by the
+ * caller whose commit was running when they arrived.  Reads (replay,
+ * count, get, scan) wait their turn on the same connection, copy the rows
+ * and call back with the journal free, and see only committed rows.  While
+ * a journal is open nothing else (not even the sqlite3 tool) can read
+ * DIR/seda.db.
  */
 #ifndef SEDA_JOURNAL_H
 #define SEDA_JOURNAL_H
@@ -91,7 +98,7 @@ typedef struct seda_jop {
 
 /* Open DIR/seda.db (creating DIR, with parents, and the database as
  * needed) in WAL mode with synchronous=FULL (sync_full) or NORMAL, take
- * the exclusive lock on DIR/seda.lock and start the writer thread.
+ * the exclusive lock on DIR/seda.lock and on the database.
  * Returns 0 and *out (free with seda__journal_close), or a negative errno
  * with a message in err (when err != NULL) naming the path and the problem:
  *   -EBUSY     "DIR: locked by another process"
@@ -100,14 +107,14 @@ typedef struct seda_jop {
  *   -EPROTO    "DIR/seda.db: schema version N is not 1 (newer than this
  *              build)"
  *   -EIO       "DIR/seda.db: <sqlite message>"
- *   -ENOMEM, -EAGAIN (no thread)
+ *   -ENOMEM
  * Nothing is left open on failure.  Any thread; blocks on file I/O. */
 SEDA__API int seda__journal_open(const char *dir, bool sync_full,
                                  struct seda_journal **out, char *err,
                                  size_t errlen);
 
-/* Commit what is queued, stop and join the writer, close the database and
- * release the lock.  NULL is ignored.  No other call may be running or
+/* Commit what is queued, close the database (checkpointing and removing
+ * the WAL) and release the lock.  NULL is ignored.  No other call may be running or
  * start on j.  Blocks. */
 SEDA__API void seda__journal_close(struct seda_journal *j);
 
@@ -135,9 +142,9 @@ SEDA__API int seda__journal_apply(struct seda_journal *j, const seda_jop *ops,
 
 /* Call cb(rec, ud) for every committed row of stage, in key order (the
  * original publish order), until cb returns non-zero.  Returns 0 (also
- * when cb stopped early), -EIO or -ENOMEM.  cb may call insert and apply
- * (they commit independently of the replay's snapshot).  Any thread,
- * before or while the writer runs. */
+ * when cb stopped early), -EIO or -ENOMEM.  The rows are copied first
+ * (one consistent snapshot), so cb may call insert and apply (they commit
+ * independently of the replay's snapshot).  Any thread. */
 SEDA__API int seda__journal_replay(struct seda_journal *j, const char *stage,
                                    int (*cb)(const seda_jrec *rec, void *ud),
                                    void *ud);
@@ -154,19 +161,28 @@ SEDA__API int seda__journal_get(struct seda_journal *j, const char *stage,
                                 int (*cb)(const seda_jrec *, void *),
                                 void *ud);
 
-/* Delete every row of stage (purge), in one transaction through the
- * writer.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
+/* Call cb for each row matching the SQL condition where (the text after
+ * "FROM envelopes ", e.g. "WHERE id = ?1"; ?1 is bound to arg when arg is
+ * not NULL), in key order, until cb returns non-zero; as replay.  For the
+ * dlq tool: where is trusted SQL, never user input.  Returns 0, -EIO or
+ * -ENOMEM. */
+SEDA__API int seda__journal_scan(struct seda_journal *j, const char *where,
+                                 const char *arg,
+                                 int (*cb)(const seda_jrec *, void *),
+                                 void *ud);
+
+/* Delete every row of stage (purge), in one transaction.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
 SEDA__API int seda__journal_delete_stage(struct seda_journal *j,
                                          const char *stage);
 
 /* Transactions committed so far (for tests and stats; relaxed). */
 SEDA__API uint64_t seda__journal_txns(struct seda_journal *j);
 
-/* For tests: while held, the writer takes no new batch (writes queue up
- * and their callers keep waiting; close still flushes them).  Any thread. */
+/* For tests: while held, no commit starts (requests queue up and their
+ * callers keep waiting; close still flushes them).  Any thread. */
 SEDA__API void seda__journal_hold(struct seda_journal *j, bool hold);
 
-/* For tests: write requests queued and not yet taken by the writer. */
+/* For tests: requests queued and not yet taken by a commit. */
 SEDA__API int seda__journal_pending(struct seda_journal *j);
 
 #endif /* SEDA_JOURNAL_H */
