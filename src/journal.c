@@ -125,7 +125,7 @@ struct seqent {
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
-    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_PURGE, ST_N
+    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_N
 };
 
 static const char *const stmt_sql[ST_N] = {
@@ -143,6 +143,7 @@ static const char *const stmt_sql[ST_N] = {
                 "sender = ?5, headers = ?6, slip = ?7, kind = ?8, "
                 "payload = ?9, published_at = ?10 WHERE key = ?1",
     [ST_DELETE] = "DELETE FROM envelopes WHERE key = ?1",
+    [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
     [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1",
 };
 
@@ -414,12 +415,24 @@ static int do_insert(struct seda_journal *j, struct jreq *r)
     return e ? evict(j, e, r->window) : SQLITE_OK;
 }
 
+/* A run of deletes of consecutive keys (a drain batch of one producer's
+ * envelopes, typically) is one range delete: the keys are unique, so the
+ * range holds exactly the rows named. */
 static int do_apply(struct seda_journal *j, struct jreq *r)
 {
     for (int i = 0; i < r->n; i++) {
         const seda_jop *op = &r->ops[i];
-        sqlite3_stmt *s = j->st[op->op == SEDA_JOP_MOVE ? ST_MOVE : ST_DELETE];
+        int last = i;
+        if (op->op == SEDA_JOP_DELETE)
+            while (last + 1 < r->n && r->ops[last + 1].op == SEDA_JOP_DELETE &&
+                   r->ops[last + 1].rec.key == r->ops[last].rec.key + 1)
+                last++;
+        sqlite3_stmt *s = j->st[op->op == SEDA_JOP_MOVE ? ST_MOVE
+                                : last > i ? ST_DELRANGE : ST_DELETE];
         int rc = sqlite3_bind_int64(s, 1, op->rec.key);
+        if (rc == SQLITE_OK && last > i)
+            rc = sqlite3_bind_int64(s, 2, r->ops[last].rec.key);
+        i = last;
         if (rc == SQLITE_OK && op->op == SEDA_JOP_MOVE)
             rc = bind_rec(s, &op->rec);
         if (rc == SQLITE_OK)

@@ -318,6 +318,36 @@ static void test_journal_replay_callback_may_write(void **state)
     seda__journal_close(j);
 }
 
+/* Deletes of consecutive keys (run as one range) remove exactly those
+ * rows: not the neighbours, and not a row of another stage. */
+static void test_journal_delete_run_removes_only_named(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[6] = {
+        mkrec("a", "0", "x", 1), mkrec("a", "1", "x", 1),
+        mkrec("b", "2", "x", 1), mkrec("a", "3", "x", 1),
+        mkrec("a", "4", "x", 1), mkrec("a", "5", "x", 1),
+    };
+    assert_int_equal(seda__journal_insert(j, r, 6, 0, NULL), 0);
+    for (int i = 1; i < 6; i++)
+        assert_int_equal(r[i].key, r[0].key + i);
+    seda_jop ops[4] = {
+        { .op = SEDA_JOP_DELETE, .rec = { .key = r[1].key } },
+        { .op = SEDA_JOP_DELETE, .rec = { .key = r[3].key } },
+        { .op = SEDA_JOP_DELETE, .rec = { .key = r[4].key } },
+        { .op = SEDA_JOP_DELETE, .rec = { .key = r[4].key + 100 } },
+    };
+    assert_int_equal(seda__journal_apply(j, ops, 4), 0);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_scan(j, "", NULL, collect, &got), 0);
+    assert_int_equal(got.n, 3);
+    assert_string_equal(got.r[0].id, "0");
+    assert_string_equal(got.r[1].id, "2");
+    assert_string_equal(got.r[2].id, "5");
+    seda__journal_close(j);
+}
+
 /* Keys grow while a process runs, even after the newest row is gone (a
  * completion must never find its key reused by a later publish). */
 static void test_journal_keys_never_reused(void **state)
@@ -777,6 +807,7 @@ int main(void)
         T(test_journal_delete_removes_row),
         T(test_journal_get_and_purge),
         T(test_journal_replay_callback_may_write),
+        T(test_journal_delete_run_removes_only_named),
         T(test_journal_keys_never_reused),
         T(test_journal_scan_selects_in_key_order),
         T(test_journal_reads_interleave_with_writers),
