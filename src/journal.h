@@ -96,6 +96,15 @@ typedef struct seda_jop {
                                    only key is read */
 } seda_jop;
 
+/* The SQLite VFS the journal opens its database with (src/walvfs.c): the
+ * default one, with each WAL transaction written in one system call. */
+#define SEDA_JOURNAL_VFS "seda-wal"
+
+/* Register SEDA_JOURNAL_VFS (once per process; later calls return the
+ * first result).  Returns SQLITE_OK or an SQLite error code.  Any
+ * thread. */
+SEDA__API int seda__walvfs_register(void);
+
 /* Open DIR/seda.db (creating DIR, with parents, and the database as
  * needed) in WAL mode with synchronous=FULL (sync_full) or NORMAL, take
  * the exclusive lock on DIR/seda.lock and on the database.
