@@ -44,7 +44,9 @@
 
 #include "journal.h"
 
-#define WAL_BUF (256 * 1024)     /* bytes buffered before a forced flush */
+/* Bytes buffered before a forced flush.  The unix VFS writes at most
+ * 128 KiB - 1 per call (seekAndWriteFd masks the count with 0x1ffff). */
+#define WAL_BUF (64 * 1024)
 #define FRAME_HDR 24              /* WAL frame header size */
 
 struct wfile {
