@@ -89,6 +89,12 @@ enum {
     FIXINT_MAX = 127
 };
 
+/* Inlining hints for the hot paths: scalars are encoded and decoded inline
+ * in the table loops, and error paths stay out of the loops' frames. */
+#define NOINLINE __attribute__((noinline))
+#define COLD __attribute__((noinline, cold))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
 /* ---- buffer ---- */
 
 void seda__wbuf_free(seda_wbuf *b)
@@ -169,7 +175,7 @@ struct enc {
 /* Writes "<path>: <what>" to e->err, where <path> is the root followed by
  * the first nsteps steps.  A step inside a table key prints as "{key}".
  * Returns -1 so callers can `return fail(...)`. */
-static int fail(struct enc *e, int nsteps, const char *what)
+static COLD int fail(struct enc *e, int nsteps, const char *what)
 {
     struct seda_msgbuf m;
     seda__msgbuf_init(&m, e->err, e->errlen);
@@ -186,7 +192,7 @@ static int fail(struct enc *e, int nsteps, const char *what)
 }
 
 /* Writes "out of memory" to e->err.  Returns -1. */
-static int fail_oom(struct enc *e)
+static COLD int fail_oom(struct enc *e)
 {
     struct seda_msgbuf m;
     seda__msgbuf_init(&m, e->err, e->errlen);
@@ -207,7 +213,17 @@ static const char *a_type(int t)
     }
 }
 
-static int enc_value(struct enc *e, int idx, int t);
+/* Writes "<path>: cannot encode <a type><suffix>" (the path's first
+ * nsteps steps) for a value of the unsupported type t.  Returns -1. */
+static COLD int fail_type(struct enc *e, int nsteps, int t,
+                          const char *suffix)
+{
+    char what[64];
+    snprintf(what, sizeof what, "cannot encode %s%s", a_type(t), suffix);
+    return fail(e, nsteps, what);
+}
+
+static NOINLINE int enc_table(struct enc *e, int idx);
 
 /* Appends integer v in its shortest form.  Returns 0, or -1 when b cannot
  * grow. */
@@ -242,7 +258,7 @@ static int enc_int(seda_wbuf *b, lua_Integer v)
 
 /* Appends the string s[0..len) with its shortest length header.  Returns
  * 0, or -1 when b cannot grow. */
-static int enc_str(seda_wbuf *b, const char *s, size_t len)
+static ALWAYS_INLINE int enc_str(seda_wbuf *b, const char *s, size_t len)
 {
     if (len > SIZE_MAX - 9 || reserve(b, len + 9) != 0)
         return -1;
@@ -271,6 +287,48 @@ static int enc_str(seda_wbuf *b, const char *s, size_t len)
     memcpy(p + h, s, len);
     b->len += h + len;
     return 0;
+}
+
+/* Encodes the value of type t at absolute index idx: scalars here, tables
+ * through enc_table().  Returns 0 or -1 as enc_table() does.  Inlined into
+ * the table walk, so a scalar costs no call of its own. */
+static ALWAYS_INLINE int enc_value(struct enc *e, int idx, int t)
+{
+    lua_State *L = e->L;
+    seda_wbuf *b = e->b;
+
+    switch (t) {
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        return enc_str(b, s, len) ? fail_oom(e) : 0;
+    }
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return enc_int(b, lua_tointeger(L, idx)) ? fail_oom(e) : 0;
+        {
+            double d = (double)lua_tonumber(L, idx);
+            uint64_t u;
+            memcpy(&u, &d, sizeof u);
+            if (reserve(b, 9) != 0)
+                return fail_oom(e);
+            b->p[b->len] = TAG_FLOAT;
+            st64(b->p + b->len + 1, u);
+            b->len += 9;
+        }
+        return 0;
+    case LUA_TTABLE:
+        return enc_table(e, idx);
+    case LUA_TNIL:
+    case LUA_TBOOLEAN:
+        if (reserve(b, 1) != 0)
+            return fail_oom(e);
+        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
+                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
+        return 0;
+    default:
+        return fail_type(e, e->nsteps, t, "");
+    }
 }
 
 /* Encodes the table at absolute index idx, which is at or below e->top.
@@ -305,38 +363,37 @@ static int enc_table(struct enc *e, int idx)
     int base = e->top;
     int k = base + 1; /* where lua_next leaves the key; the value is k+1 */
 
+    st->key = k;
+    st->in_key = 0;
+    e->top = k + 1;
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         int kt = lua_type(L, k);
-        int isint = 0;
-        e->top = k + 1;
-        st->key = k;
-        st->in_key = 0;
-        if (array && kt == LUA_TNUMBER) {
+        if (array) {
             /* Keys never hold floats with integral values, so this
              * succeeds exactly for integer keys. */
-            lua_Integer i = lua_tointegerx(L, k, &isint);
+            int isint = 0;
+            lua_Integer i = kt == LUA_TNUMBER ? lua_tointegerx(L, k, &isint)
+                                              : 0;
             if (isint && i == (lua_Integer)narr + 1)
                 narr++;
             else
                 array = 0;
-        } else {
-            array = 0;
         }
         if (!array) {
             nrec++;
-            if (kt == LUA_TTABLE)
+            if (kt == LUA_TTABLE) {
                 st->in_key = 1;
-            else if (kt != LUA_TSTRING && kt != LUA_TNUMBER &&
-                     kt != LUA_TBOOLEAN) {
-                char what[64];
-                snprintf(what, sizeof what,
-                         "cannot encode %s as a table key", a_type(kt));
-                return fail(e, e->nsteps - 1, what);
+                if (enc_table(e, k) != 0)
+                    return -1;
+                st->in_key = 0;
+            } else if (kt == LUA_TSTRING || kt == LUA_TNUMBER ||
+                       kt == LUA_TBOOLEAN) {
+                if (enc_value(e, k, kt) != 0)
+                    return -1;
+            } else {
+                return fail_type(e, e->nsteps - 1, kt, " as a table key");
             }
-            if (enc_value(e, k, kt) != 0)
-                return -1;
-            st->in_key = 0;
         }
         if (enc_value(e, k + 1, lua_type(L, k + 1)) != 0)
             return -1;
@@ -365,50 +422,6 @@ static int enc_table(struct enc *e, int idx)
     st32(p + 1, narr);
     st32(p + 5, nrec);
     return 0;
-}
-
-/* Encodes the value of type t at absolute index idx.  Returns 0 or -1 as
- * enc_table() does. */
-static int enc_value(struct enc *e, int idx, int t)
-{
-    lua_State *L = e->L;
-    seda_wbuf *b = e->b;
-
-    switch (t) {
-    case LUA_TSTRING: {
-        size_t len;
-        const char *s = lua_tolstring(L, idx, &len);
-        return enc_str(b, s, len) ? fail_oom(e) : 0;
-    }
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, idx))
-            return enc_int(b, lua_tointeger(L, idx)) ? fail_oom(e) : 0;
-        {
-            double d = (double)lua_tonumber(L, idx);
-            uint64_t u;
-            memcpy(&u, &d, sizeof u);
-            if (reserve(b, 9) != 0)
-                return fail_oom(e);
-            b->p[b->len] = TAG_FLOAT;
-            st64(b->p + b->len + 1, u);
-            b->len += 9;
-        }
-        return 0;
-    case LUA_TTABLE:
-        return enc_table(e, idx);
-    case LUA_TNIL:
-    case LUA_TBOOLEAN:
-        if (reserve(b, 1) != 0)
-            return fail_oom(e);
-        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
-                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
-        return 0;
-    default: {
-        char what[64];
-        snprintf(what, sizeof what, "cannot encode %s", a_type(t));
-        return fail(e, e->nsteps, what);
-    }
-    }
 }
 
 int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
