@@ -451,6 +451,31 @@ int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
 
 /* ---- decoder ---- */
 
+/* The key cache.  Payloads of one kind repeat their keys, and pushing a
+ * key with lua_pushlstring hashes it and looks it up in the string table
+ * every time.  Each state keeps, in its registry, a full userdata whose
+ * user values hold the last short keys decoded there (placed by a hash of
+ * a key's length and bytes into sets of two slots) and whose block holds
+ * a pointer to each one's bytes: a repeated key costs a hash, a memcmp
+ * and a lua_getiuservalue.  Lua strings never move, and a slot's pointer and
+ * user value are always replaced together, so the pointer stays valid.
+ * The cache is created after the first table decoded in a state (never by
+ * input that fails), lives as long as the state, and holds at most
+ * KC_SLOTS strings of at most KC_MAXLEN bytes. */
+enum {
+    KC_SLOTS = 64,       /* power of two */
+    KC_MAXLEN = FIXSTR_MAX
+};
+
+struct kcache {
+    const char *s[KC_SLOTS];      /* bytes of user value i + 1 */
+    unsigned char len[KC_SLOTS];  /* its length; 0xff for an empty slot */
+};
+
+/* The cache's registry key.  A string key is found faster than a light
+ * userdata one (its hash is kept in the string). */
+#define KC_NAME "seda.codec.keys"
+
 struct dec {
     lua_State *L;
     const unsigned char *start; /* first input byte, for offsets */
@@ -458,12 +483,14 @@ struct dec {
     const unsigned char *end;   /* one past the last byte */
     size_t pending;             /* values open tables still owe, >= 1 B */
     int depth;                  /* tables currently open */
+    struct kcache *kc;          /* key cache, or NULL */
+    int kci;                    /* its stack index (when kc is set) */
     char *err;                  /* message output, borrowed */
     size_t errlen;              /* size of err */
 };
 
 /* Writes "<what> at byte <offset>" to d->err.  Returns -1. */
-static int dfail(struct dec *d, const char *what)
+static COLD int dfail(struct dec *d, const char *what)
 {
     struct seda_msgbuf m;
     char tmp[48];
@@ -482,56 +509,83 @@ static inline size_t avail(const struct dec *d)
     return (size_t)(d->end - d->p) - d->pending;
 }
 
-static int dec_value(struct dec *d);
-
-/* Decodes the elements of a table whose header (already consumed) claims
- * narr array values and nrec pairs, and pushes the table.  Returns 0, or
- * -1 with the message set (and possibly partial values left on the stack
- * for the caller to drop).  May raise a Lua memory error. */
-static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
+/* The first of the two cache slots for the n-byte key s (1 <= n <=
+ * KC_MAXLEN): a hash of its length and of up to three overlapping
+ * windows of its bytes (all of them when n <= 24). */
+static inline unsigned kc_set(const unsigned char *s, size_t n)
 {
-    lua_State *L = d->L;
-
-    if (narr > INT_MAX || nrec > INT_MAX || narr + 2 * nrec > avail(d))
-        return dfail(d, "table size exceeds the input");
-    if (d->depth == SEDA_CODEC_MAX_DEPTH)
-        return dfail(d, "tables nested deeper than 200 levels");
-    /* The entry point made room for the outermost table, key and value;
-     * each nested table needs room for its own key and value. */
-    if (d->depth > 0 && !lua_checkstack(L, 2))
-        return dfail(d, "Lua stack overflow");
-    d->depth++;
-    d->pending += (size_t)(narr + 2 * nrec);
-    lua_createtable(L, (int)narr, (int)nrec);
-    for (lua_Integer i = 1; i <= (lua_Integer)narr; i++) {
-        d->pending--;
-        if (dec_value(d) != 0)
-            return -1;
-        lua_rawseti(L, -2, i);
-    }
-    for (uint64_t i = 0; i < nrec; i++) {
-        d->pending--;
-        /* lua_rawset would raise on a nil or NaN key: refuse them from
-         * the bytes, before anything is pushed. */
-        if (avail(d) >= 1 && d->p[0] == TAG_NIL)
-            return dfail(d, "table key is nil");
-        if (avail(d) >= 9 && d->p[0] == TAG_FLOAT &&
-            (seda__ld64(d->p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
-            return dfail(d, "table key is NaN");
-        if (dec_value(d) != 0)
-            return -1;
-        d->pending--;
-        if (dec_value(d) != 0)
-            return -1;
-        lua_rawset(L, -3);
-    }
-    d->depth--;
-    return 0;
+    uint64_t h;
+    if (n >= 8)
+        h = seda__ld64(s) * UINT64_C(0x9e3779b97f4a7c15) ^
+            seda__ld64(s + (n >> 1) - 4) * UINT64_C(0xc2b2ae3d27d4eb4f) ^
+            seda__ld64(s + n - 8);
+    else if (n >= 4)
+        h = seda__ld32(s) * UINT64_C(0x9e3779b97f4a7c15) ^
+            seda__ld32(s + n - 4);
+    else
+        h = (uint64_t)s[0] << 16 ^ (uint64_t)s[n >> 1] << 8 ^ s[n - 1];
+    h = (h ^ n) * UINT64_C(0xff51afd7ed558ccd);
+    return (unsigned)(h >> 59) * 2; /* KC_SLOTS / 2 sets of two */
 }
 
+/* Pushes the n-byte key s (1 <= n <= KC_MAXLEN, n bytes readable),
+ * through the cache d->kc.  Each key may sit in either slot of its set;
+ * a new key takes the first and moves the one there to the second, so
+ * two keys that share a set both stay.  May raise a Lua memory error. */
+static void push_key(struct dec *d, const unsigned char *s, size_t n)
+{
+    lua_State *L = d->L;
+    struct kcache *kc = d->kc;
+    unsigned i = kc_set(s, n);
+
+    if (kc->len[i] == n && memcmp(kc->s[i], s, n) == 0) {
+        lua_getiuservalue(L, d->kci, (int)i + 1);
+        return;
+    }
+    if (kc->len[i + 1] == n && memcmp(kc->s[i + 1], s, n) == 0) {
+        lua_getiuservalue(L, d->kci, (int)i + 2);
+        return;
+    }
+    lua_pushlstring(L, (const char *)s, n);
+    if (kc->len[i] != 0xff) {
+        lua_getiuservalue(L, d->kci, (int)i + 1);
+        lua_setiuservalue(L, d->kci, (int)i + 2);
+        kc->s[i + 1] = kc->s[i];
+        kc->len[i + 1] = kc->len[i];
+    }
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, d->kci, (int)i + 1);
+    kc->s[i] = lua_tostring(L, -1);
+    kc->len[i] = (unsigned char)n;
+}
+
+/* Pushes the key cache of L and returns it, or returns NULL and pushes
+ * nothing when L has none yet. */
+static struct kcache *kc_get(lua_State *L)
+{
+    if (lua_getfield(L, LUA_REGISTRYINDEX, KC_NAME) == LUA_TUSERDATA &&
+        lua_rawlen(L, -1) == sizeof(struct kcache))
+        return lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return NULL;
+}
+
+/* Gives L an empty key cache.  May raise a Lua memory error. */
+static void kc_new(lua_State *L)
+{
+    struct kcache *kc = lua_newuserdatauv(L, sizeof *kc, KC_SLOTS);
+    memset(kc, 0, sizeof *kc);
+    memset(kc->len, 0xff, sizeof kc->len);
+    lua_setfield(L, LUA_REGISTRYINDEX, KC_NAME);
+}
+
+static int dec_any(struct dec *d);
+static NOINLINE int dec_table(struct dec *d, uint64_t narr, uint64_t nrec);
+
 /* Decodes one value and pushes it.  Returns 0, or -1 with the message set
- * (and possibly partial values left on the stack for the caller to drop). */
-static int dec_value(struct dec *d)
+ * (and possibly partial values left on the stack for the caller to drop).
+ * Inlined into the table loops; dec_any() is the out-of-line copy. */
+static ALWAYS_INLINE int dec_value(struct dec *d)
 {
     lua_State *L = d->L;
 
@@ -625,6 +679,74 @@ static int dec_value(struct dec *d)
     return 0;
 }
 
+static int dec_any(struct dec *d)
+{
+    return dec_value(d);
+}
+
+/* Decodes a table key and pushes it: a short string through the key
+ * cache, anything else through dec_any().  Returns 0 or -1 as
+ * dec_value() does. */
+static ALWAYS_INLINE int dec_key(struct dec *d)
+{
+    size_t left = avail(d);
+    if (left < 1)
+        return dfail(d, "truncated input");
+    const unsigned char *p = d->p;
+    size_t n = (size_t)p[0] - TAG_FIXSTR; /* wraps for tags below */
+    if (n - 1 < KC_MAXLEN && n < left && d->kc != NULL) {
+        push_key(d, p + 1, n);
+        d->p += 1 + n;
+        return 0;
+    }
+    /* lua_rawset would raise on a nil or NaN key: refuse them from the
+     * bytes, before anything is pushed. */
+    if (p[0] == TAG_NIL)
+        return dfail(d, "table key is nil");
+    if (left >= 9 && p[0] == TAG_FLOAT &&
+        (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
+        return dfail(d, "table key is NaN");
+    return dec_any(d);
+}
+
+/* Decodes the elements of a table whose header (already consumed) claims
+ * narr array values and nrec pairs, and pushes the table.  Returns 0, or
+ * -1 with the message set (and possibly partial values left on the stack
+ * for the caller to drop).  May raise a Lua memory error. */
+static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
+{
+    lua_State *L = d->L;
+
+    if (narr > INT_MAX || nrec > INT_MAX || narr + 2 * nrec > avail(d))
+        return dfail(d, "table size exceeds the input");
+    if (d->depth == SEDA_CODEC_MAX_DEPTH)
+        return dfail(d, "tables nested deeper than 200 levels");
+    /* The entry point made room for the outermost table, key and value;
+     * each nested table needs room for its own key and value. */
+    if (d->depth > 0 && !lua_checkstack(L, 2))
+        return dfail(d, "Lua stack overflow");
+    d->depth++;
+    d->pending += (size_t)(narr + 2 * nrec);
+    lua_createtable(L, (int)narr, (int)nrec);
+    for (lua_Integer i = 1; i <= (lua_Integer)narr; i++) {
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawseti(L, -2, i);
+    }
+    for (uint64_t i = 0; i < nrec; i++) {
+        d->pending--;
+        if (dec_key(d) != 0)
+            return -1;
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawset(L, -3);
+    }
+    d->depth--;
+    return 0;
+}
+
 int seda__codec_decode(lua_State *L, const void *p, size_t len,
                        char *err, size_t errlen)
 {
@@ -637,15 +759,21 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
     d.end = len > 0 ? d.p + len : d.p; /* no arithmetic on a NULL p */
     d.pending = 0;
     d.depth = 0;
+    d.kc = NULL;
+    d.kci = top + 1;
     d.err = err;
     d.errlen = errlen;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    if (!lua_checkstack(L, 3)) {
+    /* Room for the cache, the outermost table, a key and a value. */
+    if (!lua_checkstack(L, 4)) {
         dfail(&d, "Lua stack overflow");
         return -1;
     }
-    if (dec_value(&d) != 0) {
+    int table = len > 0 && (d.p[0] == TAG_TBL8 || d.p[0] == TAG_TBL32);
+    if (table)
+        d.kc = kc_get(L);
+    if (dec_any(&d) != 0) {
         lua_settop(L, top);
         return -1;
     }
@@ -654,5 +782,9 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
         dfail(&d, "trailing bytes after the value");
         return -1;
     }
+    if (d.kc != NULL)
+        lua_replace(L, top + 1); /* the value over the cache */
+    else if (table)
+        kc_new(L);
     return 0;
 }
