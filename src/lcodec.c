@@ -256,6 +256,31 @@ static int enc_int(seda_wbuf *b, lua_Integer v)
     return 0;
 }
 
+/* Copies n <= 16 bytes from s to d with at most four moves, touching only
+ * s[0..n) and d[0..n): short keys and values are the common case, and a
+ * memcpy call costs more than the copy. */
+static inline void copy16(unsigned char *d, const unsigned char *s,
+                          size_t n)
+{
+    if (n >= 8) {
+        uint64_t a, z;
+        memcpy(&a, s, 8);
+        memcpy(&z, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &z, 8);
+    } else if (n >= 4) {
+        uint32_t a, z;
+        memcpy(&a, s, 4);
+        memcpy(&z, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &z, 4);
+    } else if (n > 0) {
+        d[0] = s[0];
+        d[n >> 1] = s[n >> 1];
+        d[n - 1] = s[n - 1];
+    }
+}
+
 /* Appends the string s[0..len) with its shortest length header.  Returns
  * 0, or -1 when b cannot grow. */
 static ALWAYS_INLINE int enc_str(seda_wbuf *b, const char *s, size_t len)
@@ -284,7 +309,10 @@ static ALWAYS_INLINE int enc_str(seda_wbuf *b, const char *s, size_t len)
         st64(p + 1, len);
         h = 9;
     }
-    memcpy(p + h, s, len);
+    if (len <= 16)
+        copy16(p + h, (const unsigned char *)s, len);
+    else
+        memcpy(p + h, s, len);
     b->len += h + len;
     return 0;
 }
@@ -528,6 +556,21 @@ static inline unsigned kc_set(const unsigned char *s, size_t n)
     return (unsigned)(h >> 59) * 2; /* KC_SLOTS / 2 sets of two */
 }
 
+/* Whether the n-byte strings a and b (1 <= n <= KC_MAXLEN) are equal:
+ * two overlapping loads each up to 16 bytes, memcmp beyond. */
+static inline int kc_same(const unsigned char *a, const unsigned char *b,
+                          size_t n)
+{
+    if (n >= 8)
+        return n > 16 ? memcmp(a, b, n) == 0
+                      : seda__ld64(a) == seda__ld64(b) &&
+                        seda__ld64(a + n - 8) == seda__ld64(b + n - 8);
+    if (n >= 4)
+        return seda__ld32(a) == seda__ld32(b) &&
+               seda__ld32(a + n - 4) == seda__ld32(b + n - 4);
+    return a[0] == b[0] && a[n >> 1] == b[n >> 1] && a[n - 1] == b[n - 1];
+}
+
 /* Pushes the n-byte key s (1 <= n <= KC_MAXLEN, n bytes readable),
  * through the cache d->kc.  Each key may sit in either slot of its set;
  * a new key takes the first and moves the one there to the second, so
@@ -538,11 +581,12 @@ static void push_key(struct dec *d, const unsigned char *s, size_t n)
     struct kcache *kc = d->kc;
     unsigned i = kc_set(s, n);
 
-    if (kc->len[i] == n && memcmp(kc->s[i], s, n) == 0) {
+    if (kc->len[i] == n && kc_same((const unsigned char *)kc->s[i], s, n)) {
         lua_getiuservalue(L, d->kci, (int)i + 1);
         return;
     }
-    if (kc->len[i + 1] == n && memcmp(kc->s[i + 1], s, n) == 0) {
+    if (kc->len[i + 1] == n &&
+        kc_same((const unsigned char *)kc->s[i + 1], s, n)) {
         lua_getiuservalue(L, d->kci, (int)i + 2);
         return;
     }
