@@ -500,9 +500,9 @@ struct kcache {
     unsigned char len[KC_SLOTS];  /* its length; 0xff for an empty slot */
 };
 
-/* The cache's registry key.  A string key is found faster than a light
- * userdata one (its hash is kept in the string). */
-#define KC_NAME "seda.codec.keys"
+/* The cache's registry key is this variable's address.  Access is raw,
+ * so a registry with a metatable cannot make the decoder call Lua. */
+static const char kc_key;
 
 struct dec {
     lua_State *L;
@@ -558,7 +558,7 @@ static inline unsigned kc_set(const unsigned char *s, size_t n)
 
 /* Whether the n-byte strings a and b (1 <= n <= KC_MAXLEN) are equal:
  * two overlapping loads each up to 16 bytes, memcmp beyond. */
-static inline int kc_same(const unsigned char *a, const unsigned char *b,
+static ALWAYS_INLINE int kc_same(const unsigned char *a, const unsigned char *b,
                           size_t n)
 {
     if (n >= 8)
@@ -575,7 +575,7 @@ static inline int kc_same(const unsigned char *a, const unsigned char *b,
  * through the cache d->kc.  Each key may sit in either slot of its set;
  * a new key takes the first and moves the one there to the second, so
  * two keys that share a set both stay.  May raise a Lua memory error. */
-static void push_key(struct dec *d, const unsigned char *s, size_t n)
+static ALWAYS_INLINE void push_key(struct dec *d, const unsigned char *s, size_t n)
 {
     lua_State *L = d->L;
     struct kcache *kc = d->kc;
@@ -607,7 +607,7 @@ static void push_key(struct dec *d, const unsigned char *s, size_t n)
  * nothing when L has none yet. */
 static struct kcache *kc_get(lua_State *L)
 {
-    if (lua_getfield(L, LUA_REGISTRYINDEX, KC_NAME) == LUA_TUSERDATA &&
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &kc_key) == LUA_TUSERDATA &&
         lua_rawlen(L, -1) == sizeof(struct kcache))
         return lua_touserdata(L, -1);
     lua_pop(L, 1);
@@ -620,7 +620,7 @@ static void kc_new(lua_State *L)
     struct kcache *kc = lua_newuserdatauv(L, sizeof *kc, KC_SLOTS);
     memset(kc, 0, sizeof *kc);
     memset(kc->len, 0xff, sizeof kc->len);
-    lua_setfield(L, LUA_REGISTRYINDEX, KC_NAME);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kc_key);
 }
 
 static int dec_any(struct dec *d);

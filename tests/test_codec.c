@@ -478,13 +478,28 @@ static void test_codec_key_cache(void **state)
         "  local n = 0; for _ in pairs(c) do n = n + 1 end\n"
         "  assert(n == 2)\n"
         "end\n"
-        /* Someone else's value under the cache's registry name. */
+        /* Someone else's value under the cache's registry key (the only
+         * light userdata key with a full userdata value), and a registry
+         * with a metatable, which raw access ignores. */
         "local reg = debug.getregistry()\n"
+        "local key\n"
+        "for k, v in pairs(reg) do\n"
+        "  if type(k) == 'userdata' and type(v) == 'userdata' then\n"
+        "    assert(key == nil); key = k\n"
+        "  end\n"
+        "end\n"
+        "assert(key ~= nil)\n"
         "for _, v in ipairs({{}, io.stdout, 'x'}) do\n"
-        "  reg['seda.codec.keys'] = v\n"
+        "  reg[key] = v\n"
         "  check({alpha = 1, beta = 2})\n"
+        "  assert(type(reg[key]) == 'userdata' and reg[key] ~= io.stdout)\n"
         "  check({alpha = 1, beta = 2})\n"
-        "end\n");
+        "end\n"
+        "setmetatable(reg, {__index = function() error('called') end,"
+        "  __newindex = function() error('called') end})\n"
+        "reg[key] = nil\n"
+        "check({alpha = 1, beta = 2}); check({alpha = 1, beta = 2})\n"
+        "setmetatable(reg, nil)\n");
 }
 
 static void test_codec_shared_table_copied_twice(void **state)
