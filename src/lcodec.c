@@ -13,6 +13,9 @@
  *   - Speed first: the encoder appends to a caller-owned, reused buffer,
  *     makes no allocation per value, and walks each table exactly once with
  *     lua_next; the decoder sizes every table exactly with lua_createtable.
+ *   - Repeated keys are cheap to decode: each state keeps a small cache of
+ *     the short keys it decoded last (see "The key cache" below), so a
+ *     key seen before is not hashed and interned again.
  *   - No Lua errors in the encoder: raw access only, no metamethods, no
  *     string conversions.  Error paths are built only when an error
  *     happens, from keys that lua_next still holds on the Lua stack, so the
@@ -484,9 +487,10 @@ int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
  * every time.  Each state keeps, in its registry, a full userdata whose
  * user values hold the last short keys decoded there (placed by a hash of
  * a key's length and bytes into sets of two slots) and whose block holds
- * a pointer to each one's bytes: a repeated key costs a hash, a memcmp
- * and a lua_getiuservalue.  Lua strings never move, and a slot's pointer and
- * user value are always replaced together, so the pointer stays valid.
+ * a pointer to each one's bytes: a repeated key costs a hash, a
+ * comparison and a lua_getiuservalue.  Lua strings never move, and a
+ * slot's pointer and user value are always replaced together, so the
+ * pointer stays valid.
  * The cache is created after the first table decoded in a state (never by
  * input that fails), lives as long as the state, and holds at most
  * KC_SLOTS strings of at most KC_MAXLEN bytes. */
@@ -496,6 +500,7 @@ enum {
 };
 
 struct kcache {
+    const struct kcache *self;    /* its own address: proof it is ours */
     const char *s[KC_SLOTS];      /* bytes of user value i + 1 */
     unsigned char len[KC_SLOTS];  /* its length; 0xff for an empty slot */
 };
@@ -558,8 +563,8 @@ static inline unsigned kc_set(const unsigned char *s, size_t n)
 
 /* Whether the n-byte strings a and b (1 <= n <= KC_MAXLEN) are equal:
  * two overlapping loads each up to 16 bytes, memcmp beyond. */
-static ALWAYS_INLINE int kc_same(const unsigned char *a, const unsigned char *b,
-                          size_t n)
+static ALWAYS_INLINE int kc_same(const unsigned char *a,
+                                 const unsigned char *b, size_t n)
 {
     if (n >= 8)
         return n > 16 ? memcmp(a, b, n) == 0
@@ -575,7 +580,8 @@ static ALWAYS_INLINE int kc_same(const unsigned char *a, const unsigned char *b,
  * through the cache d->kc.  Each key may sit in either slot of its set;
  * a new key takes the first and moves the one there to the second, so
  * two keys that share a set both stay.  May raise a Lua memory error. */
-static ALWAYS_INLINE void push_key(struct dec *d, const unsigned char *s, size_t n)
+static ALWAYS_INLINE void push_key(struct dec *d, const unsigned char *s,
+                                   size_t n)
 {
     lua_State *L = d->L;
     struct kcache *kc = d->kc;
@@ -608,8 +614,11 @@ static ALWAYS_INLINE void push_key(struct dec *d, const unsigned char *s, size_t
 static struct kcache *kc_get(lua_State *L)
 {
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, &kc_key) == LUA_TUSERDATA &&
-        lua_rawlen(L, -1) == sizeof(struct kcache))
-        return lua_touserdata(L, -1);
+        lua_rawlen(L, -1) == sizeof(struct kcache)) {
+        struct kcache *kc = lua_touserdata(L, -1);
+        if (kc->self == kc)
+            return kc;
+    }
     lua_pop(L, 1);
     return NULL;
 }
@@ -619,6 +628,7 @@ static void kc_new(lua_State *L)
 {
     struct kcache *kc = lua_newuserdatauv(L, sizeof *kc, KC_SLOTS);
     memset(kc, 0, sizeof *kc);
+    kc->self = kc;
     memset(kc->len, 0xff, sizeof kc->len);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &kc_key);
 }
