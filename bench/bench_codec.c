@@ -6,9 +6,24 @@
  * lua_State on one thread, reusing one output buffer, and prints one JSON
  * line with the mean time per round trip.  Usage:
  *
- *     bench_codec [iterations [gc]]   (default 2000000, incremental)
+ *     bench_codec [iterations [state]]   (default 2000000, worker)
  *
- * gc is "incremental" (Lua's default) or "generational".
+ * state is how the lua_State is made:
+ *   worker        (default) seda__lw_newstate(): the allocator and the
+ *                 collector mode of the states Lua handlers run in
+ *                 (lworker.c: per-state small-block free lists,
+ *                 generational collection), plus the standard libraries;
+ *   incremental   luaL_newstate(): the C library's allocator, Lua's
+ *                 default incremental collector;
+ *   generational  luaL_newstate() switched to generational collection.
+ * The JSON field "gc" names the choice.  Rows before the worker state was
+ * the default (no "state" argument) measured "incremental".
+ *
+ * Build (not part of `make`):
+ *     make && cc -std=c11 -D_GNU_SOURCE -pthread -O2 -Iinclude -Isrc \
+ *         $(pkg-config --cflags lua5.4) bench/bench_codec.c \
+ *         build/release/libsedalua.a build/release/libseda.a \
+ *         $(pkg-config --libs lua5.4) -lsqlite3 -lm -o bench_codec
  *
  * DESIGN
  *   - Single-threaded; the decoded copy is popped each round so the
@@ -26,6 +41,7 @@
 #include <lualib.h>
 
 #include "lcodec.h"
+#include "lseda.h"
 
 static double now_ns(void)
 {
@@ -37,8 +53,10 @@ static double now_ns(void)
 int main(int argc, char **argv)
 {
     long iters = argc > 1 ? atol(argv[1]) : 2000000;
-    const char *gc = argc > 2 ? argv[2] : "incremental";
-    lua_State *L = luaL_newstate();
+    const char *gc = argc > 2 ? argv[2] : "worker";
+    int worker = strcmp(gc, "incremental") != 0 &&
+                 strcmp(gc, "generational") != 0;
+    lua_State *L = worker ? seda__lw_newstate() : luaL_newstate();
     seda_wbuf b = {0};
     char err[256];
     double best = 0;
@@ -46,10 +64,10 @@ int main(int argc, char **argv)
     if (L == NULL || iters <= 0)
         return 1;
     luaL_openlibs(L);
-    if (strcmp(gc, "generational") == 0)
+    if (worker)
+        gc = "worker";
+    else if (strcmp(gc, "generational") == 0)
         lua_gc(L, LUA_GCGEN, 0, 0);
-    else
-        gc = "incremental";
     if (luaL_dostring(L, "return {id = 12345, name = 'sensor-17', "
                          "value = 21.5, ok = true, tags = 'a,b'}") != 0) {
         fprintf(stderr, "%s\n", lua_tostring(L, -1));
@@ -75,6 +93,9 @@ int main(int argc, char **argv)
            "\"gc\":\"%s\"}\n",
            best, b.len, iters, gc);
     seda__wbuf_free(&b);
-    lua_close(L);
+    if (worker)
+        seda__lw_closestate(L);
+    else
+        lua_close(L);
     return 0;
 }

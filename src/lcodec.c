@@ -13,6 +13,9 @@
  *   - Speed first: the encoder appends to a caller-owned, reused buffer,
  *     makes no allocation per value, and walks each table exactly once with
  *     lua_next; the decoder sizes every table exactly with lua_createtable.
+ *   - Repeated keys are cheap to decode: each state keeps a small cache of
+ *     the short keys it decoded last (see "The key cache" below), so a
+ *     key seen before is not hashed and interned again.
  *   - No Lua errors in the encoder: raw access only, no metamethods, no
  *     string conversions.  Error paths are built only when an error
  *     happens, from keys that lua_next still holds on the Lua stack, so the
@@ -88,6 +91,12 @@ enum {
     FIXINT_MIN = -32,
     FIXINT_MAX = 127
 };
+
+/* Inlining hints for the hot paths: scalars are encoded and decoded inline
+ * in the table loops, and error paths stay out of the loops' frames. */
+#define NOINLINE __attribute__((noinline))
+#define COLD __attribute__((noinline, cold))
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 /* ---- buffer ---- */
 
@@ -169,7 +178,7 @@ struct enc {
 /* Writes "<path>: <what>" to e->err, where <path> is the root followed by
  * the first nsteps steps.  A step inside a table key prints as "{key}".
  * Returns -1 so callers can `return fail(...)`. */
-static int fail(struct enc *e, int nsteps, const char *what)
+static COLD int fail(struct enc *e, int nsteps, const char *what)
 {
     struct seda_msgbuf m;
     seda__msgbuf_init(&m, e->err, e->errlen);
@@ -186,7 +195,7 @@ static int fail(struct enc *e, int nsteps, const char *what)
 }
 
 /* Writes "out of memory" to e->err.  Returns -1. */
-static int fail_oom(struct enc *e)
+static COLD int fail_oom(struct enc *e)
 {
     struct seda_msgbuf m;
     seda__msgbuf_init(&m, e->err, e->errlen);
@@ -207,7 +216,17 @@ static const char *a_type(int t)
     }
 }
 
-static int enc_value(struct enc *e, int idx, int t);
+/* Writes "<path>: cannot encode <a type><suffix>" (the path's first
+ * nsteps steps) for a value of the unsupported type t.  Returns -1. */
+static COLD int fail_type(struct enc *e, int nsteps, int t,
+                          const char *suffix)
+{
+    char what[64];
+    snprintf(what, sizeof what, "cannot encode %s%s", a_type(t), suffix);
+    return fail(e, nsteps, what);
+}
+
+static NOINLINE int enc_table(struct enc *e, int idx);
 
 /* Appends integer v in its shortest form.  Returns 0, or -1 when b cannot
  * grow. */
@@ -240,9 +259,34 @@ static int enc_int(seda_wbuf *b, lua_Integer v)
     return 0;
 }
 
+/* Copies n <= 16 bytes from s to d with at most four moves, touching only
+ * s[0..n) and d[0..n): short keys and values are the common case, and a
+ * memcpy call costs more than the copy. */
+static inline void copy16(unsigned char *d, const unsigned char *s,
+                          size_t n)
+{
+    if (n >= 8) {
+        uint64_t a, z;
+        memcpy(&a, s, 8);
+        memcpy(&z, s + n - 8, 8);
+        memcpy(d, &a, 8);
+        memcpy(d + n - 8, &z, 8);
+    } else if (n >= 4) {
+        uint32_t a, z;
+        memcpy(&a, s, 4);
+        memcpy(&z, s + n - 4, 4);
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &z, 4);
+    } else if (n > 0) {
+        d[0] = s[0];
+        d[n >> 1] = s[n >> 1];
+        d[n - 1] = s[n - 1];
+    }
+}
+
 /* Appends the string s[0..len) with its shortest length header.  Returns
  * 0, or -1 when b cannot grow. */
-static int enc_str(seda_wbuf *b, const char *s, size_t len)
+static ALWAYS_INLINE int enc_str(seda_wbuf *b, const char *s, size_t len)
 {
     if (len > SIZE_MAX - 9 || reserve(b, len + 9) != 0)
         return -1;
@@ -268,9 +312,54 @@ static int enc_str(seda_wbuf *b, const char *s, size_t len)
         st64(p + 1, len);
         h = 9;
     }
-    memcpy(p + h, s, len);
+    if (len <= 16)
+        copy16(p + h, (const unsigned char *)s, len);
+    else
+        memcpy(p + h, s, len);
     b->len += h + len;
     return 0;
+}
+
+/* Encodes the value of type t at absolute index idx: scalars here, tables
+ * through enc_table().  Returns 0 or -1 as enc_table() does.  Inlined into
+ * the table walk, so a scalar costs no call of its own. */
+static ALWAYS_INLINE int enc_value(struct enc *e, int idx, int t)
+{
+    lua_State *L = e->L;
+    seda_wbuf *b = e->b;
+
+    switch (t) {
+    case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, idx, &len);
+        return enc_str(b, s, len) ? fail_oom(e) : 0;
+    }
+    case LUA_TNUMBER:
+        if (lua_isinteger(L, idx))
+            return enc_int(b, lua_tointeger(L, idx)) ? fail_oom(e) : 0;
+        {
+            double d = (double)lua_tonumber(L, idx);
+            uint64_t u;
+            memcpy(&u, &d, sizeof u);
+            if (reserve(b, 9) != 0)
+                return fail_oom(e);
+            b->p[b->len] = TAG_FLOAT;
+            st64(b->p + b->len + 1, u);
+            b->len += 9;
+        }
+        return 0;
+    case LUA_TTABLE:
+        return enc_table(e, idx);
+    case LUA_TNIL:
+    case LUA_TBOOLEAN:
+        if (reserve(b, 1) != 0)
+            return fail_oom(e);
+        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
+                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
+        return 0;
+    default:
+        return fail_type(e, e->nsteps, t, "");
+    }
 }
 
 /* Encodes the table at absolute index idx, which is at or below e->top.
@@ -305,38 +394,37 @@ static int enc_table(struct enc *e, int idx)
     int base = e->top;
     int k = base + 1; /* where lua_next leaves the key; the value is k+1 */
 
+    st->key = k;
+    st->in_key = 0;
+    e->top = k + 1;
     lua_pushnil(L);
     while (lua_next(L, idx) != 0) {
         int kt = lua_type(L, k);
-        int isint = 0;
-        e->top = k + 1;
-        st->key = k;
-        st->in_key = 0;
-        if (array && kt == LUA_TNUMBER) {
+        if (array) {
             /* Keys never hold floats with integral values, so this
              * succeeds exactly for integer keys. */
-            lua_Integer i = lua_tointegerx(L, k, &isint);
+            int isint = 0;
+            lua_Integer i = kt == LUA_TNUMBER ? lua_tointegerx(L, k, &isint)
+                                              : 0;
             if (isint && i == (lua_Integer)narr + 1)
                 narr++;
             else
                 array = 0;
-        } else {
-            array = 0;
         }
         if (!array) {
             nrec++;
-            if (kt == LUA_TTABLE)
+            if (kt == LUA_TTABLE) {
                 st->in_key = 1;
-            else if (kt != LUA_TSTRING && kt != LUA_TNUMBER &&
-                     kt != LUA_TBOOLEAN) {
-                char what[64];
-                snprintf(what, sizeof what,
-                         "cannot encode %s as a table key", a_type(kt));
-                return fail(e, e->nsteps - 1, what);
+                if (enc_table(e, k) != 0)
+                    return -1;
+                st->in_key = 0;
+            } else if (kt == LUA_TSTRING || kt == LUA_TNUMBER ||
+                       kt == LUA_TBOOLEAN) {
+                if (enc_value(e, k, kt) != 0)
+                    return -1;
+            } else {
+                return fail_type(e, e->nsteps - 1, kt, " as a table key");
             }
-            if (enc_value(e, k, kt) != 0)
-                return -1;
-            st->in_key = 0;
         }
         if (enc_value(e, k + 1, lua_type(L, k + 1)) != 0)
             return -1;
@@ -367,50 +455,6 @@ static int enc_table(struct enc *e, int idx)
     return 0;
 }
 
-/* Encodes the value of type t at absolute index idx.  Returns 0 or -1 as
- * enc_table() does. */
-static int enc_value(struct enc *e, int idx, int t)
-{
-    lua_State *L = e->L;
-    seda_wbuf *b = e->b;
-
-    switch (t) {
-    case LUA_TSTRING: {
-        size_t len;
-        const char *s = lua_tolstring(L, idx, &len);
-        return enc_str(b, s, len) ? fail_oom(e) : 0;
-    }
-    case LUA_TNUMBER:
-        if (lua_isinteger(L, idx))
-            return enc_int(b, lua_tointeger(L, idx)) ? fail_oom(e) : 0;
-        {
-            double d = (double)lua_tonumber(L, idx);
-            uint64_t u;
-            memcpy(&u, &d, sizeof u);
-            if (reserve(b, 9) != 0)
-                return fail_oom(e);
-            b->p[b->len] = TAG_FLOAT;
-            st64(b->p + b->len + 1, u);
-            b->len += 9;
-        }
-        return 0;
-    case LUA_TTABLE:
-        return enc_table(e, idx);
-    case LUA_TNIL:
-    case LUA_TBOOLEAN:
-        if (reserve(b, 1) != 0)
-            return fail_oom(e);
-        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
-                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
-        return 0;
-    default: {
-        char what[64];
-        snprintf(what, sizeof what, "cannot encode %s", a_type(t));
-        return fail(e, e->nsteps, what);
-    }
-    }
-}
-
 int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
                        const char *root, char *err, size_t errlen)
 {
@@ -438,6 +482,33 @@ int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
 
 /* ---- decoder ---- */
 
+/* The key cache.  Payloads of one kind repeat their keys, and pushing a
+ * key with lua_pushlstring hashes it and looks it up in the string table
+ * every time.  Each state keeps, in its registry, a full userdata whose
+ * user values hold the last short keys decoded there (placed by a hash of
+ * a key's length and bytes into sets of two slots) and whose block holds
+ * a pointer to each one's bytes: a repeated key costs a hash, a
+ * comparison and a lua_getiuservalue.  Lua strings never move, and a
+ * slot's pointer and user value are always replaced together, so the
+ * pointer stays valid.
+ * The cache is created after the first table decoded in a state (never by
+ * input that fails), lives as long as the state, and holds at most
+ * KC_SLOTS strings of at most KC_MAXLEN bytes. */
+enum {
+    KC_SLOTS = 64,       /* power of two */
+    KC_MAXLEN = FIXSTR_MAX
+};
+
+struct kcache {
+    const struct kcache *self;    /* its own address: proof it is ours */
+    const char *s[KC_SLOTS];      /* bytes of user value i + 1 */
+    unsigned char len[KC_SLOTS];  /* its length; 0xff for an empty slot */
+};
+
+/* The cache's registry key is this variable's address.  Access is raw,
+ * so a registry with a metatable cannot make the decoder call Lua. */
+static const char kc_key;
+
 struct dec {
     lua_State *L;
     const unsigned char *start; /* first input byte, for offsets */
@@ -445,12 +516,14 @@ struct dec {
     const unsigned char *end;   /* one past the last byte */
     size_t pending;             /* values open tables still owe, >= 1 B */
     int depth;                  /* tables currently open */
+    struct kcache *kc;          /* key cache, or NULL */
+    int kci;                    /* its stack index (when kc is set) */
     char *err;                  /* message output, borrowed */
     size_t errlen;              /* size of err */
 };
 
 /* Writes "<what> at byte <offset>" to d->err.  Returns -1. */
-static int dfail(struct dec *d, const char *what)
+static COLD int dfail(struct dec *d, const char *what)
 {
     struct seda_msgbuf m;
     char tmp[48];
@@ -469,56 +542,104 @@ static inline size_t avail(const struct dec *d)
     return (size_t)(d->end - d->p) - d->pending;
 }
 
-static int dec_value(struct dec *d);
-
-/* Decodes the elements of a table whose header (already consumed) claims
- * narr array values and nrec pairs, and pushes the table.  Returns 0, or
- * -1 with the message set (and possibly partial values left on the stack
- * for the caller to drop).  May raise a Lua memory error. */
-static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
+/* The first of the two cache slots for the n-byte key s (1 <= n <=
+ * KC_MAXLEN): a hash of its length and of up to three overlapping
+ * windows of its bytes (all of them when n <= 24). */
+static inline unsigned kc_set(const unsigned char *s, size_t n)
 {
-    lua_State *L = d->L;
-
-    if (narr > INT_MAX || nrec > INT_MAX || narr + 2 * nrec > avail(d))
-        return dfail(d, "table size exceeds the input");
-    if (d->depth == SEDA_CODEC_MAX_DEPTH)
-        return dfail(d, "tables nested deeper than 200 levels");
-    /* The entry point made room for the outermost table, key and value;
-     * each nested table needs room for its own key and value. */
-    if (d->depth > 0 && !lua_checkstack(L, 2))
-        return dfail(d, "Lua stack overflow");
-    d->depth++;
-    d->pending += (size_t)(narr + 2 * nrec);
-    lua_createtable(L, (int)narr, (int)nrec);
-    for (lua_Integer i = 1; i <= (lua_Integer)narr; i++) {
-        d->pending--;
-        if (dec_value(d) != 0)
-            return -1;
-        lua_rawseti(L, -2, i);
-    }
-    for (uint64_t i = 0; i < nrec; i++) {
-        d->pending--;
-        /* lua_rawset would raise on a nil or NaN key: refuse them from
-         * the bytes, before anything is pushed. */
-        if (avail(d) >= 1 && d->p[0] == TAG_NIL)
-            return dfail(d, "table key is nil");
-        if (avail(d) >= 9 && d->p[0] == TAG_FLOAT &&
-            (seda__ld64(d->p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
-            return dfail(d, "table key is NaN");
-        if (dec_value(d) != 0)
-            return -1;
-        d->pending--;
-        if (dec_value(d) != 0)
-            return -1;
-        lua_rawset(L, -3);
-    }
-    d->depth--;
-    return 0;
+    uint64_t h;
+    if (n >= 8)
+        h = seda__ld64(s) * UINT64_C(0x9e3779b97f4a7c15) ^
+            seda__ld64(s + (n >> 1) - 4) * UINT64_C(0xc2b2ae3d27d4eb4f) ^
+            seda__ld64(s + n - 8);
+    else if (n >= 4)
+        h = seda__ld32(s) * UINT64_C(0x9e3779b97f4a7c15) ^
+            seda__ld32(s + n - 4);
+    else
+        h = (uint64_t)s[0] << 16 ^ (uint64_t)s[n >> 1] << 8 ^ s[n - 1];
+    h = (h ^ n) * UINT64_C(0xff51afd7ed558ccd);
+    return (unsigned)(h >> 59) * 2; /* KC_SLOTS / 2 sets of two */
 }
 
+/* Whether the n-byte strings a and b (1 <= n <= KC_MAXLEN) are equal:
+ * two overlapping loads each up to 16 bytes, memcmp beyond. */
+static ALWAYS_INLINE int kc_same(const unsigned char *a,
+                                 const unsigned char *b, size_t n)
+{
+    if (n >= 8)
+        return n > 16 ? memcmp(a, b, n) == 0
+                      : seda__ld64(a) == seda__ld64(b) &&
+                        seda__ld64(a + n - 8) == seda__ld64(b + n - 8);
+    if (n >= 4)
+        return seda__ld32(a) == seda__ld32(b) &&
+               seda__ld32(a + n - 4) == seda__ld32(b + n - 4);
+    return a[0] == b[0] && a[n >> 1] == b[n >> 1] && a[n - 1] == b[n - 1];
+}
+
+/* Pushes the n-byte key s (1 <= n <= KC_MAXLEN, n bytes readable),
+ * through the cache d->kc.  Each key may sit in either slot of its set;
+ * a new key takes the first and moves the one there to the second, so
+ * two keys that share a set both stay.  May raise a Lua memory error. */
+static ALWAYS_INLINE void push_key(struct dec *d, const unsigned char *s,
+                                   size_t n)
+{
+    lua_State *L = d->L;
+    struct kcache *kc = d->kc;
+    unsigned i = kc_set(s, n);
+
+    if (kc->len[i] == n && kc_same((const unsigned char *)kc->s[i], s, n)) {
+        lua_getiuservalue(L, d->kci, (int)i + 1);
+        return;
+    }
+    if (kc->len[i + 1] == n &&
+        kc_same((const unsigned char *)kc->s[i + 1], s, n)) {
+        lua_getiuservalue(L, d->kci, (int)i + 2);
+        return;
+    }
+    lua_pushlstring(L, (const char *)s, n);
+    if (kc->len[i] != 0xff) {
+        lua_getiuservalue(L, d->kci, (int)i + 1);
+        lua_setiuservalue(L, d->kci, (int)i + 2);
+        kc->s[i + 1] = kc->s[i];
+        kc->len[i + 1] = kc->len[i];
+    }
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, d->kci, (int)i + 1);
+    kc->s[i] = lua_tostring(L, -1);
+    kc->len[i] = (unsigned char)n;
+}
+
+/* Pushes the key cache of L and returns it, or returns NULL and pushes
+ * nothing when L has none yet. */
+static struct kcache *kc_get(lua_State *L)
+{
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &kc_key) == LUA_TUSERDATA &&
+        lua_rawlen(L, -1) == sizeof(struct kcache)) {
+        struct kcache *kc = lua_touserdata(L, -1);
+        if (kc->self == kc)
+            return kc;
+    }
+    lua_pop(L, 1);
+    return NULL;
+}
+
+/* Gives L an empty key cache.  May raise a Lua memory error. */
+static void kc_new(lua_State *L)
+{
+    struct kcache *kc = lua_newuserdatauv(L, sizeof *kc, KC_SLOTS);
+    memset(kc, 0, sizeof *kc);
+    kc->self = kc;
+    memset(kc->len, 0xff, sizeof kc->len);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &kc_key);
+}
+
+static int dec_any(struct dec *d);
+static NOINLINE int dec_table(struct dec *d, uint64_t narr, uint64_t nrec);
+
 /* Decodes one value and pushes it.  Returns 0, or -1 with the message set
- * (and possibly partial values left on the stack for the caller to drop). */
-static int dec_value(struct dec *d)
+ * (and possibly partial values left on the stack for the caller to drop).
+ * Inlined into the table loops; dec_any() is the out-of-line copy. */
+static ALWAYS_INLINE int dec_value(struct dec *d)
 {
     lua_State *L = d->L;
 
@@ -612,6 +733,74 @@ static int dec_value(struct dec *d)
     return 0;
 }
 
+static int dec_any(struct dec *d)
+{
+    return dec_value(d);
+}
+
+/* Decodes a table key and pushes it: a short string through the key
+ * cache, anything else through dec_any().  Returns 0 or -1 as
+ * dec_value() does. */
+static ALWAYS_INLINE int dec_key(struct dec *d)
+{
+    size_t left = avail(d);
+    if (left < 1)
+        return dfail(d, "truncated input");
+    const unsigned char *p = d->p;
+    size_t n = (size_t)p[0] - TAG_FIXSTR; /* wraps for tags below */
+    if (n - 1 < KC_MAXLEN && n < left && d->kc != NULL) {
+        push_key(d, p + 1, n);
+        d->p += 1 + n;
+        return 0;
+    }
+    /* lua_rawset would raise on a nil or NaN key: refuse them from the
+     * bytes, before anything is pushed. */
+    if (p[0] == TAG_NIL)
+        return dfail(d, "table key is nil");
+    if (left >= 9 && p[0] == TAG_FLOAT &&
+        (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
+        return dfail(d, "table key is NaN");
+    return dec_any(d);
+}
+
+/* Decodes the elements of a table whose header (already consumed) claims
+ * narr array values and nrec pairs, and pushes the table.  Returns 0, or
+ * -1 with the message set (and possibly partial values left on the stack
+ * for the caller to drop).  May raise a Lua memory error. */
+static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
+{
+    lua_State *L = d->L;
+
+    if (narr > INT_MAX || nrec > INT_MAX || narr + 2 * nrec > avail(d))
+        return dfail(d, "table size exceeds the input");
+    if (d->depth == SEDA_CODEC_MAX_DEPTH)
+        return dfail(d, "tables nested deeper than 200 levels");
+    /* The entry point made room for the outermost table, key and value;
+     * each nested table needs room for its own key and value. */
+    if (d->depth > 0 && !lua_checkstack(L, 2))
+        return dfail(d, "Lua stack overflow");
+    d->depth++;
+    d->pending += (size_t)(narr + 2 * nrec);
+    lua_createtable(L, (int)narr, (int)nrec);
+    for (lua_Integer i = 1; i <= (lua_Integer)narr; i++) {
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawseti(L, -2, i);
+    }
+    for (uint64_t i = 0; i < nrec; i++) {
+        d->pending--;
+        if (dec_key(d) != 0)
+            return -1;
+        d->pending--;
+        if (dec_value(d) != 0)
+            return -1;
+        lua_rawset(L, -3);
+    }
+    d->depth--;
+    return 0;
+}
+
 int seda__codec_decode(lua_State *L, const void *p, size_t len,
                        char *err, size_t errlen)
 {
@@ -624,15 +813,21 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
     d.end = len > 0 ? d.p + len : d.p; /* no arithmetic on a NULL p */
     d.pending = 0;
     d.depth = 0;
+    d.kc = NULL;
+    d.kci = top + 1;
     d.err = err;
     d.errlen = errlen;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    if (!lua_checkstack(L, 3)) {
+    /* Room for the cache, the outermost table, a key and a value. */
+    if (!lua_checkstack(L, 4)) {
         dfail(&d, "Lua stack overflow");
         return -1;
     }
-    if (dec_value(&d) != 0) {
+    int table = len > 0 && (d.p[0] == TAG_TBL8 || d.p[0] == TAG_TBL32);
+    if (table)
+        d.kc = kc_get(L);
+    if (dec_any(&d) != 0) {
         lua_settop(L, top);
         return -1;
     }
@@ -641,5 +836,9 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
         dfail(&d, "trailing bytes after the value");
         return -1;
     }
+    if (d.kc != NULL)
+        lua_replace(L, top + 1); /* the value over the cache */
+    else if (table)
+        kc_new(L);
     return 0;
 }

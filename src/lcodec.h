@@ -108,7 +108,11 @@ SEDA__API int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
  * A claimed length or element count larger than the remaining input could
  * justify is rejected before anything is allocated, so the memory used is
  * proportional to len.  May raise a Lua memory error (it creates Lua
- * strings and tables); raises nothing else.  Any thread that owns L. */
+ * strings and tables); raises nothing else.  Any thread that owns L.
+ *
+ * The first table decoded successfully in a state also leaves a cache of
+ * recently decoded short keys (about 1.6 KB, 64 strings of at most 31
+ * bytes) in L's registry, under a private key, for the state's life. */
 SEDA__API int seda__codec_decode(lua_State *L, const void *p, size_t len,
                                  char *err, size_t errlen);
 

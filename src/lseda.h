@@ -144,6 +144,15 @@ SEDA__API int seda__l_msghandler(lua_State *L);
 SEDA__API void *seda__lw_start(int index, void *ud);
 SEDA__API void seda__lw_stop(int index, void *data, void *ud);
 
+/* A state that allocates and collects the way handlers' states do (the
+ * per-state small-block allocator, generational collection, no memory
+ * limit), with nothing loaded: for benchmarks and tests that measure what
+ * handlers get.  Returns NULL when out of memory.  Close it with
+ * seda__lw_closestate() (which accepts NULL), never lua_close.  Any
+ * thread; the state then belongs to that thread. */
+SEDA__API lua_State *seda__lw_newstate(void);
+SEDA__API void seda__lw_closestate(lua_State *L);
+
 /* The consumer function every Lua handler is registered as. */
 SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
 

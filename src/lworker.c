@@ -568,7 +568,10 @@ static int setup(lua_State *L)
     return 2;
 }
 
-static struct lworker *worker_new(struct lbus *lb, int index)
+/* A bare worker: its state allocates through l_alloc and its extra space
+ * points back at w.  Nothing is loaded yet and the collector is still
+ * incremental.  Returns NULL when out of memory. */
+static struct lworker *worker_alloc(struct lbus *lb, int index)
 {
     struct lworker *w = calloc(1, sizeof *w);
     if (!w)
@@ -581,6 +584,14 @@ static struct lworker *worker_new(struct lbus *lb, int index)
         return NULL;
     }
     *(struct lworker **)lua_getextraspace(w->L) = w;
+    return w;
+}
+
+static struct lworker *worker_new(struct lbus *lb, int index)
+{
+    struct lworker *w = worker_alloc(lb, index);
+    if (!w)
+        return NULL;
     lua_pushcfunction(w->L, setup);
     lua_pushlightuserdata(w->L, w);
     if (lua_pcall(w->L, 1, 2, 0) != LUA_OK) {
@@ -611,6 +622,21 @@ static void worker_free(struct lworker *w)
     free(w->ws);
     seda__wbuf_free(&w->wb);
     free(w);
+}
+
+lua_State *seda__lw_newstate(void)
+{
+    struct lworker *w = worker_alloc(NULL, -1);
+    if (!w)
+        return NULL;
+    lua_gc(w->L, LUA_GCGEN, 0, 0); /* as worker_new() leaves it */
+    return w->L;
+}
+
+void seda__lw_closestate(lua_State *L)
+{
+    if (L)
+        worker_free(worker_of(L));
 }
 
 void *seda__lw_start(int index, void *ud)

@@ -14,6 +14,7 @@
  *       rt(v)       encodes and decodes v, returning the copy (raises on
  *                   failure);
  *       enc(v)      returns the encoding as a string, or nil, message;
+ *       dec(s)      decodes the bytes of string s (raises on failure);
  *       deq(a, b)   deep equality: same types and subtypes, bit-identical
  *                   floats, equal strings, tables with deep-equal pairs.
  *     Most value checks are then short Lua chunks run with run().
@@ -163,6 +164,20 @@ static int l_enc(lua_State *L)
     return 1;
 }
 
+/* Lua: dec(s) -> the value the bytes of s encode; raises on failure. */
+static int l_dec(lua_State *L)
+{
+    size_t len;
+    const char *p = luaL_checklstring(L, 1, &len);
+    char err[256];
+    lua_settop(L, 1);
+    if (seda__codec_decode(L, p, len, err, sizeof err) != 0)
+        return luaL_error(L, "decode: %s", err);
+    if (lua_gettop(L) != 2)
+        return luaL_error(L, "decode pushed %d values", lua_gettop(L) - 1);
+    return 1;
+}
+
 /* Lua: rt(v) -> copy of v through the codec; raises on failure. */
 static int l_rt(lua_State *L)
 {
@@ -201,6 +216,7 @@ static int setup(void **state)
     luaL_openlibs(f->L);
     lua_register(f->L, "deq", l_deq);
     lua_register(f->L, "enc", l_enc);
+    lua_register(f->L, "dec", l_dec);
     lua_register(f->L, "rt", l_rt);
     *state = f;
     return 0;
@@ -413,6 +429,77 @@ static void test_codec_large_tables(void **state)
         "local m = {}\n"
         "for i = 1, 256 do m[i] = i; m[-i] = i end\n"
         "assert(deq(rt(m), m))\n");
+}
+
+/* The decoder keeps recently decoded short keys in a per-state cache
+ * (lcodec.c).  Keys that share a cache set or evict each other, keys just
+ * over the cached length, binary and empty keys, and keys whose only
+ * remaining reference is the cache (across full collections) must all
+ * come back exactly, each with its own value. */
+static void test_codec_key_cache(void **state)
+{
+    lua_State *L = ((struct fixture *)*state)->L;
+    run(L,
+        "local function check(t)\n"
+        "  local c = rt(t); assert(deq(c, t)); return c\n"
+        "end\n"
+        /* Far more distinct keys than the cache has slots. */
+        "local big = {}\n"
+        "for i = 1, 500 do big['k' .. i] = i end\n"
+        "for round = 1, 3 do check(big); collectgarbage() end\n"
+        /* Lengths 1..40 (the cache takes 1..31), keys differing only in
+         * one middle byte or in length, NULs, the empty key. */
+        "local odd = {['a\\0b'] = 1, ['a\\0c'] = 2, a = 3, aa = 4,"
+        "  [''] = 5}\n"
+        "for n = 1, 40 do\n"
+        "  local h = n // 2\n"
+        "  odd[string.rep('x', n)] = n\n"
+        "  odd[string.rep('x', h) .. 'y' .. string.rep('x', n - h - 1)] = -n\n"
+        "end\n"
+        "for round = 1, 3 do check(odd) end\n"
+        /* Changing key sets: every key must map to its own value. */
+        "for i = 1, 300 do\n"
+        "  local f, g = 'f' .. i % 97, 'g' .. i % 89\n"
+        "  local c = check({[f] = i, [g] = -i, id = i})\n"
+        "  assert(c[f] == i and c[g] == -i and c.id == i)\n"
+        "  if i % 50 == 0 then collectgarbage() end\n"
+        "end\n"
+        /* Keys built at run time, dropped, collected, decoded again from
+         * the bytes alone: the cache's copies must still be valid. */
+        "local bytes = {}\n"
+        "for i = 1, 100 do\n"
+        "  bytes[i] = enc({['gone' .. i] = i, ['gone' .. i + 1] = -i})\n"
+        "  dec(bytes[i])\n"
+        "end\n"
+        "collectgarbage(); collectgarbage()\n"
+        "for i = 100, 1, -1 do\n"
+        "  local c = dec(bytes[i])\n"
+        "  assert(c['gone' .. i] == i and c['gone' .. i + 1] == -i)\n"
+        "  local n = 0; for _ in pairs(c) do n = n + 1 end\n"
+        "  assert(n == 2)\n"
+        "end\n"
+        /* Someone else's value under the cache's registry key (the only
+         * light userdata key with a full userdata value), and a registry
+         * with a metatable, which raw access ignores. */
+        "local reg = debug.getregistry()\n"
+        "local key\n"
+        "for k, v in pairs(reg) do\n"
+        "  if type(k) == 'userdata' and type(v) == 'userdata' then\n"
+        "    assert(key == nil); key = k\n"
+        "  end\n"
+        "end\n"
+        "assert(key ~= nil)\n"
+        "for _, v in ipairs({{}, io.stdout, 'x'}) do\n"
+        "  reg[key] = v\n"
+        "  check({alpha = 1, beta = 2})\n"
+        "  assert(type(reg[key]) == 'userdata' and reg[key] ~= io.stdout)\n"
+        "  check({alpha = 1, beta = 2})\n"
+        "end\n"
+        "setmetatable(reg, {__index = function() error('called') end,"
+        "  __newindex = function() error('called') end})\n"
+        "reg[key] = nil\n"
+        "check({alpha = 1, beta = 2}); check({alpha = 1, beta = 2})\n"
+        "setmetatable(reg, nil)\n");
 }
 
 static void test_codec_shared_table_copied_twice(void **state)
@@ -821,6 +908,7 @@ int main(void)
         T(test_codec_sparse_arrays),
         T(test_codec_empty_table),
         T(test_codec_large_tables),
+        T(test_codec_key_cache),
         T(test_codec_shared_table_copied_twice),
         T(test_codec_metatables_ignored),
         T(test_codec_depth_limit),
