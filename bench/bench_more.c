@@ -9,9 +9,11 @@
  *     codec; the float that carries the timestamp is found by its sentinel
  *     value and overwritten in place before each publish (floats are always
  *     tag 0x03 + 8 little-endian bytes, so the length never changes).
- *   - codec: encode + decode of the 5-field record in one lua_State, one
- *     output buffer reused, the decoded copy dropped each round so the
- *     collector's work is counted -- what a hop costs a Lua handler.
+ *   - codec: encode + decode of the 5-field record in one lua_State set up
+ *     as a worker's (seda__lw_newstate: the workers' small-block allocator
+ *     and generational collector), one output buffer reused, the decoded
+ *     copy dropped each round so the collector's work is counted -- what
+ *     a hop costs a Lua handler.
  *   - pipeline: stages p1..p4 with a Lua handler that increments p.n and
  *     assigns env.payload; the slip {p2, p3, p4}; a C done callback counts
  *     completions, checks n == 4 in the final bytes and records the
@@ -33,6 +35,7 @@
 
 #include "bench.h"
 #include "lcodec.h"
+#include "lseda.h"
 
 /* ---- table payloads ---- */
 
@@ -87,16 +90,16 @@ void bench_codec(void)
 {
     long iters = g_cfg.quick ? 100000 : 1000000;
     int trials = g_cfg.quick ? 1 : 3;
-    lua_State *L = luaL_newstate();
+    /* A state like a handler's: the workers' allocator and collector. */
+    lua_State *L = seda__lw_newstate();
     seda_wbuf b = { 0 };
     char err[256];
     if (!L)
         return;
-    luaL_openlibs(L);
     if (luaL_dostring(L, "return {id = 12345, name = 'sensor-17', "
                          "value = 21.5, ok = true, tags = 'a,b'}") != 0) {
         fprintf(stderr, "bench: %s\n", lua_tostring(L, -1));
-        lua_close(L);
+        seda__lw_closestate(L);
         return;
     }
     for (int t = 0; t < trials; t++) {
@@ -119,11 +122,12 @@ void bench_codec(void)
         row_int(&r, "bytes", (long long)b.len);
         row_int(&r, "iterations", iters);
         row_str(&r, "payload", "table5");
+        row_str(&r, "state", "worker");
         row_end(&r);
     }
 out:
     seda__wbuf_free(&b);
-    lua_close(L);
+    seda__lw_closestate(L);
 }
 
 /* ---- pipeline ---- */
