@@ -85,6 +85,9 @@
  * publisher's next insert) to share its commit, ns: a commit costs about
  * 10 us here, a publisher returns for its next one within a few. */
 #define DEFER_NS 5000
+#define DEFER_MAX 16            /* the score's ceiling (and start) */
+#define DEFER_PROBE 32          /* with score 0, one lone commit in this
+                                   many still waits, to notice a change */
 
 enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE, REQ_READ, REQ_COUNT };
 
@@ -184,6 +187,8 @@ struct seda_journal {
     sqlite3_stmt *st[ST_N];     /* prepared statements; leader only */
     struct seqent *seqs;        /* dedup seq cache; leader only */
     int64_t next_key;           /* key of the next insert; leader only */
+    int defer_score;            /* see defer_now; leader only */
+    unsigned defer_probe;       /* see defer_now; leader only */
     seda__mutex_t mu;           /* guards the pending list */
     pthread_cond_t idle_cv;     /* close waits here for the last leader */
     struct jreq *head;          /* oldest pending; guarded by mu */
@@ -578,6 +583,25 @@ static void finish(struct jreq *r, int state)
         pthread_cond_signal(&r->cv);
 }
 
+/* Whether a lone drain commit should wait for company now.  The score
+ * follows how often waiting found some: when it rarely does (drains of
+ * several stages and no publisher, say), every wait is 5 us the journal
+ * sits idle, so then only one lone commit in DEFER_PROBE tries.  Leader
+ * only. */
+static bool defer_now(struct seda_journal *j)
+{
+    return j->defer_score > 0 || ++j->defer_probe % DEFER_PROBE == 0;
+}
+
+static void defer_learn(struct seda_journal *j, bool company)
+{
+    if (company)
+        j->defer_score = j->defer_score < DEFER_MAX ? j->defer_score + 1
+                                                    : DEFER_MAX;
+    else
+        j->defer_score = j->defer_score > 2 ? j->defer_score - 2 : 0;
+}
+
 /* Run pending requests, oldest first, until self is done; then pass the
  * lead to the oldest waiter, or go idle.  A read runs alone and only on
  * its caller's thread: meeting someone else's read first, the leader
@@ -588,7 +612,7 @@ static void lead(struct seda_journal *j, struct jreq *self)
     while (atomic_load_explicit(&self->state, memory_order_relaxed) !=
            JR_DONE && !j->hold) {
         if (j->head == self && j->tail == self && self->type == REQ_APPLY &&
-            !j->stop) {
+            !j->stop && defer_now(j)) {
             /* Alone with a drain's decisions: wait a moment for company
              * (typically the publisher's next insert) to share the
              * commit with.  Arrivals queue behind us meanwhile. */
@@ -596,14 +620,16 @@ static void lead(struct seda_journal *j, struct jreq *self)
                                                  memory_order_relaxed);
             seda__mutex_unlock(&j->mu);
             int64_t until = seda__clock_ns() + DEFER_NS;
-            for (int i = 1; atomic_load_explicit(&j->arrivals,
-                                                 memory_order_relaxed) == seen;
-                 i++) {
+            bool company = false;
+            for (int i = 1; !company; i++) {
                 seda__cpu_relax();
+                company = atomic_load_explicit(&j->arrivals,
+                                               memory_order_relaxed) != seen;
                 if (i % 32 == 0 && seda__clock_ns() > until)
                     break;
             }
             seda__mutex_lock(&j->mu);
+            defer_learn(j, company);
         }
         struct jreq *batch = j->head, *last = batch;
         if (batch->type >= REQ_READ && batch != self)
@@ -1067,6 +1093,7 @@ int seda__journal_open(const char *dir, bool sync_full,
     }
     seda__mutex_init(&j->mu);
     atomic_init(&j->txns, 0);
+    j->defer_score = DEFER_MAX;
     *out = j;
     return 0;
 }
