@@ -561,8 +561,9 @@ static void usage(FILE *f)
         "                  durable_pipeline count (default: all).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"
-        "                  count is the C runtime's own check (a consumer\n"
-        "                  that only counts; 1 and 2 producers).\n"
+        "                  count is the hand-off check: a C consumer that\n"
+        "                  only counts, a Lua handler that only reads\n"
+        "                  env.payload; 1 and 2 producers.\n"
         "  --handler H     c or lua: only rows with that handler\n"
         "  --quick         smoke run: 0.3 s windows, one trial each\n"
         "  --out FILE      results file\n"
@@ -722,7 +723,7 @@ int main(int argc, char **argv)
     }
     if (selected(sel, nsel, "memory"))
         bench_memory();
-    if (g_cfg.want_c && selected(sel, nsel, "count"))
+    if (selected(sel, nsel, "count"))
         bench_count();
 
     remove_tmpdir();

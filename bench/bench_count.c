@@ -5,7 +5,9 @@
  *
  * One producer thread -> one stage (capacity 1024, policy block,
  * concurrency 1) -> a C consumer that only counts; then two producers into
- * one stage with concurrency 2.  Each trial publishes 8-byte timestamps
+ * one stage with concurrency 2.  The same with a Lua handler that reads
+ * env.payload and acks (handler "lua": issue 3's figure, reported beside
+ * the empty-Lua-call floor of the same run).  Each trial publishes 8-byte timestamps
  * (written just before each publish) for the calibration window (2 s; 0.3 s
  * with --quick) on a fresh bus, then shuts down; the clock runs from the
  * first publish until shutdown reports drained.  Five trials per producer
@@ -18,6 +20,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bench.h"
@@ -60,29 +63,38 @@ static void *count_producer(void *arg)
     }
 }
 
-static void count_trial(int np, int trial, double window)
+/* The stage under test: C -- a bus of our own with count_consume; Lua --
+ * inst_open's stage "bench" with the handler file hfile. */
+static void count_trial(const char *hfile, int np, int trial, double window)
 {
-    seda_bus_opts bo;
-    seda_bus_opts_init(&bo);
-    seda_bus_t *bus;
-    if (seda_bus_new(&bo, &bus) != 0) {
-        fprintf(stderr, "bench: count: seda_bus_new failed\n");
-        return;
-    }
-    seda_stage_opts so;
-    seda_stage_opts_init(&so);
-    so.name = "count";
-    so.capacity = 1024;
-    so.policy = SEDA_POLICY_BLOCK;
-    so.concurrency = np;
-    so.publish_timeout = 30;
-    seda_stage_t *st;
-    char err[256];
-    if (seda_stage_add(bus, &so, &st, err, sizeof err) != 0 ||
-        seda_stage_consume(st, count_consume, NULL) < 0) {
-        fprintf(stderr, "bench: count: %s\n", err);
-        seda_bus_free(bus);
-        return;
+    struct inst in;
+    memset(&in, 0, sizeof in);
+    seda_stage_t *st = NULL;
+    if (hfile) {
+        if (inst_open(&in, true, NULL, hfile, 1, 1024, np, NULL) != 0)
+            return;
+        st = in.st[0];
+    } else {
+        seda_bus_opts bo;
+        seda_bus_opts_init(&bo);
+        if (seda_bus_new(&bo, &in.bus) != 0) {
+            fprintf(stderr, "bench: count: seda_bus_new failed\n");
+            return;
+        }
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.name = "count";
+        so.capacity = 1024;
+        so.policy = SEDA_POLICY_BLOCK;
+        so.concurrency = np;
+        so.publish_timeout = 30;
+        char err[256];
+        if (seda_stage_add(in.bus, &so, &st, err, sizeof err) != 0 ||
+            seda_stage_consume(st, count_consume, NULL) < 0) {
+            fprintf(stderr, "bench: count: %s\n", err);
+            inst_close(&in);
+            return;
+        }
     }
     atomic_store(&g_counted, 0);
     struct count_prod p[2];
@@ -105,13 +117,14 @@ static void count_trial(int np, int trial, double window)
         if (p[i].err)
             perr = p[i].err;
     }
-    int drained = seda_bus_shutdown(bus, 60);
+    int drained = inst_shutdown(&in, 60);
     double elapsed = seda_now() - start;
-    long counted = atomic_load(&g_counted);
-    seda_bus_free(bus);
+    long counted = hfile ? inst_delivered(&in) : atomic_load(&g_counted);
+    inst_close(&in);
 
+    double thr = (double)published / elapsed;
     struct row r;
-    row_begin(&r, "c", "count");
+    row_begin(&r, hfile ? "lua" : "c", "count");
     row_int(&r, "trial", trial);
     row_int(&r, "producers", np);
     row_int(&r, "concurrency", np);
@@ -119,10 +132,15 @@ static void count_trial(int np, int trial, double window)
     row_int(&r, "total", published);
     row_int(&r, "delivered", counted);
     row_int(&r, "elapsed_ms", (long long)(elapsed * 1e3 + 0.5));
-    row_num(&r, "throughput_eps", (double)published / elapsed, 0);
+    row_num(&r, "throughput_eps", thr, 0);
     row_bool(&r, "drained", drained == 0 && counted == published &&
                             started == np && perr == 0);
     row_int(&r, "workers", g_cfg.cpus);
+    if (hfile) {
+        row_str(&r, "floor", "lua_call");
+        row_num(&r, "floor_ratio",
+                g_cfg.floor_lua > 0 ? thr / g_cfg.floor_lua : 0, 4);
+    }
     row_end(&r);
 }
 
@@ -130,9 +148,24 @@ void bench_count(void)
 {
     int trials = g_cfg.quick ? 2 : 5;
     double window = g_cfg.calib_s;
-    for (int np = 1; np <= 2; np++)
-        for (int t = 1; t <= trials; t++) {
-            bench_progress("count/c P=%d trial %d/%d", np, t, trials);
-            count_trial(np, t, window);
-        }
+    char *hfile = NULL;
+    if (g_cfg.want_lua) {
+        hfile = bench_write_file("h_count.lua",
+                                 "return function(env)\n"
+                                 "  local p = env.payload\n"
+                                 "end\n");
+        if (!hfile)
+            return;
+    }
+    for (int h = 0; h < 2; h++) {
+        if (h == 0 ? !g_cfg.want_c : !hfile)
+            continue;
+        for (int np = 1; np <= 2; np++)
+            for (int t = 1; t <= trials; t++) {
+                bench_progress("count/%s P=%d trial %d/%d", h ? "lua" : "c",
+                               np, t, trials);
+                count_trial(h ? hfile : NULL, np, t, window);
+            }
+    }
+    free(hfile);
 }

@@ -249,17 +249,26 @@ if #codec > 0 then
 end
 local cnt = select(function(r) return r.config == "count" end)
 if #cnt > 0 then
-  out("## count (the C runtime's own check)")
+  out("## count (the hand-off check)")
   out("")
-  out("One stage (capacity 1024, block, concurrency = producers), a C consumer that only counts; 8-byte payloads.")
+  out("One stage (capacity 1024, block, concurrency = producers); a C consumer that only counts, or a Lua handler that only reads `env.payload`; 8-byte payloads.  P2/P1: median with 2 producers over median with 1.")
   out("")
-  out("| producers | throughput/s | trials | not drained |")
-  out("|---|---|---|---|")
-  for _, np in ipairs{1, 2} do
-    local rs = select(function(r) return r.config == "count" and r.producers == np end)
-    if #rs > 0 then
-      out("| %d | %s | %d | %d |", np, cell(rs, "throughput_eps", rate), #rs,
-          undrained(rs))
+  out("| handler | producers | throughput/s | P2/P1 | floor ratio | trials | not drained |")
+  out("|---|---|---|---|---|---|---|")
+  for _, h in ipairs{"c", "lua"} do
+    local one = select(function(r)
+      return r.config == "count" and r.handler == h and r.producers == 1 end)
+    for _, np in ipairs{1, 2} do
+      local rs = select(function(r)
+        return r.config == "count" and r.handler == h and r.producers == np end)
+      if #rs > 0 then
+        local ratio = (np == 2 and #one > 0)
+          and string.format("%.2f", med(rs, "throughput_eps") / med(one, "throughput_eps"))
+          or "–"
+        local fr = h == "lua" and string.format("%.3f", med(rs, "floor_ratio")) or "–"
+        out("| %s | %d | %s | %s | %s | %d | %d |", h, np,
+            cell(rs, "throughput_eps", rate), ratio, fr, #rs, undrained(rs))
+      end
     end
   end
   out("")
