@@ -57,6 +57,9 @@
  *   the committing leader every CKPT_FRAMES WAL pages: with no other
  *   connection they always complete, and the WAL then starts over.
  *
+ *   The database itself (schema, statements, opening the connection) is
+ *   journal_db.c's; the types both files use are in journal_int.h.
+ *
  *   Threads: none of its own.  One mutex (mu).
  */
 #include <errno.h>
@@ -70,15 +73,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "journal.h"
+#include "journal_int.h"
 
-/* busy_timeout, ms: only an outside tool (the sqlite3 shell holding a
- * lock when the journal opens) can make the connection wait. */
-#define BUSY_MS 200
-/* WAL pages between automatic checkpoints. */
-#define CKPT_FRAMES "4096"
-/* Page size of a new database. */
-#define PAGE_SIZE "1024"
 /* How long a waiter spins before it sleeps, ns. */
 #define SPIN_NS 40000
 /* How long a leader alone with a drain's decisions waits for company (a
@@ -89,170 +85,11 @@
 #define DEFER_PROBE 32          /* with score 0, one lone commit in this
                                    many still waits, to notice a change */
 
-enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE, REQ_READ, REQ_COUNT };
-
-/* What a waiting request's state says (jreq.state). */
-enum { JR_WAIT, JR_DONE, JR_LEAD };
-
-/* A row copied out of SQLite for a read; rec's pointers point into it. */
-struct jrow {
-    struct jrow *next;
-    seda_jrec rec;
-    char data[];
-};
-
-/* A queued request.  Lives on the caller's stack until it returns.
- * Locking: next and sleeping are guarded by j->mu; state is stored under
- * j->mu with release order and may be read without it (acquire) by its
- * caller, who reads rc, keys, dup flags, rows and count only after seeing
- * JR_DONE. */
-struct jreq {
-    int type;                   /* REQ_* */
-    seda_jrec *recs;            /* INSERT: records, keys written back */
-    const seda_jop *ops;        /* APPLY: the changes */
-    int n;                      /* INSERT/APPLY: count */
-    int window;                 /* INSERT: dedup window, <= 0 for none */
-    int *dup;                   /* INSERT: dup flags out */
-    const char *stage;          /* PURGE, COUNT: the stage */
-    const char *sql;            /* READ: the SELECT (binds ?1, ?2) */
-    const char *a, *b;          /* READ: texts for ?1 and ?2 (or NULL) */
-    struct jrow *rows;          /* READ: rows, in order; caller frees */
-    int64_t count;              /* READ: rows; COUNT: the count */
-    int rc;                     /* result, set by the leader */
-    atomic_int state;           /* JR_*; see above */
-    bool sleeping;              /* the caller waits on cv; mu */
-    pthread_cond_t cv;          /* the caller sleeps here, with j->mu */
-    struct jreq *next;          /* guarded by j->mu while queued */
-};
-
-/* A stage's dedup sequence, cached by the writer (writer-only). */
-struct seqent {
-    char *stage;                /* owned */
-    int64_t next;               /* next seq to hand out */
-    int64_t evicted;            /* seqs <= this are known deleted */
-    struct seqent *link;        /* next entry */
-};
-
-enum {
-    ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
-    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_N
-};
-
-static const char *const stmt_sql[ST_N] = {
-    [ST_BEGIN] = "BEGIN IMMEDIATE",
-    [ST_COMMIT] = "COMMIT",
-    [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT] = "INSERT INTO envelopes(key, stage, id, attempts, sender, "
-                  "headers, slip, kind, payload, published_at) "
-                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    [ST_DEDUP] = "INSERT OR IGNORE INTO dedup(stage, id, seq) "
-                 "VALUES(?1, ?2, ?3)",
-    [ST_EVICT] = "DELETE FROM dedup WHERE stage = ?1 AND seq <= ?2",
-    [ST_MAXSEQ] = "SELECT coalesce(max(seq), 0) FROM dedup WHERE stage = ?1",
-    [ST_MOVE] = "UPDATE envelopes SET stage = ?2, id = ?3, attempts = ?4, "
-                "sender = ?5, headers = ?6, slip = ?7, kind = ?8, "
-                "payload = ?9, published_at = ?10 WHERE key = ?1",
-    [ST_DELETE] = "DELETE FROM envelopes WHERE key = ?1",
-    [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
-    [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1",
-};
-
-static const char schema_sql[] =
-    "CREATE TABLE IF NOT EXISTS envelopes("
-    " key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
-    " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
-    " slip BLOB, kind INTEGER, payload BLOB, published_at REAL);"
-    "CREATE TABLE IF NOT EXISTS dedup(stage TEXT, id TEXT, seq INTEGER,"
-    " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
-    "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
-    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
-    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 1);";
-
-#define SELECT_COLS "SELECT key, stage, id, attempts, sender, headers, slip," \
-                    " kind, payload, published_at FROM envelopes "
-
-/*
- * Locking: mu guards head, tail, npending, hold, stop, busy and last_group
- * (and each queued request's next and sleeping).  Immutable after open:
- * dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
- * whoever set busy (under mu) -- until it clears busy or passes the lead.
- * Atomic: txns (relaxed counter).  Only one lock; it is never held across
- * SQLite calls.
- */
-struct seda_journal {
-    char *dir;                  /* the data directory */
-    char *path;                 /* DIR/seda.db */
-    int lockfd;                 /* DIR/seda.lock, flock()ed */
-    sqlite3 *db;                /* the connection; leader only */
-    sqlite3_stmt *st[ST_N];     /* prepared statements; leader only */
-    struct seqent *seqs;        /* dedup seq cache; leader only */
-    int64_t next_key;           /* key of the next insert; leader only */
-    int defer_score;            /* see defer_now; leader only */
-    unsigned defer_probe;       /* see defer_now; leader only */
-    seda__mutex_t mu;           /* guards the pending list */
-    pthread_cond_t idle_cv;     /* close waits here for the last leader */
-    struct jreq *head;          /* oldest pending; guarded by mu */
-    struct jreq *tail;          /* newest pending; guarded by mu */
-    int npending;               /* requests queued; guarded by mu */
-    bool hold;                  /* tests: nobody leads; guarded by mu */
-    bool stop;                  /* close began; guarded by mu */
-    bool busy;                  /* a leader is running; guarded by mu */
-    int last_group;             /* requests in the last commit; mu */
-    atomic_uint arrivals;       /* requests ever queued (written under mu,
-                                   read relaxed by a deferring leader) */
-    atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
-};
-
 /* ---- errors ---- */
 
 static int sqlite_errno(int rc)
 {
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : -EIO;
-}
-
-/* Error for a failed open step, with a message naming path.  Returns the
- * negative errno. */
-static int open_error(int rc, sqlite3 *db, const char *path, const char *dir,
-                      char *err, size_t errlen)
-{
-    int e;
-    char what[256];
-    switch (rc & 0xff) {
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-        e = -EILSEQ;
-        snprintf(what, sizeof what, "not a database (corrupt?)");
-        break;
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        e = -EBUSY;
-        path = dir;
-        snprintf(what, sizeof what, "locked by another process");
-        break;
-    case SQLITE_READONLY:
-    case SQLITE_CANTOPEN:
-    case SQLITE_PERM:
-    case SQLITE_AUTH: {
-        int se = db ? sqlite3_system_errno(db) : 0;
-        e = se > 0 ? -se : -EACCES;
-        snprintf(what, sizeof what, "not writable: %s",
-                 se > 0 ? strerror(se) : (db ? sqlite3_errmsg(db)
-                                             : sqlite3_errstr(rc)));
-        break;
-    }
-    case SQLITE_NOMEM:
-        e = -ENOMEM;
-        snprintf(what, sizeof what, "out of memory");
-        break;
-    default:
-        e = -EIO;
-        snprintf(what, sizeof what, "%s",
-                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-        break;
-    }
-    if (err && errlen)
-        snprintf(err, errlen, "%s: %s", path, what);
-    return e;
 }
 
 /* ---- binding and reading rows ---- */
@@ -885,47 +722,6 @@ int seda__journal_count(struct seda_journal *j, const char *stage,
 
 /* ---- open and close ---- */
 
-/* mkdir -p dir.  Returns 0 or a negative errno with err set. */
-static int make_dirs(const char *dir, char *err, size_t errlen)
-{
-    char *p = seda__strdup(dir);
-    if (!p)
-        return -ENOMEM;
-    int e = 0;
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0')
-            continue;
-        char saved = *c;
-        *c = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            e = errno;
-        *c = saved;
-        if (e || saved == '\0')
-            break;
-    }
-    struct stat sb;
-    if (!e && stat(dir, &sb) != 0)
-        e = errno;
-    else if (!e && !S_ISDIR(sb.st_mode))
-        e = ENOTDIR;
-    seda__free(p);
-    if (e && err && errlen)
-        snprintf(err, errlen, "%s: not writable: %s", dir, strerror(e));
-    return -e;
-}
-
-static char *join_path(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = seda__malloc(a + b + 2);
-    if (p) {
-        memcpy(p, dir, a);
-        p[a] = '/';
-        memcpy(p + a + 1, name, b + 1);
-    }
-    return p;
-}
-
 /* Release everything of a journal whose writer is not running. */
 static void journal_free(struct seda_journal *j)
 {
@@ -940,114 +736,12 @@ static void journal_free(struct seda_journal *j)
     seda__free(j);
 }
 
-/* Open the database, set it up and prepare the statements.  Returns 0 or
- * a negative errno with err set. */
-static int db_setup(struct seda_journal *j, bool sync_full, char *err,
-                    size_t errlen)
-{
-    int rc = sqlite3_open_v2(j->path, &j->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                             SQLITE_OPEN_NOMUTEX,
-                             seda__walvfs_register() == SQLITE_OK
-                                 ? SEDA_JOURNAL_VFS : NULL);
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    sqlite3_extended_result_codes(j->db, 1);
-    if (sqlite3_db_readonly(j->db, "main") == 1)
-        return open_error(SQLITE_READONLY, j->db, j->path, j->dir, err,
-                          errlen);
-    sqlite3_busy_timeout(j->db, BUSY_MS);
-    /* Exclusive before WAL, so that the WAL index lives in heap memory;
-     * the page size applies only to a new database.  journal_mode reads
-     * the header first: garbage fails there. */
-    sqlite3_stmt *s = NULL;
-    rc = sqlite3_exec(j->db, "PRAGMA locking_mode=EXCLUSIVE;"
-                      "PRAGMA page_size=" PAGE_SIZE, NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(j->db, "PRAGMA journal_mode=WAL", -1, &s,
-                                NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        const char *mode = (const char *)sqlite3_column_text(s, 0);
-        rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_CANTOPEN;
-    }
-    sqlite3_finalize(s);
-    if (rc == SQLITE_CANTOPEN && err && errlen) {
-        snprintf(err, errlen, "%s: cannot use WAL mode here", j->path);
-        return -EIO;
-    }
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    rc = sqlite3_exec(j->db, sync_full ? "PRAGMA synchronous=FULL;"
-                                       : "PRAGMA synchronous=NORMAL;",
-                      NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(j->db, "PRAGMA temp_store=MEMORY;"
-                          "PRAGMA cache_size=-16384;"
-                          "PRAGMA wal_autocheckpoint=" CKPT_FRAMES,
-                          NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    if (rc == SQLITE_OK) {
-        rc = sqlite3_exec(j->db, schema_sql, NULL, NULL, NULL);
-        if (rc == SQLITE_OK)
-            rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
-        if (rc != SQLITE_OK && !sqlite3_get_autocommit(j->db))
-            sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
-    }
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    int64_t version = 0;
-    rc = sqlite3_prepare_v2(j->db, "SELECT v FROM meta WHERE k = "
-                            "'schema_version'", -1, &s, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        version = sqlite3_column_int64(s, 0);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(s);
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    if (version != SEDA_JOURNAL_SCHEMA) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s: schema version %lld is not %d (%s)",
-                     j->path, (long long)version, SEDA_JOURNAL_SCHEMA,
-                     version > SEDA_JOURNAL_SCHEMA ? "newer than this build"
-                                                   : "unknown");
-        return -EPROTO;
-    }
-    for (int i = 0; i < ST_N; i++) {
-        rc = sqlite3_prepare_v3(j->db, stmt_sql[i], -1,
-                                SQLITE_PREPARE_PERSISTENT, &j->st[i], NULL);
-        if (rc != SQLITE_OK)
-            return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    }
-    rc = sqlite3_prepare_v2(j->db, "SELECT coalesce(max(key), 0) FROM "
-                            "envelopes", -1, &s, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        j->next_key = sqlite3_column_int64(s, 0) + 1;
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(s);
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    return 0;
-}
-
-static pthread_once_t g_sqlite_once = PTHREAD_ONCE_INIT;
-
-/* Before SQLite's first use in this process (later it refuses, and
- * nothing changes): no global memory statistics, whose mutex every
- * sqlite3_malloc and sqlite3_free would otherwise take. */
-static void sqlite_once(void)
-{
-    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-}
-
 int seda__journal_open(const char *dir, bool sync_full,
                        struct seda_journal **out, char *err, size_t errlen)
 {
     if (err && errlen)
         err[0] = '\0';
-    pthread_once(&g_sqlite_once, sqlite_once);
+    seda__jdb_init();
     if (!dir || !dir[0] || !out)
         return -EINVAL;
     if (!sqlite3_threadsafe()) {
@@ -1060,11 +754,11 @@ int seda__journal_open(const char *dir, bool sync_full,
         return -ENOMEM;
     j->lockfd = -1;
     j->dir = seda__strdup(dir);
-    j->path = join_path(dir, SEDA_JOURNAL_FILE);
-    char *lockpath = join_path(dir, SEDA_JOURNAL_LOCK);
+    j->path = seda__jdb_join(dir, SEDA_JOURNAL_FILE);
+    char *lockpath = seda__jdb_join(dir, SEDA_JOURNAL_LOCK);
     int rc = j->dir && j->path && lockpath ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = make_dirs(dir, err, errlen);
+        rc = seda__jdb_make_dirs(dir, err, errlen);
     if (rc == 0) {
         j->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (j->lockfd < 0) {
@@ -1082,7 +776,7 @@ int seda__journal_open(const char *dir, bool sync_full,
     }
     seda__free(lockpath);
     if (rc == 0)
-        rc = db_setup(j, sync_full, err, errlen);
+        rc = seda__jdb_setup(j, sync_full, err, errlen);
     if (rc != 0) {
         journal_free(j);
         return rc;

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * journal_db.c -- the journal's database: its schema and statements, the
+ * directory and file it lives in, and setting up the one connection
+ * (exclusive WAL, 1 KiB pages for a new database, the WAL-coalescing
+ * VFS of walvfs.c), with errors that name the path and the problem.  The
+ * requests, group commit and reads are journal.c's; see there and
+ * journal.h.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "journal_int.h"
+
+/* busy_timeout, ms: only an outside tool (the sqlite3 shell holding a
+ * lock when the journal opens) can make the connection wait. */
+#define BUSY_MS 200
+/* WAL pages between automatic checkpoints. */
+#define CKPT_FRAMES "4096"
+/* Page size of a new database. */
+#define PAGE_SIZE "1024"
+
+static const char *const stmt_sql[ST_N] = {
+    [ST_BEGIN] = "BEGIN IMMEDIATE",
+    [ST_COMMIT] = "COMMIT",
+    [ST_ROLLBACK] = "ROLLBACK",
+    [ST_INSERT] = "INSERT INTO envelopes(key, stage, id, attempts, sender, "
+                  "headers, slip, kind, payload, published_at) "
+                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+    [ST_DEDUP] = "INSERT OR IGNORE INTO dedup(stage, id, seq) "
+                 "VALUES(?1, ?2, ?3)",
+    [ST_EVICT] = "DELETE FROM dedup WHERE stage = ?1 AND seq <= ?2",
+    [ST_MAXSEQ] = "SELECT coalesce(max(seq), 0) FROM dedup WHERE stage = ?1",
+    [ST_MOVE] = "UPDATE envelopes SET stage = ?2, id = ?3, attempts = ?4, "
+                "sender = ?5, headers = ?6, slip = ?7, kind = ?8, "
+                "payload = ?9, published_at = ?10 WHERE key = ?1",
+    [ST_DELETE] = "DELETE FROM envelopes WHERE key = ?1",
+    [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
+    [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1",
+};
+
+static const char schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS envelopes("
+    " key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
+    " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
+    " slip BLOB, kind INTEGER, payload BLOB, published_at REAL);"
+    "CREATE TABLE IF NOT EXISTS dedup(stage TEXT, id TEXT, seq INTEGER,"
+    " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
+    "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
+    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
+    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 1);";
+
+/* Error for a failed open step, with a message naming path.  Returns the
+ * negative errno. */
+static int open_error(int rc, sqlite3 *db, const char *path, const char *dir,
+                      char *err, size_t errlen)
+{
+    int e;
+    char what[256];
+    switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+        e = -EILSEQ;
+        snprintf(what, sizeof what, "not a database (corrupt?)");
+        break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        e = -EBUSY;
+        path = dir;
+        snprintf(what, sizeof what, "locked by another process");
+        break;
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+    case SQLITE_AUTH: {
+        int se = db ? sqlite3_system_errno(db) : 0;
+        e = se > 0 ? -se : -EACCES;
+        snprintf(what, sizeof what, "not writable: %s",
+                 se > 0 ? strerror(se) : (db ? sqlite3_errmsg(db)
+                                             : sqlite3_errstr(rc)));
+        break;
+    }
+    case SQLITE_NOMEM:
+        e = -ENOMEM;
+        snprintf(what, sizeof what, "out of memory");
+        break;
+    default:
+        e = -EIO;
+        snprintf(what, sizeof what, "%s",
+                 db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        break;
+    }
+    if (err && errlen)
+        snprintf(err, errlen, "%s: %s", path, what);
+    return e;
+}
+
+int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen)
+{
+    char *p = seda__strdup(dir);
+    if (!p)
+        return -ENOMEM;
+    int e = 0;
+    for (char *c = p + 1;; c++) {
+        if (*c != '/' && *c != '\0')
+            continue;
+        char saved = *c;
+        *c = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            e = errno;
+        *c = saved;
+        if (e || saved == '\0')
+            break;
+    }
+    struct stat sb;
+    if (!e && stat(dir, &sb) != 0)
+        e = errno;
+    else if (!e && !S_ISDIR(sb.st_mode))
+        e = ENOTDIR;
+    seda__free(p);
+    if (e && err && errlen)
+        snprintf(err, errlen, "%s: not writable: %s", dir, strerror(e));
+    return -e;
+}
+
+char *seda__jdb_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = seda__malloc(a + b + 2);
+    if (p) {
+        memcpy(p, dir, a);
+        p[a] = '/';
+        memcpy(p + a + 1, name, b + 1);
+    }
+    return p;
+}
+
+int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
+                    size_t errlen)
+{
+    int rc = sqlite3_open_v2(j->path, &j->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                             SQLITE_OPEN_NOMUTEX,
+                             seda__walvfs_register() == SQLITE_OK
+                                 ? SEDA_JOURNAL_VFS : NULL);
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    sqlite3_extended_result_codes(j->db, 1);
+    if (sqlite3_db_readonly(j->db, "main") == 1)
+        return open_error(SQLITE_READONLY, j->db, j->path, j->dir, err,
+                          errlen);
+    sqlite3_busy_timeout(j->db, BUSY_MS);
+    /* Exclusive before WAL, so that the WAL index lives in heap memory;
+     * the page size applies only to a new database.  journal_mode reads
+     * the header first: garbage fails there. */
+    sqlite3_stmt *s = NULL;
+    rc = sqlite3_exec(j->db, "PRAGMA locking_mode=EXCLUSIVE;"
+                      "PRAGMA page_size=" PAGE_SIZE, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(j->db, "PRAGMA journal_mode=WAL", -1, &s,
+                                NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        const char *mode = (const char *)sqlite3_column_text(s, 0);
+        rc = mode && strcmp(mode, "wal") == 0 ? SQLITE_OK : SQLITE_CANTOPEN;
+    }
+    sqlite3_finalize(s);
+    if (rc == SQLITE_CANTOPEN && err && errlen) {
+        snprintf(err, errlen, "%s: cannot use WAL mode here", j->path);
+        return -EIO;
+    }
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    rc = sqlite3_exec(j->db, sync_full ? "PRAGMA synchronous=FULL;"
+                                       : "PRAGMA synchronous=NORMAL;",
+                      NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(j->db, "PRAGMA temp_store=MEMORY;"
+                          "PRAGMA cache_size=-16384;"
+                          "PRAGMA wal_autocheckpoint=" CKPT_FRAMES,
+                          NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_exec(j->db, schema_sql, NULL, NULL, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
+        if (rc != SQLITE_OK && !sqlite3_get_autocommit(j->db))
+            sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    int64_t version = 0;
+    rc = sqlite3_prepare_v2(j->db, "SELECT v FROM meta WHERE k = "
+                            "'schema_version'", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        version = sqlite3_column_int64(s, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    if (version != SEDA_JOURNAL_SCHEMA) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: schema version %lld is not %d (%s)",
+                     j->path, (long long)version, SEDA_JOURNAL_SCHEMA,
+                     version > SEDA_JOURNAL_SCHEMA ? "newer than this build"
+                                                   : "unknown");
+        return -EPROTO;
+    }
+    for (int i = 0; i < ST_N; i++) {
+        rc = sqlite3_prepare_v3(j->db, stmt_sql[i], -1,
+                                SQLITE_PREPARE_PERSISTENT, &j->st[i], NULL);
+        if (rc != SQLITE_OK)
+            return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    }
+    rc = sqlite3_prepare_v2(j->db, "SELECT coalesce(max(key), 0) FROM "
+                            "envelopes", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        j->next_key = sqlite3_column_int64(s, 0) + 1;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    if (rc != SQLITE_OK)
+        return open_error(rc, j->db, j->path, j->dir, err, errlen);
+    return 0;
+}
+
+
+
+/* Before SQLite's first use in this process (later it refuses, and
+ * nothing changes): no global memory statistics, whose mutex every
+ * sqlite3_malloc and sqlite3_free would otherwise take. */
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void init_once(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
+void seda__jdb_init(void)
+{
+    pthread_once(&g_once, init_once);
+}
+

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * journal_int.h -- what journal.c (requests, group commit, reads) and
+ * journal_db.c (the database: schema, statements, opening) share.  Not a
+ * public header; journal.h is the API.
+ */
+#ifndef SEDA_JOURNAL_INT_H
+#define SEDA_JOURNAL_INT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "journal.h"
+
+enum { REQ_INSERT = 1, REQ_APPLY, REQ_PURGE, REQ_READ, REQ_COUNT };
+
+/* What a waiting request's state says (jreq.state). */
+enum { JR_WAIT, JR_DONE, JR_LEAD };
+
+/* A row copied out of SQLite for a read; rec's pointers point into it. */
+struct jrow {
+    struct jrow *next;
+    seda_jrec rec;
+    char data[];
+};
+
+/* A queued request.  Lives on the caller's stack until it returns.
+ * Locking: next and sleeping are guarded by j->mu; state is stored under
+ * j->mu with release order and may be read without it (acquire) by its
+ * caller, who reads rc, keys, dup flags, rows and count only after seeing
+ * JR_DONE. */
+struct jreq {
+    int type;                   /* REQ_* */
+    seda_jrec *recs;            /* INSERT: records, keys written back */
+    const seda_jop *ops;        /* APPLY: the changes */
+    int n;                      /* INSERT/APPLY: count */
+    int window;                 /* INSERT: dedup window, <= 0 for none */
+    int *dup;                   /* INSERT: dup flags out */
+    const char *stage;          /* PURGE, COUNT: the stage */
+    const char *sql;            /* READ: the SELECT (binds ?1, ?2) */
+    const char *a, *b;          /* READ: texts for ?1 and ?2 (or NULL) */
+    struct jrow *rows;          /* READ: rows, in order; caller frees */
+    int64_t count;              /* READ: rows; COUNT: the count */
+    int rc;                     /* result, set by the leader */
+    atomic_int state;           /* JR_*; see above */
+    bool sleeping;              /* the caller waits on cv; mu */
+    pthread_cond_t cv;          /* the caller sleeps here, with j->mu */
+    struct jreq *next;          /* guarded by j->mu while queued */
+};
+
+/* A stage's dedup sequence, cached by the writer (writer-only). */
+struct seqent {
+    char *stage;                /* owned */
+    int64_t next;               /* next seq to hand out */
+    int64_t evicted;            /* seqs <= this are known deleted */
+    struct seqent *link;        /* next entry */
+};
+
+enum {
+    ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
+    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_N
+};
+
+#define SELECT_COLS "SELECT key, stage, id, attempts, sender, headers, slip," \
+                    " kind, payload, published_at FROM envelopes "
+
+/*
+ * Locking: mu guards head, tail, npending, hold, stop, busy and last_group
+ * (and each queued request's next and sleeping).  Immutable after open:
+ * dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
+ * whoever set busy (under mu) -- until it clears busy or passes the lead.
+ * Atomic: txns (relaxed counter).  Only one lock; it is never held across
+ * SQLite calls.
+ */
+struct seda_journal {
+    char *dir;                  /* the data directory */
+    char *path;                 /* DIR/seda.db */
+    int lockfd;                 /* DIR/seda.lock, flock()ed */
+    sqlite3 *db;                /* the connection; leader only */
+    sqlite3_stmt *st[ST_N];     /* prepared statements; leader only */
+    struct seqent *seqs;        /* dedup seq cache; leader only */
+    int64_t next_key;           /* key of the next insert; leader only */
+    int defer_score;            /* see defer_now; leader only */
+    unsigned defer_probe;       /* see defer_now; leader only */
+    seda__mutex_t mu;           /* guards the pending list */
+    pthread_cond_t idle_cv;     /* close waits here for the last leader */
+    struct jreq *head;          /* oldest pending; guarded by mu */
+    struct jreq *tail;          /* newest pending; guarded by mu */
+    int npending;               /* requests queued; guarded by mu */
+    bool hold;                  /* tests: nobody leads; guarded by mu */
+    bool stop;                  /* close began; guarded by mu */
+    bool busy;                  /* a leader is running; guarded by mu */
+    int last_group;             /* requests in the last commit; mu */
+    atomic_uint arrivals;       /* requests ever queued (written under mu,
+                                   read relaxed by a deferring leader) */
+    atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
+};
+
+
+/* ---- journal_db.c ---- */
+
+/* Process-wide SQLite settings, before SQLite's first use (once). */
+SEDA__API void seda__jdb_init(void);
+
+/* mkdir -p dir.  Returns 0 or a negative errno with err set. */
+SEDA__API int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen);
+
+/* dir + "/" + name, malloc'd (seda__free), or NULL. */
+SEDA__API char *seda__jdb_join(const char *dir, const char *name);
+
+/* Open j->path into j->db, set it up (exclusive WAL, pragmas, schema,
+ * version check), prepare j->st and load j->next_key.  Returns 0 or a
+ * negative errno with err set; j's fields are released by the caller
+ * either way. */
+SEDA__API int seda__jdb_setup(struct seda_journal *j, bool sync_full,
+                              char *err, size_t errlen);
+
+#endif /* SEDA_JOURNAL_INT_H */
