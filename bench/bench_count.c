@@ -63,39 +63,15 @@ static void *count_producer(void *arg)
     }
 }
 
-/* The stage under test: C -- a bus of our own with count_consume; Lua --
- * inst_open's stage "bench" with the handler file hfile. */
+/* The stage under test ("bench", from inst_open): C -- count_consume;
+ * Lua -- the handler file hfile. */
 static void count_trial(const char *hfile, int np, int trial, double window)
 {
     struct inst in;
-    memset(&in, 0, sizeof in);
-    seda_stage_t *st = NULL;
-    if (hfile) {
-        if (inst_open(&in, true, NULL, hfile, 1, 1024, np, NULL) != 0)
-            return;
-        st = in.st[0];
-    } else {
-        seda_bus_opts bo;
-        seda_bus_opts_init(&bo);
-        if (seda_bus_new(&bo, &in.bus) != 0) {
-            fprintf(stderr, "bench: count: seda_bus_new failed\n");
-            return;
-        }
-        seda_stage_opts so;
-        seda_stage_opts_init(&so);
-        so.name = "count";
-        so.capacity = 1024;
-        so.policy = SEDA_POLICY_BLOCK;
-        so.concurrency = np;
-        so.publish_timeout = 30;
-        char err[256];
-        if (seda_stage_add(in.bus, &so, &st, err, sizeof err) != 0 ||
-            seda_stage_consume(st, count_consume, NULL) < 0) {
-            fprintf(stderr, "bench: count: %s\n", err);
-            inst_close(&in);
-            return;
-        }
-    }
+    if (inst_open(&in, hfile != NULL, NULL, hfile, 1, 1024, np,
+                  count_consume) != 0)
+        return;
+    seda_stage_t *st = in.st[0];
     atomic_store(&g_counted, 0);
     struct count_prod p[2];
     memset(p, 0, sizeof p);

@@ -420,6 +420,16 @@ static void finish(struct jreq *r, int state)
         pthread_cond_signal(&r->cv);
 }
 
+/* Nobody leads but requests wait (hold was just lifted, or close began):
+ * make the oldest waiter the leader.  mu held. */
+static void wake_leader(struct seda_journal *j)
+{
+    if (j->head && !j->busy && !j->hold) {
+        j->busy = true;
+        finish(j->head, JR_LEAD);
+    }
+}
+
 /* Whether a lone drain commit should wait for company now.  The score
  * follows how often waiting found some: when it rarely does (drains of
  * several stages and no publisher, say), every wait is 5 us the journal
@@ -453,15 +463,13 @@ static void lead(struct seda_journal *j, struct jreq *self)
             /* Alone with a drain's decisions: wait a moment for company
              * (typically the publisher's next insert) to share the
              * commit with.  Arrivals queue behind us meanwhile. */
-            unsigned seen = atomic_load_explicit(&j->arrivals,
-                                                 memory_order_relaxed);
             seda__mutex_unlock(&j->mu);
             int64_t until = seda__clock_ns() + DEFER_NS;
             bool company = false;
             for (int i = 1; !company; i++) {
                 seda__cpu_relax();
-                company = atomic_load_explicit(&j->arrivals,
-                                               memory_order_relaxed) != seen;
+                company = atomic_load_explicit(&j->npending,
+                                               memory_order_relaxed) > 1;
                 if (i % 32 == 0 && seda__clock_ns() > until)
                     break;
             }
@@ -481,22 +489,22 @@ static void lead(struct seda_journal *j, struct jreq *self)
         if (!j->head)
             j->tail = NULL;
         last->next = NULL;
-        j->npending -= n;
+        atomic_fetch_sub_explicit(&j->npending, n, memory_order_relaxed);
         seda__mutex_unlock(&j->mu);
-        if (batch->type >= REQ_READ)
-            batch->rc = run_read(j, batch) == SQLITE_OK ? 0 : -EIO;
-        else
+        if (batch->type >= REQ_READ) {
+            int rc = run_read(j, batch);
+            batch->rc = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
+        } else {
             run_group(j, batch);
+        }
         seda__mutex_lock(&j->mu);
-        if (batch->type < REQ_READ)
-            j->last_group = n;
         for (struct jreq *r = batch, *nx; r; r = nx) {
             nx = r->next;       /* read first: r may vanish once done */
             finish(r, JR_DONE);
         }
     }
     if (j->head && !j->hold) {
-        finish(j->head, JR_LEAD);       /* busy stays set: its now */
+        finish(j->head, JR_LEAD);       /* busy stays set: it leads now */
     } else {
         j->busy = false;
         if (j->stop)
@@ -527,8 +535,7 @@ static int submit(struct seda_journal *j, struct jreq *r)
     else
         j->head = r;
     j->tail = r;
-    j->npending++;
-    atomic_fetch_add_explicit(&j->arrivals, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&j->npending, 1, memory_order_relaxed);
     if (!j->busy && !j->hold) {
         j->busy = true;
         lead(j, r);             /* r is the head: it is done after this */
@@ -632,19 +639,13 @@ void seda__journal_hold(struct seda_journal *j, bool hold)
 {
     seda__mutex_lock(&j->mu);
     j->hold = hold;
-    if (!hold && j->head && !j->busy) {
-        j->busy = true;
-        finish(j->head, JR_LEAD);
-    }
+    wake_leader(j);
     seda__mutex_unlock(&j->mu);
 }
 
 int seda__journal_pending(struct seda_journal *j)
 {
-    seda__mutex_lock(&j->mu);
-    int n = j->npending;
-    seda__mutex_unlock(&j->mu);
-    return n;
+    return atomic_load_explicit(&j->npending, memory_order_relaxed);
 }
 
 /* ---- reads ---- */
@@ -799,10 +800,7 @@ void seda__journal_close(struct seda_journal *j)
     seda__mutex_lock(&j->mu);
     j->stop = true;
     j->hold = false;
-    if (j->head && !j->busy) {
-        j->busy = true;
-        finish(j->head, JR_LEAD);
-    }
+    wake_leader(j);
     while (j->busy)
         seda__cond_wait(&j->idle_cv, &j->mu, INT64_MAX);
     seda__mutex_unlock(&j->mu);

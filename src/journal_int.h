@@ -68,9 +68,10 @@ enum {
                     " kind, payload, published_at FROM envelopes "
 
 /*
- * Locking: mu guards head, tail, npending, hold, stop, busy and last_group
- * (and each queued request's next and sleeping).  Immutable after open:
- * dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
+ * Locking: mu guards head, tail, hold, stop and busy (and each queued
+ * request's next and sleeping).  npending is written under mu and read
+ * without it (relaxed) by a deferring leader and by tests.  Immutable
+ * after open: dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
  * whoever set busy (under mu) -- until it clears busy or passes the lead.
  * Atomic: txns (relaxed counter).  Only one lock; it is never held across
  * SQLite calls.
@@ -89,13 +90,10 @@ struct seda_journal {
     pthread_cond_t idle_cv;     /* close waits here for the last leader */
     struct jreq *head;          /* oldest pending; guarded by mu */
     struct jreq *tail;          /* newest pending; guarded by mu */
-    int npending;               /* requests queued; guarded by mu */
+    atomic_int npending;        /* requests queued; see above */
     bool hold;                  /* tests: nobody leads; guarded by mu */
     bool stop;                  /* close began; guarded by mu */
     bool busy;                  /* a leader is running; guarded by mu */
-    int last_group;             /* requests in the last commit; mu */
-    atomic_uint arrivals;       /* requests ever queued (written under mu,
-                                   read relaxed by a deferring leader) */
     atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
 };
 
