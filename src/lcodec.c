@@ -77,16 +77,6 @@
 #include <string.h>
 
 enum {
-    TAG_NIL = SEDA_TAG_NIL,
-    TAG_FALSE = SEDA_TAG_FALSE,
-    TAG_TRUE = SEDA_TAG_TRUE,
-    TAG_FLOAT = SEDA_TAG_FLOAT,
-    TAG_INT8 = SEDA_TAG_INT8,
-    TAG_STR8 = SEDA_TAG_STR8,
-    TAG_TBL8 = SEDA_TAG_TBL8,
-    TAG_TBL32 = SEDA_TAG_TBL32,
-    TAG_FIXSTR = SEDA_TAG_FIXSTR,
-    TAG_FIXINT = SEDA_TAG_FIXINT,
     FIXSTR_MAX = 31,
     FIXINT_MIN = -32,
     FIXINT_MAX = 127
@@ -240,19 +230,19 @@ static int enc_int(seda_wbuf *b, lua_Integer v)
         p[0] = (unsigned char)(v + 0x80);
         b->len += 1;
     } else if (v >= INT8_MIN && v <= INT8_MAX) {
-        p[0] = TAG_INT8;
+        p[0] = SEDA_TAG_INT8;
         p[1] = (unsigned char)u;
         b->len += 2;
     } else if (v >= INT16_MIN && v <= INT16_MAX) {
-        p[0] = TAG_INT8 + 1;
+        p[0] = SEDA_TAG_INT8 + 1;
         st16(p + 1, u);
         b->len += 3;
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-        p[0] = TAG_INT8 + 2;
+        p[0] = SEDA_TAG_INT8 + 2;
         st32(p + 1, u);
         b->len += 5;
     } else {
-        p[0] = TAG_INT8 + 3;
+        p[0] = SEDA_TAG_INT8 + 3;
         st64(p + 1, u);
         b->len += 9;
     }
@@ -293,22 +283,22 @@ static ALWAYS_INLINE int enc_str(seda_wbuf *b, const char *s, size_t len)
     unsigned char *p = b->p + b->len;
     size_t h;
     if (len <= FIXSTR_MAX) {
-        p[0] = (unsigned char)(TAG_FIXSTR + len);
+        p[0] = (unsigned char)(SEDA_TAG_FIXSTR + len);
         h = 1;
     } else if (len <= UINT8_MAX) {
-        p[0] = TAG_STR8;
+        p[0] = SEDA_TAG_STR8;
         p[1] = (unsigned char)len;
         h = 2;
     } else if (len <= UINT16_MAX) {
-        p[0] = TAG_STR8 + 1;
+        p[0] = SEDA_TAG_STR8 + 1;
         st16(p + 1, len);
         h = 3;
     } else if (len <= UINT32_MAX) {
-        p[0] = TAG_STR8 + 2;
+        p[0] = SEDA_TAG_STR8 + 2;
         st32(p + 1, len);
         h = 5;
     } else {
-        p[0] = TAG_STR8 + 3;
+        p[0] = SEDA_TAG_STR8 + 3;
         st64(p + 1, len);
         h = 9;
     }
@@ -343,7 +333,7 @@ static ALWAYS_INLINE int enc_value(struct enc *e, int idx, int t)
             memcpy(&u, &d, sizeof u);
             if (reserve(b, 9) != 0)
                 return fail_oom(e);
-            b->p[b->len] = TAG_FLOAT;
+            b->p[b->len] = SEDA_TAG_FLOAT;
             st64(b->p + b->len + 1, u);
             b->len += 9;
         }
@@ -354,8 +344,9 @@ static ALWAYS_INLINE int enc_value(struct enc *e, int idx, int t)
     case LUA_TBOOLEAN:
         if (reserve(b, 1) != 0)
             return fail_oom(e);
-        b->p[b->len++] = t == LUA_TNIL ? TAG_NIL
-                         : lua_toboolean(L, idx) ? TAG_TRUE : TAG_FALSE;
+        b->p[b->len++] = t == LUA_TNIL ? SEDA_TAG_NIL
+                         : lua_toboolean(L, idx) ? SEDA_TAG_TRUE
+                                                 : SEDA_TAG_FALSE;
         return 0;
     default:
         return fail_type(e, e->nsteps, t, "");
@@ -436,7 +427,7 @@ static int enc_table(struct enc *e, int idx)
 
     unsigned char *p = b->p + hdr;
     if (narr <= UINT8_MAX && nrec <= UINT8_MAX) {
-        p[0] = TAG_TBL8;
+        p[0] = SEDA_TAG_TBL8;
         p[1] = (unsigned char)narr;
         p[2] = (unsigned char)nrec;
         return 0;
@@ -449,7 +440,7 @@ static int enc_table(struct enc *e, int idx)
     p = b->p + hdr;
     memmove(p + 9, p + 3, b->len - hdr - 3);
     b->len += 6;
-    p[0] = TAG_TBL32;
+    p[0] = SEDA_TAG_TBL32;
     st32(p + 1, narr);
     st32(p + 5, nrec);
     return 0;
@@ -650,13 +641,13 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
     uint64_t n;
     size_t w;
 
-    if (tag >= TAG_FIXINT) {
+    if (tag >= SEDA_TAG_FIXINT) {
         lua_pushinteger(L, (lua_Integer)tag - 0x80);
         d->p++;
         return 0;
     }
-    if (tag >= TAG_FIXSTR && tag <= TAG_FIXSTR + FIXSTR_MAX) {
-        n = tag - TAG_FIXSTR;
+    if (tag >= SEDA_TAG_FIXSTR && tag <= SEDA_TAG_FIXSTR + FIXSTR_MAX) {
+        n = tag - SEDA_TAG_FIXSTR;
         if (n > avail(d) - 1)
             return dfail(d, "truncated string");
         lua_pushlstring(L, (const char *)p + 1, (size_t)n);
@@ -664,14 +655,14 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
         return 0;
     }
     switch (tag) {
-    case TAG_NIL:
+    case SEDA_TAG_NIL:
         lua_pushnil(L);
         break;
-    case TAG_FALSE:
-    case TAG_TRUE:
-        lua_pushboolean(L, tag == TAG_TRUE);
+    case SEDA_TAG_FALSE:
+    case SEDA_TAG_TRUE:
+        lua_pushboolean(L, tag == SEDA_TAG_TRUE);
         break;
-    case TAG_FLOAT: {
+    case SEDA_TAG_FLOAT: {
         if (avail(d) < 9)
             return dfail(d, "truncated float");
         uint64_t u = seda__ld64(p + 1);
@@ -681,11 +672,11 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
         d->p += 9;
         return 0;
     }
-    case TAG_INT8:
-    case TAG_INT8 + 1:
-    case TAG_INT8 + 2:
-    case TAG_INT8 + 3: {
-        w = (size_t)1 << (tag - TAG_INT8);
+    case SEDA_TAG_INT8:
+    case SEDA_TAG_INT8 + 1:
+    case SEDA_TAG_INT8 + 2:
+    case SEDA_TAG_INT8 + 3: {
+        w = (size_t)1 << (tag - SEDA_TAG_INT8);
         if (avail(d) < 1 + w)
             return dfail(d, "truncated integer");
         int64_t v;
@@ -699,11 +690,11 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
         d->p += 1 + w;
         return 0;
     }
-    case TAG_STR8:
-    case TAG_STR8 + 1:
-    case TAG_STR8 + 2:
-    case TAG_STR8 + 3:
-        w = (size_t)1 << (tag - TAG_STR8);
+    case SEDA_TAG_STR8:
+    case SEDA_TAG_STR8 + 1:
+    case SEDA_TAG_STR8 + 2:
+    case SEDA_TAG_STR8 + 3:
+        w = (size_t)1 << (tag - SEDA_TAG_STR8);
         if (avail(d) < 1 + w)
             return dfail(d, "truncated string length");
         n = w == 1 ? p[1] : w == 2 ? seda__ld16(p + 1)
@@ -713,12 +704,12 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
         lua_pushlstring(L, (const char *)p + 1 + w, (size_t)n);
         d->p += 1 + w + n;
         return 0;
-    case TAG_TBL8:
+    case SEDA_TAG_TBL8:
         if (avail(d) < 3)
             return dfail(d, "truncated table header");
         d->p += 3;
         return dec_table(d, p[1], p[2]);
-    case TAG_TBL32:
+    case SEDA_TAG_TBL32:
         if (avail(d) < 9)
             return dfail(d, "truncated table header");
         d->p += 9;
@@ -747,7 +738,7 @@ static ALWAYS_INLINE int dec_key(struct dec *d)
     if (left < 1)
         return dfail(d, "truncated input");
     const unsigned char *p = d->p;
-    size_t n = (size_t)p[0] - TAG_FIXSTR; /* wraps for tags below */
+    size_t n = (size_t)p[0] - SEDA_TAG_FIXSTR; /* wraps for tags below */
     if (n - 1 < KC_MAXLEN && n < left && d->kc != NULL) {
         push_key(d, p + 1, n);
         d->p += 1 + n;
@@ -755,9 +746,9 @@ static ALWAYS_INLINE int dec_key(struct dec *d)
     }
     /* lua_rawset would raise on a nil or NaN key: refuse them from the
      * bytes, before anything is pushed. */
-    if (p[0] == TAG_NIL)
+    if (p[0] == SEDA_TAG_NIL)
         return dfail(d, "table key is nil");
-    if (left >= 9 && p[0] == TAG_FLOAT &&
+    if (left >= 9 && p[0] == SEDA_TAG_FLOAT &&
         (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
         return dfail(d, "table key is NaN");
     return dec_any(d);
@@ -824,7 +815,8 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
         dfail(&d, "Lua stack overflow");
         return -1;
     }
-    int table = len > 0 && (d.p[0] == TAG_TBL8 || d.p[0] == TAG_TBL32);
+    int table = len > 0 &&
+                (d.p[0] == SEDA_TAG_TBL8 || d.p[0] == SEDA_TAG_TBL32);
     if (table)
         d.kc = kc_get(L);
     if (dec_any(&d) != 0) {

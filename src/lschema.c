@@ -525,38 +525,26 @@ int seda__schema_check_value(const struct seda_schema *s, lua_State *L,
 
 /* ---- byte checker ---- */
 
-/* lcodec's wire format (lcodec.h), under the short names used here. */
-enum {
-    TAG_NIL = SEDA_TAG_NIL,
-    TAG_FALSE = SEDA_TAG_FALSE,
-    TAG_TRUE = SEDA_TAG_TRUE,
-    TAG_FLOAT = SEDA_TAG_FLOAT,
-    TAG_INT8 = SEDA_TAG_INT8,
-    TAG_STR8 = SEDA_TAG_STR8,
-    TAG_TBL8 = SEDA_TAG_TBL8,
-    TAG_TBL32 = SEDA_TAG_TBL32,
-    TAG_FIXSTR = SEDA_TAG_FIXSTR,
-    TAG_FIXINT = SEDA_TAG_FIXINT
-};
-
 /* What a tag byte holds, as the checker sees it. */
 enum kind { K_BAD, K_NIL, K_BOOL, K_INT, K_FLOAT, K_STR, K_TABLE };
 
 static inline enum kind kind_of(unsigned tag)
 {
-    if (tag >= TAG_FIXINT)
+    if (tag >= SEDA_TAG_FIXINT)
         return K_INT;
-    if (tag >= TAG_FIXSTR && tag < TAG_FIXSTR + 32)
+    if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32)
         return K_STR;
     switch (tag) {
-    case TAG_NIL: return K_NIL;
-    case TAG_FALSE: case TAG_TRUE: return K_BOOL;
-    case TAG_FLOAT: return K_FLOAT;
-    case TAG_INT8: case TAG_INT8 + 1: case TAG_INT8 + 2: case TAG_INT8 + 3:
+    case SEDA_TAG_NIL: return K_NIL;
+    case SEDA_TAG_FALSE: case SEDA_TAG_TRUE: return K_BOOL;
+    case SEDA_TAG_FLOAT: return K_FLOAT;
+    case SEDA_TAG_INT8: case SEDA_TAG_INT8 + 1:
+    case SEDA_TAG_INT8 + 2: case SEDA_TAG_INT8 + 3:
         return K_INT;
-    case TAG_STR8: case TAG_STR8 + 1: case TAG_STR8 + 2: case TAG_STR8 + 3:
+    case SEDA_TAG_STR8: case SEDA_TAG_STR8 + 1:
+    case SEDA_TAG_STR8 + 2: case SEDA_TAG_STR8 + 3:
         return K_STR;
-    case TAG_TBL8: case TAG_TBL32: return K_TABLE;
+    case SEDA_TAG_TBL8: case SEDA_TAG_TBL32: return K_TABLE;
     default: return K_BAD;
     }
 }
@@ -593,11 +581,11 @@ static inline int read_str(struct bchk *r, const char **s, size_t *len)
     unsigned tag = p[0];
     uint64_t n;
     size_t w;
-    if (tag >= TAG_FIXSTR && tag < TAG_FIXSTR + 32) {
-        n = tag - TAG_FIXSTR;
+    if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32) {
+        n = tag - SEDA_TAG_FIXSTR;
         w = 0;
-    } else if (tag >= TAG_STR8 && tag <= TAG_STR8 + 3) {
-        w = (size_t)1 << (tag - TAG_STR8);
+    } else if (tag >= SEDA_TAG_STR8 && tag <= SEDA_TAG_STR8 + 3) {
+        w = (size_t)1 << (tag - SEDA_TAG_STR8);
         if (avail(r) < 1 + w)
             return -1;
         n = w == 1 ? p[1] : w == 2 ? seda__ld16(p + 1)
@@ -620,7 +608,7 @@ static inline int read_str(struct bchk *r, const char **s, size_t *len)
 static int open_table(struct bchk *r, uint64_t *narr, uint64_t *nrec)
 {
     const unsigned char *p = r->p;
-    if (p[0] == TAG_TBL8) {
+    if (p[0] == SEDA_TAG_TBL8) {
         if (avail(r) < 3)
             return -1;
         *narr = p[1];
@@ -646,9 +634,10 @@ static int open_table(struct bchk *r, uint64_t *narr, uint64_t *nrec)
 static inline int bad_key(const struct bchk *r)
 {
     const unsigned char *p = r->p;
-    return p[0] == TAG_NIL ||
-           (p[0] == TAG_FLOAT && avail(r) >= 9 &&
-            (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52);
+    return p[0] == SEDA_TAG_NIL ||
+           (p[0] == SEDA_TAG_FLOAT && avail(r) >= 9 &&
+            (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) >
+                UINT64_C(0x7ff) << 52);
 }
 
 static int skip_value(struct bchk *r);
@@ -691,7 +680,7 @@ static int skip_value(struct bchk *r)
         r->p++;
         return 0;
     case K_INT:
-        w = tag >= TAG_FIXINT ? 0 : (size_t)1 << (tag - TAG_INT8);
+        w = tag >= SEDA_TAG_FIXINT ? 0 : (size_t)1 << (tag - SEDA_TAG_INT8);
         if (avail(r) < 1 + w)
             return -1;
         r->p += 1 + w;
@@ -733,22 +722,24 @@ static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
     unsigned tag = p[0];
     switch (kind_of(tag)) {
     case K_STR: {
-        size_t w = tag >= TAG_FIXSTR ? 0 : (size_t)1 << (tag - TAG_STR8);
-        size_t len = w == 0 ? tag - TAG_FIXSTR : w == 1 ? p[1]
+        size_t w = tag >= SEDA_TAG_FIXSTR ? 0
+                   : (size_t)1 << (tag - SEDA_TAG_STR8);
+        size_t len = w == 0 ? tag - SEDA_TAG_FIXSTR : w == 1 ? p[1]
                      : w == 2 ? (size_t)seda__ld16(p + 1)
-                     : w == 4 ? (size_t)seda__ld32(p + 1) : (size_t)seda__ld64(p + 1);
+                     : w == 4 ? (size_t)seda__ld32(p + 1)
+                              : (size_t)seda__ld64(p + 1);
         seda__path_name(m, (const char *)p + 1 + w, len);
         break;
     }
     case K_INT: {
         int64_t v;
-        if (tag >= TAG_FIXINT)
+        if (tag >= SEDA_TAG_FIXINT)
             v = (int64_t)tag - 0x80;
-        else if (tag == TAG_INT8)
+        else if (tag == SEDA_TAG_INT8)
             v = (int8_t)p[1];
-        else if (tag == TAG_INT8 + 1)
+        else if (tag == SEDA_TAG_INT8 + 1)
             v = (int16_t)(uint16_t)seda__ld16(p + 1);
-        else if (tag == TAG_INT8 + 2)
+        else if (tag == SEDA_TAG_INT8 + 2)
             v = (int32_t)(uint32_t)seda__ld32(p + 1);
         else
             v = (int64_t)seda__ld64(p + 1);
@@ -763,7 +754,7 @@ static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
         break;
     }
     case K_BOOL:
-        seda__msgbuf_str(m, tag == TAG_TRUE ? "[true]" : "[false]");
+        seda__msgbuf_str(m, tag == SEDA_TAG_TRUE ? "[true]" : "[false]");
         break;
     default:
         seda__msgbuf_str(m, "[{...}]");
@@ -806,7 +797,7 @@ static int bcheck_table(struct bchk *r, const struct node *n,
         r->pending--;
         if (avail(r) < 1)
             return malformed(r);
-        if (n->strict && r->p[0] != TAG_NIL)
+        if (n->strict && r->p[0] != SEDA_TAG_NIL)
             return unexpected(r, p, NULL, i);
         if (skip_value(r) != 0)
             return malformed(r);
@@ -833,7 +824,7 @@ static int bcheck_table(struct bchk *r, const struct node *n,
         r->pending--;
         if (avail(r) < 1)
             return malformed(r);
-        if (r->p[0] == TAG_NIL) { /* absent once decoded */
+        if (r->p[0] == SEDA_TAG_NIL) { /* absent once decoded */
             if (i >= 0) {
                 if (bit_get(&seen, i))
                     return malformed(r);
