@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stage_conf.c -- a stage's life outside the hot paths: creation and
+ * validation, consumers, tuning, the payload check, userdata, error
+ * reports and stats.  The queue, admission and the end of an envelope
+ * are in stage.c; the drain task in drain.c.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bus.h"
+#include "stage.h"
+
+/* ---- creation ---- */
+
+/* Inbox slots: the capacity rounded up to a power of two, within these
+ * bounds (8 bytes a slot).  Deeper queues overflow into q. */
+#define INBOX_MIN 64
+#define INBOX_MAX 1024
+
+
+#define FAIL(...) do { \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
+        return SEDA_EINVAL; \
+    } while (0)
+
+int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
+                    struct seda_stage_s **out, char *err, size_t errlen)
+{
+    if (!o)
+        FAIL("stage: options are required");
+    const char *nm = o->name;
+    if (!nm || !*nm)
+        FAIL("stage: name is required");
+    if (!seda__valid_name(nm))
+        FAIL("stage '%.80s': name must be 1-%d characters of "
+             "[A-Za-z0-9_.:-]", nm, SEDA_NAME_MAX);
+    if (o->capacity <= 0)
+        FAIL("stage '%s': capacity must be > 0 (got %d)", nm, o->capacity);
+    if (o->capacity > (1 << 26))
+        FAIL("stage '%s': capacity must be <= %d (got %d)", nm, 1 << 26,
+             o->capacity);
+    if (o->concurrency <= 0)
+        FAIL("stage '%s': concurrency must be > 0 (got %d)", nm,
+             o->concurrency);
+    if (o->concurrency > 4096)
+        FAIL("stage '%s': concurrency must be <= 4096 (got %d)", nm,
+             o->concurrency);
+    if (o->max_attempts <= 0)
+        FAIL("stage '%s': max_attempts must be > 0 (got %d)", nm,
+             o->max_attempts);
+    if (o->max_attempts > 65535)
+        FAIL("stage '%s': max_attempts must be <= 65535 (got %d)", nm,
+             o->max_attempts);
+    if (!seda_policy_name(o->policy))
+        FAIL("stage '%s': unknown policy (%d)", nm, o->policy);
+    if (!seda_delivery_name(o->delivery))
+        FAIL("stage '%s': unknown delivery (%d)", nm, o->delivery);
+    if (!(o->publish_timeout >= 0))
+        FAIL("stage '%s': publish_timeout must be >= 0", nm);
+    if (!(o->handler_timeout >= 0))
+        FAIL("stage '%s': handler_timeout must be >= 0", nm);
+    if (o->dead_letter && !seda__valid_name(o->dead_letter))
+        FAIL("stage '%s': dead_letter is not a valid stage name", nm);
+    if (o->pull && !(o->ack_timeout > 0))
+        FAIL("stage '%s': ack_timeout must be > 0", nm);
+    if (o->durable < SEDA_MEMORY || o->durable > SEDA_EXACTLY_ONCE)
+        FAIL("stage '%s': unknown durable mode (%d)", nm, o->durable);
+    if (o->durable == SEDA_EXACTLY_ONCE && o->dedup_window <= 0)
+        FAIL("stage '%s': dedup_window must be > 0", nm);
+
+    /* Aligned to a cache line, so the lines laid out in stage.h are. */
+    struct seda_stage_s *st = NULL;
+    void *mem = seda__calloc(1, sizeof *st + 63);
+    if (!mem)
+        goto oom;
+    st = (void *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    st->mem = mem;
+    uint64_t slots = (uint64_t)o->capacity +
+                     (uint64_t)o->concurrency * (uint64_t)bus->batch;
+    if (seda__queue_init(&st->q, (uint32_t)slots))
+        goto oom;
+    uint32_t n = INBOX_MIN;
+    while (n < INBOX_MAX && n < (uint32_t)o->capacity)
+        n *= 2;
+    if (!(st->inbox_mem = seda__calloc(1, n * sizeof *st->inbox + 63)))
+        goto oom;
+    st->inbox = (void *)(((uintptr_t)st->inbox_mem + 63) & ~(uintptr_t)63);
+    for (uint32_t k = 0; k < n; k++)
+        atomic_init(&st->inbox[k], NULL);
+    st->inbox_mask = n - 1;
+    if (o->dead_letter && !(st->dead_letter = seda__strdup(o->dead_letter)))
+        goto oom;
+    if (seda__cond_init(&st->not_full))
+        goto oom;
+    if (seda__cond_init(&st->not_empty)) {
+        pthread_cond_destroy(&st->not_full);
+        goto oom;
+    }
+    snprintf(st->name, sizeof st->name, "%s", nm);
+    st->bus = bus;
+    st->capacity = o->capacity;
+    st->concurrency = o->concurrency;
+    st->delivery = o->delivery;
+    st->policy = o->policy;
+    st->max_attempts = o->max_attempts;
+    st->publish_timeout = o->publish_timeout;
+    st->handler_timeout = o->handler_timeout;
+    st->pull = o->pull;
+    st->durable = o->durable;
+    st->dedup_window = o->dedup_window;
+    st->ack_timeout_ns = (int64_t)(o->ack_timeout * 1e9);
+    atomic_init(&st->nconsumers, 0);
+    atomic_init(&st->rr, 0);
+    atomic_init(&st->userdata, NULL);
+    atomic_init(&st->in_pos, 0);
+    atomic_init(&st->out_pos, 0);
+    atomic_init(&st->held, 0);
+    atomic_init(&st->svc_ns, 0);
+    atomic_init(&st->fast_hop, 0);
+    atomic_init(&st->cap_fast, o->capacity);
+    atomic_init(&st->conc_fast, o->concurrency);
+    atomic_init(&st->running, 0);
+    atomic_init(&st->check, NULL);
+    atomic_init(&st->check_ud, NULL);
+    seda__mutex_init(&st->mu);
+    seda__mutex_init(&st->hist_mu);
+    seda__mutex_init(&st->report_mu);
+    *out = st;
+    return 0;
+oom:
+    if (st) {
+        seda__queue_destroy(&st->q);
+        seda__free(st->inbox_mem);
+        seda__free(st->dead_letter);
+        seda__free(st->mem);
+    }
+    if (err && errlen)
+        snprintf(err, errlen, "stage '%s': out of memory", nm);
+    return SEDA_ENOMEM;
+}
+
+void seda__stage_free(struct seda_stage_s *st)
+{
+    if (!st)
+        return;
+    assert(seda__queue_count(&st->q) == 0 && seda__stage_qcount(st) == 0);
+    seda__queue_destroy(&st->q);
+    seda__free(st->inbox_mem);
+    pthread_cond_destroy(&st->not_full);
+    pthread_cond_destroy(&st->not_empty);
+    seda__mutex_destroy(&st->mu);
+    seda__mutex_destroy(&st->hist_mu);
+    seda__mutex_destroy(&st->report_mu);
+    seda__free(st->dead_letter);
+    seda__free(st->mem);
+}
+
+
+/* ---- public accessors ---- */
+
+const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
+
+double seda_stage_handler_timeout(const seda_stage_t *st)
+{
+    return st->handler_timeout;
+}
+
+int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
+{
+    if (!fn || st->pull)
+        return SEDA_EINVAL;
+    seda__mutex_lock(&st->mu);          /* serialises adders */
+    int n = atomic_load_explicit(&st->nconsumers, memory_order_relaxed);
+    if (n >= SEDA_MAX_CONSUMERS) {
+        seda__mutex_unlock(&st->mu);
+        return SEDA_ERANGE;
+    }
+    st->cons[n] = (struct consumer){ fn, ud };
+    /* Release: pairs with the acquire in deliver(); cons[n] is visible to
+     * any drain task that sees the new count. */
+    atomic_store_explicit(&st->nconsumers, n + 1, memory_order_release);
+    seda__mutex_unlock(&st->mu);
+    return n;
+}
+
+int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
+                    int policy, char *err, size_t errlen)
+{
+    const char *nm = st->name;
+    if (capacity > (1 << 26))
+        FAIL("stage '%s': capacity must be <= %d (got %d)", nm, 1 << 26,
+             capacity);
+    if (concurrency > 4096)
+        FAIL("stage '%s': concurrency must be <= 4096 (got %d)", nm,
+             concurrency);
+    if (policy >= 0 && !seda_policy_name(policy))
+        FAIL("stage '%s': unknown policy (%d)", nm, policy);
+    struct seda_bus_s *b = st->bus;
+    int nsched = 0;
+    seda__mutex_lock(&st->mu);
+    int cap = capacity > 0 ? capacity : st->capacity;
+    int conc = concurrency > 0 ? concurrency : st->concurrency;
+    uint64_t slots = (uint64_t)cap + (uint64_t)conc * (uint64_t)b->batch;
+    /* The ring must also hold what is queued now plus what is in flight
+     * (a shrink below the current depth keeps everything). */
+    uint64_t need = (uint64_t)seda__stage_depth(st) +
+                    (uint64_t)st->in_flight +
+                    (uint64_t)conc * (uint64_t)b->batch;
+    if (need > slots)
+        slots = need;
+    int rc = seda__queue_reserve(&st->q, (uint32_t)slots);
+    if (rc == 0 && conc > st->concurrency)
+        rc = seda__pool_reserve(b->pool, conc - st->concurrency);
+    if (rc == 0) {
+        st->capacity = cap;
+        st->concurrency = conc;
+        if (policy >= 0)
+            st->policy = policy;
+        atomic_store_explicit(&st->cap_fast, cap, memory_order_relaxed);
+        atomic_store_explicit(&st->conc_fast, conc, memory_order_relaxed);
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        while (!st->pull && run < st->concurrency &&
+               (uint32_t)run < seda__stage_qcount(st) - (uint32_t)st->reserved) {
+            run++;
+            nsched++;
+        }
+        atomic_store_explicit(&st->running, run, memory_order_seq_cst);
+        pthread_cond_broadcast(&st->not_full);
+    }
+    seda__mutex_unlock(&st->mu);
+    if (rc) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': out of memory", nm);
+        return rc;
+    }
+    while (nsched-- > 0)
+        seda__stage_schedule(st);
+    return 0;
+}
+
+void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
+{
+    atomic_store_explicit(&st->check_ud, ud, memory_order_relaxed);
+    /* Release: pairs with the acquire in seda__stage_check; check_ud is
+     * visible to whoever sees fn. */
+    atomic_store_explicit(&st->check, fn, memory_order_release);
+}
+
+static _Thread_local char tls_check_error[256];
+
+const char *seda_last_check_error(void) { return tls_check_error; }
+
+int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
+                      char *err, size_t errlen)
+{
+    seda_check_fn fn = atomic_load_explicit(&st->check,
+                                            memory_order_acquire);
+    if (!fn)
+        return 0;
+    void *ud = atomic_load_explicit(&st->check_ud, memory_order_relaxed);
+    if (fn(env, ud, err, errlen) == 0)
+        return 0;
+    snprintf(tls_check_error, sizeof tls_check_error, "%s", err);
+    seda__mutex_lock(&st->mu);
+    st->c.invalid++;
+    seda__mutex_unlock(&st->mu);
+    return SEDA_ETYPE;
+}
+
+void seda_stage_set_userdata(seda_stage_t *st, void *ud)
+{
+    /* Release: pairs with the acquire in seda_stage_userdata. */
+    atomic_store_explicit(&st->userdata, ud, memory_order_release);
+}
+
+void *seda_stage_userdata(const seda_stage_t *st)
+{
+    return atomic_load_explicit(&((seda_stage_t *)st)->userdata,
+                                memory_order_acquire);
+}
+
+void seda_stage_report(seda_stage_t *st, const char *msg)
+{
+    int64_t now = seda__now_ns();
+    uint64_t suppressed = 0;
+    bool print = false;
+    seda__mutex_lock(&st->report_mu);
+    if (now - st->report_window >= 1000000000) {
+        suppressed = st->report_suppressed;
+        st->report_suppressed = 0;
+        st->report_window = now;
+        st->report_lines = 0;
+    }
+    if (st->report_lines < 5) {
+        st->report_lines++;
+        print = true;
+    } else {
+        st->report_suppressed++;
+    }
+    seda__mutex_unlock(&st->report_mu);
+    seda__mutex_lock(&st->mu);
+    st->c.errors++;
+    seda__mutex_unlock(&st->mu);
+    if (suppressed)
+        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
+                st->name, (unsigned long long)suppressed);
+    if (print)
+        fprintf(stderr, "seda: stage '%s': %s\n", st->name, msg);
+}
+
+/* ---- stats ---- */
+
+void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
+{
+    if (st->pull) {
+        /* Overdue leases count as nacks before we report. */
+        seda_env_t *requeue[64];
+        int n;
+        do {
+            seda__mutex_lock(&st->mu);
+            n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+            seda__mutex_unlock(&st->mu);
+            for (int i = 0; i < n; i++)
+                seda__stage_nack(st, requeue[i]);
+        } while (n == 64);
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, st->name, sizeof out->name);
+    out->delivery = st->delivery;
+    out->max_attempts = st->max_attempts;
+    out->consumers = atomic_load_explicit(&st->nconsumers,
+                                          memory_order_acquire);
+    seda__mutex_lock(&st->mu);
+    out->capacity = st->capacity;
+    out->concurrency = st->concurrency;
+    out->policy = st->policy;
+    /* Counts an inbox ticket whose publisher is mid-way as queued (it
+     * was admitted); a ticket voided by a publisher racing a close counts
+     * until a taker skips it. */
+    out->depth = (int)seda__stage_depth(st);
+    out->in_flight = st->in_flight;
+    out->enqueued = st->c.enqueued + seda__stage_fast_all(st);
+    out->delivered = st->c.delivered;
+    out->nacked = st->c.nacked;
+    out->dropped = st->c.dropped;
+    out->dead_lettered = st->c.dead_lettered;
+    out->errors = st->c.errors;
+    out->completed = st->c.completed;
+    out->invalid = st->c.invalid;
+    /* Rate over the newest sample and the oldest within 5 s of now. */
+    int64_t now = seda__clock_ns();
+    uint64_t d_now = st->c.delivered;
+    for (int k = st->rate_n; k >= 1; k--) {
+        int idx = (st->rate_head - k + 64) % 64;
+        int64_t dt = now - st->rate[idx].t;
+        if (dt <= 5000000000LL && dt > 0) {
+            out->rate = (double)(d_now - st->rate[idx].delivered) * 1e9 /
+                        (double)dt;
+            break;
+        }
+    }
+    seda__mutex_unlock(&st->mu);
+    seda__mutex_lock(&st->hist_mu);
+    out->sojourn_p50 = seda__hist_quantile(&st->sojourn, 0.50) / 1e3;
+    out->sojourn_p99 = seda__hist_quantile(&st->sojourn, 0.99) / 1e3;
+    out->sojourn_p999 = seda__hist_quantile(&st->sojourn, 0.999) / 1e3;
+    out->sojourn_max = (double)st->sojourn.max / 1e3;
+    out->service_p50 = seda__hist_quantile(&st->service, 0.50) / 1e3;
+    out->service_p99 = seda__hist_quantile(&st->service, 0.99) / 1e3;
+    out->service_p999 = seda__hist_quantile(&st->service, 0.999) / 1e3;
+    out->service_max = (double)st->service.max / 1e3;
+    seda__mutex_unlock(&st->hist_mu);
+}
