@@ -6,11 +6,13 @@
  * DESIGN
  *   A drain task holds one of its stage's permits.  It takes up to `batch`
  *   envelopes in one lock round (the head ring, then the inbox: see
- *   stage.c), delivers them with no lock held (one clock read per envelope
+ *   stage.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
+ *   them with no lock held (one clock read per envelope
  *   feeds the sojourn and service histograms), routes acks, nacks and dead
  *   letters (a durable stage first writes the whole batch's decisions in
  *   one journal commit), then in one more lock round folds its counters in
- *   and puts retries back at the head.  Then it carries on (after gathering
+ *   and puts retries back at the head.  A retry ends the batch: what the
+ *   task had not reached goes back behind it, as it was in the queue.  Then it carries on (after gathering
  *   half a batch, when no other task waits for the pool), reschedules
  *   itself behind other stages' tasks, or lingers briefly for more before
  *   giving the permit back -- with the Dekker check that pairs with the
@@ -77,7 +79,8 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
  * cache-line round trip. */
 static void gather(struct seda_stage_s *st, unsigned depth)
 {
-    unsigned want = (unsigned)st->bus->batch / 2;
+    unsigned want =
+        seda__stage_take_limit(st, (uint32_t)st->bus->batch) / 2;
     if (depth >= want)
         return;
     int64_t until = seda__clock_ns() + GATHER_NS;
@@ -178,7 +181,7 @@ static void run_batch(struct seda_stage_s *st)
      * start one per free permit for slow work: see "Extra drain tasks"
      * in stage.c) instead of being handled one after another by the
      * first. */
-    uint32_t want = (uint32_t)b->batch;
+    uint32_t want = seda__stage_take_limit(st, (uint32_t)b->batch);
     if (st->concurrency > 1) {
         /* Tasks to share with: those queued or running, or, for work slow
          * enough to want more, as many as the permits allow (a publisher
@@ -237,6 +240,12 @@ static void run_batch(struct seda_stage_s *st)
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
         if (!st->durable)
             route(st, env, res[i], &tally, retry, &nretry, end);
+        if (res[i] == DR_RETRY) {
+            /* A retry goes back to the head of the queue: ahead of the
+             * rest of this batch, which was behind it there. */
+            i++;
+            break;
+        }
         if (service[i] >= SEDA_SHED_NS && i + 1 < n &&
             atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
             /* A slow envelope (longer than a preemption would make a
@@ -287,8 +296,8 @@ static void run_batch(struct seda_stage_s *st)
     }
 
     seda__mutex_lock(&st->mu);
-    /* Interrupted by stop or shed: the rest go back first, then the
-     * retries, both in their original order. */
+    /* Interrupted by stop, shed or a retry: the rest go back first, then
+     * the retries, both in their original order. */
     for (int k = n - 1; k >= i; k--)
         seda__stage_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)

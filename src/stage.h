@@ -248,6 +248,21 @@ static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
 /* A drain task gives back the rest of its batch after an envelope that
  * took this long (see drain.c). */
 #define SEDA_SHED_NS 20000000
+/* How many envelopes a drain task takes at once: the bus's batch, but no
+ * more than it expects to handle in SEDA_BATCH_NS at the recent handling
+ * time (unknown counts as slow: one).  What a task has taken is out of
+ * the queue -- it no longer counts against the capacity, and a retry goes
+ * back behind it -- so for a handler that takes milliseconds, or waits on
+ * a gate, a batch of 32 would let the stage hold capacity + 31 per task.
+ * A ~200 ns Lua handler still takes full batches. */
+#define SEDA_BATCH_NS 50000
+static inline uint32_t seda__stage_take_limit(struct seda_stage_s *st,
+                                              uint32_t batch)
+{
+    uint64_t svc = atomic_load_explicit(&st->svc_ns, memory_order_relaxed);
+    uint64_t n = svc == 0 ? 1 : SEDA_BATCH_NS / svc;
+    return n == 0 ? 1 : n < batch ? (uint32_t)n : batch;
+}
 static inline bool seda__stage_want_task(struct seda_stage_s *st, int run,
                                          uint64_t depth)
 {

@@ -127,6 +127,52 @@ T.test("C1 reject: returns false, full at once; dropped counts refusals", functi
   bus:shutdown(5)
 end)
 
+T.test("C1 a slow handler: the stage holds capacity plus what is in the handler (default batch)", function()
+  -- Three envelopes arrive together while the handler's time is unknown;
+  -- the drain task must not take them all out of the queue (a batch it
+  -- would hold behind the first), or the stage would admit three more.
+  local bus = T.bus{ workers = 2 }
+  local gate = T.gate("bps.gate")
+  local h = { gate = gate, tag = "bps" }
+  bus:stage{ name = "s", capacity = 3, concurrency = 1, policy = "reject", handler = gated }
+  T.eq(bus:publish_many("s", { "a", "b", "c" }, { headers = h }), 3, "three at once")
+  T.wait_until(function() return bus:stats("s").in_flight >= 1 end, 10, "one in the handler")
+  local accepted = 3
+  for i = 1, 10 do
+    local ok, err = bus:publish("s", "x" .. i, { headers = h })
+    if not ok then T.eq(err, "full", "reason"); break end
+    accepted = accepted + 1
+  end
+  local s = bus:stats("s")
+  T.eq(accepted, 3 + 1, "capacity + the one in the handler")
+  T.eq(s.in_flight, 1, "in flight")
+  T.eq(s.depth, 3, "depth")
+  T.le(s.in_flight, s.concurrency, "in_flight <= concurrency")
+  T.open(gate)
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("bps.handled"), accepted, "every accepted one delivered")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
+T.test("C1 a slow handler on a busy stage: in_flight never above concurrency", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "s", capacity = 64, concurrency = 1, handler = function(env)
+    local d = seda.now() + 0.005
+    while seda.now() < d do end
+  end }
+  for i = 1, 20 do T.eq(bus:publish("s", i), true, "publish " .. i) end
+  local seen = 0
+  T.wait_until(function()
+    local s = bus:stats("s")
+    T.le(s.in_flight, 1, "in_flight")
+    seen = math.max(seen, s.delivered)
+    return s.delivered == 20
+  end, 20, "all delivered")
+  T.idle(bus, 10)
+  bus:shutdown(5)
+end)
+
 T.test("C1 drop_newest: returns false, dropped; offer never delivered", function()
   local bus, h = setup("drop_newest", "bpn")
   for i = 1, 5 do

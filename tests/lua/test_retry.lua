@@ -192,6 +192,31 @@ T.test("C2 retries go to the head of the queue", function()
   bus:shutdown(5)
 end)
 
+T.test("C2 retries go to the head of the queue within a batch (default batch)", function()
+  local bus = T.bus{ workers = 1 }
+  -- Warm-up envelopes make the stage's handling time known and small, so
+  -- the drain task takes the next five in one batch: a retry must still
+  -- come before the rest of that batch, which was behind it in the queue.
+  bus:stage{ name = "s", max_attempts = 3, handler = function(env)
+    if env.payload == "warm" then return end
+    local n = seda.shared:incr("r10.n", 1)
+    seda.shared:set("r10.seq." .. n, env.payload .. "#" .. env.attempts)
+    if env.payload == "e1" and env.attempts < 3 then return false end
+    if env.payload == "e3" and env.attempts < 2 then return false end
+  end }
+  local warm = {}
+  for i = 1, 64 do warm[i] = "warm" end
+  T.eq(bus:publish_many("s", warm), 64, "warm-up published")
+  T.idle(bus, 10)
+  T.eq(bus:publish_many("s", { "e1", "e2", "e3", "e4", "e5" }), 5, "published")
+  T.idle(bus, 10)
+  local seq = {}
+  for i = 1, seda.shared:get("r10.n") do seq[i] = seda.shared:get("r10.seq." .. i) end
+  T.deep_eq(seq, { "e1#1", "e1#2", "e1#3", "e2#1", "e3#1", "e3#2", "e4#1", "e5#1" },
+            "each retry before the rest")
+  bus:shutdown(5)
+end)
+
 T.test("C2 many envelopes nacking k times: no retry state left behind", function()
   local bus = T.bus{ workers = 2 }
   bus:stage{ name = "s", concurrency = 2, max_attempts = 3, handler = function(env)
