@@ -184,7 +184,7 @@ static int call_completion(lua_State *L)
 {
     struct lcompletion *c = lua_touserdata(L, 2);
     lua_settop(L, 1);
-    lua_createtable(L, 0, 6);
+    lua_createtable(L, 0, 7);
     lua_pushstring(L, c->id);
     lua_setfield(L, -2, "id");
     lua_pushstring(L, c->to);
@@ -201,6 +201,8 @@ static int call_completion(lua_State *L)
         lua_setfield(L, -2, c->hdr[2 * i]);
     }
     lua_setfield(L, -2, "headers");
+    lua_newtable(L);                    /* completed: no hops remain */
+    lua_setfield(L, -2, "slip");
     lua_pushliteral(L, "payload");
     seda__l_push_payload(L, c->payload, c->len, c->kind);
     lua_rawset(L, -3);

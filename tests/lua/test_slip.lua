@@ -44,6 +44,7 @@ T.test("C8 a 5-hop itinerary: order, attempts per hop, carried changes, ids", fu
   T.eq(env.headers.origin, "test", "original header kept")
   T.eq(env.headers.seen_h1, "1", "header added at hop 1 still there")
   T.eq(env.to, "h5", "to is the last hop")
+  T.deep_eq(env.slip, {}, "no hops left at completion")
   for _, n in ipairs({ "h1", "h2", "h3", "h4", "h5" }) do
     T.eq(seda.shared:get("slip.id." .. n), env.id, "id unchanged at " .. n)
   end
