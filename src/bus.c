@@ -538,9 +538,24 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         seda__counters_fold(&st->c, &one);
         seda__mutex_unlock(&st->mu);
     }
-    const char *dlq = st->dead_letter ? st->dead_letter : b->dead_letter;
-    struct seda_stage_s *to = dlq && strcmp(dlq, st->name) != 0
-                                  ? seda__bus_lookup(b, dlq) : NULL;
+    /* The stage's dead-letter stage, else the bus's.  One that names no
+     * stage (stages can be declared in any order, so this is only known
+     * now) is reported and passed over. */
+    struct seda_stage_s *to = NULL;
+    const char *names[2] = { st->dead_letter, b->dead_letter };
+    for (int k = 0; k < 2 && !to; k++) {
+        if (!names[k] || strcmp(names[k], st->name) == 0 ||
+            (k == 1 && names[0] && strcmp(names[0], names[1]) == 0))
+            continue;
+        to = seda__bus_lookup(b, names[k]);
+        if (!to) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "dead-letter stage '%s' does not "
+                     "exist%s", names[k], k == 0 && names[1]
+                     ? ": trying the bus's" : ": the envelope is discarded");
+            seda_stage_report(st, msg);
+        }
+    }
     bool jdone = env->flags & ENV_JDONE;
     env->flags &= (uint8_t)~ENV_JDONE;
     if (to) {
@@ -564,6 +579,10 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
                               true) == 0)
             return;
         /* The DLQ refused it: it is discarded after all. */
+        char msg[160];
+        snprintf(msg, sizeof msg, "dead-letter stage '%s' refused an "
+                 "envelope: discarded", to->name);
+        seda_stage_report(st, msg);
         if (seda__env_jkey(env))
             seda__durable_forget(to, env);
     } else if (!jdone && seda__env_jkey(env)) {

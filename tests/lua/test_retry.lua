@@ -175,6 +175,23 @@ T.test("C2 env:forward to an unknown stage: no_such_stage", function()
   bus:shutdown(5)
 end)
 
+T.test("C2 a stage dead_letter naming no stage falls back to the bus's", function()
+  local bus = T.bus{ workers = 2, dead_letter = "busdlq" }
+  bus:stage{ name = "busdlq", handler = dlq }
+  bus:stage{ name = "a", dead_letter = "nosuch", handler = function() return false end }
+  bus:stage{ name = "self", dead_letter = "self", handler = function() return false end }
+  bus:publish("a", "pa", { headers = { tag = "r11a" } })
+  bus:publish("self", "ps", { headers = { tag = "r11s" } })
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("r11a.dlq"), 1, "a's envelope at the bus's dead-letter stage")
+  T.eq(seda.shared:get("r11a.dlq.from"), "a", "x-dead-from")
+  T.eq(seda.shared:get("r11s.dlq"), 1, "a stage is not its own dead-letter stage")
+  T.eq(bus:stats("a").errors >= 1, true, "the missing stage is reported")
+  local b = T.accounting(bus)
+  T.eq(b.dead_lettered, 2, "dead_lettered")
+  bus:shutdown(5)
+end)
+
 T.test("C2 retries go to the head of the queue", function()
   local bus = T.bus{ workers = 1, batch = 1 }
   -- First envelope nacks once; FIFO order must be e1(1), e1(2), e2, e3.
