@@ -146,6 +146,9 @@ void seda__stage_free(struct seda_stage_s *st)
     if (!st)
         return;
     assert(seda__queue_count(&st->q) == 0 && seda__stage_qcount(st) == 0);
+    if (st->report_suppressed)          /* the last window's count */
+        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
+                st->name, (unsigned long long)st->report_suppressed);
     seda__queue_destroy(&st->q);
     seda__free(st->inbox_mem);
     pthread_cond_destroy(&st->not_full);
