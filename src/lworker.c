@@ -338,7 +338,16 @@ static int env_newindex(lua_State *L)
     const char *k = luaL_checkstring(L, 2);
     if (strcmp(k, "payload") == 0) {
         lua_settop(L, 3);
-        le->decoded_table = lua_type(L, 3) == LUA_TTABLE;
+        int t = lua_type(L, 3);
+        if (t == LUA_TFUNCTION || t == LUA_TTHREAD || t == LUA_TUSERDATA ||
+            t == LUA_TLIGHTUSERDATA) {
+            /* Refused here, where the handler's line is known; what a
+             * table holds is checked when it is encoded. */
+            return luaL_error(L, "payload: cannot encode a %s",
+                              t == LUA_TLIGHTUSERDATA ? "userdata"
+                                                      : lua_typename(L, t));
+        }
+        le->decoded_table = t == LUA_TTABLE;
         lua_setiuservalue(L, 1, 1);
         le->decoded = true;
         le->payload_set = true;

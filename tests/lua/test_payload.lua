@@ -186,6 +186,21 @@ T.test("C10 a handler setting an unencodable payload is a nack, not a crash", fu
   bus:shutdown(5)
 end)
 
+T.test("C10 assigning a function as the payload raises at the assignment", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", handler = function(env)
+    local ok, err = pcall(function() env.payload = print end)
+    seda.shared:set("pl.fn.ok", ok)
+    seda.shared:set("pl.fn.err", err)
+  end }
+  bus:publish("s", 1)
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("pl.fn.ok"), false, "assignment raised")
+  T.contains(seda.shared:get("pl.fn.err"), "payload: cannot encode a function", "message")
+  T.contains(seda.shared:get("pl.fn.err"), "test_payload.lua:", "names the handler's line")
+  bus:shutdown(5)
+end)
+
 T.test("C10 decoding hostile bytes gives an error, never a crash", function()
   local good = seda.encode(sample())
   -- truncations
