@@ -7,13 +7,14 @@
  *   A drain task holds one of its stage's permits.  It takes up to `batch`
  *   envelopes in one lock round (the head ring, then the inbox: see
  *   stage.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
- *   them with no lock held (one clock read per envelope
- *   feeds the sojourn and service histograms), routes acks, nacks and dead
- *   letters (a durable stage first writes the whole batch's decisions in
- *   one journal commit), then in one more lock round folds its counters in
- *   and puts retries back at the head.  A retry ends the batch: what the
- *   task had not reached goes back behind it, as it was in the queue.  Then it carries on (after gathering
- *   half a batch, when no other task waits for the pool), reschedules
+ *   them with no lock held (one clock read per envelope feeds the sojourn
+ *   and service histograms), routes acks, nacks and dead letters (a
+ *   durable stage first writes the whole batch's decisions in one journal
+ *   commit), then in one more lock round folds its counters in and puts
+ *   retries back at the head.  A retry ends the batch: what the task had
+ *   not reached goes back behind it, as it was in the queue.  Then it
+ *   carries on (after gathering half a batch, when no other task waits
+ *   for the pool), reschedules
  *   itself behind other stages' tasks, or lingers briefly for more before
  *   giving the permit back -- with the Dekker check that pairs with the
  *   lock-free publish path, so no envelope is left without a task.
