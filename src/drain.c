@@ -14,10 +14,10 @@
  *   retries back at the head.  A retry ends the batch: what the task had
  *   not reached goes back behind it, as it was in the queue.  Then it
  *   carries on (after gathering half a batch, when no other task waits
- *   for the pool), reschedules
- *   itself behind other stages' tasks, or lingers briefly for more before
- *   giving the permit back -- with the Dekker check that pairs with the
- *   lock-free publish path, so no envelope is left without a task.
+ *   for the pool), reschedules itself behind other stages' tasks, or
+ *   lingers briefly for more before giving the permit back -- with the
+ *   Dekker check that pairs with the lock-free publish path, so no
+ *   envelope is left without a task.
  */
 #include <sched.h>
 
