@@ -81,6 +81,9 @@ struct lworker {
     int nws;
     int64_t deadline;           /* handler timeout, monotonic ns */
     double timeout;             /* for the message */
+    struct lenv *le;            /* the handlers' view of the envelope */
+    uintptr_t token;            /* the running call's env value, 0 none */
+    uintptr_t calls;            /* handler calls so far (for tokens) */
     struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
@@ -182,24 +185,26 @@ static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 
 /* ---- the envelope object ---- */
 
-/* The envelope metatable is hidden (__metatable), so its __index and
- * __newindex are only ever called by the VM with our userdata first:
- * lua_touserdata suffices.  env:forward checks properly (it can be
- * called with anything). */
+/* What a handler gets as `env` is a light userdata whose value is a
+ * token of that one call (odd, so never a block's address); the worker's
+ * single struct lenv holds the envelope and, as its user values, the
+ * decoded payload and headers.  All light userdata in a worker state
+ * share the envelope metatable (Lua keeps one per type), whose methods
+ * are closures over that lenv.  An env kept past its call is a different
+ * value from every later call's, so it raises instead of reaching
+ * whatever envelope the worker handles then -- and a fresh value costs no
+ * allocation.  Indexing any other light userdata raises the same way. */
+static struct lworker *worker_of(lua_State *L);
+
 static struct lenv *env_self(lua_State *L)
 {
-    struct lenv *le = lua_touserdata(L, 1);
-    if (!le->env)
+    struct lworker *w = worker_of(L);
+    void *p = lua_touserdata(L, 1);
+    if (lua_type(L, 1) != LUA_TLIGHTUSERDATA)
+        luaL_typeerror(L, 1, "envelope");
+    if (w->token == 0 || p != (void *)w->token)
         luaL_error(L, "envelope used outside its handler");
-    return le;
-}
-
-static struct lenv *check_env(lua_State *L)
-{
-    struct lenv *le = luaL_checkudata(L, 1, LSEDA_ENV_MT);
-    if (!le->env)
-        luaL_error(L, "envelope used outside its handler");
-    return le;
+    return w->le;
 }
 
 static void push_headers_table(lua_State *L, const seda_env_t *env)
@@ -226,7 +231,7 @@ static void push_slip_table(lua_State *L, const seda_env_t *env)
 
 static int env_forward(lua_State *L)
 {
-    struct lenv *le = check_env(L);
+    struct lenv *le = env_self(L);
     int n = lua_gettop(L) - 1;
     const char *names[64];
     if (n > 64)
@@ -255,7 +260,7 @@ static int env_index(lua_State *L)
     case 'p':
         if (strcmp(k, "payload") == 0) {
             if (le->decoded) {
-                lua_getiuservalue(L, 1, 1);
+                lua_getiuservalue(L, lua_upvalueindex(1), 1);
                 return 1;
             }
             size_t len;
@@ -267,7 +272,7 @@ static int env_index(lua_State *L)
              * read. */
             if (lua_type(L, -1) == LUA_TTABLE) {
                 lua_pushvalue(L, -1);
-                lua_setiuservalue(L, 1, 1);
+                lua_setiuservalue(L, lua_upvalueindex(1), 1);
                 le->decoded = true;
                 le->decoded_table = true;
             }
@@ -282,10 +287,10 @@ static int env_index(lua_State *L)
         if (strcmp(k, "headers") == 0) {
             if (!le->headers_loaded) {
                 push_headers_table(L, env);
-                lua_setiuservalue(L, 1, 2);
+                lua_setiuservalue(L, lua_upvalueindex(1), 2);
                 le->headers_loaded = true;
             }
-            lua_getiuservalue(L, 1, 2);
+            lua_getiuservalue(L, lua_upvalueindex(1), 2);
             return 1;
         }
         break;
@@ -348,7 +353,7 @@ static int env_newindex(lua_State *L)
                                                       : lua_typename(L, t));
         }
         le->decoded_table = t == LUA_TTABLE;
-        lua_setiuservalue(L, 1, 1);
+        lua_setiuservalue(L, lua_upvalueindex(1), 1);
         le->decoded = true;
         le->payload_set = true;
         return 0;
@@ -356,7 +361,7 @@ static int env_newindex(lua_State *L)
     if (strcmp(k, "headers") == 0) {
         luaL_checktype(L, 3, LUA_TTABLE);
         lua_settop(L, 3);
-        lua_setiuservalue(L, 1, 2);
+        lua_setiuservalue(L, lua_upvalueindex(1), 2);
         le->headers_loaded = true;
         return 0;
     }
@@ -365,9 +370,11 @@ static int env_newindex(lua_State *L)
 
 static int env_tostring(lua_State *L)
 {
-    struct lenv *le = luaL_checkudata(L, 1, LSEDA_ENV_MT);
+    struct lworker *w = worker_of(L);
+    struct lenv *le = w->le;
     char idbuf[SEDA_ID_MAX];
-    if (le->env)
+    if (w->token != 0 && lua_touserdata(L, 1) == (void *)w->token &&
+        le->env)
         lua_pushfstring(L, "envelope %s at %s", seda_env_id(le->env, idbuf),
                         seda_env_to(le->env));
     else
@@ -561,10 +568,19 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "seda");
     lua_settop(L, 0);
 
+    lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
+    struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
+    memset(le, 0, sizeof *le);
+    worker_of(L)->le = le;
+
+    /* The envelope metatable, for every light userdata (see env_self). */
+    lua_pushlightuserdata(L, NULL);
     luaL_newmetatable(L, LSEDA_ENV_MT);
-    lua_pushcfunction(L, env_index);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, env_index, 1);
     lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, env_newindex);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, env_newindex, 1);
     lua_setfield(L, -2, "__newindex");
     lua_pushcfunction(L, env_tostring);
     lua_setfield(L, -2, "__tostring");
@@ -572,12 +588,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "__name");
     lua_pushliteral(L, "envelope");
     lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
     lua_pop(L, 1);
-
-    lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
-    struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
-    memset(le, 0, sizeof *le);
-    luaL_setmetatable(L, LSEDA_ENV_MT);
     return 2;
 }
 
@@ -867,10 +879,12 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
         return false;
     }
 
-    struct lenv *le = lua_touserdata(L, SLOT_ENV);
+    struct lenv *le = w->le;
     le->env = env;
+    w->calls++;
+    w->token = w->calls * 2 + 1;
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
-    lua_pushvalue(L, SLOT_ENV);
+    lua_pushlightuserdata(L, (void *)w->token);
     double timeout = seda_stage_handler_timeout(ls->st);
     if (timeout > 0) {
         w->timeout = timeout;
@@ -923,6 +937,7 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
      * next envelope overwrites them (the flags say they are stale): one
      * value each, and no barrier work per envelope. */
     le->env = NULL;
+    w->token = 0;
     le->decoded = le->decoded_table = le->payload_set =
         le->headers_loaded = false;
     if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))

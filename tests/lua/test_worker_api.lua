@@ -322,4 +322,43 @@ end
   os.remove(dir)
 end)
 
+T.test("an env kept past its call raises; it never reaches a later envelope", function()
+  local dir = T.tmpdir()
+  local f = dir .. "/keep.lua"
+  T.write(f, [[
+    local saved
+    return function(env)
+      if saved then
+        local ok, err = pcall(function() return saved.id end)
+        seda.shared:set("keep.read." .. env.payload, tostring(ok) .. " " .. tostring(err))
+        ok, err = pcall(function() saved.payload = "changed" end)
+        seda.shared:set("keep.write." .. env.payload, tostring(ok) .. " " .. tostring(err))
+        ok = pcall(function() return saved:forward("nowhere") end)
+        seda.shared:set("keep.fwd." .. env.payload, tostring(ok))
+        seda.shared:set("keep.same." .. env.payload, tostring(saved == env))
+      end
+      saved = env
+    end
+  ]])
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", handler = f }
+  local got = {}
+  for i = 1, 3 do
+    bus:publish("s", i, { on_complete = function(env) got[#got + 1] = env.payload end })
+  end
+  T.idle(bus, 10)
+  T.deep_eq(got, { 1, 2, 3 }, "every payload unchanged, none dead-lettered")
+  for i = 2, 3 do
+    T.contains(seda.shared:get("keep.read." .. i), "false", "read raised at " .. i)
+    T.contains(seda.shared:get("keep.read." .. i), "envelope used outside its handler", "message")
+    T.contains(seda.shared:get("keep.write." .. i), "false", "write raised at " .. i)
+    T.eq(seda.shared:get("keep.fwd." .. i), "false", "forward raised at " .. i)
+    T.eq(seda.shared:get("keep.same." .. i), "false", "a new env each call")
+  end
+  T.eq(bus:stats("s").dead_lettered, 0, "nothing dead-lettered")
+  bus:shutdown(5)
+  os.remove(f)
+  os.remove(dir)
+end)
+
 T.done()
