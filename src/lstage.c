@@ -381,6 +381,19 @@ int seda__l_bus_stage(lua_State *L)
             return luaL_error(L, "stage '%s': handlers must be an array",
                               name);
         n = (int)lua_rawlen(L, 8);
+        /* Every key 1..n: a key past the border ({a = f}, or a hole)
+         * would be a consumer silently not made. */
+        lua_pushnil(L);
+        while (lua_next(L, 8)) {
+            lua_Integer k = lua_isinteger(L, -2) ? lua_tointeger(L, -2) : 0;
+            if (k < 1 || k > n) {
+                lua_pop(L, 1);
+                return luaL_error(L, "stage '%s': handlers must be an array "
+                                  "(found key %s)", name,
+                                  luaL_tolstring(L, -1, NULL));
+            }
+            lua_pop(L, 1);
+        }
         if (n > SEDA_MAX_CONSUMERS)
             return luaL_error(L, "stage '%s': handlers: at most %d", name,
                               SEDA_MAX_CONSUMERS);

@@ -72,6 +72,7 @@ T.test("C5 handler option errors", function()
   bad(bus, { name = "htype", handler = 42 }, "handler type", "htype", "handler")
   bad(bus, { name = "hs", handlers = { h, 5 } }, "handlers entry type", "hs", "handler")
   bad(bus, { name = "hboth", handler = h, handlers = { h } }, "handler and handlers", "hboth", "handler")
+  bad(bus, { name = "hkeys", handlers = { a = h } }, "handlers with a string key", "hkeys", "handlers")
 
   local dir = T.tmpdir()
   local f = T.write(dir .. "/syntax_err.lua", "return function(env)\n  local x = = 1\nend\n")
