@@ -86,7 +86,8 @@ enum seda_outcome {
 };
 
 /* Name <-> enum helpers.  The parse functions return -1 for an unknown
- * name; the name functions return NULL for an unknown value. */
+ * name; the name functions return a static string, or NULL for an unknown
+ * value.  Pure: any thread. */
 int seda_policy_parse(const char *name);
 const char *seda_policy_name(int policy);
 int seda_delivery_parse(const char *name);
@@ -150,7 +151,7 @@ typedef struct seda_bus_opts {
                                   fsync, survives power loss) */
 } seda_bus_opts;
 
-/* Fill o with the defaults.  Cannot fail. */
+/* Fill o (the caller's) with the defaults.  Cannot fail; any thread. */
 void seda_bus_opts_init(seda_bus_opts *o);
 
 /* Create a bus and start its pool.  opts may be NULL for the defaults; it is
@@ -179,11 +180,16 @@ int seda_bus_wait_idle(seda_bus_t *bus, double timeout);
  * if fully drained; SEDA_ETIMEDOUT if not, in which case what was left is
  * swept and counted dropped (its done callbacks fire with SEDA_DROPPED).
  * Publishers blocked on a full stage are woken with SEDA_ECLOSED.  Calling
- * it again returns the first result.  Must not be called from a worker. */
+ * it again returns the first result.  A consumer call in progress is never
+ * cut off: the pool stops once those return, so a long one can keep this
+ * past the timeout (Lua handlers have handler_timeout for that).  Must not
+ * be called from a worker. */
 int seda_bus_shutdown(seda_bus_t *bus, double timeout);
 
-/* seda_bus_shutdown(bus, 0) without waiting: handlers already running
- * finish their current envelope; the rest is counted dropped. */
+/* seda_bus_shutdown(bus, 0) without a drain: the rest is counted dropped.
+ * Like every shutdown it returns once the consumers already running have
+ * returned (a call in progress is never cut off).  Any thread but a
+ * worker of this bus. */
 void seda_bus_shutdown_now(seda_bus_t *bus);
 
 /* True once shutdown has begun.  Any thread. */
@@ -219,7 +225,8 @@ typedef struct seda_stage_opts {
     double ack_timeout;        /* pull: seconds to ack a receipt (30) */
 } seda_stage_opts;
 
-/* Fill o with the defaults (name NULL).  Cannot fail. */
+/* Fill o (the caller's) with the defaults (name NULL).  Cannot fail; any
+ * thread. */
 void seda_stage_opts_init(seda_stage_opts *o);
 
 /* Add a stage.  opts is copied.  On failure nothing is added and, when err
@@ -291,7 +298,8 @@ int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
  * (it bypasses the capacity bound).  Call it once, after adding the
  * stage's consumers.  Returns how many were replayed (>= 0), or a negative
  * code.  Replayed envelopes count as accepted; their completion callbacks
- * are gone with the old process. */
+ * are gone with the old process.  Any thread but a worker; not twice at
+ * once for one stage. */
 int seda_stage_replay(seda_stage_t *st);
 
 /* ---- the pull model ---- */
@@ -309,15 +317,17 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out);
 
 /* Lock the lease and return its envelope (read or change it: payload,
  * headers, forward), or NULL when it has expired (nothing is then held).
- * Every non-NULL return must be followed by seda_lease_release_env.  Keep
- * the section short: it holds the stage lock. */
+ * Every non-NULL return must be followed by seda_lease_release_env, on the
+ * same thread; the envelope is borrowed until then.  Keep the section
+ * short: it holds the stage lock.  Any thread (one at a time per lease). */
 seda_env_t *seda_lease_env(seda_lease_t *lease);
 void seda_lease_release_env(seda_lease_t *lease);
 
 /* Settle and free a lease: ack completes the hop exactly as a consumer's
  * ack would (next hop or completion); nack retries at the head or
  * dead-letters by max_attempts.  Returns 0, or SEDA_ETIMEDOUT when the
- * lease had expired (or was swept by shutdown) before it was settled. */
+ * lease had expired (or was swept by shutdown) before it was settled.
+ * Either way the lease is freed.  Any thread; once per lease. */
 int seda_lease_ack(seda_lease_t *lease);
 int seda_lease_nack(seda_lease_t *lease);
 
@@ -337,8 +347,8 @@ typedef struct seda_publish_opts {
                                      dedup key), or NULL for a fresh one */
 } seda_publish_opts;
 
-/* Fill o with the defaults (no sender, headers, slip or callback; timeout
- * -1).  Cannot fail. */
+/* Fill o (the caller's) with the defaults (no sender, headers, slip or
+ * callback; timeout -1).  Cannot fail; any thread. */
 void seda_publish_opts_init(seda_publish_opts *o);
 
 /* Publish a copy of payload[0..len) to the stage named to.  opts may be
@@ -351,7 +361,8 @@ void seda_publish_opts_init(seda_publish_opts *o);
 int seda_publish(seda_bus_t *bus, const char *to, const void *payload,
                  size_t len, const seda_publish_opts *opts);
 
-/* The same, to a stage already looked up. */
+/* The same, to a stage already looked up (st stays valid until
+ * seda_bus_free).  Any thread; blocks as seda_publish does. */
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
                        const seda_publish_opts *opts);
 
@@ -362,7 +373,14 @@ int seda_publish_many(seda_bus_t *bus, const char *to,
                       const void *const *payloads, const size_t *lens, int n,
                       const seda_publish_opts *opts, int *err);
 
-/* ---- envelopes (inside a consumer or a done callback) ---- */
+/* ---- envelopes (inside a consumer or a done callback) ----
+ *
+ * An envelope is lent to one consumer or done callback at a time: call
+ * these only on that thread, during that call, and keep no pointer to the
+ * envelope afterwards.  Strings and bytes they return are the envelope's
+ * own: valid until it is changed (a set_* call, forward) or the call
+ * returns; copy what you keep.  The set functions and forward copy their
+ * arguments. */
 
 /* The envelope's id, written as a NUL-terminated string into buf (at least
  * SEDA_ID_MAX bytes).  Unique within the process.  Returns buf. */
