@@ -550,8 +550,9 @@ static int l_bus_publish_many(lua_State *L)
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
     const char *to = lua_tostring(L, 2);
     int n = (int)lua_rawlen(L, 3);
-    /* Encode everything first, then one admission step per run of
-     * payloads of the same kind (the core takes one kind per call). */
+    /* Encode first, then one admission step per run of payloads of the
+     * same kind (the core takes one kind per call).  A payload that
+     * cannot be encoded is the first refusal: those before it go. */
     const void **ps = lua_newuserdatauv(L, sizeof(void *) * (size_t)(n + 1),
                                         0);
     size_t *lens = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
@@ -560,14 +561,17 @@ static int l_bus_publish_many(lua_State *L)
     luaL_checkstack(L, n + 8, "publish_many: too many payloads");
     u->wb.len = 0;
     char err[512];
+    int nenc = n;                   /* payloads before the first bad one */
+    int erridx = 0;                 /* its message on the stack */
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, 3, i + 1);               /* stays on the stack */
         const void *p;
         if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
                                    err, sizeof err) != 0) {
-            lua_pushinteger(L, 0);
+            nenc = i;
             lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
-            return 2;
+            erridx = lua_gettop(L);
+            break;
         }
         /* wb may move while growing: keep offsets, fix pointers after. */
         offs[i] = kinds[i] == SEDA_KIND_RAW
@@ -575,30 +579,34 @@ static int l_bus_publish_many(lua_State *L)
                       : (size_t)((const unsigned char *)p - u->wb.p);
         ps[i] = p;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nenc; i++)
         if (offs[i] != (size_t)-1)
             ps[i] = u->wb.p + offs[i];
     struct lcb *cb = NULL;
-    if (cbidx && n > 0) {
-        cb = cb_new(L, cbidx, n + 1);           /* +1: held until below */
+    if (cbidx && nenc > 0) {
+        cb = cb_new(L, cbidx, nenc + 1);        /* +1: held until below */
         o.done = on_done;
         o.done_ud = cb;
     }
     int done = 0, rc = 0;
-    while (done < n && rc == 0) {
+    while (done < nenc && rc == 0) {
         int k = done;
-        while (k < n && kinds[k] == kinds[done])
+        while (k < nenc && kinds[k] == kinds[done])
             k++;
         o.kind = kinds[done];
         done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
                                   k - done, &o, &rc);
     }
     if (cb)
-        cb_release(L, cb, n - done + 1);
+        cb_release(L, cb, nenc - done + 1);
     lua_pushinteger(L, done);
     if (rc) {
         lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
                                            : seda_strerror(rc));
+        return 2;
+    }
+    if (erridx) {
+        lua_pushvalue(L, erridx);
         return 2;
     }
     return 1;

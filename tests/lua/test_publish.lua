@@ -153,6 +153,21 @@ T.test("publish_many stops at the first refusal", function()
   bus:shutdown(5)
 end)
 
+T.test("publish_many: a payload that cannot be encoded is the first refusal", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", handler = function() end }
+  local got = {}
+  local n, err = bus:publish_many("s", { 1, 2, print, 3 },
+    { on_complete = function(env) got[#got + 1] = env.payload end })
+  T.eq(n, 2, "the two before it accepted")
+  T.contains(err, "payloads[3]", "names the item")
+  T.contains(err, "cannot encode a function", "says why")
+  T.idle(bus, 10)
+  T.deep_eq(got, { 1, 2 }, "those two completed, in order")
+  T.eq(bus:stats().accepted, 2, "accepted")
+  bus:shutdown(5)
+end)
+
 T.test("publish_many to an unknown stage", function()
   local bus = T.bus{ workers = 1 }
   local n, err = bus:publish_many("nope", { 1, 2 })
