@@ -78,6 +78,8 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
  * socket, the watcher and extra_fd, service them, run pending on_complete
  * callbacks and the periodic work.  Returns 1 when extra_fd is readable. */
 int cli_step(int timeout_ms, int extra_fd);
+/* Run the on_complete callbacks pending on every live bus. */
+void cli_poll_all(void);
 /* The loop of --serve / -i, until the REPL ends (without --serve) or a
  * signal.  Returns 0, or 1 when the loop could not start. */
 int cli_run(void);

@@ -288,7 +288,7 @@ void cli_install_signals(void)
 
 /* ---- the loop ---- */
 
-static void poll_all(void)
+void cli_poll_all(void)
 {
     lua_State *L = cli.L;
     lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
@@ -327,7 +327,7 @@ int cli_step(int timeout_ms, int extra_fd)
         if (extra >= 0 && fds[extra].revents)
             ready = 1;
     }
-    poll_all();
+    cli_poll_all();
     double now = cli_now();
     if (cli.o.watch)
         cli_watch_tick(now);

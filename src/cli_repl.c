@@ -80,6 +80,10 @@ static void do_line(const char *line, size_t len)
         pending_len = clen;
     }
     free(joined);
+    /* Callbacks that came due run before the next line, even when the
+     * next line is already buffered (piped input). */
+    if (r != CLI_EVAL_INCOMPLETE)
+        cli_poll_all();
 }
 
 /* ---- completion (shared with attach) ---- */
