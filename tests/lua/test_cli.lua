@@ -211,6 +211,22 @@ B:stage{ name = "s", handler = function() end }
   T.contains(out, "idle\ttrue", "bus live")
 end)
 
+T.test("-i with piped input: on_complete callbacks run between lines", function()
+  local s = script("repl_cb.lua", [[
+local seda = require "seda"
+B = seda.bus{ workers = 1 }
+B:stage{ name = "s", handler = function() end }
+DONE = 0
+]])
+  local out, rc = seda_lua("-i " .. q(s),
+    "B:publish('s', 1, { on_complete = function() DONE = DONE + 1 end })\n" ..
+    "local d = require('seda').now() + 5 while B:stats('s').delivered < 1 and require('seda').now() < d do end\n" ..
+    "local d = require('seda').now() + 0.05 while require('seda').now() < d do end\n" ..
+    "print('done', DONE)\n")
+  T.eq(rc, 0, "exit status")
+  T.contains(out, "done\t1", "the callback ran before the next line")
+end)
+
 T.test("-i REPL helpers: stats, reload, tune, workers, help", function()
   local s = script("repl2.lua", [[
 local seda = require "seda"
