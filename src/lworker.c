@@ -731,6 +731,10 @@ static int load_one(struct lworker *w, const struct lsrc *s)
             lua_pushinteger(L, w->index);
             if (lua_pcall(L, 1, 0, SLOT_MSGH) != LUA_OK)
                 return -1;
+        } else if (!lua_isnil(L, -1)) {
+            lua_pushfstring(L, "%s: init must be a function (got %s)",
+                            s->chunkname + 1, luaL_typename(L, -1));
+            return -1;
         } else {
             lua_pop(L, 1);
         }

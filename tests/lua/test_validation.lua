@@ -83,7 +83,9 @@ T.test("C5 handler option errors", function()
   bad(bus, { name = "hret", handler = r }, "file returning a number", "hret", "handler")
   local r2 = T.write(dir .. "/returns_tbl.lua", "return { init = function() end }\n")
   bad(bus, { name = "hret2", handler = r2 }, "table without handle", "hret2", "handle")
-  for _, p in ipairs({ f, g, r, r2 }) do os.remove(p) end
+  local r3 = T.write(dir .. "/bad_init.lua", "return { handle = function() end, init = 5 }\n")
+  bad(bus, { name = "hret3", handler = r3 }, "init not a function", "hret3", "init must be a function")
+  for _, p in ipairs({ f, g, r, r2, r3 }) do os.remove(p) end
   os.remove(dir)
   T.eq(next(bus:stats().stages), nil, "no stage was created")
   bus:shutdown(5)
