@@ -482,19 +482,22 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     }
 }
 
-void seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
+int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
 {
     if (!lb->bus) {
         lua_pushnil(L);
-        return;
+        lua_pushliteral(L, "closed");
+        return 2;
     }
     if (name) {
         seda_stage_t *st = seda_bus_stage(lb->bus, name);
-        if (st)
+        if (st) {
             push_stage_stats(L, st);
-        else
-            lua_pushnil(L);
-        return;
+            return 1;
+        }
+        lua_pushnil(L);
+        lua_pushliteral(L, "no_such_stage");
+        return 2;
     }
     seda_bus_stats b;
     seda_bus_stats_get(lb->bus, &b);
@@ -518,6 +521,7 @@ void seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     lua_setfield(L, -2, "paused");
     lua_pushboolean(L, b.closed);
     lua_setfield(L, -2, "closed");
+    return 1;
 }
 
 /* ---- bus methods ---- */
@@ -621,8 +625,7 @@ static int l_bus_receive(lua_State *L)
 static int l_bus_stats(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    seda__l_push_stats(L, u->lb, luaL_optstring(L, 2, NULL));
-    return 1;
+    return seda__l_push_stats(L, u->lb, luaL_optstring(L, 2, NULL));
 }
 
 static int l_bus_pause(lua_State *L)

@@ -171,9 +171,9 @@ SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                               seda_wbuf *wb, bool main);
 
 /* Push bus:stats() (all stages) or one stage's table (name != NULL; nil
- * when unknown). */
-SEDA__API void seda__l_push_stats(lua_State *L, struct lbus *lb,
-                                  const char *name);
+ * and "no_such_stage" when unknown).  Returns how many values it pushed. */
+SEDA__API int seda__l_push_stats(lua_State *L, struct lbus *lb,
+                                 const char *name);
 
 /* Push a payload as a Lua value: a string for raw bytes, the decoded value
  * otherwise.  Raises on a payload that cannot be decoded. */

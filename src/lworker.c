@@ -496,8 +496,7 @@ static int w_receive(lua_State *L)
 static int w_stats(lua_State *L)
 {
     struct lworker *w = worker_of(L);
-    seda__l_push_stats(L, w->lb, luaL_optstring(L, 1, NULL));
-    return 1;
+    return seda__l_push_stats(L, w->lb, luaL_optstring(L, 1, NULL));
 }
 
 static int w_now(lua_State *L)

@@ -168,6 +168,22 @@ T.test("publish_many: a payload that cannot be encoded is the first refusal", fu
   bus:shutdown(5)
 end)
 
+T.test("stats of an unknown stage: nil and the reason", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", handler = function(env)
+    local v, e = seda.stats("nope")
+    seda.shared:set("st.unknown", tostring(v) .. " " .. tostring(e))
+  end }
+  local v, e = bus:stats("nope")
+  T.eq(v, nil, "no table")
+  T.eq(e, "no_such_stage", "reason")
+  T.eq(type(bus:stats("s")), "table", "a known stage")
+  bus:publish("s", 1)
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("st.unknown"), "nil no_such_stage", "inside a handler too")
+  bus:shutdown(5)
+end)
+
 T.test("publish_many to an unknown stage", function()
   local bus = T.bus{ workers = 1 }
   local n, err = bus:publish_many("nope", { 1, 2 })
