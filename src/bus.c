@@ -464,7 +464,8 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
 {
     struct seda_bus_s *b = st->bus;
     bool jdone = env->flags & ENV_JDONE;
-    env->flags &= (uint8_t)~ENV_JDONE;
+    if (jdone)                  /* no store otherwise: see env.h */
+        env->flags &= (uint8_t)~ENV_JDONE;
     const char *next = seda_env_slip_at(env, 0);
     if (!next) {
         if (!jdone && seda__env_jkey(env))

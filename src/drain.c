@@ -41,9 +41,8 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
                    : atomic_fetch_add_explicit(&st->rr, 1,
                                                memory_order_relaxed);
         struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
-        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
-        bool ok = c->fn(env, c->ud) && !(env->flags & ENV_FAILED);
-        seda__env_delivery_end(env, ok);
+        seda__env_delivery_begin(env);
+        bool ok = seda__env_delivery_end(env, c->fn(env, c->ud));
         return ok ? DELIVER_ACK : DELIVER_NACK;
     }
     uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
@@ -51,10 +50,9 @@ static int deliver(struct seda_stage_s *st, seda_env_t *env)
         uint64_t bit = UINT64_C(1) << i;
         if (env->acked & bit)
             continue;
-        env->flags = (uint8_t)((env->flags & ~ENV_FAILED) | ENV_DELIVERING);
-        bool ok = st->cons[i].fn(env, st->cons[i].ud) &&
-                  !(env->flags & ENV_FAILED);
-        seda__env_delivery_end(env, ok);
+        seda__env_delivery_begin(env);
+        bool ok = seda__env_delivery_end(env,
+                                         st->cons[i].fn(env, st->cons[i].ud));
         if (ok)
             env->acked |= bit;
     }
@@ -229,10 +227,10 @@ static void run_batch(struct seda_stage_s *st)
         seda_env_t *env = batch[i];
         if (i + 1 < n) {
             /* The next envelope was written on the publisher's core:
-             * start pulling its lines (for writing: delivery marks it)
-             * while this one is handled. */
-            seda__prefetchw(batch[i + 1]);
-            seda__prefetchw((char *)batch[i + 1] + sizeof(seda_env_t) - 1);
+             * start pulling its lines while this one is handled (for
+             * reading: an ack writes nothing into it). */
+            __builtin_prefetch(batch[i + 1]);
+            __builtin_prefetch((char *)batch[i + 1] + sizeof(seda_env_t) - 1);
         }
         sojourn[i] = t - env->enq_ts;
         int r = deliver(st, env);

@@ -242,12 +242,29 @@ const char *seda__env_slip_pop(seda_env_t *env)
     return sl->name[--sl->n];
 }
 
-void seda__env_delivery_end(seda_env_t *env, bool acked)
+/* The envelope this thread's consumer call is handling (NULL outside
+ * one), and whether the consumer called seda_env_fail on it. */
+static _Thread_local seda_env_t *tls_delivering;
+static _Thread_local bool tls_failed;
+
+bool seda__env_in_delivery(void)
 {
-    env->flags &= (uint8_t)~ENV_DELIVERING;
+    return tls_delivering != NULL;
+}
+
+void seda__env_delivery_begin(seda_env_t *env)
+{
+    tls_delivering = env;
+    tls_failed = false;
+}
+
+bool seda__env_delivery_end(seda_env_t *env, bool acked)
+{
+    acked = acked && !tls_failed;
+    tls_delivering = NULL;
     struct env_ext *x = env->ext;
     if (!x || !x->slip_saved)
-        return;
+        return acked;
     if (acked) {
         seda__free(x->slip_prev);
     } else {
@@ -256,6 +273,7 @@ void seda__env_delivery_end(seda_env_t *env, bool acked)
     }
     x->slip_prev = NULL;
     x->slip_saved = false;
+    return acked;
 }
 
 void seda__env_slip_clear(seda_env_t *env)
@@ -294,7 +312,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
-    if ((env->flags & ENV_DELIVERING) && !env->ext->slip_saved) {
+    if (env == tls_delivering && !env->ext->slip_saved) {
         env->ext->slip_prev = env->ext->slip;   /* restored on nack */
         env->ext->slip_saved = true;
     } else {
@@ -592,7 +610,8 @@ int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
 
 void seda_env_fail(seda_env_t *env, const char *msg)
 {
-    env->flags |= ENV_FAILED;
+    if (env == tls_delivering)
+        tls_failed = true;
     if (env->at)
         seda_stage_report(env->at, msg ? msg : "consumer failed");
 }

@@ -35,8 +35,7 @@ struct env_hdrs {
 
 enum {
     ENV_DEAD = 1,               /* already counted dead-lettered */
-    ENV_FAILED = 2,             /* seda_env_fail during this delivery */
-    ENV_DELIVERING = 4,         /* inside a consumer call */
+    /* 2 and 4 are free (delivery state is per thread: env.c) */
     ENV_JDONE = 8,              /* the journal already reflects the
                                    routing decision about to be made */
 };
@@ -96,9 +95,17 @@ SEDA__API void seda__env_free(seda_env_t *env);
 /* Pop the next hop name (borrowed until the slip changes); NULL if none. */
 SEDA__API const char *seda__env_slip_pop(seda_env_t *env);
 
-/* End a consumer call: on a nack, hops inserted by seda_env_forward
- * during the call are undone (the retry sees the slip as it was). */
-SEDA__API void seda__env_delivery_end(seda_env_t *env, bool acked);
+/* Bracket a consumer call on this thread.  The state lives in the
+ * thread, not in the envelope: a delivery that only reads the envelope
+ * leaves its cache lines clean, so the publisher that reuses the block
+ * takes it back with an invalidation instead of a transfer.  end returns
+ * the result (acked, and seda_env_fail not called); on a nack, hops
+ * inserted by seda_env_forward during the call are undone (the retry
+ * sees the slip as it was). */
+SEDA__API void seda__env_delivery_begin(seda_env_t *env);
+/* True on a thread inside a consumer call. */
+SEDA__API bool seda__env_in_delivery(void);
+SEDA__API bool seda__env_delivery_end(seda_env_t *env, bool acked);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

@@ -347,11 +347,12 @@ int seda__pool_reserve(struct seda_pool *p, int more)
     return 0;
 }
 
-int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
+int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg,
+                      bool prompt)
 {
-    /* From one of our own workers the caller takes the next task itself as
-     * soon as it returns, so one queued task needs no wake-up. */
-    bool self = tls_worker && tls_worker->pool == p;
+    /* From one of our own workers that returns promptly, the caller takes
+     * the next task itself, so one queued task needs no wake-up. */
+    bool self = prompt && tls_worker && tls_worker->pool == p;
     seda__mutex_lock(&p->mu);
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
         seda__mutex_unlock(&p->mu);
@@ -371,6 +372,18 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg)
         wake_one(p);
     seda__mutex_unlock(&p->mu);
     return 0;
+}
+
+void seda__pool_kick(struct seda_pool *p)
+{
+    if (!tls_worker || tls_worker->pool != p)
+        return;
+    seda__mutex_lock(&p->mu);
+    if (p->idle > 0 &&
+        p->count > (uint32_t)atomic_load_explicit(&p->spinning,
+                                                  memory_order_relaxed))
+        wake_one(p);
+    seda__mutex_unlock(&p->mu);
 }
 
 void seda__pool_stop(struct seda_pool *p)

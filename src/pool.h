@@ -35,11 +35,19 @@ SEDA__API int seda__pool_resize(struct seda_pool *p, int n);
  * SEDA_ENOMEM (nothing changed).  Takes pool->mu. */
 SEDA__API int seda__pool_reserve(struct seda_pool *p, int more);
 
-/* Queue a task.  The caller must have reserved room for it.  Returns 0, or
- * SEDA_ECLOSED once the pool is stopping (the task is not queued).  Takes
- * pool->mu; never blocks otherwise.  Any thread. */
+/* Queue a task.  The caller must have reserved room for it.  prompt: a
+ * caller that is a worker of p will come back for a task right away, so
+ * one queued task needs no wake-up; pass false from code that may run or
+ * block for long before returning to the pool (a consumer call).  Returns
+ * 0, or SEDA_ECLOSED once the pool is stopping (the task is not queued).
+ * Takes pool->mu; never blocks otherwise.  Any thread. */
 SEDA__API int seda__pool_submit(struct seda_pool *p, seda__task_fn fn,
-                                void *arg);
+                                void *arg, bool prompt);
+
+/* A worker of p is about to block (waiting for room in a stage): wake a
+ * sleeper for any queued task, since the caller will not take it.  Any
+ * thread; a no-op elsewhere than on p's workers. */
+SEDA__API void seda__pool_kick(struct seda_pool *p);
 
 /* Ask every worker to exit after its current task, wake them and join
  * them.  Tasks still queued are discarded (the caller accounts for their

@@ -152,10 +152,11 @@ static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
         pos++;
         if (e == TOMBSTONE)
             continue;
-        /* Start fetching the batch's envelopes at once (for writing: the
-         * delivery marks them). */
-        seda__prefetchw(e);
-        seda__prefetchw((char *)e + sizeof *e - 1);
+        /* Start fetching the batch's envelopes at once (for reading: an
+         * ack writes nothing into them, so they stay shared with the
+         * publisher that will reuse them). */
+        __builtin_prefetch(e);
+        __builtin_prefetch((char *)e + sizeof *e - 1);
         out[got++] = e;
     }
     if (pos != start)
@@ -392,7 +393,10 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
 
 void seda__stage_schedule(struct seda_stage_s *st)
 {
-    if (seda__pool_submit(st->bus->pool, seda__stage_drain, st) != 0) {
+    /* Inside a consumer call (a handler publishing) the worker may run on
+     * for long, or wait for the very task it queues: wake another. */
+    if (seda__pool_submit(st->bus->pool, seda__stage_drain, st,
+                          !seda__env_in_delivery()) != 0) {
         /* Pool stopping: give the permit back; the bus sweeps the queue. */
         seda__mutex_lock(&st->mu);
         atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
@@ -563,6 +567,9 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             rc = SEDA_ETIMEDOUT;
             break;
         }
+        /* A worker that waits here does not come back for the tasks it
+         * queued (this stage's drain among them): hand them on. */
+        seda__pool_kick(st->bus->pool);
         if (!spun &&
             atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within

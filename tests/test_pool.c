@@ -86,7 +86,7 @@ static void test_pool_runs_every_task_and_hooks(void **state)
     assert_int_equal(seda__pool_size(p), 3);
     assert_int_equal(seda__pool_reserve(p, 1000), 0);
     for (int i = 0; i < 1000; i++)
-        assert_int_equal(seda__pool_submit(p, bump, &c), 0);
+        assert_int_equal(seda__pool_submit(p, bump, &c, true), 0);
     wait_for(&c, 1000);
     seda__pool_free(p);
     assert_int_equal(c.started, 3);
@@ -113,7 +113,7 @@ static void test_pool_worker_identity(void **state)
     assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, &c, &p), 0);
     assert_int_equal(seda__pool_reserve(p, 4), 0);
     for (int i = 0; i < 4; i++)
-        seda__pool_submit(p, check_owner, &c);
+        seda__pool_submit(p, check_owner, &c, true);
     wait_for(&c, 4);
     seda__pool_free(p);
     counter_destroy(&c);
@@ -129,7 +129,7 @@ static void test_pool_submit_after_stop_is_refused(void **state)
     assert_int_equal(seda__pool_reserve(p, 1), 0);
     seda__pool_stop(p);
     assert_true(seda__pool_stopping(p));
-    assert_int_equal(seda__pool_submit(p, bump, &c), SEDA_ECLOSED);
+    assert_int_equal(seda__pool_submit(p, bump, &c, true), SEDA_ECLOSED);
     seda__pool_stop(p);                      /* idempotent */
     seda__pool_free(p);
     assert_int_equal(c.n, 0);
@@ -163,7 +163,7 @@ static void chain_step(void *arg)
     while (seda__now_ns() < until)
         ;
     /* Refused only once the pool stops (the test is over). */
-    if (more && seda__pool_submit(ch->p, chain_step, ch) != 0 &&
+    if (more && seda__pool_submit(ch->p, chain_step, ch, true) != 0 &&
         !seda__pool_stopping(ch->p))
         atomic_store(&ch->refused, 1);
 }
@@ -187,10 +187,10 @@ static void test_pool_shrink_never_strands_a_chain(void **state)
         atomic_init(&ch.refused, 0);
         assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, NULL, &ch.p), 0);
         assert_int_equal(seda__pool_reserve(ch.p, 4), 0);
-        assert_int_equal(seda__pool_submit(ch.p, gated, &ch), 0);
+        assert_int_equal(seda__pool_submit(ch.p, gated, &ch, true), 0);
         /* Let the gated task start, so the chain goes to the other worker. */
         tu_sleep_until_pending_zero(ch.p);
-        assert_int_equal(seda__pool_submit(ch.p, chain_step, &ch), 0);
+        assert_int_equal(seda__pool_submit(ch.p, chain_step, &ch, true), 0);
         wait_for(&ch.c, 3);
         atomic_store(&ch.hold, 0);
         wait_for(&ch.c, 8);             /* worker 0 has gone to sleep */
@@ -205,6 +205,58 @@ static void test_pool_shrink_never_strands_a_chain(void **state)
         seda__pool_free(ch.p);
         counter_destroy(&ch.c);
         assert_int_equal(atomic_load(&ch.refused), 0);
+    }
+}
+
+/* A worker task that queues another and then waits for it: with prompt
+ * false (or after seda__pool_kick) a sleeping worker must be woken, or the
+ * waiter waits forever (its own deadline here). */
+struct waiter {
+    struct seda_pool *p;
+    atomic_int ran;             /* the queued task ran */
+    atomic_int waited_ok;       /* the waiter saw it before its deadline */
+    bool kick;                  /* submit prompt, then kick */
+};
+
+static void mark_ran(void *arg)
+{
+    atomic_store(&((struct waiter *)arg)->ran, 1);
+}
+
+static void submit_and_wait(void *arg)
+{
+    struct waiter *w = arg;
+    assert_int_equal(seda__pool_submit(w->p, mark_ran, w, w->kick), 0);
+    if (w->kick)
+        seda__pool_kick(w->p);
+    int64_t deadline = seda__now_ns() + 5 * (int64_t)1000000000;
+    while (!atomic_load(&w->ran) && seda__now_ns() < deadline)
+        sched_yield();
+    atomic_store(&w->waited_ok, atomic_load(&w->ran));
+}
+
+static void test_pool_worker_waiting_on_its_own_task_is_helped(void **state)
+{
+    (void)state;
+    for (int kick = 0; kick < 2; kick++) {
+        struct waiter w = { .kick = kick };
+        atomic_init(&w.ran, 0);
+        atomic_init(&w.waited_ok, 0);
+        assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, NULL, &w.p), 0);
+        assert_int_equal(seda__pool_reserve(w.p, 2), 0);
+        /* Both workers asleep first: the case where nobody would look. */
+        int64_t until = seda__now_ns() + 50000000;
+        while (seda__now_ns() < until)
+            sched_yield();
+        assert_int_equal(seda__pool_submit(w.p, submit_and_wait, &w, false),
+                         0);
+        int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+        while (!atomic_load(&w.waited_ok) && seda__now_ns() < deadline)
+            sched_yield();
+        if (!atomic_load(&w.waited_ok))
+            fail_msg("%s: the queued task did not run while its submitter "
+                     "waited", kick ? "prompt + kick" : "prompt false");
+        seda__pool_free(w.p);
     }
 }
 
@@ -225,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_pool_submit_after_stop_is_refused),
         cmocka_unit_test(test_pool_rejects_bad_size),
         cmocka_unit_test(test_pool_shrink_never_strands_a_chain),
+        cmocka_unit_test(test_pool_worker_waiting_on_its_own_task_is_helped),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

@@ -361,4 +361,42 @@ T.test("an env kept past its call raises; it never reaches a later envelope", fu
   os.remove(dir)
 end)
 
+T.test("a handler blocked publishing into a full stage never strands it", function()
+  -- The producer handler fills a 4-slot block stage and waits for room:
+  -- the stage's drain task, queued from that worker, must still run.
+  local bus = T.bus{ workers = 4, hop_timeout = 20 }
+  bus:stage{ name = "blk", capacity = 4, policy = "block", handler = function(env)
+    seda.shared:incr("strand.delivered", 1)
+  end }
+  bus:stage{ name = "prod", handler = function(env)
+    for i = 1, 300 do
+      if not seda.publish("blk", i) then seda.shared:incr("strand.refused", 1) end
+    end
+  end }
+  T.spin(0.05) -- let the idle workers go to sleep (the case that stranded)
+  bus:publish("prod", 0)
+  T.wait_until(function() return seda.shared:get("strand.delivered") == 300 end, 10,
+               "every envelope delivered well before hop_timeout")
+  T.eq(seda.shared:get("strand.refused"), nil, "none refused")
+  T.idle(bus, 10)
+  bus:shutdown(5)
+end)
+
+T.test("a handler waiting on work it published gets it done by another worker", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "b", handler = function(env) seda.shared:set("rr.done", true) end }
+  bus:stage{ name = "a", handler = function(env)
+    local t0 = seda.now()
+    seda.publish("b", 1)
+    while not seda.shared:get("rr.done") and seda.now() < t0 + 5 do end
+    seda.shared:set("rr.waited", seda.now() - t0)
+  end }
+  T.spin(0.05) -- let the idle worker go to sleep
+  bus:publish("a", 0)
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("rr.done"), true, "b ran")
+  T.le(seda.shared:get("rr.waited"), 2, "b ran while a waited (not after a gave up)")
+  bus:shutdown(5)
+end)
+
 T.done()
