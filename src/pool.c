@@ -10,7 +10,12 @@
  *   keeps coming back to the same worker) only when someone sleeps, so a busy
  *   pool pays no wake-up syscalls.  Before sleeping, an idle worker spins
  *   for up to SPIN_NS watching `pending`; submit skips the wake-up while
- *   anyone spins.  Stop sets `stopping` (release), wakes
+ *   anyone spins, and for the first task queued by a worker that comes
+ *   straight back for it (`prompt`; not from inside a consumer call,
+ *   which may run or wait for long).  A worker about to block in
+ *   admission calls seda__pool_kick, so what it queued gets another
+ *   worker (a handler filling a full stage would otherwise wait on the
+ *   very drain task it queued).  Stop sets `stopping` (release), wakes
  *   everyone and joins; a worker leaves as soon as it sees the flag, without
  *   taking more tasks.
  *
