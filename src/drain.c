@@ -83,7 +83,8 @@ static void gather(struct seda_stage_s *st, unsigned depth)
 {
     unsigned want =
         seda__stage_take_limit(st, (uint32_t)st->bus->batch) / 2;
-    if (depth >= want || st->concurrency > 1)
+    if (depth >= want ||
+        atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1)
         return;
     int64_t until = seda__clock_ns() + GATHER_NS;
     for (unsigned k = 1; !seda__stage_ready(st, want); k++) {
