@@ -461,7 +461,8 @@ typedef struct seda_stage_stats {
     int depth;                 /* queued now */
     int capacity;
     int concurrency;
-    int in_flight;             /* taken by drain tasks, not yet ended */
+    int in_flight;             /* being handled (<= concurrency); a pull
+                                  stage: leased, not yet settled */
     int consumers;
     int delivery, policy, max_attempts;
     uint64_t enqueued;         /* admitted into the queue (not retries) */

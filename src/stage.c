@@ -405,11 +405,12 @@ void seda__stage_schedule(struct seda_stage_s *st)
 }
 
 /* Decide for one offered envelope with the lock held.  Returns 0 when
- * admitted (*sched says whether to schedule, *victim an evicted envelope to
- * end after unlocking), 1 when the caller must wait for room, or a
- * negative refusal. */
+ * admitted (*nsched is raised by the drain tasks to start after unlocking:
+ * one per permit taken, and a run of offers can take several; *victim an
+ * evicted envelope to end after unlocking), 1 when the caller must wait
+ * for room, or a negative refusal. */
 static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
-                        bool *sched, seda_env_t **victim)
+                        int *nsched, seda_env_t **victim)
 {
     struct seda_bus_s *b = st->bus;
     if (!hop && atomic_load_explicit(&b->closed, memory_order_acquire))
@@ -418,7 +419,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (seda__stage_qcount(st) < (uint32_t)st->capacity) {
         if (env) {
-            *sched |= push_locked(st, env, hop);
+            *nsched += push_locked(st, env, hop);
         } else {
             st->reserved++;             /* a slot held for a journal write */
             held_sync(st);
@@ -441,7 +442,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
             st->c.it_lost++;
         *victim = old;
         if (env) {
-            *sched |= push_locked(st, env, hop);
+            *nsched += push_locked(st, env, hop);
         } else {
             st->reserved++;
             held_sync(st);
@@ -553,13 +554,13 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
 {
     if (env && admit_fast(st, env, hop) == 0)
         return 0;
-    bool sched = false;
+    int nsched = 0;
     seda_env_t *victim = NULL;
     int64_t deadline_ns = 0;            /* computed when first needed */
     bool spun = false;
     seda__mutex_lock(&st->mu);
     int rc;
-    while ((rc = offer_locked(st, env, hop, &sched, &victim)) == 1) {
+    while ((rc = offer_locked(st, env, hop, &nsched, &victim)) == 1) {
         if (deadline_ns == 0)
             deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
         if (seda__now_ns() >= deadline_ns) {
@@ -587,7 +588,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         spun = false;
     }
     seda__mutex_unlock(&st->mu);
-    if (sched)
+    while (nsched-- > 0)
         seda__stage_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
@@ -601,7 +602,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                            int n, double timeout, int *rc)
 {
     int64_t deadline_ns = 0;            /* computed when first needed */
-    bool sched = false;
+    int nsched = 0;                     /* tasks owed: one per permit taken */
     int done = 0;
     /* Evictions are rare; end them after unlocking, a few at a time. */
     seda_env_t *victims[64];
@@ -610,7 +611,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
     seda__mutex_lock(&st->mu);
     while (done < n) {
         seda_env_t *victim = NULL;
-        int r = offer_locked(st, envs[done], false, &sched, &victim);
+        int r = offer_locked(st, envs[done], false, &nsched, &victim);
         if (victim)
             victims[nv++] = victim;
         if (r == 0) {
@@ -626,10 +627,12 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                 break;
             }
             /* Let the drain task see the queued work while we wait. */
-            if (sched) {
+            if (nsched > 0) {
                 seda__mutex_unlock(&st->mu);
-                seda__stage_schedule(st);
-                sched = false;
+                while (nsched > 0) {
+                    seda__stage_schedule(st);
+                    nsched--;
+                }
                 seda__mutex_lock(&st->mu);
                 continue;
             }
@@ -649,7 +652,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
         seda__mutex_lock(&st->mu);
     }
     seda__mutex_unlock(&st->mu);
-    if (sched)
+    while (nsched-- > 0)
         seda__stage_schedule(st);
     for (int i = 0; i < nv; i++)
         end_dropped(victims[i]);

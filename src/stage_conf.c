@@ -343,7 +343,17 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
      * was admitted); a ticket voided by a publisher racing a close counts
      * until a taker skips it. */
     out->depth = (int)seda__stage_depth(st);
+    /* Envelopes being handled: at most one per drain task, so never above
+     * the permits.  What a task has taken and not yet started (up to a
+     * batch of a fast handler's, for microseconds) is neither queued nor
+     * being handled; the bus's in_system counts it.  A pull stage's are
+     * its leases. */
     out->in_flight = st->in_flight;
+    if (!st->pull) {
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        if (out->in_flight > run)
+            out->in_flight = run;
+    }
     out->enqueued = st->c.enqueued + seda__stage_fast_all(st);
     out->delivered = st->c.delivered;
     out->nacked = st->c.nacked;

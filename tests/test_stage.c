@@ -1455,6 +1455,54 @@ static void test_stage_concurrency_permits_run_in_parallel(void **state)
     }
 }
 
+/* publish_many into a stage with several permits: one admission step can
+ * take more than one permit (one per envelope while the handling time is
+ * unknown), and every permit taken must start a drain task.  Counting them
+ * as one left a permit held by no task: the stage then waited for a
+ * backlog it could never reach and stranded at capacity. */
+static void test_stage_publish_many_starts_every_task_it_owes(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 5; round++) {
+        seda_bus_opts bo;
+        seda_bus_opts_init(&bo);
+        bo.workers = 2;
+        seda_bus_t *bus = NULL;
+        assert_int_equal(seda_bus_new(&bo, &bus), 0);
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.name = "s";
+        so.capacity = 4096;
+        so.concurrency = 2;
+        so.publish_timeout = TU_DEADLINE;
+        seda_stage_t *st = NULL;
+        assert_int_equal(seda_stage_add(bus, &so, &st, NULL, 0), 0);
+        assert_true(seda_stage_consume(st, par_noop, NULL) >= 0);
+        static uint64_t vals[2000];
+        const void *ps[2000];
+        size_t lens[2000];
+        for (int i = 0; i < 2000; i++) {
+            vals[i] = (uint64_t)i;
+            ps[i] = &vals[i];
+            lens[i] = sizeof vals[i];
+        }
+        for (int r = 0; r < 20; r++) {
+            int err = 0;
+            int n = seda_publish_many(bus, "s", ps, lens, 2000, NULL, &err);
+            if (n != 2000)
+                fail_msg("round %d.%d: %d of 2000 accepted (%s): the stage "
+                         "stranded", round, r, n, seda_strerror(err));
+        }
+        assert_int_equal(seda_bus_wait_idle(bus, TU_DEADLINE), 0);
+        seda_stage_stats s;
+        seda_stage_stats_get(st, &s);
+        assert_int_equal(s.delivered, 40000);
+        assert_int_equal(s.depth, 0);
+        assert_int_equal(s.in_flight, 0);
+        seda_bus_free(bus);
+    }
+}
+
 /* ==================================================================== */
 
 int main(void)
@@ -1508,6 +1556,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stage_c5_consumer_limits,
                                         c5_setup, c5_teardown),
         cmocka_unit_test(test_stage_c7_exactly_once_under_contention),
+        cmocka_unit_test(test_stage_publish_many_starts_every_task_it_owes),
         cmocka_unit_test(test_stage_c7_exactly_once_with_retries),
         cmocka_unit_test(test_stage_c7_drop_oldest_each_ends_once),
         cmocka_unit_test(test_stage_concurrency_permits_run_in_parallel),

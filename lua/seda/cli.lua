@@ -297,9 +297,8 @@ the buses keep running while you type.
   metrics()                  the Prometheus text exposition (a string)
   seda.buses()               the live bus objects
   help()                     this text
-Columns: depth/cap queue depth and capacity; inflt envelopes taken by drain
-tasks and not finished / concurrency (the permits; a fast handler's tasks
-take up to a batch each); rate/s deliveries per second; p50us/p99us handler
+Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
+concurrency (the permits); rate/s deliveries per second; p50us/p99us handler
 service time (µs); ver handler code version ("!" = the last reload failed).
 Ctrl-D (or end of input) leaves the REPL; Tab completes globals, fields and
 stage names inside strings.

@@ -155,6 +155,25 @@ T.test("C1 a slow handler: the stage holds capacity plus what is in the handler 
   bus:shutdown(5)
 end)
 
+T.test("a fast handler under a burst: in_flight never above concurrency", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "s", capacity = 4096, concurrency = 2, handler = function(env) end }
+  local worst = 0
+  for round = 1, 20 do
+    local burst = {}
+    for i = 1, 2000 do burst[i] = i end
+    bus:publish_many("s", burst)
+    for k = 1, 50 do
+      local s = bus:stats("s")
+      if s.in_flight > worst then worst = s.in_flight end
+    end
+  end
+  T.idle(bus, 20)
+  T.le(worst, 2, "in_flight")
+  T.eq(bus:stats("s").delivered, 40000, "delivered")
+  bus:shutdown(5)
+end)
+
 T.test("C1 a slow handler on a busy stage: in_flight never above concurrency", function()
   local bus = T.bus{ workers = 2 }
   bus:stage{ name = "s", capacity = 64, concurrency = 1, handler = function(env)
