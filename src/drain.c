@@ -11,8 +11,9 @@
  *   and service histograms), routes acks, nacks and dead letters (a
  *   durable stage first writes the whole batch's decisions in one journal
  *   commit), then in one more lock round folds its counters in and puts
- *   retries back at the head.  A retry ends the batch: what the task had
- *   not reached goes back behind it, as it was in the queue.  Then it
+ *   a durable stage's retries back at the head.  Elsewhere a retry is
+ *   delivered again at once: it is the head of the queue, ahead of the
+ *   rest of the batch, and never goes back past the capacity.  Then it
  *   carries on (after gathering half a batch, when no other task waits
  *   for the pool), reschedules itself behind other stages' tasks, or
  *   lingers briefly for more before giving the permit back -- with the
@@ -241,11 +242,30 @@ static void run_batch(struct seda_stage_s *st)
         res[i] = r == DELIVER_ACK ? DR_ACK
                : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
+        if (res[i] == DR_RETRY && !st->durable) {
+            /* A retry goes to the head of the queue, which is where this
+             * task takes its next envelope from: deliver it again now,
+             * ahead of the rest of the batch (behind it in the queue), and
+             * without putting it back past the capacity.  Its nacked
+             * attempt counts in the histograms. */
+            tally.nacked++;
+            env->attempts++;
+            env->enq_ts = end;
+            seda__mutex_lock(&st->hist_mu);
+            seda__hist_add(&st->sojourn,
+                           sojourn[i] > 0 ? (uint64_t)sojourn[i] : 0);
+            seda__hist_add(&st->service,
+                           service[i] > 0 ? (uint64_t)service[i] : 0);
+            seda__mutex_unlock(&st->hist_mu);
+            i--;
+            continue;
+        }
         if (!st->durable)
             route(st, env, res[i], &tally, retry, &nretry, end);
         if (res[i] == DR_RETRY) {
-            /* A retry goes back to the head of the queue: ahead of the
-             * rest of this batch, which was behind it there. */
+            /* Durable: the retry is journaled with the batch's decisions
+             * below, then goes back to the head, ahead of the rest of this
+             * batch (behind it in the queue). */
             i++;
             break;
         }

@@ -234,6 +234,41 @@ T.test("C2 retries go to the head of the queue within a batch (default batch)", 
   bus:shutdown(5)
 end)
 
+T.test("C2 a retry never takes the queue past its capacity", function()
+  -- A handler known to be fast (full batches) turns slow and nacks while
+  -- publishers refill the queue: the retry is delivered again by the task
+  -- that holds it, never put back on top of a full queue.
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s1", capacity = 4, max_attempts = 2, handler = function(env)
+    if env.payload == "slow" and env.attempts == 1 then
+      local d = seda.now() + 0.01
+      while seda.now() < d do end
+      return false
+    end
+  end }
+  bus:stage{ name = "s2", handler = function(env)
+    local d = seda.now() + 0.05
+    while seda.now() < d do end
+  end }
+  local worst = 0
+  for round = 1, 3 do
+    for i = 1, 2000 do T.eq(bus:publish("s1", "fast"), true, "warm-up") end
+    T.idle(bus, 10)
+    T.eq(bus:publish("s2", "x"), true, "occupy the worker")
+    T.eq(bus:publish_many("s1", { "slow", "fast", "fast", "fast" }), 4, "batch")
+    local t = seda.now() + 0.2
+    while seda.now() < t do
+      bus:publish("s1", "fast", { timeout = 0 })
+      local d = bus:stats("s1").depth
+      if d > worst then worst = d end
+    end
+    T.idle(bus, 10)
+  end
+  T.le(worst, 4, "depth never above capacity")
+  T.eq(bus:stats("s1").dead_lettered, 0, "each slow one acked on its retry")
+  bus:shutdown(5)
+end)
+
 T.test("C2 many envelopes nacking k times: no retry state left behind", function()
   local bus = T.bus{ workers = 2 }
   bus:stage{ name = "s", concurrency = 2, max_attempts = 3, handler = function(env)
