@@ -15,7 +15,11 @@
  *   which may run or wait for long).  A worker about to block in
  *   admission calls seda__pool_kick, so what it queued gets another
  *   worker (a handler filling a full stage would otherwise wait on the
- *   very drain task it queued).  Stop sets `stopping` (release), wakes
+ *   very drain task it queued).  A worker routing a hop into a full
+ *   stage may also take that stage's queued drain task out of the ring
+ *   (seda__pool_take) and run it itself (see help_drain in stage.c): with
+ *   every worker waiting there, nobody else would.  Stop sets `stopping`
+ *   (release), wakes
  *   everyone and joins; a worker leaves as soon as it sees the flag, without
  *   taking more tasks.
  *
@@ -389,6 +393,27 @@ void seda__pool_kick(struct seda_pool *p)
                                                   memory_order_relaxed))
         wake_one(p);
     seda__mutex_unlock(&p->mu);
+}
+
+bool seda__pool_take(struct seda_pool *p, seda__task_fn fn, void *arg)
+{
+    bool found = false;
+    seda__mutex_lock(&p->mu);
+    for (uint32_t i = 0; i < p->count; i++) {
+        struct task *t = &p->ring[(p->head + i) & p->mask];
+        if (t->fn != fn || t->arg != arg)
+            continue;
+        /* Close the gap: the tasks after it move up one, in order. */
+        for (uint32_t k = i; k + 1 < p->count; k++)
+            p->ring[(p->head + k) & p->mask] =
+                p->ring[(p->head + k + 1) & p->mask];
+        p->count--;
+        atomic_store_explicit(&p->pending, p->count, memory_order_release);
+        found = true;
+        break;
+    }
+    seda__mutex_unlock(&p->mu);
+    return found;
 }
 
 void seda__pool_stop(struct seda_pool *p)

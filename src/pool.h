@@ -49,6 +49,11 @@ SEDA__API int seda__pool_submit(struct seda_pool *p, seda__task_fn fn,
  * thread; a no-op elsewhere than on p's workers. */
 SEDA__API void seda__pool_kick(struct seda_pool *p);
 
+/* Remove the queued task (fn, arg), if one is queued, so the caller can
+ * run it itself.  Returns whether it did.  Takes pool->mu. */
+SEDA__API bool seda__pool_take(struct seda_pool *p, seda__task_fn fn,
+                               void *arg);
+
 /* Ask every worker to exit after its current task, wake them and join
  * them.  Tasks still queued are discarded (the caller accounts for their
  * work).  Idempotent.  Must not be called from a worker. */

@@ -454,6 +454,30 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     }
 }
 
+/* A worker routing a hop (not inside a consumer call, so its Lua state is
+ * free) into this full stage, whose drain task sits in the pool queue
+ * behind busy workers -- all of them perhaps waiting here too -- runs that
+ * task itself, once per wait and not nested, then looks for room again.
+ * Called and returns with st->mu held.  Returns whether it ran it. */
+static _Thread_local bool tls_helping;
+
+static bool help_drain(struct seda_stage_s *st)
+{
+    if (tls_helping || seda__env_in_delivery() || st->pull ||
+        seda__pool_current_owner() != (void *)st->bus)
+        return false;
+    seda__mutex_unlock(&st->mu);
+    bool took = seda__pool_take(st->bus->pool, seda__stage_drain, st);
+    if (took) {
+        /* The task holds the permit it was scheduled with. */
+        tls_helping = true;
+        seda__stage_drain(st);
+        tls_helping = false;
+    }
+    seda__mutex_lock(&st->mu);
+    return took;
+}
+
 /* How long a blocked publisher watches for room before sleeping. */
 #define ROOM_SPIN_NS 50000
 
@@ -571,6 +595,8 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         /* A worker that waits here does not come back for the tasks it
          * queued (this stage's drain among them): hand them on. */
         seda__pool_kick(st->bus->pool);
+        if (hop && help_drain(st))
+            continue;
         if (!spun &&
             atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within

@@ -9,6 +9,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 
+#include <string.h>
+
 #include "pool.h"
 
 struct counter {
@@ -260,6 +262,71 @@ static void test_pool_worker_waiting_on_its_own_task_is_helped(void **state)
     }
 }
 
+/* seda__pool_take removes exactly the task asked for and keeps the rest
+ * in order. */
+struct order {
+    seda__mutex_t mu;
+    int seen[8];                /* guarded by mu */
+    int n;                      /* guarded by mu */
+    atomic_int hold;            /* the first task waits while set */
+};
+
+struct order_arg {
+    struct order *o;
+    int id;
+};
+
+static void order_record(void *arg)
+{
+    struct order_arg *a = arg;
+    if (a->id == 0) {
+        int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+        while (atomic_load(&a->o->hold) && seda__now_ns() < deadline)
+            sched_yield();
+    }
+    seda__mutex_lock(&a->o->mu);
+    a->o->seen[a->o->n++] = a->id;
+    seda__mutex_unlock(&a->o->mu);
+}
+
+static void test_pool_take_removes_one_task_keeps_order(void **state)
+{
+    (void)state;
+    struct order o;
+    memset(&o, 0, sizeof o);
+    seda__mutex_init(&o.mu);
+    atomic_init(&o.hold, 1);
+    struct order_arg a[5];
+    for (int i = 0; i < 5; i++)
+        a[i] = (struct order_arg){ &o, i };
+    struct seda_pool *p = NULL;
+    assert_int_equal(seda__pool_new(1, NULL, NULL, NULL, NULL, &p), 0);
+    assert_int_equal(seda__pool_reserve(p, 5), 0);
+    assert_int_equal(seda__pool_submit(p, order_record, &a[0], false), 0);
+    tu_sleep_until_pending_zero(p);     /* task 0 runs and holds */
+    for (int i = 1; i < 5; i++)
+        assert_int_equal(seda__pool_submit(p, order_record, &a[i], false),
+                         0);
+    assert_true(seda__pool_take(p, order_record, &a[2]));
+    assert_false(seda__pool_take(p, order_record, &a[2]));
+    atomic_store(&o.hold, 0);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    for (;;) {
+        seda__mutex_lock(&o.mu);
+        int n = o.n;
+        seda__mutex_unlock(&o.mu);
+        if (n == 4 || seda__now_ns() > deadline)
+            break;
+        sched_yield();
+    }
+    seda__pool_free(p);
+    assert_int_equal(o.n, 4);
+    int want[4] = { 0, 1, 3, 4 };
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(o.seen[i], want[i]);
+    seda__mutex_destroy(&o.mu);
+}
+
 static void test_pool_rejects_bad_size(void **state)
 {
     (void)state;
@@ -278,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_pool_rejects_bad_size),
         cmocka_unit_test(test_pool_shrink_never_strands_a_chain),
         cmocka_unit_test(test_pool_worker_waiting_on_its_own_task_is_helped),
+        cmocka_unit_test(test_pool_take_removes_one_task_keeps_order),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

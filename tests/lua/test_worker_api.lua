@@ -399,4 +399,21 @@ T.test("a handler waiting on work it published gets it done by another worker", 
   bus:shutdown(5)
 end)
 
+T.test("hops into a full stage while every worker routes: the waiting worker drains it", function()
+  -- Both workers route acks of s2 into s3 (capacity 1); s3's drain task
+  -- waits in the pool queue behind them.  A routing worker that must wait
+  -- for room runs that task itself instead of sitting out hop_timeout.
+  local bus = T.bus{ workers = 2, hop_timeout = 2 }
+  bus:stage{ name = "s2", capacity = 4096, concurrency = 2, handler = function(env) end }
+  bus:stage{ name = "s3", capacity = 1, handler = function(env) end }
+  local done = 0
+  for i = 1, 300 do
+    bus:publish("s2", i, { slip = { "s3" }, on_complete = function() done = done + 1 end })
+  end
+  T.idle(bus, 10)
+  T.eq(done, 300, "every itinerary completed")
+  T.eq(bus:stats().dead_lettered, 0, "no hop refused")
+  bus:shutdown(5)
+end)
+
 T.done()
