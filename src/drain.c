@@ -142,6 +142,16 @@ static void rate_sample(struct seda_stage_s *st, int64_t now)
         st->rate_n++;
 }
 
+/* Count a nack that will be retried and start the envelope's next
+ * attempt (its sojourn restarts at now). */
+static void begin_retry(seda_env_t *env, struct stage_counters *tally,
+                        int64_t now)
+{
+    tally->nacked++;
+    env->attempts++;
+    env->enq_ts = now;
+}
+
 /* Act on one delivery's result. */
 static void route(struct seda_stage_s *st, seda_env_t *env, int res,
                   struct stage_counters *tally, seda_env_t **retry,
@@ -156,9 +166,7 @@ static void route(struct seda_stage_s *st, seda_env_t *env, int res,
         seda__bus_dead_letter(st, env, "no_consumers", tally);
         break;
     case DR_RETRY:
-        tally->nacked++;
-        env->attempts++;
-        env->enq_ts = now;
+        begin_retry(env, tally, now);
         retry[(*nretry)++] = env;
         break;
     default:
@@ -248,9 +256,7 @@ static void run_batch(struct seda_stage_s *st)
              * ahead of the rest of the batch (behind it in the queue), and
              * without putting it back past the capacity.  Its nacked
              * attempt counts in the histograms. */
-            tally.nacked++;
-            env->attempts++;
-            env->enq_ts = end;
+            begin_retry(env, &tally, end);
             seda__mutex_lock(&st->hist_mu);
             seda__hist_add(&st->sojourn,
                            sojourn[i] > 0 ? (uint64_t)sojourn[i] : 0);

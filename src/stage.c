@@ -593,10 +593,11 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             break;
         }
         /* A worker that waits here does not come back for the tasks it
-         * queued (this stage's drain among them): hand them on. */
-        seda__pool_kick(st->bus->pool);
+         * queued (this stage's drain among them): run that drain itself
+         * when it can, else hand the queue on to a sleeper. */
         if (hop && help_drain(st))
             continue;
+        seda__pool_kick(st->bus->pool);
         if (!spun &&
             atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within

@@ -19,7 +19,6 @@
 #define INBOX_MIN 64
 #define INBOX_MAX 1024
 
-
 #define FAIL(...) do { \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
         return SEDA_EINVAL; \
