@@ -167,7 +167,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         return SEDA_ENOMEM;
     b->workers = workers;
     b->batch = opts->batch;
-    b->hop_timeout_ns = (int64_t)(opts->hop_timeout * 1e9);
+    b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
     b->sync_normal = opts->sync_normal;
     struct registry *r = registry_build(NULL, NULL);
     b->data_dir = seda__strdup(opts->data_dir ? opts->data_dir

@@ -889,14 +889,23 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
     lua_pushlightuserdata(L, (void *)w->token);
     double timeout = seda_stage_handler_timeout(ls->st);
+    if (timeout >= 1e9)
+        timeout = 0;    /* 31 years or inf: never fires (as the runtime's
+                           own timeouts), so no hook */
     if (timeout > 0) {
         w->timeout = timeout;
         w->deadline = now_ns() + (int64_t)(timeout * 1e9);
         lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
     }
     int rc = lua_pcall(L, 1, 1, SLOT_MSGH);
-    if (timeout > 0)
+    bool late = false;
+    if (timeout > 0) {
         lua_sethook(L, NULL, 0, 0);
+        /* The hook only sees Lua instructions: a handler that overran
+         * inside a C call (a blocking read, os.execute) and returned
+         * soon after is over its limit all the same. */
+        late = rc == LUA_OK && now_ns() >= w->deadline;
+    }
 
     bool ok = true;
     if (rc != LUA_OK) {
@@ -906,6 +915,12 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
         snprintf(buf, sizeof buf, "handler error: %s",
                  msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
                                               : "(no message)");
+        seda_env_fail(env, buf);
+    } else if (late) {
+        ok = false;
+        char buf[96];
+        snprintf(buf, sizeof buf, "handler error: handler timeout (%gs): "
+                 "returned after its deadline", w->timeout);
         seda_env_fail(env, buf);
     } else if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
         ok = false;

@@ -58,6 +58,17 @@ SEDA__API int64_t seda__clock_ns(void);
  * (INT64_MAX). */
 SEDA__API int64_t seda__deadline(double timeout);
 
+/* A duration of s >= 0 seconds in ns.  Past SEDA__FOREVER_S (about 31
+ * years; also inf) it is SEDA__FOREVER_NS, which a monotonic clock
+ * reading can still be added to without overflow: a timeout that large
+ * never fires. */
+#define SEDA__FOREVER_S 1e9
+#define SEDA__FOREVER_NS (INT64_MAX / 2)
+static inline int64_t seda__secs_to_ns(double s)
+{
+    return s >= SEDA__FOREVER_S ? SEDA__FOREVER_NS : (int64_t)(s * 1e9);
+}
+
 /* ---- locks ---- */
 
 typedef struct seda__mutex {

@@ -109,7 +109,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->pull = o->pull;
     st->durable = o->durable;
     st->dedup_window = o->dedup_window;
-    st->ack_timeout_ns = (int64_t)(o->ack_timeout * 1e9);
+    st->ack_timeout_ns = seda__secs_to_ns(o->ack_timeout);
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);

@@ -179,7 +179,7 @@ double seda_now(void)
 
 int64_t seda__deadline(double timeout)
 {
-    if (timeout < 0 || timeout > 1e9)
+    if (timeout < 0 || timeout >= SEDA__FOREVER_S)
         return INT64_MAX;
     return seda__now_ns() + (int64_t)(timeout * 1e9);
 }

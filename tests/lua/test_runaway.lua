@@ -148,4 +148,58 @@ T.test("C12 the memory limit is per worker state, the main state is unaffected",
   bus:shutdown(5)
 end)
 
+T.test("C12 a handler that overran its limit inside a C call is nacked at return", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "dlq", handler = dlq }
+  bus:stage{ name = "s", handler_timeout = 0.05, dead_letter = "dlq", handler = function(env)
+    if env.payload == "slow_c" then
+      -- one C call longer than the limit, then a few instructions: the
+      -- count hook never fires, the return is late all the same
+      local f = io.popen("sleep 0.3")
+      f:read("a")
+      f:close()
+      return
+    end
+    seda.shared:incr("ra.latec.ok", 1)
+  end }
+  T.eq(bus:publish("s", "slow_c", { headers = { tag = "latec" } }), true, "publish")
+  for i = 1, 3 do bus:publish("s", i) end
+  T.idle(bus, 15)
+  T.eq(seda.shared:get("ra.latec.dlq"), 1, "the late handler was nacked and dead-lettered")
+  T.eq(seda.shared:get("ra.latec.ok"), 3, "the worker kept serving")
+  T.eq(bus:stats("s").nacked, 1, "one nack")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
+T.test("C12 an infinite handler_timeout or hop_timeout never fires", function()
+  for _, big in ipairs{ math.huge, 1e12, 1e300 } do
+    local bus = T.bus{ workers = 2, hop_timeout = big }
+    bus:stage{ name = "a", concurrency = 2, handler_timeout = big, handler = function(env) end }
+    -- a capacity-1 next hop whose handler is held on a gate (with a
+    -- deadline of its own): the hops behind it wait for room (an
+    -- overflowing timeout made them refuse at once, or stopped the
+    -- handler as if it had timed out)
+    local gate = T.gate("ra.inf.gate")
+    bus:stage{ name = "b", capacity = 1, handler_timeout = big, handler = function(env)
+      seda.shared:set("ra.inf.held", true)
+      local d = seda.now() + 20
+      while not seda.shared:get("ra.inf.gate") and seda.now() < d do end
+      seda.shared:incr("ra.inf.b", 1)
+    end }
+    seda.shared:set("ra.inf.b", 0)
+    seda.shared:set("ra.inf.held", false)
+    for i = 1, 4 do T.eq(bus:publish("a", i, { slip = { "b" } }), true, "publish") end
+    T.wait_until(function() return seda.shared:get("ra.inf.held") end, 10, "b's handler holds")
+    T.spin(0.2)                       -- a refusal would happen in this time
+    T.eq(bus:stats().dead_lettered, 0, "no hop refused while b is held (timeout " .. tostring(big) .. ")")
+    T.open(gate)
+    T.idle(bus, 10)
+    T.eq(seda.shared:get("ra.inf.b"), 4, "every hop waited for room")
+    T.eq(bus:stats().dead_lettered, 0, "nothing dead-lettered")
+    T.eq(bus:stats().completed, 4, "all completed")
+    bus:shutdown(5)
+  end
+end)
+
 T.done()
