@@ -343,8 +343,10 @@ typedef struct seda_publish_opts {
     seda_done_fn done;            /* optional completion callback */
     void *done_ud;
     int kind;                     /* payload kind tag (0: raw bytes) */
-    const char *id;               /* custom envelope id (exactly_once
-                                     dedup key), or NULL for a fresh one */
+    const char *id;               /* custom envelope id, durable stages
+                                     only (exactly_once: the dedup key;
+                                     elsewhere SEDA_EINVAL), or NULL for
+                                     a fresh one */
 } seda_publish_opts;
 
 /* Fill o (the caller's) with the defaults (no sender, headers, slip or

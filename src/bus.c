@@ -350,6 +350,16 @@ static int refuse_early(struct seda_bus_s *b)
     return 0;
 }
 
+/* A custom id names a message across restarts, so only a durable stage
+ * takes one (exactly_once refuses a repeat; at_least_once may deliver a
+ * message twice by design).  On an in-memory stage it could repeat, or
+ * equal a generated id, and ids are unique within the process. */
+static int check_id(const struct seda_stage_s *st,
+                    const seda_publish_opts *opts)
+{
+    return opts && opts->id && !st->durable ? SEDA_EINVAL : 0;
+}
+
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
                        const seda_publish_opts *opts)
 {
@@ -357,7 +367,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     int rc = refuse_early(b);
     if (rc)
         return rc;
-    if (!payload && len)
+    if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
@@ -415,6 +425,8 @@ int seda_publish_many(seda_bus_t *b, const char *to,
         *err = SEDA_ENOSTAGE;
         return 0;
     }
+    if ((*err = check_id(st, opts)) != 0)
+        return 0;
     seda_env_t *small[64];
     seda_env_t **envs = n <= 64 ? small : seda__malloc(sizeof *envs *
                                                        (size_t)n);

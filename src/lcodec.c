@@ -165,6 +165,8 @@ struct enc {
     struct step steps[SEDA_CODEC_MAX_DEPTH]; /* keys on the path */
 };
 
+enum { PATH_ENDS = 8 };
+
 /* Writes "<path>: <what>" to e->err, where <path> is the root followed by
  * the first nsteps steps.  A step inside a table key prints as "{key}".
  * Returns -1 so callers can `return fail(...)`. */
@@ -174,6 +176,15 @@ static COLD int fail(struct enc *e, int nsteps, const char *what)
     seda__msgbuf_init(&m, e->err, e->errlen);
     seda__msgbuf_str(&m, e->root != NULL ? e->root : "payload");
     for (int i = 0; i < nsteps; i++) {
+        /* A deep path keeps its first and last steps. */
+        if (nsteps > 3 * PATH_ENDS && i == PATH_ENDS) {
+            char gap[48];
+            snprintf(gap, sizeof gap, ".<%d more>",
+                     nsteps - 2 * PATH_ENDS);
+            seda__msgbuf_str(&m, gap);
+            i = nsteps - PATH_ENDS - 1;
+            continue;
+        }
         if (e->steps[i].in_key)
             seda__msgbuf_str(&m, "{key}");
         else

@@ -380,6 +380,15 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     return cb;
 }
 
+/* Raises for an id given to a stage that takes none (the runtime says
+ * SEDA_EINVAL: see check_id in bus.c). */
+static int id_misuse(lua_State *L, const char *to)
+{
+    return luaL_error(L, "publish: id: stage '%s' is not durable; only "
+                      "durable stages take a custom id (generated ids are "
+                      "unique within the process)", to);
+}
+
 int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                     seda_wbuf *wb, bool main)
 {
@@ -411,6 +420,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     if (rc) {
         if (cb)
             cb_release(L, cb, 1);
+        if (rc == SEDA_EINVAL && o.id)
+            id_misuse(L, to);
         lua_pushboolean(L, 0);
         lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
                                            : seda_strerror(rc));
@@ -603,6 +614,8 @@ static int l_bus_publish_many(lua_State *L)
     }
     if (cb)
         cb_release(L, cb, nenc - done + 1);
+    if (rc == SEDA_EINVAL && o.id)
+        id_misuse(L, to);
     lua_pushinteger(L, done);
     if (rc) {
         lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
@@ -787,8 +800,9 @@ static int l_bus_new(lua_State *L)
     seda_bus_opts_init(&o);
     lua_getfield(L, 1, "workers");
     if (!lua_isnil(L, -1)) {
-        int isint;
-        lua_Integer w = lua_tointegerx(L, -1, &isint);
+        int isint = 0;
+        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
         if (!isint || w <= 0 || w > 1024)
             return luaL_error(L, "bus: workers must be an integer in "
                               "1..1024");
@@ -796,8 +810,9 @@ static int l_bus_new(lua_State *L)
     }
     lua_getfield(L, 1, "batch");
     if (!lua_isnil(L, -1)) {
-        int isint;
-        lua_Integer b = lua_tointegerx(L, -1, &isint);
+        int isint = 0;
+        lua_Integer b = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
         if (!isint || b <= 0 || b > 256)
             return luaL_error(L, "bus: batch must be an integer in 1..256");
         o.batch = (int)b;

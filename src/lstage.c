@@ -228,8 +228,13 @@ static int opt_int(lua_State *L, int t, const char *stage, const char *k,
     lua_getfield(L, t, k);
     int v = def;
     if (!lua_isnil(L, -1)) {
-        int isint;
-        lua_Integer i = lua_tointegerx(L, -1, &isint);
+        int isint = 0;
+        /* A number only: "10" is a string here, as for every option. */
+        lua_Integer i = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint && lua_type(L, -1) == LUA_TNUMBER)
+            luaL_error(L, "stage '%s': %s must be an integer (got %s)",
+                       stage, k, luaL_tolstring(L, -1, NULL));
         if (!isint)
             luaL_error(L, "stage '%s': %s must be an integer (got %s)",
                        stage, k, luaL_typename(L, -1));
@@ -287,19 +292,9 @@ int seda__l_bus_stage(lua_State *L)
     if (!seda__l_valid_name(name))
         return luaL_error(L, "stage '%s': name must be 1-%d characters of "
                           "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
-    lua_pushnil(L);
-    while (lua_next(L, 2)) {
-        lua_pop(L, 1);
-        const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
-                                                       : "?";
-        int i = 0;
-        while (stage_keys[i] && strcmp(stage_keys[i], k) != 0)
-            i++;
-        if (!stage_keys[i])
-            return luaL_error(L, "stage '%s': unknown option '%s'", name,
-                              lua_type(L, -1) == LUA_TSTRING
-                                  ? k : luaL_typename(L, -1));
-    }
+    seda__l_check_keys(L, 2, stage_keys,
+                       lua_pushfstring(L, "stage '%s'", name));
+    lua_pop(L, 1);
     if (seda_bus_stage(lb->bus, name))
         return luaL_error(L, "stage '%s': name: a stage of that name "
                           "already exists", name);
@@ -581,8 +576,9 @@ int seda__l_bus_reload(lua_State *L)
         }
     }
     if (name && !found) {
+        /* The reason publish and stats give for an unknown stage. */
         lua_pushboolean(L, 0);
-        lua_pushfstring(L, "no such stage '%s'", name);
+        lua_pushliteral(L, "no_such_stage");
         return 2;
     }
     lua_pushboolean(L, 1);

@@ -402,7 +402,11 @@ static int env_sync(lua_State *L)
                     return luaL_error(L, "headers: out of memory");
             } else if (lua_type(L, -1) == LUA_TSTRING ||
                        lua_type(L, -1) == LUA_TNUMBER) {
-                const char *nv = lua_tostring(L, -1);
+                size_t nl;
+                const char *nv = lua_tolstring(L, -1, &nl);
+                if (strlen(nv) != nl)
+                    return luaL_error(L, "headers.%s: contains a NUL byte",
+                                      k);
                 if (strcmp(nv, v) != 0 && seda_env_set_header(env, k, nv))
                     return luaL_error(L, "headers: out of memory");
             }
@@ -417,9 +421,14 @@ static int env_sync(lua_State *L)
             if (t != LUA_TSTRING && t != LUA_TNUMBER)
                 return luaL_error(L, "headers.%s: expected a string, got %s",
                                   lua_tostring(L, -2), luaL_typename(L, -1));
-            const char *k = lua_tostring(L, -2);
+            size_t kl, vl;
+            const char *k = lua_tolstring(L, -2, &kl);
             lua_pushvalue(L, -1);
-            const char *v = lua_tostring(L, -1);
+            const char *v = lua_tolstring(L, -1, &vl);
+            if (strlen(k) != kl)
+                return luaL_error(L, "headers: a key contains a NUL byte");
+            if (strlen(v) != vl)
+                return luaL_error(L, "headers.%s: contains a NUL byte", k);
             if (!seda_env_header(env, k) && seda_env_set_header(env, k, v))
                 return luaL_error(L, "headers: out of memory");
             lua_pop(L, 2);
@@ -519,6 +528,10 @@ int seda__l_msghandler(lua_State *L)
     return 1;
 }
 
+/* The registry key (its address) of the set of modules a worker state
+ * starts with. */
+static const char g_base_modules;
+
 /* Build the state; the caller checks for NULL.  Runs the setup under
  * lua_pcall so an allocation failure is an error, not an abort. */
 static int setup(lua_State *L)
@@ -565,6 +578,17 @@ static int setup(lua_State *L)
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
     lua_pushvalue(L, -2);
     lua_setfield(L, -2, "seda");
+    /* What package.loaded holds before any handler code runs: a reload
+     * forgets every other module (see forget_modules). */
+    lua_newtable(L);
+    lua_pushnil(L);
+    while (lua_next(L, -3)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        lua_pushboolean(L, 1);
+        lua_rawset(L, -4);
+    }
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &g_base_modules);
     lua_settop(L, 0);
 
     lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
@@ -784,6 +808,32 @@ static struct wstage *wstage_of(struct lworker *w, struct lstage *ls)
     return &w->ws[ls->index];
 }
 
+/* Drop from package.loaded every module a handler required (all but
+ * what the state started with), so that reloaded code that requires a
+ * module runs its current file rather than getting the copy loaded with
+ * the old code.  Handlers not reloaded keep the module values they hold;
+ * their next reload requires afresh too. */
+static void forget_modules(lua_State *L)
+{
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &g_base_modules) != LUA_TTABLE) {
+        lua_pop(L, 2);
+        return;
+    }
+    lua_pushnil(L);
+    while (lua_next(L, -3)) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, -1);
+        if (lua_rawget(L, -3) == LUA_TNIL) {
+            lua_pushvalue(L, -2);
+            lua_pushnil(L);
+            lua_rawset(L, -6);  /* clearing a field during lua_next is fine */
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+}
+
 /* Bring c up to the stage's current code.  On failure the old handlers
  * (if any) stay and the error is reported once. */
 static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
@@ -795,6 +845,8 @@ static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
         seda_stage_report(ls->st, "out of memory loading handler code");
         return;
     }
+    if (c->n > 0)
+        forget_modules(L);              /* a reload, not the first load */
     int *refs = calloc((size_t)ls->nsrc, sizeof *refs);
     int i = 0;
     for (; refs && i < ls->nsrc; i++) {
@@ -940,10 +992,23 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
             lua_pushcfunction(L, env_sync);
             lua_pushvalue(L, SLOT_ENV);
             lua_pushlightuserdata(L, w);
-            if (lua_pcall(L, 2, 0, SLOT_MSGH) != LUA_OK) {
+            /* No message handler: a traceback of env_sync says nothing.
+             * Where the handler is defined says where to look. */
+            if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
                 char buf[2048];
-                snprintf(buf, sizeof buf, "handler result: %s",
-                         lua_tostring(L, -1));
+                const char *msg = lua_tostring(L, -1); /* stays on the stack */
+                lua_Debug ar;
+                ar.linedefined = 0;
+                if (lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]) ==
+                    LUA_TFUNCTION)
+                    lua_getinfo(L, ">S", &ar);   /* pops the function */
+                if (ar.linedefined > 0)
+                    snprintf(buf, sizeof buf, "handler result: %s (the "
+                             "handler at %s:%d)", msg ? msg : "?",
+                             ar.short_src, ar.linedefined);
+                else
+                    snprintf(buf, sizeof buf, "handler result: %s",
+                             msg ? msg : "?");
                 seda_env_fail(env, buf);
                 ok = false;
             }

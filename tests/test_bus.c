@@ -1307,6 +1307,31 @@ static void test_bus_c8_publish_unknown_stage_enostage(void **state)
                          outc(f, SEDA_DROPPED), 0);
 }
 
+/* SPEC §2: ids are unique within the process, so a custom id (a durable
+ * stage's message name) is refused on an in-memory stage. */
+static void test_bus_custom_id_only_on_durable_stages(void **state)
+{
+    fx_t *f = *state;
+    fx_bus(f, 1, 0, NULL);
+    seda_stage_t *st = fx_stage(f, "mem", 0, NULL, NULL);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.id = "x";
+    assert_int_equal(seda_publish(f->bus, "mem", "a", 1, &o), SEDA_EINVAL);
+    assert_int_equal(seda_stage_publish(st, "a", 1, &o), SEDA_EINVAL);
+    const void *pl[] = {"a", "b"};
+    size_t ln[] = {1, 1};
+    int err = 0;
+    assert_int_equal(seda_publish_many(f->bus, "mem", pl, ln, 2, &o, &err),
+                     0);
+    assert_int_equal(err, SEDA_EINVAL);
+    assert_int_equal(bstats(f->bus).accepted, 0);
+    o.id = NULL;
+    assert_int_equal(seda_publish(f->bus, "mem", "a", 1, &o), 0);
+    assert_true(seda_bus_shutdown(f->bus, 5) == 0);
+    assert_int_equal(bstats(f->bus).completed, 1);
+}
+
 /* ====================================================================
  * C9: pub/sub and p2p delivery
  * ==================================================================== */
@@ -1998,6 +2023,7 @@ int main(void)
         FX(test_bus_c8_unknown_hop_dead_letters),
         FX(test_bus_c8_refused_hop_dead_letters),
         FX(test_bus_c8_publish_unknown_stage_enostage),
+        FX(test_bus_custom_id_only_on_durable_stages),
         FX(test_bus_c9_pubsub_every_consumer_every_envelope),
         FX(test_bus_c9_pubsub_retry_calls_only_nacker),
         FX(test_bus_c9_pubsub_needs_all_acks),

@@ -229,4 +229,44 @@ T.test("C10 decoding hostile bytes gives an error, never a crash", function()
   T.eq(pcall(seda.decode, {}), false, "a table argument raises")
 end)
 
+T.test("C10 a deep path in an encode error keeps its ends", function()
+  local t = {}
+  local c = t
+  for i = 1, 250 do c.n = {}; c = c.n end
+  local ok, err = pcall(seda.encode, t)
+  T.eq(ok, false, "too deep refused")
+  T.contains(err, "payload.n.n.n.n.n.n.n.n.<184 more>.n.n", "elided in the middle")
+  T.contains(err, "nested deeper than 200 levels", "reason")
+  T.ok(#err < 200, "short message: " .. #err .. " bytes")
+  local u = {}
+  c = u
+  for i = 1, 10 do c.n = {}; c = c.n end
+  c.f = print
+  ok, err = pcall(seda.encode, u)
+  T.contains(err, "payload" .. string.rep(".n", 10) .. ".f: cannot encode a function", "short paths in full")
+end)
+
+T.test("C10 a handler's header with a NUL byte is a nack naming the header", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "dlq", handler = function(env)
+    seda.shared:incr("pl.nul.dlq", 1)
+  end }
+  bus:stage{ name = "s", dead_letter = "dlq", handler = function(env)
+    if env.payload == "v" then env.headers.z = "abc\0def"
+    elseif env.payload == "k" then env.headers["k\0ey"] = "v"
+    else env.headers.fine = "yes" end
+  end }
+  bus:stage{ name = "t", handler = function(env)
+    seda.shared:set("pl.nul.t." .. env.payload, env.headers.z or env.headers.k or env.headers.fine)
+  end }
+  for _, p in ipairs{ "v", "k", "ok" } do bus:publish("s", p, { slip = { "t" } }) end
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("pl.nul.dlq"), 2, "both NUL headers nacked and dead-lettered")
+  T.eq(seda.shared:get("pl.nul.t.v"), nil, "never reached the next hop cut short")
+  T.eq(seda.shared:get("pl.nul.t.k"), nil, "nor the key")
+  T.eq(seda.shared:get("pl.nul.t.ok"), "yes", "a plain header travels")
+  T.eq(bus:stats("s").nacked, 2, "two nacks")
+  bus:shutdown(5)
+end)
+
 T.done()

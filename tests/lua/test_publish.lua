@@ -224,4 +224,23 @@ T.test("an error in on_complete does not break the bus", function()
   bus:shutdown(5)
 end)
 
+T.test("publish with an id to an in-memory stage raises: ids stay unique", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", handler = function() end }
+  T.raises(function() bus:publish("s", 1, { id = "x" }) end, "publish id", "id", "durable")
+  T.raises(function() bus:publish_many("s", { 1, 2 }, { id = "x" }) end, "publish_many id", "id")
+  local ids, n = {}, 0
+  for i = 1, 200 do
+    bus:publish("s", i, { on_complete = function(env)
+      n = n + 1
+      if ids[env.id] then error("duplicate id " .. env.id) end
+      ids[env.id] = true
+    end })
+  end
+  T.idle(bus, 10)
+  T.eq(n, 200, "all completed with distinct ids")
+  T.eq(bus:stats().accepted, 200, "the refused publishes accepted nothing")
+  bus:shutdown(5)
+end)
+
 T.done()

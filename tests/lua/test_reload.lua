@@ -128,7 +128,9 @@ T.test("C11 module-level locals reset on reload; reload(nil) reloads every stage
   bus:publish("one", "m4")
   T.idle(bus, 10)
   T.eq(seda.shared:get("rl.calls.0"), 2, "module local reset by reload (2 calls since)")
-  T.eq(select(2, bus:reload("nope")) ~= nil, true, "reload of an unknown stage reports an error")
+  local ok, err = bus:reload("nope")
+  T.eq(ok, false, "reload of an unknown stage fails")
+  T.eq(err, "no_such_stage", "with the reason publish gives")
   bus:shutdown(5)
   os.remove(f1)
   os.remove(f2)
@@ -158,6 +160,34 @@ return {
   T.ok((seda.shared:get("rl.init.B") or 0) >= 1, "init B counted")
   bus:shutdown(5)
   os.remove(f)
+  os.remove(dir)
+end)
+
+T.test("C11 reload runs the current code of modules the handler requires", function()
+  local dir = T.tmpdir()
+  local mod = T.write(dir .. "/rlmod_x.lua", 'return { tag = "m1" }\n')
+  local file = T.write(dir .. "/h.lua", [[
+local m = require "rlmod_x"
+return function(env) seda.shared:set("rlm.tag." .. env.payload, m.tag) end
+]])
+  local saved = package.path
+  package.path = dir .. "/?.lua;" .. package.path  -- worker states copy it
+  local bus = T.bus{ workers = 2 }
+  package.path = saved
+  bus:stage{ name = "s", concurrency = 2, handler = file }
+  for i = 1, 20 do bus:publish("s", "a" .. i) end
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("rlm.tag.a20"), "m1", "first module")
+  T.write(mod, 'return { tag = "m2" }\n')
+  T.eq(bus:reload("s"), true, "reload")
+  for i = 1, 20 do bus:publish("s", "b" .. i) end
+  T.idle(bus, 10)
+  for i = 1, 20 do
+    T.eq(seda.shared:get("rlm.tag.b" .. i), "m2", "after reload, every worker has the new module")
+  end
+  bus:shutdown(5)
+  os.remove(mod)
+  os.remove(file)
   os.remove(dir)
 end)
 

@@ -21,6 +21,19 @@ T.test("C5 numeric fields out of range", function()
   bad(bus, { name = "maneg", max_attempts = -1, handler = h }, "max_attempts -1", "maneg", "max_attempts")
   bad(bus, { name = "pt", publish_timeout = -1, handler = h }, "publish_timeout -1", "pt", "publish_timeout")
   bad(bus, { name = "ht", handler_timeout = -1, handler = h }, "handler_timeout -1", "ht", "handler_timeout")
+  -- numbers only, as for every numeric option: "10" is not a capacity
+  bad(bus, { name = "capnum", capacity = "10", handler = h }, "capacity numeric string",
+      "capnum", "capacity", "string")
+  bad(bus, { name = "concnum", concurrency = "2", handler = h }, "concurrency numeric string",
+      "concnum", "concurrency")
+  bad(bus, { name = "manum", max_attempts = "2", handler = h }, "max_attempts numeric string",
+      "manum", "max_attempts")
+  bad(bus, { name = "ptnum", publish_timeout = "1", handler = h }, "publish_timeout numeric string",
+      "ptnum", "publish_timeout")
+  bad(bus, { name = "capf", capacity = 1.5, handler = h }, "fraction shown", "capf", "1.5")
+  T.raises(function() T.bus{ workers = "2" } end, "bus workers numeric string", "workers")
+  T.raises(function() T.bus{ batch = "4" } end, "bus batch numeric string", "batch")
+  T.raises(function() T.bus{ hop_timeout = "5" } end, "bus hop_timeout numeric string", "hop_timeout")
   T.eq(next(bus:stats().stages), nil, "no stage was created")
   bus:shutdown(5)
 end)
@@ -56,7 +69,10 @@ end)
 T.test("C5 unknown option key", function()
   local bus = T.bus{ workers = 1 }
   bad(bus, { name = "unk", handler = h, capacityy = 3 }, "typo", "unk", "capacityy")
-  bad(bus, { name = "unk2", handler = h, [1] = "x" }, "positional entry", "unk2")
+  bad(bus, { name = "unk2", handler = h, [1] = "x" }, "positional entry", "unk2",
+      "option keys must be strings")
+  bad(bus, { name = "unk3", handler = h, [true] = "x" }, "boolean key", "unk3",
+      "option keys must be strings")
   T.raises(function() bus:stage("notatable") end, "opts not a table")
   T.raises(function() T.bus{ workers = 1, wokers = 2 } end, "bus unknown option", "wokers")
   T.raises(function() T.bus{ workers = -1 } end, "bus workers -1", "workers")
