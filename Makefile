@@ -7,6 +7,8 @@
 #   make bench      build and run the benchmark suite
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
 #   make run        build and run examples/pipeline.lua
+#   make install    seda-lua, seda.so, seda.h, libseda.a under PREFIX
+#                   (/usr/local; DESTDIR for staging); make uninstall
 #   make clean
 #
 # Dependencies come from pkg-config; scripts/deps.sh installs the Debian
@@ -80,7 +82,7 @@ ifneq ($(wildcard src/main.c),)
 ALL += $(SEDA_LUA) $(SEDA_SO)
 endif
 
-.PHONY: all test check asan tsan bench fuzz fuzz-quick run clean
+.PHONY: all test check asan tsan bench fuzz fuzz-quick run install uninstall clean
 .SECONDARY:
 FUZZ_SECONDS ?= 60
 all: $(ALL)
@@ -145,6 +147,23 @@ tsan:
 
 run: all
 	$(SEDA_LUA) examples/pipeline.lua
+
+# The stock interpreter finds seda.so in $(PREFIX)/lib/lua/5.4 (on its
+# default package.cpath for PREFIX=/usr/local).
+PREFIX ?= /usr/local
+LUA_CMOD_DIR := $(PREFIX)/lib/lua/5.4
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUA_CMOD_DIR) \
+	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib
+	install -m 0755 $(SEDA_LUA) $(DESTDIR)$(PREFIX)/bin/seda-lua
+	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
+	install -m 0644 include/seda.h $(DESTDIR)$(PREFIX)/include/seda.h
+	install -m 0644 $(LIBSEDA) $(DESTDIR)$(PREFIX)/lib/libseda.a
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/seda-lua $(DESTDIR)$(LUA_CMOD_DIR)/seda.so \
+	    $(DESTDIR)$(PREFIX)/include/seda.h $(DESTDIR)$(PREFIX)/lib/libseda.a
 
 clean:
 	rm -rf build
