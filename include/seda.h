@@ -20,6 +20,17 @@
  *   - Objects are opaque.  A bus owns its stages; stages live until
  *     seda_bus_free().  An envelope handed to a consumer is borrowed for the
  *     duration of the call only.
+ *   - Handles (bus, stage, envelope, lease) and out-pointers must be valid:
+ *     like pthread_mutex_lock(NULL), passing NULL for one is undefined
+ *     unless the function says what NULL means (seda_bus_free(NULL) is a
+ *     no-op; a NULL opts means the defaults).  Other pointer arguments
+ *     that a function checks (names, payloads with a length, arrays with
+ *     a count) give SEDA_EINVAL.
+ *   - Limits: workers 1..1024 (0: one per CPU), batch 1..256, capacity
+ *     1..67108864, concurrency 1..4096, max_attempts 1..65535.
+ *   - A C consumer changes the envelope in place: changes it makes before
+ *     nacking stay for the retry, except hops it forwarded (undone).  The
+ *     Lua binding applies a handler's changes only when it acks.
  */
 #ifndef SEDA_H
 #define SEDA_H
@@ -172,8 +183,10 @@ void seda_bus_resume(seda_bus_t *bus);
 bool seda_bus_paused(const seda_bus_t *bus);
 
 /* Block until nothing is queued or in flight in any stage, or timeout
- * seconds pass (timeout < 0: forever).  Returns 0 when idle, SEDA_ETIMEDOUT
- * otherwise.  Must not be called from a worker of this bus. */
+ * seconds pass (timeout < 0: forever).  Envelopes queued in a pull stage
+ * wait for a receiver and do not count (leases out do).  Returns 0 when
+ * idle, SEDA_ETIMEDOUT otherwise.  Must not be called from a worker of
+ * this bus. */
 int seda_bus_wait_idle(seda_bus_t *bus, double timeout);
 
 /* Stop accepting, drain for up to timeout seconds, stop the pool.  Returns 0
@@ -356,8 +369,11 @@ void seda_publish_opts_init(seda_publish_opts *o);
 /* Publish a copy of payload[0..len) to the stage named to.  opts may be
  * NULL.  Returns 0 when accepted (the bus now owns the envelope and will
  * end it in exactly one outcome), or SEDA_ENOSTAGE, SEDA_EPAUSED,
- * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL,
- * SEDA_ENOMEM; on failure done is not called.  Blocks only under the block
+ * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL
+ * (also: an id for an in-memory stage, a NULL array with a count > 0, a
+ * negative count), SEDA_ETYPE (the stage's check refused it),
+ * SEDA_ENOMEM, and for durable stages SEDA_EDUP and SEDA_EIO; on failure
+ * done is not called.  Blocks only under the block
  * policy, for at most the timeout (at most the bus's hop_timeout when called
  * from one of its workers).  Any thread. */
 int seda_publish(seda_bus_t *bus, const char *to, const void *payload,

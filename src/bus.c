@@ -148,6 +148,8 @@ seda_stage_t *seda_bus_stage_at(seda_bus_t *b, int i)
 int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
 {
     seda_bus_opts def;
+    if (!out)
+        return SEDA_EINVAL;
     if (!opts) {
         seda_bus_opts_init(&def);
         opts = &def;

@@ -92,6 +92,10 @@ struct tcache {
 };
 
 static _Thread_local struct tcache tcache;
+
+/* Blocks of the recycled classes allocated and not yet freed (live, or
+ * on a stack or in the depot).  Relaxed: only read at quiet moments. */
+static atomic_long g_blocks;
 static pthread_key_t tcache_key;
 static pthread_once_t tcache_once = PTHREAD_ONCE_INIT;
 
@@ -106,8 +110,10 @@ static void depot_put(int k, int count)
     memcpy(&depot.p[k][depot.n[k]], src, sizeof(void *) * (size_t)take);
     depot.n[k] += take;
     pthread_mutex_unlock(&depot.mu);
-    for (int i = take; i < count; i++)
+    for (int i = take; i < count; i++) {
         seda__free(src[i]);
+        atomic_fetch_sub_explicit(&g_blocks, 1, memory_order_relaxed);
+    }
     tcache.n[k] -= count;
 }
 
@@ -129,12 +135,23 @@ static inline int class_of(uint32_t inl)
     return inl == 8 ? 0 : inl == 56 ? 1 : inl == 248 ? 2 : -1;
 }
 
+/* First use of this thread's stacks: flush them at thread exit (a
+ * thread that only publishes holds what it took from the depot). */
+static void tcache_register(void)
+{
+    pthread_once(&tcache_once, tcache_key_init);
+    pthread_setspecific(tcache_key, &tcache);
+    tcache.registered = true;
+}
+
 static seda_env_t *env_alloc(uint32_t inl)
 {
     int k = class_of(inl);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {
         int n = tcache.n[k];
         if (n <= PREFETCH_AHEAD) {
+            if (SEDA__UNLIKELY(!tcache.registered))
+                tcache_register();
             /* Refill below what is left (already being prefetched), so
              * the prefetches run ahead across the refill too. */
             pthread_mutex_lock(&depot.mu);
@@ -165,25 +182,36 @@ static seda_env_t *env_alloc(uint32_t inl)
             return tcache.p[k][n - 1];
         }
     }
-    return seda__malloc(sizeof(seda_env_t) + inl);
+    seda_env_t *e = seda__malloc(sizeof(seda_env_t) + inl);
+    if (RECYCLE && k >= 0 && e)
+        atomic_fetch_add_explicit(&g_blocks, 1, memory_order_relaxed);
+    return e;
 }
 
 static void env_release(seda_env_t *e)
 {
     int k = class_of(e->inl_cap);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {
-        if (!tcache.registered) {
-            /* First use on this thread: flush the stack at thread exit. */
-            pthread_once(&tcache_once, tcache_key_init);
-            pthread_setspecific(tcache_key, &tcache);
-            tcache.registered = true;
-        }
+        if (SEDA__UNLIKELY(!tcache.registered))
+            tcache_register();
         if (tcache.n[k] == 2 * BATCH)
             depot_put(k, BATCH);
         tcache.p[k][tcache.n[k]++] = e;
         return;
     }
+    if (RECYCLE && k >= 0)
+        atomic_fetch_sub_explicit(&g_blocks, 1, memory_order_relaxed);
     seda__free(e);
+}
+
+long seda__env_unaccounted(void)
+{
+    long n = atomic_load_explicit(&g_blocks, memory_order_relaxed);
+    pthread_mutex_lock(&depot.mu);
+    for (int k = 0; k < NCLASS; k++)
+        n -= depot.n[k] + tcache.n[k];
+    pthread_mutex_unlock(&depot.mu);
+    return n;
 }
 
 /* ---- the extension block ---- */
@@ -421,6 +449,12 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
         return NULL;
     }
     if (opts) {
+        if (opts->nslip < 0 || opts->nheaders < 0 ||
+            (opts->nslip > 0 && !opts->slip) ||
+            (opts->nheaders > 0 && !opts->headers)) {
+            *rc = SEDA_EINVAL;
+            return NULL;
+        }
         for (int i = 0; i < opts->nslip; i++)
             if (!seda__valid_name(opts->slip[i])) {
                 *rc = SEDA_EINVAL;

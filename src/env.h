@@ -89,6 +89,13 @@ SEDA__API int seda__env_set_jkey(seda_env_t *env, int64_t key);
  * SEDA_ENOMEM. */
 SEDA__API int seda__env_set_id(seda_env_t *env, const char *id);
 
+/* Blocks of the recycled size classes that are neither on the calling
+ * thread's free stacks nor in the depot: envelopes alive, or lost.  With
+ * no envelope alive and every other thread that used envelopes exited,
+ * it is 0 (the test of the thread-exit flush).  Always 0 when recycling
+ * is off (AddressSanitizer builds). */
+SEDA__API long seda__env_unaccounted(void);
+
 /* Free an envelope and everything it owns.  NULL is a no-op. */
 SEDA__API void seda__env_free(seda_env_t *env);
 

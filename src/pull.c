@@ -181,17 +181,22 @@ void seda_lease_release_env(seda_lease_t *l)
     seda__mutex_unlock(&l->st->mu);
 }
 
-/* Take the envelope back from the lease (NULL when expired) and free the
- * lease. */
-static seda_env_t *settle(seda_lease_t *l)
+/* Take the envelope back from the lease and free the lease.  Returns
+ * NULL when an expiry already took it; sets *late when the lease is past
+ * its deadline though nothing had noticed yet (the envelope is then the
+ * caller's to nack, as an expiry would: a late settle is refused the same
+ * whether or not a receive or stats call came first). */
+static seda_env_t *settle(seda_lease_t *l, bool *late)
 {
     struct seda_stage_s *st = l->st;
     seda__mutex_lock(&st->mu);
     seda_env_t *env = l->env;
+    *late = false;
     if (env) {
         unlink_lease(st, l);
         l->env = NULL;
         st->in_flight--;
+        *late = seda__now_ns() >= l->deadline;
         int64_t now = seda__clock_ns();
         seda__mutex_lock(&st->hist_mu);
         seda__hist_add(&st->service, now > l->recv_ts
@@ -206,9 +211,14 @@ static seda_env_t *settle(seda_lease_t *l)
 int seda_lease_ack(seda_lease_t *l)
 {
     struct seda_stage_s *st = l->st;
-    seda_env_t *env = settle(l);
+    bool late;
+    seda_env_t *env = settle(l, &late);
     if (!env)
         return SEDA_ETIMEDOUT;
+    if (late) {
+        seda__stage_nack(st, env);
+        return SEDA_ETIMEDOUT;
+    }
     struct stage_counters tally = { 0 };
     tally.delivered = 1;
     seda__bus_route_ack(st, env, &tally);
@@ -221,9 +231,10 @@ int seda_lease_ack(seda_lease_t *l)
 int seda_lease_nack(seda_lease_t *l)
 {
     struct seda_stage_s *st = l->st;
-    seda_env_t *env = settle(l);
+    bool late;
+    seda_env_t *env = settle(l, &late);
     if (!env)
         return SEDA_ETIMEDOUT;
     seda__stage_nack(st, env);
-    return 0;
+    return late ? SEDA_ETIMEDOUT : 0;
 }

@@ -1328,6 +1328,8 @@ static void test_bus_custom_id_only_on_durable_stages(void **state)
     assert_int_equal(bstats(f->bus).accepted, 0);
     o.id = NULL;
     assert_int_equal(seda_publish(f->bus, "mem", "a", 1, &o), 0);
+    /* and seda_bus_new with no out-pointer refuses before starting */
+    assert_int_equal(seda_bus_new(NULL, NULL), SEDA_EINVAL);
     assert_true(seda_bus_shutdown(f->bus, 5) == 0);
     assert_int_equal(bstats(f->bus).completed, 1);
 }

@@ -600,6 +600,37 @@ static void test_pull_ack_timeout_expiry_counts_as_nack(void **state)
     pf_free(f);
 }
 
+/* A settle after the deadline is refused even when nothing (no receive,
+ * stats or lease_env call) noticed the expiry first: the late ack returns
+ * SEDA_ETIMEDOUT and the envelope is nacked (here: dead-lettered), never
+ * completed; a late nack returns SEDA_ETIMEDOUT too and still nacks. */
+static void test_pull_late_settle_refused_unnoticed(void **state)
+{
+    (void)state;
+    for (int nack = 0; nack < 2; nack++) {
+        pf_t *f = pf_new(0.05, 1, 0, SEDA_POLICY_BLOCK);
+        assert_int_equal(pf_publish(f, 9, NULL, 0), 0);
+        seda_lease_t *l = recv_ok(f->p);
+        /* Let the lease run out without touching the stage: the wait is
+         * for the clock itself, no synchronisation. */
+        double past = seda_now() + 0.05 + 0.05;
+        while (seda_now() < past)
+            ;
+        assert_int_equal(nack ? seda_lease_nack(l) : seda_lease_ack(l),
+                         SEDA_ETIMEDOUT);
+        TU_WAIT(tu_counter_wait_ge(&f->dlq_calls, 1, TU_DEADLINE), "dlq");
+        assert_int_equal(tu_counter_get(&f->done_completed), 0);
+        assert_int_equal(tu_counter_get(&f->done_dead), 1);
+        assert_int_equal(tu_counter_get(&f->sink_calls), 0);
+        seda_stage_stats s;
+        seda_stage_stats_get(f->p, &s);
+        assert_int_equal(s.nacked, 1);
+        assert_int_equal(s.in_flight, 0);
+        assert_int_equal(seda_bus_shutdown(f->bus, TU_DEADLINE), 0);
+        pf_free(f);
+    }
+}
+
 /* With max_attempts 1 an expired lease dead-letters; a late nack returns
  * SEDA_ETIMEDOUT and changes nothing. */
 static void test_pull_ack_timeout_dead_letters(void **state)
@@ -1121,6 +1152,7 @@ int main(void)
         cmocka_unit_test(test_pull_receive_frees_room),
         cmocka_unit_test(test_pull_ack_timeout_expiry_counts_as_nack),
         cmocka_unit_test(test_pull_ack_timeout_dead_letters),
+        cmocka_unit_test(test_pull_late_settle_refused_unnoticed),
         cmocka_unit_test(test_pull_ack_timeout_seen_by_stats),
         cmocka_unit_test(test_pull_wait_idle_ignores_queued),
         cmocka_unit_test(test_pull_wait_idle_waits_for_lease),
