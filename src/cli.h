@@ -40,6 +40,8 @@ struct cli_opts {
 struct cli_sink {
     void (*write)(void *ud, const char *s, size_t n);
     void (*top)(void *ud, double seconds);   /* top() asked for by it */
+    lua_Hook hook;              /* count hook while its command runs, or
+                                 * NULL (checks for an interrupt) */
     void *ud;
 };
 

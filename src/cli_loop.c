@@ -275,13 +275,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
     lua_pushcfunction(L, cli_msghandler);
     lua_insert(L, base);
     bool local = cli.sink == NULL;
-    if (local)
-        cli.running = 1;
+    /* A control client's command may run inside a local one (top() keeps
+     * the loop going): restore what was there. */
+    lua_Hook hook = lua_gethook(L);
+    int hmask = lua_gethookmask(L), hcount = lua_gethookcount(L);
+    sig_atomic_t was_running = cli.running;
+    if (cli.sink && cli.sink->hook)
+        lua_sethook(L, cli.sink->hook, LUA_MASKCOUNT, 1000);
+    cli.running = 1;
     int rc = lua_pcall(L, 0, LUA_MULTRET, base);
-    if (local) {
-        cli.running = 0;
-        lua_sethook(L, NULL, 0, 0);
-    }
+    cli.running = was_running;
+    lua_sethook(L, hook, hmask, hcount);   /* drops a stale lstop too */
     lua_remove(L, base);
     if (rc != LUA_OK) {
         report_error(lua_tostring(L, -1));

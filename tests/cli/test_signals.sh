@@ -1,7 +1,10 @@
 #!/bin/sh
 # Signals and the end of a run: SIGTERM/SIGINT while a --serve or -i
 # script still runs (drain once it returns; a second signal interrupts
-# it), a second signal during the drain, --drain running out.
+# it), a second signal during the drain, --drain running out, and the
+# control socket: a client's endless command interrupted by Ctrl-C
+# (SIGINT to attach), by the client going away and by a signal to the
+# server; attach saying the server went away.
 . "$(dirname "$0")/lib.sh"
 
 # ---- a signal while the script runs ----
@@ -124,4 +127,68 @@ check "--drain ran out: exit 0 (got $WRC)" [ "$WRC" = 0 ]
 check "--drain ran out: count and reason ($(tail -1 "$D/t.log"))" \
     grep -Eq '[1-9][0-9]* envelopes were dropped at exit: the drain did not finish within 0.2s' "$D/t.log"
 
+# ---- the control socket ----
+
+printf '%s\n' 'local seda = require "seda"' 'B = seda.bus{ workers = 1 }' \
+    'B:stage{ name = "s", handler = function() end }' >"$D/svc.lua"
+S="$D/ctl.sock"
+start_server "$D/c.log" --serve --control "$S" "$D/svc.lua"
+check "control server answers" wait_until "$DEADLINE" sock_up "$S"
+
+# attach_bg OUT: a piped attach client fed from the fifo $D/a.in (fd 5);
+# sets APID.
+attach_bg() {
+    rm -f "$D/a.in"
+    mkfifo "$D/a.in"
+    "$SEDA" attach "$S" <"$D/a.in" >"$1" 2>&1 &
+    APID=$!
+    PIDS="$PIDS $APID"
+    exec 5>"$D/a.in"
+}
+busy_line="io.open('$D/busy', 'w'):close(); while true do end"
+
+# Ctrl-C (SIGINT) in attach while its command runs: that command stops
+# with "interrupted!", the session goes on.
+rm -f "$D/busy"
+attach_bg "$D/a1.out"
+echo "$busy_line" >&5
+check "endless command started" wait_until "$DEADLINE" [ -e "$D/busy" ]
+kill -INT "$APID"
+check "SIGINT in attach interrupts the remote command" \
+    wait_until "$DEADLINE" grep -q 'interrupted!' "$D/a1.out"
+echo 'print("after-" .. "intr")' >&5
+check "the session goes on after the interrupt" \
+    wait_until "$DEADLINE" grep -q 'after-intr' "$D/a1.out"
+check "the attach client is still running" kill -0 "$APID"
+exec 5>&-
+waitpid_bounded "$APID"
+check "attach exits 0 at end of input (got $WRC)" [ "$WRC" = 0 ]
+
+# A client that goes away while its command runs: the command stops and
+# the server serves others.
+rm -f "$D/busy"
+attach_bg "$D/a2.out"
+echo "$busy_line" >&5
+check "endless command started (2)" wait_until "$DEADLINE" [ -e "$D/busy" ]
+kill -9 "$APID"
+wait "$APID" 2>/dev/null
+exec 5>&-
+check "a vanished client's command is interrupted; others are served" \
+    wait_until "$DEADLINE" ask_is "$S" alive 'print("alive")'
+
+# SIGTERM to the server while a client's command runs: interrupted, then
+# the usual drain and exit 0; the client hears of both.
+rm -f "$D/busy"
+attach_bg "$D/a3.out"
+echo "$busy_line" >&5
+check "endless command started (3)" wait_until "$DEADLINE" [ -e "$D/busy" ]
+stop_server
+check "SIGTERM with a remote command running: exit 0 (got $SRC)" [ "$SRC" = 0 ]
+check "the server said it drains" grep -q 'signal received, draining' "$D/c.log"
+check "the client got interrupted!" wait_until "$DEADLINE" grep -q 'interrupted!' "$D/a3.out"
+echo 'print(1)' >&5
+exec 5>&-
+waitpid_bounded "$APID"
+check "attach exits 1 once the server is gone (got $WRC)" [ "$WRC" = 1 ]
+check "attach says the connection closed" grep -q 'attach: connection closed' "$D/a3.out"
 finish
