@@ -27,7 +27,6 @@ for i = 1, 500 do
   end }))
 end
 print("published"); io.stdout:flush()
-if go == "forever" then while true do end end
 while not io.open(go) do end
 print("script returned"); io.stdout:flush()
 EOF
@@ -82,9 +81,12 @@ check "-i INT during the script: every envelope handled" grep -q '^handled 500' 
 check "-i INT during the script: no REPL" sh -c "! grep -q repl-ran '$D/i.log'"
 check "-i INT: says it drains" grep -q 'signal received, draining' "$D/i.log"
 
-# A second signal interrupts a script that does not return; the drain
-# still runs; a script error exits 1.
-start_server "$D/f.log" --serve "$D/early.lua" forever
+# A second signal interrupts a script that does not return ($D/never is
+# never created); the drain still runs; a script error exits 1.  (The
+# loop calls into C: under TSan a signal waits for the next intercepted
+# call, and a bare `while true do end` in the uninstrumented liblua never
+# makes one.)
+start_server "$D/f.log" --serve "$D/early.lua" "$D/never"
 check "endless script running" wait_until "$DEADLINE" published "$D/f.log"
 kill -TERM "$SPID"
 kill -INT "$SPID"
