@@ -40,17 +40,39 @@ struct cli_opts {
 struct cli_sink {
     void (*write)(void *ud, const char *s, size_t n);
     void (*top)(void *ud, double seconds);   /* top() asked for by it */
+    lua_Hook hook;              /* count hook while its command runs, or
+                                 * NULL (checks for an interrupt) */
     void *ud;
 };
 
+/* What the main thread is doing, for the signal handler (cli.phase). */
+enum {
+    CLI_IDLE,                   /* nothing a signal changes: default */
+    CLI_SCRIPT,                 /* -e chunks and the script (live runs) */
+    CLI_LOOP,                   /* the --serve / -i loop */
+    CLI_DRAIN                   /* the drain at exit (cli_finish) */
+};
+
+/* Signals: SIGINT and SIGTERM are caught from before the script runs
+ * (--serve, -i) until exit; the handler only sets the flags below and,
+ * like lua.c's laction, may install a hook that interrupts the Lua code
+ * running on cli.L.  Every field is written by the main thread and the
+ * handler only (sig_atomic_t; the handler forwards a signal that landed
+ * on another thread to the main one). */
 struct cli {
     lua_State *L;
     struct cli_opts o;
     int mod_ref;                /* registry ref of the cli.lua module */
     struct cli_sink *sink;      /* current sink; NULL = stdout */
-    volatile sig_atomic_t stop;     /* SIGTERM, or SIGINT with no REPL */
-    volatile sig_atomic_t intr;     /* SIGINT seen */
-    volatile sig_atomic_t running;  /* a local REPL command is running */
+    volatile sig_atomic_t phase;    /* CLI_*: set by the main thread */
+    volatile sig_atomic_t stop;     /* drain and exit: SIGTERM, SIGINT with
+                                     * no terminal prompt, or any signal
+                                     * during the script */
+    volatile sig_atomic_t intr;     /* SIGINT at the local terminal prompt */
+    volatile sig_atomic_t running;  /* a REPL command (local or a control
+                                     * client's) is running on cli.L */
+    volatile sig_atomic_t prompt;   /* the local REPL reads a terminal */
+    volatile sig_atomic_t drain_stop;  /* a signal during the drain */
 };
 
 extern struct cli cli;
@@ -64,7 +86,11 @@ bool cli_get_fn(lua_State *L, const char *name);   /* push M[name] */
 void cli_out(const char *s, size_t n);  /* to the current sink */
 void cli_outs(const char *s);
 double cli_now(void);
+/* Catch SIGINT and SIGTERM (see struct cli) and ignore SIGPIPE. */
 void cli_install_signals(void);
+/* Interrupt the Lua code running on L with the error "interrupted!" at
+ * its next instruction (a hook, like lua.c's lstop). */
+void cli_interrupt(lua_State *L);
 
 enum { CLI_EVAL_OK, CLI_EVAL_INCOMPLETE, CLI_EVAL_ERROR };
 /* Evaluate one REPL chunk like lua5.4's REPL ("=e" and expressions
@@ -81,8 +107,14 @@ int cli_step(int timeout_ms, int extra_fd);
 /* Run the on_complete callbacks pending on every live bus. */
 void cli_poll_all(void);
 /* The loop of --serve / -i, until the REPL ends (without --serve) or a
- * signal.  Returns 0, or 1 when the loop could not start. */
+ * signal; then closes the control socket.  Returns 0, or 1 when the loop
+ * could not start. */
 int cli_run(void);
+/* The end of a run: lua/seda/cli.lua's finish (drain every live bus,
+ * bounded by `drain` seconds after the wait for idle when wait_first; a
+ * signal stops the wait; says what was dropped).  Returns 1 when nothing
+ * was dropped, 0 when something was, -1 on an error (printed). */
+int cli_finish(double drain, bool wait_first);
 /* Start what the options ask for before the script runs (the control
  * socket: refusing to start is decided here).  Returns 0 or 1. */
 int cli_start(void);
@@ -93,6 +125,7 @@ void cli_repl_start(void);
 bool cli_repl_active(void);
 void cli_repl_input(void);              /* stdin is readable */
 void cli_repl_interrupt(void);          /* SIGINT at the prompt */
+bool cli_repl_tty(void);                /* reading a terminal (readline) */
 void cli_repl_end(void);
 void cli_top_local(double seconds);
 /* Shared by the local REPL and attach: readline completion setup. */

@@ -11,6 +11,10 @@
  *     \x01complete G|S WORD   completion candidates, one per line
  *                     (S: inside a string literal, i.e. stage names)
  *     \x01top         the stats table (what top() redraws)
+ *     \x03            (a lone byte, anywhere) interrupt: the request
+ *                     running now stops with the error "interrupted!";
+ *                     with none running, the pending chunk is dropped.
+ *                     No reply of its own.
  *   server -> client: the output of the request, then "\x04" STATUS "\n":
  *     STATUS '>' ready, '+' continue the chunk, 'T' SECONDS run top().
  *   A 0x04 byte in the output itself is sent as '?'.  On connect the
@@ -20,6 +24,11 @@
  * non-blocking, every client has its own Lua environment table (__index =
  * _G; print and io.write send to that client), a line that is too long or
  * a client that vanishes costs only that client its buffer or connection.
+ * While a client's Lua command runs, the loop does not: a count hook
+ * (remote_hook) looks at that client's socket every 20 ms or so and
+ * interrupts the command when the client sent 0x03 or went away; a signal
+ * to the server interrupts it too (cli_loop.c).  Code blocked inside a C
+ * function is interrupted only when it returns to Lua.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,6 +55,7 @@
 #define MAX_CLIENTS 64
 #define OUT_SOFT (1u << 20)         /* stop reading a client above this */
 #define OUT_HARD (16u << 20)        /* truncate one reply above this */
+#define CLI_INTR '\x03'              /* control protocol: interrupt */
 
 struct client {
     int fd;
@@ -61,6 +71,9 @@ struct client {
     size_t reply;               /* bytes of the reply being built */
     bool truncated;
     double top;                 /* top() asked for: seconds, or 0 */
+    int intr_seen;              /* 0x03 bytes still in the socket that
+                                 * remote_hook has acted on */
+    bool interrupting;          /* its running command is being stopped */
     bool dead;
     struct client *next;
 };
@@ -398,13 +411,73 @@ static void push_fn_result(struct client *c, const char *fn, int nargs)
     lua_settop(L, base - 1);
 }
 
+static struct client *cur;      /* the client whose command runs now */
+static double cur_check;        /* when remote_hook last looked */
+
+/* The count hook while a client's Lua command runs (every 1000
+ * instructions; the socket at most every 20 ms): a 0x03 the client sent
+ * (Ctrl-C in attach) or the client gone interrupts the command.  Once
+ * interrupting, it raises again at every call, so a pcall in the command
+ * does not swallow the interrupt for good.  Main thread. */
+static void remote_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    struct client *c = cur;
+    if (!c)
+        return;
+    if (!c->interrupting) {
+        double now = cli_now();
+        if (now - cur_check < 0.02)
+            return;
+        cur_check = now;
+        char buf[4096];
+        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                       errno != EINTR)) {
+            c->dead = true;             /* gone: nobody waits for it */
+            c->interrupting = true;
+        } else if (r > 0) {
+            int n = 0;
+            for (ssize_t i = 0; i < r; i++)
+                n += buf[i] == CLI_INTR;
+            if (n > c->intr_seen) {
+                c->intr_seen = n;
+                c->interrupting = true;
+            }
+        }
+        if (!c->interrupting)
+            return;
+    }
+    luaL_error(L, "interrupted!");
+}
+
+/* Take the 0x03 bytes out of buf (n bytes); returns the bytes left.  One
+ * that remote_hook acted on is only counted off; any other drops the
+ * pending incomplete chunk (Ctrl-C at attach's ">>" prompt). */
+static size_t take_interrupts(struct client *c, char *buf, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] != CLI_INTR) {
+            buf[k++] = buf[i];
+        } else if (c->intr_seen > 0) {
+            c->intr_seen--;
+        } else {
+            free(c->chunk);
+            c->chunk = NULL;
+            c->chunklen = 0;
+        }
+    }
+    return k;
+}
+
 static void handle_line(struct client *c, const char *line, size_t len)
 {
     lua_State *L = cli.L;
     int top = lua_gettop(L);
     if (len && line[len - 1] == '\r')
         len--;
-    struct cli_sink sink = { sink_write, sink_top, c };
+    struct cli_sink sink = { sink_write, sink_top, remote_hook, c };
     struct cli_sink *saved = cli.sink;
     cli.sink = &sink;
     c->top = 0;
@@ -455,7 +528,13 @@ static void handle_line(struct client *c, const char *line, size_t len)
             clen = c->chunklen + 1 + len;
         }
         lua_rawgeti(L, LUA_REGISTRYINDEX, c->env_ref);
+        struct client *saved_cur = cur;
+        cur = c;
+        cur_check = cli_now();
+        c->interrupting = false;
         int r = cli_eval(L, code, clen, "=control", lua_gettop(L));
+        c->interrupting = false;
+        cur = saved_cur;
         lua_pop(L, 1);
         free(c->chunk);
         c->chunk = NULL;
@@ -492,6 +571,7 @@ static void read_client(struct client *c)
             c->dead = true;             /* EOF or error: drop it */
             return;
         }
+        r = (ssize_t)take_interrupts(c, buf, (size_t)r);
         size_t start = 0;
         for (size_t i = 0; i < (size_t)r && !c->dead; i++) {
             if (buf[i] != '\n')
@@ -642,6 +722,32 @@ void cli_control_close(void)
 static int afd = -1;
 static char *abuf;              /* received, not yet consumed */
 static size_t alen, acap;
+static bool atty;               /* readline on a terminal */
+static bool gave_up;            /* left a request the server never ended */
+
+/* SIGINT in the client (written by the handler, reset by the main code):
+ * while a request is out it sends 0x03, which interrupts the request on
+ * the server; at the terminal prompt it asks to clear the line; with
+ * input from a pipe and no request out, it ends the client as usual. */
+static volatile sig_atomic_t a_waiting;     /* a request is out */
+static volatile sig_atomic_t a_presses;     /* Ctrl-C during this one */
+static volatile sig_atomic_t a_intr;        /* Ctrl-C at the prompt */
+
+static void attach_sigint(int sig)
+{
+    int e = errno;
+    if (a_waiting) {
+        static const char b = CLI_INTR;
+        (void)!send(afd, &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        a_presses = a_presses + 1;
+    } else if (atty) {
+        a_intr = 1;
+    } else {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    errno = e;
+}
 
 /* Send all of s (blocking socket). */
 static int send_all(const char *s, size_t n)
@@ -701,8 +807,16 @@ static const char *read_reply(void (*emit)(const char *, size_t, void *),
             acap = nc;
         }
         ssize_t r = recv(afd, abuf + alen, acap - alen, 0);
-        if (r < 0 && errno == EINTR)
+        if (r < 0 && errno == EINTR) {
+            /* Interrupted three times and still no reply (the server
+             * may be stuck in a C call): stop waiting. */
+            if (a_presses >= 3) {
+                gave_up = true;
+                fflush(stdout);
+                return NULL;
+            }
             continue;
+        }
         if (r <= 0) {
             if (alen && !emit)
                 fwrite(abuf, 1, alen, stdout);
@@ -807,6 +921,10 @@ static void remote_top(double secs)
             (void)!read(0, b, sizeof b);
             break;
         }
+        if (a_intr) {                   /* Ctrl-C ends it too */
+            a_intr = 0;
+            break;
+        }
         if (r < 0 && errno != EINTR)
             break;
     }
@@ -818,11 +936,16 @@ static void remote_top(double secs)
 }
 
 /* Handle a reply's status; returns the next prompt, or NULL when the
- * connection closed. */
+ * connection closed (said on stderr). */
 static const char *after(const char *status)
 {
     if (!status) {
-        fprintf(stderr, "%s: attach: connection closed\n", cli_progname);
+        if (gave_up)
+            fprintf(stderr, "\n%s: attach: no answer to the interrupt; "
+                    "leaving\n", cli_progname);
+        else
+            fprintf(stderr, "%s%s: attach: connection closed\n",
+                    atty ? "\n" : "", cli_progname);
         return NULL;
     }
     if (status[0] == 'T') {
@@ -830,6 +953,120 @@ static const char *after(const char *status)
         return "> ";
     }
     return status[0] == '+' ? ">> " : "> ";
+}
+
+/* Send one line and handle the reply: the next prompt, or NULL when the
+ * connection closed (said on stderr). */
+static const char *request(const char *line, size_t n)
+{
+    if (send_all(line, n) != 0)
+        return after(NULL);
+    a_presses = 0;
+    a_waiting = 1;
+    const char *st = read_reply(NULL, NULL);
+    a_waiting = 0;
+    return after(st);
+}
+
+/* ---- the terminal client (readline's callback interface) ---- */
+
+static const char *aprompt;     /* the next prompt */
+static bool adone;              /* Ctrl-D, or the connection closed */
+static int arc;                 /* exit status */
+
+static void on_attach_line(char *line)
+{
+    if (!line) {
+        rl_callback_handler_remove();
+        fputs("\n", stdout);
+        fflush(stdout);
+        adone = true;
+        return;
+    }
+    if (*line)
+        add_history(line);
+    size_t n = strlen(line);
+    char *req = malloc(n + 1);
+    if (req) {
+        memcpy(req, line, n);
+        req[n] = '\n';
+        aprompt = request(req, n + 1);
+        free(req);
+    } else {
+        aprompt = NULL;
+    }
+    free(line);
+    if (!aprompt) {
+        rl_callback_handler_remove();
+        adone = true;
+        arc = 1;
+        return;
+    }
+    rl_set_prompt(aprompt);
+}
+
+/* Ctrl-C at the prompt: drop the line (and the server's pending chunk),
+ * like the local REPL. */
+static void attach_clear_line(void)
+{
+    static const char b = CLI_INTR;
+    if (aprompt && strcmp(aprompt, ">> ") == 0 && send_all(&b, 1) != 0)
+        return;
+    aprompt = "> ";
+    rl_free_line_state();
+    rl_callback_sigcleanup();
+    rl_replace_line("", 0);
+    rl_crlf();
+    rl_set_prompt(aprompt);
+    rl_on_new_line();
+    rl_redisplay();
+}
+
+static int attach_tty(void)
+{
+    char hp[4096];
+    cli_history_path(hp, sizeof hp);
+    rl_readline_name = "seda-lua";
+    rl_catch_signals = 0;               /* SIGINT is ours (attach_sigint) */
+    stifle_history(1000);
+    if (hp[0])
+        read_history(hp);
+    cli_complete_list(NULL, fetch_remote);
+    rl_callback_handler_install(aprompt, on_attach_line);
+    while (!adone) {
+        if (a_intr) {
+            a_intr = 0;
+            attach_clear_line();
+        }
+        /* The socket too: the server going away shows at once.  100 ms:
+         * a Ctrl-C that lands just before poll() waits no longer. */
+        struct pollfd p[2] = { { .fd = 0, .events = POLLIN },
+                               { .fd = afd, .events = POLLIN } };
+        int r = poll(p, 2, 100);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
+            continue;
+        if (p[1].revents) {
+            char b[4096];
+            ssize_t n = recv(afd, b, sizeof b, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+                rl_callback_handler_remove();
+                after(NULL);
+                arc = 1;
+                break;
+            }
+            if (n > 0)                  /* not expected between replies */
+                fwrite(b, 1, (size_t)n, stdout);
+        }
+        if (p[0].revents)
+            rl_callback_read_char();
+    }
+    if (hp[0]) {
+        write_history(hp);
+        history_truncate_file(hp, 1000);
+    }
+    return arc;
 }
 
 int cli_attach(const char *path)
@@ -844,44 +1081,22 @@ int cli_attach(const char *path)
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
-    bool tty = isatty(0) && isatty(1);
+    atty = isatty(0) && isatty(1);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = attach_sigint;      /* no SA_RESTART: see read_reply */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     struct collect greet = { 0 };
     /* the greeting is shown on a terminal only */
-    const char *st = read_reply(tty ? NULL : collect_emit, &greet);
+    const char *st = read_reply(atty ? NULL : collect_emit, &greet);
     free(greet.s);
-    const char *prompt = after(st);
-    if (!prompt)
+    aprompt = after(st);
+    if (!aprompt)
         return 1;
     int rc = 0;
-    if (tty) {
-        char hp[4096];
-        cli_history_path(hp, sizeof hp);
-        rl_readline_name = "seda-lua";
-        stifle_history(1000);
-        if (hp[0])
-            read_history(hp);
-        cli_complete_list(NULL, fetch_remote);
-        for (;;) {
-            char *line = readline(prompt);
-            if (!line) {
-                fputs("\n", stdout);
-                break;
-            }
-            if (*line)
-                add_history(line);
-            size_t n = strlen(line);
-            line[n] = '\n';
-            int s = send_all(line, n + 1);
-            free(line);
-            if (s != 0 || !(prompt = after(read_reply(NULL, NULL)))) {
-                rc = 1;
-                break;
-            }
-        }
-        if (hp[0]) {
-            write_history(hp);
-            history_truncate_file(hp, 1000);
-        }
+    if (atty) {
+        rc = attach_tty();
     } else {
         char *line = NULL;
         size_t cap = 0;
@@ -894,8 +1109,7 @@ int cli_attach(const char *path)
                 line = nb;
                 line[n++] = '\n';
             }
-            if (send_all(line, (size_t)n) != 0 ||
-                !after(read_reply(NULL, NULL))) {
+            if (!request(line, (size_t)n)) {
                 rc = 1;
                 break;
             }

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +37,23 @@ double cli_now(void)
 
 /* ---- calling Lua ---- */
 
+/* Registry key of the last message a REPL helper raised (C.fail). */
+static const char FAIL_KEY[] = "seda-lua cli.fail";
+
+/* The runtime's own handler (message + traceback), except for an error a
+ * REPL helper raised with C.fail: that message alone. */
 int cli_msghandler(lua_State *L)
 {
-    return seda__l_msghandler(L);       /* the runtime's own */
+    if (lua_type(L, 1) == LUA_TSTRING) {
+        lua_getfield(L, LUA_REGISTRYINDEX, FAIL_KEY);
+        bool helper = lua_rawequal(L, 1, -1);
+        lua_pop(L, 1);
+        if (helper) {
+            lua_settop(L, 1);
+            return 1;
+        }
+    }
+    return seda__l_msghandler(L);
 }
 
 /* Call the function below nargs arguments with a traceback handler.  On
@@ -114,6 +129,34 @@ static int c_top(lua_State *L)
     return 0;
 }
 
+/* C.fail(msg): raise msg (a string) with no position; the message
+ * handler shows it without a traceback.  Does not return. */
+static int c_fail(lua_State *L)
+{
+    luaL_checkstring(L, 1);
+    lua_settop(L, 1);
+    lua_pushvalue(L, 1);
+    lua_setfield(L, LUA_REGISTRYINDEX, FAIL_KEY);
+    return lua_error(L);
+}
+
+/* C.warn(msg): "seda-lua: msg" on stderr. */
+static int c_warn(lua_State *L)
+{
+    const char *m = luaL_checkstring(L, 1);
+    fflush(stdout);
+    fprintf(stderr, "%s: %s\n", cli_progname, m);
+    fflush(stderr);
+    return 0;
+}
+
+/* C.drain_stopped() -> true once a signal arrived during the drain. */
+static int c_drain_stopped(lua_State *L)
+{
+    lua_pushboolean(L, cli.drain_stop != 0);
+    return 1;
+}
+
 /* C.realpath(path) -> absolute path or nil */
 static int c_realpath(lua_State *L)
 {
@@ -138,6 +181,9 @@ int cli_setup(lua_State *L)
         { "write", c_write },
         { "top", c_top },
         { "realpath", c_realpath },
+        { "fail", c_fail },
+        { "warn", c_warn },
+        { "drain_stopped", c_drain_stopped },
         { NULL, NULL }
     };
     luaL_newlib(L, fns);
@@ -229,13 +275,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
     lua_pushcfunction(L, cli_msghandler);
     lua_insert(L, base);
     bool local = cli.sink == NULL;
-    if (local)
-        cli.running = 1;
+    /* A control client's command may run inside a local one (top() keeps
+     * the loop going): restore what was there. */
+    lua_Hook hook = lua_gethook(L);
+    int hmask = lua_gethookmask(L), hcount = lua_gethookcount(L);
+    sig_atomic_t was_running = cli.running;
+    if (cli.sink && cli.sink->hook)
+        lua_sethook(L, cli.sink->hook, LUA_MASKCOUNT, 1000);
+    cli.running = 1;
     int rc = lua_pcall(L, 0, LUA_MULTRET, base);
-    if (local) {
-        cli.running = 0;
-        lua_sethook(L, NULL, 0, 0);
-    }
+    cli.running = was_running;
+    lua_sethook(L, hook, hmask, hcount);   /* drops a stale lstop too */
     lua_remove(L, base);
     if (rc != LUA_OK) {
         report_error(lua_tostring(L, -1));
@@ -263,20 +313,51 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
 
 /* ---- signals ---- */
 
+static pthread_t main_thread;
+
+void cli_interrupt(lua_State *L)
+{
+    lua_sethook(L, lstop, LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
+}
+
+/* See struct cli.  Runs on the main thread only (a signal delivered to a
+ * bus worker is passed on), so it never races the main thread's own
+ * lua_sethook calls. */
 static void on_signal(int sig)
 {
-    if (sig == SIGINT) {
-        cli.intr = 1;
-        if (cli.running && cli.L)
-            lua_sethook(cli.L, lstop,
-                        LUA_MASKCALL | LUA_MASKRET | LUA_MASKCOUNT, 1);
-    } else {
-        cli.stop = 1;
+    int saved = errno;
+    if (!pthread_equal(pthread_self(), main_thread)) {
+        pthread_kill(main_thread, sig);
+        errno = saved;
+        return;
     }
+    switch (cli.phase) {
+    case CLI_SCRIPT:
+        if (cli.stop && cli.L)          /* a second signal */
+            cli_interrupt(cli.L);
+        cli.stop = 1;
+        break;
+    case CLI_LOOP:
+        if (sig == SIGINT && cli.prompt) {
+            cli.intr = 1;               /* clear the line */
+        } else {
+            cli.stop = 1;
+        }
+        if (cli.running && cli.L)
+            cli_interrupt(cli.L);
+        break;
+    case CLI_DRAIN:
+        cli.drain_stop = 1;
+        break;
+    default:
+        break;
+    }
+    errno = saved;
 }
 
 void cli_install_signals(void)
 {
+    main_thread = pthread_self();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -345,33 +426,52 @@ int cli_start(void)
 
 int cli_run(void)
 {
-    cli_install_signals();
     if (cli.o.watch && cli_watch_start() != 0)
         return 1;
     if (cli.o.metrics)
         cli_metrics_tick(cli_now(), true);
+    cli.phase = CLI_LOOP;
     if (cli.o.interactive)
         cli_repl_start();
     while (!cli.stop) {
+        cli.prompt = cli_repl_tty();
         if (cli.intr) {
             cli.intr = 0;
-            if (cli_repl_active() && isatty(0))
-                cli_repl_interrupt();
-            else
-                break;
+            cli_repl_interrupt();
         }
         if (!cli_repl_active() && !cli.o.serve)
             break;
         if (cli_step(10, cli_repl_active() ? 0 : -1))
             cli_repl_input();
     }
+    cli.prompt = 0;
+    cli.intr = 0;
     if (cli.o.interactive)
         cli_repl_end();
-    if (cli.stop || cli.intr)
+    cli_control_close();                /* clients see the end now */
+    if (cli.stop)
         fprintf(stderr, "%s: signal received, draining\n", cli_progname);
     if (cli.o.metrics)
         cli_metrics_tick(cli_now(), true);
     return 0;
+}
+
+int cli_finish(double drain, bool wait_first)
+{
+    lua_State *L = cli.L;
+    if (!cli_get_fn(L, "finish"))
+        return -1;
+    cli.drain_stop = 0;
+    cli.phase = CLI_DRAIN;
+    lua_pushnumber(L, drain);
+    lua_pushboolean(L, wait_first);
+    int rc = cli_docall(L, 2, 1) != LUA_OK ? -1 : 0;
+    if (rc == 0) {
+        rc = lua_toboolean(L, -1) ? 1 : 0;
+        lua_pop(L, 1);
+    }
+    cli.phase = CLI_IDLE;
+    return rc;
 }
 
 void cli_stop_all(void)

@@ -40,6 +40,11 @@ bool cli_repl_active(void)
     return active;
 }
 
+bool cli_repl_tty(void)
+{
+    return active && use_rl;
+}
+
 void cli_history_path(char *buf, size_t n)
 {
     const char *home = getenv("HOME");

@@ -237,7 +237,9 @@ static int opt_int(lua_State *L, int t, const char *stage, const char *k,
                        stage, k, luaL_tolstring(L, -1, NULL));
         if (!isint)
             luaL_error(L, "stage '%s': %s must be an integer (got %s)",
-                       stage, k, luaL_typename(L, -1));
+                       stage, k, lua_type(L, -1) == LUA_TNUMBER
+                                     ? lua_tostring(L, -1)
+                                     : luaL_typename(L, -1));
         if (i <= 0)
             luaL_error(L, "stage '%s': %s must be > 0 (got %I)", stage, k,
                        i);

@@ -8,10 +8,13 @@
  * Runs a Lua script with the `seda` module preloaded, like the lua
  * interpreter (the same `arg` table), then waits until every bus the
  * script created is idle, shuts them down gracefully and exits 0.  A script
- * error prints its message and traceback and exits 1.  --serve keeps the
- * process up until SIGINT/SIGTERM, running on_complete callbacks, then
- * drains (bounded) and exits.  -i runs a REPL after the script.  --watch,
- * --control and --metrics operate a running pipeline (src/cli_*.c).
+ * error prints its message and traceback, drains what was published
+ * (bounded by --drain) and exits 1.  --serve keeps the process up until
+ * SIGINT/SIGTERM, running on_complete callbacks, then drains (bounded) and
+ * exits.  -i runs a REPL after the script.  With --serve or -i, a signal
+ * that arrives while the script runs leads to the same drain once it
+ * returns.  --watch, --control and --metrics operate a running pipeline
+ * (src/cli_*.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -47,8 +50,9 @@ static void usage(FILE *f)
         "  -i              enter an interactive REPL after the script\n"
         "  --serve         keep running until SIGINT/SIGTERM, then drain "
         "and exit\n"
-        "  --drain SECS    with --serve: bound on the drain after the signal\n"
-        "                  (default 30; a script run waits until idle)\n"
+        "  --drain SECS    bound on the drain at exit after a signal or an\n"
+        "                  error, and on --serve's (default 30; otherwise a\n"
+        "                  run first waits until its buses are idle)\n"
         "  --watch         reload a stage when its handler file (or a module "
         "it\n"
         "                  requires) changes on disk\n"
@@ -71,20 +75,6 @@ static void usage(FILE *f)
         progname, progname, progname);
 }
 
-/* Call seda._NAME(arg, flag) from the preloaded module. */
-static int call_seda2(lua_State *L, const char *fn, double arg, bool flag,
-                      int nres)
-{
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    lua_getfield(L, -1, "seda");
-    lua_getfield(L, -1, fn);
-    lua_remove(L, -2);
-    lua_remove(L, -2);
-    lua_pushnumber(L, arg);
-    lua_pushboolean(L, flag);
-    return cli_docall(L, 2, nres);
-}
-
 /* ---- main ---- */
 
 struct opts {
@@ -94,6 +84,9 @@ struct opts {
     int script;                 /* argv index of the script, or 0 */
 };
 
+/* arg as lua.c builds it: the script at 0, its arguments from 1, the
+ * interpreter and options below 0; with no script (script 0), the
+ * program at 0 and every option from 1. */
 static int create_arg_table(lua_State *L, char **argv, int argc, int script)
 {
     int narg = argc - (script + 1);
@@ -185,7 +178,7 @@ static int run(lua_State *L, int argc, char **argv)
     }
     if (i < argc)
         o.script = i;
-    create_arg_table(L, argv, argc, o.script ? o.script : argc - 1);
+    create_arg_table(L, argv, argc, o.script);
 
     bool ran_e = false;
     for (int k = 1; k < (o.script ? o.script : argc); k++) {
@@ -204,31 +197,48 @@ static int run(lua_State *L, int argc, char **argv)
     cli.o.interactive = o.interactive;
     cli.o.serve = o.serve;
     bool live = o.interactive || o.serve;
+    if (!live && cli.o.control) {
+        fprintf(stderr, "%s: --control needs --serve or -i (a plain run "
+                "ends when its buses are idle)\n", progname);
+        usage(stderr);
+        return 1;
+    }
     if (!live) {                        /* nothing keeps the process up */
-        cli.o.control = NULL;
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }
     if (live && cli_start() != 0)       /* e.g. --control PATH refused */
         return 1;
+    /* From here a signal no longer kills a live run: during the script
+     * it asks for a drain once the script returns (a second one
+     * interrupts the script), then see cli_run and cli_finish. */
+    if (live) {
+        cli_install_signals();
+        cli.phase = CLI_SCRIPT;
+    }
 
-    /* Second pass: run -e chunks in order. */
-    for (int k = 1; k < (o.script ? o.script : argc); k++) {
+    /* Second pass: run -e chunks in order.  After an error nothing else
+     * runs, but what was published is still drained. */
+    bool failed = false;
+    for (int k = 1; k < (o.script ? o.script : argc) && !failed; k++) {
         if (strcmp(argv[k], "-e") == 0) {
             if (luaL_loadbuffer(L, argv[k + 1], strlen(argv[k + 1]),
                                 "=(command line)") != LUA_OK) {
                 fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-                return 1;
+                lua_pop(L, 1);
+                failed = true;
+            } else if (cli_docall(L, 0, 0) != LUA_OK) {
+                failed = true;
             }
-            if (cli_docall(L, 0, 0) != LUA_OK)
-                return 1;
             k++;
         } else if (has_arg(argv[k])) {
             k++;
         }
     }
 
-    if (o.script) {
+    if (failed) {
+        /* nothing more */
+    } else if (o.script) {
         const char *fname = argv[o.script];
         if (strcmp(fname, "-") == 0 && strcmp(argv[o.script - 1], "--"))
             fname = NULL;                       /* stdin */
@@ -236,38 +246,41 @@ static int run(lua_State *L, int argc, char **argv)
         cli.o.script_dir = sdir;
         if (luaL_loadfile(L, fname) != LUA_OK) {
             fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-            return 1;
+            lua_pop(L, 1);
+            failed = true;
+        } else {
+            int n = 0;
+            for (int k = o.script + 1; k < argc; k++, n++)
+                lua_pushstring(L, argv[k]);
+            failed = cli_docall(L, n, 0) != LUA_OK;
         }
-        int n = 0;
-        for (int k = o.script + 1; k < argc; k++, n++)
-            lua_pushstring(L, argv[k]);
-        if (cli_docall(L, n, 0) != LUA_OK)
-            return 1;
     } else if (!o.interactive && !o.serve && !ran_e) {
         if (luaL_loadfile(L, NULL) != LUA_OK) {
             fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-            return 1;
+            lua_pop(L, 1);
+            failed = true;
+        } else {
+            failed = cli_docall(L, 0, 0) != LUA_OK;
         }
-        if (cli_docall(L, 0, 0) != LUA_OK)
-            return 1;
     }
-    if (tty_repl)
-        printf("seda-lua %s (%s)  help() lists the commands\n", SEDA_VERSION,
-               LUA_RELEASE);
+    cli.phase = CLI_IDLE;
+    lua_sethook(L, NULL, 0, 0);         /* an interrupt that came too late */
 
-    if (live)
+    if (live && !failed && cli.stop) {
+        fprintf(stderr, "%s: signal received, draining\n", progname);
+    } else if (live && !failed) {
+        if (tty_repl)
+            printf("seda-lua %s (%s)  help() lists the commands\n",
+                   SEDA_VERSION, LUA_RELEASE);
         cli_run();
-
-    int rc = 0;
-    if (call_seda2(L, "_finish", o.drain, !o.serve, 1) != LUA_OK) {
-        rc = 1;
-    } else {
-        if (!lua_toboolean(L, -1))
-            fprintf(stderr, "%s: a bus did not drain within %gs; what was "
-                    "left was counted dropped\n", progname, o.drain);
-        lua_pop(L, 1);
     }
-    return rc;
+    cli_control_close();
+
+    /* A normal end (and the end of -i) waits until the buses are idle;
+     * after a signal or an error the drain is bounded by --drain. */
+    bool wait_first = !o.serve && !failed && !cli.stop;
+    int fin = cli_finish(o.drain, wait_first);
+    return failed || fin < 0 ? 1 : 0;
 }
 
 int seda_cli_dlq(int argc, char **argv);

@@ -198,18 +198,59 @@ local function bus_of(name)
 end
 M.bus_of = bus_of
 
--- reload([stage]): reload one stage (on every bus that has it) or every
--- stage of every bus.  Prints and returns true, or false, err.
+-- A stage as stats() names it: "name" is the first bus's, "name#N" the
+-- N-th bus that has a stage `name` (stage names cannot contain '#').
+-- Returns the bus and the stage's own name, or nil.
+local function resolve(label)
+  local base, n = label:match("^(.+)#(%d+)$")
+  if not base then return bus_of(label), label end
+  n = tonumber(n)
+  local k = 0
+  for _, b in ipairs(buses()) do
+    local ok, s = pcall(b.stats, b, base)
+    if ok and s then
+      k = k + 1
+      if k == n and n >= 2 then return b, base end
+    end
+  end
+  return nil
+end
+M.resolve = resolve
+
+-- Raise msg from a REPL helper: the message alone, without the helper's
+-- code position or a traceback (C.fail marks it for the message handler).
+local function fail(msg) C.fail(msg) end
+
+-- Call a bus method; an error it raises comes back as a message without
+-- the caller's code position (that position would be this file's).
+local function try(what, fn, ...)
+  local r = table.pack(pcall(fn, ...))
+  if not r[1] then
+    fail(what .. ": " .. (tostring(r[2]):gsub("^%[seda%-lua cli%]:%d+: ", "")
+                                        :gsub("^" .. what .. ": ", "")))
+  end
+  return table.unpack(r, 2, r.n)
+end
+
+-- reload([stage]): reload one stage (on every bus that has it; "name#N"
+-- as stats() shows it: that bus's only) or every stage of every bus.
+-- Prints and returns true, or false, err.
 function G.reload(stage)
   if stage ~= nil and type(stage) ~= "string" then
-    error("reload: stage name must be a string", 2)
+    fail("reload: stage name must be a string")
+  end
+  local list, name = buses(), stage
+  if stage and stage:find("#", 1, true) then
+    local b
+    b, name = resolve(stage)
+    list = { b }
   end
   local any, ok_all, errs = false, true, {}
-  for _, b in ipairs(buses()) do
-    local has = stage == nil or (pcall(b.stats, b, stage) and b:stats(stage))
+  for _, b in ipairs(list) do
+    local has = name == nil or (pcall(b.stats, b, name) and b:stats(name))
     if has then
       any = true
-      local ok, err = b:reload(stage)
+      local ok, err = b:reload(name)
       if not ok then ok_all = false; errs[#errs + 1] = tostring(err) end
     end
   end
@@ -227,26 +268,28 @@ function G.reload(stage)
   return false, err
 end
 
--- tune(stage, {concurrency=, capacity=, policy=})
+-- tune(stage, {concurrency=, capacity=, policy=}); stage as stats() names
+-- it ("name#N": the N-th bus's).
 function G.tune(stage, opts)
-  if type(stage) ~= "string" then error("tune: stage name expected", 2) end
+  if type(stage) ~= "string" then fail("tune: stage name expected") end
   if type(opts) ~= "table" then
-    error("tune: options table expected ({concurrency=, capacity=, policy=})", 2)
+    fail("tune: options table expected ({concurrency=, capacity=, policy=})")
   end
-  local b = bus_of(stage)
-  if not b then error("tune: no such stage '" .. stage .. "'", 2) end
+  local b, name = resolve(stage)
+  if not b then fail("tune: no such stage '" .. stage .. "'") end
   if type(b.tune) ~= "function" then
-    error("tune: bus:tune is not available in this build", 2)
+    fail("tune: bus:tune is not available in this build")
   end
-  local r = table.pack(b:tune(stage, opts))
-  if r[1] == false then error("tune: " .. tostring(r[2]), 2) end
-  local s = b:stats(stage)
+  local r = table.pack(try("tune", b.tune, b, name, opts))
+  if r[1] == false then fail("tune: " .. tostring(r[2])) end
+  local s = b:stats(name)
   out(fmt("%s: concurrency=%s capacity=%s policy=%s\n", stage,
           num(s.concurrency), num(s.capacity), tostring(s.policy)))
   return true
 end
 
 -- workers([n]): resize the pool of every live bus (or print the sizes).
+-- bus:workers checks n (one message for every bad n).
 function G.workers(n)
   local list = buses()
   if n == nil then
@@ -255,16 +298,13 @@ function G.workers(n)
     end
     return #list > 0 and list[1]:stats().workers or nil
   end
-  if math.type(n) ~= "integer" or n < 1 then
-    error("workers: a positive integer expected", 2)
-  end
-  if #list == 0 then error("workers: no live bus", 2) end
+  if #list == 0 then fail("workers: no live bus") end
   for i, b in ipairs(list) do
     if type(b.workers) ~= "function" then
-      error("workers: bus:workers is not available in this build", 2)
+      fail("workers: bus:workers is not available in this build")
     end
-    local r = table.pack(b:workers(n))
-    if r[1] == false then error("workers: " .. tostring(r[2]), 2) end
+    local r = table.pack(try("workers", b.workers, b, n))
+    if r[1] == false then fail("workers: " .. tostring(r[2])) end
     out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
   end
   return true
@@ -274,7 +314,7 @@ end
 function G.top(seconds)
   seconds = seconds or 1
   if type(seconds) ~= "number" or seconds <= 0 then
-    error("top: seconds must be a positive number", 2)
+    fail("top: seconds must be a positive number")
   end
   return C.top(seconds)
 end
@@ -300,13 +340,98 @@ the buses keep running while you type.
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
 concurrency (the permits); rate/s deliveries per second; p50us/p99us handler
 service time (µs); ver handler code version ("!" = the last reload failed).
-Ctrl-D (or end of input) leaves the REPL; Tab completes globals, fields and
-stage names inside strings.
+Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
+command or clears the line; Tab completes globals, fields and stage names
+inside strings.  Stage names as stats() shows them ("a#2") work in tune()
+and reload().
 ]]
 function G.help() out(HELP) end
 
 function M.install(env)
   for k, v in pairs(G) do env[k] = v end
+end
+
+-- ---- the end of a run -------------------------------------------------
+
+local function plural(n, one, many)
+  return n .. " " .. (n == 1 and one or (many or one .. "s"))
+end
+
+-- Per stage of bus b: { name = { dropped=, depth=, in_flight=, pull= } }.
+local function stage_counts(b)
+  local ok, st = pcall(b.stats, b)
+  local t = {}
+  if not ok or type(st) ~= "table" then return t end
+  for name, s in pairs(st.stages or {}) do
+    t[name] = { dropped = s.dropped or 0, depth = s.depth or 0,
+                in_flight = s.in_flight or 0, pull = s.consumers == 0 }
+  end
+  return t
+end
+
+-- finish(drain, wait_first): how seda-lua ends.  For every live bus, in
+-- order: when wait_first (a script's normal end, the end of -i), run its
+-- on_complete callbacks until it is idle, however long that takes; then
+-- stop it accepting publishes (pause: hops and callbacks keep flowing),
+-- let it drain for up to `drain` seconds in all, shut it down and count
+-- what the shutdown dropped.  C.drain_stopped() turns true on a signal:
+-- the waiting stops and the rest is dropped at once.  Says on stderr how
+-- many envelopes were dropped and why.  Returns true when none were.
+function M.finish(drain, wait_first)
+  local deadline
+  local stopped, timed_out = false, false
+  local total, pull_left, seen = 0, {}, {}
+  while true do
+    local b = buses()[1]
+    if not b or seen[b] then break end
+    seen[b] = true
+    if wait_first and not stopped then
+      while not b:wait(0.05) do
+        if C.drain_stopped() then stopped = true; break end
+      end
+    end
+    pcall(b.pause, b)
+    deadline = deadline or seda.now() + drain
+    while not stopped do
+      local left = deadline - seda.now()
+      if b:wait(left > 0.05 and 0.05 or (left > 0 and left or 0)) then break end
+      if C.drain_stopped() then stopped = true; break end
+      if seda.now() >= deadline then timed_out = true; break end
+    end
+    local before = stage_counts(b)
+    b:shutdown(0)
+    for name, a in pairs(stage_counts(b)) do
+      local p = before[name]
+      local n = a.dropped - (p and p.dropped or 0)
+      total = total + n
+      -- Left queued in a pull stage: nothing received it.
+      if n > 0 and p and p.pull then
+        pull_left[#pull_left + 1] = { name = name, n = n }
+      end
+    end
+  end
+  if total == 0 then return true end
+  sort(pull_left, function(x, y) return x.name < y.name end)
+  local why = {}
+  local pulled = 0
+  for _, p in ipairs(pull_left) do
+    why[#why + 1] = fmt("%s queued in pull stage '%s' with no receiver",
+                        plural(p.n, "envelope"), p.name)
+    pulled = pulled + p.n
+  end
+  if stopped then
+    why[#why + 1] = "a signal stopped the drain"
+  elseif timed_out then
+    why[#why + 1] = fmt("the drain did not finish within %gs (--drain)",
+                        drain)
+  end
+  if #why == 0 or (pulled < total and not stopped and not timed_out) then
+    why[#why + 1] = plural(total - pulled, "envelope") ..
+                    " still queued or in flight"
+  end
+  C.warn(fmt("%s dropped at exit: %s", plural(total, "envelope was",
+             "envelopes were"), concat(why, "; ")))
+  return false
 end
 
 -- ---- Prometheus exposition -------------------------------------------

@@ -84,6 +84,13 @@ type_line repl 'for i = 1, 2 do'
 type_line repl "print('loop=' .. i)"
 type_line repl 'end'
 check "-i: a multi-line chunk" wait_until "$DEADLINE" shows repl "loop=2"
+T send-keys -t repl -l -- "print('zz' .. 'local')"
+T send-keys -t repl C-c
+type_line repl "print('after' .. 'ctrlc')"
+check "-i: Ctrl-C at the prompt clears the line" \
+    wait_until "$DEADLINE" shows repl "afterctrlc"
+check "-i: ... and the cleared line did not run" sh -c \
+    "! tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t repl | grep -q zzlocal"
 T send-keys -t repl C-d
 check "-i: Ctrl-D leaves the REPL and the program exits" \
     wait_until "$DEADLINE" shows repl "[exited]"
@@ -97,13 +104,38 @@ run_session att "'$SEDA' attach '$S'"
 exercise att "attach"
 type_line att "x_local = 1; print('cb=' .. CB)"
 check "attach: script globals visible" wait_until "$DEADLINE" shows att "cb=25"
+# Ctrl-C while a command runs stops it on the server (like the local
+# REPL); at the prompt it clears the line and the client stays.
+type_line att "io.open('$D/busy', 'w'):close(); while true do end"
+check "attach: endless command started" wait_until "$DEADLINE" [ -e "$D/busy" ]
+T send-keys -t att C-c
+check "attach: Ctrl-C interrupts the remote command" \
+    wait_until "$DEADLINE" shows att "interrupted!"
+T send-keys -t att -l -- "print('zz' .. 'remote')"
+T send-keys -t att C-c
+type_line att 'for i = 1, 2 do'
+T send-keys -t att C-c
+type_line att "print('after' .. 'ctrlc')"
+check "attach: Ctrl-C at the prompt keeps the client" \
+    wait_until "$DEADLINE" shows att "afterctrlc"
+check "attach: ... and the cleared lines did not run" sh -c \
+    "! tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t att | grep -q zzremote"
 T send-keys -t att C-d
 check "attach: Ctrl-D ends the client" wait_until "$DEADLINE" shows att "[exited]"
 check "attach: the server keeps running" ask_is "$S" "nil	3" 'print(x_local, B:stats().workers)'
+# The server going away shows at the prompt at once; exit status 1.
+T new-session -d -s att2 -x 160 -y 50 \
+    "env HOME='$D' TERM=xterm '$SEDA' attach '$S'; echo \"[rc=\$?]\"; sleep 30"
+check "attach 2: prompt" wait_until "$DEADLINE" shows att2 "> "
 stop_server
 check "server exits 0 on SIGTERM (got $SRC)" [ "$SRC" = 0 ]
+check "attach: says the connection closed" \
+    wait_until "$DEADLINE" shows att2 "attach: connection closed"
+check "attach: exits 1 when the server went away" \
+    wait_until "$DEADLINE" shows att2 "[rc=1]"
 if [ "$FAILS" != 0 ]; then
     echo "--- last screen of the -i session:"; screen repl | tail -25
     echo "--- last screen of the attach session:"; screen att | tail -25
+    echo "--- last screen of the second attach session:"; screen att2 | tail -10
 fi
 finish

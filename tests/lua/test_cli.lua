@@ -245,15 +245,127 @@ B:stage{ name = "s", handler = function() end }
   T.contains(out, "tuned\t2", "tune changes concurrency")
 end)
 
-T.test("--watch and --control are accepted options", function()
+T.test("--watch is an accepted option; --control needs --serve or -i", function()
   local s = script("opts.lua", "print('ran')\n")
   local out, rc = seda_lua("--watch " .. q(s))
   T.eq(rc, 0, "--watch: " .. out)
   T.contains(out, "ran", "--watch ran the script")
   local sock = DIR .. "/ctl.sock"
   out, rc = seda_lua("--control " .. q(sock) .. " " .. q(s))
-  T.eq(rc, 0, "--control: " .. out)
-  T.contains(out, "ran", "--control ran the script")
+  T.eq(rc, 1, "--control without --serve or -i: " .. out)
+  T.contains(out, "--control needs --serve or -i", "says why")
+  T.contains(out, "usage:", "usage-style")
+  T.ok(not out:find("ran\n"), "the script did not run")
+  out, rc = seda_lua("-i --control " .. q(sock) .. " " .. q(s), "")
+  T.eq(rc, 0, "--control with -i: " .. out)
+  T.contains(out, "ran", "--control -i ran the script")
+end)
+
+T.test("a script error drains what it published, then exits 1", function()
+  local s = script("err_drain.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "s", capacity = 1000, handler = function(env)
+  local d = seda.now() + 0.001
+  while seda.now() < d do end
+end }
+local n = 0
+for i = 1, 500 do
+  assert(bus:publish("s", i, { on_complete = function()
+    n = n + 1
+    if n == 500 then print("handled " .. n) end
+  end }))
+end
+error("err-drain-marker")
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "err-drain-marker", "message")
+  T.contains(out, "handled 500", "every envelope handled before exit")
+  T.ok(not out:find("dropped"), "nothing dropped: " .. out)
+end)
+
+T.test("a script error whose drain runs out says how many were dropped", function()
+  local s = script("err_drop.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "s", capacity = 1000, handler = function(env)
+  local d = seda.now() + 0.05
+  while seda.now() < d do end
+end }
+for i = 1, 200 do assert(bus:publish("s", i)) end
+error("err-drop-marker")
+]])
+  local out, rc = seda_lua("--drain 0.1 " .. q(s))
+  T.eq(rc, 1, "exit status")
+  T.contains(out, "err-drop-marker", "message")
+  local n = tonumber(out:match("(%d+) envelopes were dropped at exit: " ..
+                               "the drain did not finish within 0%.1s"))
+  T.ok(n and n > 0 and n <= 200, "count and reason in: " .. out)
+end)
+
+T.test("envelopes left in a pull stage: the message says what happened", function()
+  local s = script("pull_left.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "jobs", pull = true }
+bus:stage{ name = "s", handler = function() end }
+for i = 1, 5 do assert(bus:publish("jobs", i)) end
+for i = 1, 3 do assert(bus:publish("s", i)) end
+print("published")
+]])
+  local t0 = require("seda").now()
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 0, "exit status")
+  T.contains(out, "published", "script ran")
+  T.contains(out, "5 envelopes were dropped at exit: 5 envelopes queued " ..
+             "in pull stage 'jobs' with no receiver", "count and reason")
+  T.ok(not out:find("within"), "claims no wait: " .. out)
+  T.ok(require("seda").now() - t0 < 10, "no long wait")
+end)
+
+T.test("-e without a script: arg like lua's", function()
+  local out, rc = seda_lua("-e 'print(arg[0] ~= nil, arg[-1], arg[1], arg[2] ~= nil, #arg)'")
+  T.eq(rc, 0, "exit status")
+  T.eq(out, "true\tnil\t-e\ttrue\t2\n", "arg[0] is the program, options from 1")
+  out = seda_lua("-e 'print(arg[0])'")
+  T.ok(out:match("seda%-lua\n$"), "arg[0] is the program: " .. out)
+end)
+
+T.test("REPL helpers: errors are just the message; stats() names work", function()
+  local s = script("repl_err.lua", [[
+local seda = require "seda"
+B = seda.bus{ workers = 1 }
+B:stage{ name = "a", handler = function() end }
+B2 = seda.bus{ workers = 1 }
+B2:stage{ name = "a", handler = function() end }
+]])
+  local out, rc = seda_lua("-i " .. q(s), table.concat({
+    "tune('a', {capacity = 1.5})",
+    "tune('nope', {})",
+    "workers(1e9)",
+    "workers(100000)",
+    "workers(0)",
+    "top(-1)",
+    "print('names', stats()['a#2'] ~= nil)",
+    "tune('a#2', {concurrency = 3})",
+    "print('conc', B:stats('a').concurrency, B2:stats('a').concurrency)",
+    "print('reload', reload('a#2'))",
+    "print('reload3', reload('a#3'))",
+  }, "\n") .. "\n")
+  T.eq(rc, 0, "exit status")
+  T.ok(not out:find("seda%-lua cli"), "no built-in code position: " .. out)
+  T.ok(not out:find("traceback"), "no traceback: " .. out)
+  T.contains(out, "tune: stage 'a': capacity must be an integer (got 1.5)\n", "tune: the value")
+  T.contains(out, "tune: no such stage 'nope'\n", "tune: no such stage")
+  local _, nw = out:gsub("workers: n must be an integer in 1%.%.1024\n", "")
+  T.eq(nw, 3, "one message for every bad n: " .. out)
+  T.contains(out, "top: seconds must be a positive number\n", "top")
+  T.contains(out, "names\ttrue", "stats() shows a#2")
+  T.contains(out, "a#2: concurrency=3", "tune accepts a#2")
+  T.contains(out, "conc\t1\t3", "tune changed the second bus's stage only")
+  T.contains(out, "reload\ttrue", "reload accepts a#2")
+  T.contains(out, "reload3\tfalse\tno such stage 'a#3'", "a#3 does not exist")
 end)
 
 for _, p in ipairs(files) do os.remove(p) end
