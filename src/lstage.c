@@ -232,9 +232,6 @@ static int opt_int(lua_State *L, int t, const char *stage, const char *k,
         /* A number only: "10" is a string here, as for every option. */
         lua_Integer i = lua_type(L, -1) == LUA_TNUMBER
                             ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint && lua_type(L, -1) == LUA_TNUMBER)
-            luaL_error(L, "stage '%s': %s must be an integer (got %s)",
-                       stage, k, luaL_tolstring(L, -1, NULL));
         if (!isint)
             luaL_error(L, "stage '%s': %s must be an integer (got %s)",
                        stage, k, lua_type(L, -1) == LUA_TNUMBER
