@@ -183,7 +183,7 @@ static seda_env_t *env_alloc(uint32_t inl)
         }
     }
     seda_env_t *e = seda__malloc(sizeof(seda_env_t) + inl);
-    if (RECYCLE && k >= 0 && e)
+    if (k >= 0 && e)
         atomic_fetch_add_explicit(&g_blocks, 1, memory_order_relaxed);
     return e;
 }
@@ -199,7 +199,7 @@ static void env_release(seda_env_t *e)
         tcache.p[k][tcache.n[k]++] = e;
         return;
     }
-    if (RECYCLE && k >= 0)
+    if (k >= 0)
         atomic_fetch_sub_explicit(&g_blocks, 1, memory_order_relaxed);
     seda__free(e);
 }

@@ -92,8 +92,8 @@ SEDA__API int seda__env_set_id(seda_env_t *env, const char *id);
 /* Blocks of the recycled size classes that are neither on the calling
  * thread's free stacks nor in the depot: envelopes alive, or lost.  With
  * no envelope alive and every other thread that used envelopes exited,
- * it is 0 (the test of the thread-exit flush).  Always 0 when recycling
- * is off (AddressSanitizer builds). */
+ * it is 0 (the test of the thread-exit flush).  With recycling off
+ * (AddressSanitizer builds) it counts the envelopes alive. */
 SEDA__API long seda__env_unaccounted(void);
 
 /* Free an envelope and everything it owns.  NULL is a no-op. */
