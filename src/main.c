@@ -204,6 +204,10 @@ static int run(lua_State *L, int argc, char **argv)
         return 1;
     }
     if (!live) {                        /* nothing keeps the process up */
+        if (cli.o.metrics || cli.o.watch)
+            fprintf(stderr, "%s: warning: %s has no effect without --serve "
+                    "or -i (a plain run ends when its buses are idle)\n",
+                    progname, cli.o.watch ? "--watch" : "--metrics");
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }

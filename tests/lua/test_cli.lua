@@ -250,6 +250,7 @@ T.test("--watch is an accepted option; --control needs --serve or -i", function(
   local out, rc = seda_lua("--watch " .. q(s))
   T.eq(rc, 0, "--watch: " .. out)
   T.contains(out, "ran", "--watch ran the script")
+  T.contains(out, "--watch has no effect without --serve or -i", "and warned it does nothing there")
   local sock = DIR .. "/ctl.sock"
   out, rc = seda_lua("--control " .. q(sock) .. " " .. q(s))
   T.eq(rc, 1, "--control without --serve or -i: " .. out)
