@@ -937,39 +937,6 @@ static int l_decode(lua_State *L)
     return 1;
 }
 
-/* seda._finish(drain_timeout, wait_first): for every live bus, run its
- * completions until it is idle (when wait_first, the default), then shut
- * it down with the drain timeout.  Used by seda-lua after the script.
- * Returns true if every bus drained. */
-static int l_finish(lua_State *L)
-{
-    double t = luaL_optnumber(L, 1, 30.0);
-    bool wait_first = lua_isnoneornil(L, 2) || lua_toboolean(L, 2);
-    bool all = true;
-    for (;;) {
-        lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
-        lua_pushnil(L);
-        if (!lua_next(L, -2)) {
-            lua_pop(L, 1);
-            break;
-        }
-        lua_pop(L, 1);                  /* the bus is the key */
-        struct lbusud *u = lua_touserdata(L, -1);
-        if (u->lb && u->lb->bus && !u->lb->shut) {
-            if (wait_first)
-                wait_idle(L, u->lb, -1);
-            all &= seda_bus_shutdown(u->lb->bus, t) == 0;
-            u->lb->shut = true;
-            run_completions(L, u->lb);
-        }
-        lua_pushnil(L);
-        lua_rawset(L, -3);
-        lua_pop(L, 1);
-    }
-    lua_pushboolean(L, all);
-    return 1;
-}
-
 /* Run pending completions of every live bus once; returns how many ran. */
 static int l_poll_all(lua_State *L)
 {
@@ -1045,7 +1012,6 @@ static const luaL_Reg module_funcs[] = {
     { "now", l_now },
     { "encode", l_encode },
     { "decode", l_decode },
-    { "_finish", l_finish },
     { "_poll_all", l_poll_all },
     { NULL, NULL }
 };
