@@ -369,27 +369,51 @@ local function stage_counts(b)
   return t
 end
 
--- finish(drain, wait_first): how seda-lua ends.  For every live bus, in
--- order: when wait_first (a script's normal end, the end of -i), run its
--- on_complete callbacks until it is idle, however long that takes; then
--- stop it accepting publishes (pause: hops and callbacks keep flowing),
+-- finish(drain, wait_first): how seda-lua ends.  When wait_first (a
+-- script's normal end, the end of -i), run on_complete callbacks until no
+-- bus has work left, however long that takes (settle_all).  Then for
+-- every live bus, in order: stop it accepting publishes (pause: hops and callbacks keep flowing),
 -- let it drain for up to `drain` seconds in all, shut it down and count
 -- what the shutdown dropped.  C.drain_stopped() turns true on a signal:
 -- the waiting stops and the rest is dropped at once.  Says on stderr how
 -- many envelopes were dropped and why.  Returns true when none were.
+-- Run callbacks until no live bus has work or callbacks left.  A callback
+-- of one bus may publish into another (only the main state can: a handler
+-- publishes into its own bus), so one bus is not settled until a whole
+-- pass over all of them runs no callback, finds each idle, and sees no
+-- completion since the pass before (a completion is what queues a
+-- callback).  Returns false when a signal stopped the waiting.
+local function settle_all()
+  local prev = {}
+  while true do
+    local clean = true
+    for _, b in ipairs(buses()) do
+      local ok1, ran = pcall(b.poll, b)
+      local ok2, idle = pcall(b.wait, b, 0)
+      local ok3, st = pcall(b.stats, b)
+      local done = ok3 and type(st) == "table" and st.completed or -1
+      if not (ok1 and ok2 and idle and ran == 0 and prev[b] == done) then
+        clean = false
+      end
+      prev[b] = done
+    end
+    if clean then return true end
+    if C.drain_stopped() then return false end
+    for _, b in ipairs(buses()) do         -- let the first busy one progress
+      if not b:wait(0.01) then break end
+    end
+  end
+end
+
 function M.finish(drain, wait_first)
   local deadline
   local stopped, timed_out = false, false
   local total, pull_left, seen = 0, {}, {}
+  if wait_first then stopped = not settle_all() end
   while true do
     local b = buses()[1]
     if not b or seen[b] then break end
     seen[b] = true
-    if wait_first and not stopped then
-      while not b:wait(0.05) do
-        if C.drain_stopped() then stopped = true; break end
-      end
-    end
     pcall(b.pause, b)
     deadline = deadline or seda.now() + drain
     while not stopped do

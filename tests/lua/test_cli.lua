@@ -369,7 +369,33 @@ B2:stage{ name = "a", handler = function() end }
   T.contains(out, "reload3\tfalse\tno such stage 'a#3'", "a#3 does not exist")
 end)
 
+T.test("a plain run waits for every bus: callbacks of one bus publishing into another all complete", function()
+  local s = script("twobus.lua", [[
+local seda = require "seda"
+local b1 = seda.bus{ workers = 1 }
+local b2 = seda.bus{ workers = 1 }
+b1:stage{ name = "a", handler = function(env) end }
+b2:stage{ name = "a", handler = function(env)
+  local t = seda.now() while seda.now() - t < 0.05 do end
+end }
+local done = 0
+local function step(k)
+  -- a chain that alternates buses: b2, b1, b2, b1, ...
+  local bus = k % 2 == 0 and b2 or b1
+  assert(bus:publish("a", k, { on_complete = function(e)
+    if k < 6 then step(k + 1) else io.write("chain done\n") end
+  end }))
+end
+step(0)
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 0, "exit status: " .. out)
+  T.contains(out, "chain done", "every step of the chain ran")
+  T.ok(not out:find("closed", 1, true), "no publish refused: " .. out)
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 os.remove(DIR .. "/ctl.sock")
 os.remove(DIR)
+
 T.done()
