@@ -33,6 +33,7 @@ struct cli_opts {
     const char *control;        /* --control PATH, or NULL */
     const char *metrics;        /* --metrics PATH, or NULL */
     const char *script_dir;     /* directory of the script, or NULL */
+    double drain;               /* --drain seconds */
 };
 
 /* An output sink: where print() of a control client's command and the

@@ -169,6 +169,26 @@ static int c_realpath(lua_State *L)
     return 1;
 }
 
+/* os.exit(code, close) in the program: end the run as its normal end
+ * does (cli_finish: callbacks until idle, then the bounded drain, and
+ * what was dropped is said), then exit as Lua's os.exit does (upvalue 1).
+ * From a control client's command it refuses: a client does not end the
+ * server. */
+static int c_os_exit(lua_State *L)
+{
+    if (cli.sink)
+        return luaL_error(L, "os.exit: not from an attached client (it "
+                          "would stop the server; send the server SIGTERM)");
+    int n = lua_gettop(L);
+    cli_stop_all();
+    cli_finish(cli.o.drain, !cli.stop);
+    lua_settop(L, n);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, 0);
+    return 0;
+}
+
 int cli_setup(lua_State *L)
 {
     size_t len = (size_t)(cli_lua_end - cli_lua_src);
@@ -195,6 +215,12 @@ int cli_setup(lua_State *L)
         if (cli_docall(L, 1, 0) != LUA_OK)
             return 1;
     }
+    if (lua_getglobal(L, "os") == LUA_TTABLE) {
+        lua_getfield(L, -1, "exit");
+        lua_pushcclosure(L, c_os_exit, 1);
+        lua_setfield(L, -2, "exit");
+    }
+    lua_pop(L, 1);
     return 0;
 }
 

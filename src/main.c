@@ -196,6 +196,7 @@ static int run(lua_State *L, int argc, char **argv)
         return 1;
     cli.o.interactive = o.interactive;
     cli.o.serve = o.serve;
+    cli.o.drain = o.drain;
     bool live = o.interactive || o.serve;
     if (!live && cli.o.control) {
         fprintf(stderr, "%s: --control needs --serve or -i (a plain run "

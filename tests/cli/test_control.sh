@@ -37,6 +37,10 @@ check "client B does not see A's global" ask_is "$S" nil 'print(only_a)'
 check "B's print goes to B only" ask_is "$S" "to-b" 'print("to-b")'
 check "nothing of B's reached A" sh -c "! grep -q to-b '$D/a.out'"
 check "script globals are shared (B reads the bus)" ask_is "$S" 10 'print(B:stats("parse").delivered)'
+out=$(ask "$S" 'os.exit(7)' 'print("after exit")')
+check "os.exit from a client is refused ($out)" contains "$out" "not from an attached client"
+check "and that client goes on" contains "$out" "after exit"
+check "the server still serves" ask_is "$S" alive 'print("alive")'
 exec 3>&-
 wait "$APID"
 

@@ -394,6 +394,21 @@ step(0)
   T.ok(not out:find("closed", 1, true), "no publish refused: " .. out)
 end)
 
+T.test("os.exit in a script drains what was published first, keeping its status", function()
+  local s = script("osexit.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "s", handler = function(env)
+  local t = seda.now() while seda.now() - t < 0.01 do end
+end }
+for i = 1, 5 do bus:publish("s", i, { on_complete = function(e) io.write("c", e.payload, "\n") end }) end
+os.exit(3)
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 3, "os.exit's status: " .. out)
+  for i = 1, 5 do T.contains(out, "c" .. i, "callback " .. i .. " ran before the exit") end
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 os.remove(DIR .. "/ctl.sock")
 os.remove(DIR)
