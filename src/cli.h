@@ -121,6 +121,11 @@ int cli_finish(double drain, bool wait_first);
 int cli_start(void);
 void cli_stop_all(void);
 
+/* True when the control client whose command runs now asked for an
+ * interrupt (Ctrl-C in attach) or went away; then the command stops at
+ * its next Lua instruction.  Main thread. */
+bool cli_control_interrupt_pending(lua_State *L);
+
 /* cli_repl.c */
 void cli_repl_start(void);
 bool cli_repl_active(void);

@@ -50,6 +50,7 @@
 #include <lua.h>
 
 #include "cli.h"
+#include "lseda.h"
 #include "seda.h"
 
 #define MAX_CLIENTS 64
@@ -414,6 +415,27 @@ static void push_fn_result(struct client *c, const char *fn, int nargs)
 static struct client *cur;      /* the client whose command runs now */
 static double cur_check;        /* when remote_hook last looked */
 
+/* Look at c's socket without taking anything: a 0x03 not yet acted on
+ * (Ctrl-C in attach) or the client gone sets c->interrupting. */
+static void check_client(struct client *c)
+{
+    char buf[4096];
+    ssize_t r = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                   errno != EINTR)) {
+        c->dead = true;                 /* gone: nobody waits for it */
+        c->interrupting = true;
+    } else if (r > 0) {
+        int n = 0;
+        for (ssize_t i = 0; i < r; i++)
+            n += buf[i] == CLI_INTR;
+        if (n > c->intr_seen) {
+            c->intr_seen = n;
+            c->interrupting = true;
+        }
+    }
+}
+
 /* The count hook while a client's Lua command runs (every 1000
  * instructions; the socket at most every 20 ms): a 0x03 the client sent
  * (Ctrl-C in attach) or the client gone interrupts the command.  Once
@@ -430,25 +452,27 @@ static void remote_hook(lua_State *L, lua_Debug *ar)
         if (now - cur_check < 0.02)
             return;
         cur_check = now;
-        char buf[4096];
-        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
-                       errno != EINTR)) {
-            c->dead = true;             /* gone: nobody waits for it */
-            c->interrupting = true;
-        } else if (r > 0) {
-            int n = 0;
-            for (ssize_t i = 0; i < r; i++)
-                n += buf[i] == CLI_INTR;
-            if (n > c->intr_seen) {
-                c->intr_seen = n;
-                c->interrupting = true;
-            }
-        }
+        check_client(c);
         if (!c->interrupting)
             return;
     }
+    if (seda__l_callback_depth > 0)
+        return;         /* stops the command, never a callback */
     luaL_error(L, "interrupted!");
+}
+
+/* See cli.h.  Arms remote_hook on every instruction once interrupting, so
+ * the command stops as soon as it runs Lua again. */
+bool cli_control_interrupt_pending(lua_State *L)
+{
+    struct client *c = cur;
+    if (!c || cli.sink == NULL)
+        return false;
+    if (!c->interrupting)
+        check_client(c);
+    if (c->interrupting)
+        lua_sethook(L, remote_hook, LUA_MASKCOUNT, 1);
+    return c->interrupting;
 }
 
 /* Take the 0x03 bytes out of buf (n bytes); returns the bytes left.  One

@@ -169,6 +169,8 @@ static int c_realpath(lua_State *L)
     return 1;
 }
 
+static bool interrupt_pending(lua_State *L);
+
 /* os.exit(code, close) in the program: end the run as its normal end
  * does (cli_finish: callbacks until idle, then the bounded drain, and
  * what was dropped is said), then exit as Lua's os.exit does (upvalue 1).
@@ -210,6 +212,7 @@ int cli_setup(lua_State *L)
     if (cli_docall(L, 1, 1) != LUA_OK)
         return 1;
     cli.mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    seda__l_interrupt_pending = interrupt_pending;
     if (cli_get_fn(L, "install")) {
         lua_pushglobaltable(L);
         if (cli_docall(L, 1, 0) != LUA_OK)
@@ -253,8 +256,17 @@ static void report_error(const char *msg)
 static void lstop(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
+    if (seda__l_callback_depth > 0)
+        return;         /* stays armed: stops the command, not a callback */
     lua_sethook(L, NULL, 0, 0);
     luaL_error(L, "interrupted!");
+}
+
+/* bus:wait()'s check (seda__l_interrupt_pending): a local interrupt is
+ * armed, or the control client whose command runs asked for one. */
+static bool interrupt_pending(lua_State *L)
+{
+    return lua_gethook(L) == lstop || cli_control_interrupt_pending(L);
 }
 
 int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,

@@ -212,6 +212,9 @@ static int call_completion(lua_State *L)
 
 /* Run every queued completion on the main state.  Returns how many
  * callbacks ran.  An error in a callback is printed with its traceback. */
+int seda__l_callback_depth;                 /* main thread only */
+bool (*seda__l_interrupt_pending)(lua_State *L);
+
 static int run_completions(lua_State *L, struct lbus *lb)
 {
     int ran = 0;
@@ -230,7 +233,10 @@ static int run_completions(lua_State *L, struct lbus *lb)
                 lua_pushcfunction(L, call_completion);
                 lua_rawgeti(L, LUA_REGISTRYINDEX, c->cb->ref);
                 lua_pushlightuserdata(L, c);
-                if (lua_pcall(L, 2, 0, top + 1) != LUA_OK)
+                seda__l_callback_depth++;
+                int rc = lua_pcall(L, 2, 0, top + 1);
+                seda__l_callback_depth--;
+                if (rc != LUA_OK)
                     fprintf(stderr, "seda: on_complete: %s\n",
                             lua_tostring(L, -1));
                 lua_settop(L, top);
@@ -690,6 +696,9 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
             !completions_pending(lb))
             return true;
         if (seda_now() >= until)
+            return false;
+        if (seda__l_interrupt_pending && seda__l_callback_depth == 0 &&
+            seda__l_interrupt_pending(L))
             return false;
         wait_completion(lb, until);
     }

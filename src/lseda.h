@@ -140,6 +140,15 @@ SEDA__API void seda__l_lstage_free(struct lstage *ls);
  * __tostring, or a note of its type) with a traceback. */
 SEDA__API int seda__l_msghandler(lua_State *L);
 
+/* For a program hosting the main state (seda-lua's REPL): how many
+ * on_complete callbacks are running on it now (an interrupt waits until
+ * they return: it stops the command, never a callback), and a check that
+ * bus:wait() makes between waits, returning true to give up waiting (an
+ * interrupt is pending; the caller then sees it at its next
+ * instruction).  Main thread only. */
+SEDA__API extern int seda__l_callback_depth;
+SEDA__API extern bool (*seda__l_interrupt_pending)(lua_State *L);
+
 /* The hooks the bus is created with: one Lua state per pool thread. */
 SEDA__API void *seda__lw_start(int index, void *ud);
 SEDA__API void seda__lw_stop(int index, void *data, void *ud);

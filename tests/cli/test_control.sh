@@ -112,6 +112,14 @@ check "killed server left its socket behind" [ -S "$S" ]
 start_server "$D/log2" --serve --control "$S" "$D/p.lua"
 check "a stale socket is reused" wait_until "$DEADLINE" sock_up "$S"
 check "reused socket mode is 0600" [ "$(stat -c %a "$S")" = 600 ]
+
+# A client that goes away while its command waits on callbacks stops the
+# command, never a callback: all 200 callbacks run, none is interrupted.
+printf '%s\n' 'local function burn() local t = seda.now() while seda.now() - t < 0.003 do end end for i = 1, 200 do B:publish("parse", i, { on_complete = function() burn(); seda.shared:incr("cbn") end }) end print(B:wait())' |
+    timeout 0.3 "$SEDA" attach "$S" >/dev/null 2>&1
+cbs_done() { [ "$(ask "$S" 'print(seda.shared:get("cbn"))')" = 200 ]; }
+check "every callback ran after the client left" wait_until "$DEADLINE" cbs_done
+check "no callback was interrupted" sh -c "! grep -q 'on_complete: .*interrupted' '$D/log2'"
 stop_server
 check "exits 0 on SIGTERM (got $SRC)" [ "$SRC" = 0 ]
 check "socket removed at exit" [ ! -e "$S" ]
