@@ -274,6 +274,17 @@ static void plain_lines(bool eof)
             do_line(ibuf, ilen);
         ilen = 0;
         active = false;
+        if (pending) {
+            /* Input ended inside a statement: say so, as lua does. */
+            lua_State *L = cli.L;
+            if (luaL_loadbuffer(L, pending, pending_len, "=stdin") !=
+                LUA_OK)
+                fprintf(stderr, "%s\n", lua_tostring(L, -1));
+            lua_pop(L, 1);
+            free(pending);
+            pending = NULL;
+            pending_len = 0;
+        }
     }
 }
 

@@ -254,18 +254,16 @@ function G.reload(stage)
       if not ok then ok_all = false; errs[#errs + 1] = tostring(err) end
     end
   end
+  -- A failure is returned, not printed: the REPL prints what a line
+  -- returns, so printing here too showed it twice.
   if not any then
-    local err = stage and ("no such stage '" .. stage .. "'") or "no live bus"
-    out("reload: " .. err .. "\n")
-    return false, err
+    return false, stage and ("no such stage '" .. stage .. "'") or "no live bus"
   end
   if ok_all then
     out("reloaded " .. (stage or "every stage") .. "\n")
     return true
   end
-  local err = concat(errs, "; ")
-  out("reload failed: " .. err .. "\n")
-  return false, err
+  return false, concat(errs, "; ")
 end
 
 -- tune(stage, {concurrency=, capacity=, policy=}); stage as stats() names

@@ -409,6 +409,16 @@ os.exit(3)
   for i = 1, 5 do T.contains(out, "c" .. i, "callback " .. i .. " ran before the exit") end
 end)
 
+T.test("-i: input that ends inside a statement is reported; a failed reload prints once", function()
+  local s = script("incomplete.lua", "local seda = require 'seda'\nbus = seda.bus{ workers = 1 }\n")
+  local out, rc = seda_lua("-i " .. q(s), "for i = 1, 3 do\n")
+  T.eq(rc, 0, "exit status: " .. out)
+  T.contains(out, "'end' expected near <eof>", "the unfinished statement is reported")
+  out = seda_lua("-i " .. q(s), "reload('nope')\n")
+  local _, n = out:gsub("no such stage 'nope'", "")
+  T.eq(n, 1, "the failure shows once: " .. out)
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 os.remove(DIR .. "/ctl.sock")
 os.remove(DIR)
