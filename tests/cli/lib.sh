@@ -69,19 +69,26 @@ start_server() {
     PIDS="$PIDS $SPID"
 }
 
-# stop_server: SIGTERM and wait (bounded); sets SRC to its exit status.
-stop_server() {
-    kill -TERM "$SPID" 2>/dev/null
+# waitpid_bounded PID: wait for PID, a child of this shell (bounded by
+# DEADLINE, then SIGKILL); sets WRC to its exit status.
+waitpid_bounded() {
     limit=$(( $(now_ms) + DEADLINE * 1000 ))
-    while kill -0 "$SPID" 2>/dev/null; do
+    while kill -0 "$1" 2>/dev/null; do
         if [ "$(now_ms)" -ge "$limit" ]; then
-            kill -9 "$SPID" 2>/dev/null
+            kill -9 "$1" 2>/dev/null
             break
         fi
         sleep 0.05
     done
-    wait "$SPID"
-    SRC=$?
+    wait "$1"
+    WRC=$?
+}
+
+# stop_server: SIGTERM and wait (bounded); sets SRC to its exit status.
+stop_server() {
+    kill -TERM "$SPID" 2>/dev/null
+    waitpid_bounded "$SPID"
+    SRC=$WRC
 }
 
 finish() {

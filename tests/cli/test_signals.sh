@@ -33,20 +33,6 @@ EOF
 
 published() { grep -q '^published' "$1"; }
 
-# waitpid_bounded PID: wait for PID (bounded by DEADLINE); sets WRC.
-waitpid_bounded() {
-    limit=$(( $(now_ms) + DEADLINE * 1000 ))
-    while kill -0 "$1" 2>/dev/null; do
-        if [ "$(now_ms)" -ge "$limit" ]; then
-            kill -9 "$1" 2>/dev/null
-            break
-        fi
-        sleep 0.05
-    done
-    wait "$1"
-    WRC=$?
-}
-
 for sig in TERM INT; do
     rm -f "$D/go"
     start_server "$D/e_$sig.log" --serve "$D/early.lua" "$D/go"
