@@ -983,10 +983,14 @@ static const char *after(const char *status)
  * connection closed (said on stderr). */
 static const char *request(const char *line, size_t n)
 {
-    if (send_all(line, n) != 0)
-        return after(NULL);
+    /* Waiting from before the send: the server may start the command
+     * (and a Ctrl-C may come) before send_all returns here. */
     a_presses = 0;
     a_waiting = 1;
+    if (send_all(line, n) != 0) {
+        a_waiting = 0;
+        return after(NULL);
+    }
     const char *st = read_reply(NULL, NULL);
     a_waiting = 0;
     return after(st);
