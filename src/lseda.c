@@ -212,6 +212,47 @@ static int call_completion(lua_State *L)
 
 /* Run every queued completion on the main state.  Returns how many
  * callbacks ran.  An error in a callback is printed with its traceback. */
+/* on_complete errors: at most 5 reports a second, as stages do for
+ * handler errors; the rest are counted, and the count is said with the
+ * next report or when a bus shuts down.  Locking: cb_mu guards cb_*. */
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static double cb_window;
+static int cb_lines;
+static unsigned long cb_suppressed;
+
+static void cb_flush_locked(void)
+{
+    if (cb_suppressed)
+        fprintf(stderr, "seda: on_complete: %lu similar errors "
+                "suppressed\n", cb_suppressed);
+    cb_suppressed = 0;
+}
+
+static void cb_flush(void)
+{
+    pthread_mutex_lock(&cb_mu);
+    cb_flush_locked();
+    pthread_mutex_unlock(&cb_mu);
+}
+
+static void cb_report(const char *msg)
+{
+    double now = seda_now();
+    pthread_mutex_lock(&cb_mu);
+    if (now - cb_window >= 1.0) {
+        cb_flush_locked();
+        cb_window = now;
+        cb_lines = 0;
+    }
+    if (cb_lines < 5) {
+        cb_lines++;
+        fprintf(stderr, "seda: on_complete: %s\n", msg);
+    } else {
+        cb_suppressed++;
+    }
+    pthread_mutex_unlock(&cb_mu);
+}
+
 int seda__l_callback_depth;                 /* main thread only */
 bool (*seda__l_interrupt_pending)(lua_State *L);
 
@@ -237,8 +278,7 @@ static int run_completions(lua_State *L, struct lbus *lb)
                 int rc = lua_pcall(L, 2, 0, top + 1);
                 seda__l_callback_depth--;
                 if (rc != LUA_OK)
-                    fprintf(stderr, "seda: on_complete: %s\n",
-                            lua_tostring(L, -1));
+                    cb_report(lua_tostring(L, -1));
                 lua_settop(L, top);
                 ran++;
             }
@@ -730,6 +770,7 @@ static int l_bus_shutdown(lua_State *L)
     int rc = seda_bus_shutdown(u->lb->bus, t);
     u->lb->shut = true;
     run_completions(L, u->lb);
+    cb_flush();
     unregister_bus(L, 1);
     lua_pushboolean(L, rc == 0);
     return 1;
@@ -741,6 +782,7 @@ static int l_bus_shutdown_now(lua_State *L)
     seda_bus_shutdown_now(u->lb->bus);
     u->lb->shut = true;
     run_completions(L, u->lb);
+    cb_flush();
     unregister_bus(L, 1);
     return 0;
 }
@@ -778,6 +820,7 @@ static int l_bus_close(lua_State *L)
         seda_bus_shutdown(u->lb->bus, 30.0);
         u->lb->shut = true;
         run_completions(L, u->lb);
+        cb_flush();
         unregister_bus(L, 1);
     }
     return 0;

@@ -419,6 +419,24 @@ T.test("-i: input that ends inside a statement is reported; a failed reload prin
   T.eq(n, 1, "the failure shows once: " .. out)
 end)
 
+T.test("on_complete errors are rate-limited, and the suppressed count is said", function()
+  local s = script("cberr.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "s", handler = function(env) end }
+for i = 1, 50 do bus:publish("s", i, { on_complete = function() error("cb-fail-" .. i) end }) end
+assert(bus:wait(10))
+bus:shutdown()
+]])
+  local out, rc = seda_lua(q(s))
+  T.eq(rc, 0, "callback errors do not fail the run: " .. out)
+  local _, shown = out:gsub("cb%-fail%-", "")
+  local counted = 0
+  for n in out:gmatch("on_complete: (%d+) similar errors suppressed") do counted = counted + tonumber(n) end
+  T.ok(shown >= 1 and shown < 50, "reports are limited, got " .. shown)
+  T.eq(shown + counted, 50, "every error shown or counted: " .. out)
+end)
+
 for _, p in ipairs(files) do os.remove(p) end
 os.remove(DIR .. "/ctl.sock")
 os.remove(DIR)
