@@ -112,10 +112,11 @@ void cli_poll_all(void);
  * could not start. */
 int cli_run(void);
 /* The end of a run: lua/seda/cli.lua's finish (drain every live bus,
- * bounded by `drain` seconds after the wait for idle when wait_first; a
- * signal stops the wait; says what was dropped).  Returns 1 when nothing
- * was dropped, 0 when something was, -1 on an error (printed). */
-int cli_finish(double drain, bool wait_first);
+ * bounded by --drain (cli.o.drain) seconds after the wait for idle when
+ * wait_first; a signal stops the wait; says what was dropped).  Returns 1
+ * when nothing was dropped, 0 when something was, -1 on an error
+ * (printed). */
+int cli_finish(bool wait_first);
 /* Start what the options ask for before the script runs (the control
  * socket: refusing to start is decided here).  Returns 0 or 1. */
 int cli_start(void);

@@ -183,7 +183,7 @@ static int c_os_exit(lua_State *L)
                           "would stop the server; send the server SIGTERM)");
     int n = lua_gettop(L);
     cli_stop_all();
-    cli_finish(cli.o.drain, !cli.stop);
+    cli_finish(!cli.stop);
     lua_settop(L, n);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
@@ -494,14 +494,14 @@ int cli_run(void)
     return 0;
 }
 
-int cli_finish(double drain, bool wait_first)
+int cli_finish(bool wait_first)
 {
     lua_State *L = cli.L;
     if (!cli_get_fn(L, "finish"))
         return -1;
     cli.drain_stop = 0;
     cli.phase = CLI_DRAIN;
-    lua_pushnumber(L, drain);
+    lua_pushnumber(L, cli.o.drain);
     lua_pushboolean(L, wait_first);
     int rc = cli_docall(L, 2, 1) != LUA_OK ? -1 : 0;
     if (rc == 0) {

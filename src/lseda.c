@@ -210,8 +210,6 @@ static int call_completion(lua_State *L)
     return 0;
 }
 
-/* Run every queued completion on the main state.  Returns how many
- * callbacks ran.  An error in a callback is printed with its traceback. */
 /* on_complete errors: at most 5 reports a second, as stages do for
  * handler errors; the rest are counted, and the count is said with the
  * next report or when a bus shuts down.  Locking: cb_mu guards cb_*. */
@@ -256,6 +254,9 @@ static void cb_report(const char *msg)
 int seda__l_callback_depth;                 /* main thread only */
 bool (*seda__l_interrupt_pending)(lua_State *L);
 
+/* Run every queued completion on the main state.  Returns how many
+ * callbacks ran.  An error in a callback is printed with its
+ * traceback (cb_report). */
 static int run_completions(lua_State *L, struct lbus *lb)
 {
     int ran = 0;

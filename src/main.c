@@ -80,7 +80,6 @@ static void usage(FILE *f)
 struct opts {
     bool interactive;
     bool serve;
-    double drain;
     int script;                 /* argv index of the script, or 0 */
 };
 
@@ -121,7 +120,8 @@ static char *script_dir(const char *fname)
 
 static int run(lua_State *L, int argc, char **argv)
 {
-    struct opts o = { false, false, 30.0, 0 };
+    struct opts o = { false, false, 0 };
+    cli.o.drain = 30.0;
     luaL_openlibs(L);
     luaL_requiref(L, "seda", luaopen_seda, 0);
     lua_pop(L, 1);
@@ -158,8 +158,8 @@ static int run(lua_State *L, int argc, char **argv)
             }
             if (strcmp(a, "--drain") == 0) {
                 char *end;
-                o.drain = strtod(argv[i + 1], &end);
-                if (*end || o.drain < 0) {
+                cli.o.drain = strtod(argv[i + 1], &end);
+                if (*end || cli.o.drain < 0) {
                     fprintf(stderr, "%s: --drain: not a number of seconds: "
                             "'%s'\n", progname, argv[i + 1]);
                     return 1;
@@ -196,7 +196,6 @@ static int run(lua_State *L, int argc, char **argv)
         return 1;
     cli.o.interactive = o.interactive;
     cli.o.serve = o.serve;
-    cli.o.drain = o.drain;
     bool live = o.interactive || o.serve;
     if (!live && cli.o.control) {
         fprintf(stderr, "%s: --control needs --serve or -i (a plain run "
@@ -284,7 +283,7 @@ static int run(lua_State *L, int argc, char **argv)
     /* A normal end (and the end of -i) waits until the buses are idle;
      * after a signal or an error the drain is bounded by --drain. */
     bool wait_first = !o.serve && !failed && !cli.stop;
-    int fin = cli_finish(o.drain, wait_first);
+    int fin = cli_finish(wait_first);
     return failed || fin < 0 ? 1 : 0;
 }
 
