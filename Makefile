@@ -175,7 +175,7 @@ clean:
 # with the release libraries) and run the full suite through bench/run.
 # bench/run --help lists the options (--config, --handler, --quick).
 BENCH_SRC := bench/bench.c bench/bench_stage.c bench/bench_more.c bench/bench_durable.c \
-             bench/bench_count.c
+             bench/bench_count.c bench/bench_fanout.c
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 

@@ -547,7 +547,7 @@ void bench_floors(void)
 static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
-    "durable_pipeline", "count", NULL
+    "durable_pipeline", "count", "fanout", NULL
 };
 
 static void usage(FILE *f)
@@ -564,7 +564,7 @@ static void usage(FILE *f)
         "  --config NAME   run only this config (repeatable); one of\n"
         "                  floor cap1 cap8 seq par chan cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
-        "                  durable_pipeline count (default: all).  The\n"
+        "                  durable_pipeline count fanout (default: all).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"
         "                  count is the hand-off check: a C consumer that\n"
@@ -731,6 +731,8 @@ int main(int argc, char **argv)
         bench_memory();
     if (selected(sel, nsel, "count"))
         bench_count();
+    if (selected(sel, nsel, "fanout"))
+        bench_fanout();
 
     remove_tmpdir();
     if (g_out)

@@ -188,6 +188,7 @@ void bench_codec(void);
 void bench_pipeline(void);
 void bench_memory(void);
 void bench_count(void);       /* count: the C runtime's hand-off rate */
+void bench_fanout(void);      /* fanout: handlers publishing (loans) */
 /* durable1, durable_batch, durable_pipeline (bench_durable.c) */
 void bench_durable(const char *config);
 

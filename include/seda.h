@@ -10,7 +10,7 @@
  * sends the envelope to the next hop or fires the producer's completion
  * callback; nacks retry at the head of the queue, then dead-letter.
  *
- * Conventions (see STYLE.md):
+ * Conventions:
  *   - Functions that can fail return 0 (or a count) on success and a negative
  *     SEDA_E* code on failure.  A failed call has no effect.
  *   - seda_strerror() maps a code to the short reason word used by the Lua
@@ -27,10 +27,17 @@
  *     that a function checks (names, payloads with a length, arrays with
  *     a count) give SEDA_EINVAL.
  *   - Limits: workers 1..1024 (0: one per CPU), batch 1..256, capacity
- *     1..67108864, concurrency 1..4096, max_attempts 1..65535.
- *   - A C consumer changes the envelope in place: changes it makes before
- *     nacking stay for the retry, except hops it forwarded (undone).  The
- *     Lua binding applies a handler's changes only when it acks.
+ *     1..67108864, concurrency 1..4096, max_attempts 1..65535, max_loans
+ *     -1..4096.
+ *   - A nack discards the attempt's changes: a consumer changes the
+ *     envelope in place, and when it nacks (returns false, or calls
+ *     seda_env_fail) its changes to payload and headers, and the hops it
+ *     forwarded, are undone, so the retry and a dead letter carry what
+ *     the attempt was given.  The Lua binding keeps the same rule.
+ *   - Managed blocking: a consumer (or a hop) that waits for room in a
+ *     full stage, or for a pull stage, has its worker covered by a loan
+ *     thread while it waits (see seda_bus_opts.max_loans), so the stages
+ *     it waits on keep draining.
  */
 #ifndef SEDA_H
 #define SEDA_H
@@ -108,6 +115,9 @@ const char *seda_delivery_name(int delivery);
 #define SEDA_MAX_CONSUMERS   64   /* consumers per stage */
 #define SEDA_ID_MAX         128   /* buffer size for seda_env_id(); custom
                                      ids are at most SEDA_ID_MAX-1 bytes */
+#define SEDA_MAX_LOANS     4096   /* highest max_loans */
+#define SEDA_LOAN_INDEX0   1024   /* a loan thread's worker index is this
+                                     plus its loan slot */
 
 /* ---- allocator ---- */
 
@@ -160,6 +170,9 @@ typedef struct seda_bus_opts {
     const char *data_dir;      /* journal directory ("./seda-data") */
     bool sync_normal;          /* journal: no fsync per commit (default:
                                   fsync, survives power loss) */
+    int max_loans;             /* loan threads at most (0: 4 * workers,
+                                  following seda_bus_set_workers; -1: no
+                                  loans at all) */
 } seda_bus_opts;
 
 /* Fill o (the caller's) with the defaults.  Cannot fail; any thread. */
@@ -462,8 +475,12 @@ void seda_env_fail(seda_env_t *env, const char *msg);
 
 /* ---- workers ---- */
 
-/* On a pool worker: its index (0..workers-1) and the value its start hook
- * returned.  Elsewhere: -1 and NULL.  Any thread; cannot fail. */
+/* On a pool worker: its index (0..workers-1, or SEDA_LOAN_INDEX0 + slot on
+ * a loan thread) and the value its start hook returned (a loan thread runs
+ * the hook on its first seda_worker_data() call, or takes over the value
+ * an earlier thread of its loan slot made: the first few slots keep it
+ * when their thread exits, and the pool's free stops it).  Elsewhere: -1
+ * and NULL.  Any thread; cannot fail. */
 int seda_worker_index(void);
 void *seda_worker_data(void);
 
@@ -508,6 +525,10 @@ typedef struct seda_bus_stats {
     int workers;
     int stages;
     bool paused, closed;
+    int workers_loaned;        /* loan threads in service now */
+    uint64_t loans;            /* loans started so far */
+    int loans_peak;            /* the most loan threads in service at once */
+    int max_loans;             /* the bound on workers_loaned */
 } seda_bus_stats;
 
 /* Snapshots.  Each stage's figures are read under its lock briefly; the bus

@@ -42,6 +42,7 @@ void seda_bus_opts_init(seda_bus_opts *o)
     o->workers = 0;
     o->batch = 32;
     o->hop_timeout = 5.0;
+    o->max_loans = 0;
 }
 
 void seda_stage_opts_init(seda_stage_opts *o)
@@ -161,6 +162,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     }
     if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
+        opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -193,7 +195,11 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     seda__mutex_init(&b->idle_mu);
     int rc = seda__cond_init(&b->idle_cv);
     if (rc == 0)
-        rc = seda__pool_new(workers, opts->worker_start, opts->worker_stop,
+        rc = seda__pool_new(workers, opts->max_loans == 0 ? -1
+                                     : opts->max_loans < 0 ? 0
+                                     : opts->max_loans,
+                            opts->worker_start,
+                            opts->worker_stop,
                             opts->worker_ud, b, &b->pool);
     if (rc) {
         if (b->pool == NULL)
@@ -737,4 +743,6 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     out->stages = r->n;
     out->paused = seda_bus_paused(b);
     out->closed = seda_bus_closed(b);
+    seda__pool_loan_stats(b->pool, &out->workers_loaned, &out->loans,
+                          &out->loans_peak, &out->max_loans);
 }

@@ -275,32 +275,181 @@ const char *seda__env_slip_pop(seda_env_t *env)
 static _Thread_local seda_env_t *tls_delivering;
 static _Thread_local bool tls_failed;
 
+/* Undo records (see env.h): where this thread records the first change
+ * of each part of one envelope -- the current consumer call's own record,
+ * or a pull lease's while the lease's envelope is open. */
+static _Thread_local struct seda__undo tls_call_undo = { .reuse = true };
+static _Thread_local seda_env_t *tls_undo_env;
+static _Thread_local struct seda__undo *tls_undo;
+
+/* A consumer call's record keeps its payload buffer between calls (a
+ * handler that changes its payload, as a Lua handler that assigns
+ * env.payload does, pays a memcpy, not a malloc, to keep the delivered
+ * one), up to UNDO_KEEP bytes; the thread's exit frees it. */
+#define UNDO_KEEP 65536
+static pthread_key_t undo_key;
+static pthread_once_t undo_once = PTHREAD_ONCE_INIT;
+
+static void undo_thread_exit(void *u)
+{
+    struct seda__undo *r = u;
+    seda__free(r->pay);
+    r->pay = NULL;
+    r->cap = 0;
+}
+
+static void undo_key_init(void)
+{
+    pthread_key_create(&undo_key, undo_thread_exit);
+}
+
+static void hdrs_free(struct env_hdrs *h);
+
+/* A deep copy of h (NULL for none).  *ok false when out of memory. */
+static struct env_hdrs *hdrs_copy(const struct env_hdrs *h, bool *ok)
+{
+    *ok = true;
+    if (!h || h->n == 0)
+        return NULL;
+    struct env_hdrs *c = seda__malloc(sizeof *c + sizeof c->kv[0] *
+                                      (size_t)h->n);
+    if (!c) {
+        *ok = false;
+        return NULL;
+    }
+    c->n = 0;
+    c->cap = h->n;
+    for (int i = 0; i < h->n; i++) {
+        char *k = seda__strdup(h->kv[i].key);
+        char *v = k ? seda__strdup(h->kv[i].value) : NULL;
+        if (!v) {
+            seda__free(k);
+            hdrs_free(c);
+            *ok = false;
+            return NULL;
+        }
+        c->kv[c->n++] = (struct env_hdr){ k, v };
+    }
+    return c;
+}
+
+/* Before a tracked change of env's payload or headers: keep what it was.
+ * Returns 0, or SEDA_ENOMEM (the change must then not be made: it could
+ * not be undone). */
+static int undo_save_payload(seda_env_t *env)
+{
+    struct seda__undo *u = tls_undo;
+    if (env != tls_undo_env || u->payload)
+        return 0;
+    if (env->len > u->cap) {
+        unsigned char *c = seda__realloc(u->pay, env->len);
+        if (!c)
+            return SEDA_ENOMEM;
+        if (u->reuse && !u->pay) {
+            pthread_once(&undo_once, undo_key_init);
+            pthread_setspecific(undo_key, u);
+        }
+        u->pay = c;
+        u->cap = env->len;
+    }
+    if (env->len)
+        memcpy(u->pay, env->payload, env->len);
+    u->len = env->len;
+    u->kind = env->kind;
+    u->payload = true;
+    return 0;
+}
+
+static int undo_save_headers(seda_env_t *env)
+{
+    struct seda__undo *u = tls_undo;
+    if (env != tls_undo_env || u->hdrs)
+        return 0;
+    bool ok;
+    struct env_hdrs *c = hdrs_copy(env->ext ? env->ext->hdrs : NULL, &ok);
+    if (!ok)
+        return SEDA_ENOMEM;
+    u->saved = c;
+    u->hdrs = true;
+    return 0;
+}
+
+void seda__env_undo_track(seda_env_t *env, struct seda__undo *u)
+{
+    tls_undo_env = env;
+    tls_undo = u;
+}
+
+void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u, bool keep)
+{
+    struct env_ext *x = env->ext;
+    if (x && x->slip_saved) {
+        /* Hops forwarded while tracked (seda_env_forward). */
+        if (keep) {
+            seda__free(x->slip_prev);
+        } else {
+            seda__free(x->slip);
+            x->slip = x->slip_prev;
+        }
+        x->slip_prev = NULL;
+        x->slip_saved = false;
+    }
+    if (u->payload) {
+        if (!keep) {
+            /* Back into the envelope's own storage: the old size fitted
+             * there before, so only a grown heap buffer can need memory,
+             * and a failing malloc leaves the change (reported by
+             * nothing: out of memory at the worst moment). */
+            seda_env_t *was = tls_undo_env;
+            tls_undo_env = NULL;
+            (void)seda_env_set_payload_kind(env, u->pay, u->len, u->kind);
+            tls_undo_env = was;
+        }
+        if (!u->reuse || u->cap > UNDO_KEEP) {
+            seda__free(u->pay);
+            u->pay = NULL;
+            u->cap = 0;
+        }
+        u->payload = false;
+    }
+    if (u->hdrs) {
+        if (!keep && env->ext) {
+            hdrs_free(env->ext->hdrs);
+            env->ext->hdrs = u->saved;
+        } else {
+            hdrs_free(u->saved);
+        }
+        u->saved = NULL;
+        u->hdrs = false;
+    }
+}
+
 bool seda__env_in_delivery(void)
 {
     return tls_delivering != NULL;
+}
+
+const seda_env_t *seda__env_delivering(void)
+{
+    return tls_delivering;
 }
 
 void seda__env_delivery_begin(seda_env_t *env)
 {
     tls_delivering = env;
     tls_failed = false;
+    tls_undo_env = env;
+    tls_undo = &tls_call_undo;
 }
 
 bool seda__env_delivery_end(seda_env_t *env, bool acked)
 {
     acked = acked && !tls_failed;
     tls_delivering = NULL;
-    struct env_ext *x = env->ext;
-    if (!x || !x->slip_saved)
-        return acked;
-    if (acked) {
-        seda__free(x->slip_prev);
-    } else {
-        seda__free(x->slip);
-        x->slip = x->slip_prev;
-    }
-    x->slip_prev = NULL;
-    x->slip_saved = false;
+    tls_undo_env = NULL;
+    if (SEDA__UNLIKELY(tls_call_undo.payload || tls_call_undo.hdrs ||
+                       (env->ext && env->ext->slip_saved)))
+        seda__env_undo_finish(env, &tls_call_undo, acked);
     return acked;
 }
 
@@ -340,7 +489,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
-    if (env == tls_delivering && !env->ext->slip_saved) {
+    if (env == tls_undo_env && !env->ext->slip_saved) {
         env->ext->slip_prev = env->ext->slip;   /* restored on nack */
         env->ext->slip_saved = true;
     } else {
@@ -393,6 +542,8 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
 {
     if (!key)
         return SEDA_EINVAL;
+    if (undo_save_headers(env) != 0)
+        return SEDA_ENOMEM;
     struct env_hdrs *h = HDRS(env);
     int i = 0;
     while (h && i < h->n && strcmp(h->kv[i].key, key) != 0)
@@ -619,6 +770,8 @@ int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
 {
     if (len > UINT32_MAX)
         return SEDA_EINVAL;
+    if (undo_save_payload(env) != 0)
+        return SEDA_ENOMEM;
     unsigned char *dst;
     if (len <= env->inl_cap) {
         dst = env->inl;

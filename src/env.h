@@ -110,9 +110,34 @@ SEDA__API const char *seda__env_slip_pop(seda_env_t *env);
  * inserted by seda_env_forward during the call are undone (the retry
  * sees the slip as it was). */
 SEDA__API void seda__env_delivery_begin(seda_env_t *env);
-/* True on a thread inside a consumer call. */
+/* True on a thread inside a consumer call, and the envelope it handles
+ * (NULL outside one). */
 SEDA__API bool seda__env_in_delivery(void);
+SEDA__API const seda_env_t *seda__env_delivering(void);
 SEDA__API bool seda__env_delivery_end(seda_env_t *env, bool acked);
+
+/* A nack discards the attempt's changes (SPEC §3).  Changes to an
+ * envelope are recorded while it is tracked on the calling thread: the
+ * first change of the payload, and of the headers, keeps a copy of what
+ * was there (and a forward keeps the slip it replaced, in the envelope's
+ * ext).  delivery_begin/end track a consumer call's envelope (end
+ * undoes on a nack); a pull lease tracks its envelope while it is open
+ * (seda_lease_env .. seda_lease_release_env) into its own record, which
+ * the settle finishes.  finish(keep = false) puts the recorded parts
+ * back; either way the record is emptied. */
+struct seda__undo {
+    bool payload;               /* pay/len/kind hold the earlier payload */
+    bool reuse;                 /* keep pay's buffer between uses */
+    unsigned char *pay;         /* owned buffer for the copy, or NULL */
+    uint32_t cap;               /* its size */
+    uint32_t len;
+    uint8_t kind;
+    bool hdrs;                  /* saved holds the earlier headers */
+    struct env_hdrs *saved;     /* owned deep copy, or NULL for none */
+};
+SEDA__API void seda__env_undo_track(seda_env_t *env, struct seda__undo *u);
+SEDA__API void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u,
+                                     bool keep);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

@@ -559,7 +559,7 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     }
     seda_bus_stats b;
     seda_bus_stats_get(lb->bus, &b);
-    lua_createtable(L, 0, 10);
+    lua_createtable(L, 0, 14);
     lua_createtable(L, 0, b.stages);
     for (int i = 0; i < b.stages; i++) {
         seda_stage_t *st = seda_bus_stage_at(lb->bus, i);
@@ -575,6 +575,10 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "dropped", (lua_Integer)b.dropped);
     set_int(L, "in_system", (lua_Integer)b.in_system);
     set_int(L, "workers", b.workers);
+    set_int(L, "workers_loaned", b.workers_loaned);
+    set_int(L, "loans", (lua_Integer)b.loans);
+    set_int(L, "loans_peak", b.loans_peak);
+    set_int(L, "max_loans", b.max_loans);
     lua_pushboolean(L, b.paused);
     lua_setfield(L, -2, "paused");
     lua_pushboolean(L, b.closed);
@@ -837,7 +841,7 @@ static int l_bus_tostring(lua_State *L)
 
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
-    "data_dir", "sync", NULL
+    "data_dir", "sync", "max_loans", NULL
 };
 
 static int l_bus_new(lua_State *L)
@@ -860,6 +864,16 @@ static int l_bus_new(lua_State *L)
             return luaL_error(L, "bus: workers must be an integer in "
                               "1..1024");
         o.workers = (int)w;
+    }
+    lua_getfield(L, 1, "max_loans");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer m = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || m < 0 || m > SEDA_MAX_LOANS)
+            return luaL_error(L, "bus: max_loans must be an integer in "
+                              "0..%d", SEDA_MAX_LOANS);
+        o.max_loans = m == 0 ? -1 : (int)m;     /* C: -1 means none */
     }
     lua_getfield(L, 1, "batch");
     if (!lua_isnil(L, -1)) {

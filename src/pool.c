@@ -13,7 +13,7 @@
  *   anyone spins, and for the first task queued by a worker that comes
  *   straight back for it (`prompt`; not from inside a consumer call,
  *   which may run or wait for long).  A worker about to block in
- *   admission calls seda__pool_kick, so what it queued gets another
+ *   admission calls seda__pool_block_begin, so what it queued gets another
  *   worker (a handler filling a full stage would otherwise wait on the
  *   very drain task it queued).  A worker routing a hop into a full
  *   stage may also take that stage's queued drain task out of the ring
@@ -22,6 +22,24 @@
  *   (release), wakes
  *   everyone and joins; a worker leaves as soon as it sees the flag, without
  *   taking more tasks.
+ *
+ *   Managed blocking (loans): a worker about to wait inside a consumer
+ *   call or a hop (room in a full stage, a pull receive) brackets the wait
+ *   with seda__pool_block_begin/end.  While `blocked` threads wait, the
+ *   pool keeps `lent` loan threads in service (lent <= min(blocked,
+ *   max_loans)), so `target` threads stay runnable and the drain tasks the
+ *   waiters depend on keep running.  A loan thread is an ordinary worker
+ *   (same task ring, same idle stack) whose index is SEDA_LOAN_INDEX0 +
+ *   its slot.  When the waits end, lent > blocked: a loan thread retires
+ *   at its next task boundary (a parked one is woken for it) and becomes
+ *   a spare, kept warm for LOAN_KEEP_NS for the next loan, then exits.
+ *   Its worker data (the Lua state) is made lazily, on the first
+ *   seda_worker_data() call, and the first LOAN_KEEP_DATA slots keep it
+ *   after their thread exits, so a loan in steady state costs neither a
+ *   thread nor a state.  The same shape as Java's ForkJoinPool
+ *   compensation (managedBlock) and Go's hand-off of a P when its M
+ *   blocks in a system call -- with a hard bound, since their users'
+ *   common complaint is thread explosion under many blocked tasks.
  *
  *   Each worker publishes its identity in thread-local storage so the bus
  *   can tell when a publish comes from one of its own workers (hop timeout)
@@ -41,9 +59,22 @@ struct task {
 struct worker {
     struct seda_pool *pool;     /* immutable */
     int index;                  /* immutable */
+    int slot;                   /* loan slot, or -1 (regular); immutable */
     pthread_t tid;              /* written before start, read at join */
     pthread_cond_t cv;          /* this worker sleeps here */
     bool parked;                /* on the idle stack; guarded by pool mu */
+    bool spare;                 /* loan thread waiting to be lent again;
+                                   guarded by pool mu */
+};
+
+/* A loan slot: at most one thread at a time, and the worker data it
+ * keeps between threads.  All fields guarded by pool mu. */
+struct loan_slot {
+    bool busy;                  /* a thread runs here, or is being made */
+    bool joinable;              /* tid has been started and not joined */
+    pthread_t tid;              /* the slot's latest thread */
+    bool has_data;              /* data holds a kept start() value */
+    void *data;
 };
 
 /*
@@ -52,6 +83,9 @@ struct worker {
  *   each worker's parked flag), target.
  *   resize_mu guards workers, cap, joined (resize and stop hold it; it is
  *   taken before mu).
+ *   loan_mu serialises making and joining loan threads (block_begin and
+ *   stop; taken before mu, after resize_mu, never while a stage lock is
+ *   held).  The loan fields below are guarded by mu.
  *   Immutable after seda__pool_new: start, stop, ud, owner.
  *   Atomic: stopping (release in stop / acquire in readers).
  *   Lock order: stage->mu may be held when taking pool->mu, never the
@@ -74,10 +108,22 @@ struct seda_pool {
     atomic_bool stopping;       /* release/acquire, see pool.h */
     bool joined;                /* guarded by resize_mu */
     seda__mutex_t resize_mu;    /* serialises resize and stop; outermost */
+    seda__mutex_t loan_mu;      /* serialises loan threads' start, join */
     atomic_int n;               /* running threads: written under mu and
                                    resize_mu, read relaxed for stats */
     int target;                 /* workers with index >= target exit;
                                    guarded by mu */
+    /* Loans (see DESIGN); all guarded by mu. */
+    int max_loans;              /* bound on lent */
+    bool max_loans_set;         /* max_loans given, not 4 * workers */
+    int blocked;                /* threads inside a managed block */
+    int lent;                   /* loan threads in service */
+    int lent_peak;              /* highest lent so far */
+    uint64_t loans;             /* loans started so far */
+    struct loan_slot *slots;    /* nslots entries */
+    int nslots;
+    struct worker **spares;     /* retired loan threads, nslots room */
+    int nspare;
     struct worker **workers;    /* cap entries; guarded by resize_mu */
     int cap;                    /* guarded by resize_mu */
     seda_worker_start_fn start;
@@ -91,6 +137,11 @@ struct seda_pool {
  * little slower than its consumer would otherwise pay one per batch.  The
  * spin is bounded: an idle pool sleeps after this. */
 #define SPIN_NS 20000
+
+/* How long a retired loan thread waits to be lent again before it exits,
+ * and how many slots keep their worker data after that. */
+#define LOAN_KEEP_NS 2000000000
+#define LOAN_KEEP_DATA 4
 
 
 /* Spin (mu not held) until a task may be pending or SPIN_NS passes.  The
@@ -151,24 +202,67 @@ static void wake_all(struct seda_pool *p)
 
 static _Thread_local struct worker *tls_worker;
 static _Thread_local void *tls_data;
+static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
+
+/* More loan threads in service than waits to cover (mu held). */
+static bool loan_excess(const struct seda_pool *p)
+{
+    return p->lent > p->blocked;
+}
+
+/* Whether w must stop taking tasks (mu held): the pool stops, a shrink
+ * retired it, or it is a loan thread no longer needed. */
+static bool must_leave(const struct seda_pool *p, const struct worker *w)
+{
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire))
+        return true;
+    return w->slot < 0 ? w->index >= p->target : loan_excess(p);
+}
+
+/* A loan thread whose loan ended waits as a spare (mu held) until it is
+ * lent again (true), or LOAN_KEEP_NS pass or the pool stops (false: it
+ * exits). */
+static bool loan_retire(struct seda_pool *p, struct worker *w)
+{
+    p->lent--;
+    w->spare = true;
+    p->spares[p->nspare++] = w;
+    int64_t until = seda__now_ns() + LOAN_KEEP_NS;
+    while (w->spare &&
+           !atomic_load_explicit(&p->stopping, memory_order_acquire) &&
+           seda__cond_wait(&w->cv, &p->mu, until) != ETIMEDOUT)
+        ;
+    if (!w->spare)
+        return true;                    /* lent again: lent counts it */
+    for (int i = 0; i < p->nspare; i++) {
+        if (p->spares[i] == w) {
+            p->spares[i] = p->spares[--p->nspare];
+            break;
+        }
+    }
+    w->spare = false;
+    return false;
+}
 
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     struct seda_pool *p = w->pool;
     tls_worker = w;
-    tls_data = p->start ? p->start(w->index, p->ud) : NULL;
+    if (w->slot < 0) {
+        /* A loan thread makes its data lazily (seda_worker_data). */
+        tls_data = p->start ? p->start(w->index, p->ud) : NULL;
+        tls_data_set = true;
+    }
 
     seda__mutex_lock(&p->mu);
     for (;;) {
-        if (p->count == 0 && w->index < p->target &&
-            !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        if (p->count == 0 && !must_leave(p, w)) {
             seda__mutex_unlock(&p->mu);
             spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
-        while (p->count == 0 && w->index < p->target &&
-               !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        while (p->count == 0 && !must_leave(p, w)) {
             /* Park on the idle stack: a submit wakes the most recently
              * parked worker, whose cache is the warmest. */
             p->parked[p->idle++] = w;
@@ -177,14 +271,17 @@ static void *worker_main(void *arg)
             if (w->parked)
                 unpark(p, w);           /* woken by a broadcast */
         }
-        if (atomic_load_explicit(&p->stopping, memory_order_acquire))
-            break;
-        if (w->index >= p->target) {
-            /* Retired by a shrink.  A submit may have counted on us (we
-             * were spinning, or it came from our own task and expected us
-             * to take it next): hand queued work to a sleeper. */
+        if (must_leave(p, w)) {
+            if (atomic_load_explicit(&p->stopping, memory_order_acquire))
+                break;
+            /* Retired by a shrink, or a loan that ended.  A submit may
+             * have counted on us (we were spinning, or it came from our
+             * own task and expected us to take it next): hand queued work
+             * to a sleeper. */
             if (p->count > 0 && p->idle > 0)
                 wake_one(p);
+            if (w->slot >= 0 && loan_retire(p, w))
+                continue;
             break;
         }
         struct task t = p->ring[p->head];
@@ -199,12 +296,31 @@ static void *worker_main(void *arg)
         t.fn(t.arg);
         seda__mutex_lock(&p->mu);
     }
+    bool keep = false;
+    if (w->slot >= 0) {
+        struct loan_slot *ls = &p->slots[w->slot];
+        /* A slot among the first few keeps the data for its next thread,
+         * unless the pool is going away. */
+        keep = tls_data_set && w->slot < LOAN_KEEP_DATA &&
+               !atomic_load_explicit(&p->stopping, memory_order_acquire);
+        if (keep) {
+            ls->data = tls_data;
+            ls->has_data = true;
+        }
+        ls->busy = false;               /* joinable stays: stop joins it */
+    }
     seda__mutex_unlock(&p->mu);
 
-    if (p->stop)
+    if (p->stop && tls_data_set && !keep)
         p->stop(w->index, tls_data, p->ud);
     tls_data = NULL;
+    tls_data_set = false;
     tls_worker = NULL;
+    if (w->slot >= 0) {
+        /* Nothing refers to a loan thread's worker once busy is clear. */
+        pthread_cond_destroy(&w->cv);
+        seda__free(w);
+    }
     return NULL;
 }
 
@@ -241,6 +357,7 @@ static int start_workers(struct seda_pool *p, int from, int to)
         }
         w->pool = p;
         w->index = i;
+        w->slot = -1;
         seda__mutex_lock(&p->mu);
         p->target = i + 1;
         seda__mutex_unlock(&p->mu);
@@ -275,11 +392,29 @@ static void stop_workers(struct seda_pool *p, int to)
     }
 }
 
-int seda__pool_new(int n, seda_worker_start_fn start,
+/* Make room for max loan slots (mu held).  0 or SEDA_ENOMEM. */
+static int slots_grow(struct seda_pool *p, int max)
+{
+    if (max <= p->nslots)
+        return 0;
+    struct loan_slot *sl = seda__realloc(p->slots, sizeof *sl * (size_t)max);
+    if (!sl)
+        return SEDA_ENOMEM;
+    p->slots = sl;
+    memset(&sl[p->nslots], 0, sizeof *sl * (size_t)(max - p->nslots));
+    struct worker **sp = seda__realloc(p->spares, sizeof *sp * (size_t)max);
+    if (!sp)
+        return SEDA_ENOMEM;
+    p->spares = sp;
+    p->nslots = max;
+    return 0;
+}
+
+int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
                    seda_worker_stop_fn stop, void *ud, void *owner,
                    struct seda_pool **out)
 {
-    if (n <= 0)
+    if (n <= 0 || max_loans > SEDA_MAX_LOANS)
         return SEDA_EINVAL;
     struct seda_pool *p = seda__calloc(1, sizeof *p);
     if (!p)
@@ -292,7 +427,15 @@ int seda__pool_new(int n, seda_worker_start_fn start,
     p->mask = 15;
     seda__mutex_init(&p->mu);
     seda__mutex_init(&p->resize_mu);
-    int rc;
+    seda__mutex_init(&p->loan_mu);
+    p->max_loans_set = max_loans >= 0;
+    p->max_loans = max_loans >= 0 ? max_loans
+                 : 4 * n < SEDA_MAX_LOANS ? 4 * n : SEDA_MAX_LOANS;
+    int rc = slots_grow(p, p->max_loans);
+    if (rc) {
+        seda__pool_free(p);
+        return rc;
+    }
     atomic_init(&p->stopping, false);
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
@@ -322,6 +465,14 @@ int seda__pool_resize(struct seda_pool *p, int n)
         rc = SEDA_ECLOSED;
     } else {
         int cur = atomic_load_explicit(&p->n, memory_order_relaxed);
+        if (!p->max_loans_set) {
+            /* The default bound follows the pool: 4 * workers. */
+            int max = 4 * n < SEDA_MAX_LOANS ? 4 * n : SEDA_MAX_LOANS;
+            seda__mutex_lock(&p->mu);
+            if (slots_grow(p, max) == 0)
+                p->max_loans = max;
+            seda__mutex_unlock(&p->mu);
+        }
         if (n > cur)
             rc = start_workers(p, cur, n);
         else if (n < cur)
@@ -383,16 +534,135 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg,
     return 0;
 }
 
-void seda__pool_kick(struct seda_pool *p)
+/* Count a loan started (mu held). */
+static void lend(struct seda_pool *p)
 {
-    if (!tls_worker || tls_worker->pool != p)
-        return;
+    p->lent++;
+    p->loans++;
+    if (p->lent > p->lent_peak)
+        p->lent_peak = p->lent;
+}
+
+/* Start a loan thread in slot k, reserved (busy) and counted in lent by
+ * the caller.  loan_mu held, mu not held.  On failure the loan is undone
+ * (the waiter goes on without one, as with max_loans reached). */
+static void loan_start(struct seda_pool *p, int k)
+{
     seda__mutex_lock(&p->mu);
+    bool stop = atomic_load_explicit(&p->stopping, memory_order_acquire);
+    bool join = p->slots[k].joinable;
+    pthread_t old = p->slots[k].tid;
+    p->slots[k].joinable = false;
+    seda__mutex_unlock(&p->mu);
+    if (join)
+        pthread_join(old, NULL);        /* it exited: quick */
+    struct worker *w = stop ? NULL : seda__calloc(1, sizeof *w);
+    pthread_t tid;
+    if (w && seda__cond_init(&w->cv) == 0) {
+        w->pool = p;
+        w->index = SEDA_LOAN_INDEX0 + k;
+        w->slot = k;
+        if (pthread_create(&tid, NULL, worker_main, w) == 0) {
+            seda__mutex_lock(&p->mu);
+            p->slots[k].tid = tid;
+            p->slots[k].joinable = true;
+            seda__mutex_unlock(&p->mu);
+            return;
+        }
+        pthread_cond_destroy(&w->cv);
+    }
+    seda__free(w);
+    seda__mutex_lock(&p->mu);
+    p->slots[k].busy = false;
+    p->lent--;
+    p->loans--;
+    seda__mutex_unlock(&p->mu);
+}
+
+struct seda_pool *seda__pool_block_begin(void)
+{
+    if (!tls_worker)
+        return NULL;
+    struct seda_pool *p = tls_worker->pool;
+    int k = -1;
+    seda__mutex_lock(&p->mu);
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        seda__mutex_unlock(&p->mu);
+        return NULL;
+    }
+    p->blocked++;
+    /* The caller will not come back for the tasks it queued: a sleeper
+     * takes them. */
     if (p->idle > 0 &&
         p->count > (uint32_t)atomic_load_explicit(&p->spinning,
                                                   memory_order_relaxed))
         wake_one(p);
+    if (p->lent < p->blocked && p->lent < p->max_loans) {
+        if (p->nspare > 0) {
+            struct worker *w = p->spares[--p->nspare];
+            w->spare = false;
+            pthread_cond_signal(&w->cv);
+            lend(p);
+        } else {
+            for (int i = 0; i < p->nslots && i < p->max_loans; i++) {
+                if (!p->slots[i].busy) {
+                    k = i;
+                    break;
+                }
+            }
+            if (k >= 0) {
+                p->slots[k].busy = true;
+                lend(p);
+            }
+        }
+    }
     seda__mutex_unlock(&p->mu);
+    if (k >= 0) {
+        seda__mutex_lock(&p->loan_mu);
+        loan_start(p, k);
+        seda__mutex_unlock(&p->loan_mu);
+    }
+    return p;
+}
+
+void seda__pool_block_end(struct seda_pool *p)
+{
+    if (!p)
+        return;
+    seda__mutex_lock(&p->mu);
+    p->blocked--;
+    if (loan_excess(p)) {
+        /* A loan thread asleep on the idle stack retires now; one that is
+         * running retires when its task returns. */
+        for (int i = p->idle - 1; i >= 0; i--) {
+            struct worker *w = p->parked[i];
+            if (w->slot >= 0) {
+                unpark(p, w);
+                pthread_cond_signal(&w->cv);
+                break;
+            }
+        }
+    }
+    seda__mutex_unlock(&p->mu);
+}
+
+void seda__pool_loan_stats(struct seda_pool *p, int *lent, uint64_t *loans,
+                           int *peak, int *max_loans)
+{
+    seda__mutex_lock(&p->mu);
+    *lent = p->lent;
+    *loans = p->loans;
+    *peak = p->lent_peak;
+    *max_loans = p->max_loans;
+    seda__mutex_unlock(&p->mu);
+}
+
+bool seda__pool_loans_exhausted(struct seda_pool *p)
+{
+    seda__mutex_lock(&p->mu);
+    bool out = p->lent >= p->max_loans && p->blocked > p->lent;
+    seda__mutex_unlock(&p->mu);
+    return out;
 }
 
 bool seda__pool_take(struct seda_pool *p, seda__task_fn fn, void *arg)
@@ -424,12 +694,27 @@ void seda__pool_stop(struct seda_pool *p)
      * everything done before stop is visible to a worker that sees it. */
     atomic_store_explicit(&p->stopping, true, memory_order_release);
     wake_all(p);
+    for (int i = 0; i < p->nspare; i++)
+        pthread_cond_signal(&p->spares[i]->cv);
     seda__mutex_unlock(&p->mu);
     if (p->joined) {
         seda__mutex_unlock(&p->resize_mu);
         return;
     }
     stop_workers(p, 0);
+    /* Loan threads: a block_begin that started one before it saw the
+     * flag has finished starting it once loan_mu is ours. */
+    seda__mutex_lock(&p->loan_mu);
+    for (int i = 0; i < p->nslots; i++) {
+        seda__mutex_lock(&p->mu);
+        bool join = p->slots[i].joinable;
+        pthread_t tid = p->slots[i].tid;
+        p->slots[i].joinable = false;
+        seda__mutex_unlock(&p->mu);
+        if (join)
+            pthread_join(tid, NULL);
+    }
+    seda__mutex_unlock(&p->loan_mu);
     p->joined = true;
     seda__mutex_unlock(&p->resize_mu);
     seda__mutex_lock(&p->mu);
@@ -448,8 +733,16 @@ void seda__pool_free(struct seda_pool *p)
     if (!p)
         return;
     seda__pool_stop(p);
+    /* Worker data kept by loan slots whose threads exited: stopped here,
+     * on the freeing thread (no worker uses it any more). */
+    for (int i = 0; i < p->nslots; i++)
+        if (p->slots[i].has_data && p->stop)
+            p->stop(SEDA_LOAN_INDEX0 + i, p->slots[i].data, p->ud);
     seda__mutex_destroy(&p->mu);
     seda__mutex_destroy(&p->resize_mu);
+    seda__mutex_destroy(&p->loan_mu);
+    seda__free(p->slots);
+    seda__free(p->spares);
     seda__free(p->ring);
     seda__free(p->workers);
     seda__free(p->parked);
@@ -475,4 +768,25 @@ void *seda__pool_current_owner(void)
 
 int seda_worker_index(void) { return tls_worker ? tls_worker->index : -1; }
 
-void *seda_worker_data(void) { return tls_data; }
+void *seda_worker_data(void)
+{
+    struct worker *w = tls_worker;
+    if (SEDA__UNLIKELY(w && !tls_data_set)) {
+        /* A loan thread's first use: the data its slot kept, else new. */
+        struct seda_pool *p = w->pool;
+        struct loan_slot *ls;
+        seda__mutex_lock(&p->mu);
+        ls = &p->slots[w->slot];
+        bool kept = ls->has_data;
+        if (kept) {
+            tls_data = ls->data;
+            ls->has_data = false;
+            ls->data = NULL;
+        }
+        seda__mutex_unlock(&p->mu);
+        if (!kept)
+            tls_data = p->start ? p->start(w->index, p->ud) : NULL;
+        tls_data_set = true;
+    }
+    return tls_data;
+}

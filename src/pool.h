@@ -18,10 +18,13 @@ struct seda_pool;
 typedef void (*seda__task_fn)(void *arg);
 
 /* Start n threads.  start/stop run on each worker (may be NULL); start's
- * result is what seda_worker_data() returns there.  owner is an opaque tag
- * for seda__pool_current_owner().  Returns 0, SEDA_ENOMEM or -EAGAIN (no
- * thread left running).  Any thread. */
-SEDA__API int seda__pool_new(int n, seda_worker_start_fn start,
+ * result is what seda_worker_data() returns there (a loan thread calls
+ * start lazily, on its first seda_worker_data(); data a loan slot kept is
+ * stopped by seda__pool_free on the freeing thread).  max_loans bounds
+ * the loan threads (< 0: 4 * n, following resizes).  owner is an opaque
+ * tag for seda__pool_current_owner().  Returns 0, SEDA_EINVAL,
+ * SEDA_ENOMEM or -EAGAIN (no thread left running).  Any thread. */
+SEDA__API int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
                              seda_worker_stop_fn stop, void *ud, void *owner,
                              struct seda_pool **out);
 
@@ -44,10 +47,28 @@ SEDA__API int seda__pool_reserve(struct seda_pool *p, int more);
 SEDA__API int seda__pool_submit(struct seda_pool *p, seda__task_fn fn,
                                 void *arg, bool prompt);
 
-/* A worker of p is about to block (waiting for room in a stage): wake a
- * sleeper for any queued task, since the caller will not take it.  Any
- * thread; a no-op elsewhere than on p's workers. */
-SEDA__API void seda__pool_kick(struct seda_pool *p);
+/* Managed blocking.  A pool worker about to wait (for room in a full
+ * stage, for a pull receive) calls block_begin first: its pool wakes a
+ * sleeper for what the caller queued and, while fewer loan threads serve
+ * than workers wait, lends one (a spare, or a new thread; never more than
+ * max_loans), so the drain tasks the wait depends on keep running.  It
+ * returns the pool that counted the wait, for block_end when the wait is
+ * over (the loan then ends at the loan thread's next task boundary).  Off
+ * the pools' workers, or once the pool stops, begin returns NULL, and
+ * end(NULL) is a no-op.  Hold no stage lock around either (they take
+ * loan_mu and mu; begin may start a thread). */
+SEDA__API struct seda_pool *seda__pool_block_begin(void);
+SEDA__API void seda__pool_block_end(struct seda_pool *p);
+
+/* Loan figures: in service now, started so far, the most at once, and
+ * the bound.  Takes mu. */
+SEDA__API void seda__pool_loan_stats(struct seda_pool *p, int *lent,
+                                     uint64_t *loans, int *peak,
+                                     int *max_loans);
+
+/* True when a worker waits without a loan because max_loans are in
+ * service (for the message of a wait that timed out).  Takes mu. */
+SEDA__API bool seda__pool_loans_exhausted(struct seda_pool *p);
 
 /* Remove the queued task (fn, arg), if one is queued, so the caller can
  * run it itself.  Returns whether it did.  Takes pool->mu. */

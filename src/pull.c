@@ -32,6 +32,8 @@ struct seda_lease_s {
     seda_env_t *env;            /* NULL once expired; guarded by st->mu */
     int64_t deadline;           /* monotonic ns; immutable */
     int64_t recv_ts;            /* clock ns at receive; immutable */
+    struct seda__undo undo;     /* what the holder changed (a nack puts
+                                   it back); guarded by st->mu */
 };
 
 static void unlink_lease(struct seda_stage_s *st, struct seda_lease_s *l)
@@ -56,6 +58,8 @@ int seda__lease_expire(struct seda_stage_s *st, int64_t now,
     while (n < max && st->leases && st->leases->deadline <= now) {
         struct seda_lease_s *l = st->leases;
         unlink_lease(st, l);
+        /* An expiry is a nack: the holder's changes are undone. */
+        seda__env_undo_finish(l->env, &l->undo, false);
         requeue[n++] = l->env;
         l->env = NULL;
         st->in_flight--;
@@ -74,6 +78,7 @@ int seda__lease_sweep(struct seda_stage_s *st)
             unlink_lease(st, l);
             env = l->env;
             l->env = NULL;
+            seda__env_undo_finish(env, &l->undo, true);     /* frees it */
             st->in_flight--;
             st->c.dropped++;
             if (!(env->flags & ENV_DEAD))
@@ -103,6 +108,8 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     int64_t deadline = seda__deadline(timeout);
     seda_env_t *requeue[16];
     int rc = 0;
+    bool on_pool = seda__pool_current_owner() != NULL;
+    struct seda_pool *loaned = NULL;    /* the wait is a managed block */
     seda__mutex_lock(&st->mu);
     for (;;) {
         int nre = seda__lease_expire(st, seda__now_ns(), requeue, 16);
@@ -124,6 +131,16 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
             rc = SEDA_ETIMEDOUT;
             break;
         }
+        if (on_pool && !loaned) {
+            /* A worker (a handler waiting on a pull stage) is about to
+             * wait: the pool lends a thread meanwhile (managed blocking),
+             * so the stages feeding this one keep draining. */
+            seda__mutex_unlock(&st->mu);
+            loaned = seda__pool_block_begin();
+            seda__mutex_lock(&st->mu);
+            on_pool = loaned != NULL;
+            continue;
+        }
         /* Wake for the oldest lease's expiry too. */
         int64_t until = deadline;
         if (st->leases && st->leases->deadline < until)
@@ -134,12 +151,14 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     }
     if (rc) {
         seda__mutex_unlock(&st->mu);
+        seda__pool_block_end(loaned);
         seda__free(l);
         return rc;
     }
     seda_env_t *env = seda__stage_take_one(st);
     if (!env) {                         /* a publisher is mid-way */
         seda__mutex_unlock(&st->mu);
+        seda__pool_block_end(loaned);
         seda__free(l);
         return seda_stage_receive(st, timeout, out);
     }
@@ -162,6 +181,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
         st->leases = l;
     st->leases_tail = l;
     seda__mutex_unlock(&st->mu);
+    seda__pool_block_end(loaned);
     *out = l;
     return 0;
 }
@@ -173,11 +193,14 @@ seda_env_t *seda_lease_env(seda_lease_t *l)
         seda__mutex_unlock(&l->st->mu);
         return NULL;
     }
+    /* Changes made until release_env are recorded in the lease. */
+    seda__env_undo_track(l->env, &l->undo);
     return l->env;
 }
 
 void seda_lease_release_env(seda_lease_t *l)
 {
+    seda__env_undo_track(NULL, NULL);
     seda__mutex_unlock(&l->st->mu);
 }
 
@@ -186,7 +209,7 @@ void seda_lease_release_env(seda_lease_t *l)
  * its deadline though nothing had noticed yet (the envelope is then the
  * caller's to nack, as an expiry would: a late settle is refused the same
  * whether or not a receive or stats call came first). */
-static seda_env_t *settle(seda_lease_t *l, bool *late)
+static seda_env_t *settle(seda_lease_t *l, bool ack, bool *late)
 {
     struct seda_stage_s *st = l->st;
     seda__mutex_lock(&st->mu);
@@ -197,6 +220,8 @@ static seda_env_t *settle(seda_lease_t *l, bool *late)
         l->env = NULL;
         st->in_flight--;
         *late = seda__now_ns() >= l->deadline;
+        /* A nack (a late ack is one) discards the holder's changes. */
+        seda__env_undo_finish(env, &l->undo, ack && !*late);
         int64_t now = seda__clock_ns();
         seda__mutex_lock(&st->hist_mu);
         seda__hist_add(&st->service, now > l->recv_ts
@@ -212,7 +237,7 @@ int seda_lease_ack(seda_lease_t *l)
 {
     struct seda_stage_s *st = l->st;
     bool late;
-    seda_env_t *env = settle(l, &late);
+    seda_env_t *env = settle(l, true, &late);
     if (!env)
         return SEDA_ETIMEDOUT;
     if (late) {
@@ -232,7 +257,7 @@ int seda_lease_nack(seda_lease_t *l)
 {
     struct seda_stage_s *st = l->st;
     bool late;
-    seda_env_t *env = settle(l, &late);
+    seda_env_t *env = settle(l, false, &late);
     if (!env)
         return SEDA_ETIMEDOUT;
     seda__stage_nack(st, env);

@@ -84,7 +84,7 @@ static void test_pool_runs_every_task_and_hooks(void **state)
     struct counter c;
     counter_init(&c);
     struct seda_pool *p;
-    assert_int_equal(seda__pool_new(3, on_start, on_stop, &c, &c, &p), 0);
+    assert_int_equal(seda__pool_new(3, -1, on_start, on_stop, &c, &c, &p), 0);
     assert_int_equal(seda__pool_size(p), 3);
     assert_int_equal(seda__pool_reserve(p, 1000), 0);
     for (int i = 0; i < 1000; i++)
@@ -112,7 +112,7 @@ static void test_pool_worker_identity(void **state)
     struct seda_pool *p;
     assert_null(seda__pool_current_owner());
     assert_int_equal(seda_worker_index(), -1);
-    assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, &c, &p), 0);
+    assert_int_equal(seda__pool_new(2, -1, NULL, NULL, NULL, &c, &p), 0);
     assert_int_equal(seda__pool_reserve(p, 4), 0);
     for (int i = 0; i < 4; i++)
         seda__pool_submit(p, check_owner, &c, true);
@@ -127,7 +127,7 @@ static void test_pool_submit_after_stop_is_refused(void **state)
     struct counter c;
     counter_init(&c);
     struct seda_pool *p;
-    assert_int_equal(seda__pool_new(1, NULL, NULL, NULL, NULL, &p), 0);
+    assert_int_equal(seda__pool_new(1, -1, NULL, NULL, NULL, NULL, &p), 0);
     assert_int_equal(seda__pool_reserve(p, 1), 0);
     seda__pool_stop(p);
     assert_true(seda__pool_stopping(p));
@@ -187,7 +187,7 @@ static void test_pool_shrink_never_strands_a_chain(void **state)
         ch.goal = 1000000;
         atomic_init(&ch.hold, 1);
         atomic_init(&ch.refused, 0);
-        assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, NULL, &ch.p), 0);
+        assert_int_equal(seda__pool_new(2, -1, NULL, NULL, NULL, NULL, &ch.p), 0);
         assert_int_equal(seda__pool_reserve(ch.p, 4), 0);
         assert_int_equal(seda__pool_submit(ch.p, gated, &ch, true), 0);
         /* Let the gated task start, so the chain goes to the other worker. */
@@ -211,13 +211,13 @@ static void test_pool_shrink_never_strands_a_chain(void **state)
 }
 
 /* A worker task that queues another and then waits for it: with prompt
- * false (or after seda__pool_kick) a sleeping worker must be woken, or the
- * waiter waits forever (its own deadline here). */
+ * false (or inside a managed block) a sleeping worker must be woken, or
+ * the waiter waits forever (its own deadline here). */
 struct waiter {
     struct seda_pool *p;
     atomic_int ran;             /* the queued task ran */
     atomic_int waited_ok;       /* the waiter saw it before its deadline */
-    bool kick;                  /* submit prompt, then kick */
+    bool kick;                  /* submit prompt, then block_begin */
 };
 
 static void mark_ran(void *arg)
@@ -229,11 +229,11 @@ static void submit_and_wait(void *arg)
 {
     struct waiter *w = arg;
     assert_int_equal(seda__pool_submit(w->p, mark_ran, w, w->kick), 0);
-    if (w->kick)
-        seda__pool_kick(w->p);
+    struct seda_pool *b = w->kick ? seda__pool_block_begin() : NULL;
     int64_t deadline = seda__now_ns() + 5 * (int64_t)1000000000;
     while (!atomic_load(&w->ran) && seda__now_ns() < deadline)
         sched_yield();
+    seda__pool_block_end(b);
     atomic_store(&w->waited_ok, atomic_load(&w->ran));
 }
 
@@ -244,7 +244,7 @@ static void test_pool_worker_waiting_on_its_own_task_is_helped(void **state)
         struct waiter w = { .kick = kick };
         atomic_init(&w.ran, 0);
         atomic_init(&w.waited_ok, 0);
-        assert_int_equal(seda__pool_new(2, NULL, NULL, NULL, NULL, &w.p), 0);
+        assert_int_equal(seda__pool_new(2, -1, NULL, NULL, NULL, NULL, &w.p), 0);
         assert_int_equal(seda__pool_reserve(w.p, 2), 0);
         /* Both workers asleep first: the case where nobody would look. */
         int64_t until = seda__now_ns() + 50000000;
@@ -257,7 +257,7 @@ static void test_pool_worker_waiting_on_its_own_task_is_helped(void **state)
             sched_yield();
         if (!atomic_load(&w.waited_ok))
             fail_msg("%s: the queued task did not run while its submitter "
-                     "waited", kick ? "prompt + kick" : "prompt false");
+                     "waited", kick ? "prompt + block" : "prompt false");
         seda__pool_free(w.p);
     }
 }
@@ -300,7 +300,7 @@ static void test_pool_take_removes_one_task_keeps_order(void **state)
     for (int i = 0; i < 5; i++)
         a[i] = (struct order_arg){ &o, i };
     struct seda_pool *p = NULL;
-    assert_int_equal(seda__pool_new(1, NULL, NULL, NULL, NULL, &p), 0);
+    assert_int_equal(seda__pool_new(1, -1, NULL, NULL, NULL, NULL, &p), 0);
     assert_int_equal(seda__pool_reserve(p, 5), 0);
     assert_int_equal(seda__pool_submit(p, order_record, &a[0], false), 0);
     tu_sleep_until_pending_zero(p);     /* task 0 runs and holds */
@@ -327,11 +327,230 @@ static void test_pool_take_removes_one_task_keeps_order(void **state)
     seda__mutex_destroy(&o.mu);
 }
 
+/* ---- managed blocking (loans) ---- */
+
+/* Wait (yielding, up to 10 s) until pred(p) holds; fail with what. */
+static void wait_until(bool (*pred)(struct seda_pool *), struct seda_pool *p,
+                       const char *what)
+{
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!pred(p)) {
+        if (seda__now_ns() > deadline)
+            fail_msg("timed out waiting until %s", what);
+        sched_yield();
+    }
+}
+
+static int lent_now(struct seda_pool *p)
+{
+    int lent, peak, max;
+    uint64_t loans;
+    seda__pool_loan_stats(p, &lent, &loans, &peak, &max);
+    return lent;
+}
+
+static bool no_loans(struct seda_pool *p) { return lent_now(p) == 0; }
+
+/* Blockers: each one, on a worker, queues the next and waits (in a
+ * managed block) until released; the last one queued only counts. */
+struct blockers {
+    struct seda_pool *p;
+    int depth;                  /* blockers to chain */
+    atomic_int started;         /* blockers that began their wait */
+    atomic_int leaf_ran;        /* the task after the last blocker ran */
+    atomic_int release;         /* every blocker may return */
+    atomic_int index_ok;        /* loan threads' indexes and data were right */
+    struct blocker_arg {
+        struct blockers *b;
+        int level;
+    } arg[16];
+};
+
+static void leaf(void *arg)
+{
+    struct blockers *b = arg;
+    /* Tasks past the regular worker run on loan threads. */
+    if (seda_worker_index() < SEDA_LOAN_INDEX0)
+        atomic_store(&b->index_ok, 0);
+    atomic_store(&b->leaf_ran, 1);
+}
+
+static void blocker(void *arg)
+{
+    struct blocker_arg *a = arg;
+    struct blockers *b = a->b;
+    if (a->level > 0) {
+        int idx = seda_worker_index();
+        void *data = seda_worker_data();
+        if (idx < SEDA_LOAN_INDEX0 || (intptr_t)data != idx + 100)
+            atomic_store(&b->index_ok, 0);
+    }
+    if (a->level + 1 < b->depth)
+        assert_int_equal(seda__pool_submit(b->p, blocker, &b->arg[a->level + 1],
+                                           false), 0);
+    else
+        assert_int_equal(seda__pool_submit(b->p, leaf, b, false), 0);
+    struct seda_pool *lp = seda__pool_block_begin();
+    assert_ptr_equal(lp, b->p);
+    atomic_fetch_add(&b->started, 1);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!atomic_load(&b->release) && seda__now_ns() < deadline)
+        sched_yield();
+    seda__pool_block_end(lp);
+}
+
+static void blockers_init(struct blockers *b, int depth)
+{
+    memset(b, 0, sizeof *b);
+    b->depth = depth;
+    atomic_init(&b->started, 0);
+    atomic_init(&b->leaf_ran, 0);
+    atomic_init(&b->release, 0);
+    atomic_init(&b->index_ok, 1);
+    for (int i = 0; i < depth; i++)
+        b->arg[i] = (struct blocker_arg){ b, i };
+}
+
+/* One worker, three nested waits: each wait lends a thread, which runs the
+ * next task (nothing else could: the only worker waits), up to the leaf.
+ * Loan threads have their own index and data (made lazily by the start
+ * hook); the loans end when the waits do. */
+static void test_pool_block_lends_a_thread(void **state)
+{
+    (void)state;
+    struct counter c;
+    counter_init(&c);
+    struct blockers b;
+    blockers_init(&b, 3);
+    assert_int_equal(seda__pool_new(1, -1, on_start, on_stop, &c, NULL, &b.p),
+                     0);
+    assert_int_equal(seda__pool_reserve(b.p, 8), 0);
+    assert_null(seda__pool_block_begin());      /* not a worker: no-op */
+    seda__pool_block_end(NULL);
+    assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while ((!atomic_load(&b.leaf_ran) || atomic_load(&b.started) < 3) &&
+           seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.leaf_ran), 1);
+    assert_int_equal(atomic_load(&b.started), 3);
+    int lent, peak, max;
+    uint64_t loans;
+    seda__pool_loan_stats(b.p, &lent, &loans, &peak, &max);
+    assert_int_equal(lent, 3);
+    assert_int_equal(peak, 3);
+    assert_int_equal((int)loans, 3);
+    assert_int_equal(max, 4);                   /* 4 * workers */
+    atomic_store(&b.release, 1);
+    wait_until(no_loans, b.p, "the loans ended");
+    assert_int_equal(atomic_load(&b.index_ok), 1);
+    seda__mutex_lock(&c.mu);
+    int started = c.started;
+    seda__mutex_unlock(&c.mu);
+    /* The worker, and the two loan threads that asked for their data (the
+     * one that ran only the leaf never did: made lazily). */
+    assert_int_equal(started, 3);
+    /* A second round is served by the spare threads, with their data. */
+    struct seda_pool *p = b.p;
+    blockers_init(&b, 3);
+    b.p = p;
+    assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
+    deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!atomic_load(&b.leaf_ran) && seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.leaf_ran), 1);
+    seda__pool_loan_stats(b.p, &lent, &loans, &peak, &max);
+    assert_int_equal((int)loans, 6);
+    atomic_store(&b.release, 1);
+    wait_until(no_loans, b.p, "the loans ended");
+    seda__mutex_lock(&c.mu);
+    started = c.started;
+    seda__mutex_unlock(&c.mu);
+    /* At most the spare that had not needed data yet makes some now. */
+    assert_true(started <= 4);
+    seda__pool_free(b.p);
+    assert_int_equal(c.stopped, started);       /* every one stopped */
+    seda__pool_free(NULL);
+    counter_destroy(&c);
+}
+
+/* Loans never exceed max_loans: a wait beyond the bound gets none, so the
+ * task queued behind it waits until a blocker returns. */
+static void test_pool_loans_never_exceed_max_loans(void **state)
+{
+    (void)state;
+    struct blockers b;
+    blockers_init(&b, 4);
+    assert_int_equal(seda__pool_new(1, 2, NULL, NULL, NULL, NULL, &b.p), 0);
+    assert_int_equal(seda__pool_reserve(b.p, 8), 0);
+    assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
+    /* Worker + 2 loans run blockers 0..2; blocker 3 waits in the ring. */
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (atomic_load(&b.started) < 3 && seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.started), 3);
+    assert_true(seda__pool_loans_exhausted(b.p));
+    /* Give a wrongly made third loan every chance to show up. */
+    deadline = seda__now_ns() + 50000000;
+    while (seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.started), 3);
+    assert_int_equal(atomic_load(&b.leaf_ran), 0);
+    int lent, peak, max;
+    uint64_t loans;
+    seda__pool_loan_stats(b.p, &lent, &loans, &peak, &max);
+    assert_int_equal(lent, 2);
+    assert_int_equal(peak, 2);
+    assert_int_equal(max, 2);
+    atomic_store(&b.release, 1);
+    deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!atomic_load(&b.leaf_ran) && seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.leaf_ran), 1);
+    wait_until(no_loans, b.p, "the loans ended");
+    seda__pool_loan_stats(b.p, &lent, &loans, &peak, &max);
+    assert_true(peak <= 2);
+    seda__pool_free(b.p);
+}
+
+/* max_loans 0: a wait lends nothing (the only worker's queued task waits
+ * for it), and a pool stopped while a loan thread serves joins it. */
+static void test_pool_no_loans_and_stop_with_loans(void **state)
+{
+    (void)state;
+    struct blockers b;
+    blockers_init(&b, 1);
+    assert_int_equal(seda__pool_new(1, 0, NULL, NULL, NULL, NULL, &b.p), 0);
+    assert_int_equal(seda__pool_reserve(b.p, 4), 0);
+    assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (atomic_load(&b.started) < 1 && seda__now_ns() < deadline)
+        sched_yield();
+    deadline = seda__now_ns() + 30000000;
+    while (seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.leaf_ran), 0);
+    assert_int_equal(lent_now(b.p), 0);
+    atomic_store(&b.release, 1);
+    seda__pool_free(b.p);
+
+    blockers_init(&b, 2);
+    assert_int_equal(seda__pool_new(1, -1, NULL, NULL, NULL, NULL, &b.p), 0);
+    assert_int_equal(seda__pool_reserve(b.p, 4), 0);
+    assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
+    deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!atomic_load(&b.leaf_ran) && seda__now_ns() < deadline)
+        sched_yield();
+    assert_int_equal(atomic_load(&b.leaf_ran), 1);
+    atomic_store(&b.release, 1);
+    seda__pool_free(b.p);               /* joins worker and loans */
+}
+
 static void test_pool_rejects_bad_size(void **state)
 {
     (void)state;
     struct seda_pool *p = NULL;
-    assert_int_equal(seda__pool_new(0, NULL, NULL, NULL, NULL, &p),
+    assert_int_equal(seda__pool_new(0, -1, NULL, NULL, NULL, NULL, &p),
                      SEDA_EINVAL);
     assert_null(p);
 }
@@ -346,6 +565,9 @@ int main(void)
         cmocka_unit_test(test_pool_shrink_never_strands_a_chain),
         cmocka_unit_test(test_pool_worker_waiting_on_its_own_task_is_helped),
         cmocka_unit_test(test_pool_take_removes_one_task_keeps_order),
+        cmocka_unit_test(test_pool_block_lends_a_thread),
+        cmocka_unit_test(test_pool_loans_never_exceed_max_loans),
+        cmocka_unit_test(test_pool_no_loans_and_stop_with_loans),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }

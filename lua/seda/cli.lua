@@ -152,9 +152,10 @@ function M.format_stats()
       num(tot.rate), num(tot.del), num(tot.nack), num(tot.drop),
       num(tot.dead), "", "", "",
     }
-    text[#text + 1] = fmt("bus %d: workers=%s accepted=%s completed=%s " ..
-      "dead_lettered=%s dropped=%s in_system=%s%s%s", e.index,
-      num(bs.workers), num(bs.accepted), num(bs.completed),
+    text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
+      "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s%s%s",
+      e.index, num(bs.workers), num(bs.workers_loaned), num(bs.max_loans),
+      num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped), num(bs.in_system),
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     for _, l in ipairs(render(rows)) do text[#text + 1] = "  " .. l end
@@ -338,6 +339,8 @@ the buses keep running while you type.
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
 concurrency (the permits); rate/s deliveries per second; p50us/p99us handler
 service time (µs); ver handler code version ("!" = the last reload failed).
+The bus line: loaned=now/max loan threads standing in for workers blocked
+inside handlers (a full stage, seda.receive), loans= loans so far.
 Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
 command or clears the line; Tab completes globals, fields and stage names
 inside strings.  Stage names as stats() shows them ("a#2") work in tune()
@@ -508,6 +511,11 @@ local BUS_METRICS = {
   { "dropped_total", "counter", "Itineraries evicted or swept.", "dropped" },
   { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
   { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
+  { "workers_loaned", "gauge", "Loan threads in service now (standing in " ..
+    "for workers blocked inside handlers).", "workers_loaned" },
+  { "loans_total", "counter", "Loans started (a worker blocked inside a " ..
+    "handler while a loan thread ran for it).", "loans" },
+  { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
 }
 
