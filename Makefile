@@ -57,17 +57,21 @@ LDLIBS  += -lm
 
 B       := build/$(V)
 
-CORE_SRC := $(filter-out src/l%.c src/main.c src/cli_%.c,$(wildcard src/*.c))
-CLI_SRC  := $(wildcard src/cli_*.c)
-CLI_OBJ  := $(CLI_SRC:src/%.c=$(B)/src/%.o)
+# The layers (see src/*/README.md and `make layers`): core <- durable <-
+# lua <- cli.  libseda.a is core + durable (the C API); libsedalua.a the
+# Lua binding; seda-lua the program.
+CORE_SRC    := $(wildcard src/core/*.c)
+DURABLE_SRC := $(wildcard src/durable/*.c)
+LUA_SRC     := $(wildcard src/lua/*.c)
+CLI_SRC     := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
+CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
+LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
+CLI_OBJ     := $(CLI_SRC:src/%.c=$(B)/src/%.o)
 READLINE_LIBS := $(shell $(PKG_CONFIG) --libs readline)
-LUA_SRC  := $(wildcard src/l*.c)
-CORE_OBJ := $(CORE_SRC:src/%.c=$(B)/src/%.o)
-LUA_OBJ  := $(LUA_SRC:src/%.c=$(B)/src/%.o)
 LIBSEDA  := $(B)/libseda.a
 LIBSLUA  := $(B)/libsedalua.a
 
-TEST_SRC := $(wildcard tests/test_*.c)
+TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 SEDA_LUA := $(B)/seda-lua
 SEDA_SO  := $(B)/seda.so
@@ -78,9 +82,7 @@ ALL := $(LIBSEDA) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
-ifneq ($(wildcard src/main.c),)
 ALL += $(SEDA_LUA) $(SEDA_SO)
-endif
 
 .PHONY: all test check asan tsan bench fuzz fuzz-quick run install uninstall clean
 .SECONDARY:
@@ -93,7 +95,7 @@ $(B)/src/%.o: src/%.c
 
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CMOCKA_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) -c $< -o $@
 
 $(B)/examples/%: examples/%.c $(LIBSEDA)
 	@mkdir -p $(@D)
@@ -111,11 +113,11 @@ $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
+$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
 	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(shell $(PKG_CONFIG) --libs sqlite3) $(READLINE_LIBS) $(LDLIBS) -o $@
 
-# lua/seda/cli.lua is embedded into seda-lua (.incbin in src/cli_lua.c).
-$(B)/src/cli_lua.o: src/cli_lua.c lua/seda/cli.lua
+# lua/seda/cli.lua is embedded into seda-lua (.incbin in src/cli/cli_lua.c).
+$(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' -c $< -o $@
 
@@ -168,7 +170,7 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(wildcard $(B)/src/*.d $(B)/tests/*.d $(B)/bench/*.d)
+-include $(wildcard $(B)/src/*/*.d $(B)/tests/*/*.d $(B)/bench/*.d)
 
 # ---- bench ----
 # make bench: build the benchmark program (bench/bench*.c at -O2, linked

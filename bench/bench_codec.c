@@ -40,8 +40,8 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lcodec.h"
-#include "lseda.h"
+#include "lua/lcodec.h"
+#include "lua/lseda.h"
 
 static double now_ns(void)
 {

@@ -34,8 +34,8 @@
 #include <lualib.h>
 
 #include "bench.h"
-#include "lcodec.h"
-#include "lseda.h"
+#include "lua/lcodec.h"
+#include "lua/lseda.h"
 
 /* ---- table payloads ---- */
 

@@ -1,11 +1,11 @@
 #!/bin/sh
-# Fuzz the payload decoder (src/lcodec.c) through tests/fuzz_codec.c.
+# Fuzz the payload decoder (src/lua/lcodec.c) through tests/lua/fuzz_codec.c.
 #
 #   scripts/fuzz.sh            libFuzzer + ASan + UBSan (clang) for
 #                              ${FUZZ_SECONDS:-60} s, seeded with a corpus
 #                              of real encodings (build/fuzz/corpus)
 #   scripts/fuzz.sh --quick    the default cc with the standalone driver
-#                              tests/fuzz_main.c, a bounded ~3 s run
+#                              tests/lua/fuzz_main.c, a bounded ~3 s run
 #                              (ASan + UBSan when the compiler has them);
 #                              this is what `make test` runs
 #
@@ -22,10 +22,10 @@ LUA_CFLAGS=$($PKG_CONFIG --cflags lua5.4)
 LUA_LIBS=$($PKG_CONFIG --libs lua5.4)
 CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
  -Wshadow -Wundef -Wstrict-prototypes -Wmissing-prototypes -Wwrite-strings
- -Iinclude -Isrc $LUA_CFLAGS -g"
+ -Iinclude -Isrc -Isrc/lua $LUA_CFLAGS -g"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all
  -fno-omit-frame-pointer"
-TARGET="src/lcodec.c src/lpath.c tests/fuzz_codec.c"
+TARGET="src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_codec.c"
 mkdir -p "$OUT"
 
 if [ "${1:-}" = "--quick" ]; then
@@ -37,7 +37,7 @@ if [ "${1:-}" = "--quick" ]; then
     fi
     rm -f "$OUT/probe"
     # shellcheck disable=SC2086
-    $CC $CFLAGS -O1 $SAN $TARGET tests/fuzz_main.c $LUA_LIBS -lm \
+    $CC $CFLAGS -O1 $SAN $TARGET tests/lua/fuzz_main.c $LUA_LIBS -lm \
         -o "$OUT/fuzz_quick"
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
         exec "$OUT/fuzz_quick" "${FUZZ_ITERS:-5000000}" \
@@ -72,7 +72,7 @@ fi
 
 # The seed corpus: real encodings of sample and random values.
 # shellcheck disable=SC2086
-${CC:-cc} $CFLAGS -O1 $TARGET tests/fuzz_main.c $LUA_LIBS -lm \
+${CC:-cc} $CFLAGS -O1 $TARGET tests/lua/fuzz_main.c $LUA_LIBS -lm \
     -o "$OUT/fuzz_seeds"
 mkdir -p "$OUT/corpus"
 "$OUT/fuzz_seeds" --corpus "$OUT/corpus"

@@ -50,7 +50,7 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lseda.h"
+#include "lua/lseda.h"
 #include "seda.h"
 
 #define MAX_CLIENTS 64

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "queue.h"
+#include "core/queue.h"
 
 #define P(i) ((void *)(uintptr_t)(i))
 

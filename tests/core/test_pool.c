@@ -11,7 +11,7 @@
 
 #include <string.h>
 
-#include "pool.h"
+#include "core/pool.h"
 
 struct counter {
     seda__mutex_t mu;

@@ -34,7 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bus.h"
+#include "core/bus.h"
 #include "journal.h"
 
 /* ---- records ---- */

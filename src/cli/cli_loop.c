@@ -23,7 +23,7 @@
 #include <lualib.h>
 
 #include "cli.h"
-#include "lseda.h"
+#include "lua/lseda.h"
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";

@@ -38,7 +38,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lcodec.h"
+#include "lua/lcodec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -60,7 +60,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "seda_int.h"
+#include "core/seda_int.h"
 
 #define SEDA_JOURNAL_FILE "seda.db"
 #define SEDA_JOURNAL_LOCK "seda.lock"

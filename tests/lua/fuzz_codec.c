@@ -25,7 +25,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
-#include "lcodec.h"
+#include "lua/lcodec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

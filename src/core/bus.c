@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "bus.h"
-#include "journal.h"
+#include "durable/journal.h"
 
 /* ---- options ---- */
 

@@ -35,7 +35,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lcodec.h"
+#include "lua/lcodec.h"
 
 /* ---- fixture ---- */
 

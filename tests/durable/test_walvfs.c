@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "journal.h"
+#include "durable/journal.h"
 
 struct fx {
     char dir[64];

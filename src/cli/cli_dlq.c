@@ -35,7 +35,7 @@
 #include <sys/stat.h>
 
 
-#include "journal.h"
+#include "durable/journal.h"
 
 int seda_cli_dlq(int argc, char **argv);
 

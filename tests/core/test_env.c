@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "env.h"
+#include "core/env.h"
 
 static seda_env_t *mk(const void *p, size_t n, const seda_publish_opts *o)
 {

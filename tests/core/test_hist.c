@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "hist.h"
+#include "core/hist.h"
 
 static void test_hist_value_falls_in_its_bucket(void **state)
 {

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "journal.h"
+#include "durable/journal.h"
 
 /* ---- fixture: a temporary directory ---- */
 

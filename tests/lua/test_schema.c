@@ -36,8 +36,8 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lcodec.h"
-#include "lschema.h"
+#include "lua/lcodec.h"
+#include "lua/lschema.h"
 
 /* ---- allocation counting ---- */
 
