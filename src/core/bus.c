@@ -32,7 +32,6 @@
 #include <unistd.h>
 
 #include "bus.h"
-#include "durable/journal.h"
 
 /* ---- options ---- */
 
@@ -184,7 +183,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         seda__free(b);
         return SEDA_ENOMEM;
     }
-    atomic_init(&b->journal, NULL);
+    atomic_init(&b->store, NULL);
     atomic_init(&b->reg, r);
     atomic_init(&b->paused, false);
     atomic_init(&b->closed, false);
@@ -223,8 +222,9 @@ void seda_bus_free(seda_bus_t *b)
         return;
     seda_bus_shutdown_now(b);
     seda__pool_free(b->pool);
-    seda__journal_close(atomic_load_explicit(&b->journal,
-                                             memory_order_acquire));
+    void *store = seda__bus_store(b);
+    if (store)
+        b->store_ops->close(store);
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
     for (int i = 0; i < r->n; i++)
         seda__stage_free(r->list[i]);
@@ -276,8 +276,51 @@ bool seda_bus_closed(const seda_bus_t *b)
 
 /* ---- stages ---- */
 
-int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
-                   seda_stage_t **out, char *err, size_t errlen)
+void *seda__bus_set_store(struct seda_bus_s *b,
+                          const struct seda__store_ops *ops, void *store)
+{
+    seda__mutex_lock(&b->mu);
+    void *cur = atomic_load_explicit(&b->store, memory_order_relaxed);
+    if (!cur) {
+        b->store_ops = ops;
+        /* Release: pairs with the acquire in seda__bus_store. */
+        atomic_store_explicit(&b->store, store, memory_order_release);
+        cur = store;
+    }
+    seda__mutex_unlock(&b->mu);
+    return cur;
+}
+
+void *seda__bus_store(struct seda_bus_s *b)
+{
+    return atomic_load_explicit(&b->store, memory_order_acquire);
+}
+
+const struct seda__store_ops *seda__bus_store_ops(struct seda_bus_s *b)
+{
+    return seda__bus_store(b) ? b->store_ops : NULL;
+}
+
+void seda__store_forget(struct seda_stage_s *st, seda_env_t *env)
+{
+    if (seda__env_jkey(env))
+        seda__bus_store_ops(st->bus)->forget(st, env);
+}
+
+int seda__store_enter(struct seda_stage_s *to, seda_env_t *env)
+{
+    return seda__bus_store_ops(to->bus)->enter(to, env);
+}
+
+int seda__store_move(struct seda_stage_s *from, struct seda_stage_s *to,
+                     seda_env_t *env, int skip_slip)
+{
+    return seda__bus_store_ops(from->bus)->move(from, to, env, skip_slip);
+}
+
+int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                    seda_stage_t **out, char *err, size_t errlen,
+                    seda__open_store_fn open_store)
 {
     struct seda_stage_s *st;
     int rc = seda__stage_new(b, o, &st, err, errlen);
@@ -285,7 +328,9 @@ int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
         return rc;
     if (st->durable) {
         char jerr[512];
-        rc = seda_bus_open_journal(b, jerr, sizeof jerr);
+        rc = open_store ? open_store(b, jerr, sizeof jerr) : SEDA_EINVAL;
+        if (rc && !open_store)
+            snprintf(jerr, sizeof jerr, "no durable store in this build");
         if (rc) {
             if (err && errlen)
                 snprintf(err, errlen, "stage '%s': durable: %s", st->name,
@@ -389,7 +434,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
     if (st->durable) {
-        seda__durable_publish(st, &env, 1, t, &rc);
+        seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
         return rc;
     }
     rc = seda__stage_admit(st, env, t, false);
@@ -458,7 +503,7 @@ int seda_publish_many(seda_bus_t *b, const char *to,
                                           : st->publish_timeout;
     if (st->durable) {
         /* Frees what it refuses. */
-        int done = seda__durable_publish(st, envs, built, t, err);
+        int done = seda__bus_store_ops(b)->publish(st, envs, built, t, err);
         if (done == built && built < n)
             *err = rc;
         if (envs != small)
@@ -489,7 +534,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     const char *next = seda_env_slip_at(env, 0);
     if (!next) {
         if (!jdone && seda__env_jkey(env))
-            seda__durable_forget(st, env);          /* completed */
+            seda__store_forget(st, env);          /* completed */
         seda__env_end(st, env, SEDA_COMPLETED, tally);
         return;
     }
@@ -504,11 +549,11 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     if (!jdone) {
         if (to->durable) {
             if (seda__env_jkey(env))
-                seda__durable_move(st, to, env, 1);
+                seda__store_move(st, to, env, 1);
             else
-                (void)seda__durable_enter(to, env); /* reported */
+                (void)seda__store_enter(to, env); /* reported */
         } else if (seda__env_jkey(env)) {
-            seda__durable_forget(st, env);
+            seda__store_forget(st, env);
         }
     } else if (!to->durable) {
         seda__env_set_jkey(env, 0);
@@ -588,11 +633,11 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         env->acked = 0;
         if (!jdone) {
             if (to->durable && seda__env_jkey(env))
-                seda__durable_move(st, to, env, 0);
+                seda__store_move(st, to, env, 0);
             else if (to->durable)
-                (void)seda__durable_enter(to, env); /* reported */
+                (void)seda__store_enter(to, env); /* reported */
             else if (seda__env_jkey(env))
-                seda__durable_forget(st, env);
+                seda__store_forget(st, env);
         } else if (!to->durable) {
             seda__env_set_jkey(env, 0);
         }
@@ -605,9 +650,9 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
                  "envelope: discarded", to->name);
         seda_stage_report(st, msg);
         if (seda__env_jkey(env))
-            seda__durable_forget(to, env);
+            seda__store_forget(to, env);
     } else if (!jdone && seda__env_jkey(env)) {
-        seda__durable_forget(st, env);
+        seda__store_forget(st, env);
     }
     seda__env_free(env);                /* discarded, already counted */
 }

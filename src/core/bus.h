@@ -45,8 +45,9 @@ struct seda_bus_s {
     atomic_bool closed;         /* no new publishes */
     atomic_bool stopping;       /* pool stopping: drains give up */
     atomic_bool has_pull;       /* a pull stage exists (relaxed hint) */
-    _Atomic(struct seda_journal *) journal; /* opened once under mu
-                                   (release), read with acquire */
+    _Atomic(void *) store;      /* the durable store (store.h), set once
+                                   under mu (release), read with acquire */
+    const struct seda__store_ops *store_ops; /* written before store */
     char *data_dir;             /* owned; immutable */
     bool sync_normal;           /* immutable */
     seda__mutex_t idle_mu;

@@ -288,7 +288,7 @@ static void run_batch(struct seda_stage_s *st)
     }
     if (st->durable) {
         /* Every decision of the batch in one commit, then act on them. */
-        seda__durable_batch(st, batch, res, i);
+        seda__bus_store_ops(b)->batch(st, batch, res, i);
         for (int k = 0; k < i; k++)
             route(st, batch[k], res[k], &tally, retry, &nretry, t);
     }

@@ -677,7 +677,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         seda__stage_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
-            seda__durable_forget(st, victim);
+            seda__store_forget(st, victim);
         end_dropped(victim);
     }
     return rc;

@@ -10,6 +10,7 @@
 #include "hist.h"
 #include "queue.h"
 #include "seda_int.h"
+#include "store.h"
 
 struct seda_bus_s;
 
@@ -196,33 +197,6 @@ SEDA__API void seda__stage_unreserve(struct seda_stage_s *st);
  * (nothing queued). */
 SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
                                         seda_env_t **envs, int n);
-
-/* ---- durable.c: the journal glue ---- */
-
-/* Publish envs[0..n) into durable stage st: hold slots, write them to the
- * journal in one commit (dedup for exactly_once), then queue them.
- * Returns how many were accepted, *rc the first refusal (SEDA_EDUP,
- * SEDA_EIO, a policy refusal).  Refused envelopes are freed. */
-SEDA__API int seda__durable_publish(struct seda_stage_s *st,
-                                    seda_env_t **envs, int n, double timeout,
-                                    int *rc);
-
-/* A drain batch of a durable stage: write every routing decision in one
- * commit before any of them takes effect.  res[i] is DR_ACK, DR_RETRY,
- * DR_DEAD_MAX or DR_DEAD_NOCONS. */
-enum { DR_ACK, DR_RETRY, DR_DEAD_MAX, DR_DEAD_NOCONS };
-SEDA__API void seda__durable_batch(struct seda_stage_s *st,
-                                   seda_env_t **envs, const int *res, int n);
-
-/* Single-envelope journal steps, for routing outside a batch (pull acks,
- * hops into durable stages, dead letters).  Each returns 0 or a negative
- * code and reports failures on the stage. */
-SEDA__API int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env);
-SEDA__API int seda__durable_move(struct seda_stage_s *from,
-                                 struct seda_stage_s *to, seda_env_t *env,
-                                 int skip_slip);
-SEDA__API void seda__durable_forget(struct seda_stage_s *st,
-                                    seda_env_t *env);
 
 /* qcount: envelopes queued (head ring and inbox, counting inbox tickets
  * whose publisher is mid-way) plus held reservations.  A hint without mu;

@@ -133,33 +133,47 @@ static void report_io(struct seda_stage_s *st, const char *what, int rc)
 
 /* ---- opening ---- */
 
+static const struct seda__store_ops journal_ops;
+static void durable_forget(struct seda_stage_s *st, seda_env_t *env);
+
+/* Serialises opening: two threads declaring durable stages at once open
+ * the journal once (its flock would refuse the second). */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+
 int seda_bus_open_journal(seda_bus_t *b, char *err, size_t errlen)
 {
-    seda__mutex_lock(&b->mu);
     int rc = 0;
-    if (!atomic_load_explicit(&b->journal, memory_order_acquire)) {
+    pthread_mutex_lock(&open_mu);
+    if (!seda__bus_store(b)) {
         struct seda_journal *j;
         char e[512];
         rc = seda__journal_open(b->data_dir, !b->sync_normal, &j, e,
                                 sizeof e);
         if (rc == 0)
-            /* Release: pairs with acquire loads in the durable paths. */
-            atomic_store_explicit(&b->journal, j, memory_order_release);
+            seda__bus_set_store(b, &journal_ops, j);
         else if (err && errlen)
             snprintf(err, errlen, "%s", e);
     }
-    seda__mutex_unlock(&b->mu);
+    pthread_mutex_unlock(&open_mu);
     return rc;
+}
+
+/* The public stage constructor: the core's, with the journal as the store
+ * of a durable stage. */
+int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                   seda_stage_t **out, char *err, size_t errlen)
+{
+    return seda__stage_add(b, o, out, err, errlen, seda_bus_open_journal);
 }
 
 static struct seda_journal *journal_of(struct seda_stage_s *st)
 {
-    return atomic_load_explicit(&st->bus->journal, memory_order_acquire);
+    return seda__bus_store(st->bus);
 }
 
 /* ---- publishing ---- */
 
-int seda__durable_publish(struct seda_stage_s *st, seda_env_t **envs,
+static int durable_publish(struct seda_stage_s *st, seda_env_t **envs,
                           int n, double timeout, int *rc)
 {
     *rc = 0;
@@ -193,7 +207,7 @@ int seda__durable_publish(struct seda_stage_s *st, seda_env_t **envs,
         }
         /* Refused (or after a refusal: publish stops at the first). */
         if (ok)
-            seda__durable_forget(st, envs[i]);
+            durable_forget(st, envs[i]);
         seda__stage_unreserve(st);
         if (*rc == 0)
             *rc = r == -EIO ? SEDA_EIO : r ? r : dup[i] ? SEDA_EDUP : 0;
@@ -214,7 +228,7 @@ int seda__durable_publish(struct seda_stage_s *st, seda_env_t **envs,
 
 /* ---- single steps ---- */
 
-int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env)
+static int durable_enter(struct seda_stage_s *to, seda_env_t *env)
 {
     seda_jrec rec;
     struct recbuf rb;
@@ -230,7 +244,7 @@ int seda__durable_enter(struct seda_stage_s *to, seda_env_t *env)
     return rc;
 }
 
-int seda__durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
+static int durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
                        seda_env_t *env, int skip_slip)
 {
     seda_jop op = { .op = SEDA_JOP_MOVE };
@@ -244,7 +258,7 @@ int seda__durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
     return rc;
 }
 
-void seda__durable_forget(struct seda_stage_s *st, seda_env_t *env)
+static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
 {
     struct seda_journal *j = journal_of(st);
     int64_t key = seda__env_jkey(env);
@@ -260,7 +274,7 @@ void seda__durable_forget(struct seda_stage_s *st, seda_env_t *env)
 
 /* ---- a drain batch ---- */
 
-void seda__durable_batch(struct seda_stage_s *st, seda_env_t **envs,
+static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                          const int *res, int n)
 {
     struct seda_bus_s *b = st->bus;
@@ -336,6 +350,20 @@ void seda__durable_batch(struct seda_stage_s *st, seda_env_t **envs,
             }
     }
 }
+
+static void journal_close(void *store)
+{
+    seda__journal_close(store);
+}
+
+static const struct seda__store_ops journal_ops = {
+    .publish = durable_publish,
+    .batch = durable_batch,
+    .enter = durable_enter,
+    .move = durable_move,
+    .forget = durable_forget,
+    .close = journal_close,
+};
 
 /* ---- replay ---- */
 
