@@ -5,7 +5,8 @@
  *
  *   cli_loop.c     shared state, the main-thread event loop, Lua glue
  *   cli_repl.c     the local REPL (readline callback interface), top()
- *   cli_control.c  the control socket server and the `attach` client
+ *   cli_control.c  the control socket server
+ *   cli_attach.c   the `attach` client
  *   cli_watch.c    --watch: inotify on the handler directories
  *   cli_metrics.c  --metrics: the Prometheus text file
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
@@ -25,6 +26,7 @@
 
 #define CLI_MAX_LINE (64 * 1024)   /* control protocol: longest line */
 #define CLI_EOT '\x04'             /* control protocol: end of a reply */
+#define CLI_INTR '\x03'            /* control protocol: interrupt */
 
 struct cli_opts {
     bool interactive;           /* -i (or no script and a tty) */
@@ -160,5 +162,10 @@ void cli_metrics_tick(double now, bool force);
 /* cli_lua.c */
 extern const char cli_lua_src[];
 extern const char cli_lua_end[];
+
+/* Fill a unix socket address for path; -1 (reported, naming the path)
+ * when it is too long. */
+struct sockaddr_un;
+int cli_fill_addr(struct sockaddr_un *a, const char *path);
 
 #endif

@@ -171,7 +171,27 @@ SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
 SEDA__API int seda__lw_validate(struct lbus *lb, const struct lsrc *src,
                                 char *err, size_t errlen);
 
-/* ---- lseda.c ---- */
+/* ---- lcallback.c ---- */
+
+/* The core's done callback for envelopes published with on_complete
+ * (ud: the struct lcb): any thread, no Lua; queues a completion. */
+SEDA__API void seda__l_on_done(seda_env_t *env, int outcome, void *ud);
+/* A callback record for the function at idx with `refs` references
+ * (raises on allocation failure), and dropping n of them (the last one
+ * releases the function).  Main thread. */
+SEDA__API struct lcb *seda__l_cb_new(lua_State *L, int idx, int refs);
+SEDA__API void seda__l_cb_release(lua_State *L, struct lcb *cb, int n);
+SEDA__API void seda__l_completion_free(struct lcompletion *c);
+/* Run the bus's queued completions on L; returns how many ran. */
+SEDA__API int seda__l_run_completions(lua_State *L, struct lbus *lb);
+SEDA__API bool seda__l_completions_pending(struct lbus *lb);
+/* Print the count of suppressed callback errors, if any. */
+SEDA__API void seda__l_cb_flush(void);
+
+/* ---- lpublish.c ---- */
+
+/* bus:publish_many(to, payloads, opts). */
+SEDA__API int seda__l_bus_publish_many(lua_State *L);
 
 /* Parse (to, payload, opts) at stack index `first` and publish.  Pushes
  * true, or false and a reason; raises on misuse.  on_complete is allowed

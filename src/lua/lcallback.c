@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lcallback.c -- on_complete callbacks: from the thread that ended an
+ * itinerary to the main Lua state.
+ *
+ * DESIGN
+ *   The function is kept in the main registry (struct lcb, shared by the
+ *   envelopes of one publish_many); the envelope carries the reference.
+ *   When its itinerary ends, the core calls seda__l_on_done on whatever
+ *   thread ended it; it copies what the callback needs into a struct
+ *   lcompletion and queues it on the lbus.  The main state runs the queue
+ *   (seda__l_run_completions) from bus:wait, bus:poll, bus:shutdown and
+ *   the seda-lua run loop, so callbacks never run on a worker.  Errors in
+ *   a callback are reported with their traceback, at most 5 a second.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lseda.h"
+/* ---- completions ---- */
+
+void seda__l_completion_free(struct lcompletion *c)
+{
+    free(c->sender);
+    for (int i = 0; i < 2 * c->nh; i++)
+        free(c->hdr[i]);
+    free(c->hdr);
+    free(c->payload);
+    free(c);
+}
+
+/* Drop n references to cb; the last one releases the function.  Main
+ * thread. */
+void seda__l_cb_release(lua_State *L, struct lcb *cb, int n)
+{
+    cb->refs -= n;
+    if (cb->refs <= 0) {
+        luaL_unref(L, LUA_REGISTRYINDEX, cb->ref);
+        free(cb);
+    }
+}
+
+/* Make a callback record for the function at idx with `refs` references.
+ * Raises on allocation failure (before anything is published). */
+struct lcb *seda__l_cb_new(lua_State *L, int idx, int refs)
+{
+    struct lcb *cb = malloc(sizeof *cb);
+    if (!cb)
+        luaL_error(L, "publish: out of memory");
+    lua_pushvalue(L, idx);
+    cb->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    cb->refs = refs;
+    return cb;
+}
+
+/* The core's done callback: any thread, no Lua. */
+void seda__l_on_done(seda_env_t *env, int outcome, void *ud)
+{
+    struct lstage *ls = seda_stage_userdata(seda_env_stage(env));
+    struct lbus *lb = ls->lb;
+    struct lcompletion *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "seda: out of memory queueing on_complete\n");
+        return;
+    }
+    c->cb = ud;
+    c->outcome = outcome;
+    if (outcome == SEDA_COMPLETED) {
+        bool ok = true;
+        seda_env_id(env, c->id);
+        snprintf(c->to, sizeof c->to, "%s", seda_env_to(env));
+        c->attempts = seda_env_attempts(env);
+        if (seda_env_sender(env))
+            ok &= (c->sender = strdup(seda_env_sender(env))) != NULL;
+        int nh = seda_env_header_count(env);
+        if (nh > 0 && (c->hdr = calloc((size_t)nh * 2, sizeof *c->hdr))) {
+            for (int i = 0; i < nh; i++) {
+                const char *k, *v;
+                seda_env_header_at(env, i, &k, &v);
+                c->hdr[2 * i] = strdup(k);
+                c->hdr[2 * i + 1] = strdup(v);
+                ok &= c->hdr[2 * i] && c->hdr[2 * i + 1];
+                c->nh = i + 1;
+            }
+        } else {
+            ok &= nh == 0;
+        }
+        size_t len;
+        const void *p = seda_env_payload(env, &len);
+        c->kind = seda_env_payload_kind(env);
+        c->len = len;
+        if ((c->payload = malloc(len ? len : 1)))
+            memcpy(c->payload, p, len);
+        ok &= c->payload != NULL;
+        if (!ok) {
+            fprintf(stderr, "seda: out of memory copying a completion\n");
+            c->outcome = SEDA_DROPPED;   /* still release the callback */
+        }
+    }
+    pthread_mutex_lock(&lb->mu);
+    if (lb->ctail)
+        lb->ctail->next = c;
+    else
+        lb->chead = c;
+    lb->ctail = c;
+    pthread_cond_broadcast(&lb->cv);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+
+/* Protected part of running one completion: push the env table and call
+ * the callback at index 1. */
+static int call_completion(lua_State *L)
+{
+    struct lcompletion *c = lua_touserdata(L, 2);
+    lua_settop(L, 1);
+    lua_createtable(L, 0, 7);
+    lua_pushstring(L, c->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, c->to);
+    lua_setfield(L, -2, "to");
+    if (c->sender) {
+        lua_pushstring(L, c->sender);
+        lua_setfield(L, -2, "sender");
+    }
+    lua_pushinteger(L, c->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_createtable(L, 0, c->nh);
+    for (int i = 0; i < c->nh; i++) {
+        lua_pushstring(L, c->hdr[2 * i + 1]);
+        lua_setfield(L, -2, c->hdr[2 * i]);
+    }
+    lua_setfield(L, -2, "headers");
+    lua_newtable(L);                    /* completed: no hops remain */
+    lua_setfield(L, -2, "slip");
+    lua_pushliteral(L, "payload");
+    seda__l_push_payload(L, c->payload, c->len, c->kind);
+    lua_rawset(L, -3);
+    lua_call(L, 1, 0);                  /* inside the caller's pcall */
+    return 0;
+}
+
+/* on_complete errors: at most 5 reports a second, as stages do for
+ * handler errors; the rest are counted, and the count is said with the
+ * next report or when a bus shuts down.  Locking: cb_mu guards cb_*. */
+static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
+static double cb_window;
+static int cb_lines;
+static unsigned long cb_suppressed;
+
+static void cb_flush_locked(void)
+{
+    if (cb_suppressed)
+        fprintf(stderr, "seda: on_complete: %lu similar errors "
+                "suppressed\n", cb_suppressed);
+    cb_suppressed = 0;
+}
+
+void seda__l_cb_flush(void)
+{
+    pthread_mutex_lock(&cb_mu);
+    cb_flush_locked();
+    pthread_mutex_unlock(&cb_mu);
+}
+
+static void cb_report(const char *msg)
+{
+    double now = seda_now();
+    pthread_mutex_lock(&cb_mu);
+    if (now - cb_window >= 1.0) {
+        cb_flush_locked();
+        cb_window = now;
+        cb_lines = 0;
+    }
+    if (cb_lines < 5) {
+        cb_lines++;
+        fprintf(stderr, "seda: on_complete: %s\n", msg);
+    } else {
+        cb_suppressed++;
+    }
+    pthread_mutex_unlock(&cb_mu);
+}
+
+int seda__l_callback_depth;                 /* main thread only */
+bool (*seda__l_interrupt_pending)(lua_State *L);
+
+/* Run every queued completion on the main state.  Returns how many
+ * callbacks ran.  An error in a callback is printed with its
+ * traceback (cb_report). */
+int seda__l_run_completions(lua_State *L, struct lbus *lb)
+{
+    int ran = 0;
+    for (;;) {
+        pthread_mutex_lock(&lb->mu);
+        struct lcompletion *c = lb->chead;
+        lb->chead = lb->ctail = NULL;
+        pthread_mutex_unlock(&lb->mu);
+        if (!c)
+            return ran;
+        while (c) {
+            struct lcompletion *next = c->next;
+            if (c->outcome == SEDA_COMPLETED) {
+                int top = lua_gettop(L);
+                lua_pushcfunction(L, seda__l_msghandler);
+                lua_pushcfunction(L, call_completion);
+                lua_rawgeti(L, LUA_REGISTRYINDEX, c->cb->ref);
+                lua_pushlightuserdata(L, c);
+                seda__l_callback_depth++;
+                int rc = lua_pcall(L, 2, 0, top + 1);
+                seda__l_callback_depth--;
+                if (rc != LUA_OK)
+                    cb_report(lua_tostring(L, -1));
+                lua_settop(L, top);
+                ran++;
+            }
+            seda__l_cb_release(L, c->cb, 1);
+            seda__l_completion_free(c);
+            c = next;
+        }
+    }
+}
+
+bool seda__l_completions_pending(struct lbus *lb)
+{
+    pthread_mutex_lock(&lb->mu);
+    bool any = lb->chead != NULL;
+    pthread_mutex_unlock(&lb->mu);
+    return any;
+}
+

@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lpublish.c -- publishing from Lua (bus:publish, bus:publish_many,
+ * seda.publish in handlers) and the stats tables.
+ *
+ * DESIGN
+ *   Options are checked before anything is encoded or admitted (misuse
+ *   raises, naming the option); payloads are encoded into the caller's
+ *   reusable buffer, then handed to the C API, whose refusals come back
+ *   as false, reason.  publish_many encodes every payload first, then
+ *   admits runs of payloads of one kind in one step each.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lseda.h"
+/* ---- publishing ---- */
+
+static const char *const publish_keys[] = {
+    "headers", "slip", "sender", "timeout", "on_complete", "id", NULL
+};
+
+void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
+                        const char *what)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option keys must be strings", what);
+        const char *k = lua_tostring(L, -1);
+        int i = 0;
+        while (keys[i] && strcmp(keys[i], k) != 0)
+            i++;
+        if (!keys[i])
+            luaL_error(L, "%s: unknown option '%s'", what, k);
+    }
+}
+
+/* Parse the publish options table at oidx into o.  Strings and arrays
+ * that o points to are left on the stack above oidx (the caller keeps
+ * them there until it has published).  Returns the stack index of the
+ * on_complete function, or 0.  Raises on misuse, naming `what`. */
+static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
+                      bool main, const char *what)
+{
+    seda_publish_opts_init(o);
+    if (lua_isnoneornil(L, oidx))
+        return 0;
+    luaL_checktype(L, oidx, LUA_TTABLE);
+    seda__l_check_keys(L, oidx, publish_keys, what);
+    int cb = 0;
+
+    lua_getfield(L, oidx, "sender");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: sender must be a string", what);
+        o->sender = lua_tostring(L, -1);
+    }
+    lua_getfield(L, oidx, "timeout");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+            luaL_error(L, "%s: timeout must be a number >= 0", what);
+        o->timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, oidx, "id");
+    if (!lua_isnil(L, -1)) {
+        size_t n;
+        const char *id = lua_tolstring(L, -1, &n);
+        if (lua_type(L, -1) != LUA_TSTRING || n == 0 || n >= SEDA_ID_MAX ||
+            strlen(id) != n)
+            luaL_error(L, "%s: id must be a non-empty string of at most %d "
+                       "bytes", what, SEDA_ID_MAX - 1);
+        o->id = id;
+    }
+    lua_getfield(L, oidx, "on_complete");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isfunction(L, -1))
+            luaL_error(L, "%s: on_complete must be a function", what);
+        if (!main)
+            luaL_error(L, "%s: on_complete is only available on the main "
+                       "state", what);
+        cb = lua_gettop(L);
+    }
+    lua_getfield(L, oidx, "slip");
+    if (!lua_isnil(L, -1)) {
+        int t = lua_gettop(L);
+        if (!lua_istable(L, t))
+            luaL_error(L, "%s: slip must be an array of stage names", what);
+        int n = (int)lua_rawlen(L, t);
+        const char **slip = lua_newuserdatauv(L, sizeof(char *) *
+                                              (size_t)(n + 1), 0);
+        luaL_checkstack(L, n + 4, "slip too long");
+        for (int i = 0; i < n; i++) {
+            lua_rawgeti(L, t, i + 1);
+            if (lua_type(L, -1) != LUA_TSTRING ||
+                !seda__l_valid_name(lua_tostring(L, -1)))
+                luaL_error(L, "%s: slip[%d] is not a valid stage name", what,
+                           i + 1);
+            slip[i] = lua_tostring(L, -1);      /* stays on the stack */
+        }
+        o->slip = slip;
+        o->nslip = n;
+    }
+    lua_getfield(L, oidx, "headers");
+    if (!lua_isnil(L, -1)) {
+        int h = lua_gettop(L);
+        if (!lua_istable(L, h))
+            luaL_error(L, "%s: headers must be a table", what);
+        int n = 0;
+        lua_pushnil(L);
+        while (lua_next(L, h)) {
+            lua_pop(L, 1);
+            n++;
+        }
+        const char **hv = lua_newuserdatauv(L, sizeof(char *) *
+                                            (size_t)(2 * n + 1), 0);
+        luaL_checkstack(L, 2 * n + 8, "too many headers");
+        int i = 0;
+        lua_pushnil(L);
+        while (lua_next(L, h)) {
+            if (lua_type(L, -2) != LUA_TSTRING)
+                luaL_error(L, "%s: header keys must be strings", what);
+            int t = lua_type(L, -1);
+            if (t != LUA_TSTRING && t != LUA_TNUMBER)
+                luaL_error(L, "%s: headers.%s must be a string (got %s)",
+                           what, lua_tostring(L, -2), luaL_typename(L, -1));
+            size_t kl, vl;
+            lua_pushvalue(L, -2);
+            lua_pushvalue(L, -2);
+            hv[2 * i] = lua_tolstring(L, -2, &kl);
+            hv[2 * i + 1] = lua_tolstring(L, -1, &vl);
+            if (strlen(hv[2 * i]) != kl || strlen(hv[2 * i + 1]) != vl)
+                luaL_error(L, "%s: headers.%s: keys and values may not "
+                           "contain NUL bytes", what, hv[2 * i]);
+            lua_rotate(L, -4, 2);               /* copies under k, v */
+            lua_pop(L, 1);                      /* value; key stays */
+            i++;
+        }
+        o->headers = hv;
+        o->nheaders = i;
+    }
+    return cb;
+}
+
+/* Raises for an id given to a stage that takes none (the runtime says
+ * SEDA_EINVAL: see check_id in bus.c). */
+static int id_misuse(lua_State *L, const char *to)
+{
+    return luaL_error(L, "publish: id: stage '%s' is not durable; only "
+                      "durable stages take a custom id (generated ids are "
+                      "unique within the process)", to);
+}
+
+int seda__l_publish(lua_State *L, struct lbus *lb, int first,
+                    seda_wbuf *wb, bool main)
+{
+    const char *to = luaL_checkstring(L, first);
+    int pidx = first + 1, oidx = first + 2;
+    lua_settop(L, oidx);
+    seda_publish_opts o;
+    int cbidx = parse_opts(L, oidx, &o, main, "publish");
+
+    const void *p;
+    size_t len;
+    int kind;
+    char err[512];
+    wb->len = 0;
+    if (seda__l_encode_payload(L, pidx, wb, &p, &len, &kind, err,
+                               sizeof err) != 0) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    o.kind = kind;
+    struct lcb *cb = NULL;
+    if (cbidx) {
+        cb = seda__l_cb_new(L, cbidx, 1);
+        o.done = seda__l_on_done;
+        o.done_ud = cb;
+    }
+    int rc = seda_publish(lb->bus, to, p, len, &o);
+    if (rc) {
+        if (cb)
+            seda__l_cb_release(L, cb, 1);
+        if (rc == SEDA_EINVAL && o.id)
+            id_misuse(L, to);
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+                                           : seda_strerror(rc));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* ---- stats ---- */
+
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_stage_stats(lua_State *L, seda_stage_t *st)
+{
+    seda_stage_stats s;
+    seda_stage_stats_get(st, &s);
+    struct lstage *ls = seda_stage_userdata(st);
+    lua_createtable(L, 0, 20);
+    lua_pushstring(L, s.name);
+    lua_setfield(L, -2, "name");
+    set_int(L, "depth", s.depth);
+    set_int(L, "capacity", s.capacity);
+    set_int(L, "concurrency", s.concurrency);
+    set_int(L, "in_flight", s.in_flight);
+    set_int(L, "enqueued", (lua_Integer)s.enqueued);
+    set_int(L, "delivered", (lua_Integer)s.delivered);
+    set_int(L, "nacked", (lua_Integer)s.nacked);
+    set_int(L, "dropped", (lua_Integer)s.dropped);
+    set_int(L, "dead_lettered", (lua_Integer)s.dead_lettered);
+    set_int(L, "errors", (lua_Integer)s.errors);
+    set_int(L, "completed", (lua_Integer)s.completed);
+    set_int(L, "invalid", (lua_Integer)s.invalid);
+    set_int(L, "consumers", s.consumers);
+    set_int(L, "max_attempts", s.max_attempts);
+    lua_pushstring(L, seda_policy_name(s.policy));
+    lua_setfield(L, -2, "policy");
+    static const char *const lat[] = {
+        "sojourn_p50", "sojourn_p99", "sojourn_p999", "sojourn_max",
+        "service_p50", "service_p99", "service_p999", "service_max",
+    };
+    const double latv[] = {
+        s.sojourn_p50, s.sojourn_p99, s.sojourn_p999, s.sojourn_max,
+        s.service_p50, s.service_p99, s.service_p999, s.service_max,
+    };
+    for (int i = 0; i < 8; i++) {
+        lua_pushnumber(L, latv[i]);
+        lua_setfield(L, -2, lat[i]);
+    }
+    lua_pushnumber(L, s.rate);
+    lua_setfield(L, -2, "rate");
+    lua_pushstring(L, seda_delivery_name(s.delivery));
+    lua_setfield(L, -2, "delivery");
+    if (ls) {
+        set_int(L, "version", (lua_Integer)atomic_load_explicit(
+                    &ls->version, memory_order_acquire));
+        pthread_mutex_lock(&ls->mu);
+        char *e = ls->last_error ? strdup(ls->last_error) : NULL;
+        pthread_mutex_unlock(&ls->mu);
+        if (e) {
+            lua_pushstring(L, e);
+            lua_setfield(L, -2, "last_error");
+            free(e);
+        }
+    }
+}
+
+int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
+{
+    if (!lb->bus) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "closed");
+        return 2;
+    }
+    if (name) {
+        seda_stage_t *st = seda_bus_stage(lb->bus, name);
+        if (st) {
+            push_stage_stats(L, st);
+            return 1;
+        }
+        lua_pushnil(L);
+        lua_pushliteral(L, "no_such_stage");
+        return 2;
+    }
+    seda_bus_stats b;
+    seda_bus_stats_get(lb->bus, &b);
+    lua_createtable(L, 0, 14);
+    lua_createtable(L, 0, b.stages);
+    for (int i = 0; i < b.stages; i++) {
+        seda_stage_t *st = seda_bus_stage_at(lb->bus, i);
+        if (!st)
+            break;
+        push_stage_stats(L, st);
+        lua_setfield(L, -2, seda_stage_name(st));
+    }
+    lua_setfield(L, -2, "stages");
+    set_int(L, "accepted", (lua_Integer)b.accepted);
+    set_int(L, "completed", (lua_Integer)b.completed);
+    set_int(L, "dead_lettered", (lua_Integer)b.dead_lettered);
+    set_int(L, "dropped", (lua_Integer)b.dropped);
+    set_int(L, "in_system", (lua_Integer)b.in_system);
+    set_int(L, "workers", b.workers);
+    set_int(L, "workers_loaned", b.workers_loaned);
+    set_int(L, "loans", (lua_Integer)b.loans);
+    set_int(L, "loans_peak", b.loans_peak);
+    set_int(L, "max_loans", b.max_loans);
+    lua_pushboolean(L, b.paused);
+    lua_setfield(L, -2, "paused");
+    lua_pushboolean(L, b.closed);
+    lua_setfield(L, -2, "closed");
+    return 1;
+}
+
+int seda__l_bus_publish_many(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_settop(L, 4);
+    seda_publish_opts o;
+    int cbidx = parse_opts(L, 4, &o, true, "publish_many");
+    const char *to = lua_tostring(L, 2);
+    int n = (int)lua_rawlen(L, 3);
+    /* Encode first, then one admission step per run of payloads of the
+     * same kind (the core takes one kind per call).  A payload that
+     * cannot be encoded is the first refusal: those before it go. */
+    const void **ps = lua_newuserdatauv(L, sizeof(void *) * (size_t)(n + 1),
+                                        0);
+    size_t *lens = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
+    size_t *offs = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
+    int *kinds = lua_newuserdatauv(L, sizeof(int) * (size_t)(n + 1), 0);
+    luaL_checkstack(L, n + 8, "publish_many: too many payloads");
+    u->wb.len = 0;
+    char err[512];
+    int nenc = n;                   /* payloads before the first bad one */
+    int erridx = 0;                 /* its message on the stack */
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 3, i + 1);               /* stays on the stack */
+        const void *p;
+        if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
+                                   err, sizeof err) != 0) {
+            nenc = i;
+            lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
+            erridx = lua_gettop(L);
+            break;
+        }
+        /* wb may move while growing: keep offsets, fix pointers after. */
+        offs[i] = kinds[i] == SEDA_KIND_RAW
+                      ? (size_t)-1
+                      : (size_t)((const unsigned char *)p - u->wb.p);
+        ps[i] = p;
+    }
+    for (int i = 0; i < nenc; i++)
+        if (offs[i] != (size_t)-1)
+            ps[i] = u->wb.p + offs[i];
+    struct lcb *cb = NULL;
+    if (cbidx && nenc > 0) {
+        cb = seda__l_cb_new(L, cbidx, nenc + 1);        /* +1: held until below */
+        o.done = seda__l_on_done;
+        o.done_ud = cb;
+    }
+    int done = 0, rc = 0;
+    while (done < nenc && rc == 0) {
+        int k = done;
+        while (k < nenc && kinds[k] == kinds[done])
+            k++;
+        o.kind = kinds[done];
+        done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
+                                  k - done, &o, &rc);
+    }
+    if (cb)
+        seda__l_cb_release(L, cb, nenc - done + 1);
+    if (rc == SEDA_EINVAL && o.id)
+        id_misuse(L, to);
+    lua_pushinteger(L, done);
+    if (rc) {
+        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+                                           : seda_strerror(rc));
+        return 2;
+    }
+    if (erridx) {
+        lua_pushvalue(L, erridx);
+        return 2;
+    }
+    return 1;
+}
+

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lworker.h -- a worker's Lua state and the envelope object handlers get
+ * (internal to lworker.c and lenv.c).
+ */
+#ifndef SEDA_LWORKER_H
+#define SEDA_LWORKER_H
+
+#include <lua.h>
+
+#include "lseda.h"
+
+#define SLOT_MSGH 1
+#define SLOT_ENV 2
+
+/* A worker's view of one stage's handlers. */
+struct wstage {
+    uint64_t version;           /* code version these refs came from */
+    int n;                      /* handler refs */
+    int *ref;                   /* registry refs to handler functions */
+};
+
+/* Small blocks (strings, tables, closures up to SMALL_MAX bytes) come
+ * from a free list per 16-byte size class, kept per state: a state lives
+ * on one thread, so no locking, and an envelope's short-lived payload
+ * string costs a pointer pop and push instead of a malloc and a free.
+ * 256 bytes covers a decoded record's hash part up to 8 fields (8 nodes
+ * of 24 bytes): raising the limit from 128 took a 5-field table's
+ * encode + decode from 5690 to 5480 instructions (callgrind).  A list
+ * holds what the collector freed at once, as glibc's bins would. */
+#define SMALL_MAX 256
+#define SMALL_CLASSES (SMALL_MAX / 16)
+#define SMALL_KEEP 1024             /* blocks kept per class, at most */
+
+struct small_block {
+    struct small_block *next;
+};
+
+struct lworker {
+    lua_State *L;
+    struct lbus *lb;
+    int index;                  /* worker index, -1 for a scratch state */
+    size_t mem_used;            /* bytes allocated by L */
+    size_t mem_limit;           /* refuse past this (0 = none) */
+    seda_wbuf wb;               /* encode buffer, reused */
+    struct wstage *ws;          /* indexed by stage index */
+    int nws;
+    int64_t deadline;           /* handler timeout, monotonic ns */
+    double timeout;             /* for the message */
+    struct lenv *le;            /* the handlers' view of the envelope */
+    uintptr_t token;            /* the running call's env value, 0 none */
+    uintptr_t calls;            /* handler calls so far (for tokens) */
+    struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
+    int nsmall[SMALL_CLASSES];  /* how many each list holds */
+};
+
+/* The envelope userdata handed to handlers. */
+struct lenv {
+    seda_env_t *env;            /* NULL outside a handler call */
+    bool decoded;               /* payload value cached in user value 1 */
+    bool decoded_table;         /* ... and it is a table (may be changed
+                                   in place, so it is written back) */
+    bool payload_set;           /* assigned during this call */
+    bool headers_loaded;        /* headers table cached in user value 2 */
+};
+
+/* The worker behind a state (its extra space points back at it). */
+static inline struct lworker *worker_of(lua_State *L)
+{
+    return *(struct lworker **)lua_getextraspace(L);
+}
+
+/* Install the envelope metatable on light userdata (the state's SLOT_ENV
+ * lenv at stack index 2 is captured by its methods).  Runs in setup,
+ * under lua_pcall. */
+SEDA__API void seda__lw_env_metatable(lua_State *L);
+
+/* lua_CFunction (lenv, lworker): copy the handler's view of the envelope
+ * back into it; raises on bad headers or a payload that cannot be
+ * encoded.  Called under lua_pcall after an acking handler. */
+SEDA__API int seda__lw_env_sync(lua_State *L);
+
+#endif /* SEDA_LWORKER_H */
