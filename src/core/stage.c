@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stage.c -- a stage's queue, admission control, and the end of an
- * envelope (creation, tuning and stats are in stage_conf.c; the drain
- * task in drain.c).
+ * stage.c -- a stage's admission control and the end of an envelope
+ * (the queue is inbox.c; creation, tuning and stats are stage_conf.c;
+ * the drain task drain.c).
  *
  * DESIGN
  *   Admission (any thread) takes the stage lock once: room below capacity
@@ -25,282 +25,18 @@
  *   Invariant: the queue is non-empty only while running > 0 (until the
  *   pool is stopped, after which the bus sweeps it).
  *
- * HOW IT WORKS: the lock-free publish path
- *   A stage's queue is two parts: the inbox, a ring of envelope pointers
- *   that publishers fill without the stage lock, and q, a ring at the head
- *   for envelopes that must go first (nack retries, an interrupted batch,
- *   replays) or that did not fit in the inbox.  Takers (drain tasks,
- *   evictions, sweeps, receivers) take from q, then the inbox, always
- *   under the stage lock, so the inbox has a single consumer at a time.
- *
- *   Inbox tickets: in_pos counts tickets issued, out_pos tickets taken;
- *   ticket t owns slot t & inbox_mask.  A publisher reads out_pos and
- *   held (q's count plus reservations), and if in_pos - out_pos is below
- *   the number of slots and in_pos - out_pos + held below the capacity,
- *   claims ticket in_pos with a compare-and-swap: one atomic step both
- *   admits and reserves the slot, so nothing is ever over-counted or
- *   undone.  Since fewer than `slots` tickets are then outstanding,
- *   ticket t - slots was taken, and the
- *   taker cleared its slot before it stored out_pos (release; the
- *   publisher's load is acquire), so the slot is free.  The publisher
- *   stores its envelope there (release) and, if fewer drain tasks run
- *   than the stage allows, takes the lock to schedule one.  A taker walks
- *   slots from out_pos, clearing each, and stops at an empty one: either
- *   nothing more was published or a publisher is between its ticket and
- *   its store; takers treat that as "not yet" and look again.
- *
- *   Why a ring and not a linked list: a taker following links waits for
- *   one cache line from the publisher's core per envelope, one after the
- *   other; the ring hands it eight pointers a line, and it can start
- *   fetching all the envelopes of a batch at once.  The publishers write
- *   only their own line and the slots; takers write theirs (out_pos, once
- *   a batch) and the slots.
- *
- *   The race with a drain task that is about to give its permit back is
- *   closed Dekker-style, all seq_cst: the publisher's compare-and-swap on
- *   in_pos, then its read of running; the task's running--, then its read
- *   of in_pos.  Whichever comes second sees the other, so either the
- *   publisher schedules or the task carries on; an envelope is never left
- *   behind.  The same order protects closing: a publisher that finds the
- *   bus closing after its ticket was issued cannot return it, so it
- *   stores a tombstone that takers skip, and takes the locked path, which
- *   refuses; a sweep after the store of stopping waits for every issued
- *   ticket's slot to fill, and a tombstone stored after a sweep is
- *   skipped by its own publisher (under the lock).
- *
- *   The locked path appends to the inbox the same way (so order holds);
- *   when the inbox is full but the capacity is larger than the inbox, it
- *   first moves the inbox's envelopes to the tail of q, in order, then
- *   appends there.  That empties the inbox, so the lock-free path goes
- *   on (what it adds is taken after q): a deep queue costs one locked
- *   spill per `slots` publishes, not a lock each.
- *
- *   Extra drain tasks: a stage with several permits gets a second (third,
- *   ...) drain task only when the backlog would keep the tasks already
- *   running busy for SEDA_SPAWN_NS or more at the recent handling time
- *   per envelope (svc_ns; unknown counts as slow).  So a burst of slow
- *   envelopes is spread over every permit at once (each task takes a
- *   fair share of the queue), while a fast consumer that keeps up alone
- *   is not joined by tasks that would only fight it for the queue and,
- *   on a small machine, for the cores the publishers need.  Drain tasks
- *   apply the same rule after each batch, and one that meets an envelope
- *   taking SEDA_SHED_NS (longer than a preemption makes a fast one) gives
- *   the rest of its batch back and starts tasks for it; the batch's
- *   slowest envelope is left out of svc_ns for the same reason.  A queued
- *   envelope always has a task: with none running one is started, as
- *   before.
- *
- *   Worked example: capacity 2, slots 64, nothing held.  Tickets 0 and 1
- *   are issued; a third publisher reads in_pos 2, out_pos 0: 2 is not
- *   below 2, so it takes the locked path, where the policy (reject, wait,
- *   evict) applies to the exact state.  A drain task takes both (out_pos
- *   becomes 2, slots 0 and 1 cleared); the next ticket is 2, slot 2.
+ *   The queue itself (the lock-free inbox and the head ring) is
+ *   inbox.c; HOW IT WORKS there explains the publish path's pairing
+ *   with the drain tasks, which admit_fast below is half of.
  */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bus.h"
+#include "inbox.h"
 #include "stage.h"
 
-
-/* ---- the two-part queue ---- */
-
-/* A voided ticket's slot (see HOW IT WORKS); takers skip it. */
-static seda_env_t tombstone_env;
-#define TOMBSTONE (&tombstone_env)
-
-/* Keep held (q's count plus reservations) in step after q or reserved
- * changed (mu held). */
-static void held_sync(struct seda_stage_s *st)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    atomic_store_explicit(&st->held,
-                          seda__queue_count(&st->q) + (uint32_t)st->reserved,
-                          memory_order_relaxed);
-}
-
-/* Fill ticket t's slot. */
-static inline void inbox_store(struct seda_stage_s *st, uint64_t t,
-                               seda_env_t *env)
-{
-    SEDA__CHAOS();                      /* the "ticket, no envelope" window */
-    /* Entering a line of slots (eight a line): ask for the next one now,
-     * the taker cleared it last. */
-    if ((t & 7) == 0)
-        seda__prefetchw(&st->inbox[(t + 8) & st->inbox_mask]);
-    /* Release: pairs with the acquire load in inbox_take. */
-    atomic_store_explicit(&st->inbox[t & st->inbox_mask], env,
-                          memory_order_release);
-}
-
-/* Take up to n envelopes from the inbox into out[] (mu held), stopping at
- * the first empty slot. */
-static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
-                           uint32_t n)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
-    uint64_t start = pos;
-    uint32_t got = 0;
-    while (got < n) {
-        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
-        seda_env_t *e = atomic_load_explicit(slot, memory_order_acquire);
-        if (!e)
-            break;
-        atomic_store_explicit(slot, NULL, memory_order_relaxed);
-        pos++;
-        if (e == TOMBSTONE)
-            continue;
-        /* Start fetching the batch's envelopes at once (for reading: an
-         * ack writes nothing into them, so they stay shared with the
-         * publisher that will reuse them). */
-        __builtin_prefetch(e);
-        __builtin_prefetch((char *)e + sizeof *e - 1);
-        out[got++] = e;
-    }
-    if (pos != start)
-        /* Release: the cleared slots are visible to a publisher that sees
-         * the new out_pos and reuses them. */
-        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
-    return got;
-}
-
-/* Clear the tombstones at the head of the inbox, stopping at the first
- * envelope or empty slot (mu held). */
-static void inbox_skip_tombstones(struct seda_stage_s *st)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
-    uint64_t start = pos;
-    for (;;) {
-        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
-        if (atomic_load_explicit(slot, memory_order_acquire) != TOMBSTONE)
-            break;
-        atomic_store_explicit(slot, NULL, memory_order_relaxed);
-        pos++;
-    }
-    if (pos != start)
-        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
-}
-
-/* Move everything in the inbox to the tail of q, in order, waiting out
- * publishers between their ticket and their store (mu held). */
-static void inbox_spill(struct seda_stage_s *st)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t end = atomic_load_explicit(&st->in_pos, memory_order_acquire);
-    seda_env_t *chunk[64];
-    unsigned spin = 0;
-    while (atomic_load_explicit(&st->out_pos, memory_order_relaxed) < end) {
-        uint32_t got = inbox_take(st, chunk, 64);
-        for (uint32_t k = 0; k < got; k++)
-            seda__queue_push(&st->q, chunk[k]);
-        if (got > 0) {
-            spin = 0;
-            continue;
-        }
-        if (atomic_load_explicit(&st->out_pos, memory_order_relaxed) >= end)
-            break;                      /* only tombstones were left */
-        if (spin++ < 64)
-            seda__cpu_relax();
-        else
-            sched_yield();
-    }
-    held_sync(st);
-}
-
-/* Append env at the tail, after everything queued (mu held, room under
- * the capacity already checked).  Returns through the inbox when it has
- * a free slot, else through q after spilling the inbox into it. */
-static void append_locked(struct seda_stage_s *st, seda_env_t *env)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t slots = (uint64_t)st->inbox_mask + 1;
-    uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
-    for (;;) {
-        uint64_t out = atomic_load_explicit(&st->out_pos,
-                                            memory_order_relaxed);
-        if (t - out >= slots) {
-            inbox_spill(st);
-            seda__queue_push(&st->q, env);
-            held_sync(st);
-            return;
-        }
-        if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,
-                                                  memory_order_seq_cst,
-                                                  memory_order_relaxed))
-            break;
-    }
-    st->in_other++;
-    inbox_store(st, t, env);
-}
-
-bool seda__stage_ready(struct seda_stage_s *st, uint32_t n)
-{
-    if (atomic_load_explicit(&st->held, memory_order_relaxed))
-        return true;
-    if (n == 0 || n > st->inbox_mask + 1)
-        n = st->inbox_mask + 1;
-    uint64_t out = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
-    return atomic_load_explicit(&st->inbox[(out + n - 1) & st->inbox_mask],
-                                memory_order_relaxed) != NULL;
-}
-
-/* Take up to n envelopes, q first, then the inbox (mu held). */
-uint32_t seda__stage_take(struct seda_stage_s *st, seda_env_t **out,
-                          uint32_t n)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    uint32_t got = 0;
-    if (seda__queue_count(&st->q)) {
-        got = seda__queue_pop_many(&st->q, (void **)out, n);
-        held_sync(st);
-    }
-    if (got < n)
-        got += inbox_take(st, out + got, n - got);
-    return got;
-}
-
-/* Put env back at the head (mu held; q has room by construction: see
- * seda__queue_reserve calls). */
-void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    seda__queue_push_front(&st->q, env);
-    held_sync(st);
-}
-
-/* Take everything queued right now, waiting out publishers mid-way
- * (mu held; used where the count must reach zero: sweeps). */
-static uint32_t q_take_all_of(struct seda_stage_s *st, seda_env_t **out,
-                              uint32_t n)
-{
-    uint32_t got = seda__stage_take(st, out, n);
-    /* A publisher holding a ticket stores its envelope (or a tombstone)
-     * shortly; that needs no lock. */
-    for (unsigned spin = 0;
-         got == 0 && seda__stage_qcount(st) > (uint32_t)st->reserved; spin++) {
-        if (spin < 64)
-            seda__cpu_relax();
-        else
-            sched_yield();
-        got = seda__stage_take(st, out, n);
-    }
-    return got;
-}
-
-uint32_t seda__stage_depth(struct seda_stage_s *st)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    return seda__stage_qcount(st) - (uint32_t)st->reserved;
-}
-
-seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
-{
-    seda_env_t *e = NULL;
-    return seda__stage_take(st, &e, 1) ? e : NULL;
-}
 
 /* ---- ending an envelope ---- */
 
@@ -373,7 +109,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     env->at = st;
     if (hop)
         env->enq_ts = seda__clock_ns();
-    append_locked(st, env);
+    seda__inbox_append_locked(st, env);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -422,7 +158,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
             *nsched += push_locked(st, env, hop);
         } else {
             st->reserved++;             /* a slot held for a journal write */
-            held_sync(st);
+            seda__inbox_held_sync(st);
         }
         return 0;
     }
@@ -435,7 +171,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_EDROPPED;
     case SEDA_POLICY_DROP_OLDEST: {
         seda_env_t *old = NULL;
-        if (q_take_all_of(st, &old, 1) == 0)
+        if (seda__inbox_take_all(st, &old, 1) == 0)
             old = NULL;                 /* only reservations are held */
         st->c.dropped++;
         if (old && !(old->flags & ENV_DEAD))
@@ -445,7 +181,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
             *nsched += push_locked(st, env, hop);
         } else {
             st->reserved++;
-            held_sync(st);
+            seda__inbox_held_sync(st);
         }
         return 0;
     }
@@ -503,7 +239,7 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
     }
 }
 
-/* The lock-free publish path (see HOW IT WORKS).  Returns 0 when env was
+/* The lock-free publish path (see HOW IT WORKS in inbox.c).  Returns 0 when env was
  * admitted, 1 when the caller must take the locked path. */
 static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
 {
@@ -534,14 +270,14 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         atomic_load_explicit(&b->stopping, memory_order_seq_cst)) {
         /* Closing: the ticket cannot be given back.  Void it; a sweep that
          * follows the store of stopping waits for this slot to fill. */
-        inbox_store(st, t, TOMBSTONE);
+        seda__inbox_store(st, t, TOMBSTONE);
         seda__mutex_lock(&st->mu);
         st->in_other++;                 /* not an admission */
         /* A sweep may already be over (stopping): nobody else would
          * skip it.  Skip the tombstones at the head; one behind a slot
          * still empty is skipped by its own publisher, who stores after
          * us and comes through here too. */
-        inbox_skip_tombstones(st);
+        seda__inbox_skip_tombstones(st);
         seda__mutex_unlock(&st->mu);
         return 1;
     }
@@ -550,7 +286,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         env->enq_ts = seda__clock_ns();
         atomic_fetch_add_explicit(&st->fast_hop, 1, memory_order_relaxed);
     }
-    inbox_store(st, t, env);
+    seda__inbox_store(st, t, env);
     SEDA__CHAOS();
     /* Dekker pairing: in_pos++ above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
@@ -780,7 +516,7 @@ void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
     assert(st->reserved > 0);
     st->reserved--;
     /* The slot was counted when it was held; push_locked counts again. */
-    held_sync(st);
+    seda__inbox_held_sync(st);
     bool sched = push_locked(st, env, false);
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -828,7 +564,7 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     assert(st->reserved > 0);
     st->reserved--;
-    held_sync(st);
+    seda__inbox_held_sync(st);
     if (st->waiters > 0)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
@@ -861,7 +597,7 @@ int seda__stage_sweep(struct seda_stage_s *st)
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
-        uint32_t n = q_take_all_of(st, chunk, 64);
+        uint32_t n = seda__inbox_take_all(st, chunk, 64);
         for (uint32_t k = 0; k < n; k++) {
             st->c.dropped++;
             if (!(chunk[k]->flags & ENV_DEAD))

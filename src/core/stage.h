@@ -47,7 +47,7 @@ struct stage_counters {
  *   ack_timeout_ns, durable, dedup_window, inbox, inbox_mask.
  *   Atomic: the inbox's slots, in_pos, fast_hop, cap_fast, conc_fast,
  *   running (the publishers' line below), out_pos, held and svc_ns (the
- *   takers' line), see "HOW IT WORKS" in stage.c; nconsumers (release in seda_stage_consume / acquire in
+ *   takers' line), see "HOW IT WORKS" in inbox.c; nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
  *   robin only); userdata, check, check_ud (release/acquire).
  *   hist_mu guards sojourn and service; report_mu the rate limiter (both
@@ -107,7 +107,7 @@ struct seda_stage_s {
                                    admissions (the locked path's, and
                                    voided ones); guarded by mu */
 
-    /* ---- the publishers' line (see "HOW IT WORKS" in stage.c) ----
+    /* ---- the publishers' line (see "HOW IT WORKS" in inbox.c) ----
      * in_pos: inbox tickets issued; a compare-and-swap (seq_cst) both
      *   admits under capacity and claims slot in_pos & inbox_mask.
      * fast_hop: lock-free admissions of hops (relaxed; the stats derive
