@@ -6,7 +6,7 @@
  * DESIGN
  *   A drain task holds one of its stage's permits.  It takes up to `batch`
  *   envelopes in one lock round (the head ring, then the inbox: see
- *   stage.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
+ *   inbox.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
  *   them with no lock held (one clock read per envelope feeds the sojourn
  *   and service histograms), routes acks, nacks and dead letters (a
  *   durable stage first writes the whole batch's decisions in one journal
@@ -191,7 +191,7 @@ static void run_batch(struct seda_stage_s *st)
     /* With several drain tasks, take a fair share of what is queued, so
      * a burst of slow envelopes is spread over them (the publishers
      * start one per free permit for slow work: see "Extra drain tasks"
-     * in stage.c) instead of being handled one after another by the
+     * in inbox.c) instead of being handled one after another by the
      * first. */
     uint32_t want = seda__stage_take_limit(st, (uint32_t)b->batch);
     if (st->concurrency > 1) {

@@ -116,7 +116,7 @@ struct seda_stage_s {
      *   written under mu (relaxed), read by the lock-free path.
      * running: drain tasks queued or running; changed under mu with
      *   seq_cst stores, read seq_cst by the lock-free path (the Dekker
-     *   pairing with in_pos described in stage.c). */
+     *   pairing with in_pos described in inbox.c). */
     _Alignas(64) atomic_uint_fast64_t in_pos;
     atomic_uint_fast64_t fast_hop;
     atomic_int cap_fast;
@@ -202,7 +202,7 @@ SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
  * whose publisher is mid-way) plus held reservations.  A hint without mu;
  * exact with mu held and no lock-free publisher mid-way.  seq_cst: the
  * drain task's final look at it is the second half of the Dekker pairing
- * (see stage.c).  out_pos is read first: a taker only counts tickets
+ * (see inbox.c).  out_pos is read first: a taker only counts tickets
  * issued before, so the difference never goes negative. */
 static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
 {
@@ -214,7 +214,7 @@ static inline uint32_t seda__stage_qcount(struct seda_stage_s *st)
 
 /* Whether a publisher that found `run` drain tasks queued or running
  * should start one more for `depth` queued envelopes (see "Extra drain
- * tasks" in stage.c).  The caller checked run < concurrency.  100 us: a
+ * tasks" in inbox.c).  The caller checked run < concurrency.  100 us: a
  * full 1024-slot queue of a ~180 ns Lua handler (two producers, two
  * permits) gets its second task, which lifts it 3-15% over one producer
  * (0.98x with 200 us); a C consumer at ~10 ns never reaches it. */
