@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_fanout.c -- config `fanout` (not part of WORKLOAD.md's reference
+ * fanout.c -- config `fanout` (not part of WORKLOAD.md's reference
  * workload): handlers that publish, under managed blocking (SPEC §9).
  *
  * Four envelopes into stage `src` (concurrency 2) whose handler publishes
@@ -25,7 +25,8 @@
 
 #include "seda_lua.h"
 
-#include "bench.h"
+#include "families.h"
+#include "harness.h"
 
 #define FAN_SOURCES 4
 #define FAN_EACH 100000

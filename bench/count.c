@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_count.c -- the C runtime's own throughput check (config `count`,
+ * count.c -- the C runtime's own throughput check (config `count`,
  * not part of WORKLOAD.md's workload).
  *
  * One producer thread -> one stage (capacity 1024, policy block,
@@ -24,7 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench.h"
+#include "families.h"
+#include "harness.h"
 
 static atomic_long g_counted;
 

@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench.h -- shared pieces of the seda-lua benchmark (bench/WORKLOAD.md is
- * /work/shared/WORKLOAD.md; the suite itself is described in bench.c).
+ * harness.h -- the benchmark's shared harness: run settings, output rows,
+ * the latency recorder, buses under test and producer threads.  Every
+ * config file (floors.c, capacity.c, codec.c, pipeline.c, memory.c,
+ * durable.c, count.c, fanout.c) uses this and nothing of the others;
+ * the driver, bench.c, calls them through families.h.
  *
  * DESIGN
- *   - One program, several families: bench.c (command line, output rows,
- *     latency recorder, floors), bench_stage.c (capacity curve, firehose,
- *     cap1_table, reload), bench_more.c (codec, pipeline, memory),
- *     bench_durable.c (durable1, durable_batch, durable_pipeline).
+ *   - harness.c (settings, progress, rows), recorder.c (latency samples,
+ *     benchrec for Lua handlers), inst.c (buses under test, producers,
+ *     pre-encoded table payloads).
  *   - Latency samples go into per-slot arrays (one slot per pool worker plus
  *     one for non-worker threads), reserved with mmap(MAP_NORESERVE) so the
  *     hot path is one store and an increment; percentiles are computed after
@@ -16,10 +18,11 @@
  *   - A row is built field by field in a fixed buffer and written as one
  *     line to stdout and to the results file.
  */
-#ifndef SEDA_BENCH_H
-#define SEDA_BENCH_H
+#ifndef SEDA_BENCH_HARNESS_H
+#define SEDA_BENCH_HARNESS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -48,6 +51,7 @@ struct bench_cfg {
 };
 
 extern struct bench_cfg g_cfg;
+extern FILE *g_bench_out;            /* results file, or NULL (driver) */
 
 /* Progress line on stderr, prefixed with the suite's elapsed time. */
 void bench_progress(const char *fmt, ...)
@@ -112,7 +116,7 @@ void row_latency(struct row *r, const struct latency *l);
  * takes the timestamp as a number. */
 int luaopen_benchrec(lua_State *L);
 
-/* ---- buses under test (bench_stage.c) ---- */
+/* ---- buses under test (inst.c) ---- */
 
 #define INST_MAX_STAGES 8
 
@@ -173,26 +177,12 @@ void prods_join(struct prod *p, int n);
 
 /* Encode the Lua table constructor expr (with the float 12345.678901 where
  * the timestamp goes) with the payload codec; fills buf, *len and *ts_off.
- * Returns 0 or -1. (bench_more.c) */
+ * Returns 0 or -1. (inst.c) */
 int bench_encode_table(const char *expr, unsigned char *buf, size_t cap,
                        size_t *len, int *ts_off);
 #define BENCH_TS_SENTINEL 12345.678901
 
-/* ---- families ---- */
-
-void bench_floors(void);
-void bench_capacity(const char *config, bool lua);   /* cap1, cap8, cap1_table */
-void bench_firehose(const char *config, bool lua);   /* seq, par, chan */
-void bench_reload(void);
-void bench_codec(void);
-void bench_pipeline(void);
-void bench_memory(void);
-void bench_count(void);       /* count: the C runtime's hand-off rate */
-void bench_fanout(void);      /* fanout: handlers publishing (loans) */
-/* durable1, durable_batch, durable_pipeline (bench_durable.c) */
-void bench_durable(const char *config);
-
 /* Write name into g_cfg.tmpdir; returns the malloc'd path or NULL. */
 char *bench_write_file(const char *name, const char *text);
 
-#endif /* SEDA_BENCH_H */
+#endif /* SEDA_BENCH_HARNESS_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_durable.c -- durable stages: durable1, durable_batch,
+ * durable.c -- durable stages: durable1, durable_batch,
  * durable_pipeline, each with sync "normal" and sync "full".
  *
  * DESIGN
@@ -49,7 +49,8 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
-#include "bench.h"
+#include "families.h"
+#include "harness.h"
 
 #define DUR_BATCH 100
 #define PUB_CAP ((size_t)32 << 20)   /* publish samples (128 MiB virtual) */

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_codec.c -- round-trip speed of the payload codec.
+ * codec_loop.c -- round-trip speed of the payload codec.
  *
  * Encodes and decodes a small record (the typical sensor payload) in one
  * lua_State on one thread, reusing one output buffer, and prints one JSON
  * line with the mean time per round trip.  Usage:
  *
- *     bench_codec [iterations [state]]   (default 2000000, worker)
+ *     codec_loop [iterations [state]]   (default 2000000, worker)
  *
  * state is how the lua_State is made:
  *   worker        (default) seda__lw_newstate(): the allocator and the
@@ -20,10 +20,10 @@
  * the default (no "state" argument) measured "incremental".
  *
  * Build (not part of `make`):
- *     make && cc -std=c11 -D_GNU_SOURCE -pthread -O2 -Iinclude -Isrc \
- *         $(pkg-config --cflags lua5.4) bench/bench_codec.c \
+ *     make && cc -std=c11 -D_GNU_SOURCE -pthread -O2 -Iinclude -Isrc -Isrc/lua \
+ *         $(pkg-config --cflags lua5.4) bench/codec_loop.c \
  *         build/release/libsedalua.a build/release/libseda.a \
- *         $(pkg-config --libs lua5.4) -lsqlite3 -lm -o bench_codec
+ *         $(pkg-config --libs lua5.4) -lsqlite3 -lm -o codec_loop
  *
  * DESIGN
  *   - Single-threaded; the decoded copy is popped each round so the

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * families.h -- the configs the driver (bench.c) runs: one entry point per
+ * config file, each depending only on harness.h.
+ */
+#ifndef SEDA_BENCH_FAMILIES_H
+#define SEDA_BENCH_FAMILIES_H
+
+#include <stdbool.h>
+
+
+void bench_floors(void);
+void bench_capacity(const char *config, bool lua);   /* cap1, cap8, cap1_table */
+void bench_firehose(const char *config, bool lua);   /* seq, par, chan */
+void bench_reload(void);
+void bench_codec(void);
+void bench_pipeline(void);
+void bench_memory(void);
+void bench_count(void);       /* count: the C runtime's hand-off rate */
+void bench_fanout(void);      /* fanout: handlers publishing (loans) */
+/* durable1, durable_batch, durable_pipeline */
+void bench_durable(const char *config);
+
+#endif /* SEDA_BENCH_FAMILIES_H */
