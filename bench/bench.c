@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench.c -- the seda-lua benchmark suite: command line, output rows,
- * latency recorder, and the floors.
+ * bench.c -- the seda-lua benchmark suite's driver: the command line, the
+ * results file, and the order the configs run in (each config is its own
+ * file, see families.h; what they share is harness.h).
  *
- * The workload is the cross-language SEDA-bus benchmark of
- * the benchmark workload (README: Benchmarks), run with a C consumer and with a Lua handler
- * (`handler` "c" / "lua"), plus configs of our own: cap1_table, codec,
- * pipeline, reload, memory, durable1, durable_batch, durable_pipeline.
- * One JSON object per trial goes to stdout and
- * to the results file; progress goes to stderr.
+ * The workload is the cross-language SEDA-bus benchmark (README:
+ * Benchmarks), run with a C consumer and with a Lua handler (`handler`
+ * "c" / "lua"), plus configs of our own: cap1_table, codec, pipeline,
+ * reload, memory, durable1, durable_batch, durable_pipeline, count,
+ * fanout.  One JSON object per trial goes to stdout and to the results
+ * file; progress goes to stderr.
  *
  *     seda-bench [--config NAME]... [--handler c|lua] [--quick]
  *                [--out FILE] [--help]
