@@ -69,6 +69,8 @@ extern "C" {
 #define SEDA_ETYPE      (-EBADMSG)    /* refused by the stage's check */
 #define SEDA_EDUP       (-EALREADY)   /* exactly_once: id already accepted */
 #define SEDA_EIO        (-EIO)        /* the journal could not commit */
+#define SEDA_ESHED      (-EOVERFLOW)  /* the stage sheds load (its `shed`
+                                         rule found the queue too slow) */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
  * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type",
@@ -88,6 +90,17 @@ enum seda_policy {
 enum seda_delivery {
     SEDA_DELIVERY_P2P = 0,   /* one consumer per envelope, round robin */
     SEDA_DELIVERY_PUBSUB     /* every consumer handles every envelope */
+};
+
+/* An envelope's priority (seda_publish_opts.priority): a stage delivers
+ * high before normal before low, in order within one priority; an
+ * envelope that waited longer than the stage's starve_after is delivered
+ * next whatever its priority.  Priority travels with the envelope to its
+ * next hops; it counts against the capacity like any other. */
+enum seda_priority {
+    SEDA_PRIO_NORMAL = 0,
+    SEDA_PRIO_HIGH,
+    SEDA_PRIO_LOW
 };
 
 enum seda_durability {
@@ -249,6 +262,16 @@ typedef struct seda_stage_opts {
     int durable;               /* enum seda_durability */
     int dedup_window;          /* exactly_once: ids remembered (100000) */
     double ack_timeout;        /* pull: seconds to ack a receipt (30) */
+    double starve_after;       /* seconds a lower-priority envelope may
+                                  wait before it goes next (1) */
+    double shed_target;        /* adaptive shedding (CoDel): queue sojourn
+                                  target, seconds; 0 = no shedding (0) */
+    double shed_interval;      /* ... over this window, seconds (0.1) */
+    double retry_backoff;      /* delay before a retry, seconds; 0 = at
+                                  once, at the head (0) */
+    double retry_max_backoff;  /* the delay's bound (1) */
+    double retry_multiplier;   /* growth per attempt (2) */
+    bool retry_jitter;         /* spread each delay up to +50% (true) */
 } seda_stage_opts;
 
 /* Fill o (the caller's) with the defaults (name NULL).  Cannot fail; any
@@ -289,6 +312,37 @@ int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud);
  * (nothing changed, err names the field) or SEDA_ENOMEM.  Any thread. */
 int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
                     int policy, char *err, size_t errlen);
+
+/* Change a running stage's admission options, taken from o: what is a
+ * mask of SEDA_TUNE_SHED (shed_target, shed_interval), SEDA_TUNE_RETRY
+ * (retry_backoff, retry_max_backoff, retry_multiplier, retry_jitter) and
+ * SEDA_TUNE_STARVE (starve_after); the other fields of o are ignored.
+ * Every value is checked first: SEDA_EINVAL changes nothing (err names
+ * the stage and field).  Takes effect from the next envelope.  Any
+ * thread.
+ *
+ * Adaptive shedding (CoDel on queue sojourn): when every envelope that
+ * started in the last shed_interval seconds had waited longer than
+ * shed_target in the queue, the stage refuses new low-priority publishes
+ * (SEDA_ESHED), after another interval normal ones too, until an envelope
+ * starts within target (or the backlog could not take that long).  High
+ * priority and hops (envelopes already accepted) are never shed; target
+ * 0 turns it off.  Retry backoff: a nacked envelope with attempts left is
+ * redelivered after min(max_backoff, backoff * multiplier^(attempts-2))
+ * seconds for its attempts-th try (jitter: up to 50% more, still within
+ * max_backoff), held by a timer the pool services, not by a worker;
+ * backoff 0 retries at once at the head of the queue.  starve_after: see
+ * enum seda_priority. */
+#define SEDA_TUNE_SHED   1u
+#define SEDA_TUNE_RETRY  2u
+#define SEDA_TUNE_STARVE 4u
+int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
+                              unsigned what, char *err, size_t errlen);
+
+/* Count one publish refused by an admission rule outside the core (the
+ * Lua binding's `admit`): in the stage's `refused` and `dropped`.  Any
+ * thread. */
+void seda_stage_count_refused(seda_stage_t *st);
 
 /* An admission check: return 0 to admit, non-zero to refuse (writing a
  * reason into err).  Runs on the publishing thread (a worker for hops),
@@ -373,6 +427,7 @@ typedef struct seda_publish_opts {
                                      only (exactly_once: the dedup key;
                                      elsewhere SEDA_EINVAL), or NULL for
                                      a fresh one */
+    int priority;                 /* enum seda_priority (normal) */
 } seda_publish_opts;
 
 /* Fill o (the caller's) with the defaults (no sender, headers, slip or
@@ -431,6 +486,9 @@ const char *seda_env_sender(const seda_env_t *env);
 
 /* Delivery attempt on the current hop, from 1. */
 int seda_env_attempts(const seda_env_t *env);
+
+/* Its priority (enum seda_priority). */
+int seda_env_priority(const seda_env_t *env);
 
 /* Monotonic publish time in seconds (seda_now() at publish). */
 double seda_env_published_at(const seda_env_t *env);
@@ -508,6 +566,11 @@ typedef struct seda_stage_stats {
     uint64_t errors;           /* errors reported (raised, seda_env_fail) */
     uint64_t completed;        /* itineraries that ended here */
     uint64_t invalid;          /* refused by the admission check */
+    uint64_t refused;          /* refused by an admit rule (Lua `admit`) */
+    uint64_t shed;             /* publishes refused by adaptive shedding */
+    int delayed;               /* retries waiting out their backoff */
+    int shedding;              /* 0 no, 1 refusing low, 2 low and normal */
+    int depth_high, depth_low; /* queued at high and low priority */
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,

@@ -58,6 +58,13 @@ void seda_stage_opts_init(seda_stage_opts *o)
     o->ack_timeout = 30.0;
     o->durable = SEDA_MEMORY;
     o->dedup_window = 100000;
+    o->starve_after = 1.0;
+    o->shed_target = 0;
+    o->shed_interval = 0.1;
+    o->retry_backoff = 0;
+    o->retry_max_backoff = 1.0;
+    o->retry_multiplier = 2.0;
+    o->retry_jitter = true;
 }
 
 void seda_publish_opts_init(seda_publish_opts *o)
@@ -748,7 +755,9 @@ int seda_bus_shutdown(seda_bus_t *b, double timeout)
     wake_all(b);                        /* blocked hops give up */
     seda__pool_stop(b->pool);
 
-    int swept = 0;
+    /* Retries still waiting out their backoff are swept too. */
+    int swept = seda__pool_timers(b->pool);
+    seda__pool_drop_timers(b->pool, seda__stage_drop_timer, NULL);
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
     for (int i = 0; i < r->n; i++)
         swept += seda__stage_sweep(r->list[i]);

@@ -221,6 +221,9 @@ static void run_batch(struct seda_stage_s *st)
     }
     int n = (int)seda__stage_take(st, batch, want);
     st->in_flight += n;
+    /* Retry backoff: nacked envelopes wait on a timer instead of being
+     * delivered again at once. */
+    bool later = st->retry_backoff > 0;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
@@ -250,7 +253,7 @@ static void run_batch(struct seda_stage_s *st)
         res[i] = r == DELIVER_ACK ? DR_ACK
                : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
-        if (res[i] == DR_RETRY && !st->durable) {
+        if (res[i] == DR_RETRY && !st->durable && !later) {
             /* A retry goes to the head of the queue, which is where this
              * task takes its next envelope from: deliver it again now,
              * ahead of the rest of the batch (behind it in the queue), and
@@ -324,17 +327,29 @@ static void run_batch(struct seda_stage_s *st)
                               memory_order_relaxed);
     }
 
+    /* Shedding looks at the shortest wait of the batch: CoDel's "every
+     * envelope that started in the interval waited longer than target"
+     * holds until one starts below it. */
+    int64_t least = INT64_MAX;
+    for (int k = 0; k < i; k++)
+        if (sojourn[k] < least)
+            least = sojourn[k];
+
     seda__mutex_lock(&st->mu);
     /* Interrupted by stop, shed or a retry: the rest go back first, then
-     * the retries, both in their original order. */
+     * the retries, both in their original order (retries with a backoff
+     * wait on a timer instead). */
     for (int k = n - 1; k >= i; k--)
         seda__stage_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
-        seda__stage_push_head(st, retry[k]);
+        if (!seda__stage_retry_later(st, retry[k]))
+            seda__stage_push_head(st, retry[k]);
     st->in_flight -= n;
     seda__counters_fold(&st->c, &tally);
-    if (i > 0)
+    if (i > 0) {
         rate_sample(st, t);
+        seda__stage_shed_update(st, least, t);
+    }
     if (st->concurrency > 1 && !atomic_load_explicit(&b->stopping,
                                                      memory_order_relaxed)) {
         /* Free permits and work this task should not do alone (it shed

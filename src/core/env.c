@@ -616,6 +616,11 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 *rc = SEDA_EINVAL;
                 return NULL;
             }
+        if (opts->priority < SEDA_PRIO_NORMAL ||
+            opts->priority > SEDA_PRIO_LOW) {
+            *rc = SEDA_EINVAL;
+            return NULL;
+        }
     }
     uint32_t inl = len <= class_inl[0] ? class_inl[0]
                  : len <= class_inl[1] ? class_inl[1]
@@ -633,6 +638,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     e->attempts = 1;
     e->kind = 0;
     e->flags = 0;
+    e->prio = SEDA_PRIO_NORMAL;
     e->acked = 0;
     e->ts = seda__clock_ns();
     e->enq_ts = e->ts;
@@ -649,6 +655,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     e->len = (uint32_t)len;
     if (opts) {
         e->kind = (uint8_t)opts->kind;
+        e->prio = (uint8_t)opts->priority;
         e->done = opts->done;
         e->done_ud = opts->done_ud;
         if (opts->sender && (!ext_of(e) ||
@@ -750,6 +757,8 @@ seda_stage_t *seda_env_stage(const seda_env_t *env) { return env->at; }
 bool seda_env_has_done(const seda_env_t *env) { return env->done != NULL; }
 
 int seda_env_attempts(const seda_env_t *env) { return env->attempts; }
+
+int seda_env_priority(const seda_env_t *env) { return env->prio; }
 
 double seda_env_published_at(const seda_env_t *env)
 {

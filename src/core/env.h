@@ -62,6 +62,7 @@ struct seda_env_s {
     uint16_t attempts;          /* delivery attempt on this hop, from 1 */
     uint8_t kind;               /* payload kind, free for the binding */
     uint8_t flags;              /* ENV_* */
+    uint8_t prio;               /* enum seda_priority */
     uint64_t acked;             /* pub/sub: consumers that acked */
     int64_t ts;                 /* publish time, timestamp clock ns */
     int64_t enq_ts;             /* admitted to the current stage, ns */

@@ -76,6 +76,7 @@
 #include <sched.h>
 #include <string.h>
 
+#include "bus.h"
 #include "inbox.h"
 #include "stage.h"
 
@@ -89,7 +90,10 @@ void seda__inbox_held_sync(struct seda_stage_s *st)
 {
     SEDA__ASSERT_HELD(&st->mu);
     atomic_store_explicit(&st->held,
-                          seda__queue_count(&st->q) + (uint32_t)st->reserved,
+                          seda__queue_count(&st->q) +
+                              seda__queue_count(&st->q_high) +
+                              seda__queue_count(&st->q_low) +
+                              (uint32_t)st->reserved,
                           memory_order_relaxed);
 }
 
@@ -206,19 +210,147 @@ bool seda__stage_ready(struct seda_stage_s *st, uint32_t n)
                                 memory_order_relaxed) != NULL;
 }
 
-/* Take up to n envelopes, q first, then the inbox (mu held). */
+/* Pop up to n from q's front; what it takes counts off the head items
+ * first (mu held). */
+static uint32_t q_pop(struct seda_stage_s *st, seda_env_t **out, uint32_t n)
+{
+    uint32_t got = seda__queue_pop_many(&st->q, (void **)out, n);
+    st->q_head_n -= got < st->q_head_n ? got : st->q_head_n;
+    return got;
+}
+
+/* The oldest normal-priority envelope (q's spill part, then the inbox),
+ * without taking it; NULL when there is none ready (mu held, no head
+ * items in q). */
+static seda_env_t *normal_peek(struct seda_stage_s *st)
+{
+    if (seda__queue_count(&st->q))
+        return st->q.slot[st->q.head];
+    seda__inbox_skip_tombstones(st);
+    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    return atomic_load_explicit(&st->inbox[pos & st->inbox_mask],
+                                memory_order_acquire);
+}
+
+static seda_env_t *lane_peek(struct seda_queue *q)
+{
+    return seda__queue_count(q) ? q->slot[q->head] : NULL;
+}
+
+/* The priority order (mu held): head items; then an envelope waiting
+ * longer than starve_after while a higher lane has work (the oldest such);
+ * then high, normal, low. */
+static uint32_t take_lanes(struct seda_stage_s *st, seda_env_t **out,
+                           uint32_t n)
+{
+    uint32_t got = 0;
+    int64_t old = seda__clock_ns() - st->starve_ns;
+    while (got < n) {
+        if (st->q_head_n) {
+            got += q_pop(st, out + got, 1);
+            continue;
+        }
+        seda_env_t *h = lane_peek(&st->q_high);
+        seda_env_t *m = normal_peek(st);
+        seda_env_t *l = lane_peek(&st->q_low);
+        int lane = h ? 0 : m ? 1 : l ? 2 : -1;
+        if (lane < 0)
+            break;
+        /* Starvation: a lower lane's head older than starve_after. */
+        if (lane == 0 && m && m->enq_ts < old)
+            lane = 1;
+        if (l && lane < 2 && l->enq_ts < old &&
+            (lane == 0 || l->enq_ts < m->enq_ts))
+            lane = 2;
+        if (lane == 0) {
+            out[got++] = seda__queue_pop(&st->q_high);
+        } else if (lane == 2) {
+            out[got++] = seda__queue_pop(&st->q_low);
+        } else if (seda__queue_count(&st->q)) {
+            got += q_pop(st, out + got, 1);
+        } else if (inbox_take(st, out + got, 1) == 1) {
+            got++;
+        } else {
+            break;                      /* a publisher is mid-way */
+        }
+    }
+    seda__inbox_held_sync(st);
+    return got;
+}
+
 uint32_t seda__stage_take(struct seda_stage_s *st, seda_env_t **out,
                           uint32_t n)
 {
     SEDA__ASSERT_HELD(&st->mu);
+    if (SEDA__UNLIKELY(st->lanes))
+        return take_lanes(st, out, n);
     uint32_t got = 0;
     if (seda__queue_count(&st->q)) {
-        got = seda__queue_pop_many(&st->q, (void **)out, n);
+        got = q_pop(st, out, n);
         seda__inbox_held_sync(st);
     }
     if (got < n)
         got += inbox_take(st, out + got, n - got);
     return got;
+}
+
+int seda__inbox_lane_push(struct seda_stage_s *st, seda_env_t *env)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    struct seda_queue *q = env->prio == SEDA_PRIO_HIGH ? &st->q_high
+                                                      : &st->q_low;
+    if (!q->slot) {
+        uint64_t slots = (uint64_t)st->capacity +
+                         (uint64_t)st->concurrency * (uint64_t)st->bus->batch;
+        if (seda__queue_init(q, (uint32_t)slots) != 0)
+            return SEDA_ENOMEM;
+    }
+    if (seda__queue_room(q) == 0 &&
+        seda__queue_reserve(q, q->mask + 2) != 0)
+        return SEDA_ENOMEM;
+    seda__queue_push(q, env);
+    st->lanes = true;
+    seda__inbox_held_sync(st);
+    return 0;
+}
+
+seda_env_t *seda__inbox_evict(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    seda_env_t *e = NULL;
+    if (!st->lanes)
+        return seda__inbox_take_all(st, &e, 1) ? e : NULL;
+    /* Lowest priority first: low, normal, high, then the head items. */
+    if ((e = seda__queue_pop(&st->q_low)) == NULL &&
+        seda__queue_count(&st->q) > st->q_head_n) {
+        /* The oldest spilled normal envelope, behind the head items. */
+        uint32_t i = (st->q.head + st->q_head_n) & st->q.mask;
+        e = st->q.slot[i];
+        for (uint32_t k = st->q_head_n; k + 1 < st->q.count; k++)
+            st->q.slot[(st->q.head + k) & st->q.mask] =
+                st->q.slot[(st->q.head + k + 1) & st->q.mask];
+        st->q.count--;
+    }
+    if (!e) {
+        for (unsigned spin = 0; !e; spin++) {
+            if (inbox_take(st, &e, 1) == 1)
+                break;
+            e = NULL;
+            if (atomic_load_explicit(&st->in_pos, memory_order_acquire) ==
+                atomic_load_explicit(&st->out_pos, memory_order_relaxed))
+                break;                  /* the inbox is empty */
+            if (spin < 64)
+                seda__cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+    if (!e)
+        e = seda__queue_pop(&st->q_high);
+    if (!e && (e = seda__queue_pop(&st->q)) != NULL && st->q_head_n)
+        st->q_head_n--;
+    seda__inbox_held_sync(st);
+    return e;
 }
 
 /* Put env back at the head (mu held; q has room by construction: see
@@ -227,6 +359,7 @@ void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
 {
     SEDA__ASSERT_HELD(&st->mu);
     seda__queue_push_front(&st->q, env);
+    st->q_head_n++;
     seda__inbox_held_sync(st);
 }
 

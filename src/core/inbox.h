@@ -43,4 +43,15 @@ SEDA__API void seda__inbox_append_locked(struct seda_stage_s *st,
 SEDA__API uint32_t seda__inbox_take_all(struct seda_stage_s *st,
                                         seda_env_t **out, uint32_t n);
 
+/* Queue env (high or low priority) in its lane, allocating the lane on
+ * first use (mu held, room under the capacity checked).  0 or
+ * SEDA_ENOMEM (nothing queued). */
+SEDA__API int seda__inbox_lane_push(struct seda_stage_s *st,
+                                    seda_env_t *env);
+
+/* Take the envelope drop_oldest evicts (mu held): without lanes the head
+ * of the queue; with them the oldest low, else normal, else high, else a
+ * head item.  NULL when only reservations are held. */
+SEDA__API seda_env_t *seda__inbox_evict(struct seda_stage_s *st);
+
 #endif /* SEDA_INBOX_H */

@@ -56,6 +56,13 @@ struct task {
     void *arg;
 };
 
+/* A task due at a time (a min-heap entry, by due). */
+struct timed {
+    int64_t due;                /* monotonic ns */
+    seda__task_fn fn;
+    void *arg;
+};
+
 struct worker {
     struct seda_pool *pool;     /* immutable */
     int index;                  /* immutable */
@@ -124,6 +131,12 @@ struct seda_pool {
     int nslots;
     struct worker **spares;     /* retired loan threads, nslots room */
     int nspare;
+    /* Timed tasks (seda__pool_submit_at), all guarded by mu: a min-heap by
+     * due time.  Workers run a due one before the ring's next task, and
+     * park with their next due time as the deadline. */
+    struct timed *timers;       /* ntimers entries, heap-ordered */
+    int ntimers;
+    int cap_timers;
     struct worker **workers;    /* cap entries; guarded by resize_mu */
     int cap;                    /* guarded by resize_mu */
     seda_worker_start_fn start;
@@ -200,6 +213,58 @@ static void wake_all(struct seda_pool *p)
         wake_one(p);
 }
 
+/* ---- timed tasks: a binary min-heap by due time (mu held) ---- */
+
+static void heap_up(struct timed *h, int i)
+{
+    while (i > 0) {
+        int up = (i - 1) / 2;
+        if (h[up].due <= h[i].due)
+            break;
+        struct timed t = h[up];
+        h[up] = h[i];
+        h[i] = t;
+        i = up;
+    }
+}
+
+static void heap_down(struct timed *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && h[l].due < h[m].due)
+            m = l;
+        if (r < n && h[r].due < h[m].due)
+            m = r;
+        if (m == i)
+            break;
+        struct timed t = h[m];
+        h[m] = h[i];
+        h[i] = t;
+        i = m;
+    }
+}
+
+static struct timed heap_pop(struct seda_pool *p)
+{
+    struct timed t = p->timers[0];
+    p->timers[0] = p->timers[--p->ntimers];
+    heap_down(p->timers, p->ntimers, 0);
+    return t;
+}
+
+/* The next timed task's due time, or INT64_MAX (mu held). */
+static int64_t next_due(const struct seda_pool *p)
+{
+    return p->ntimers ? p->timers[0].due : INT64_MAX;
+}
+
+/* A timed task is due (mu held): reads the clock only when one waits. */
+static bool timer_due(const struct seda_pool *p)
+{
+    return p->ntimers && seda__now_ns() >= p->timers[0].due;
+}
+
 static _Thread_local struct worker *tls_worker;
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
@@ -262,14 +327,15 @@ static void *worker_main(void *arg)
             spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
-        while (p->count == 0 && !must_leave(p, w)) {
+        while (p->count == 0 && !must_leave(p, w) && !timer_due(p)) {
             /* Park on the idle stack: a submit wakes the most recently
-             * parked worker, whose cache is the warmest. */
+             * parked worker, whose cache is the warmest.  With timed
+             * tasks waiting, until the next one is due. */
             p->parked[p->idle++] = w;
             w->parked = true;
-            seda__cond_wait(&w->cv, &p->mu, INT64_MAX);
+            seda__cond_wait(&w->cv, &p->mu, next_due(p));
             if (w->parked)
-                unpark(p, w);           /* woken by a broadcast */
+                unpark(p, w);           /* woken by a broadcast or due */
         }
         if (must_leave(p, w)) {
             if (atomic_load_explicit(&p->stopping, memory_order_acquire))
@@ -284,6 +350,18 @@ static void *worker_main(void *arg)
                 continue;
             break;
         }
+        if (timer_due(p)) {
+            /* A due timed task goes before the ring's next one. */
+            struct timed d = heap_pop(p);
+            if (p->count > 0 && p->idle > 0)
+                wake_one(p);
+            seda__mutex_unlock(&p->mu);
+            d.fn(d.arg);
+            seda__mutex_lock(&p->mu);
+            continue;
+        }
+        if (p->count == 0)
+            continue;                   /* woken for a timer not yet due */
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;
@@ -665,6 +743,59 @@ bool seda__pool_loans_exhausted(struct seda_pool *p)
     return out;
 }
 
+int seda__pool_submit_at(struct seda_pool *p, int64_t due, seda__task_fn fn,
+                         void *arg)
+{
+    seda__mutex_lock(&p->mu);
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        seda__mutex_unlock(&p->mu);
+        return SEDA_ECLOSED;
+    }
+    if (p->ntimers == p->cap_timers) {
+        int cap = p->cap_timers ? p->cap_timers * 2 : 64;
+        struct timed *t = seda__realloc(p->timers, sizeof *t * (size_t)cap);
+        if (!t) {
+            seda__mutex_unlock(&p->mu);
+            return SEDA_ENOMEM;
+        }
+        p->timers = t;
+        p->cap_timers = cap;
+    }
+    p->timers[p->ntimers] = (struct timed){ due, fn, arg };
+    heap_up(p->timers, p->ntimers++);
+    /* A new earliest due time: a sleeper must wait for it, not for the
+     * one it went to sleep with (busy workers look at each boundary). */
+    if (p->timers[0].arg == arg && p->timers[0].fn == fn && p->idle > 0)
+        wake_one(p);
+    seda__mutex_unlock(&p->mu);
+    return 0;
+}
+
+int seda__pool_timers(struct seda_pool *p)
+{
+    seda__mutex_lock(&p->mu);
+    int n = p->ntimers;
+    seda__mutex_unlock(&p->mu);
+    return n;
+}
+
+void seda__pool_drop_timers(struct seda_pool *p,
+                            void (*each)(seda__task_fn fn, void *arg,
+                                         void *ud),
+                            void *ud)
+{
+    for (;;) {
+        seda__mutex_lock(&p->mu);
+        if (p->ntimers == 0) {
+            seda__mutex_unlock(&p->mu);
+            return;
+        }
+        struct timed t = heap_pop(p);
+        seda__mutex_unlock(&p->mu);
+        each(t.fn, t.arg, ud);
+    }
+}
+
 bool seda__pool_take(struct seda_pool *p, seda__task_fn fn, void *arg)
 {
     bool found = false;
@@ -743,6 +874,7 @@ void seda__pool_free(struct seda_pool *p)
     seda__mutex_destroy(&p->loan_mu);
     seda__free(p->slots);
     seda__free(p->spares);
+    seda__free(p->timers);
     seda__free(p->ring);
     seda__free(p->workers);
     seda__free(p->parked);

@@ -47,6 +47,23 @@ SEDA__API int seda__pool_reserve(struct seda_pool *p, int more);
 SEDA__API int seda__pool_submit(struct seda_pool *p, seda__task_fn fn,
                                 void *arg, bool prompt);
 
+/* Run fn(arg) at monotonic time due (ns) or soon after, on a worker of p
+ * (before the ring's next task; an idle worker sleeps until the earliest
+ * one is due), never on a thread that waits for it.  Returns 0,
+ * SEDA_ENOMEM or SEDA_ECLOSED once the pool is stopping.  Takes mu; any
+ * thread. */
+SEDA__API int seda__pool_submit_at(struct seda_pool *p, int64_t due,
+                                   seda__task_fn fn, void *arg);
+
+/* Timed tasks waiting (takes mu), and, after seda__pool_stop, handing
+ * each one still waiting to each(fn, arg, ud) instead of running it (the
+ * caller accounts for their work). */
+SEDA__API int seda__pool_timers(struct seda_pool *p);
+SEDA__API void seda__pool_drop_timers(struct seda_pool *p,
+                                      void (*each)(seda__task_fn fn,
+                                                   void *arg, void *ud),
+                                      void *ud);
+
 /* Managed blocking.  A pool worker about to wait (for room in a full
  * stage, for a pull receive) calls block_begin first: its pool wakes a
  * sleeper for what the caller queued and, while fewer loan threads serve

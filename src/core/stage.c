@@ -58,6 +58,8 @@ void seda__counters_fold(struct stage_counters *into,
     into->errors += from->errors;
     into->completed += from->completed;
     into->invalid += from->invalid;
+    into->refused += from->refused;
+    into->shed += from->shed;
     into->accepted += from->accepted;
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
@@ -109,7 +111,11 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     env->at = st;
     if (hop)
         env->enq_ts = seda__clock_ns();
-    seda__inbox_append_locked(st, env);
+    /* A lane that cannot be allocated leaves the envelope at normal
+     * priority rather than refusing what the caller already owns (a
+     * committed journal row, a hop). */
+    if (env->prio == SEDA_PRIO_NORMAL || seda__inbox_lane_push(st, env) != 0)
+        seda__inbox_append_locked(st, env);
     st->c.enqueued++;
     if (!hop)
         st->c.accepted++;
@@ -140,6 +146,8 @@ void seda__stage_schedule(struct seda_stage_s *st)
     }
 }
 
+static int shed_level_now(struct seda_stage_s *st);
+
 /* Decide for one offered envelope with the lock held.  Returns 0 when
  * admitted (*nsched is raised by the drain tasks to start after unlocking:
  * one per permit taken, and a run of offers can take several; *victim an
@@ -153,6 +161,18 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
+    /* Shedding refuses new publishes, never hops (accepted already) nor
+     * high priority; a journal slot (env NULL) counts as normal. */
+    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
+        int prio = env ? env->prio : SEDA_PRIO_NORMAL;
+        if (prio == SEDA_PRIO_LOW ||
+            (prio == SEDA_PRIO_NORMAL && level >= 2)) {
+            st->c.shed++;
+            st->c.dropped++;
+            return SEDA_ESHED;
+        }
+    }
     if (seda__stage_qcount(st) < (uint32_t)st->capacity) {
         if (env) {
             *nsched += push_locked(st, env, hop);
@@ -170,9 +190,8 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         st->c.dropped++;
         return SEDA_EDROPPED;
     case SEDA_POLICY_DROP_OLDEST: {
-        seda_env_t *old = NULL;
-        if (seda__inbox_take_all(st, &old, 1) == 0)
-            old = NULL;                 /* only reservations are held */
+        seda_env_t *old = seda__inbox_evict(st); /* NULL: only journal
+                                                    reservations held */
         st->c.dropped++;
         if (old && !(old->flags & ENV_DEAD))
             st->c.it_lost++;
@@ -244,8 +263,11 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
 static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
 {
     struct seda_bus_s *b = st->bus;
-    if (st->pull)
-        return 1;                       /* receivers need a signal */
+    if (st->pull || env->prio != SEDA_PRIO_NORMAL)
+        return 1;                       /* receivers need a signal; lanes
+                                           are under the lock */
+    if (!hop && atomic_load_explicit(&st->shed_level, memory_order_relaxed))
+        return 1;                       /* shedding: the locked path says */
     uint64_t cap = (uint64_t)atomic_load_explicit(&st->cap_fast,
                                                   memory_order_relaxed);
     uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
@@ -570,6 +592,138 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_unlock(&st->mu);
 }
 
+/* ---- retry backoff ---- */
+
+/* A uniform double in [0, 1) from a per-thread xorshift generator. */
+static double jitter01(void)
+{
+    static _Thread_local uint64_t x;
+    if (!x)
+        x = (uint64_t)seda__now_ns() ^ ((uint64_t)(uintptr_t)&x << 17) ^
+            0x9E3779B97F4A7C15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The timer's task: the retry is due, back to the head of its stage. */
+static void retry_due(void *arg)
+{
+    seda_env_t *env = arg;
+    struct seda_stage_s *st = env->at;
+    bool sched = false;
+    seda__mutex_lock(&st->mu);
+    st->delayed--;
+    env->enq_ts = seda__clock_ns();
+    seda__stage_push_head(st, env);
+    if (st->pull) {
+        if (st->receivers > 0)
+            pthread_cond_signal(&st->not_empty);
+    } else {
+        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
+        if (run < st->concurrency) {
+            atomic_store_explicit(&st->running, run + 1,
+                                  memory_order_seq_cst);
+            sched = true;
+        }
+    }
+    seda__mutex_unlock(&st->mu);
+    if (sched)
+        seda__stage_schedule(st);
+}
+
+bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    if (!(st->retry_backoff > 0))
+        return false;
+    /* The first retry (attempts 2) waits backoff, each next one
+     * multiplier times longer, up to max_backoff; jitter adds up to half
+     * again, still within max_backoff. */
+    double d = st->retry_backoff;
+    for (int k = 2; k < env->attempts && d < st->retry_max; k++)
+        d *= st->retry_mult;
+    if (st->retry_jitter)
+        d *= 1.0 + 0.5 * jitter01();
+    if (d > st->retry_max)
+        d = st->retry_max;
+    int64_t due = seda__now_ns() + seda__secs_to_ns(d);
+    env->at = st;
+    if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
+        return false;                   /* stopping, or out of memory */
+    st->delayed++;
+    return true;
+}
+
+void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
+{
+    (void)ud;
+    if (fn != retry_due)
+        return;
+    seda_env_t *env = arg;
+    struct seda_stage_s *st = env->at;
+    seda__mutex_lock(&st->mu);
+    st->delayed--;
+    st->c.dropped++;
+    if (!(env->flags & ENV_DEAD))
+        st->c.it_lost++;
+    seda__mutex_unlock(&st->mu);
+    end_dropped(env);
+}
+
+/* ---- adaptive shedding ---- */
+
+void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
+                             int64_t now)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    if (!st->shed_target_ns)
+        return;
+    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    if (least < st->shed_target_ns) {
+        /* An envelope started within target: the queue is good again. */
+        st->shed_above_since = 0;
+        if (level)
+            atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
+        return;
+    }
+    if (!st->shed_above_since) {
+        st->shed_above_since = now;
+        return;
+    }
+    if (now - st->shed_above_since < st->shed_interval_ns)
+        return;
+    /* Every start for a whole interval waited too long: refuse low
+     * priority, and if that is not enough after another interval, normal
+     * priority too. */
+    if (level == 0 ||
+        (level == 1 && now - st->shed_level_at >= st->shed_interval_ns)) {
+        st->shed_level_at = now;
+        atomic_store_explicit(&st->shed_level, level + 1,
+                              memory_order_relaxed);
+    }
+}
+
+/* Shedding while the queue could not be slow (mu held): an empty queue,
+ * or one whose backlog takes less than target at the recent handling
+ * time, ends it (the batches that would say so may never come). */
+static int shed_level_now(struct seda_stage_s *st)
+{
+    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    if (!level)
+        return 0;
+    uint64_t svc = atomic_load_explicit(&st->svc_ns, memory_order_relaxed);
+    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc /
+                       (uint64_t)st->concurrency;
+    if (!st->shed_target_ns || backlog < (uint64_t)st->shed_target_ns) {
+        st->shed_above_since = 0;
+        atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
+        return 0;
+    }
+    return level;
+}
+
 void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
 {
     if (env->attempts < st->max_attempts) {
@@ -577,7 +731,8 @@ void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
         env->enq_ts = seda__clock_ns();
         seda__mutex_lock(&st->mu);
         st->c.nacked++;
-        seda__stage_push_head(st, env);
+        if (!seda__stage_retry_later(st, env))
+            seda__stage_push_head(st, env);
         if (st->pull && st->receivers > 0)
             pthread_cond_signal(&st->not_empty);
         seda__mutex_unlock(&st->mu);
@@ -631,7 +786,8 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
     }
     seda__mutex_lock(&st->mu);
     bool idle = atomic_load_explicit(&st->running, memory_order_seq_cst) == 0
-                && seda__stage_qcount(st) == (uint32_t)st->reserved;
+                && seda__stage_qcount(st) == (uint32_t)st->reserved &&
+                st->delayed == 0;
     *sum += st->c.enqueued + seda__stage_fast_all(st);
     seda__mutex_unlock(&st->mu);
     return idle;

@@ -9,6 +9,7 @@
 #include "env.h"
 #include "hist.h"
 #include "queue.h"
+#include "pool.h"
 #include "seda_int.h"
 #include "store.h"
 
@@ -29,6 +30,8 @@ struct stage_counters {
     uint64_t errors;            /* reported errors */
     uint64_t completed;         /* itineraries ended here */
     uint64_t invalid;           /* refused by the admission check */
+    uint64_t refused;           /* refused by an admit rule (Lua) */
+    uint64_t shed;              /* publishes refused by shedding */
     /* Itinerary-level counters summed into the bus totals. */
     uint64_t accepted;          /* publishes accepted as a first hop here */
     uint64_t it_dead;           /* itineraries dead-lettered here */
@@ -107,6 +110,32 @@ struct seda_stage_s {
                                    admissions (the locked path's, and
                                    voided ones); guarded by mu */
 
+    /* Priority lanes (inbox.c), all guarded by mu.  q holds q_head_n
+     * head items (retries, replays, returned batches: taken first) and
+     * then spilled normal-priority envelopes; high and low envelopes wait
+     * in their own rings, allocated on first use.  Until one is used
+     * (lanes false) takes skip the priority order entirely. */
+    uint32_t q_head_n;          /* head items at the front of q */
+    bool lanes;                 /* q_high or q_low has been used */
+    struct seda_queue q_high;   /* high priority, FIFO */
+    struct seda_queue q_low;    /* low priority, FIFO */
+    int64_t starve_ns;          /* an envelope older than this goes next */
+
+    /* Adaptive shedding (CoDel on sojourn, drain.c), guarded by mu;
+     * shed_level is also mirrored on the publishers' line. */
+    int64_t shed_target_ns;     /* 0: off */
+    int64_t shed_interval_ns;
+    int64_t shed_above_since;   /* first start above target with none
+                                   below since (clock ns), or 0 */
+    int64_t shed_level_at;      /* when the level last rose (clock ns) */
+
+    /* Retry backoff (drain.c), guarded by mu. */
+    double retry_backoff;       /* seconds; 0: retry at once */
+    double retry_max;
+    double retry_mult;
+    bool retry_jitter;
+    int delayed;                /* retries waiting out their backoff */
+
     /* ---- the publishers' line (see "HOW IT WORKS" in inbox.c) ----
      * in_pos: inbox tickets issued; a compare-and-swap (seq_cst) both
      *   admits under capacity and claims slot in_pos & inbox_mask.
@@ -122,6 +151,10 @@ struct seda_stage_s {
     atomic_int cap_fast;
     atomic_int conc_fast;
     atomic_int running;
+    atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal):
+                                   written under mu (relaxed), read by
+                                   publishers as a hint, checked again on
+                                   the locked path */
     /* ---- the takers' line: read by anyone ----
      * out_pos: inbox tickets taken; written under mu (release store
      *   after the slots were cleared; publishers load it with acquire
@@ -171,6 +204,23 @@ SEDA__API int seda__lease_sweep(struct seda_stage_s *st);
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */
 SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
+
+/* Retry backoff (mu held): when st has a backoff, count env delayed and
+ * set a timer that puts it back at the head when due (attempts already
+ * raised for its next try); true.  Without a backoff, or when the timer
+ * cannot be set, false: the caller requeues it at once. */
+SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
+                                       seda_env_t *env);
+
+/* After the pool stopped: end a retry still waiting out its backoff as
+ * dropped (swept).  A seda__pool_drop_timers callback; no lock held. */
+SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
+                                      void *ud);
+
+/* Adaptive shedding (mu held): a batch whose shortest wait in the queue
+ * was `least` ns started at clock time now. */
+SEDA__API void seda__stage_shed_update(struct seda_stage_s *st,
+                                       int64_t least, int64_t now);
 
 /* Free a stage whose queue is empty (swept). */
 SEDA__API void seda__stage_free(struct seda_stage_s *st);
@@ -263,7 +313,9 @@ static inline uint64_t seda__stage_fast_hops(struct seda_stage_s *st)
  * not reached yet, rather than the publishers' own line. */
 SEDA__API bool seda__stage_ready(struct seda_stage_s *st, uint32_t n);
 
-/* Take up to n envelopes, the head ring first, then the inbox (mu held);
+/* Take up to n envelopes in delivery order: head items (retries), then
+ * by priority (high, normal: the head ring's spill and the inbox, low),
+ * an envelope older than starve_after first (mu held);
  * may return fewer than qcount says while publishers are mid-way. */
 SEDA__API uint32_t seda__stage_take(struct seda_stage_s *st,
                                     seda_env_t **out, uint32_t n);

@@ -24,6 +24,34 @@
         return SEDA_EINVAL; \
     } while (0)
 
+/* The admission options' ranges; 0, or -1 with why naming the field.
+ * A NaN fails every comparison, so each test is written to fail on it. */
+static int check_admission(double starve, double target, double interval,
+                           double backoff, double max_backoff, double mult,
+                           char *why, size_t n)
+{
+    if (!(starve > 0))
+        return snprintf(why, n, "starve_after must be > 0 (got %g)",
+                        starve), -1;
+    if (!(target >= 0))
+        return snprintf(why, n, "shed.target must be >= 0 (got %g)",
+                        target), -1;
+    if (target > 0 && !(interval > 0))
+        return snprintf(why, n, "shed.interval must be > 0 (got %g)",
+                        interval), -1;
+    if (!(backoff >= 0))
+        return snprintf(why, n, "retry.backoff must be >= 0 (got %g)",
+                        backoff), -1;
+    if (backoff > 0 && !(max_backoff >= backoff))
+        return snprintf(why, n, "retry.max_backoff must be >= "
+                        "retry.backoff (got %g < %g)", max_backoff,
+                        backoff), -1;
+    if (backoff > 0 && !(mult >= 1))
+        return snprintf(why, n, "retry.multiplier must be >= 1 (got %g)",
+                        mult), -1;
+    return 0;
+}
+
 int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
                     struct seda_stage_s **out, char *err, size_t errlen)
 {
@@ -68,6 +96,11 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         FAIL("stage '%s': unknown durable mode (%d)", nm, o->durable);
     if (o->durable == SEDA_EXACTLY_ONCE && o->dedup_window <= 0)
         FAIL("stage '%s': dedup_window must be > 0", nm);
+    char why[160];
+    if (check_admission(o->starve_after, o->shed_target, o->shed_interval,
+                        o->retry_backoff, o->retry_max_backoff,
+                        o->retry_multiplier, why, sizeof why) != 0)
+        FAIL("stage '%s': %s", nm, why);
 
     /* Aligned to a cache line, so the lines laid out in stage.h are. */
     struct seda_stage_s *st = NULL;
@@ -110,6 +143,14 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->durable = o->durable;
     st->dedup_window = o->dedup_window;
     st->ack_timeout_ns = seda__secs_to_ns(o->ack_timeout);
+    st->starve_ns = seda__secs_to_ns(o->starve_after);
+    st->shed_target_ns = seda__secs_to_ns(o->shed_target);
+    st->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
+    st->retry_backoff = o->retry_backoff;
+    st->retry_max = o->retry_max_backoff;
+    st->retry_mult = o->retry_multiplier;
+    st->retry_jitter = o->retry_jitter;
+    atomic_init(&st->shed_level, 0);
     atomic_init(&st->nconsumers, 0);
     atomic_init(&st->rr, 0);
     atomic_init(&st->userdata, NULL);
@@ -149,6 +190,8 @@ void seda__stage_free(struct seda_stage_s *st)
         fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
                 st->name, (unsigned long long)st->report_suppressed);
     seda__queue_destroy(&st->q);
+    seda__queue_destroy(&st->q_high);
+    seda__queue_destroy(&st->q_low);
     seda__free(st->inbox_mem);
     pthread_cond_destroy(&st->not_full);
     pthread_cond_destroy(&st->not_empty);
@@ -213,6 +256,10 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     if (need > slots)
         slots = need;
     int rc = seda__queue_reserve(&st->q, (uint32_t)slots);
+    if (rc == 0 && st->q_high.slot)
+        rc = seda__queue_reserve(&st->q_high, (uint32_t)slots);
+    if (rc == 0 && st->q_low.slot)
+        rc = seda__queue_reserve(&st->q_low, (uint32_t)slots);
     if (rc == 0 && conc > st->concurrency)
         rc = seda__pool_reserve(b->pool, conc - st->concurrency);
     if (rc == 0) {
@@ -240,6 +287,51 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     while (nsched-- > 0)
         seda__stage_schedule(st);
     return 0;
+}
+
+int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
+                              unsigned what, char *err, size_t errlen)
+{
+    char why[160];
+    bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
+         starve = what & SEDA_TUNE_STARVE;
+    if (check_admission(starve ? o->starve_after : 1,
+                        shed ? o->shed_target : 0,
+                        shed ? o->shed_interval : 0,
+                        retry ? o->retry_backoff : 0,
+                        retry ? o->retry_max_backoff : 0,
+                        retry ? o->retry_multiplier : 1, why,
+                        sizeof why) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': %s", st->name, why);
+        return SEDA_EINVAL;
+    }
+    seda__mutex_lock(&st->mu);
+    if (shed) {
+        st->shed_target_ns = seda__secs_to_ns(o->shed_target);
+        st->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
+        st->shed_above_since = 0;
+        if (o->shed_target == 0)
+            atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
+    }
+    if (retry) {
+        st->retry_backoff = o->retry_backoff;
+        st->retry_max = o->retry_max_backoff;
+        st->retry_mult = o->retry_multiplier;
+        st->retry_jitter = o->retry_jitter;
+    }
+    if (starve)
+        st->starve_ns = seda__secs_to_ns(o->starve_after);
+    seda__mutex_unlock(&st->mu);
+    return 0;
+}
+
+void seda_stage_count_refused(seda_stage_t *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->c.refused++;
+    st->c.dropped++;
+    seda__mutex_unlock(&st->mu);
 }
 
 void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
@@ -361,6 +453,13 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->errors = st->c.errors;
     out->completed = st->c.completed;
     out->invalid = st->c.invalid;
+    out->refused = st->c.refused;
+    out->shed = st->c.shed;
+    out->delayed = st->delayed;
+    out->shedding = atomic_load_explicit(&st->shed_level,
+                                         memory_order_relaxed);
+    out->depth_high = (int)seda__queue_count(&st->q_high);
+    out->depth_low = (int)seda__queue_count(&st->q_low);
     /* Rate over the newest sample and the oldest within 5 s of now. */
     int64_t now = seda__clock_ns();
     uint64_t d_now = st->c.delivered;

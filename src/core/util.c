@@ -292,6 +292,7 @@ const char *seda_strerror(int rc)
     case SEDA_ETYPE: return "type";
     case SEDA_EDUP: return "duplicate";
     case SEDA_EIO: return "io";
+    case SEDA_ESHED: return "shed";
     default: return "error";
     }
 }

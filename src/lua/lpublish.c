@@ -18,7 +18,8 @@
 /* ---- publishing ---- */
 
 static const char *const publish_keys[] = {
-    "headers", "slip", "sender", "timeout", "on_complete", "id", NULL
+    "headers", "slip", "sender", "timeout", "on_complete", "id",
+    "priority", NULL
 };
 
 void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
@@ -73,6 +74,18 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
             luaL_error(L, "%s: id must be a non-empty string of at most %d "
                        "bytes", what, SEDA_ID_MAX - 1);
         o->id = id;
+    }
+    lua_getfield(L, oidx, "priority");
+    if (!lua_isnil(L, -1)) {
+        const char *p = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            (strcmp(p, "high") != 0 && strcmp(p, "normal") != 0 &&
+             strcmp(p, "low") != 0))
+            luaL_error(L, "%s: priority must be \"high\", \"normal\" or "
+                       "\"low\" (got %s)", what,
+                       p ? p : luaL_typename(L, -1));
+        o->priority = p[0] == 'h' ? SEDA_PRIO_HIGH
+                    : p[0] == 'l' ? SEDA_PRIO_LOW : SEDA_PRIO_NORMAL;
     }
     lua_getfield(L, oidx, "on_complete");
     if (!lua_isnil(L, -1)) {
@@ -161,6 +174,33 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     lua_settop(L, oidx);
     seda_publish_opts o;
     int cbidx = parse_opts(L, oidx, &o, main, "publish");
+    seda_stage_t *st = seda_bus_stage(lb->bus, to);
+    if (!st) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, seda_strerror(seda_bus_closed(lb->bus)
+                                            ? SEDA_ECLOSED
+                                        : seda_bus_paused(lb->bus)
+                                            ? SEDA_EPAUSED
+                                            : SEDA_ENOSTAGE));
+        return 2;
+    }
+    /* The stage's admit rule, before anything is made. */
+    struct lstage *ls = seda_stage_userdata(st);
+    if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
+        char why[256];
+        int hidx = 0;
+        if (lua_istable(L, oidx) &&
+            lua_getfield(L, oidx, "headers") == LUA_TTABLE)
+            hidx = lua_gettop(L);
+        else if (lua_istable(L, oidx))
+            lua_pop(L, 1);
+        if (seda__l_admit(L, ls, to, pidx, hidx, o.sender, &o.priority, why,
+                          sizeof why) != 0) {
+            lua_pushboolean(L, 0);
+            lua_pushstring(L, why);
+            return 2;
+        }
+    }
 
     const void *p;
     size_t len;
@@ -180,7 +220,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         o.done = seda__l_on_done;
         o.done_ud = cb;
     }
-    int rc = seda_publish(lb->bus, to, p, len, &o);
+    int rc = seda_stage_publish(st, p, len, &o);
     if (rc) {
         if (cb)
             seda__l_cb_release(L, cb, 1);
@@ -223,6 +263,12 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     set_int(L, "errors", (lua_Integer)s.errors);
     set_int(L, "completed", (lua_Integer)s.completed);
     set_int(L, "invalid", (lua_Integer)s.invalid);
+    set_int(L, "refused", (lua_Integer)s.refused);
+    set_int(L, "shed", (lua_Integer)s.shed);
+    set_int(L, "delayed", s.delayed);
+    set_int(L, "shedding", s.shedding);
+    set_int(L, "depth_high", s.depth_high);
+    set_int(L, "depth_low", s.depth_low);
     set_int(L, "consumers", s.consumers);
     set_int(L, "max_attempts", s.max_attempts);
     lua_pushstring(L, seda_policy_name(s.policy));
@@ -313,14 +359,27 @@ int seda__l_bus_publish_many(lua_State *L)
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
     const char *to = lua_tostring(L, 2);
     int n = (int)lua_rawlen(L, 3);
-    /* Encode first, then one admission step per run of payloads of the
-     * same kind (the core takes one kind per call).  A payload that
-     * cannot be encoded is the first refusal: those before it go. */
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, to);
+    struct lstage *ls = st ? seda_stage_userdata(st) : NULL;
+    bool admit = ls && atomic_load_explicit(&ls->has_admit,
+                                            memory_order_acquire);
+    int hidx = 0;
+    if (admit && lua_istable(L, 4)) {
+        if (lua_getfield(L, 4, "headers") == LUA_TTABLE)
+            hidx = lua_gettop(L);
+        else
+            lua_pop(L, 1);
+    }
+    /* Admit and encode first, then one admission step per run of
+     * payloads of the same kind and priority (the core takes one of each
+     * per call).  A payload refused by the rule or that cannot be encoded
+     * is the first refusal: those before it go. */
     const void **ps = lua_newuserdatauv(L, sizeof(void *) * (size_t)(n + 1),
                                         0);
     size_t *lens = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
     size_t *offs = lua_newuserdatauv(L, sizeof(size_t) * (size_t)(n + 1), 0);
     int *kinds = lua_newuserdatauv(L, sizeof(int) * (size_t)(n + 1), 0);
+    int *prios = lua_newuserdatauv(L, sizeof(int) * (size_t)(n + 1), 0);
     luaL_checkstack(L, n + 8, "publish_many: too many payloads");
     u->wb.len = 0;
     char err[512];
@@ -328,6 +387,14 @@ int seda__l_bus_publish_many(lua_State *L)
     int erridx = 0;                 /* its message on the stack */
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, 3, i + 1);               /* stays on the stack */
+        prios[i] = o.priority;
+        if (admit && seda__l_admit(L, ls, to, lua_gettop(L), hidx, o.sender,
+                                   &prios[i], err, sizeof err) != 0) {
+            nenc = i;
+            lua_pushstring(L, err);
+            erridx = lua_gettop(L);
+            break;
+        }
         const void *p;
         if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
                                    err, sizeof err) != 0) {
@@ -347,16 +414,17 @@ int seda__l_bus_publish_many(lua_State *L)
             ps[i] = u->wb.p + offs[i];
     struct lcb *cb = NULL;
     if (cbidx && nenc > 0) {
-        cb = seda__l_cb_new(L, cbidx, nenc + 1);        /* +1: held until below */
+        cb = seda__l_cb_new(L, cbidx, nenc + 1);  /* +1: held until below */
         o.done = seda__l_on_done;
         o.done_ud = cb;
     }
     int done = 0, rc = 0;
     while (done < nenc && rc == 0) {
         int k = done;
-        while (k < nenc && kinds[k] == kinds[done])
+        while (k < nenc && kinds[k] == kinds[done] && prios[k] == prios[done])
             k++;
         o.kind = kinds[done];
+        o.priority = prios[done];
         done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
                                   k - done, &o, &rc);
     }
@@ -376,4 +444,3 @@ int seda__l_bus_publish_many(lua_State *L)
     }
     return 1;
 }
-

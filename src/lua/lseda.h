@@ -63,6 +63,11 @@ struct lstage {
     atomic_uint_fast64_t version; /* code version, from 1 */
     struct seda_schema *accepts;/* typed stage, or NULL; immutable */
     uint64_t reloads;           /* successful reloads; guarded by mu */
+    struct lsrc *admit;         /* the admit rule, or NULL; guarded by mu */
+    atomic_bool has_admit;      /* admit != NULL (release after it is set,
+                                   acquire by publishers) */
+    atomic_uint_fast64_t admit_version; /* raised (release) whenever admit
+                                   changes; states recompile on a change */
 };
 
 /* An on_complete callback shared by the envelopes of one publish call.
@@ -128,6 +133,17 @@ SEDA__API void seda__l_check_keys(lua_State *L, int t,
 
 /* ---- lstage.c ---- */
 
+/* Build the source of a handler (or rule) given at stack index idx (a file
+ * name, resolved against dir, or a function) into *out.  Raises naming
+ * the stage and field. */
+SEDA__API void seda__l_build_src(lua_State *L, const char *stage, int idx,
+                                 const char *field, const char *dir,
+                                 struct lsrc *out);
+/* Push the directory of the calling chunk ("" when unknown). */
+SEDA__API void seda__l_push_caller_dir(lua_State *L);
+/* A whole file in malloc'd memory, or NULL. */
+SEDA__API char *seda__l_read_file(const char *path, size_t *len);
+
 SEDA__API int seda__l_bus_stage(lua_State *L);
 SEDA__API int seda__l_bus_reload(lua_State *L);
 SEDA__API int seda__l_bus_tune(lua_State *L);
@@ -187,6 +203,42 @@ SEDA__API int seda__l_run_completions(lua_State *L, struct lbus *lb);
 SEDA__API bool seda__l_completions_pending(struct lbus *lb);
 /* Print the count of suppressed callback errors, if any. */
 SEDA__API void seda__l_cb_flush(void);
+
+/* ---- ladmit.c ---- */
+
+/* Run ls's admit rule (if any) for a publish of the value at pidx to
+ * `to` (headers table at hidx, or 0; sender or NULL; *prio the requested
+ * enum seda_priority, lowered when the rule says so).  Returns 0 to
+ * admit, 1 refused with reason (counted on the stage).  Any state; it may
+ * run Lua (never raises). */
+SEDA__API int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
+                            int pidx, int hidx, const char *sender,
+                            int *prio, char *reason, size_t rlen);
+/* Load a rule's source into L: pushes the function and returns 0, or
+ * returns -1 with an error message pushed. */
+SEDA__API int seda__l_admit_load(lua_State *L, const struct lsrc *s);
+/* A stage's admit option at idx (a function or a file, resolved against
+ * dir), built and checked in a scratch state; raises naming the stage. */
+SEDA__API struct lsrc *seda__l_admit_src(lua_State *L, struct lbus *lb,
+                                         const char *stage, int idx,
+                                         const char *dir);
+/* The shed, retry and starve_after options of the table at t into o;
+ * raises naming the stage and field. */
+SEDA__API void seda__l_admission_opts(lua_State *L, int t, const char *stage,
+                                      seda_stage_opts *o);
+/* The same options given to bus:tune, applied to st: 0, or -1 with err
+ * (nothing changed).  Never raises. */
+SEDA__API int seda__l_tune_admission(lua_State *L, int t, const char *stage,
+                                     seda_stage_t *st, char *err,
+                                     size_t errlen);
+/* Free a source (NULL is fine); copy one (re-reading its file when
+ * reread and it has one; NULL on failure). */
+SEDA__API void seda__l_lsrc_free(struct lsrc *s);
+SEDA__API struct lsrc *seda__l_lsrc_copy(const struct lsrc *s, bool reread);
+/* Load src in a scratch state like a worker's (0, or -1 with err). */
+SEDA__API int seda__lw_validate_admit(struct lbus *lb,
+                                      const struct lsrc *src, char *err,
+                                      size_t errlen);
 
 /* ---- lpublish.c ---- */
 

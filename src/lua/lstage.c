@@ -39,6 +39,7 @@ void seda__l_lstage_free(struct lstage *ls)
     free(ls->src);
     free(ls->cons);
     free(ls->last_error);
+    seda__l_lsrc_free(ls->admit);
     seda__schema_free(ls->accepts);
     pthread_mutex_destroy(&ls->mu);
     free(ls);
@@ -53,7 +54,7 @@ static bool file_exists(const char *path)
 }
 
 /* Read a whole file into malloc'd memory.  NULL on failure, with errno. */
-static char *read_file(const char *path, size_t *len)
+char *seda__l_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -84,7 +85,7 @@ static char *read_file(const char *path, size_t *len)
 
 /* The directory of the Lua chunk that called us (level 1), with a trailing
  * slash, pushed as a string ("" when unknown). */
-static void push_caller_dir(lua_State *L)
+void seda__l_push_caller_dir(lua_State *L)
 {
     lua_Debug ar;
     /* The nearest Lua function up the stack (bus:stage may be reached
@@ -138,15 +139,15 @@ static void resolve_handler(lua_State *L, const char *stage, const char *h,
 
 /* Build the source of a handler given at stack index idx (a file name or
  * a function) into *out.  Raises naming the stage and field. */
-static void build_src(lua_State *L, const char *stage, int idx,
-                      const char *field, const char *dir, struct lsrc *out)
+void seda__l_build_src(lua_State *L, const char *stage, int idx,
+                       const char *field, const char *dir, struct lsrc *out)
 {
     memset(out, 0, sizeof *out);
     if (lua_type(L, idx) == LUA_TSTRING) {
         resolve_handler(L, stage, lua_tostring(L, idx), dir, field);
         const char *path = lua_tostring(L, -1);
         size_t len;
-        char *code = read_file(path, &len);
+        char *code = seda__l_read_file(path, &len);
         if (!code)
             luaL_error(L, "stage '%s': %s: cannot read '%s'", stage, field,
                        path);
@@ -174,9 +175,10 @@ static void build_src(lua_State *L, const char *stage, int idx,
             bool is_seda = lua_rawequal(L, -1, -2);
             lua_pop(L, 1);
             if (strcmp(up, "_ENV") != 0 && !is_seda)
-                luaL_error(L, "stage '%s': %s: an inline handler may not "
-                           "capture upvalue '%s'; move it into a handler "
-                           "file", stage, field, up);
+                luaL_error(L, "stage '%s': %s: an inline %s may not "
+                           "capture upvalue '%s'; move it into a file",
+                           stage, field, strcmp(field, "admit") == 0
+                                         ? "rule" : "handler", up);
         }
         lua_pop(L, 1);
         lua_getglobal(L, "string");
@@ -219,7 +221,8 @@ static const char *const stage_keys[] = {
     "name", "handler", "handlers", "capacity", "concurrency", "delivery",
     "policy", "max_attempts", "dead_letter", "publish_timeout",
     "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
-    "durable", "dedup_window", NULL
+    "durable", "dedup_window", "admit", "shed", "retry", "starve_after",
+    NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -362,6 +365,10 @@ int seda__l_bus_stage(lua_State *L)
         o.dead_letter = lua_tostring(L, -1);
     }
 
+    /* Shedding, retry backoff, starve_after (checked here, set by
+     * seda_stage_add). */
+    seda__l_admission_opts(L, 2, name, &o);
+
     /* Handlers: build and validate every source before creating the
      * stage, so a broken handler leaves nothing behind. */
     lua_getfield(L, 2, "handler");                  /* 7 */
@@ -397,7 +404,7 @@ int seda__l_bus_stage(lua_State *L)
     if (o.pull && n > 0)
         return luaL_error(L, "stage '%s': handler: a pull stage has no "
                           "handlers (use bus:receive)", name);
-    push_caller_dir(L);                             /* 9 */
+    seda__l_push_caller_dir(L);                             /* 9 */
     struct lstage **pls = lua_newuserdatauv(L, sizeof *pls, 0); /* 10 */
     *pls = NULL;
     lua_createtable(L, 0, 1);
@@ -441,19 +448,29 @@ int seda__l_bus_stage(lua_State *L)
             snprintf(field, sizeof field, "handlers[%d]", i + 1);
             lua_rawgeti(L, 8, i + 1);
         }
-        build_src(L, name, lua_gettop(L), field, lua_tostring(L, 9),
-                  &ls->src[i]);
+        seda__l_build_src(L, name, lua_gettop(L), field,
+                          lua_tostring(L, 9), &ls->src[i]);
         lua_pop(L, 1);
         char err[2048];
         if (seda__lw_validate(lb, &ls->src[i], err, sizeof err) != 0)
             return luaL_error(L, "stage '%s': %s: %s", name, field, err);
     }
 
+    atomic_init(&ls->has_admit, false);
+    atomic_init(&ls->admit_version, 1);
+    lua_getfield(L, 2, "admit");
+    if (!lua_isnil(L, -1))
+        ls->admit = seda__l_admit_src(L, lb, name, lua_gettop(L),
+                                      lua_tostring(L, 9));
+    lua_pop(L, 1);
+
     char err[256];
     seda_stage_t *st;
     int rc = seda_stage_add(lb->bus, &o, &st, err, sizeof err);
     if (rc)
         return luaL_error(L, "%s", err);
+    atomic_store_explicit(&ls->has_admit, ls->admit != NULL,
+                          memory_order_release);
     *pls = NULL;                        /* owned by the lbus from here */
     ls->st = st;
     ls->index = seda_bus_stage_count(lb->bus) - 1;
@@ -510,7 +527,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         fresh[i].chunkname = strdup(s->chunkname);
         fresh[i].path = s->path ? strdup(s->path) : NULL;
         if (s->path) {
-            fresh[i].code = read_file(s->path, &fresh[i].len);
+            fresh[i].code = seda__l_read_file(s->path, &fresh[i].len);
             if (!fresh[i].code) {
                 snprintf(err, errlen, "cannot read '%s'", s->path);
                 rc = -1;
@@ -524,9 +541,25 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
             rc = -1;
         }
     }
+    /* The admit rule is reloaded with the handlers (a file is re-read). */
+    struct lsrc *admit = NULL;
+    if (rc == 0 && ls->admit &&
+        !(admit = seda__l_lsrc_copy(ls->admit, true))) {
+        snprintf(err, errlen, ls->admit->path ? "admit: cannot read '%s'"
+                                              : "admit: out of memory",
+                 ls->admit->path);
+        rc = -1;
+    }
     pthread_mutex_unlock(&ls->mu);
     for (int i = 0; i < ls->nsrc && rc == 0; i++)
         rc = seda__lw_validate(lb, &fresh[i], err, errlen);
+    if (rc == 0 && admit &&
+        seda__lw_validate_admit(lb, admit, err, errlen) != 0) {
+        char e2[2048];
+        snprintf(e2, sizeof e2, "%s", err);
+        snprintf(err, errlen, "admit: %.2000s", e2);
+        rc = -1;
+    }
     pthread_mutex_lock(&ls->mu);
     free(ls->last_error);
     ls->last_error = NULL;
@@ -534,6 +567,14 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         struct lsrc *old = ls->src;
         ls->src = fresh;
         fresh = old;
+        if (admit) {
+            struct lsrc *a = ls->admit;
+            ls->admit = admit;
+            admit = a;
+            /* Release: pairs with the acquire in ladmit.c's push_rule. */
+            atomic_fetch_add_explicit(&ls->admit_version, 1,
+                                      memory_order_release);
+        }
         ls->reloads++;
         /* Release: pairs with the acquire in seda__lw_consume. */
         atomic_fetch_add_explicit(&ls->version, 1, memory_order_release);
@@ -547,6 +588,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         free(fresh[i].code);
     }
     free(fresh);
+    seda__l_lsrc_free(admit);
     return rc;
 }
 
@@ -585,7 +627,8 @@ int seda__l_bus_reload(lua_State *L)
 }
 
 static const char *const tune_keys[] = {
-    "capacity", "concurrency", "policy", NULL
+    "capacity", "concurrency", "policy", "shed", "retry", "starve_after",
+    "admit", NULL
 };
 
 /* bus:tune(stage, {capacity=, concurrency=, policy=}) -> true; misuse
@@ -612,8 +655,40 @@ int seda__l_bus_tune(lua_State *L)
         pol = seda_policy_parse(p);
     }
     char err[256];
-    if (seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0)
+    /* Check everything before changing anything. */
+    struct lsrc *admit = NULL;
+    bool set_admit = false;
+    lua_getfield(L, 3, "admit");
+    if (!lua_isnil(L, -1)) {
+        set_admit = true;
+        if (!(lua_isboolean(L, -1) && !lua_toboolean(L, -1))) {
+            seda__l_push_caller_dir(L);
+            admit = seda__l_admit_src(L, u->lb, name, lua_gettop(L) - 1,
+                                      lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+    lua_pop(L, 1);
+    /* admit is not anchored: nothing below may raise before it is
+     * installed or freed. */
+    if (seda__l_tune_admission(L, 3, name, st, err, sizeof err) != 0 ||
+        seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0) {
+        seda__l_lsrc_free(admit);
         return luaL_error(L, "%s", err);
+    }
+    if (set_admit) {
+        struct lstage *ls = seda_stage_userdata(st);
+        pthread_mutex_lock(&ls->mu);
+        struct lsrc *old = ls->admit;
+        ls->admit = admit;
+        atomic_store_explicit(&ls->has_admit, admit != NULL,
+                              memory_order_release);
+        /* Release: pairs with the acquire in ladmit.c's push_rule. */
+        atomic_fetch_add_explicit(&ls->admit_version, 1,
+                                  memory_order_release);
+        pthread_mutex_unlock(&ls->mu);
+        seda__l_lsrc_free(old);
+    }
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -640,6 +715,10 @@ int seda__l_bus_handler_files(lua_State *L)
                 lua_pushstring(L, ls->src[j].path);
                 lua_rawseti(L, -2, ++k);
             }
+        }
+        if (ls->admit && ls->admit->path) {     /* reloaded with them */
+            lua_pushstring(L, ls->admit->path);
+            lua_rawseti(L, -2, ++k);
         }
         lua_setfield(L, -2, seda_stage_name(ls->st));
     }

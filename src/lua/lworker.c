@@ -551,6 +551,21 @@ int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
     return rc;
 }
 
+int seda__lw_validate_admit(struct lbus *lb, const struct lsrc *src,
+                            char *err, size_t errlen)
+{
+    struct lworker *w = worker_new(lb, -1);
+    if (!w) {
+        snprintf(err, errlen, "cannot create a Lua state");
+        return -1;
+    }
+    int rc = seda__l_admit_load(w->L, src);
+    if (rc != 0)
+        snprintf(err, errlen, "%s", lua_tostring(w->L, -1));
+    worker_free(w);
+    return rc;
+}
+
 /* ---- running a handler ---- */
 
 static void timeout_hook(lua_State *L, lua_Debug *ar)

@@ -50,7 +50,19 @@ for i in 1 2 3 4 5; do
 done
 check "new code handles envelopes after the reload" \
     wait_until "$DEADLINE" ask_is "$S" true 'print((seda.shared:get("ver:2") or 0) >= 20)'
-check "stats version is 2" ask_is "$S" 2 'print(B:stats("work").version)'
+# The burst is debounced into fewer reloads than saves (under load perhaps
+# two): the version is 2 or more, and it is what a broken save must keep.
+# Take it once it has not changed for a second (the watcher's debounce is
+# far shorter).
+version_settled() {
+    a=$(ask "$S" 'print(B:stats("work").version)')
+    sleep 1
+    b=$(ask "$S" 'print(B:stats("work").version)')
+    [ -n "$a" ] && [ "$a" = "$b" ] && V2=$b
+}
+V2=0
+wait_until "$DEADLINE" version_settled
+check "stats version went up ($V2)" [ "${V2:-0}" -ge 2 ]
 check "no reload error" ask_is "$S" nil 'print(B:stats("work").last_error)'
 
 # A broken version 3, written in place.
@@ -59,8 +71,8 @@ check "the broken version is reported in last_error" \
     wait_until "$DEADLINE" ask_is "$S" true 'print(B:stats("work").last_error ~= nil)'
 out=$(ask "$S" 'print(B:stats("work").last_error)')
 check "last_error names the file and line ($out)" contains "$out" "h.lua:2"
-check "the broken version is not installed (version stays 2)" \
-    ask_is "$S" 2 'print(B:stats("work").version)'
+check "the broken version is not installed (version stays $V2)" \
+    ask_is "$S" "$V2" 'print(B:stats("work").version)'
 ask "$S" '_G.MARK = seda.shared:get("ver:2")' >/dev/null
 check "the old (version 2) code keeps handling" \
     wait_until "$DEADLINE" ask_is "$S" true 'print(seda.shared:get("ver:2") >= MARK + 20)'
@@ -92,7 +104,7 @@ stop_server
 check "server exits 0 on SIGTERM (got $SRC)" [ "$SRC" = 0 ]
 log=$(cat "$D/log")
 check "reload outcome printed" contains "$log" "reloaded stage 'work'"
-check "failed reload printed" contains "$log" "failed, keeping version 2"
+check "failed reload printed" contains "$log" "failed, keeping version $V2"
 n=$(grep -c "reloaded stage 'work'" "$D/log")
 check "a burst of five saves reloaded fewer than five times ($n)" [ "$n" -ge 1 -a "$n" -lt 5 ]
 check "socket removed at exit" [ ! -e "$S" ]
