@@ -71,7 +71,8 @@
 static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
-    "durable_pipeline", "count", "fanout", NULL
+    "durable_pipeline", "count", "fanout", "overload", "overload_slow",
+    "admit", NULL
 };
 
 static void usage(FILE *f)
@@ -88,7 +89,9 @@ static void usage(FILE *f)
         "  --config NAME   run only this config (repeatable); one of\n"
         "                  floor cap1 cap8 seq par chan cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
-        "                  durable_pipeline count fanout (default: all).  The\n"
+        "                  durable_pipeline count fanout overload\n"
+        "                  overload_slow admit\n"
+        "                  (default: all).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"
         "                  count is the hand-off check: a C consumer that\n"
@@ -140,6 +143,7 @@ static void remove_tmpdir(void)
 {
     static const char *const files[] = { "h.lua", "h_table.lua",
                                          "h_pipe.lua", "h_dur.lua", "h_dpipe.lua",
+                                         "h_count.lua", "h_admit.lua", "h_slow.lua",
                                          NULL };
     char path[512];
     for (int i = 0; files[i]; i++) {
@@ -257,6 +261,17 @@ int main(int argc, char **argv)
         bench_count();
     if (selected(sel, nsel, "fanout"))
         bench_fanout();
+    for (int h = 0; h < 2; h++) {
+        bool lua = h == 1;
+        if ((lua ? g_cfg.want_lua : g_cfg.want_c) &&
+            selected(sel, nsel, "overload"))
+            bench_overload(lua);
+        if ((lua ? g_cfg.want_lua : g_cfg.want_c) &&
+            selected(sel, nsel, "overload_slow"))
+            bench_overload_slow(lua);
+    }
+    if (g_cfg.want_lua && selected(sel, nsel, "admit"))
+        bench_admit();
 
     remove_tmpdir();
     if (g_bench_out)

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -40,6 +41,8 @@ struct trial {
     size_t len;
     int ts_off, kind;
     double reload_every;        /* > 0: bus:reload("bench") this often */
+    double shed_target;         /* > 0: the stage sheds (overload) */
+    seda_consumer_fn consumer;  /* C rows: instead of the default */
     /* out */
     long total, delivered, errors;
     int last_err;
@@ -48,6 +51,8 @@ struct trial {
     int depth;
     bool drained;
     int reloads, reload_failed;
+    long shed;                  /* publishes refused by shedding */
+    double sojourn_p99;         /* the stage's, microseconds */
     int workers;                /* pool threads of the bus */
     struct latency lat;
 };
@@ -78,11 +83,22 @@ static int run_trial(struct trial *t)
 
     rec_reset();
     if (inst_open(&in, t->lua, NULL, t->hfile, t->stages, t->capacity,
-                  t->concurrency, NULL) != 0)
+                  t->concurrency, t->consumer) != 0)
         return -1;
+    if (t->shed_target > 0) {
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.shed_target = t->shed_target;
+        if (seda_stage_tune_admission(in.st[0], &so, SEDA_TUNE_SHED, NULL,
+                                      0) != 0) {
+            inst_close(&in);
+            return -1;
+        }
+    }
     double start = seda_now() + 0.01;
     memset(p, 0, sizeof p);
     for (int i = 0; i < np; i++) {
+        p[i].tolerate = t->shed_target > 0 ? SEDA_ESHED : 0;
         p[i].st = in.st[in.nst > 1 ? i % in.nst : 0];
         p[i].start = start;
         p[i].deadline = t->window > 0 ? start + t->window : 0;
@@ -112,17 +128,21 @@ static int run_trial(struct trial *t)
     }
     prods_join(p, np);
     double end = start;
-    t->total = t->errors = 0;
+    t->total = t->errors = t->shed = 0;
     t->last_err = 0;
     for (int i = 0; i < np; i++) {
         t->total += p[i].published;
         t->errors += p[i].errors;
+        t->shed += p[i].tolerated;
         if (p[i].errors)
             t->last_err = p[i].last_err;
         if (p[i].end > end)
             end = p[i].end;
     }
     t->depth = inst_depth(&in);
+    seda_stage_stats ss;
+    seda_stage_stats_get(in.st[0], &ss);
+    t->sojourn_p99 = ss.sojourn_p99;
     double t_sd = seda_now();
     int rc = inst_shutdown(&in, 60);
     double t_done = seda_now();
@@ -357,5 +377,194 @@ void bench_reload(void)
         if (k == 0)
             maxr = (double)s.total / s.elapsed;
         cap_row("reload", &s, k + 1, k ? 1.0 : 0, s.rate, maxr);
+    }
+}
+
+/* ---- overload ---- */
+
+/* cap1 at load 1.5 for the sweep window, without and with adaptive
+ * shedding (shed = {target = 0.005}): goodput (deliveries per second of
+ * the window) against the calibrated capacity, and the stage's p99
+ * sojourn against the full-queue delay.  One calibration run (the
+ * capacity config's first step), then two trials each, alternating. */
+void bench_overload(bool lua)
+{
+    struct trial t;
+    memset(&t, 0, sizeof t);
+    t.lua = lua;
+    t.hfile = lua ? handler_file(false) : NULL;
+    if (lua && !t.hfile)
+        return;
+    t.producers = 1;
+    t.stages = 1;
+    t.capacity = 1024;
+    t.concurrency = 1;
+    set_payload(&t, false);
+    bench_progress("overload/%s calibrate", lua ? "lua" : "c");
+    struct trial cal = t;
+    cal.window = g_cfg.calib_s;
+    if (run_trial(&cal) != 0)
+        return;
+    double maxr = (double)cal.total / cal.elapsed;
+    for (int k = 0; k < 2 * g_cfg.sweep_trials; k++) {
+        bool shed = k % 2 == 1;
+        bench_progress("overload/%s load 1.5 %s trial %d/%d",
+                       lua ? "lua" : "c", shed ? "shed" : "no shed",
+                       k / 2 + 1, g_cfg.sweep_trials);
+        struct trial s = t;
+        s.window = g_cfg.window_s;
+        s.rate = maxr * 1.5;
+        s.shed_target = shed ? 0.005 : 0;
+        if (run_trial(&s) != 0)
+            return;
+        struct row r;
+        /* Goodput: what the window delivered (the drain tail is not in
+         * it: shutdown drains what is queued at the end). */
+        double good = s.elapsed > 0 ? (double)(s.delivered - s.depth) /
+                                          s.elapsed : 0;
+        row_begin(&r, lua ? "lua" : "c", "overload");
+        row_int(&r, "trial", k / 2 + 1);
+        row_int(&r, "producers", 1);
+        row_int(&r, "concurrency", 1);
+        row_int(&r, "capacity", 1024);
+        row_num(&r, "load_fraction", 1.5, 1);
+        row_num(&r, "target_rate_eps", s.rate, 0);
+        row_num(&r, "max_throughput_eps", maxr, 0);
+        row_num(&r, "shed_target_ms", s.shed_target * 1e3, 1);
+        row_int(&r, "total", s.total);
+        row_int(&r, "delivered", s.delivered);
+        row_int(&r, "shed", s.shed);
+        row_num(&r, "elapsed_ms", s.elapsed * 1e3, 0);
+        row_num(&r, "goodput_eps", good, 0);
+        row_num(&r, "goodput_ratio", maxr > 0 ? good / maxr : 0, 4);
+        row_num(&r, "sojourn_p99_us", s.sojourn_p99, 1);
+        row_int(&r, "end_of_window_depth", s.depth);
+        row_num(&r, "drain_tail_ms", s.drain_tail * 1e3, 0);
+        row_latency(&r, &s.lat);
+        row_tail(&r, &s, good);
+        row_end(&r);
+    }
+}
+
+/* ---- overload with a slow handler ---- */
+
+/* The same overload with a 100 us handler, where the full queue (1024)
+ * is a 100 ms delay against the 5 ms target: the case shedding is for.
+ * The C consumer also keeps the longest sojourn of each 100 ms of the
+ * window, so the rows carry the sojourn over time (the README's chart). */
+#define SLOW_US 100
+#define SERIES_MS 100
+#define SERIES_N 64
+static _Atomic(double) g_series[SERIES_N];  /* max sojourn, seconds */
+static double g_series_t0;                  /* written before the run */
+
+static bool slow_consume(seda_env_t *env, void *ud)
+{
+    size_t len;
+    const void *p = seda_env_payload(env, &len);
+    double ts;
+    (void)ud;
+    if (len < sizeof ts)
+        return false;
+    memcpy(&ts, p, sizeof ts);
+    double now = seda_now();
+    double lat = now - ts;
+    rec_add(lat);
+    long b = (long)((now - g_series_t0) * 1e3 / SERIES_MS);
+    if (b >= 0 && b < SERIES_N) {
+        double cur = atomic_load_explicit(&g_series[b],
+                                          memory_order_relaxed);
+        if (lat > cur)     /* one consumer (concurrency 1): no race */
+            atomic_store_explicit(&g_series[b], lat, memory_order_relaxed);
+    }
+    double until = now + SLOW_US * 1e-6;
+    while (seda_now() < until)
+        ;
+    return true;
+}
+
+void bench_overload_slow(bool lua)
+{
+    static char *hslow;
+    if (lua && !hslow)
+        hslow = bench_write_file(
+            "h_slow.lua",
+            "local rec = require 'benchrec'.rec\n"
+            "local now = seda.now\n"
+            "return function(env)\n"
+            "  rec(env.payload)\n"
+            "  local d = now() + 0.0001\n"
+            "  while now() < d do end\n"
+            "end\n");
+    struct trial t;
+    memset(&t, 0, sizeof t);
+    t.lua = lua;
+    t.hfile = lua ? hslow : NULL;
+    if (lua && !t.hfile)
+        return;
+    t.consumer = lua ? NULL : slow_consume;
+    t.producers = 1;
+    t.stages = 1;
+    t.capacity = 1024;
+    t.concurrency = 1;
+    set_payload(&t, false);
+    bench_progress("overload_slow/%s calibrate", lua ? "lua" : "c");
+    struct trial cal = t;
+    cal.window = g_cfg.calib_s;
+    g_series_t0 = seda_now() + 1e9;         /* no series while calibrating */
+    if (run_trial(&cal) != 0)
+        return;
+    double maxr = (double)cal.total / cal.elapsed;
+    for (int k = 0; k < 2 * g_cfg.sweep_trials; k++) {
+        bool shed = k % 2 == 1;
+        bench_progress("overload_slow/%s load 1.5 %s trial %d/%d",
+                       lua ? "lua" : "c", shed ? "shed" : "no shed",
+                       k / 2 + 1, g_cfg.sweep_trials);
+        struct trial s = t;
+        s.window = g_cfg.window_s;
+        s.rate = maxr * 1.5;
+        s.shed_target = shed ? 0.005 : 0;
+        for (int i = 0; i < SERIES_N; i++)
+            atomic_store(&g_series[i], 0.0);
+        g_series_t0 = seda_now() + 0.01;    /* run_trial's start */
+        if (run_trial(&s) != 0)
+            return;
+        double good = s.elapsed > 0 ? (double)(s.delivered - s.depth) /
+                                          s.elapsed : 0;
+        struct row r;
+        row_begin(&r, lua ? "lua" : "c", "overload_slow");
+        row_int(&r, "trial", k / 2 + 1);
+        row_int(&r, "handler_us", SLOW_US);
+        row_int(&r, "capacity", 1024);
+        row_num(&r, "load_fraction", 1.5, 1);
+        row_num(&r, "target_rate_eps", s.rate, 0);
+        row_num(&r, "max_throughput_eps", maxr, 0);
+        row_num(&r, "shed_target_ms", s.shed_target * 1e3, 1);
+        row_int(&r, "total", s.total);
+        row_int(&r, "delivered", s.delivered);
+        row_int(&r, "shed", s.shed);
+        row_num(&r, "elapsed_ms", s.elapsed * 1e3, 0);
+        row_num(&r, "goodput_eps", good, 0);
+        row_num(&r, "goodput_ratio", maxr > 0 ? good / maxr : 0, 4);
+        row_num(&r, "sojourn_p99_us", s.sojourn_p99, 1);
+        row_latency(&r, &s.lat);
+        if (!lua) {
+            char js[SERIES_N * 12 + 4];
+            size_t n = 0;
+            int nb = (int)(s.elapsed * 1e3 / SERIES_MS);
+            if (nb > SERIES_N)
+                nb = SERIES_N;
+            js[n++] = '[';
+            for (int i = 0; i < nb && n < sizeof js - 16; i++)
+                n += (size_t)snprintf(js + n, sizeof js - n, "%s%.2f",
+                                      i ? "," : "",
+                                      atomic_load(&g_series[i]) * 1e3);
+            js[n++] = ']';
+            js[n] = 0;
+            row_int(&r, "series_bucket_ms", SERIES_MS);
+            row_json(&r, "series_max_sojourn_ms", js);
+        }
+        row_tail(&r, &s, good);
+        row_end(&r);
     }
 }

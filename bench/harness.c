@@ -140,6 +140,11 @@ void row_bool(struct row *r, const char *k, bool v)
     row_put(r, ",\"%s\":%s", k, v ? "true" : "false");
 }
 
+void row_json(struct row *r, const char *k, const char *json)
+{
+    row_put(r, ",\"%s\":%s", k, json);
+}
+
 void row_end(struct row *r)
 {
     row_put(r, "}");

@@ -76,6 +76,8 @@ void row_str(struct row *r, const char *k, const char *v);
 void row_int(struct row *r, const char *k, long long v);
 void row_num(struct row *r, const char *k, double v, int decimals);
 void row_bool(struct row *r, const char *k, bool v);
+/* A field whose value is JSON text already (an array, say). */
+void row_json(struct row *r, const char *k, const char *json);
 /* Close the row and write it to stdout and the results file. */
 void row_end(struct row *r);
 
@@ -163,9 +165,12 @@ struct prod {
     int nslip;
     seda_done_fn done;
     void *done_ud;
+    int tolerate;               /* a refusal that is counted, not fatal
+                                   (e.g. SEDA_ESHED), or 0 */
     /* results */
     long published;
     long errors;
+    long tolerated;             /* refusals of kind `tolerate` */
     int last_err;
     double end;                 /* when it stopped */
     pthread_t th;

@@ -272,7 +272,8 @@ end
 function G.tune(stage, opts)
   if type(stage) ~= "string" then fail("tune: stage name expected") end
   if type(opts) ~= "table" then
-    fail("tune: options table expected ({concurrency=, capacity=, policy=})")
+    fail("tune: options table expected ({concurrency=, capacity=, policy=, " ..
+         "shed=, retry=, admit=, starve_after=})")
   end
   local b, name = resolve(stage)
   if not b then fail("tune: no such stage '" .. stage .. "'") end
@@ -329,8 +330,13 @@ the buses keep running while you type.
   top([seconds])             stats redrawn every `seconds` (default 1) until
                              a key is pressed
   reload([stage])            hot-reload one stage's handler code, or all
-  tune(stage, {concurrency=, capacity=, policy=})
-                             change a stage of a running bus
+  tune(stage, {concurrency=, capacity=, policy=, shed=, retry=,
+               admit=, starve_after=})
+                             change a stage of a running bus (shed =
+                             {target=, interval=} or false; retry =
+                             {backoff=, max_backoff=, multiplier=,
+                             jitter=} or false; admit = function, file
+                             or false)
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
@@ -497,6 +503,17 @@ local STAGE_METRICS = {
     "dead_lettered" },
   { "completed_total", "counter", "Itineraries that completed at the stage.",
     "completed" },
+  { "refused_total", "counter", "Publishes refused by the stage's admit rule.",
+    "refused" },
+  { "shed_total", "counter", "Publishes refused by adaptive shedding.",
+    "shed" },
+  { "shedding", "gauge",
+    "Shedding level: 0 none, 1 refusing low, 2 refusing low and normal.",
+    "shedding" },
+  { "delayed", "gauge", "Retries waiting out their backoff.", "delayed" },
+  { "depth_high", "gauge", "Envelopes waiting at high priority.",
+    "depth_high" },
+  { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
   { "delivery_rate", "gauge",
     "Deliveries per second over the last few seconds.", "rate" },
   { "handler_version", "gauge", "Version of the stage's handler code " ..

@@ -109,8 +109,10 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
 {
     SEDA__ASSERT_HELD(&st->mu);
     env->at = st;
-    if (hop)
-        env->enq_ts = seda__clock_ns();
+    /* Sojourn runs from admission: a publish that waited for room (or a
+     * journal commit) starts its clock now, not when it was made.  (The
+     * lock-free path admits right after the envelope is made.) */
+    env->enq_ts = seda__clock_ns();
     /* A lane that cannot be allocated leaves the envelope at normal
      * priority rather than refusing what the caller already owns (a
      * committed journal row, a hop). */

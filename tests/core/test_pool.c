@@ -546,6 +546,87 @@ static void test_pool_no_loans_and_stop_with_loans(void **state)
     seda__pool_free(b.p);               /* joins worker and loans */
 }
 
+/* ---- timed tasks ---- */
+
+struct timed_rec {
+    seda__mutex_t mu;
+    int order[8];               /* guarded by mu */
+    int64_t at[8];              /* guarded by mu */
+    int n;                      /* guarded by mu */
+};
+
+struct timed_arg {
+    struct timed_rec *r;
+    int id;
+};
+
+static void timed_fire(void *arg)
+{
+    struct timed_arg *a = arg;
+    seda__mutex_lock(&a->r->mu);
+    a->r->at[a->r->n] = seda__now_ns();
+    a->r->order[a->r->n++] = a->id;
+    seda__mutex_unlock(&a->r->mu);
+}
+
+static int dropped_n;
+static void timed_drop(seda__task_fn fn, void *arg, void *ud)
+{
+    (void)ud;
+    assert_ptr_equal(fn, timed_fire);
+    assert_non_null(arg);
+    dropped_n++;
+}
+
+/* Timed tasks run in due order, not before they are due, on idle workers
+ * that sleep until then; what is left at stop is handed back. */
+static void test_pool_timed_tasks_run_when_due(void **state)
+{
+    (void)state;
+    struct timed_rec r;
+    memset(&r, 0, sizeof r);
+    seda__mutex_init(&r.mu);
+    struct timed_arg a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = (struct timed_arg){ &r, i };
+    struct seda_pool *p = NULL;
+    assert_int_equal(seda__pool_new(2, -1, NULL, NULL, NULL, NULL, &p), 0);
+    int64_t t0 = seda__now_ns();
+    /* Submitted out of order: 60 ms, 20 ms, 40 ms. */
+    assert_int_equal(seda__pool_submit_at(p, t0 + 60000000, timed_fire,
+                                          &a[2]), 0);
+    assert_int_equal(seda__pool_submit_at(p, t0 + 20000000, timed_fire,
+                                          &a[0]), 0);
+    assert_int_equal(seda__pool_submit_at(p, t0 + 40000000, timed_fire,
+                                          &a[1]), 0);
+    assert_int_equal(seda__pool_submit_at(p, t0 + 3600 * (int64_t)1000000000,
+                                          timed_fire, &a[3]), 0);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    for (;;) {
+        seda__mutex_lock(&r.mu);
+        int n = r.n;
+        seda__mutex_unlock(&r.mu);
+        if (n >= 3 || seda__now_ns() > deadline)
+            break;
+        sched_yield();
+    }
+    assert_int_equal(seda__pool_timers(p), 1);  /* the hour-long one */
+    seda__pool_stop(p);
+    dropped_n = 0;
+    seda__pool_drop_timers(p, timed_drop, NULL);
+    assert_int_equal(dropped_n, 1);
+    assert_int_equal(seda__pool_timers(p), 0);
+    assert_int_equal(seda__pool_submit_at(p, 0, timed_fire, &a[0]),
+                     SEDA_ECLOSED);
+    seda__pool_free(p);
+    assert_int_equal(r.n, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r.order[i], i);
+        assert_true(r.at[i] - t0 >= (int64_t)(i + 1) * 20000000);
+    }
+    seda__mutex_destroy(&r.mu);
+}
+
 static void test_pool_rejects_bad_size(void **state)
 {
     (void)state;
@@ -568,6 +649,7 @@ int main(void)
         cmocka_unit_test(test_pool_block_lends_a_thread),
         cmocka_unit_test(test_pool_loans_never_exceed_max_loans),
         cmocka_unit_test(test_pool_no_loans_and_stop_with_loans),
+        cmocka_unit_test(test_pool_timed_tasks_run_when_due),
     };
     return cmocka_run_group_tests_name("pool", tests, NULL, NULL);
 }
