@@ -215,7 +215,16 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
  * free) into this full stage, whose drain task sits in the pool queue
  * behind busy workers -- all of them perhaps waiting here too -- runs that
  * task itself, once per wait and not nested, then looks for room again.
- * Called and returns with st->mu held.  Returns whether it ran it. */
+ * Called and returns with st->mu held.  Returns whether it ran it; if not,
+ * st->mu stayed held throughout.
+ *
+ * It looks in the pool with st->mu held (stage->mu before pool->mu is the
+ * lock order): its caller found the stage full, and when no task is found
+ * it goes on to wait on not_full without looking again, while a drain
+ * task broadcasts not_full only to waiters already counted.  Dropping the
+ * lock for the look let the stage's running drain task (on another
+ * worker) make room unseen in that gap, and the hop then slept for the
+ * whole hop_timeout on a stage with room and nobody left to wake it. */
 static _Thread_local bool tls_helping;
 
 static bool help_drain(struct seda_stage_s *st)
@@ -223,16 +232,15 @@ static bool help_drain(struct seda_stage_s *st)
     if (tls_helping || seda__env_in_delivery() || st->pull ||
         seda__pool_current_owner() != (void *)st->bus)
         return false;
+    if (!seda__pool_take(st->bus->pool, seda__stage_drain, st))
+        return false;
+    /* The task holds the permit it was scheduled with. */
     seda__mutex_unlock(&st->mu);
-    bool took = seda__pool_take(st->bus->pool, seda__stage_drain, st);
-    if (took) {
-        /* The task holds the permit it was scheduled with. */
-        tls_helping = true;
-        seda__stage_drain(st);
-        tls_helping = false;
-    }
+    tls_helping = true;
+    seda__stage_drain(st);
+    tls_helping = false;
     seda__mutex_lock(&st->mu);
-    return took;
+    return true;
 }
 
 /* How long a blocked publisher watches for room before sleeping. */

@@ -739,6 +739,128 @@ static void test_stage_publish_many_starts_every_task_it_owes(void **state)
         seda_bus_free(bus);
     }
 }
+/* A worker routing a hop into a full stage whose drain task runs on the
+ * other worker: help_drain finds no queued task to run it itself, and must
+ * not leave a gap in which that drain task makes room unseen (a drain task
+ * broadcasts not_full only to publishers already counted as waiting), or
+ * the hop then sleeps for its whole hop_timeout on a stage with room.
+ *
+ * Each attempt: "dst" (one permit, batch 1) has its consumer held on G
+ * and F1, F2 queued, then its capacity cut to 1, so it is full with a
+ * drain task running.  "src"'s consumer releases G and returns, and its
+ * worker routes X into dst: full, so it watches the depth for room.  The
+ * drain task takes F1 -- not room yet, but the watcher sees the depth
+ * drop and looks again at once: full, so it calls help_drain, then waits
+ * -- and takes F2 (room) a varying moment later, so across attempts that
+ * take lands all over the look-help-wait sequence.  X must reach dst
+ * within the deadline (hop_timeout is far above it).  Before the fix
+ * about one attempt in a few hundred lost the wake-up. */
+struct hw {
+    atomic_int release;                 /* G may return */
+    atomic_int d1, d2;                  /* this attempt's delays, ns */
+    tu_counter x_done;                  /* X delivered at dst */
+};
+
+static int64_t hw_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A consumer's handling time, not a way to order events. */
+static void hw_spin_ns(int64_t ns)
+{
+    int64_t end = hw_now_ns() + ns;
+    while (hw_now_ns() < end) {
+    }
+}
+
+static bool hw_src(seda_env_t *env, void *ud)
+{
+    struct hw *h = ud;
+    (void)env;
+    atomic_store(&h->release, 1);
+    return true;
+}
+
+static bool hw_dst(seda_env_t *env, void *ud)
+{
+    struct hw *h = ud;
+    uint64_t v = tu_env_u64(env);
+    if (v == 0) {                       /* G: held until X is on its way */
+        int64_t end = hw_now_ns() + (int64_t)(TU_DEADLINE * 1e9);
+        while (!atomic_load(&h->release) && hw_now_ns() < end) {
+        }
+        hw_spin_ns(atomic_load(&h->d1));
+    } else if (v == 1) {                /* F1 */
+        hw_spin_ns(atomic_load(&h->d2));
+    } else if (v == 3) {                /* X */
+        tu_counter_add(&h->x_done, 1);
+    }
+    return true;
+}
+
+static void test_stage_hop_wait_sees_room_made_while_helping(void **state)
+{
+    (void)state;
+    struct hw *h = calloc(1, sizeof *h);
+    assert_non_null(h);
+    tu_counter_init(&h->x_done);
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    bo.batch = 1;
+    bo.hop_timeout = 1000;              /* a lost wake-up outlasts the test */
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "src";
+    seda_stage_t *src = NULL, *dst = NULL;
+    assert_int_equal(seda_stage_add(bus, &so, &src, NULL, 0), 0);
+    assert_true(seda_stage_consume(src, hw_src, h) >= 0);
+    so.name = "dst";
+    assert_int_equal(seda_stage_add(bus, &so, &dst, NULL, 0), 0);
+    assert_true(seda_stage_consume(dst, hw_dst, h) >= 0);
+    static const char *const slip[] = { "dst" };
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    po.slip = slip;
+    po.nslip = 1;
+    int attempts = tu_iterations(3000, 50000);
+    unsigned x = 12345;
+    for (int a = 0; a < attempts; a++) {
+        x = x * 1103515245u + 12345u;
+        atomic_store(&h->d1, (int)((x >> 8) % 4000u));
+        x = x * 1103515245u + 12345u;
+        atomic_store(&h->d2, 500 + (int)((x >> 8) % 1500u));
+        atomic_store(&h->release, 0);
+        assert_int_equal(seda_stage_tune(dst, 3, 0, -1, NULL, 0), 0);
+        for (uint64_t v = 0; v < 3; v++)            /* G, F1, F2 */
+            assert_int_equal(tu_publish_u64(bus, "dst", v, NULL), 0);
+        assert_int_equal(seda_stage_tune(dst, 1, 0, -1, NULL, 0), 0);
+        assert_int_equal(tu_publish_u64(bus, "src", 3, &po), 0);    /* X */
+        if (!tu_counter_wait_ge(&h->x_done, a + 1, TU_DEADLINE)) {
+            seda_stage_stats s;
+            seda_stage_stats_get(dst, &s);
+            fail_msg("attempt %d: the hop into dst still waits after %.0f s "
+                     "with dst depth %d, in_flight %d: it sleeps on a stage "
+                     "with room (lost not_full wake-up)", a,
+                     (double)TU_DEADLINE, s.depth, s.in_flight);
+        }
+        TU_WAIT(seda_bus_wait_idle(bus, TU_DEADLINE) == 0, "an idle bus");
+    }
+    assert_int_equal(seda_bus_shutdown(bus, TU_DEADLINE), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.dead_lettered, 0);
+    assert_int_equal(bs.completed, 4L * attempts);
+    seda_bus_free(bus);
+    tu_counter_destroy(&h->x_done);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -752,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_stage_c7_exactly_once_with_retries),
         cmocka_unit_test(test_stage_c7_drop_oldest_each_ends_once),
         cmocka_unit_test(test_stage_concurrency_permits_run_in_parallel),
+        cmocka_unit_test(test_stage_hop_wait_sees_room_made_while_helping),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
