@@ -393,6 +393,18 @@ void seda__stage_drain(void *arg)
                 continue;
             }
             seda__stage_schedule(st);
+            /* A hop waiting for room here looked for this stage's task
+             * in the pool (help_drain) before it was queued, then slept:
+             * wake it to look again.  Every other worker may be blocked
+             * too (this one may pick up a task that blocks), and then
+             * only the waiter can run the task before its hop_timeout.
+             * After the submit, under the lock (a waiter looks and counts
+             * itself in one hold of it): one that looks later finds the
+             * task, one that looked earlier is counted in waiters. */
+            seda__mutex_lock(&st->mu);
+            if (st->waiters > 0)
+                pthread_cond_broadcast(&st->not_full);
+            seda__mutex_unlock(&st->mu);
             return;
         }
         /* Linger only as the stage's last task: with another one

@@ -861,6 +861,116 @@ static void test_stage_hop_wait_sees_room_made_while_helping(void **state)
     free(h);
 }
 
+/* A hop that waits for room in a full stage looked for that stage's drain
+ * task in the pool (help_drain) before it slept.  If the stage's drain
+ * task, running on the other worker, then goes to the back of the pool
+ * (it reschedules itself behind other stages' tasks) and that worker picks
+ * up a task that blocks in turn, the queued task has no worker left but
+ * the sleeping hop, which must be woken to run it -- not left to sleep
+ * out its hop_timeout.
+ *
+ * Each attempt: dst (capacity 1) holds G in its consumer on one worker,
+ * F queued; mid's drain, on the other worker, routes M1 into dst and
+ * waits; M2 fills mid; S1 queues src's drain task.  G then returns (after
+ * a varying handling time, mostly long after M1's hop went to sleep):
+ * dst's drain task, with F left and src's task waiting, reschedules
+ * itself behind it; its worker runs src's drain, whose hop into the full
+ * mid waits.  Only the worker sleeping on dst can run dst's task now. */
+struct hq {
+    atomic_int armed;                   /* G may start its handling time */
+    atomic_int d;                       /* G's handling time, ns */
+    tu_counter done;                    /* deliveries at dst */
+};
+
+static bool hq_pass(seda_env_t *env, void *ud)
+{
+    (void)env;
+    (void)ud;
+    return true;
+}
+
+static bool hq_dst(seda_env_t *env, void *ud)
+{
+    struct hq *q = ud;
+    if (tu_env_u64(env) == 0) {         /* G */
+        int64_t end = hw_now_ns() + (int64_t)(TU_DEADLINE * 1e9);
+        while (!atomic_load(&q->armed) && hw_now_ns() < end) {
+        }
+        hw_spin_ns(atomic_load(&q->d));
+    }
+    tu_counter_add(&q->done, 1);
+    return true;
+}
+
+static void test_stage_hop_waiter_runs_task_queued_while_it_slept(void **state)
+{
+    (void)state;
+    struct hq *q = calloc(1, sizeof *q);
+    assert_non_null(q);
+    tu_counter_init(&q->done);
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    bo.batch = 1;
+    bo.hop_timeout = 1000;              /* a lost hand-off outlasts the test */
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    seda_stage_t *src = NULL, *mid = NULL, *dst = NULL;
+    so.name = "src";
+    assert_int_equal(seda_stage_add(bus, &so, &src, NULL, 0), 0);
+    assert_true(seda_stage_consume(src, hq_pass, q) >= 0);
+    so.capacity = 1;
+    so.name = "mid";
+    assert_int_equal(seda_stage_add(bus, &so, &mid, NULL, 0), 0);
+    assert_true(seda_stage_consume(mid, hq_pass, q) >= 0);
+    so.name = "dst";
+    assert_int_equal(seda_stage_add(bus, &so, &dst, NULL, 0), 0);
+    assert_true(seda_stage_consume(dst, hq_dst, q) >= 0);
+    static const char *const to_dst[] = { "dst" };
+    static const char *const to_mid[] = { "mid", "dst" };
+    seda_publish_opts pd, pm;
+    seda_publish_opts_init(&pd);
+    pd.slip = to_dst;
+    pd.nslip = 1;
+    seda_publish_opts_init(&pm);
+    pm.slip = to_mid;
+    pm.nslip = 2;
+    int attempts = tu_iterations(200, 2000);
+    unsigned x = 4321;
+    for (int a = 0; a < attempts; a++) {
+        x = x * 1103515245u + 12345u;
+        atomic_store(&q->d, (int)((x >> 8) % 300000u));     /* 0..300 us */
+        atomic_store(&q->armed, 0);
+        assert_int_equal(tu_publish_u64(bus, "dst", 0, NULL), 0);  /* G */
+        assert_int_equal(tu_publish_u64(bus, "dst", 1, NULL), 0);  /* F */
+        assert_int_equal(tu_publish_u64(bus, "mid", 2, &pd), 0);   /* M1 */
+        assert_int_equal(tu_publish_u64(bus, "mid", 3, &pd), 0);   /* M2 */
+        assert_int_equal(tu_publish_u64(bus, "src", 4, &pm), 0);   /* S1 */
+        atomic_store(&q->armed, 1);
+        if (!tu_counter_wait_ge(&q->done, 5L * (a + 1), TU_DEADLINE)) {
+            seda_stage_stats sm, sd;
+            seda_stage_stats_get(mid, &sm);
+            seda_stage_stats_get(dst, &sd);
+            fail_msg("attempt %d: %ld of 5 delivered at dst after %.0f s "
+                     "(mid depth %d, dst depth %d in_flight %d): a hop "
+                     "sleeps while the drain task it waits for sits in the "
+                     "pool", a, tu_counter_get(&q->done) - 5L * a,
+                     (double)TU_DEADLINE, sm.depth, sd.depth, sd.in_flight);
+        }
+        TU_WAIT(seda_bus_wait_idle(bus, TU_DEADLINE) == 0, "an idle bus");
+    }
+    assert_int_equal(seda_bus_shutdown(bus, TU_DEADLINE), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.dead_lettered, 0);
+    assert_int_equal(bs.completed, 5L * attempts);
+    seda_bus_free(bus);
+    tu_counter_destroy(&q->done);
+    free(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -875,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_stage_c7_drop_oldest_each_ends_once),
         cmocka_unit_test(test_stage_concurrency_permits_run_in_parallel),
         cmocka_unit_test(test_stage_hop_wait_sees_room_made_while_helping),
+        cmocka_unit_test(test_stage_hop_waiter_runs_task_queued_while_it_slept),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
