@@ -33,6 +33,37 @@ seda_bus_t *seda_lua_tobus(lua_State *L, int idx);
  * thread-safe with bus creation. */
 int seda_lua_preload(const char *name, lua_CFunction open);
 
+/* ---- driving the main state from a host's event loop ----
+ *
+ * on_complete callbacks and timers (seda.timer, seda.every) run on the
+ * main state L only when something runs them: bus:wait, bus:poll, or the
+ * host.  A host with its own loop polls seda_lua_wakefd(L) for reading,
+ * with seda_lua_next_timer(L) as the timeout, and calls
+ * seda_lua_run_pending(L) when it wakes:
+ *
+ *     struct pollfd p = { seda_lua_wakefd(L), POLLIN, 0 };
+ *     double t = seda_lua_next_timer(L);
+ *     poll(&p, 1, t < 0 ? 1000 : (int)(t * 1000) + 1);
+ *     seda_lua_run_pending(L);
+ *
+ * All three are for the main state's thread only. */
+
+/* A descriptor that turns readable when an on_complete callback is
+ * queued for L (made with the module; the binding owns it: never close
+ * or read it).  -1 when it could not be made (then poll with a short
+ * timeout instead). */
+int seda_lua_wakefd(lua_State *L);
+
+/* Seconds until L's next timer is due (0 when one is due now), or -1
+ * when no timer is pending. */
+double seda_lua_next_timer(lua_State *L);
+
+/* Run what is pending on L: the queued on_complete callbacks of every
+ * live bus, then the timers due now; clears the wake descriptor.  Errors
+ * in callbacks are reported on stderr (rate-limited), never raised.
+ * Returns how many callbacks ran. */
+int seda_lua_run_pending(lua_State *L);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,8 +10,10 @@
  *   thread ended it; it copies what the callback needs into a struct
  *   lcompletion and queues it on the lbus.  The main state runs the queue
  *   (seda__l_run_completions) from bus:wait, bus:poll, bus:shutdown and
- *   the seda-lua run loop, so callbacks never run on a worker.  Errors in
- *   a callback are reported with their traceback, at most 5 a second.
+ *   the seda-lua run loop, so callbacks never run on a worker; queueing
+ *   one also signals the main state's wake descriptor (lloop.c), so a
+ *   host's loop wakes for it.  Errors in a callback are reported with
+ *   their traceback, at most 5 a second.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -107,6 +109,7 @@ void seda__l_on_done(seda_env_t *env, int outcome, void *ud)
     lb->ctail = c;
     pthread_cond_broadcast(&lb->cv);
     pthread_mutex_unlock(&lb->mu);
+    seda__l_loop_signal(lb->loop);      /* after the enqueue: see lloop.c */
 }
 
 
@@ -142,9 +145,10 @@ static int call_completion(lua_State *L)
     return 0;
 }
 
-/* on_complete errors: at most 5 reports a second, as stages do for
- * handler errors; the rest are counted, and the count is said with the
- * next report or when a bus shuts down.  Locking: cb_mu guards cb_*. */
+/* on_complete and timer errors: at most 5 reports a second, as stages do
+ * for handler errors; the rest are counted, and the count is said with
+ * the next report or when a bus shuts down.  Locking: cb_mu guards
+ * cb_*. */
 static pthread_mutex_t cb_mu = PTHREAD_MUTEX_INITIALIZER;
 static double cb_window;
 static int cb_lines;
@@ -153,7 +157,7 @@ static unsigned long cb_suppressed;
 static void cb_flush_locked(void)
 {
     if (cb_suppressed)
-        fprintf(stderr, "seda: on_complete: %lu similar errors "
+        fprintf(stderr, "seda: on_complete/timer: %lu similar errors "
                 "suppressed\n", cb_suppressed);
     cb_suppressed = 0;
 }
@@ -165,7 +169,7 @@ void seda__l_cb_flush(void)
     pthread_mutex_unlock(&cb_mu);
 }
 
-static void cb_report(const char *msg)
+void seda__l_report_error(const char *what, const char *msg)
 {
     double now = seda_now();
     pthread_mutex_lock(&cb_mu);
@@ -176,7 +180,7 @@ static void cb_report(const char *msg)
     }
     if (cb_lines < 5) {
         cb_lines++;
-        fprintf(stderr, "seda: on_complete: %s\n", msg);
+        fprintf(stderr, "seda: %s: %s\n", what, msg);
     } else {
         cb_suppressed++;
     }
@@ -211,7 +215,8 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
                 int rc = lua_pcall(L, 2, 0, top + 1);
                 seda__l_callback_depth--;
                 if (rc != LUA_OK)
-                    cb_report(lua_tostring(L, -1));
+                    seda__l_report_error("on_complete",
+                                         lua_tostring(L, -1));
                 lua_settop(L, top);
                 ran++;
             }

@@ -243,7 +243,8 @@ static void set_int(lua_State *L, const char *k, lua_Integer v)
     lua_setfield(L, -2, k);
 }
 
-static void push_stage_stats(lua_State *L, seda_stage_t *st)
+/* One stage's table; index: its place in declaration order (from 1). */
+static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
 {
     seda_stage_stats s;
     seda_stage_stats_get(st, &s);
@@ -251,6 +252,8 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     lua_createtable(L, 0, 20);
     lua_pushstring(L, s.name);
     lua_setfield(L, -2, "name");
+    if (index > 0)
+        set_int(L, "index", index);
     set_int(L, "depth", s.depth);
     set_int(L, "capacity", s.capacity);
     set_int(L, "concurrency", s.concurrency);
@@ -303,6 +306,38 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st)
     }
 }
 
+/* worker_memory = { bytes of worker 0, worker 1, ... } and loan_memory
+ * (the loan threads' states, warm ones included) in the table on top. */
+static void push_worker_memory(lua_State *L, struct lbus *lb)
+{
+    int tab = lua_gettop(L);
+    int max = 64, n;
+    size_t *bytes;
+    int *index;
+    for (;;) {              /* the arrays stay anchored on the stack */
+        bytes = lua_newuserdatauv(L, sizeof *bytes * (size_t)max, 0);
+        index = lua_newuserdatauv(L, sizeof *index * (size_t)max, 0);
+        n = seda__lw_memory(lb, bytes, index, max);
+        if (n <= max)
+            break;
+        lua_pop(L, 2);
+        max = n + 16;       /* room for a few more starting meanwhile */
+    }
+    lua_createtable(L, n, 0);
+    lua_createtable(L, 0, 0);
+    int nw = 0, nl = 0;
+    for (int i = 0; i < n; i++) {
+        lua_pushinteger(L, (lua_Integer)bytes[i]);
+        if (index[i] < 1024)
+            lua_rawseti(L, tab + 3, ++nw);
+        else
+            lua_rawseti(L, tab + 4, ++nl);
+    }
+    lua_setfield(L, tab, "loan_memory");
+    lua_setfield(L, tab, "worker_memory");
+    lua_settop(L, tab);
+}
+
 int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
 {
     if (!lb->bus) {
@@ -313,7 +348,15 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     if (name) {
         seda_stage_t *st = seda_bus_stage(lb->bus, name);
         if (st) {
-            push_stage_stats(L, st);
+            int index = 0;
+            for (int i = 0; index == 0; i++) {
+                seda_stage_t *at = seda_bus_stage_at(lb->bus, i);
+                if (!at)
+                    break;
+                if (at == st)
+                    index = i + 1;
+            }
+            push_stage_stats(L, st, index);
             return 1;
         }
         lua_pushnil(L);
@@ -328,10 +371,11 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
         seda_stage_t *st = seda_bus_stage_at(lb->bus, i);
         if (!st)
             break;
-        push_stage_stats(L, st);
+        push_stage_stats(L, st, i + 1);
         lua_setfield(L, -2, seda_stage_name(st));
     }
     lua_setfield(L, -2, "stages");
+    push_worker_memory(L, lb);
     set_int(L, "accepted", (lua_Integer)b.accepted);
     set_int(L, "completed", (lua_Integer)b.completed);
     set_int(L, "dead_lettered", (lua_Integer)b.dead_lettered);

@@ -131,21 +131,28 @@ static int l_bus_resume(lua_State *L)
     return 0;
 }
 
+/* bus:poll() -> how many callbacks ran: the bus's queued on_complete
+ * callbacks, then the timers due now. */
 static int l_bus_poll(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
-    lua_pushinteger(L, u->lb ? seda__l_run_completions(L, u->lb) : 0);
+    int ran = u->lb ? seda__l_run_completions(L, u->lb) : 0;
+    ran += seda__l_run_timers(L);
+    lua_pushinteger(L, ran);
     return 1;
 }
 
-/* Wait for a completion to be queued, at most until deadline (seconds). */
-static void wait_completion(struct lbus *lb, double until)
+/* Wait for a completion to be queued, at most until deadline (seconds)
+ * and no later than the next timer is due (next: seconds, -1 none). */
+static void wait_completion(struct lbus *lb, double until, double next)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double slice = until - seda_now();
     if (slice > 0.01)
         slice = 0.01;
+    if (next >= 0 && slice > next)
+        slice = next;
     if (slice <= 0)
         return;
     long ns = ts.tv_nsec + (long)(slice * 1e9);
@@ -157,13 +164,15 @@ static void wait_completion(struct lbus *lb, double until)
     pthread_mutex_unlock(&lb->mu);
 }
 
-/* Run completions until the bus is idle and none are left, or until the
- * deadline.  Returns true when idle. */
+/* Run completions (and due timers) until the bus is idle and no
+ * completion is left, or until the deadline.  Returns true when idle;
+ * pending timers do not keep it waiting. */
 static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
 {
     double until = timeout < 0 ? 1e300 : seda_now() + timeout;
     for (;;) {
         seda__l_run_completions(L, lb);
+        seda__l_run_timers(L);
         if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
             !seda__l_completions_pending(lb))
             return true;
@@ -172,7 +181,7 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
         if (seda__l_interrupt_pending && seda__l_callback_depth == 0 &&
             seda__l_interrupt_pending(L))
             return false;
-        wait_completion(lb, until);
+        wait_completion(lb, until, seda__l_next_timer(L));
     }
 }
 
@@ -236,6 +245,8 @@ static int l_bus_gc(lua_State *L)
     for (int i = 0; i < lb->nstages; i++)
         seda__l_lstage_free(lb->stages[i]);
     free(lb->stages);
+    free(lb->workers);
+    seda__l_loop_release(lb->loop);
     free(lb->package_path);
     free(lb->package_cpath);
     pthread_cond_destroy(&lb->cv);
@@ -357,6 +368,7 @@ static int l_bus_new(lua_State *L)
     pthread_mutex_init(&lb->mu, NULL);
     pthread_cond_init(&lb->cv, NULL);
     u->lb = lb;
+    lb->loop = seda__l_loop_ref(L);
     lb->memory_limit = memory_limit;
     lua_getglobal(L, "package");
     if (lua_istable(L, -1)) {
@@ -431,11 +443,14 @@ static int l_decode(lua_State *L)
     return 1;
 }
 
-/* Run pending completions of every live bus once; returns how many ran. */
-static int l_poll_all(lua_State *L)
+int seda__l_run_all_completions(lua_State *L)
 {
     int ran = 0;
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return 0;
+    }
     lua_pushnil(L);
     while (lua_next(L, -2)) {
         lua_pop(L, 1);
@@ -444,7 +459,15 @@ static int l_poll_all(lua_State *L)
             ran += seda__l_run_completions(L, u->lb);
     }
     lua_pop(L, 1);
-    lua_pushinteger(L, ran);
+    return ran;
+}
+
+/* seda._poll_all(): what is pending on the main state (every live bus's
+ * completions, due timers; see seda_lua_run_pending); returns how many
+ * ran. */
+static int l_poll_all(lua_State *L)
+{
+    lua_pushinteger(L, seda_lua_run_pending(L));
     return 1;
 }
 
@@ -529,7 +552,9 @@ int luaopen_seda(lua_State *L)
         lua_setfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     }
     lua_pop(L, 1);
+    seda__l_loop_open(L);
     luaL_newlib(L, module_funcs);
+    seda__l_loop_register(L);
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
     seda__l_push_shared(L);

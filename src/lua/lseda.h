@@ -95,14 +95,38 @@ struct lcompletion {
 };
 
 /*
+ * The main state's event sources (lloop.c): the wake descriptor that
+ * queued completions signal, and the timers.
  * Locking:
- *   mu guards chead, ctail, stages, nstages, cap_stages; cv is signalled
- *   (under mu) when a completion is queued.
- *   Immutable after creation: bus, memory_limit, package_path,
+ *   Atomic: refs (acq_rel on release, relaxed on take), signalled
+ *   (acq_rel exchanges: seda__l_loop_signal's pairs with the host's
+ *   drain, see lloop.c).
+ *   Immutable after creation: efd.
+ *   Main thread only: heap, n, cap, seq.
+ */
+struct ltimer;
+struct lloop {
+    atomic_int refs;            /* the registry's userdata + each lbus */
+    atomic_int signalled;       /* 1 once efd was written, until drained */
+    int efd;                    /* eventfd, or -1 (the host then polls) */
+    struct ltimer **heap;       /* pending timers, a min-heap */
+    int n, cap;                 /* heap entries, room */
+    uint64_t seq;               /* next scheduling sequence number */
+};
+
+/*
+ * Locking:
+ *   mu guards chead, ctail, stages, nstages, cap_stages, workers,
+ *   nworkers, cap_workers; cv is signalled (under mu) when a completion
+ *   is queued.
+ *   Immutable after creation: bus, loop, memory_limit, package_path,
  *   package_cpath, hop_timeout.
  */
+struct lworker;
 struct lbus {
     seda_bus_t *bus;            /* NULL once freed */
+    struct lloop *loop;         /* a reference to the main state's loop,
+                                   or NULL; released with the lbus */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct lcompletion *chead;  /* guarded by mu */
@@ -110,6 +134,10 @@ struct lbus {
     struct lstage **stages;     /* guarded by mu */
     int nstages;                /* guarded by mu */
     int cap_stages;             /* guarded by mu */
+    struct lworker **workers;   /* live worker states (stats); guarded
+                                   by mu */
+    int nworkers;               /* guarded by mu */
+    int cap_workers;            /* guarded by mu */
     size_t memory_limit;        /* bytes per worker state */
     char *package_path;         /* copied into every worker state */
     char *package_cpath;
@@ -178,6 +206,15 @@ SEDA__API void seda__lw_stop(int index, void *data, void *ud);
 SEDA__API lua_State *seda__lw_newstate(void);
 SEDA__API void seda__lw_closestate(lua_State *L);
 
+/* The memory of lb's live worker and loan states (bytes allocated by
+ * each, as of the end of its last handler call) with their indices
+ * (seda.worker: 0.. for workers, 1024 + slot for loan threads), in index
+ * order.  Returns how many; when that is more than max, nothing useful
+ * was stored and the caller asks again with room for them.  Takes
+ * lb->mu; any thread. */
+SEDA__API int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index,
+                              int max);
+
 /* The consumer function every Lua handler is registered as. */
 SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
 
@@ -203,6 +240,33 @@ SEDA__API int seda__l_run_completions(lua_State *L, struct lbus *lb);
 SEDA__API bool seda__l_completions_pending(struct lbus *lb);
 /* Print the count of suppressed callback errors, if any. */
 SEDA__API void seda__l_cb_flush(void);
+/* Report an error of a main-state callback ("on_complete", "timer") on
+ * stderr as "seda: WHAT: MSG", at most 5 a second (the rest are counted
+ * and the count said with the next report).  Any thread. */
+SEDA__API void seda__l_report_error(const char *what, const char *msg);
+/* Run the queued completions of every live bus of L; returns how many. */
+SEDA__API int seda__l_run_all_completions(lua_State *L);
+
+/* ---- lloop.c ---- */
+
+/* Make the main state's loop (once per state) and the timer metatable:
+ * from luaopen_seda.  Raises when out of memory. */
+SEDA__API void seda__l_loop_open(lua_State *L);
+/* Set seda.timer and seda.every in the table on top of the stack. */
+SEDA__API void seda__l_loop_register(lua_State *L);
+/* L's loop, or NULL; with a reference taken (for an lbus), released with
+ * seda__l_loop_release (NULL is ignored). */
+SEDA__API struct lloop *seda__l_loop(lua_State *L);
+SEDA__API struct lloop *seda__l_loop_ref(lua_State *L);
+SEDA__API void seda__l_loop_release(struct lloop *lp);
+/* A completion was queued: make the wake descriptor readable.  Any
+ * thread, no Lua; NULL is ignored. */
+SEDA__API void seda__l_loop_signal(struct lloop *lp);
+/* Run the due timers of L (those scheduled before the call); returns how
+ * many ran.  Main thread. */
+SEDA__API int seda__l_run_timers(lua_State *L);
+/* Seconds until L's next timer is due (0: due now), or -1 when none. */
+SEDA__API double seda__l_next_timer(lua_State *L);
 
 /* ---- ladmit.c ---- */
 

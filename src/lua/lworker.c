@@ -182,6 +182,14 @@ static int w_stats(lua_State *L)
     return seda__l_push_stats(L, w->lb, luaL_optstring(L, 1, NULL));
 }
 
+/* seda.timer / seda.every in a handler: timers belong to the main
+ * state (their callbacks run there, like on_complete). */
+static int w_timer(lua_State *L)
+{
+    return luaL_error(L, "seda.timer/seda.every: timers run on the main "
+                      "state (the script, the REPL), not in a handler");
+}
+
 static int w_now(lua_State *L)
 {
     lua_pushnumber(L, seda_now());
@@ -242,6 +250,10 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "receive");
     lua_pushcfunction(L, w_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, w_timer);
+    lua_setfield(L, -2, "timer");
+    lua_pushcfunction(L, w_timer);
+    lua_setfield(L, -2, "every");
     lua_pushinteger(L, w->index);
     lua_setfield(L, -2, "worker");
     seda__l_push_shared(L);
@@ -294,6 +306,65 @@ static struct lworker *worker_alloc(struct lbus *lb, int index)
     return w;
 }
 
+/* ---- the bus's list of worker states (for stats) ---- */
+
+/* Add w to lb's list, if there is room to (a figure missing from stats
+ * is the only cost of running out of memory here).  Takes lb->mu. */
+static void worker_register(struct lbus *lb, struct lworker *w)
+{
+    pthread_mutex_lock(&lb->mu);
+    if (lb->nworkers == lb->cap_workers) {
+        int nc = lb->cap_workers ? lb->cap_workers * 2 : 8;
+        struct lworker **a = realloc(lb->workers, sizeof *a * (size_t)nc);
+        if (a) {
+            lb->workers = a;
+            lb->cap_workers = nc;
+        }
+    }
+    if (lb->nworkers < lb->cap_workers)
+        lb->workers[lb->nworkers++] = w;
+    pthread_mutex_unlock(&lb->mu);
+}
+
+static void worker_unregister(struct lbus *lb, struct lworker *w)
+{
+    pthread_mutex_lock(&lb->mu);
+    for (int i = 0; i < lb->nworkers; i++) {
+        if (lb->workers[i] == w) {
+            lb->workers[i] = lb->workers[--lb->nworkers];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lb->mu);
+}
+
+int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index, int max)
+{
+    int n = 0;
+    pthread_mutex_lock(&lb->mu);
+    int total = lb->nworkers;
+    for (int i = 0; i < lb->nworkers && n < max; i++, n++) {
+        index[n] = lb->workers[i]->index;
+        bytes[n] = atomic_load_explicit(&lb->workers[i]->mem_seen,
+                                        memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&lb->mu);
+    if (total > max)
+        return total;       /* the caller asks again with more room */
+    /* In index order (a few dozen at most: insertion sort). */
+    for (int i = 1; i < n; i++) {
+        for (int k = i; k > 0 && index[k] < index[k - 1]; k--) {
+            int ti = index[k];
+            index[k] = index[k - 1];
+            index[k - 1] = ti;
+            size_t tb = bytes[k];
+            bytes[k] = bytes[k - 1];
+            bytes[k - 1] = tb;
+        }
+    }
+    return n;
+}
+
 static struct lworker *worker_new(struct lbus *lb, int index)
 {
     struct lworker *w = worker_alloc(lb, index);
@@ -315,6 +386,9 @@ static struct lworker *worker_new(struct lbus *lb, int index)
     lua_gc(w->L, LUA_GCGEN, 0, 0);
     /* The limit applies from here on: setup is the runtime's own cost. */
     w->mem_limit = lb->memory_limit;
+    atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
+    if (index >= 0)
+        worker_register(lb, w);
     return w;
 }
 
@@ -322,6 +396,8 @@ static void worker_free(struct lworker *w)
 {
     if (!w)
         return;
+    if (w->lb && w->index >= 0)
+        worker_unregister(w->lb, w);
     lua_close(w->L);
     small_free_all(w);
     for (int i = 0; i < w->nws; i++)
@@ -699,5 +775,6 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
         le->headers_loaded = false;
     if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))
         lua_gc(L, LUA_GCCOLLECT);
+    atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
     return ok;
 }

@@ -40,7 +40,10 @@ struct lworker {
     lua_State *L;
     struct lbus *lb;
     int index;                  /* worker index, -1 for a scratch state */
-    size_t mem_used;            /* bytes allocated by L */
+    size_t mem_used;            /* bytes allocated by L (its thread) */
+    atomic_size_t mem_seen;     /* mem_used as of the end of the last
+                                   handler call, for stats (relaxed:
+                                   a figure, no ordering) */
     size_t mem_limit;           /* refuse past this (0 = none) */
     seda_wbuf wb;               /* encode buffer, reused */
     struct wstage *ws;          /* indexed by stage index */

@@ -432,7 +432,7 @@ bus:shutdown()
   T.eq(rc, 0, "callback errors do not fail the run: " .. out)
   local _, shown = out:gsub("cb%-fail%-", "")
   local counted = 0
-  for n in out:gmatch("on_complete: (%d+) similar errors suppressed") do counted = counted + tonumber(n) end
+  for n in out:gmatch("on_complete/timer: (%d+) similar errors suppressed") do counted = counted + tonumber(n) end
   T.ok(shown >= 1 and shown < 50, "reports are limited, got " .. shown)
   T.eq(shown + counted, 50, "every error shown or counted: " .. out)
 end)
