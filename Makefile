@@ -117,10 +117,12 @@ $(LIBSLUA): $(LUA_OBJ)
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
 	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(shell $(PKG_CONFIG) --libs sqlite3) $(READLINE_LIBS) $(LDLIBS) -o $@
 
-# lua/seda/cli.lua is embedded into seda-lua (.incbin in src/cli/cli_lua.c).
-$(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua
+# lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
+# src/cli/cli_lua.c).
+$(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua lua/seda/pretty.lua
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' -c $< -o $@
+	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' \
+	    -DCLI_PRETTY_FILE='"$(abspath lua/seda/pretty.lua)"' -c $< -o $@
 
 $(SEDA_SO): $(LUA_OBJ) $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -shared $^ $(shell $(PKG_CONFIG) --libs sqlite3) $(LDLIBS) -o $@

@@ -103,10 +103,15 @@ enum { CLI_EVAL_OK, CLI_EVAL_INCOMPLETE, CLI_EVAL_ERROR };
 int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
              int envidx);
 
-/* One turn of the event loop: wait up to timeout_ms for the control
- * socket, the watcher and extra_fd, service them, run pending on_complete
- * callbacks and the periodic work.  Returns 1 when extra_fd is readable. */
+/* One turn of the event loop: wait up to timeout_ms (-1: as long as
+ * nothing is due) for a completion, the control socket, the watcher and
+ * extra_fd, or the next timer; service them, run pending on_complete
+ * callbacks and due timers, and the periodic work.  Returns 1 when
+ * extra_fd is readable. */
 int cli_step(int timeout_ms, int extra_fd);
+/* The periodic work of the loop (watch debounce, metrics file, the rate
+ * sampler, idle control clients), each at its own pace. */
+void cli_periodic(double now);
 /* Run the on_complete callbacks pending on every live bus. */
 void cli_poll_all(void);
 /* The loop of --serve / -i, until the REPL ends (without --serve) or a
@@ -123,6 +128,8 @@ int cli_finish(bool wait_first);
  * socket: refusing to start is decided here).  Returns 0 or 1. */
 int cli_start(void);
 void cli_stop_all(void);
+/* Print the REPL's banner (cli.lua's M.banner) on stdout. */
+void cli_banner(void);
 
 /* True when the control client whose command runs now asked for an
  * interrupt (Ctrl-C in attach) or went away; then the command stops at
@@ -143,10 +150,13 @@ char **cli_complete_list(const char *text, char **(*fetch)(const char *,
 void cli_history_path(char *buf, size_t n);
 
 /* cli_control.c */
+extern double cli_idle_timeout;         /* --idle-timeout seconds; 0 never */
 int cli_control_listen(const char *path);
 int cli_control_fds(struct pollfd *fds, int max);
 void cli_control_handle(struct pollfd *fds, int n);
 void cli_control_close(void);
+/* Periodic: close control clients idle for longer than --idle-timeout. */
+void cli_control_tick(double now);
 int cli_attach(const char *path);
 
 /* cli_watch.c */
@@ -162,6 +172,8 @@ void cli_metrics_tick(double now, bool force);
 /* cli_lua.c */
 extern const char cli_lua_src[];
 extern const char cli_lua_end[];
+extern const char cli_pretty_src[];
+extern const char cli_pretty_end[];
 
 /* Fill a unix socket address for path; -1 (reported, naming the path)
  * when it is too long. */

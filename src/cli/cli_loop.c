@@ -2,10 +2,13 @@
 /*
  * cli_loop.c -- shared state of the seda-lua program, its Lua glue (the
  * embedded lua/seda/cli.lua, REPL evaluation) and the main-thread event
- * loop: one poll() over stdin (the REPL), the control socket and its
- * clients and the inotify descriptor, woken at least every 10 ms to run
- * pending on_complete callbacks (seda._poll_all) and periodic work
- * (--watch debounce, --metrics file).
+ * loop: one poll() over stdin (the REPL), the binding's wake descriptor
+ * (readable when an on_complete callback is queued), the control socket
+ * and its clients and the inotify descriptor.  It sleeps until one of
+ * them is ready, the next timer (seda.timer, seda.every) is due, or the
+ * periodic work (--watch debounce, the --metrics file, the rate sampler
+ * of stats()/top, idle control clients) wants a turn, then runs what is
+ * pending on the main state (seda_lua_run_pending).
  */
 #include <errno.h>
 #include <limits.h>
@@ -24,6 +27,7 @@
 
 #include "cli.h"
 #include "lua/lseda.h"
+#include "seda_lua.h"
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";
@@ -194,8 +198,19 @@ static int c_os_exit(lua_State *L)
 int cli_setup(lua_State *L)
 {
     size_t len = (size_t)(cli_lua_end - cli_lua_src);
+    size_t plen = (size_t)(cli_pretty_end - cli_pretty_src);
     if (luaL_loadbuffer(L, cli_lua_src, len, "=[seda-lua cli]") != LUA_OK) {
         fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return 1;
+    }
+    if (luaL_loadbuffer(L, cli_pretty_src, plen, "=[seda-lua pretty]") !=
+        LUA_OK) {
+        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        lua_pop(L, 2);
+        return 1;
+    }
+    if (cli_docall(L, 0, 1) != LUA_OK) {    /* prints and pops the error */
         lua_pop(L, 1);
         return 1;
     }
@@ -209,7 +224,8 @@ int cli_setup(lua_State *L)
         { NULL, NULL }
     };
     luaL_newlib(L, fns);
-    if (cli_docall(L, 1, 1) != LUA_OK)
+    lua_insert(L, -2);                  /* (chunk, C, P) */
+    if (cli_docall(L, 2, 1) != LUA_OK)
         return 1;
     cli.mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     seda__l_interrupt_pending = interrupt_pending;
@@ -332,11 +348,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
     }
     int n = lua_gettop(L) - base + 1;
     if (n > 0) {
+        /* show(print, ...) pretty-prints through the chunk's own print
+         * (an attached client's); plain print when cli.lua has none. */
         if (envidx)
             lua_getfield(L, envidx, "print");
         else
             lua_getglobal(L, "print");
         lua_insert(L, base);
+        if (cli_get_fn(L, "show")) {
+            lua_insert(L, base);
+            n++;
+        }
         lua_pushcfunction(L, cli_msghandler);
         lua_insert(L, base);
         if (lua_pcall(L, n, 0, base) != LUA_OK)
@@ -409,26 +431,30 @@ void cli_install_signals(void)
 
 void cli_poll_all(void)
 {
-    lua_State *L = cli.L;
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    lua_getfield(L, -1, "seda");
-    lua_getfield(L, -1, "_poll_all");
-    lua_remove(L, -2);
-    lua_remove(L, -2);
-    if (lua_isfunction(L, -1))
-        cli_docall(L, 0, 0);
-    else
-        lua_pop(L, 1);
+    seda_lua_run_pending(cli.L);
+}
+
+/* Periodic work: --watch's debounce wants a look every 50 ms; the
+ * --metrics file, the rate sampler of top/stats and idle control clients
+ * every 250 ms are plenty. */
+static int periodic_ms(void)
+{
+    return cli.o.watch ? 50 : 250;
 }
 
 int cli_step(int timeout_ms, int extra_fd)
 {
     struct pollfd fds[256];
     int n = 0;
-    int extra = -1, wfd = -1;
+    int extra = -1, wfd = -1, wake = -1;
     if (extra_fd >= 0) {
         extra = n;
         fds[n++] = (struct pollfd){ .fd = extra_fd, .events = POLLIN };
+    }
+    int efd = seda_lua_wakefd(cli.L);
+    if (efd >= 0) {
+        wake = n;
+        fds[n++] = (struct pollfd){ .fd = efd, .events = POLLIN };
     }
     if (cli.o.watch && (wfd = cli_watch_fd()) >= 0) {
         wfd = n;
@@ -436,7 +462,19 @@ int cli_step(int timeout_ms, int extra_fd)
     }
     int cbase = n;
     n += cli_control_fds(fds + n, (int)(sizeof fds / sizeof fds[0]) - n);
-    int r = poll(fds, (nfds_t)n, timeout_ms);
+    /* Sleep until the caller's timeout, the next timer or the periodic
+     * work, whichever comes first; a completion wakes us at once.
+     * Without a wake descriptor (out of descriptors), 10 ms as before. */
+    int ms = timeout_ms < 0 ? periodic_ms() : timeout_ms;
+    if (efd < 0 && ms > 10)
+        ms = 10;
+    double next = seda_lua_next_timer(cli.L);
+    if (next >= 0) {
+        double tm = next * 1000.0;
+        if (tm < ms)
+            ms = (int)tm + (tm > (int)tm);      /* round up: due by then */
+    }
+    int r = poll(fds, (nfds_t)n, ms);
     int ready = 0;
     if (r > 0) {
         if (wfd >= 0 && fds[wfd].revents)
@@ -446,13 +484,26 @@ int cli_step(int timeout_ms, int extra_fd)
         if (extra >= 0 && fds[extra].revents)
             ready = 1;
     }
+    (void)wake;                 /* drained by cli_poll_all */
     cli_poll_all();
     double now = cli_now();
+    cli_periodic(now);
+    return ready;
+}
+
+void cli_periodic(double now)
+{
+    static double last_sample;
     if (cli.o.watch)
         cli_watch_tick(now);
     if (cli.o.metrics)
         cli_metrics_tick(now, false);
-    return ready;
+    cli_control_tick(now);
+    if (now - last_sample >= 0.25) {
+        last_sample = now;
+        if (cli_get_fn(cli.L, "sample"))
+            cli_docall(cli.L, 0, 0);
+    }
 }
 
 int cli_start(void)
@@ -479,7 +530,7 @@ int cli_run(void)
         }
         if (!cli_repl_active() && !cli.o.serve)
             break;
-        if (cli_step(10, cli_repl_active() ? 0 : -1))
+        if (cli_step(-1, cli_repl_active() ? 0 : -1))
             cli_repl_input();
     }
     cli.prompt = 0;
@@ -510,6 +561,18 @@ int cli_finish(bool wait_first)
     }
     cli.phase = CLI_IDLE;
     return rc;
+}
+
+void cli_banner(void)
+{
+    lua_State *L = cli.L;
+    if (!cli_get_fn(L, "banner"))
+        return;
+    if (lua_pcall(L, 0, 1, 0) == LUA_OK && lua_isstring(L, -1)) {
+        fputs(lua_tostring(L, -1), stdout);
+        fflush(stdout);
+    }
+    lua_pop(L, 1);
 }
 
 void cli_stop_all(void)
