@@ -17,6 +17,7 @@ have_pc readline || need="$need libreadline-dev"
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
 command -v sqlite3 >/dev/null 2>&1 || need="$need sqlite3"   # journal checks in tests
+command -v socat >/dev/null 2>&1 || need="$need socat"     # control-socket clients in tests
 for extra in "$@"; do
     case "$extra" in
         *:*) pc=${extra%%:*}; pkg=${extra#*:}

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,6 +255,8 @@ static const char *after(const char *status)
                     atty ? "\n" : "", cli_progname);
         return NULL;
     }
+    if (status[0] == '!')               /* refused, the reason said */
+        return NULL;
     if (status[0] == 'T') {
         remote_top(atof(status + 1));
         return "> ";
@@ -379,6 +382,31 @@ static int attach_tty(void)
     return arc;
 }
 
+/* The server at the other end of afd must run as this user or as root:
+ * whoever else listens at PATH (a socket planted in a shared directory)
+ * would read every line typed.  Returns 0, or 1 after saying why not. */
+static int check_server(const char *path)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    if (getsockopt(afd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
+        fprintf(stderr, "%s: attach: '%s': cannot check who runs the "
+                "server (%s); refusing to talk to it\n", cli_progname, path,
+                strerror(errno));
+        return 1;
+    }
+    uid_t me = getuid();
+    if (cr.uid == me || cr.uid == 0)
+        return 0;
+    struct passwd *pw = getpwuid(cr.uid);
+    fprintf(stderr, "%s: attach: refusing '%s': the process listening "
+            "there (pid %ld) runs as uid %ld%s%s%s, not as you (uid %ld) or "
+            "root; it would see everything you type\n", cli_progname, path,
+            (long)cr.pid, (long)cr.uid, pw ? " (" : "", pw ? pw->pw_name : "",
+            pw ? ")" : "", (long)me);
+    return 1;
+}
+
 int cli_attach(const char *path)
 {
     struct sockaddr_un a;
@@ -390,6 +418,10 @@ int cli_attach(const char *path)
                 cli_progname, path, strerror(errno));
         return 1;
     }
+    if (check_server(path) != 0) {
+        close(afd);
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     atty = isatty(0) && isatty(1);
     struct sigaction sa;
@@ -398,8 +430,20 @@ int cli_attach(const char *path)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     struct collect greet = { 0 };
-    /* the greeting is shown on a terminal only */
-    const char *st = read_reply(atty ? NULL : collect_emit, &greet);
+    /* The greeting (a banner) is shown on a terminal only; a refusal
+     * (status '!', e.g. too many clients) is said either way. */
+    const char *st = read_reply(collect_emit, &greet);
+    if (st && st[0] == '!') {
+        fprintf(stderr, "%s", greet.s && *greet.s ? greet.s
+                : "seda-lua: attach: the server refused the connection\n");
+        free(greet.s);
+        close(afd);
+        return 1;
+    }
+    if (atty && greet.s) {
+        fputs(greet.s, stdout);
+        fflush(stdout);
+    }
     free(greet.s);
     aprompt = after(st);
     if (!aprompt)

@@ -54,16 +54,24 @@
 #include "seda.h"
 
 #define MAX_CLIENTS 64
-#define OUT_SOFT (1u << 20)         /* stop reading a client above this */
+#define OUT_SOFT (1u << 20)         /* above this much unsent output, a
+                                     * client's lines wait (and its socket
+                                     * is not read) until it reads */
 #define OUT_HARD (16u << 20)        /* truncate one reply above this */
+#define IN_CAP (2 * CLI_MAX_LINE + 65536)   /* buffered input, at most */
+
+double cli_idle_timeout = 600;      /* --idle-timeout; 0: never */
 
 struct client {
     int fd;
     int id;
     int env_ref;
-    char *in;                   /* received, not yet a full line */
-    size_t inlen;
+    char *in;                   /* received, not yet run: in[inoff..inlen) */
+    size_t inlen, inoff, incap;
     bool discarding;            /* skipping the rest of a too-long line */
+    bool eof;                   /* the client sent everything it will */
+    bool busy;                  /* its lines are being run (no re-entry) */
+    double last_active;         /* when it last sent or was answered */
     char *chunk;                /* pending incomplete Lua chunk */
     size_t chunklen;
     char *out;                  /* reply bytes not yet sent */
@@ -329,6 +337,7 @@ static void new_client(int fd)
     }
     c->fd = fd;
     c->id = next_id++;
+    c->last_active = cli_now();
     /* env = setmetatable({print=, io=setmetatable({write=}, {__index=io})},
      *                    {__index=_G}) */
     lua_newtable(L);
@@ -357,9 +366,24 @@ static void new_client(int fd)
     clients = c;
     nclients++;
     char g[128];
-    int n = snprintf(g, sizeof g, "seda-lua %s control (pid %ld); help() "
-                     "lists the commands\n", SEDA_VERSION, (long)getpid());
-    out_text(c, g, (size_t)n);
+    snprintf(g, sizeof g, "control socket of pid %ld", (long)getpid());
+    bool banner = false;
+    if (cli_get_fn(L, "banner")) {
+        lua_pushstring(L, g);
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_isstring(L, -1)) {
+            size_t bn;
+            const char *b = lua_tolstring(L, -1, &bn);
+            out_text(c, b, bn);
+            banner = true;
+        }
+        lua_pop(L, 1);
+    }
+    if (!banner) {
+        int n = snprintf(g, sizeof g, "seda-lua %s control (pid %ld); "
+                         "help() lists the commands\n", SEDA_VERSION,
+                         (long)getpid());
+        out_text(c, g, (size_t)n);
+    }
     out_end(c, '>', 0);
     flush_client(c);
 }
@@ -581,77 +605,113 @@ done:
     lua_settop(L, top);
 }
 
-static void read_client(struct client *c)
+static size_t unsent(const struct client *c)
 {
-    char buf[65536];
-    for (int rounds = 0; rounds < 16 && !c->dead; rounds++) {
-        ssize_t r = recv(c->fd, buf, sizeof buf, MSG_DONTWAIT);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
-        if (r <= 0) {
-            c->dead = true;             /* EOF or error: drop it */
-            return;
-        }
-        r = (ssize_t)take_interrupts(c, buf, (size_t)r);
-        size_t start = 0;
-        for (size_t i = 0; i < (size_t)r && !c->dead; i++) {
-            if (buf[i] != '\n')
-                continue;
-            if (c->discarding) {
-                c->discarding = false;
-            } else if (c->inlen) {
-                size_t need = c->inlen + (i - start);
-                if (need > CLI_MAX_LINE) {
-                    static const char m[] = "error: line too long (limit "
-                                            "65536 bytes); discarded\n";
-                    out_text(c, m, sizeof m - 1);
-                    out_end(c, c->chunk ? '+' : '>', 0);
-                    c->inlen = 0;
-                    start = i + 1;
-                    continue;
-                }
-                char *nb = realloc(c->in, need ? need : 1);
-                if (!nb) {
-                    c->dead = true;
-                    return;
-                }
-                c->in = nb;
-                memcpy(c->in + c->inlen, buf + start, i - start);
-                handle_line(c, c->in, need);
-                c->inlen = 0;
-            } else {
-                handle_line(c, buf + start, i - start);
-            }
-            start = i + 1;
-        }
-        if (c->dead)
-            return;
-        size_t rest = (size_t)r - start;
-        if (rest && !c->discarding) {
-            if (c->inlen + rest > CLI_MAX_LINE) {
+    return c->outlen - c->outoff;
+}
+
+/* Run the complete lines buffered for c, oldest first, while its unsent
+ * output stays within OUT_SOFT: a client that sends commands and never
+ * reads their output holds at most OUT_SOFT plus one reply (OUT_HARD),
+ * and its remaining lines wait for it to read; other clients are served
+ * meanwhile.  A line longer than CLI_MAX_LINE is refused (an error reply)
+ * and skipped up to its newline.  Main thread. */
+static void run_lines(struct client *c)
+{
+    if (c->busy)
+        return;
+    c->busy = true;
+    while (!c->dead && unsent(c) <= OUT_SOFT && c->inoff < c->inlen) {
+        char *p = c->in + c->inoff;
+        size_t avail = c->inlen - c->inoff;
+        char *nl = memchr(p, '\n', avail);
+        if (!nl) {
+            if (avail > CLI_MAX_LINE && !c->discarding) {
                 static const char m[] = "error: line too long (limit 65536 "
                                         "bytes); discarded\n";
                 out_text(c, m, sizeof m - 1);
                 out_end(c, c->chunk ? '+' : '>', 0);
-                c->inlen = 0;
                 c->discarding = true;
-            } else {
-                char *nb = realloc(c->in, c->inlen + rest);
-                if (!nb) {
-                    c->dead = true;
-                    return;
-                }
-                c->in = nb;
-                memcpy(c->in + c->inlen, buf + start, rest);
-                c->inlen += rest;
             }
+            if (c->discarding)
+                c->inoff = c->inlen;    /* drop what we have of it */
+            break;
         }
+        size_t len = (size_t)(nl - p);
+        c->inoff += len + 1;
+        if (c->discarding) {
+            c->discarding = false;      /* the end of the long line */
+            continue;
+        }
+        if (len > CLI_MAX_LINE) {
+            static const char m[] = "error: line too long (limit 65536 "
+                                    "bytes); discarded\n";
+            out_text(c, m, sizeof m - 1);
+            out_end(c, c->chunk ? '+' : '>', 0);
+            continue;
+        }
+        handle_line(c, p, len);
+        c->last_active = cli_now();
         flush_client(c);
-        if (c->outlen - c->outoff > OUT_SOFT)
-            return;
     }
+    if (c->inoff == c->inlen)
+        c->inoff = c->inlen = 0;
+    /* Everything sent and run: a client that closed its end is done. */
+    if (c->eof && c->inoff == c->inlen)
+        c->dead = true;
+    c->busy = false;
+}
+
+/* Take what the client sent (up to IN_CAP buffered), then run its lines. */
+static void read_client(struct client *c)
+{
+    char buf[65536];
+    while (!c->dead && !c->eof) {
+        if (c->inoff > 0 && c->inoff == c->inlen)
+            c->inoff = c->inlen = 0;
+        if (c->inlen - c->inoff >= IN_CAP)
+            break;                      /* enough waiting to be run */
+        size_t room = IN_CAP - (c->inlen - c->inoff);
+        ssize_t r = recv(c->fd, buf, room < sizeof buf ? room : sizeof buf,
+                         MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            break;
+        if (r < 0) {
+            c->dead = true;             /* an error: drop it */
+            return;
+        }
+        if (r == 0) {
+            c->eof = true;              /* run what it sent, then drop */
+            break;
+        }
+        c->last_active = cli_now();
+        size_t k = take_interrupts(c, buf, (size_t)r);
+        if (c->inoff > 0) {             /* compact before growing */
+            memmove(c->in, c->in + c->inoff, c->inlen - c->inoff);
+            c->inlen -= c->inoff;
+            c->inoff = 0;
+        }
+        if (c->inlen + k > c->incap) {
+            size_t nc = c->incap ? c->incap : 4096;
+            while (nc < c->inlen + k)
+                nc *= 2;
+            char *nb = realloc(c->in, nc);
+            if (!nb) {
+                c->dead = true;
+                return;
+            }
+            c->in = nb;
+            c->incap = nc;
+        }
+        memcpy(c->in + c->inlen, buf, k);
+        c->inlen += k;
+        run_lines(c);
+        if (unsent(c) > OUT_SOFT)
+            break;                      /* it must read first */
+    }
+    run_lines(c);
 }
 
 int cli_control_fds(struct pollfd *fds, int max)
@@ -662,9 +722,10 @@ int cli_control_fds(struct pollfd *fds, int max)
     fds[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
     for (struct client *c = clients; c && n < max; c = c->next) {
         short ev = 0;
-        if (c->outlen - c->outoff <= OUT_SOFT)
+        if (unsent(c) <= OUT_SOFT && !c->eof &&
+            c->inlen - c->inoff < IN_CAP)
             ev |= POLLIN;
-        if (c->outlen > c->outoff)
+        if (unsent(c) > 0)
             ev |= POLLOUT;
         fds[n++] = (struct pollfd){ .fd = c->fd, .events = ev };
     }
@@ -700,6 +761,8 @@ void cli_control_handle(struct pollfd *fds, int n)
                 flush_client(c);
             if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
                 read_client(c);
+            else
+                run_lines(c);           /* lines that waited for room */
             flush_client(c);
             break;
         }
@@ -710,8 +773,13 @@ void cli_control_handle(struct pollfd *fds, int n)
             if (fd < 0)
                 break;
             if (nclients >= MAX_CLIENTS) {
-                static const char m[] = "error: too many clients\n\x04>\n";
-                (void)!send(fd, m, sizeof m - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+                /* Refused: status '!' (attach prints it and exits 1). */
+                char m[160];
+                int mn = snprintf(m, sizeof m, "seda-lua: too many control "
+                                  "clients (%d connected, the limit); "
+                                  "try again later\n%c!\n", MAX_CLIENTS,
+                                  CLI_EOT);
+                (void)!send(fd, m, (size_t)mn, MSG_NOSIGNAL | MSG_DONTWAIT);
                 close(fd);
                 continue;
             }
@@ -719,6 +787,27 @@ void cli_control_handle(struct pollfd *fds, int n)
         }
     }
     sweep();
+}
+
+void cli_control_tick(double now)
+{
+    if (lfd < 0 || !(cli_idle_timeout > 0))
+        return;
+    bool any = false;
+    for (struct client *c = clients; c; c = c->next) {
+        if (c->dead || c->busy || c == cur || unsent(c) > 0 ||
+            c->inoff < c->inlen || now - c->last_active < cli_idle_timeout)
+            continue;
+        char m[160];
+        int n = snprintf(m, sizeof m, "seda-lua: closing this control "
+                         "connection: idle for %gs (--idle-timeout)\n",
+                         cli_idle_timeout);
+        (void)!send(c->fd, m, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        c->dead = true;
+        any = true;
+    }
+    if (any)
+        sweep();
 }
 
 void cli_control_close(void)

@@ -57,7 +57,11 @@ static void usage(FILE *f)
         "it\n"
         "                  requires) changes on disk\n"
         "  --control PATH  accept REPL connections on the unix socket PATH\n"
-        "                  (mode 0600; with --serve or -i)\n"
+        "                  (mode 0600; with --serve or -i; at most 64 "
+        "clients)\n"
+        "  --idle-timeout SECS  close a control client that sent nothing "
+        "for\n"
+        "                  SECS (default 600; 0: never)\n"
         "  --metrics PATH  write the Prometheus text exposition to PATH "
         "every\n"
         "                  second (with --serve or -i)\n"
@@ -102,7 +106,8 @@ static int create_arg_table(lua_State *L, char **argv, int argc, int script)
 static bool has_arg(const char *a)
 {
     return strcmp(a, "-e") == 0 || strcmp(a, "--drain") == 0 ||
-           strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0;
+           strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
+           strcmp(a, "--idle-timeout") == 0;
 }
 
 static char *script_dir(const char *fname)
@@ -162,6 +167,15 @@ static int run(lua_State *L, int argc, char **argv)
                 if (*end || cli.o.drain < 0) {
                     fprintf(stderr, "%s: --drain: not a number of seconds: "
                             "'%s'\n", progname, argv[i + 1]);
+                    return 1;
+                }
+            } else if (strcmp(a, "--idle-timeout") == 0) {
+                char *end;
+                cli_idle_timeout = strtod(argv[i + 1], &end);
+                if (*end || end == argv[i + 1] ||
+                    !(cli_idle_timeout >= 0)) {
+                    fprintf(stderr, "%s: --idle-timeout: not a number of "
+                            "seconds >= 0: '%s'\n", progname, argv[i + 1]);
                     return 1;
                 }
             } else if (strcmp(a, "--control") == 0) {
@@ -273,9 +287,8 @@ static int run(lua_State *L, int argc, char **argv)
     if (live && !failed && cli.stop) {
         fprintf(stderr, "%s: signal received, draining\n", progname);
     } else if (live && !failed) {
-        if (tty_repl)
-            printf("seda-lua %s (%s)  help() lists the commands\n",
-                   SEDA_VERSION, LUA_RELEASE);
+        if (o.interactive && isatty(0) && isatty(1))
+            cli_banner();
         cli_run();
     }
     cli_control_close();
