@@ -6,7 +6,7 @@
 -- a table of C functions (C.write writes to the current output sink, C.top
 -- runs the live view).  Returns the module table M the C side calls into.
 
-local C = ...
+local C, P = ...
 local seda = require "seda"
 
 local M = {}
@@ -26,13 +26,20 @@ local function buses()
   return b
 end
 
--- Sorted stage names of one bus-level stats table.
+-- Stage names of one bus-level stats table in declaration (pipeline)
+-- order: by each stage's `index`, names breaking ties.
 local function stage_names(bs)
   local names = {}
   for name in pairs(bs.stages or {}) do names[#names + 1] = name end
-  sort(names)
+  local st = bs.stages or {}
+  sort(names, function(a, b)
+    local ia, ib = st[a].index or math.huge, st[b].index or math.huge
+    if ia ~= ib then return ia < ib end
+    return a < b
+  end)
   return names
 end
+M.stage_names = stage_names
 
 -- Fallback deliveries/s when the binding does not report `rate`:
 -- the delta since the previous sample taken at least 0.5 s ago.
@@ -67,6 +74,63 @@ local function snapshot()
 end
 M.snapshot = snapshot
 
+-- ---- instantaneous rates ----------------------------------------------
+--
+-- The run loop calls M.sample() every 250 ms: per bus a short ring of
+-- {t, completed, dead_lettered, delivered per stage}.  A rate is then the
+-- change over the last second: against the newest sample at least 1 s
+-- old (or, within the first second, the oldest one at least 0.2 s old),
+-- so it falls to 0 one second after the work stops, where the binding's
+-- `rate` is a trailing 5 s figure.
+
+local SAMPLE_KEEP = 12                     -- 3 s at 4 a second
+local samples = setmetatable({}, { __mode = "k" })
+
+local function take(bus, st, now)
+  local ring = samples[bus]
+  if not ring then ring = {}; samples[bus] = ring end
+  local d = {}
+  for name, s in pairs(st.stages or {}) do d[name] = s.delivered or 0 end
+  ring[#ring + 1] = { t = now, completed = st.completed or 0,
+                      dead = st.dead_lettered or 0, delivered = d }
+  while #ring > SAMPLE_KEEP do table.remove(ring, 1) end
+end
+
+function M.sample()
+  local now = seda.now()
+  for _, e in ipairs(snapshot()) do take(e.bus, e.stats, now) end
+end
+
+-- The sample to measure against at `now`, or nil.
+local function base_sample(bus, now)
+  local ring = samples[bus]
+  if not ring then return nil end
+  local best
+  for i = #ring, 1, -1 do
+    if now - ring[i].t >= 1.0 then return ring[i] end
+    if now - ring[i].t >= 0.2 then best = ring[i] end
+  end
+  return best
+end
+
+-- Per-second change of value `now_v` since sample field get(sample), or
+-- nil without a usable sample.
+local function per_second(bus, now, now_v, get)
+  local b = base_sample(bus, now)
+  if not b then return nil end
+  local old = get(b)
+  if old == nil or now_v == nil then return nil end
+  local r = (now_v - old) / (now - b.t)
+  return r < 0 and 0 or r
+end
+
+-- Deliveries per second of stage `name` over the last second.
+local function rate1(bus, name, s, now)
+  return per_second(bus, now, s.delivered,
+                    function(b) return b.delivered[name] end)
+end
+M.rate1 = rate1
+
 -- ---- the stats table -------------------------------------------------
 
 local function num(v)
@@ -77,17 +141,30 @@ local function num(v)
   return fmt("%.1f", v)
 end
 
-local function us(v)
-  if v == nil then return "-" end
-  if v >= 10000000 then return fmt("%.0fs", v / 1e6) end
-  if v >= 100000 then return fmt("%.0fms", v / 1e3) end
-  return fmt("%.0f", v)
+-- A duration given in microseconds, with its unit.
+local function dur(v)
+  if v == nil or v ~= v then return "-" end
+  if v >= 1e7 then return fmt("%.0fs", v / 1e6) end
+  if v >= 1e6 then return fmt("%.2fs", v / 1e6) end
+  if v >= 1e4 then return fmt("%.0fms", v / 1e3) end
+  if v >= 1e3 then return fmt("%.1fms", v / 1e3) end
+  return fmt("%.0fus", v)
 end
+
+-- Bytes, with a binary unit.
+local function bytes(v)
+  if v == nil then return "-" end
+  if v >= 1 << 30 then return fmt("%.1fG", v / (1 << 30)) end
+  if v >= 1 << 20 then return fmt("%.1fM", v / (1 << 20)) end
+  if v >= 1 << 10 then return fmt("%.0fK", v / (1 << 10)) end
+  return fmt("%dB", v)
+end
+M.bytes = bytes
 
 local COLS = {
   { "stage", "l" }, { "depth/cap", "r" }, { "inflt", "r" }, { "rate/s", "r" },
   { "delivered", "r" }, { "nacked", "r" }, { "dropped", "r" }, { "dead", "r" },
-  { "p50us", "r" }, { "p99us", "r" }, { "ver", "r" },
+  { "sojourn99", "r" }, { "service99", "r" }, { "ver", "r" },
 }
 
 local function render(rows)
@@ -115,6 +192,25 @@ local function render(rows)
   return lines
 end
 
+-- The memory line of one bus: every worker's Lua state, the loan
+-- threads' states, and the main state.
+local function memory_line(bs)
+  local wm, parts, total = bs.worker_memory or {}, {}, 0
+  for i, v in ipairs(wm) do
+    parts[#parts + 1] = fmt("w%d %s", i - 1, bytes(v))
+    total = total + v
+  end
+  local lm, lt = bs.loan_memory or {}, 0
+  for _, v in ipairs(lm) do lt = lt + v end
+  local text = "  memory: " .. (#parts > 0 and concat(parts, " ") or "-") ..
+               fmt(" (workers %s", bytes(total))
+  if #lm > 0 then
+    text = text .. fmt(", %d loan state%s %s", #lm, #lm == 1 and "" or "s",
+                       bytes(lt))
+  end
+  return text .. ")"
+end
+
 -- The text of the stats table: one block per live bus.
 function M.format_stats()
   local now = seda.now()
@@ -124,23 +220,21 @@ function M.format_stats()
   for _, e in ipairs(snap) do
     local bs = e.stats
     local rows, errs = {}, {}
-    local tot = { depth = 0, cap = 0, inflt = 0, rate = 0, del = 0, nack = 0,
+    local tot = { depth = 0, cap = 0, inflt = 0, del = 0, nack = 0,
                   drop = 0, dead = 0 }
     for _, name in ipairs(stage_names(bs)) do
       local s = bs.stages[name]
-      local r = rate_of(e.bus, name, s, now)
-      local p50 = s.service_p50 or s.sojourn_p50
-      local p99 = s.service_p99 or s.sojourn_p99
+      local r = rate1(e.bus, name, s, now)
       rows[#rows + 1] = {
         name, num(s.depth) .. "/" .. num(s.capacity),
         num(s.in_flight) .. "/" .. num(s.concurrency), num(r),
         num(s.delivered), num(s.nacked), num(s.dropped), num(s.dead_lettered),
-        us(p50), us(p99), num(s.version) .. (s.last_error and "!" or ""),
+        dur(s.sojourn_p99), dur(s.service_p99),
+        num(s.version) .. (s.last_error and "!" or ""),
       }
       tot.depth = tot.depth + (s.depth or 0)
       tot.cap = tot.cap + (s.capacity or 0)
       tot.inflt = tot.inflt + (s.in_flight or 0)
-      tot.rate = tot.rate + (r or 0)
       tot.del = tot.del + (s.delivered or 0)
       tot.nack = tot.nack + (s.nacked or 0)
       tot.drop = tot.drop + (s.dropped or 0)
@@ -148,9 +242,8 @@ function M.format_stats()
       if s.last_error then errs[#errs + 1] = name .. ": " .. s.last_error end
     end
     rows[#rows + 1] = {
-      "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt),
-      num(tot.rate), num(tot.del), num(tot.nack), num(tot.drop),
-      num(tot.dead), "", "", "",
+      "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt), "",
+      num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
     }
     text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
       "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s%s%s",
@@ -158,12 +251,52 @@ function M.format_stats()
       num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped), num(bs.in_system),
       bs.paused and " paused" or "", bs.closed and " closed" or "")
+    local cps = per_second(e.bus, now, bs.completed,
+                           function(b) return b.completed end)
+    local dps = per_second(e.bus, now, bs.dead_lettered,
+                           function(b) return b.dead end)
+    text[#text + 1] = fmt("  throughput: %s completed/s, %s dead-lettered/s " ..
+                          "(itineraries, last 1 s)", num(cps), num(dps))
+    text[#text + 1] = memory_line(bs)
     for _, l in ipairs(render(rows)) do text[#text + 1] = "  " .. l end
     for _, l in ipairs(errs) do
       text[#text + 1] = "  last reload error: " .. l
     end
   end
   return concat(text, "\n") .. "\n"
+end
+
+-- The banner of the REPL (-i on a terminal, attach): the version, the
+-- live buses with their stages in pipeline order, and where help is.
+function M.banner(extra)
+  local lines = { fmt("seda-lua %s (%s)%s", seda.version, _VERSION,
+                      extra and ("  " .. extra) or "") }
+  local snap = snapshot()
+  if #snap == 0 then
+    lines[#lines + 1] = "no live bus yet (seda.bus{...} makes one)"
+  end
+  for _, e in ipairs(snap) do
+    local names = stage_names(e.stats)
+    lines[#lines + 1] = fmt("bus %d: %s workers, %d stage%s%s%s", e.index,
+      num(e.stats.workers), #names, #names == 1 and "" or "s",
+      #names > 0 and ": " or "", concat(names, " "))
+  end
+  lines[#lines + 1] = "help() lists the commands; stats(), top() show " ..
+                      "the buses; Ctrl-D leaves"
+  return concat(lines, "\n") .. "\n"
+end
+
+-- ---- pretty-printing REPL results (lua/seda/pretty.lua) ---------------
+
+M.pretty = P.pretty
+
+-- show(print, ...): print a REPL line's results through `print` (the
+-- client's own, for attach), pretty.
+function M.show(printf, ...)
+  local n = select("#", ...)
+  local t = table.pack(...)
+  for i = 1, n do t[i] = P.pretty(t[i]) end
+  printf(table.unpack(t, 1, n))
 end
 
 -- ---- REPL helpers (installed as globals) -----------------------------
@@ -289,14 +422,17 @@ function G.tune(stage, opts)
 end
 
 -- workers([n]): resize the pool of every live bus (or print the sizes).
--- bus:workers checks n (one message for every bad n).
+-- bus:workers checks n (one message for every bad n).  It prints and
+-- returns nothing, so the REPL shows each size once (bus:workers()
+-- returns the number).
 function G.workers(n)
   local list = buses()
   if n == nil then
+    if #list == 0 then out("no live bus\n") end
     for i, b in ipairs(list) do
       out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
     end
-    return #list > 0 and list[1]:stats().workers or nil
+    return
   end
   if #list == 0 then fail("workers: no live bus") end
   for i, b in ipairs(list) do
@@ -307,7 +443,6 @@ function G.workers(n)
     if r[1] == false then fail("workers: " .. tostring(r[2])) end
     out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
   end
-  return true
 end
 
 -- top([seconds]): the stats table redrawn in place until a key is pressed.
@@ -323,9 +458,11 @@ end
 function G.metrics() return M.metrics() end
 
 local HELP = [[
-seda-lua REPL -- Lua statements and expressions (=expr prints too);
-the buses keep running while you type.
-  stats()                    table of every stage of every live bus (returns
+seda-lua REPL -- Lua statements and expressions (=expr prints too); results
+are pretty-printed (tables as indented key = value, cut when deep or long).
+The buses keep running while you type.
+  stats()                    table of every stage of every live bus, stages
+                             in declaration (pipeline) order (returns
                              { [stage] = stats }; tostring gives the table)
   top([seconds])             stats redrawn every `seconds` (default 1) until
                              a key is pressed
@@ -340,13 +477,20 @@ the buses keep running while you type.
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
-  seda.buses()               the live bus objects
+  seda.buses()               the live bus objects; bus:stats([stage]) one
+                             bus's figures
+  seda.timer(delay, fn)      run fn once after delay seconds, on this state
+  seda.every(interval, fn)   ... every interval seconds; both return a
+                             handle: handle:cancel()
   help()                     this text
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
-concurrency (the permits); rate/s deliveries per second; p50us/p99us handler
-service time (µs); ver handler code version ("!" = the last reload failed).
-The bus line: loaned=now/max loan threads standing in for workers blocked
-inside handlers (a full stage, seda.receive), loans= loans so far.
+concurrency (the permits); rate/s deliveries per second over the last
+second; sojourn99 queue wait (admitted -> handler start) and service99
+handler run time, p99 of the recent window; ver handler code version ("!" =
+the last reload failed).  The bus line: loaned=now/max loan threads standing
+in for workers blocked inside handlers, loans= loans so far; throughput:
+itineraries completed (each counted once) and dead-lettered per second;
+memory: bytes held by each worker's Lua state (w0 = seda.worker 0).
 Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
 command or clears the line; Tab completes globals, fields and stage names
 inside strings.  Stage names as stats() shows them ("a#2") work in tune()

@@ -1,0 +1,139 @@
+-- lua/seda/pretty.lua -- how the seda-lua REPL shows a value: embedded
+-- into seda-lua with cli.lua (src/cli/cli_lua.c) and handed to it as its
+-- second argument.  Returns { pretty = function(v) -> text }.
+--
+-- Like the REPLs of lua5.4-based tools: a table prints as indented
+-- `key = value` lines (the array part first, then the other keys in
+-- order; records with an `index` field, such as stages, in that order),
+-- short ones on one line; nesting deeper than PP_DEPTH, more than
+-- PP_ITEMS entries and more than PP_LINES lines are cut (and say so); a
+-- table inside itself prints as <cycle: PATH>.  A top-level string
+-- prints raw, as print would; values with __tostring print through it.
+
+local fmt, concat, sort = string.format, table.concat, table.sort
+
+local PP_DEPTH, PP_ITEMS, PP_LINES, PP_WIDTH, PP_STR = 5, 100, 400, 72, 200
+
+local function pp_str(s)
+  local cut = #s > PP_STR
+  local q = fmt("%q", cut and s:sub(1, PP_STR) or s):gsub("\\\n", "\\n")
+  if cut then q = q .. fmt(" --[[%d bytes]]", #s) end
+  return q
+end
+
+local function pp_key(k)
+  if type(k) == "string" and k:match("^[%a_][%w_]*$") then return k end
+  if type(k) == "string" then return "[" .. pp_str(k) .. "]" end
+  return "[" .. tostring(k) .. "]"
+end
+
+local TYPE_RANK = { number = 1, string = 2, boolean = 3 }
+
+local function key_order(t, keys)
+  local recs = #keys > 0
+  for _, k in ipairs(keys) do
+    local v = rawget(t, k)
+    if type(v) ~= "table" or math.type(rawget(v, "index")) ~= "integer" then
+      recs = false
+      break
+    end
+  end
+  sort(keys, function(a, b)
+    if recs then
+      local ia, ib = rawget(t, a).index, rawget(t, b).index
+      if ia ~= ib then return ia < ib end
+    end
+    local ta, tb = TYPE_RANK[type(a)] or 4, TYPE_RANK[type(b)] or 4
+    if ta ~= tb then return ta < tb end
+    if ta <= 2 then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+end
+
+local function has_tostring(v)
+  local mt = getmetatable(v)
+  return type(mt) == "table" and rawget(mt, "__tostring") ~= nil
+end
+
+-- Render v into the list `out` (lines); `lead` starts the first line,
+-- `ind` is the indent of the lines after it.
+local function pp(v, out, lead, ind, path, open, depth)
+  if type(v) ~= "table" or has_tostring(v) then
+    local ok, s = pcall(tostring, v)
+    out[#out + 1] = lead .. (type(v) == "string" and pp_str(v)
+                             or (ok and s or "<tostring failed>"))
+    return
+  end
+  if open[v] then
+    out[#out + 1] = lead .. "<cycle: " .. open[v] .. ">"
+    return
+  end
+  if depth >= PP_DEPTH then
+    local n = 0
+    for _ in next, v do n = n + 1 end
+    out[#out + 1] = lead .. (n == 0 and "{}" or fmt("{ --[[%d entr%s]] }",
+                             n, n == 1 and "y" or "ies"))
+    return
+  end
+  local n = #v
+  local keys = {}
+  for k in next, v do
+    if not (math.type(k) == "integer" and k >= 1 and k <= n) then
+      keys[#keys + 1] = k
+    end
+  end
+  key_order(v, keys)
+  local items = {}
+  for i = 1, n do items[#items + 1] = { nil, rawget(v, i) } end
+  for _, k in ipairs(keys) do items[#items + 1] = { k, rawget(v, k) } end
+  if #items == 0 then out[#out + 1] = lead .. "{}"; return end
+  -- One line when short and flat.
+  local flat, parts, width = true, {}, #lead + 4
+  for _, it in ipairs(items) do
+    if type(it[2]) == "table" and not has_tostring(it[2]) then flat = false; break end
+    local s = (it[1] ~= nil and (pp_key(it[1]) .. " = ") or "") ..
+              (type(it[2]) == "string" and pp_str(it[2]) or tostring(it[2]))
+    width = width + #s + 2
+    if width > PP_WIDTH then flat = false; break end
+    parts[#parts + 1] = s
+  end
+  if flat then
+    out[#out + 1] = lead .. "{ " .. concat(parts, ", ") .. " }"
+    return
+  end
+  open[v] = path == "" and "the top" or path
+  out[#out + 1] = lead .. "{"
+  local inner = ind .. "  "
+  for i, it in ipairs(items) do
+    if i > PP_ITEMS then
+      out[#out + 1] = inner .. fmt("--[[ %d more ]]", #items - PP_ITEMS)
+      break
+    end
+    if #out > PP_LINES then break end
+    local k = it[1]
+    local kp = k == nil and fmt("[%d]", i) or
+               (type(k) == "string" and k:match("^[%a_][%w_]*$") and
+                "." .. k or "[" .. (type(k) == "string" and pp_str(k) or
+                                     tostring(k)) .. "]")
+    pp(it[2], out, inner .. (k ~= nil and (pp_key(k) .. " = ") or ""), inner,
+       path .. kp, open, depth + 1)
+    out[#out] = out[#out] .. ","
+  end
+  out[#out + 1] = ind .. "}"
+  open[v] = nil
+end
+
+-- The text a REPL shows for value v (no trailing newline).
+local function pretty(v)
+  if type(v) == "string" then return v end
+  local out = {}
+  pp(v, out, "", "", "", {}, 0)
+  if #out > PP_LINES then
+    local more = #out - PP_LINES
+    for i = #out, PP_LINES + 1, -1 do out[i] = nil end
+    out[#out + 1] = fmt("--[[ output cut: %d more lines ]]", more)
+  end
+  return concat(out, "\n")
+end
+
+return { pretty = pretty }
