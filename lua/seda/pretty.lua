@@ -55,13 +55,63 @@ local function has_tostring(v)
   return type(mt) == "table" and rawget(mt, "__tostring") ~= nil
 end
 
+-- The entries of table v in print order: { {key or nil, value}, ... }
+-- (the array part first, keyless).
+local function entries(v)
+  local n = #v
+  local keys = {}
+  for k in next, v do
+    if not (math.type(k) == "integer" and k >= 1 and k <= n) then
+      keys[#keys + 1] = k
+    end
+  end
+  key_order(v, keys)
+  local items = {}
+  for i = 1, n do items[#items + 1] = { nil, rawget(v, i) } end
+  for _, k in ipairs(keys) do items[#items + 1] = { k, rawget(v, k) } end
+  return items
+end
+
+local function scalar(v)
+  if type(v) == "string" then return pp_str(v) end
+  local ok, s = pcall(tostring, v)
+  return ok and s or "<tostring failed>"
+end
+
+-- v on one line if it fits in `room` characters (tables nested inside
+-- included, at most 3 deep, no cycles), else nil.
+local function inline(v, room, open, depth)
+  if type(v) ~= "table" or has_tostring(v) then
+    local s = scalar(v)
+    return #s <= room and s or nil
+  end
+  if open[v] or depth > 3 then return nil end
+  local count = 0
+  for _ in next, v do                  -- a long table never fits: no sort
+    count = count + 1
+    if count > room // 3 then return nil end
+  end
+  local items = entries(v)
+  if #items == 0 then return room >= 2 and "{}" or nil end
+  open[v] = true
+  local parts, used = {}, 4
+  for _, it in ipairs(items) do
+    local key = it[1] ~= nil and (pp_key(it[1]) .. " = ") or ""
+    local s = inline(it[2], room - used - #key, open, depth + 1)
+    if not s then open[v] = nil; return nil end
+    parts[#parts + 1] = key .. s
+    used = used + #key + #s + 2
+    if used > room then open[v] = nil; return nil end
+  end
+  open[v] = nil
+  return "{ " .. concat(parts, ", ") .. " }"
+end
+
 -- Render v into the list `out` (lines); `lead` starts the first line,
 -- `ind` is the indent of the lines after it.
 local function pp(v, out, lead, ind, path, open, depth)
   if type(v) ~= "table" or has_tostring(v) then
-    local ok, s = pcall(tostring, v)
-    out[#out + 1] = lead .. (type(v) == "string" and pp_str(v)
-                             or (ok and s or "<tostring failed>"))
+    out[#out + 1] = lead .. scalar(v)
     return
   end
   if open[v] then
@@ -75,32 +125,13 @@ local function pp(v, out, lead, ind, path, open, depth)
                              n, n == 1 and "y" or "ies"))
     return
   end
-  local n = #v
-  local keys = {}
-  for k in next, v do
-    if not (math.type(k) == "integer" and k >= 1 and k <= n) then
-      keys[#keys + 1] = k
-    end
-  end
-  key_order(v, keys)
-  local items = {}
-  for i = 1, n do items[#items + 1] = { nil, rawget(v, i) } end
-  for _, k in ipairs(keys) do items[#items + 1] = { k, rawget(v, k) } end
-  if #items == 0 then out[#out + 1] = lead .. "{}"; return end
-  -- One line when short and flat.
-  local flat, parts, width = true, {}, #lead + 4
-  for _, it in ipairs(items) do
-    if type(it[2]) == "table" and not has_tostring(it[2]) then flat = false; break end
-    local s = (it[1] ~= nil and (pp_key(it[1]) .. " = ") or "") ..
-              (type(it[2]) == "string" and pp_str(it[2]) or tostring(it[2]))
-    width = width + #s + 2
-    if width > PP_WIDTH then flat = false; break end
-    parts[#parts + 1] = s
-  end
-  if flat then
-    out[#out + 1] = lead .. "{ " .. concat(parts, ", ") .. " }"
+  -- One line when it fits.
+  local one = inline(v, PP_WIDTH - #lead, {}, 0)
+  if one then
+    out[#out + 1] = lead .. one
     return
   end
+  local items = entries(v)
   open[v] = path == "" and "the top" or path
   out[#out + 1] = lead .. "{"
   local inner = ind .. "  "

@@ -10,6 +10,7 @@ if ! command -v tmux >/dev/null 2>&1; then
     exit 0
 fi
 TMUX_L="seda-test-$$"
+VERSION=$("$SEDA" -v | awk '{ print $2 }')
 T() { tmux -L "$TMUX_L" "$@"; }
 screen() { T capture-pane -p -J -S -200 -t "$1" 2>/dev/null; }
 shows() { screen "$1" | grep -qF -- "$2"; }
@@ -35,6 +36,10 @@ run_session() {   # run_session NAME COMMAND...
 exercise() {   # exercise SESSION LABEL
     s=$1; l=$2
     check "$l: prompt" wait_until "$DEADLINE" shows "$s" "> "
+    check "$l: a banner with the version" shows "$s" "seda-lua $VERSION"
+    check "$l: ... the bus and its stages in pipeline order" \
+        shows "$s" "bus 1: 2 workers, 2 stages: parse sink"
+    check "$l: ... and where help is" shows "$s" "help() lists the commands"
     type_line "$s" 'stats()'
     check "$l: stats() prints the table" wait_until "$DEADLINE" shows "$s" "depth/cap"
     check "$l: stats() lists every stage" wait_until "$DEADLINE" sh -c \
@@ -45,8 +50,16 @@ exercise() {   # exercise SESSION LABEL
         wait_until "$DEADLINE" shows "$s" "parse: concurrency=3 capacity=64"
     type_line "$s" "print('conc=' .. B:stats('parse').concurrency)"
     check "$l: tune changed the running stage" wait_until "$DEADLINE" shows "$s" "conc=3"
+    type_line "$s" "B:stats('sink')"
+    check "$l: a result table is pretty-printed" \
+        wait_until "$DEADLINE" shows "$s" '  name = "sink",'
     type_line "$s" 'workers(3)'
     check "$l: workers(n) resizes the pool" wait_until "$DEADLINE" shows "$s" "bus 1: 3 workers"
+    type_line "$s" 'workers()'
+    check "$l: workers() answers" wait_until "$DEADLINE" sh -c \
+        "[ \$(tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -c '^bus 1: 3 workers') -ge 2 ]"
+    check "$l: ... once (no second line with the number)" sh -c \
+        "! tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -qx '3'"
     type_line "$s" "print('pool=' .. B:stats().workers)"
     check "$l: the bus reports 3 workers" wait_until "$DEADLINE" shows "$s" "pool=3"
     # Tab completion: a global, a method after ':', a stage name in a string.
@@ -69,6 +82,9 @@ exercise() {   # exercise SESSION LABEL
         wait_until "$DEADLINE" shows "$s" "method-ok"
     type_line "$s" 'top(0.2)'
     check "$l: top() draws" wait_until "$DEADLINE" shows "$s" "press a key to stop"
+    check "$l: top shows sojourn and service p99" shows "$s" "sojourn99  service99"
+    check "$l: top shows the bus's completed/s" shows "$s" "completed/s"
+    check "$l: top shows each worker state's memory" shows "$s" "memory: w0 "
     T send-keys -t "$s" q
     type_line "$s" "print('after' .. 'top')"
     check "$l: a key ends top()" wait_until "$DEADLINE" shows "$s" "aftertop"
@@ -123,6 +139,30 @@ check "attach: ... and the cleared lines did not run" sh -c \
 T send-keys -t att C-d
 check "attach: Ctrl-D ends the client" wait_until "$DEADLINE" shows att "[exited]"
 check "attach: the server keeps running" ask_is "$S" "nil	3" 'print(x_local, B:stats().workers)'
+# The 65th client on a terminal: the server's refusal, exit status 1.
+if command -v socat >/dev/null 2>&1; then
+    mkfifo "$D/idle"
+    exec 3<>"$D/idle"
+    CL=""
+    i=0
+    while [ $i -lt 64 ]; do
+        socat STDIO UNIX-CONNECT:"$S" <"$D/idle" >/dev/null 2>&1 &
+        CL="$CL $!"
+        i=$((i + 1))
+    done
+    PIDS="$PIDS $CL"
+    full() { ! echo 'print(1)' | timeout 20 "$SEDA" attach "$S" >/dev/null 2>&1; }
+    check "64 clients connected" wait_until "$DEADLINE" full
+    T new-session -d -s att65 -x 160 -y 50 \
+        "env HOME='$D' TERM=xterm '$SEDA' attach '$S'; echo \"[rc=\$?]\"; sleep 30"
+    check "attach on a terminal shows the refusal" \
+        wait_until "$DEADLINE" shows att65 "too many control clients"
+    check "... and exits 1" wait_until "$DEADLINE" shows att65 "[rc=1]"
+    check "... without a prompt" sh -c \
+        "! tmux -L '$TMUX_L' capture-pane -p -J -t att65 | grep -q '^> '"
+    for p in $CL; do kill "$p" 2>/dev/null; waitpid_bounded "$p"; done
+    exec 3>&-
+fi
 # The server going away shows at the prompt at once; exit status 1.
 T new-session -d -s att2 -x 160 -y 50 \
     "env HOME='$D' TERM=xterm '$SEDA' attach '$S'; echo \"[rc=\$?]\"; sleep 30"

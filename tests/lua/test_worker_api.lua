@@ -416,4 +416,47 @@ T.test("hops into a full stage while every worker routes: the waiting worker dra
   bus:shutdown(5)
 end)
 
+T.test("stats: worker_memory per worker state in bytes, following bus:workers(n)", function()
+  local bus = T.bus{ workers = 2 }
+  -- Each worker thread makes its state as it starts.
+  T.wait_until(function() return #bus:stats().worker_memory == 2 end, 10,
+               "one entry per worker")
+  local mem = bus:stats().worker_memory
+  for i = 1, 2 do
+    T.eq(math.type(mem[i]), "integer", "bytes are an integer")
+    T.ok(mem[i] > 0, "a state holds something")
+  end
+  T.eq(#bus:stats().loan_memory, 0, "no loan states yet")
+  -- A handler that keeps 4 MB in its state's module-level table: the
+  -- worker that ran it shows it.
+  bus:stage{ name = "hog", handler = function(env)
+    HOG = HOG or {}
+    HOG[#HOG + 1] = string.rep("x", 4 << 20)
+  end }
+  assert(bus:publish("hog", 1))
+  T.idle(bus)
+  local after = bus:stats().worker_memory
+  local big = 0
+  for i = 1, #after do if after[i] >= 4 << 20 then big = big + 1 end end
+  T.eq(big, 1, "exactly the worker that ran the handler holds its 4 MB")
+  T.eq(bus:workers(3), 3, "grown")
+  T.wait_until(function() return #bus:stats().worker_memory == 3 end, 10,
+               "a third worker state")
+  bus:workers(1)
+  T.wait_until(function() return #bus:stats().worker_memory == 1 end, 10,
+               "one worker state left")
+end)
+
+T.test("stats: stages carry their declaration index", function()
+  local bus = T.bus{ workers = 1 }
+  for _, n in ipairs({ "zz", "aa", "mm" }) do
+    bus:stage{ name = n, handler = function(env) end }
+  end
+  local st = bus:stats().stages
+  T.eq(st.zz.index, 1, "first declared")
+  T.eq(st.aa.index, 2, "second")
+  T.eq(st.mm.index, 3, "third")
+  T.eq(bus:stats("mm").index, 3, "one stage's table too")
+end)
+
 T.done()
