@@ -5,10 +5,14 @@
  *
  *   list        one line per dead letter (tab-separated, after a header
  *               line): id, stage, x-dead-from, x-dead-reason, attempts,
- *               payload bytes, row key
+ *               payload bytes, row key, state (queued: waiting in its
+ *               stage; done: its dead-letter stage is done with it, kept
+ *               on disk) and the wall-clock publish time
  *   show ID     every dead letter whose envelope id is ID: row key, stage,
- *               sender, attempts, headers, slip and the payload (raw bytes
- *               as an escaped string; Lua-encoded values in hex)
+ *               state, sender, attempts, publish time (wall clock), headers,
+ *               slip and the payload (raw bytes as an escaped string; a Lua
+ *               value decoded with the payload codec, as the REPL prints
+ *               it)
  *   replay ID   move every dead letter whose id is ID back to its
  *               x-dead-from stage (attempts 1, the x-dead-* headers
  *               removed, key and so replay order kept): the next process
@@ -33,9 +37,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
 
+#include "cli.h"
 #include "durable/journal.h"
+#include "lua/lcodec.h"
 
 int seda_cli_dlq(int argc, char **argv);
 
@@ -50,13 +60,17 @@ static void dlq_usage(FILE *f)
         "bus\n"
         "(DATA_DIR is its seda.bus{data_dir = ...}).\n"
         "  list        one line per dead letter: id, stage, x-dead-from,\n"
-        "              x-dead-reason, attempts, payload bytes, row key\n"
-        "  show ID     headers, slip and payload of the dead letter(s) ID\n"
+        "              x-dead-reason, attempts, payload bytes, row key,\n"
+        "              state (queued, or done: handled and kept), published\n"
+        "  show ID     headers, slip, times and the payload (decoded) of the\n"
+        "              dead letter(s) ID\n"
         "  replay ID   move dead letter(s) ID back to their x-dead-from "
         "stage;\n"
         "              the next bus that creates that durable stage replays "
         "them\n"
-        "  purge       delete every dead letter\n");
+        "  purge       delete every dead letter (queued and done)\n"
+        "Dead letters sent to a durable dead-letter stage stay on disk: while\n"
+        "they wait there, and once its handler is done with them (done).\n");
 }
 
 /* ---- one row, owned copies ---- */
@@ -67,7 +81,9 @@ struct drow {
     int attempts, kind;
     unsigned char *hdr, *slip, *payload;
     size_t hlen, slen, plen;
-    double published_at;
+    double published_at;        /* the bus's monotonic clock */
+    double published_wall;      /* seconds since the epoch, 0 unknown */
+    double done_at;             /* seconds since the epoch, 0 queued */
 };
 
 static void drow_free(struct drow *r)
@@ -152,6 +168,8 @@ static int load_one(const seda_jrec *rec, void *ud)
     r.kind = rec->kind;
     r.payload = dup_blob(rec->payload, (int)rec->plen, &r.plen);
     r.published_at = rec->published_at;
+    r.published_wall = rec->published_wall;
+    r.done_at = rec->done_at;
     if (!r.stage || !r.id || !r.hdr || !r.slip || !r.payload ||
         (rec->sender && !r.sender)) {
         drow_free(&r);
@@ -255,6 +273,54 @@ static void put_hex(FILE *f, const unsigned char *p, size_t n)
         fprintf(f, "%02x", p[i]);
 }
 
+/* A wall-clock time as ISO 8601 with milliseconds and the UTC offset,
+ * or "-" when unknown. */
+static void put_time(FILE *f, double t)
+{
+    if (!(t > 0)) {
+        fputc('-', f);
+        return;
+    }
+    time_t s = (time_t)t;
+    struct tm tm;
+    char buf[64], zone[16];
+    localtime_r(&s, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+    strftime(zone, sizeof zone, "%z", &tm);
+    fprintf(f, "%s.%03d%s", buf, (int)((t - (double)s) * 1000), zone);
+}
+
+/* The payload of a Lua-encoded dead letter, decoded with the payload
+ * codec and shown as the REPL shows values (lua/seda/pretty.lua), on
+ * its own lines.  False when it cannot be decoded (msg says why). */
+static bool put_lua_value(FILE *f, const unsigned char *p, size_t n,
+                          char *msg, size_t msglen)
+{
+    lua_State *L = luaL_newstate();
+    if (!L) {
+        snprintf(msg, msglen, "out of memory");
+        return false;
+    }
+    luaL_openlibs(L);
+    bool ok = false;
+    size_t plen = (size_t)(cli_pretty_end - cli_pretty_src);
+    if (luaL_loadbuffer(L, cli_pretty_src, plen, "=[seda-lua pretty]") !=
+            LUA_OK || lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        snprintf(msg, msglen, "%s", lua_tostring(L, -1));
+    } else {
+        lua_getfield(L, -1, "pretty");
+        if (seda__codec_decode(L, p, n, msg, msglen) == 0 &&
+            lua_pcall(L, 1, 1, 0) == LUA_OK) {
+            fprintf(f, "%s", lua_tostring(L, -1));
+            ok = true;
+        } else if (lua_isstring(L, -1)) {
+            snprintf(msg, msglen, "%s", lua_tostring(L, -1));
+        }
+    }
+    lua_close(L);
+    return ok;
+}
+
 static void show_row(FILE *f, const struct drow *r)
 {
     fprintf(f, "key: %lld\nid: ", (long long)r->key);
@@ -266,8 +332,22 @@ static void show_row(FILE *f, const struct drow *r)
         put_cstr(f, r->sender);
     else
         fputs("-", f);
-    fprintf(f, "\nattempts: %d\npublished_at: %.6f\nheaders:\n",
-            r->attempts, r->published_at);
+    fputs("\nstate: ", f);
+    if (r->done_at > 0) {
+        fputs("done ", f);
+        put_time(f, r->done_at);
+        fputs(" (its dead-letter stage is done with it; kept on disk until "
+              "purged)", f);
+    } else {
+        fputs("queued (delivered when a bus declares its stage)", f);
+    }
+    fprintf(f, "\nattempts: %d\npublished: ", r->attempts);
+    if (r->published_wall > 0)
+        put_time(f, r->published_wall);
+    else
+        fputs("unknown (journaled before schema 2)", f);
+    fprintf(f, " (%.6f on the publishing bus's monotonic clock)\nheaders:\n",
+            r->published_at);
     const char *p = (const char *)r->hdr, *end = p + r->hlen, *k, *v;
     while (hdr_next(&p, end, &k, &v)) {
         fputs("  ", f);
@@ -289,12 +369,17 @@ static void show_row(FILE *f, const struct drow *r)
         p += len + 1;
     }
     fprintf(f, "\nkind: %d\npayload: ", r->kind);
+    char msg[256];
     if (r->kind == 0) {
         put_escaped(f, r->payload, r->plen);
+    } else if (r->kind == 1) {
+        fprintf(f, "(a Lua value, %zu bytes)\n", r->plen);
+        if (!put_lua_value(f, r->payload, r->plen, msg, sizeof msg)) {
+            fprintf(f, "<cannot decode it: %s> ", msg);
+            put_hex(f, r->payload, r->plen);
+        }
     } else {
-        fprintf(f, "<%s, %zu bytes> ", r->kind == 1 ? "lua value"
-                                                    : "encoded value",
-                r->plen);
+        fprintf(f, "<encoded value, %zu bytes> ", r->plen);
         put_hex(f, r->payload, r->plen);
     }
     fputc('\n', f);
@@ -304,7 +389,8 @@ static void show_row(FILE *f, const struct drow *r)
 
 static int cmd_list(struct drow *rows, int n)
 {
-    printf("ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\n");
+    printf("ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\tSTATE\t"
+           "PUBLISHED\n");
     for (int i = 0; i < n; i++) {
         const struct drow *r = &rows[i];
         put_field(stdout, r->id);
@@ -314,7 +400,10 @@ static int cmd_list(struct drow *rows, int n)
         put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-from"));
         putchar('\t');
         put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-reason"));
-        printf("\t%d\t%zu\t%lld\n", r->attempts, r->plen, (long long)r->key);
+        printf("\t%d\t%zu\t%lld\t%s\t", r->attempts, r->plen,
+               (long long)r->key, r->done_at > 0 ? "done" : "queued");
+        put_time(stdout, r->published_wall);
+        putchar('\n');
     }
     return 0;
 }

@@ -15,8 +15,10 @@
  *             (hop to a durable stage = MOVE the row; completion, hop to
  *             an in-memory stage or a discarded dead letter = DELETE;
  *             dead letter to a durable DLQ = MOVE with the x-dead
- *             headers), and only then do the hops, completions and dead
- *             letters take effect in memory.  A crash before the commit
+ *             headers; a dead letter its durable dead-letter stage is
+ *             done with = KEEP: the row stays, marked done, for
+ *             seda-lua dlq), and only then do the hops, completions and
+ *             dead letters take effect in memory.  A crash before the commit
  *             replays the whole batch (at-least-once); after it, nothing
  *             is replayed twice.  Envelopes whose decision is already in
  *             the journal are flagged ENV_JDONE so routing does not write
@@ -118,8 +120,25 @@ static int build_rec(const seda_env_t *env, const char *stage, int attempts,
         .kind = seda_env_payload_kind(env),
         .payload = p, .plen = plen,
         .published_at = seda_env_published_at(env),
+        /* The wall clock when it was published: now, less its age on the
+         * monotonic clock.  Written by insert only (a MOVE keeps it). */
+        .published_wall = seda__journal_wall() -
+                          (seda_now() - seda_env_published_at(env)),
     };
     return 0;
+}
+
+/* A dead letter whose dead-letter stage st is done with it (acked,
+ * failed, forwarded out of durable stages, evicted): it arrived at st as
+ * a dead letter, so it carries x-dead-reason and came from elsewhere
+ * (a stage dead-lettering an envelope names itself in x-dead-from, and
+ * is never its own dead-letter stage).  Its row is kept, marked done,
+ * instead of deleted (see journal.h). */
+static bool keep_dead(const struct seda_stage_s *st, const seda_env_t *env)
+{
+    const char *from = seda_env_header(env, "x-dead-from");
+    return seda_env_header(env, "x-dead-reason") && from &&
+           strcmp(from, st->name) != 0;
 }
 
 static void report_io(struct seda_stage_s *st, const char *what, int rc)
@@ -134,7 +153,7 @@ static void report_io(struct seda_stage_s *st, const char *what, int rc)
 /* ---- opening ---- */
 
 static const struct seda__store_ops journal_ops;
-static void durable_forget(struct seda_stage_s *st, seda_env_t *env);
+static void forget_row(struct seda_stage_s *st, seda_env_t *env, bool keep);
 
 /* Serialises opening: two threads declaring durable stages at once open
  * the journal once (its flock would refuse the second). */
@@ -207,7 +226,7 @@ static int durable_publish(struct seda_stage_s *st, seda_env_t **envs,
         }
         /* Refused (or after a refusal: publish stops at the first). */
         if (ok)
-            durable_forget(st, envs[i]);
+            forget_row(st, envs[i], false);
         seda__stage_unreserve(st);
         if (*rc == 0)
             *rc = r == -EIO ? SEDA_EIO : r ? r : dup[i] ? SEDA_EDUP : 0;
@@ -258,18 +277,24 @@ static int durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
     return rc;
 }
 
-static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
+/* Remove env's row (keep: keep a dead letter's, marked done). */
+static void forget_row(struct seda_stage_s *st, seda_env_t *env, bool keep)
 {
     struct seda_journal *j = journal_of(st);
     int64_t key = seda__env_jkey(env);
     if (!j || !key)
         return;
-    seda_jop op = { .op = SEDA_JOP_DELETE };
+    seda_jop op = { .op = keep ? SEDA_JOP_KEEP : SEDA_JOP_DELETE };
     op.rec.key = key;
     int rc = seda__journal_apply(j, &op, 1);
     if (rc)
-        report_io(st, "delete", rc);
+        report_io(st, keep ? "keep" : "delete", rc);
     seda__env_set_jkey(env, 0);
+}
+
+static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
+{
+    forget_row(st, env, keep_dead(st, env));
 }
 
 /* ---- a drain batch ---- */
@@ -296,8 +321,9 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
         if (!reason) {
             const char *next = seda_env_slip_at(env, 0);
             if (!next) {
-                ops[nops].op = SEDA_JOP_DELETE;     /* completion */
-                ops[nops].rec.key = key;
+                ops[nops].op = keep_dead(st, env) ? SEDA_JOP_KEEP
+                                                  : SEDA_JOP_DELETE;
+                ops[nops].rec = (seda_jrec){ .key = key };  /* completion */
                 rbs[nops].hdr = rbs[nops].slip = NULL;
                 env->flags |= ENV_JDONE;
                 nops++;
@@ -323,8 +349,9 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                           &ops[nops].rec) != 0)
                 continue;               /* no flag: routing writes it */
         } else {
-            ops[nops].op = SEDA_JOP_DELETE;
-            ops[nops].rec.key = key;
+            ops[nops].op = keep_dead(st, env) ? SEDA_JOP_KEEP
+                                              : SEDA_JOP_DELETE;
+            ops[nops].rec = (seda_jrec){ .key = key };
             rbs[nops].hdr = rbs[nops].slip = NULL;
         }
         env->flags |= ENV_JDONE;
@@ -337,13 +364,14 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
         if (ops[i].op == SEDA_JOP_MOVE)
             recbuf_free(&rbs[i]);
     }
-    /* Rows deleted above are no longer the envelopes' (the flag tells
-     * routing not to write again; a later durable hop inserts anew). */
+    /* Rows deleted (or kept) above are no longer the envelopes' (the
+     * flag tells routing not to write again; a later durable hop inserts
+     * anew). */
     for (int i = 0; i < n; i++) {
         if (!(envs[i]->flags & ENV_JDONE))
             continue;
         for (int k = 0; k < nops; k++)
-            if (ops[k].op == SEDA_JOP_DELETE &&
+            if (ops[k].op != SEDA_JOP_MOVE &&
                 ops[k].rec.key == seda__env_jkey(envs[i])) {
                 seda__env_set_jkey(envs[i], 0);
                 break;

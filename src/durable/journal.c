@@ -128,6 +128,12 @@ static int bind_rec(sqlite3_stmt *s, const seda_jrec *r)
     return rc;
 }
 
+/* Bind seconds at ?i, NULL for 0 (unknown). */
+static int bind_time(sqlite3_stmt *s, int i, double t)
+{
+    return t != 0 ? sqlite3_bind_double(s, i, t) : sqlite3_bind_null(s, i);
+}
+
 /* Step a statement that returns no rows, then reset it.  Returns an
  * SQLite result code (SQLITE_OK on success). */
 static int exec_stmt(sqlite3_stmt *s)
@@ -153,6 +159,8 @@ static void read_row(sqlite3_stmt *s, seda_jrec *r)
     r->payload = sqlite3_column_blob(s, 8);
     r->plen = (size_t)sqlite3_column_bytes(s, 8);
     r->published_at = sqlite3_column_double(s, 9);
+    r->published_wall = sqlite3_column_double(s, 10);    /* NULL: 0 */
+    r->done_at = sqlite3_column_double(s, 11);
 }
 
 /* ---- the writer ---- */
@@ -258,6 +266,8 @@ static int do_insert(struct seda_journal *j, struct jreq *r)
         if (rc == SQLITE_OK)
             rc = bind_rec(s, rec);
         if (rc == SQLITE_OK)
+            rc = bind_time(s, 11, rec->published_wall);
+        if (rc == SQLITE_OK)
             rc = exec_stmt(s);
         if (rc != SQLITE_OK)
             return rc;
@@ -279,6 +289,7 @@ static int do_apply(struct seda_journal *j, struct jreq *r)
                    r->ops[last + 1].rec.key == r->ops[last].rec.key + 1)
                 last++;
         sqlite3_stmt *s = j->st[op->op == SEDA_JOP_MOVE ? ST_MOVE
+                                : op->op == SEDA_JOP_KEEP ? ST_KEEP
                                 : last > i ? ST_DELRANGE : ST_DELETE];
         int rc = sqlite3_bind_int64(s, 1, op->rec.key);
         if (rc == SQLITE_OK && last > i)
@@ -286,6 +297,9 @@ static int do_apply(struct seda_journal *j, struct jreq *r)
         i = last;
         if (rc == SQLITE_OK && op->op == SEDA_JOP_MOVE)
             rc = bind_rec(s, &op->rec);
+        if (rc == SQLITE_OK && op->op == SEDA_JOP_KEEP)
+            rc = sqlite3_bind_double(s, 2, op->rec.done_at != 0
+                                     ? op->rec.done_at : seda__journal_wall());
         if (rc == SQLITE_OK)
             rc = exec_stmt(s);
         if (rc != SQLITE_OK)
@@ -614,7 +628,8 @@ int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
             int rc = check_rec(&ops[i].rec);
             if (rc)
                 return rc;
-        } else if (ops[i].op != SEDA_JOP_DELETE) {
+        } else if (ops[i].op != SEDA_JOP_DELETE &&
+                   ops[i].op != SEDA_JOP_KEEP) {
             return -EINVAL;
         }
     }
@@ -674,8 +689,8 @@ int seda__journal_replay(struct seda_journal *j, const char *stage,
     if (!j || !stage || !cb)
         return -EINVAL;
     int64_t rows;
-    return query_rows(j, SELECT_COLS "WHERE stage = ?1 ORDER BY key",
-                      stage, NULL, cb, ud, &rows);
+    return query_rows(j, SELECT_COLS "WHERE stage = ?1 AND done_at IS NULL "
+                      "ORDER BY key", stage, NULL, cb, ud, &rows);
 }
 
 int seda__journal_get(struct seda_journal *j, const char *stage,
@@ -686,7 +701,8 @@ int seda__journal_get(struct seda_journal *j, const char *stage,
         return -EINVAL;
     int64_t rows;
     int rc = query_rows(j, SELECT_COLS "WHERE stage = ?1 AND id = ?2 "
-                        "ORDER BY key", stage, id, cb, ud, &rows);
+                        "AND done_at IS NULL ORDER BY key", stage, id, cb,
+                        ud, &rows);
     return rc ? rc : rows ? 0 : -ENOENT;
 }
 
@@ -714,7 +730,8 @@ int seda__journal_count(struct seda_journal *j, const char *stage,
         return -EINVAL;
     struct jreq r = {
         .type = REQ_COUNT, .a = stage,
-        .sql = "SELECT count(*) FROM envelopes WHERE stage = ?1",
+        .sql = "SELECT count(*) FROM envelopes WHERE stage = ?1 AND "
+               "done_at IS NULL",
     };
     int rc = submit(j, &r);
     *n = r.count;

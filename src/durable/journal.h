@@ -10,7 +10,7 @@
  * them back in their original order on replay.  The blobs (headers, slip,
  * payload) are opaque to it.
  *
- * ON-DISK FORMAT (schema version 1; readable with the sqlite3 tool, e.g.
+ * ON-DISK FORMAT (schema version 2; readable with the sqlite3 tool, e.g.
  * `sqlite3 DIR/seda.db "SELECT key, stage, id FROM envelopes"`):
  *
  *   DIR/seda.db       the database (DIR/seda.db-wal: its WAL; no -shm:
@@ -30,19 +30,27 @@
  *             slip BLOB,                 -- remaining itinerary (bus's)
  *             kind INTEGER,              -- payload kind
  *             payload BLOB,
- *             published_at REAL)         -- seconds, the bus's clock
- *   INDEX envelopes_stage ON envelopes(stage, key)
+ *             published_at REAL,         -- seconds, the bus's clock
+ *             published_wall REAL,       -- seconds since the epoch (v2)
+ *             done_at REAL)              -- a kept dead letter: when its
+ *                                        -- dead-letter stage was done
+ *                                        -- with it; NULL: live (v2)
  *
  *   dedup(stage TEXT, id TEXT, seq INTEGER,   -- ids accepted by
  *         PRIMARY KEY(stage, id)) WITHOUT ROWID  exactly_once stages; seq
  *   INDEX dedup_seq ON dedup(stage, seq)         counts up per stage and
  *                                                only the newest
  *                                                dedup_window are kept
- *   meta(k TEXT PRIMARY KEY, v)   -- ('schema_version', 1)
+ *   meta(k TEXT PRIMARY KEY, v)   -- ('schema_version', 2)
  *
  *   A durable envelope is exactly one row of envelopes while it is
  *   unacknowledged; a hop rewrites the row (new stage, same key); completion
- *   deletes it.  Dead letters are rows whose stage is the dead-letter stage.
+ *   deletes it.  Dead letters are rows whose headers hold x-dead-reason:
+ *   a live one waits in its stage like any row; one its dead-letter stage
+ *   is done with is KEPT (done_at set) instead of deleted: never replayed
+ *   or counted again, only listed (seda-lua dlq) until purged.  A schema 1
+ *   journal is upgraded in place when opened (the two columns are added,
+ *   NULL in its rows).
  *
  * THREADS: every function is thread-safe unless it says otherwise, and
  * the journal has no threads of its own.  Writes (insert, apply,
@@ -59,14 +67,23 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "core/seda_int.h"
 
 #define SEDA_JOURNAL_FILE "seda.db"
 #define SEDA_JOURNAL_LOCK "seda.lock"
-#define SEDA_JOURNAL_SCHEMA 1
+#define SEDA_JOURNAL_SCHEMA 2
 
 struct seda_journal;
+
+/* The wall clock in seconds since the epoch (published_wall, done_at). */
+static inline double seda__journal_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 /* One journal row.  On the way in, every pointer is borrowed for the call;
  * on the way out (replay, get callbacks), every pointer is valid only
@@ -84,16 +101,25 @@ typedef struct seda_jrec {
     int kind;                   /* payload kind */
     const void *payload;        /* opaque blob */
     size_t plen;                /* bytes at payload */
-    double published_at;        /* seconds */
+    double published_at;        /* seconds, the bus's monotonic clock */
+    double published_wall;      /* seconds since the epoch (wall clock) at
+                                   publish; 0 = unknown (a row from a
+                                   schema 1 journal).  Written by insert
+                                   only: a MOVE keeps the row's */
+    double done_at;             /* out only: when a dead letter was done
+                                   (SEDA_JOP_KEEP), seconds since the
+                                   epoch; 0 = the row is live */
 } seda_jrec;
 
-enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2 };
+enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2, SEDA_JOP_KEEP = 3 };
 
 /* One state change for seda__journal_apply.  rec.key names the row. */
 typedef struct seda_jop {
-    int op;                     /* SEDA_JOP_MOVE or SEDA_JOP_DELETE */
-    seda_jrec rec;              /* MOVE: every field is written; DELETE:
-                                   only key is read */
+    int op;                     /* SEDA_JOP_* */
+    seda_jrec rec;              /* MOVE: every field but published_wall
+                                   and done_at is written, and the row is
+                                   live again; DELETE: only key is read;
+                                   KEEP: key and done_at (0: now) */
 } seda_jop;
 
 /* The SQLite VFS the journal opens its database with (src/walvfs.c): the
@@ -113,8 +139,8 @@ SEDA__API int seda__walvfs_register(void);
  *   -EBUSY     "DIR: locked by another process"
  *   -ENOTDIR, -EACCES, -EROFS, ...  "PATH: not writable: <strerror>"
  *   -EILSEQ    "DIR/seda.db: not a database (corrupt?)"
- *   -EPROTO    "DIR/seda.db: schema version N is not 1 (newer than this
- *              build)"
+ *   -EPROTO    "DIR/seda.db: schema version N is not 2 (newer than this
+ *              build)"; version 1 is upgraded
  *   -EIO       "DIR/seda.db: <sqlite message>"
  *   -ENOMEM
  * Nothing is left open on failure.  Any thread; blocks on file I/O. */
@@ -141,16 +167,19 @@ SEDA__API int seda__journal_insert(struct seda_journal *j, seda_jrec *recs,
                                    int n, int dedup_window, int *dup);
 
 /* Apply n state changes atomically: MOVE rewrites row rec.key with every
- * field of rec (a hop; the key, and so the replay order, is kept); DELETE
- * removes row rec.key (completion).  A key that is not in the journal is
- * skipped without error.  Returns 0 (all applied), or -EIO, -E2BIG,
+ * field of rec (a hop; the key, and so the replay order, is kept) and
+ * makes it live; DELETE removes row rec.key (completion); KEEP marks row
+ * rec.key done at rec.done_at (a dead letter kept on disk: no longer
+ * replayed or counted).  A key that is not in the journal is skipped
+ * without error.  Returns 0 (all applied), or -EIO, -E2BIG,
  * -ENOMEM, -EINVAL, -ECANCELED with nothing applied.  Any thread; blocks
  * until committed. */
 SEDA__API int seda__journal_apply(struct seda_journal *j, const seda_jop *ops,
                                   int n);
 
-/* Call cb(rec, ud) for every committed row of stage, in key order (the
- * original publish order), until cb returns non-zero.  Returns 0 (also
+/* Call cb(rec, ud) for every committed live row of stage (kept dead
+ * letters are not), in key order (the original publish order), until cb
+ * returns non-zero.  Returns 0 (also
  * when cb stopped early), -EIO or -ENOMEM.  The rows are copied first
  * (one consistent snapshot), so cb may call insert and apply (they commit
  * independently of the replay's snapshot).  Any thread. */
@@ -158,12 +187,12 @@ SEDA__API int seda__journal_replay(struct seda_journal *j, const char *stage,
                                    int (*cb)(const seda_jrec *rec, void *ud),
                                    void *ud);
 
-/* Store the number of rows of stage in *n.  Returns 0 or -EIO. */
+/* Store the number of live rows of stage in *n.  Returns 0 or -EIO. */
 SEDA__API int seda__journal_count(struct seda_journal *j, const char *stage,
                                   int64_t *n);
 
-/* Call cb for each row of stage whose id is id (in key order; normally
- * one), until cb returns non-zero.  Returns 0, -ENOENT when there is no
+/* Call cb for each live row of stage whose id is id (in key order;
+ * normally one), until cb returns non-zero.  Returns 0, -ENOENT when there is no
  * such row, or -EIO. */
 SEDA__API int seda__journal_get(struct seda_journal *j, const char *stage,
                                 const char *id,
@@ -172,7 +201,8 @@ SEDA__API int seda__journal_get(struct seda_journal *j, const char *stage,
 
 /* Call cb for each row matching the SQL condition where (the text after
  * "FROM envelopes ", e.g. "WHERE id = ?1"; ?1 is bound to arg when arg is
- * not NULL), in key order, until cb returns non-zero; as replay.  For the
+ * not NULL), kept rows included, in key order, until cb returns non-zero;
+ * as replay.  For the
  * dlq tool: where is trusted SQL, never user input.  Returns 0, -EIO or
  * -ENOMEM. */
 SEDA__API int seda__journal_scan(struct seda_journal *j, const char *where,
@@ -180,7 +210,7 @@ SEDA__API int seda__journal_scan(struct seda_journal *j, const char *where,
                                  int (*cb)(const seda_jrec *, void *),
                                  void *ud);
 
-/* Delete every row of stage (purge), in one transaction.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
+/* Delete every live row of stage (purge), in one transaction.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
 SEDA__API int seda__journal_delete_stage(struct seda_journal *j,
                                          const char *stage);
 

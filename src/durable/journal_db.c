@@ -27,30 +27,59 @@ static const char *const stmt_sql[ST_N] = {
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_INSERT] = "INSERT INTO envelopes(key, stage, id, attempts, sender, "
-                  "headers, slip, kind, payload, published_at) "
-                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                  "headers, slip, kind, payload, published_at, "
+                  "published_wall) "
+                  "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
     [ST_DEDUP] = "INSERT OR IGNORE INTO dedup(stage, id, seq) "
                  "VALUES(?1, ?2, ?3)",
     [ST_EVICT] = "DELETE FROM dedup WHERE stage = ?1 AND seq <= ?2",
     [ST_MAXSEQ] = "SELECT coalesce(max(seq), 0) FROM dedup WHERE stage = ?1",
     [ST_MOVE] = "UPDATE envelopes SET stage = ?2, id = ?3, attempts = ?4, "
                 "sender = ?5, headers = ?6, slip = ?7, kind = ?8, "
-                "payload = ?9, published_at = ?10 WHERE key = ?1",
+                "payload = ?9, published_at = ?10, done_at = NULL "
+                "WHERE key = ?1",
     [ST_DELETE] = "DELETE FROM envelopes WHERE key = ?1",
     [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
-    [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1",
+    [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1 AND done_at IS NULL",
+    [ST_KEEP] = "UPDATE envelopes SET done_at = ?2 WHERE key = ?1",
 };
 
+/* A new database gets schema 2 outright; an existing one keeps its
+ * tables and version, and upgrade_sql takes version 1 to 2. */
 static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS envelopes("
     " key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
     " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
-    " slip BLOB, kind INTEGER, payload BLOB, published_at REAL);"
+    " slip BLOB, kind INTEGER, payload BLOB, published_at REAL,"
+    " published_wall REAL, done_at REAL);"
     "CREATE TABLE IF NOT EXISTS dedup(stage TEXT, id TEXT, seq INTEGER,"
     " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
-    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 1);";
+    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 2);";
+
+/* Schema 1 -> 2: the wall-clock publish time and kept dead letters. */
+static const char upgrade_sql[] =
+    "ALTER TABLE envelopes ADD COLUMN published_wall REAL;"
+    "ALTER TABLE envelopes ADD COLUMN done_at REAL;"
+    "UPDATE meta SET v = 2 WHERE k = 'schema_version';";
+
+/* The schema version in meta (0 when missing).  Returns an SQLite code. */
+static int read_version(sqlite3 *db, int64_t *version)
+{
+    sqlite3_stmt *s = NULL;
+    *version = 0;
+    int rc = sqlite3_prepare_v2(db, "SELECT v FROM meta WHERE k = "
+                                "'schema_version'", -1, &s, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        *version = sqlite3_column_int64(s, 0);
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(s);
+    return rc;
+}
 
 /* Error for a failed open step, with a message naming path.  Returns the
  * negative errno. */
@@ -180,25 +209,25 @@ int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
                           "PRAGMA cache_size=-16384;"
                           "PRAGMA wal_autocheckpoint=" CKPT_FRAMES,
                           NULL, NULL, NULL);
+    int64_t version = 0;
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(j->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     if (rc == SQLITE_OK) {
         rc = sqlite3_exec(j->db, schema_sql, NULL, NULL, NULL);
         if (rc == SQLITE_OK)
+            rc = read_version(j->db, &version);
+        if (rc == SQLITE_OK && version == 1) {
+            /* Old rows keep NULL in the new columns: an unknown wall
+             * clock, and live (kept dead letters did not exist). */
+            rc = sqlite3_exec(j->db, upgrade_sql, NULL, NULL, NULL);
+            if (rc == SQLITE_OK)
+                version = 2;
+        }
+        if (rc == SQLITE_OK)
             rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);
         if (rc != SQLITE_OK && !sqlite3_get_autocommit(j->db))
             sqlite3_exec(j->db, "ROLLBACK", NULL, NULL, NULL);
     }
-    if (rc != SQLITE_OK)
-        return open_error(rc, j->db, j->path, j->dir, err, errlen);
-    int64_t version = 0;
-    rc = sqlite3_prepare_v2(j->db, "SELECT v FROM meta WHERE k = "
-                            "'schema_version'", -1, &s, NULL);
-    if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
-        version = sqlite3_column_int64(s, 0);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(s);
     if (rc != SQLITE_OK)
         return open_error(rc, j->db, j->path, j->dir, err, errlen);
     if (version != SEDA_JOURNAL_SCHEMA) {

@@ -61,11 +61,12 @@ struct seqent {
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
-    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_N
+    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_KEEP, ST_N
 };
 
 #define SELECT_COLS "SELECT key, stage, id, attempts, sender, headers, slip," \
-                    " kind, payload, published_at FROM envelopes "
+                    " kind, payload, published_at, published_wall," \
+                    " done_at FROM envelopes "
 
 /*
  * Locking: mu guards head, tail, hold, stop and busy (and each queued

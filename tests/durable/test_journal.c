@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "durable/journal.h"
 
 /* ---- fixture: a temporary directory ---- */
@@ -99,7 +101,7 @@ struct row {
     int attempts, kind;
     unsigned char headers[64], slip[64], payload[256];
     size_t hlen, slen, plen;
-    double published_at;
+    double published_at, published_wall, done_at;
 };
 
 struct rows {
@@ -138,6 +140,8 @@ static int collect(const seda_jrec *rec, void *ud)
     copy_blob(w->payload, sizeof w->payload, rec->payload, rec->plen,
               &w->plen);
     w->published_at = rec->published_at;
+    w->published_wall = rec->published_wall;
+    w->done_at = rec->done_at;
     return rs->stop_after && rs->n >= rs->stop_after;
 }
 
@@ -798,6 +802,98 @@ static void test_journal_rejects_bad_arguments(void **state)
     seda__journal_close(NULL);
 }
 
+/* ---- kept dead letters, schema 2 ---- */
+
+static void test_journal_keep_hides_row_from_replay(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r[3] = { mkrec("dlq", "d1", "a", 1), mkrec("dlq", "d2", "b", 1),
+                       mkrec("dlq", "d3", "c", 1) };
+    for (int i = 0; i < 3; i++)
+        r[i].published_wall = 1.7e9 + i;
+    assert_int_equal(seda__journal_insert(j, r, 3, 0, NULL), 0);
+    double before = seda__journal_wall();
+    seda_jop keep = { .op = SEDA_JOP_KEEP, .rec = { .key = r[1].key } };
+    assert_int_equal(seda__journal_apply(j, &keep, 1), 0);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "dlq", collect, &got), 0);
+    assert_int_equal(got.n, 2);                 /* d2 is not replayed */
+    assert_string_equal(got.r[0].id, "d1");
+    assert_string_equal(got.r[1].id, "d3");
+    assert_true(got.r[0].published_wall == 1.7e9 && got.r[0].done_at == 0);
+    assert_int_equal(count(j, "dlq"), 2);
+    struct row w;
+    assert_int_equal(seda__journal_get(j, "dlq", "d2", find_id, &w),
+                     -ENOENT);
+    struct rows kept = { 0 };
+    assert_int_equal(seda__journal_scan(j, "WHERE id = ?1", "d2", collect,
+                                        &kept), 0);
+    assert_int_equal(kept.n, 1);                /* listed, marked done */
+    assert_true(kept.r[0].done_at >= before - 1 &&
+                kept.r[0].done_at <= seda__journal_wall() + 1);
+    assert_true(kept.r[0].published_wall == 1.7e9 + 1);
+    /* A purge of the stage takes its live rows only. */
+    assert_int_equal(seda__journal_delete_stage(j, "dlq"), 0);
+    memset(&kept, 0, sizeof kept);
+    assert_int_equal(seda__journal_scan(j, "WHERE stage = 'dlq'", NULL,
+                                        collect, &kept), 0);
+    assert_int_equal(kept.n, 1);
+    assert_string_equal(kept.r[0].id, "d2");
+    /* A MOVE makes it live again (dlq replay), wall clock kept. */
+    seda_jop mv = { .op = SEDA_JOP_MOVE, .rec = mkrec("work", "d2", "b", 1) };
+    mv.rec.key = r[1].key;
+    mv.rec.published_wall = 5;              /* ignored: insert only */
+    assert_int_equal(seda__journal_apply(j, &mv, 1), 0);
+    memset(&got, 0, sizeof got);
+    assert_int_equal(seda__journal_replay(j, "work", collect, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_true(got.r[0].done_at == 0);
+    assert_true(got.r[0].published_wall == 1.7e9 + 1);
+    seda__journal_close(j);
+}
+
+static void test_journal_opens_schema_1_and_upgrades(void **state)
+{
+    struct fx *f = *state;
+    char path[160];
+    assert_int_equal(mkdir(f->sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->sub);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+        "CREATE TABLE envelopes(key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
+        " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
+        " slip BLOB, kind INTEGER, payload BLOB, published_at REAL);"
+        "CREATE TABLE dedup(stage TEXT, id TEXT, seq INTEGER,"
+        " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
+        "CREATE TABLE meta(k TEXT PRIMARY KEY, v);"
+        "INSERT INTO meta VALUES('schema_version', 1);"
+        "INSERT INTO envelopes VALUES(7, 's', 'old', 1, NULL, x'', x'', 0,"
+        " x'6f6c64', 3.5);", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct seda_journal *j = jopen(f->sub, false);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(got.r[0].key, 7);
+    assert_true(got.r[0].published_wall == 0 && got.r[0].done_at == 0);
+    seda_jrec r = mkrec("s", "new", "n", 1);
+    r.published_wall = 2e9;
+    assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
+    assert_int_equal(r.key, 8);                 /* after the old rows */
+    seda__journal_close(j);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT v FROM meta WHERE k = "
+                                        "'schema_version'", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), SEDA_JOURNAL_SCHEMA);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -821,6 +917,8 @@ int main(void)
         T(test_journal_unwritable_dir_fails_clearly),
         T(test_journal_full_disk_returns_eio),
         T(test_journal_rejects_bad_arguments),
+        T(test_journal_keep_hides_row_from_replay),
+        T(test_journal_opens_schema_1_and_upgrades),
     };
 #undef T
     return cmocka_run_group_tests_name("journal", tests, NULL, NULL);

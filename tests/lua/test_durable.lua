@@ -238,8 +238,13 @@ T.test("crash recovery: SIGKILL at random moments, nothing lost, duplicates only
     local np, nd = check_round(round, prefix, pubfile, logs)
     total_pub, total_dup = total_pub + np, total_dup + nd
     if HAVE_SQLITE then
-      T.eq(sqlite(data .. "/seda.db", "SELECT count(*) FROM envelopes"), "0\n",
-           "round " .. round .. ": journal empty after recovery")
+      -- Nothing live is left; what stays is dead letters the DLQ's
+      -- handler was done with (kept on disk for seda-lua dlq).
+      T.eq(sqlite(data .. "/seda.db", "SELECT count(*) FROM envelopes WHERE done_at IS NULL"),
+           "0\n", "round " .. round .. ": no live row after recovery")
+      T.eq(sqlite(data .. "/seda.db", "SELECT count(*) FROM envelopes WHERE stage <> 'dlq' "
+           .. "OR instr(headers, CAST('x-dead-reason' AS BLOB)) = 0"), "0\n",
+           "round " .. round .. ": only done dead letters are kept")
     end
   end
   print(string.format("  seed %d, %d rounds: %d envelopes published, %d rounds killed "
@@ -314,10 +319,14 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   local rows = {}
   for l in out:gmatch("[^\n]+") do rows[#rows + 1] = l end
   T.eq(#rows, 5, "header + 4 rows: " .. out)
-  T.eq(rows[1], "ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY", "header")
+  T.eq(rows[1], "ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\tSTATE\tPUBLISHED",
+       "header")
   for i = 1, 4 do
-    local id, stage, from, reason, attempts, bytes = rows[i + 1]:match(
-      "^(%S+)\t(%S+)\t(%S+)\t(%S+)\t(%d+)\t(%d+)\t(%d+)$")
+    local id, stage, from, reason, attempts, bytes, _, state, published =
+      rows[i + 1]:match("^(%S+)\t(%S+)\t(%S+)\t(%S+)\t(%d+)\t(%d+)\t(%d+)\t(%S+)\t(%S+)$")
+    T.eq(state, "queued", "list state: waiting in dlq")
+    T.ok(published and published:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d"),
+         "list: a wall-clock publish time, got " .. tostring(published))
     T.eq(id, "w" .. i, "list id")
     T.eq(stage, "dlq", "list stage")
     T.eq(from, "work", "list x-dead-from")
@@ -335,7 +344,10 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.contains(out, "slip:", "show slip")
   out, code = dlq_cli(dir, "show", "w2")
   T.eq(code, 0, "show w2 exit: " .. out)
-  T.contains(out, "<lua value", "show a Lua-encoded payload")
+  T.contains(out, "(a Lua value", "show a Lua-encoded payload ...")
+  T.contains(out, "{ n = 2 }", "... decoded, as the REPL prints it: " .. out)
+  T.contains(out, "state: queued", "show: still waiting in its stage")
+  T.ok(out:match("published: %d%d%d%d%-%d%d%-%d%dT"), "show: wall-clock time: " .. out)
   out, code = dlq_cli(dir, "show", "nope")
   T.eq(code, 1, "show unknown id: " .. out)
   out, code = dlq_cli(dir, "show", "h1")
@@ -362,7 +374,8 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.contains(out, "purged 3", "purge count")
   out, code = dlq_cli(dir, "list")
   T.eq(code, 0, "list after purge")
-  T.eq(out, "ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\n", "empty list after purge")
+  T.eq(out, "ID\tSTAGE\tFROM\tREASON\tATTEMPTS\tBYTES\tKEY\tSTATE\tPUBLISHED\n",
+       "empty list after purge")
   if HAVE_SQLITE then
     T.eq(sqlite(dir .. "/seda.db", "SELECT stage, id FROM envelopes ORDER BY key"),
          "held|h1\n", "purge kept the row that is not a dead letter")
@@ -375,6 +388,77 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   out, code = dlq_cli(base .. "/nowhere", "list")
   T.eq(code, 1, "no journal: " .. out)
   T.ok(not io.open(base .. "/nowhere/seda.db"), "the CLI does not create a journal")
+  os.execute("rm -rf " .. q(base))
+end)
+
+T.test("a handler on a durable DLQ: dead letters stay on disk, done, and never come back", function()
+  local base = T.tmpdir()
+  local dir = base .. "/data"
+  local before = os.time()
+  local out, code = child("dlq_handled", dir, "3")
+  T.eq(code, 0, "dlq_handled: " .. out)
+  T.contains(out, "dlq delivered 3 seen 3", "the DLQ's handler acked all three")
+  out, code = dlq_cli(dir, "list")
+  T.eq(code, 0, "list exit: " .. out)
+  local n = 0
+  for l in out:gmatch("[^\n]+") do
+    local id, state = l:match("^(w%d)\t.*\t(%S+)\t%S+$")
+    if id then
+      n = n + 1
+      T.eq(state, "done", id .. ": done, kept on disk")
+    end
+  end
+  T.eq(n, 3, "every handled dead letter is listed: " .. out)
+  out, code = dlq_cli(dir, "show", "w2")
+  T.eq(code, 0, "show exit: " .. out)
+  T.contains(out, "state: done 20", "show: done, with a wall-clock time")
+  T.contains(out, 'tags = { "a", "b" }', "show decodes the Lua payload: " .. out)
+  T.contains(out, "n = 2", "... every field")
+  local y, mo, d, h, mi, se = out:match("published: (%d+)%-(%d+)%-(%d+)T(%d+):(%d+):(%d+)")
+  local t = y and os.time{ year = tonumber(y), month = tonumber(mo), day = tonumber(d),
+                           hour = tonumber(h), min = tonumber(mi), sec = tonumber(se) }
+  T.ok(t and t >= before - 1 and t <= os.time() + 1,
+       "published is the wall clock of the run: " .. tostring(t) .. " vs " .. before)
+  -- A restart declares the DLQ with its handler again: nothing replayed.
+  out, code = child("dlq_again", dir)
+  T.eq(code, 0, "dlq_again: " .. out)
+  T.contains(out, "dlq depth 0 enqueued 0", "done dead letters are not replayed")
+  T.contains(out, "handled 0", "... nor handled again")
+  -- replay one: it is live again, in its x-dead-from stage
+  out, code = dlq_cli(dir, "replay", "w1")
+  T.eq(code, 0, "replay a done dead letter: " .. out)
+  if HAVE_SQLITE then
+    T.eq(sqlite(dir .. "/seda.db", "SELECT stage, done_at IS NULL FROM envelopes WHERE id = 'w1'"),
+         "work|1\n", "replayed: live again in work")
+  end
+  out, code = dlq_cli(dir, "purge")
+  T.contains(out, "purged 2", "purge removes done dead letters too: " .. out)
+  os.execute("rm -rf " .. q(base))
+end)
+
+T.test("a schema 1 journal opens: upgraded in place, its rows replayed", function()
+  if not HAVE_SQLITE then return end
+  local base = T.tmpdir()
+  local dir = base .. "/data"
+  os.execute("mkdir -p " .. q(dir))
+  local db = dir .. "/seda.db"
+  sqlite(db, "CREATE TABLE envelopes(key INTEGER PRIMARY KEY, stage TEXT NOT NULL, "
+    .. "id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB, slip BLOB, "
+    .. "kind INTEGER, payload BLOB, published_at REAL); "
+    .. "CREATE TABLE dedup(stage TEXT, id TEXT, seq INTEGER, PRIMARY KEY(stage, id)) WITHOUT ROWID; "
+    .. "CREATE TABLE meta(k TEXT PRIMARY KEY, v); "
+    .. "INSERT INTO meta VALUES('schema_version', 1); "
+    .. "INSERT INTO envelopes VALUES(1, 'dlq', 'old1', 1, NULL, "
+    .. "CAST('x-dead-reason' || char(0) || 'max_attempts' || char(0) || 'x-dead-from' || char(0) || 'work' || char(0) AS BLOB), "
+    .. "CAST('' AS BLOB), 0, CAST('old payload' AS BLOB), 12.5);")
+  local out, code = dlq_cli(dir, "show", "old1")
+  T.eq(code, 0, "the CLI reads an old journal: " .. out)
+  T.contains(out, "published: unknown", "no wall clock in an old row")
+  T.contains(out, '"old payload"', "the payload")
+  T.eq(sqlite(db, "SELECT v FROM meta WHERE k = 'schema_version'"), "2\n", "upgraded to 2")
+  out, code = child("dlq_again", dir)
+  T.eq(code, 0, "a bus opens it: " .. out)
+  T.contains(out, "handled 1", "the old live row is replayed and handled")
   os.execute("rm -rf " .. q(base))
 end)
 

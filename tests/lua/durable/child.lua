@@ -173,6 +173,41 @@ elseif mode == "dlq_fill" then
   say("dead_lettered", bus:stats().dead_lettered)
   bus:shutdown(0)
 
+elseif mode == "dlq_handled" then
+  -- dlq_handled DIR N: "work" always nacks; the durable DLQ "dlq" has a
+  -- handler that acks each dead letter (w1..wN, Lua table payloads).
+  -- Waits until dlq completed N.
+  local bus = seda.bus{ data_dir = dir, workers = 2, dead_letter = "dlq" }
+  bus:stage{ name = "dlq", durable = "at_least_once",
+             handler = function(env) seda.shared:incr("dlq_seen") end }
+  bus:stage{ name = "work", durable = "at_least_once",
+             handler = function(env) return false end }
+  local n = tonumber(arg[3])
+  for i = 1, n do
+    assert(bus:publish("work", { n = i, tags = { "a", "b" } },
+                       { id = "w" .. i }))
+  end
+  local deadline = seda.now() + 20
+  while bus:stats("dlq").delivered < n and seda.now() < deadline do
+    bus:poll()
+  end
+  assert(bus:wait(10))
+  say("dlq delivered", bus:stats("dlq").delivered, "seen",
+      seda.shared:get("dlq_seen"))
+  bus:shutdown(5)
+
+elseif mode == "dlq_again" then
+  -- dlq_again DIR: declare the same durable DLQ with its handler again;
+  -- what would it be handed?  (Done dead letters must not come back.)
+  local bus = seda.bus{ data_dir = dir, workers = 1, dead_letter = "dlq" }
+  bus:stage{ name = "dlq", durable = "at_least_once",
+             handler = function(env) seda.shared:incr("dlq_again") end }
+  local s = bus:stats("dlq")
+  say("dlq depth", s.depth, "enqueued", s.enqueued)
+  assert(bus:wait(10))
+  say("handled", seda.shared:get("dlq_again") or 0)
+  bus:shutdown(5)
+
 elseif mode == "dlq_recover" then
   -- dlq_recover DIR LOG N: "work" now succeeds and logs "ID TAG
   -- DEADREASON ATTEMPTS TYPE"; wait until it completed N; dlq and held stay
