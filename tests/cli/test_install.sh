@@ -1,13 +1,19 @@
 #!/bin/sh
-# make install (into a DESTDIR): seda-lua, seda.so, seda.h and libseda.a
-# land under PREFIX; the installed seda-lua runs a script, and the stock
-# lua5.4 loads the installed seda.so from its default module path layout.
+# make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
+# libseda.a, libsedalua.a and seda.pc land under PREFIX; the installed
+# seda-lua runs a script, and the stock lua5.4 loads the installed seda.so
+# from its default module path layout.  From a clean clone of this
+# commit: the staged tree alone builds a C program embedding the Lua host
+# with `pkg-config --static seda`; make clean needs no dependency check,
+# and the flags are read only after scripts/deps.sh ran.
 . "$(dirname "$0")/lib.sh"
 
+FILES="bin/seda-lua lib/lua/5.4/seda.so include/seda.h include/seda_lua.h
+       lib/libseda.a lib/libsedalua.a lib/pkgconfig/seda.pc"
 R="$D/root"
 out=$(make -s ${V:+V=$V} install DESTDIR="$R" PREFIX=/usr/local 2>&1)
 check "make install succeeds ($out)" [ $? = 0 ]
-for f in bin/seda-lua lib/lua/5.4/seda.so include/seda.h lib/libseda.a; do
+for f in $FILES; do
     check "installed $f" [ -s "$R/usr/local/$f" ]
 done
 check "installed seda-lua is executable" [ -x "$R/usr/local/bin/seda-lua" ]
@@ -27,7 +33,110 @@ if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
 fi
 out=$(make -s ${V:+V=$V} uninstall DESTDIR="$R" PREFIX=/usr/local 2>&1)
 check "make uninstall succeeds ($out)" [ $? = 0 ]
-for f in bin/seda-lua lib/lua/5.4/seda.so include/seda.h lib/libseda.a; do
+for f in $FILES; do
     check "uninstalled $f" [ ! -e "$R/usr/local/$f" ]
 done
+
+# ---- from a clean clone ----
+ROOT=$(git rev-parse --show-toplevel 2>/dev/null)
+if [ -z "$ROOT" ]; then
+    echo "skip $NAME: not in a git checkout (the clean-clone part)"
+    finish
+fi
+COMMIT=$(git -C "$ROOT" rev-parse HEAD)
+C="$D/clone"
+git clone -q "$ROOT" "$C" && git -C "$C" checkout -q "$COMMIT"
+check "a clean clone of $COMMIT" [ -f "$C/Makefile" ]
+out=$(cd "$C" && make clean 2>&1)
+check "make clean in a clone never built ($out)" [ $? = 0 ]
+# make clean runs no dependency check: it works with a deps.sh that fails.
+cp "$C/scripts/deps.sh" "$D/deps.sh.orig"
+printf '#!/bin/sh\necho "deps.sh ran" >&2\nexit 1\n' >"$C/scripts/deps.sh"
+out=$(cd "$C" && make clean 2>&1)
+check "make clean does not run scripts/deps.sh ($out)" \
+    sh -c "[ $? = 0 ] && ! printf '%s' '$out' | grep -q 'deps.sh ran'"
+out=$(cd "$C" && make -s 2>&1)
+check "a build stops when scripts/deps.sh fails ($out)" \
+    contains "$out" "could not install the build dependencies"
+check "... leaving no flags file" [ ! -e "$C/build/config.mk" ]
+# The flags are read after deps.sh: a pkg-config that works only once
+# deps.sh has run (as on a fresh machine, where it installs the packages).
+printf '#!/bin/sh\n[ -e "%s" ] || { echo "pkg-config before deps.sh" >&2; exit 1; }\nexec pkg-config "$@"\n' \
+    "$D/deps-ran" >"$D/pkg-config"
+chmod +x "$D/pkg-config"
+printf '#!/bin/sh\ntouch "%s"\nexec sh "%s" "$@"\n' "$D/deps-ran" \
+    "$D/deps.sh.orig" >"$C/scripts/deps.sh"
+out=$(cd "$C" && make -s -j2 ${V:+V=$V} PKG_CONFIG="$D/pkg-config" \
+      install DESTDIR="$D/stage" PREFIX=/usr/local 2>&1)
+check "make install from the clean clone ($out)" [ $? = 0 ]
+check "... read the flags after scripts/deps.sh ran" \
+    grep -q -- "-I/usr/include/lua5.4" "$C/build/config.mk"
+S="$D/stage/usr/local"
+for f in $FILES; do
+    check "staged $f" [ -s "$S/$f" ]
+done
+# A C program embedding the Lua host, built against the staged tree with
+# pkg-config alone; it drives callbacks and a timer with the host API.
+cat >"$D/host.c" <<'C'
+#include <poll.h>
+#include <stdio.h>
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+#include <seda_lua.h>
+
+static const char script[] =
+    "local seda = require 'seda'\n"
+    "BUS = seda.bus{ workers = 1 }\n"
+    "BUS:stage{ name = 's', handler = function(env) env.payload = env.payload * 2 end }\n"
+    "SUM, TICKED = 0, false\n"
+    "for i = 1, 5 do BUS:publish('s', i, { on_complete = function(env)\n"
+    "  SUM = SUM + env.payload end }) end\n"
+    "seda.timer(0.01, function() TICKED = true end)\n";
+
+int main(void)
+{
+    lua_State *L = luaL_newstate();
+    luaL_openlibs(L);
+    luaL_requiref(L, "seda", luaopen_seda, 0);
+    lua_pop(L, 1);
+    if (luaL_dostring(L, script) != LUA_OK) {
+        fprintf(stderr, "%s\n", lua_tostring(L, -1));
+        return 1;
+    }
+    for (int turn = 0; turn < 2000; turn++) {
+        lua_getglobal(L, "SUM");
+        lua_getglobal(L, "TICKED");
+        int done = lua_tointeger(L, -2) == 30 && lua_toboolean(L, -1);
+        lua_pop(L, 2);
+        if (done)
+            break;
+        struct pollfd p = { seda_lua_wakefd(L), POLLIN, 0 };
+        double t = seda_lua_next_timer(L);
+        poll(&p, 1, t < 0 || t > 0.01 ? 10 : (int)(t * 1000) + 1);
+        seda_lua_run_pending(L);
+    }
+    lua_getglobal(L, "SUM");
+    lua_getglobal(L, "TICKED");
+    printf("embedded sum=%d ticked=%d\n", (int)lua_tointeger(L, -2),
+           lua_toboolean(L, -1));
+    luaL_dostring(L, "BUS:shutdown()");
+    lua_close(L);
+    return 0;
+}
+C
+flags=$(PKG_CONFIG_PATH="$S/lib/pkgconfig" pkg-config --cflags --libs --static seda 2>&1)
+check "pkg-config finds the staged seda.pc ($flags)" contains "$flags" "-lsedalua -lseda"
+check "... with its private requirements (sqlite3)" contains "$flags" "-lsqlite3"
+san=""
+case "${V:-release}" in
+    asan) san="-fsanitize=address,undefined" ;;
+    tsan) san="-fsanitize=thread" ;;
+esac
+out=$(cc -std=c11 -D_POSIX_C_SOURCE=200809L $san "$D/host.c" -o "$D/host" $flags 2>&1)
+check "a C program embedding the Lua host builds from the staged tree ($out)" \
+    [ -x "$D/host" ]
+out=$("$D/host" 2>&1)
+check "... and runs: callbacks and a timer through the host API ($out)" \
+    [ "$out" = "embedded sum=30 ticked=1" ]
 finish
