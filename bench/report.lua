@@ -1,30 +1,38 @@
 -- SPDX-License-Identifier: MIT
--- bench/report.lua RESULTS.jsonl OUTDIR -- run by bench/report.
+-- bench/report.lua OUTDIR GNUPLOT_SCRIPT RESULTS.jsonl... -- run by
+-- bench/report.
 --
--- Reads the JSON rows of one benchmark run and writes OUTDIR/report.md
--- (Markdown tables: median over trials, min-max; durable rows in a
--- "Durable" table by config and sync) and GNUPLOT_SCRIPT, a
--- gnuplot script with the data inline that draws OUTDIR/throughput.svg
--- (throughput by config and handler) and OUTDIR/capacity.svg (the capacity
--- curve: achieved/target and p99 against load fraction).  Rows that did
--- not drain are listed but never averaged in (WORKLOAD.md).
+-- Reads the JSON rows of one or more benchmark runs and writes
+-- OUTDIR/report.md (Markdown tables: median over trials, min-max) and
+-- GNUPLOT_SCRIPT, a gnuplot script with the data inline that draws one
+-- chart per family into OUTDIR: capacity.svg, count.svg, pipeline.svg,
+-- durable.svg, fanout.svg and firehose.svg.  Every bar or point is the
+-- median over trials with a min-max bar; throughput charts draw the
+-- floors of the run the rows came from (the empty Lua call and the
+-- mutex+condvar ring) as dashed lines.  Rows that did not drain are listed
+-- but never averaged in.
 
-local file, outdir, gpfile = arg[1], arg[2] or "bench", arg[3]
-assert(file, "usage: report.lua RESULTS.jsonl [OUTDIR [GNUPLOT_SCRIPT]]")
-gpfile = gpfile or (outdir .. "/report.gp")
+local outdir, gpfile = arg[1], arg[2]
+local files = { table.unpack(arg, 3) }
+assert(outdir and gpfile and #files > 0,
+       "usage: report.lua OUTDIR GNUPLOT_SCRIPT RESULTS.jsonl...")
+local file = table.concat(files, ", ")
 
--- The rows are flat objects of strings, numbers, booleans and null.
+-- The rows are flat objects of strings, numbers, booleans and null; each
+-- remembers which file (run) it came from, for its floors.
 local rows = {}
-for line in io.lines(file) do
-  if line:match("^%s*{") then
-    local r = {}
-    for k, q, v in line:gmatch('"([%w_]+)":("?)([^,}"]*)') do
-      if q == '"' then r[k] = v
-      elseif v == "true" then r[k] = true
-      elseif v == "false" then r[k] = false
-      elseif v ~= "null" then r[k] = tonumber(v) end
+for fi, name in ipairs(files) do
+  for line in io.lines(name) do
+    if line:match("^%s*{") then
+      local r = { _run = fi }
+      for k, q, v in line:gmatch('"([%w_]+)":("?)([^,}"]*)') do
+        if q == '"' then r[k] = v
+        elseif v == "true" then r[k] = true
+        elseif v == "false" then r[k] = false
+        elseif v ~= "null" then r[k] = tonumber(v) end
+      end
+      rows[#rows + 1] = r
     end
-    rows[#rows + 1] = r
   end
 end
 
@@ -273,6 +281,35 @@ if #cnt > 0 then
   end
   out("")
 end
+local fan = select(function(r) return r.config == "fanout" end)
+if #fan > 0 then
+  out("## fanout (handlers that publish, managed blocking)")
+  out("")
+  out("Four `src` handlers each publish 100 000 envelopes into `sink` on a bus of 2 workers; a small `sink` (64) makes the workers wait inside `src`, loan threads drain it; the large capacity never fills (the baseline).")
+  out("")
+  out("| handler | sink capacity | deliveries/s | loans | loans peak | lost | not drained |")
+  out("|---|---|---|---|---|---|---|")
+  for _, h in ipairs{"c", "lua"} do
+    local caps, list = {}, {}
+    for _, r in ipairs(fan) do
+      if r.handler == h and not caps[r.capacity] then
+        caps[r.capacity] = true
+        list[#list + 1] = r.capacity
+      end
+    end
+    table.sort(list)
+    for _, cap in ipairs(list) do
+      local rs = select(function(r)
+        return r.config == "fanout" and r.handler == h and r.capacity == cap end)
+      local lost = 0
+      for _, x in ipairs(rs) do lost = lost + (x.lost or 0) end
+      out("| %s | %d | %s | %s | %s | %d | %d |", h, cap,
+          cell(rs, "throughput_eps", rate), cell(rs, "loans", function(x) return num(x, "%.0f") end),
+          cell(rs, "loans_peak", function(x) return num(x, "%.0f") end), lost, undrained(rs))
+    end
+  end
+  out("")
+end
 local mem = select(function(r) return r.config == "memory" end)
 if #mem > 0 then
   out("## Memory")
@@ -285,84 +322,301 @@ if #mem > 0 then
   end
   out("")
 end
-out("Charts: `throughput.svg` (throughput by config and handler), " ..
-    "`capacity.svg` (capacity curve).")
+out("Charts (median over trials, min–max bars; dashed lines: the " ..
+    "floors of the run): `capacity.svg`, `count.svg`, `pipeline.svg`, " ..
+    "`durable.svg`, `fanout.svg`, `firehose.svg`.")
 
 local f = assert(io.open(outdir .. "/report.md", "w"))
 f:write(table.concat(md, "\n"), "\n")
 f:close()
 
--- ---- gnuplot ----
+-- ---- gnuplot: one chart per family ----
 local gp = {}
 local function g(fmt, ...) gp[#gp + 1] = string.format(fmt, ...) end
+local COLORS = { "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1",
+                 "#76b7b2" }
 
-local function thr_of(config, handler)
-  local rs = select(function(r)
-    return r.config == config and r.handler == handler and
-           (r.load_fraction == nil or r.load_fraction == 0)
-  end)
-  local m = med(rs, "throughput_eps")
-  return m and string.format("%.4f", m / 1e6) or "NaN"
+-- {median, min, max} of field over rows scaled by k, or nil.
+local function mmm(rs, field, k)
+  local v = values(rs, field)
+  if #v == 0 then return nil end
+  k = k or 1
+  return { median(v) * k, v[1] * k, v[#v] * k }
 end
 
-g("$thr << EOD")
-for _, c in ipairs{"cap1", "cap8", "seq", "par", "chan", "cap1_table"} do
-  g("%s %s %s", c, thr_of(c, "c"), thr_of(c, "lua"))
-end
-g("EOD")
-for i, ch in ipairs(CAP) do
-  g("$cap%d << EOD", i)
-  for _, fr in ipairs{0.5, 1.0, 1.5} do
+-- The floors (rate/s medians) of run `run`: { {name, value}, ... }.
+local function floors_of(run, names)
+  local out_ = {}
+  for _, n in ipairs(names) do
     local rs = select(function(r)
-      return r.config == ch[1] and r.handler == ch[2] and r.load_fraction == fr
+      return r.config == "floor" and r.name == n and r._run == run
     end)
-    local a, p = med(rs, "achieved_ratio"), med(rs, "p99_us")
-    g("%.1f %s %s", fr, a and string.format("%.4f", a) or "NaN",
-      p and string.format("%.2f", p) or "NaN")
+    local m = med(rs, "rate_per_s")
+    if m then out_[#out_ + 1] = { n, m } end
+  end
+  return out_
+end
+
+local FLOOR_LABEL = { lua_call = "empty Lua call", mutex_ring = "mutex+condvar ring" }
+
+local ndata = 0
+-- A clustered bar chart with min-max bars.  spec: file, title, ylabel,
+-- series (names), groups = { { label, { {med,min,max} or nil per series } } },
+-- floors = { {name, value} } (same unit as the bars), scale (divide by).
+local function bars(spec)
+  local any = false
+  for _, grp in ipairs(spec.groups) do
+    for i = 1, #spec.series do if grp[2][i] then any = true end end
+  end
+  if not any then return false end
+  ndata = ndata + 1
+  local name = "$bars" .. ndata
+  local lo, hi = math.huge, 0
+  g("%s << EOD", name)
+  for _, grp in ipairs(spec.groups) do
+    local cells = { '"' .. grp[1] .. '"' }
+    for i = 1, #spec.series do
+      local v = grp[2][i]
+      if v then
+        cells[#cells + 1] = string.format("%.6g %.6g %.6g", v[1], v[2], v[3])
+        lo, hi = math.min(lo, v[2]), math.max(hi, v[3])
+      else
+        cells[#cells + 1] = "NaN NaN NaN"
+      end
+    end
+    g("%s", table.concat(cells, " "))
   end
   g("EOD")
+  for _, fl in ipairs(spec.floors or {}) do
+    lo, hi = math.min(lo, fl[2]), math.max(hi, fl[2])
+  end
+  if spec.file then
+    g("reset")
+    g("set terminal svg size 860,480 dynamic noenhanced font 'sans,11' background '#ffffff'")
+    g("set output '%s/%s'", outdir, spec.file)
+  end
+  g("set title '%s'", spec.title)
+  g("set ylabel '%s'", spec.ylabel)
+  g("set style data histograms")
+  g("set style histogram errorbars gap 1 lw 1")
+  g("set style fill solid 0.85 border -1")
+  g("set boxwidth 0.9")
+  g("set grid ytics")
+  g("set key top left")
+  g("set logscale y")
+  g("set yrange [%.6g:%.6g]", lo / 3, hi * 3)
+  for i, fl in ipairs(spec.floors or {}) do
+    g("set arrow %d from graph 0, first %.6g to graph 1, first %.6g nohead dt 2 lw 1.5 lc rgb '#555555'",
+      i, fl[2], fl[2])
+    g("set label %d '%s floor %s/s' at graph 0.99, first %.6g right offset 0,0.6 textcolor rgb '#555555'",
+      i, FLOOR_LABEL[fl[1]] or fl[1], rate(fl[2] * (spec.scale or 1)), fl[2])
+  end
+  local parts = {}
+  for i, sname in ipairs(spec.series) do
+    local c = 2 + (i - 1) * 3
+    parts[#parts + 1] = string.format("%s using %d:%d:%d%s title '%s' lc rgb '%s'",
+      i == 1 and name or "''", c, c + 1, c + 2, i == 1 and ":xtic(1)" or "",
+      sname, COLORS[i])
+  end
+  g("plot %s", table.concat(parts, ", "))
+  g("unset arrow")
+  g("unset label")
+  g("unset logscale y")
+  return true
 end
-g("set terminal svg size 800,450 dynamic noenhanced font 'sans,11' background '#ffffff'")
-g("set output '%s/throughput.svg'", outdir)
-g("set title 'Throughput by config and handler (cap*: unpaced calibration; median)'")
-g("set ylabel 'million envelopes / s'")
-g("set style data histograms")
-g("set style histogram clustered gap 1")
-g("set style fill solid 0.85 border -1")
-g("set boxwidth 0.9")
-g("set grid ytics")
-g("set yrange [0:*]")
-g("set key top right")
-g("plot $thr using 2:xtic(1) title 'C consumer' lc rgb '#4e79a7', '' using 3 title 'Lua handler' lc rgb '#f28e2b'")
-g("reset")
-g("set terminal svg size 800,700 dynamic noenhanced font 'sans,11' background '#ffffff'")
-g("set output '%s/capacity.svg'", outdir)
-g("set multiplot layout 2,1 title 'Capacity curve (median over trials)'")
-g("set lmargin 12")
-g("set grid")
-g("set xrange [0.4:1.6]")
-g("set xtics (0.5, 1.0, 1.5)")
-g("set key outside right")
-g("set ylabel 'achieved / target'")
-g("set yrange [0:1.2]")
-local colors = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1"}
-local parts = {}
-for i, ch in ipairs(CAP) do
-  parts[#parts + 1] = string.format("$cap%d using 1:2 with linespoints lw 2 pt 7 lc rgb '%s' title '%s/%s'",
-                                    i, colors[i], ch[1], ch[2])
+
+local function rs_of(pred) return select(pred) end
+local function run_of(rs) return rs[1] and rs[1]._run end
+local function floors_for(rs, names, k)
+  local run = run_of(rs)
+  if not run then return {} end
+  local fl = floors_of(run, names)
+  for _, x in ipairs(fl) do x[2] = x[2] * (k or 1) end
+  return fl
 end
-g("plot %s", table.concat(parts, ", "))
-g("set ylabel 'p99 latency (µs)'")
-g("set xlabel 'load fraction (of max throughput)'")
-g("set logscale y")
-g("set yrange [*:*]")
-parts = {}
-for i, ch in ipairs(CAP) do
-  parts[#parts + 1] = string.format("$cap%d using 1:3 with linespoints lw 2 pt 7 lc rgb '%s' title '%s/%s'",
-                                    i, colors[i], ch[1], ch[2])
+local M = 1e-6          -- charts in millions per second
+
+-- capacity: calibration throughput, achieved/target and p99 by load.
+do
+  local groups, all = {}, {}
+  for _, c in ipairs{ "cap1", "cap8", "cap1_table" } do
+    local vals = {}
+    for i, h in ipairs{ "c", "lua" } do
+      local rs = rs_of(function(r)
+        return r.config == c and r.handler == h and r.load_fraction == 0
+      end)
+      vals[i] = mmm(rs, "throughput_eps", M)
+      for _, r in ipairs(rs) do all[#all + 1] = r end
+    end
+    groups[#groups + 1] = { c .. " (unpaced)", vals }
+  end
+  g("reset")
+  g("set terminal svg size 860,1080 dynamic noenhanced font 'sans,11' background '#ffffff'")
+  g("set output '%s/capacity.svg'", outdir)
+  g("set multiplot layout 3,1 title 'Capacity family (cap1, cap8, cap1_table): median over trials, min–max bars'")
+  g("set lmargin 12")
+  bars{ series = { "C consumer", "Lua handler" },
+        title = "calibration throughput (unpaced)",
+        ylabel = "million envelopes / s (log)", groups = groups, scale = 1e6,
+        floors = floors_for(all, { "mutex_ring", "lua_call" }, M) }
+  -- The curve: achieved/target and p99 against load, with min-max bars.
+  local curves = {}
+  for i, ch in ipairs(CAP) do
+    local pts = {}
+    for _, fr in ipairs{ 0.5, 1.0, 1.5 } do
+      local rs = rs_of(function(r)
+        return r.config == ch[1] and r.handler == ch[2] and r.load_fraction == fr
+      end)
+      pts[#pts + 1] = { fr, mmm(rs, "achieved_ratio"), mmm(rs, "p99_us") }
+    end
+    curves[i] = pts
+  end
+  local have = false
+  for _, pts in ipairs(curves) do
+    for _, p in ipairs(pts) do if p[2] then have = true end end
+  end
+  if have then
+    for i, pts in ipairs(curves) do
+      g("$curve%d << EOD", i)
+      for _, p in ipairs(pts) do
+        local a, q = p[2] or { 0 / 0, 0 / 0, 0 / 0 }, p[3] or { 0 / 0, 0 / 0, 0 / 0 }
+        g("%.2f %.6g %.6g %.6g %.6g %.6g %.6g", p[1] + (i - 3) * 0.012,
+          a[1], a[2], a[3], q[1], q[2], q[3])
+      end
+      g("EOD")
+    end
+    g("set style data linespoints")
+    g("set title 'the paced sweep: achieved / target'")
+    g("set grid")
+    g("set xrange [0.4:1.6]")
+    g("set xtics (0.5, 1.0, 1.5)")
+    g("set key outside right")
+    g("set ylabel 'achieved / target'")
+    g("set yrange [0:1.2]")
+    local parts = {}
+    for i, ch in ipairs(CAP) do
+      parts[#parts + 1] = string.format("$curve%d using 1:2:3:4 with yerrorlines lw 2 pt 7 lc rgb '%s' title '%s/%s'",
+                                        i, COLORS[i], ch[1], ch[2])
+    end
+    g("plot %s", table.concat(parts, ", "))
+    g("set title 'the paced sweep: p99 latency'")
+    g("set ylabel 'p99 latency (µs, log)'")
+    g("set xlabel 'load fraction (of max throughput)'")
+    g("set logscale y")
+    g("set yrange [*:*]")
+    parts = {}
+    for i, ch in ipairs(CAP) do
+      parts[#parts + 1] = string.format("$curve%d using 1:5:6:7 with yerrorlines lw 2 pt 7 lc rgb '%s' title '%s/%s'",
+                                        i, COLORS[i], ch[1], ch[2])
+    end
+    g("plot %s", table.concat(parts, ", "))
+  end
+  g("unset multiplot")
 end
-g("plot %s", table.concat(parts, ", "))
-g("unset multiplot")
+
+-- count: the hand-off, one and two producers.
+do
+  local groups, all = {}, {}
+  for _, np in ipairs{ 1, 2 } do
+    local vals = {}
+    for i, h in ipairs{ "c", "lua" } do
+      local rs = rs_of(function(r)
+        return r.config == "count" and r.handler == h and r.producers == np
+      end)
+      vals[i] = mmm(rs, "throughput_eps", M)
+      for _, r in ipairs(rs) do all[#all + 1] = r end
+    end
+    groups[#groups + 1] = { np .. (np == 1 and " producer" or " producers"), vals }
+  end
+  bars{ file = "count.svg", series = { "C consumer", "Lua handler" },
+        title = "count: the hand-off (median, min–max)", scale = 1e6,
+        ylabel = "million envelopes / s (log)", groups = groups,
+        floors = floors_for(all, { "mutex_ring", "lua_call" }, M) }
+end
+
+-- pipeline: 4 Lua stages.
+do
+  local groups, all = {}, {}
+  local seen = {}
+  for _, r in ipairs(rows) do
+    if r.config == "pipeline" and not seen[r.producers] then
+      seen[r.producers] = true
+      local rs = rs_of(function(x)
+        return x.config == "pipeline" and x.producers == r.producers
+      end)
+      for _, x in ipairs(rs) do all[#all + 1] = x end
+      groups[#groups + 1] = { r.producers .. (r.producers == 1 and " producer" or " producers"),
+        { mmm(rs, "itineraries_per_s", M), mmm(rs, "handler_calls_per_s", M) } }
+    end
+  end
+  bars{ file = "pipeline.svg", series = { "itineraries / s", "handler calls / s" },
+        title = "pipeline: 4 Lua stages by routing slip (median, min–max)",
+        ylabel = "million / s (log)", groups = groups, scale = 1e6,
+        floors = floors_for(all, { "lua_call" }, M) }
+end
+
+-- durable: journal-bound.
+do
+  local groups, all = {}, {}
+  for _, c in ipairs{ "durable1", "durable_batch", "durable_pipeline" } do
+    local vals = {}
+    for i, sy in ipairs{ "normal", "full" } do
+      local rs = rs_of(function(r) return r.config == c and r.sync == sy end)
+      vals[i] = mmm(rs, "throughput_eps", 1e-3)
+      for _, r in ipairs(rs) do all[#all + 1] = r end
+    end
+    groups[#groups + 1] = { c, vals }
+  end
+  bars{ file = "durable.svg", series = { "sync = normal", "sync = full" },
+        title = "durable: journaled stages (median, min–max)", scale = 1e3,
+        ylabel = "thousand envelopes (or itineraries) / s (log)", groups = groups,
+        floors = floors_for(all, { "mutex_ring" }, 1e-3) }
+end
+
+-- fanout: handlers that publish into a small stage, against a baseline.
+do
+  local groups, all = {}, {}
+  local caps = {}
+  for _, r in ipairs(rows) do
+    if r.config == "fanout" then caps[r.capacity] = true end
+  end
+  local list = {}
+  for c in pairs(caps) do list[#list + 1] = c end
+  table.sort(list)
+  for _, cap in ipairs(list) do
+    local vals = {}
+    for i, h in ipairs{ "c", "lua" } do
+      local rs = rs_of(function(r)
+        return r.config == "fanout" and r.handler == h and r.capacity == cap
+      end)
+      vals[i] = mmm(rs, "throughput_eps", M)
+      for _, r in ipairs(rs) do all[#all + 1] = r end
+    end
+    groups[#groups + 1] = { "sink capacity " .. cap, vals }
+  end
+  bars{ file = "fanout.svg", series = { "C consumers", "Lua handlers" },
+        title = "fanout: 4 handlers x 100 000 publishes, 2 workers (median, min–max)",
+        ylabel = "million sink deliveries / s (log)", groups = groups, scale = 1e6,
+        floors = floors_for(all, { "mutex_ring", "lua_call" }, M) }
+end
+
+-- firehose: seq, par, chan.
+do
+  local groups, all = {}, {}
+  for _, c in ipairs{ "seq", "par", "chan" } do
+    local vals = {}
+    for i, h in ipairs{ "c", "lua" } do
+      local rs = rs_of(function(r) return r.config == c and r.handler == h end)
+      vals[i] = mmm(rs, "throughput_eps", M)
+      for _, r in ipairs(rs) do all[#all + 1] = r end
+    end
+    groups[#groups + 1] = { c, vals }
+  end
+  bars{ file = "firehose.svg", series = { "C consumer", "Lua handler" },
+        title = "Firehose: 200 000 envelopes unpaced (median, min–max)",
+        ylabel = "million envelopes / s (log)", groups = groups, scale = 1e6,
+        floors = floors_for(all, { "mutex_ring", "lua_call" }, M) }
+end
 
 f = assert(io.open(gpfile, "w"))
 f:write(table.concat(gp, "\n"), "\n")
