@@ -9,7 +9,8 @@
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
 #   make run        build and run examples/pipeline.lua
 #   make install    seda-lua, seda.so, seda.h, seda_lua.h, libseda.a,
-#                   libsedalua.a and seda.pc (pkg-config) under PREFIX
+#                   libsedalua.a, seda.pc (pkg-config) and
+#                   share/doc/seda-lua/reference.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make clean
@@ -193,6 +194,7 @@ PREFIX ?= /usr/local
 LUA_CMOD_DIR := $(PREFIX)/lib/lua/5.4
 
 PC_DIR := $(PREFIX)/lib/pkgconfig
+DOC_DIR := $(PREFIX)/share/doc/seda-lua
 SEDA_VERSION := $(shell sed -n 's/^\#define SEDA_VERSION "\(.*\)"/\1/p' include/seda.h)
 
 # seda.pc, relocatable (its prefix is found from where the file is, so a
@@ -225,13 +227,16 @@ install: all $(B)/seda.pc
 	    $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(B)/seda.pc $(DESTDIR)$(PC_DIR)/seda.pc
+	install -d $(DESTDIR)$(DOC_DIR)
+	install -m 0644 docs/reference.md $(DESTDIR)$(DOC_DIR)/reference.md
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/seda-lua $(DESTDIR)$(LUA_CMOD_DIR)/seda.so \
 	    $(DESTDIR)$(PREFIX)/include/seda.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_lua.h \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
-	    $(DESTDIR)$(PC_DIR)/seda.pc
+	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(DOC_DIR)/reference.md
+	-rmdir $(DESTDIR)$(DOC_DIR) 2>/dev/null
 
 clean:
 	rm -rf build

@@ -19,7 +19,8 @@
  * matching floor (`floor`, `floor_ratio`): Lua rows against lua_call, C
  * rows against mutex_ring.
  *
- * Fields added to the WORKLOAD.md rows (never changed or removed):
+ * Fields added to the reference workload's rows (the README's Benchmarks
+ * section; never changed or removed):
  *   workers            pool threads of the bus (default: CPUs)
  *   latency            "array": every sample kept, nearest rank exact
  *   floor, floor_ratio the matching floor and throughput_eps / its median
@@ -81,8 +82,8 @@ static void usage(FILE *f)
         "usage: bench/run [--config NAME]... [--handler c|lua] [--quick]\n"
         "                 [--out FILE] [--help]\n"
         "\n"
-        "Runs the seda-lua benchmark (WORKLOAD.md) and prints one JSON object\n"
-        "per trial on stdout; the same lines go to\n"
+        "Runs the seda-lua benchmark (see the README, Benchmarks) and prints\n"
+        "one JSON object per trial on stdout; the same lines go to\n"
         "bench/results/<date>-<host>.jsonl (or --out FILE; --out - for none).\n"
         "Progress goes to stderr.\n"
         "\n"

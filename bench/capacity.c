@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * capacity.c -- the stage families of WORKLOAD.md: the capacity curve
+ * capacity.c -- the stage families of the reference workload (the
+ * README's Benchmarks section): the capacity curve
  * (cap1, cap8, and our cap1_table), the firehose (seq, par, chan), and
  * reload (cap1 with bus:reload every 100 ms).  A fresh bus per trial
  * (inst.c); counts come from the bus; the latency sample count is a cross-

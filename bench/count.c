@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * count.c -- the C runtime's own throughput check (config `count`,
- * not part of WORKLOAD.md's workload).
+ * not part of the reference workload).
  *
  * One producer thread -> one stage (capacity 1024, policy block,
  * concurrency 1) -> a C consumer that only counts; then two producers into

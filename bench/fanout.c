@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fanout.c -- config `fanout` (not part of WORKLOAD.md's reference
- * workload): handlers that publish, under managed blocking (SPEC §9).
+ * fanout.c -- config `fanout` (not part of the reference workload):
+ * handlers that publish, under managed blocking (the README's "Handlers
+ * that publish never stall the pool").
  *
  * Four envelopes into stage `src` (concurrency 2) whose handler publishes
  * 100 000 envelopes each into stage `sink` (one consumer that only

@@ -5,6 +5,12 @@
 --   anything that fails for good -> dlq
 --
 -- Run it with `make run` or `seda-lua examples/pipeline.lua [N]`.
+--
+-- It opens with five tracebacks on stderr, on purpose: every 50th line
+-- below is garbage, handlers/parse.lua raises on it, and each handler
+-- error is reported with its traceback (five a second at most; the rest
+-- are counted: "35 similar errors suppressed").  Those lines end in the
+-- dlq stage as dead letters, which the summary counts.
 local seda = require "seda"
 
 local N = tonumber(arg and arg[1]) or 2000
@@ -32,7 +38,7 @@ local t0 = seda.now()
 for i = 1, N do
   local line
   if i % 50 == 0 then
-    line = "%%garbage%% " .. i                       -- parse fails
+    line = "%%garbage%% " .. i      -- parse raises: a traceback, a dead letter
   elseif i % 10 == 0 then
     line = ("alert id=%d level=high user=%s"):format(i, users[i % 4 + 1])
   elseif i % 97 == 0 then

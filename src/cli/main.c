@@ -71,11 +71,14 @@ static void usage(FILE *f)
         "  -               run the script read from standard input\n"
         "\n"
         "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
-        "dlq DATA_DIR ...: inspect and replay the dead letters a stopped\n"
-        "bus left in its journal.\n"
+        "dlq DATA_DIR ...: inspect and replay the dead letters in a stopped\n"
+        "bus's journal (queued, and done: kept after their dead-letter stage\n"
+        "handled them).\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
-        "workers(n) metrics() help()\n",
+        "workers(n) metrics() help(); timers: seda.timer(delay, fn),\n"
+        "seda.every(interval, fn).  Every option, statistic and reason\n"
+        "code: docs/reference.md (installed as share/doc/seda-lua/).\n",
         progname, progname, progname);
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lcodec.c -- the payload codec: Lua values to bytes and back (SPEC.md §6).
+ * lcodec.c -- the payload codec: Lua values to bytes and back (see docs/reference.md, Publish options).
  *
  * A payload published from one lua_State is handled in another, so it
  * travels as bytes.  This file turns plain data (nil, booleans, integers,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lcodec.h -- the payload codec: Lua values to bytes and back (SPEC.md §6).
+ * lcodec.h -- the payload codec: Lua values to bytes and back (see docs/reference.md, Publish options).
  *
  * Payloads cross lua_States as bytes.  seda__codec_encode() turns a plain
  * data value (nil, boolean, number, string, or a tree of tables of those)
@@ -9,9 +9,9 @@
  * described in the header of lcodec.c.
  *
  * DESIGN
- *   - Both functions work on one lua_State owned by the calling thread
- *     (STYLE.md §5); they hold no locks and keep no global state, so any
- *     number of threads may call them on different states concurrently.
+ *   - Both functions work on one lua_State owned by the calling thread;
+ *     they hold no locks and keep no global state, so any number of
+ *     threads may call them on different states concurrently.
  *   - The encoder never raises a Lua error: it uses raw access only (no
  *     metamethods) and reports failures through a return code and a message
  *     that names the offending path ("payload.items[3].cb: ...").

@@ -107,6 +107,8 @@ check "... and told why ($(tail -1 "$D/idle.out"))" \
 exec 3>&-
 stop_server
 check "server exits 0 (got $SRC)" [ "$SRC" = 0 ]
+out=$("$SEDA" --help)
+check "--help documents --idle-timeout" contains "$out" "--idle-timeout SECS"
 out=$(timeout 20 "$SEDA" --serve --idle-timeout soon "$D/p.lua" 2>&1)
 rc=$?
 check "a bad --idle-timeout is refused (rc $rc)" [ "$rc" != 0 ]

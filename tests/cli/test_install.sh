@@ -1,15 +1,16 @@
 #!/bin/sh
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
-# libseda.a, libsedalua.a and seda.pc land under PREFIX; the installed
-# seda-lua runs a script, and the stock lua5.4 loads the installed seda.so
-# from its default module path layout.  From a clean clone of this
+# libseda.a, libsedalua.a, seda.pc and docs/reference.md land under
+# PREFIX; the installed seda-lua runs a script, and the stock lua5.4
+# loads the installed seda.so from its default module path layout.  From a clean clone of this
 # commit: the staged tree alone builds a C program embedding the Lua host
 # with `pkg-config --static seda`; make clean needs no dependency check,
 # and the flags are read only after scripts/deps.sh ran.
 . "$(dirname "$0")/lib.sh"
 
 FILES="bin/seda-lua lib/lua/5.4/seda.so include/seda.h include/seda_lua.h
-       lib/libseda.a lib/libsedalua.a lib/pkgconfig/seda.pc"
+       lib/libseda.a lib/libsedalua.a lib/pkgconfig/seda.pc
+       share/doc/seda-lua/reference.md"
 R="$D/root"
 out=$(make -s ${V:+V=$V} install DESTDIR="$R" PREFIX=/usr/local 2>&1)
 check "make install succeeds ($out)" [ $? = 0 ]

@@ -2,7 +2,7 @@
 /*
  * test_codec.c -- cmocka tests for the payload codec (src/lcodec.c).
  *
- * Pins down CORRECTNESS.md C10: every supported value survives
+ * Pins down property C10 of the README's correctness table: every supported value survives
  * encode -> decode exactly, unsupported values and cycles fail with the
  * path in the message, and truncated, bit-flipped, random or hostile bytes
  * decode to an error, never a crash.
