@@ -2,9 +2,9 @@
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
 # libseda.a, libsedalua.a, seda.pc and docs/reference.md land under
 # PREFIX; the installed seda-lua runs a script, and the stock lua5.4
-# loads the installed seda.so from its default module path layout.  From a clean clone of this
-# commit: the staged tree alone builds a C program embedding the Lua host
-# with `pkg-config --static seda`; make clean needs no dependency check,
+# loads the installed seda.so from its default module path layout.  From
+# a clean clone of this commit: the staged tree alone builds a C program
+# embedding the Lua host with `pkg-config --static seda`; make clean needs no dependency check,
 # and the flags are read only after scripts/deps.sh ran.
 . "$(dirname "$0")/lib.sh"
 
