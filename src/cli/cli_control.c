@@ -666,6 +666,8 @@ static void run_lines(struct client *c)
 static void read_client(struct client *c)
 {
     char buf[65536];
+    if (c->busy)
+        return;         /* its command runs: in[] is in use (no re-entry) */
     while (!c->dead && !c->eof) {
         if (c->inoff > 0 && c->inoff == c->inlen)
             c->inoff = c->inlen = 0;
@@ -722,7 +724,7 @@ int cli_control_fds(struct pollfd *fds, int max)
     fds[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
     for (struct client *c = clients; c && n < max; c = c->next) {
         short ev = 0;
-        if (unsent(c) <= OUT_SOFT && !c->eof &&
+        if (unsent(c) <= OUT_SOFT && !c->eof && !c->busy &&
             c->inlen - c->inoff < IN_CAP)
             ev |= POLLIN;
         if (unsent(c) > 0)

@@ -25,8 +25,13 @@ feed()
 LUA
 out=$(timeout 60 "$SEDA" --serve "$D/feed.lua" 2>&1)
 rate=$(printf '%s' "$out" | sed -n 's/^rate=\([0-9]*\).*/\1/p')
-check "an on_complete-driven feed runs over 2000 itineraries/s ($out)" \
-    [ "${rate:-0}" -gt 2000 ]
+# A generous lower bound (the release build runs at ~18 000/s here).  The
+# sanitizer builds run every instruction several times slower; 500/s is
+# still five times what a 10 ms polling loop can reach at any speed.
+floor=2000
+case "${V:-release}" in asan|tsan) floor=500 ;; esac
+check "an on_complete-driven feed runs over $floor itineraries/s ($out)" \
+    [ "${rate:-0}" -gt "$floor" ]
 
 # Timers in the --serve loop: order, repetition, the main state, errors.
 cat >"$D/timers.lua" <<'LUA'
