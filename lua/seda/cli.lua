@@ -164,6 +164,7 @@ M.bytes = bytes
 local COLS = {
   { "stage", "l" }, { "depth/cap", "r" }, { "inflt", "r" }, { "rate/s", "r" },
   { "delivered", "r" }, { "nacked", "r" }, { "dropped", "r" }, { "dead", "r" },
+  { "shed", "r" }, { "dly", "r" },
   { "sojourn99", "r" }, { "service99", "r" }, { "ver", "r" },
 }
 
@@ -229,6 +230,7 @@ function M.format_stats()
         name, num(s.depth) .. "/" .. num(s.capacity),
         num(s.in_flight) .. "/" .. num(s.concurrency), num(r),
         num(s.delivered), num(s.nacked), num(s.dropped), num(s.dead_lettered),
+        num(s.shed) .. ((s.shedding or 0) > 0 and "*" or ""), num(s.delayed),
         dur(s.sojourn_p99), dur(s.service_p99),
         num(s.version) .. (s.last_error and "!" or ""),
       }
@@ -244,6 +246,7 @@ function M.format_stats()
     rows[#rows + 1] = {
       "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt), "",
       num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
+      "", "",
     }
     text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
       "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s%s%s",
@@ -485,9 +488,10 @@ The buses keep running while you type.
   help()                     this text
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
 concurrency (the permits); rate/s deliveries per second over the last
-second; sojourn99 queue wait (admitted -> handler start) and service99
-handler run time, p99 of the recent window; ver handler code version ("!" =
-the last reload failed).  The bus line: loaned=now/max loan threads standing
+second; shed publishes refused by adaptive shedding ("*": shedding now);
+dly retries waiting out their backoff; sojourn99 queue wait (admitted ->
+handler start) and service99 handler run time, p99 of the recent window;
+ver handler code version ("!" = the last reload failed).  The bus line: loaned=now/max loan threads standing
 in for workers blocked inside handlers, loans= loans so far; throughput:
 itineraries completed (each counted once) and dead-lettered per second;
 memory: bytes held by each worker's Lua state (w0 = seda.worker 0).
