@@ -544,8 +544,43 @@ void *seda_worker_data(void);
 
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts
- * in the stage's errors.  Any thread. */
+ * in the stage's errors, and keeps msg (copied) in the stage's recent-errors
+ * ring whether or not the line was printed.  Any thread. */
 void seda_stage_report(seda_stage_t *st, const char *msg);
+
+/* ---- recent errors (like Redis's SLOWLOG) ----
+ *
+ * Every message seda_stage_report takes (handler errors with their
+ * tracebacks, hop timeouts, journal failures, ...) is kept per stage: the
+ * last SEDA_ERRORS_KEPT distinct messages.  A message equal to one already
+ * kept is folded into that entry (repeats + 1, time updated, moved to the
+ * front) instead of pushing others out, so a storm of one error leaves the
+ * rarer ones visible.  A message longer than SEDA_ERROR_MSG_MAX - 1 bytes
+ * is cut there, ending in "...". */
+
+#define SEDA_ERRORS_KEPT     32   /* distinct errors kept per stage */
+#define SEDA_ERROR_MSG_MAX 4096   /* bytes kept of one message, with NUL */
+
+typedef struct seda_error {
+    double time;               /* wall clock (seconds since the Unix
+                                  epoch) of its latest occurrence */
+    double first;              /* ... and of its first */
+    uint64_t repeats;          /* occurrences: 1 + the duplicates folded
+                                  into this entry */
+    const char *message;       /* NUL-terminated; owned by the array;
+                                  "(out of memory: message not kept)" when
+                                  there was no memory to copy it */
+} seda_error;
+
+/* Copy st's recent errors, newest first, into one new allocation: returns
+ * their number n (0..SEDA_ERRORS_KEPT) and sets *out to an array of n
+ * entries (NULL when n is 0) that the caller frees with seda_errors_free;
+ * or SEDA_ENOMEM (*out NULL, nothing to free).  Takes the stage's error
+ * lock briefly, a leaf lock no handler ever waits on.  Any thread. */
+int seda_stage_errors(seda_stage_t *st, seda_error **out);
+
+/* Free what seda_stage_errors returned (NULL is a no-op).  Any thread. */
+void seda_errors_free(seda_error *errs);
 
 /* ---- statistics ---- */
 
@@ -577,6 +612,12 @@ typedef struct seda_stage_stats {
      * service = handler run time. */
     double sojourn_p50, sojourn_p99, sojourn_p999, sojourn_max;
     double service_p50, service_p99, service_p999, service_max;
+    /* Every sample so far (since the stage was added): how many, and
+     * their sum in microseconds.  A sojourn and a service sample are
+     * taken per handler call (retries included), or per receipt and
+     * settle of a pull stage's lease. */
+    uint64_t sojourn_count, service_count;
+    double sojourn_sum, service_sum;
 } seda_stage_stats;
 
 typedef struct seda_bus_stats {

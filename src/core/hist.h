@@ -28,6 +28,8 @@
 
 struct seda_hist {
     uint64_t count;             /* samples */
+    uint64_t sum;               /* their sum, ns (a Prometheus summary's
+                                   _sum; wraps after 584 years) */
     uint64_t max;               /* largest sample, ns */
     uint64_t b[SEDA_HIST_N];    /* per-bucket counts */
 };
@@ -46,6 +48,7 @@ static inline void seda__hist_add(struct seda_hist *h, uint64_t v)
 {
     h->b[seda__hist_index(v)]++;
     h->count++;
+    h->sum += v;
     if (v > h->max)
         h->max = v;
 }

@@ -53,11 +53,11 @@ struct stage_counters {
  *   takers' line), see "HOW IT WORKS" in inbox.c; nconsumers (release in seda_stage_consume / acquire in
  *   deliver, publishing cons[i] written before it); rr (relaxed, round
  *   robin only); userdata, check, check_ud (release/acquire).
- *   hist_mu guards sojourn and service; report_mu the rate limiter (both
- *   leaf locks).
- *   Lock order: bus->mu -> stage->mu -> pool->mu -> bus->idle_mu; hist_mu
- *   and report_mu last.  A drain task never holds its own stage lock while
- *   pushing into another stage.
+ *   hist_mu guards sojourn and service; report_mu the rate limiter;
+ *   errs_mu the recent-errors ring (all three leaf locks).
+ *   Lock order: bus->mu -> stage->mu -> pool->mu -> bus->idle_mu; hist_mu,
+ *   report_mu and errs_mu last, never two of them at once.  A drain task
+ *   never holds its own stage lock while pushing into another stage.
  */
 struct seda_stage_s {
     struct seda_bus_s *bus;
@@ -185,6 +185,19 @@ struct seda_stage_s {
     int64_t report_window;      /* start of the current second; report_mu */
     int report_lines;           /* lines in this window; report_mu */
     uint64_t report_suppressed; /* lines not printed; report_mu */
+
+    /* The recent errors (seda_stage_errors; see "Recent errors" in
+     * stage_conf.c): the last SEDA_ERRORS_KEPT distinct messages, newest
+     * first. */
+    seda__mutex_t errs_mu;      /* guards errs and errs_n; a leaf lock */
+    struct seda__err {
+        char *msg;              /* owned copy (cut at SEDA_ERROR_MSG_MAX),
+                                   or NULL: no memory to keep it */
+        int64_t first_ns;       /* wall clock of its first occurrence */
+        int64_t last_ns;        /* wall clock of its latest */
+        uint64_t repeats;       /* occurrences folded into this entry */
+    } errs[SEDA_ERRORS_KEPT];   /* [0] the newest; guarded by errs_mu */
+    int errs_n;                 /* entries kept; guarded by errs_mu */
 };
 
 /* Create a stage object (not yet registered).  Validates opts; on failure

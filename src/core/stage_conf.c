@@ -2,8 +2,8 @@
 /*
  * stage_conf.c -- a stage's life outside the hot paths: creation and
  * validation, consumers, tuning, the payload check, userdata, error
- * reports and stats.  The queue, admission and the end of an envelope
- * are in stage.c; the drain task in drain.c.
+ * reports and the recent-errors ring, and stats.  The queue, admission
+ * and the end of an envelope are in stage.c; the drain task in drain.c.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -167,6 +167,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     seda__mutex_init(&st->mu);
     seda__mutex_init(&st->hist_mu);
     seda__mutex_init(&st->report_mu);
+    seda__mutex_init(&st->errs_mu);
     *out = st;
     return 0;
 oom:
@@ -198,6 +199,9 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__mutex_destroy(&st->mu);
     seda__mutex_destroy(&st->hist_mu);
     seda__mutex_destroy(&st->report_mu);
+    for (int i = 0; i < st->errs_n; i++)
+        seda__free(st->errs[i].msg);
+    seda__mutex_destroy(&st->errs_mu);
     seda__free(st->dead_letter);
     seda__free(st->mem);
 }
@@ -375,11 +379,143 @@ void *seda_stage_userdata(const seda_stage_t *st)
                                 memory_order_acquire);
 }
 
+/* ---- recent errors ----
+ *
+ * HOW IT WORKS
+ *   st->errs[0..errs_n) holds the last SEDA_ERRORS_KEPT distinct messages,
+ *   newest first.  A report first looks for an equal message among them:
+ *   found, that entry counts one more repeat, takes the new time and moves
+ *   to the front (the entries before it shift down one); not found, every
+ *   entry shifts down one (the oldest, at N-1, falls out) and the new one
+ *   goes in at 0.  N is small (32), so the shift and the search are a few
+ *   hundred nanoseconds next to formatting a traceback.  Example, N = 3,
+ *   reports A B A C D:  [A] [B A] [A(x2) B] [C A(x2) B] [D C A(x2)].
+ *   The copy is made before the lock is taken (and thrown away when the
+ *   message is folded), so the lock is held for the search and the shift
+ *   only; seda_stage_errors copies out under it into one allocation.
+ */
+
+static const char ERR_NOMEM[] = "(out of memory: message not kept)";
+
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* msg as the ring keeps it: a copy of at most SEDA_ERROR_MSG_MAX - 1
+ * bytes, a longer one ending in "...".  NULL when out of memory. */
+static char *err_copy(const char *msg, size_t len)
+{
+    size_t keep = len < SEDA_ERROR_MSG_MAX ? len : SEDA_ERROR_MSG_MAX - 1;
+    char *c = seda__malloc(keep + 1);
+    if (!c)
+        return NULL;
+    memcpy(c, msg, keep);
+    if (keep < len)
+        memcpy(c + keep - 3, "...", 3);
+    c[keep] = '\0';
+    return c;
+}
+
+/* Whether kept (a copy err_copy made) is msg (of length len). */
+static bool err_same(const char *kept, const char *msg, size_t len)
+{
+    if (!kept)
+        return false;
+    if (len < SEDA_ERROR_MSG_MAX)
+        return strcmp(kept, msg) == 0;
+    size_t head = SEDA_ERROR_MSG_MAX - 4;
+    return strncmp(kept, msg, head) == 0 && strcmp(kept + head, "...") == 0;
+}
+
+/* Keep msg in st's ring (takes errs_mu; frees outside it). */
+static void err_keep(struct seda_stage_s *st, const char *msg)
+{
+    size_t len = strlen(msg);
+    int64_t now = wall_ns();
+    char *copy = err_copy(msg, len);
+    char *drop = NULL;                  /* freed after the unlock */
+    seda__mutex_lock(&st->errs_mu);
+    int i = 0;
+    while (i < st->errs_n && !err_same(st->errs[i].msg, msg, len))
+        i++;
+    struct seda__err e;
+    if (i < st->errs_n) {               /* a repeat: fold, to the front */
+        e = st->errs[i];
+        e.repeats++;
+        e.last_ns = now;
+        drop = copy;
+    } else {                            /* new: the oldest may fall out */
+        if (st->errs_n == SEDA_ERRORS_KEPT) {
+            i = SEDA_ERRORS_KEPT - 1;
+            drop = st->errs[i].msg;
+        } else {
+            i = st->errs_n++;
+        }
+        e = (struct seda__err){ copy, now, now, 1 };
+    }
+    memmove(&st->errs[1], &st->errs[0], (size_t)i * sizeof st->errs[0]);
+    st->errs[0] = e;
+    seda__mutex_unlock(&st->errs_mu);
+    seda__free(drop);
+}
+
+int seda_stage_errors(seda_stage_t *st, seda_error **out)
+{
+    *out = NULL;
+    seda__mutex_lock(&st->errs_mu);
+    int n = st->errs_n;
+    if (n == 0) {
+        seda__mutex_unlock(&st->errs_mu);
+        return 0;
+    }
+    /* One block: the array, then the messages it points at.  Allocating
+     * under errs_mu is fine: it is a leaf lock and the allocator takes
+     * none of ours. */
+    size_t bytes = (size_t)n * sizeof(seda_error);
+    for (int i = 0; i < n; i++)
+        if (st->errs[i].msg)
+            bytes += strlen(st->errs[i].msg) + 1;
+    seda_error *a = seda__malloc(bytes);
+    if (!a) {
+        seda__mutex_unlock(&st->errs_mu);
+        return SEDA_ENOMEM;
+    }
+    char *p = (char *)(a + n);
+    for (int i = 0; i < n; i++) {
+        const struct seda__err *e = &st->errs[i];
+        a[i].time = (double)e->last_ns / 1e9;
+        a[i].first = (double)e->first_ns / 1e9;
+        a[i].repeats = e->repeats;
+        if (e->msg) {
+            size_t l = strlen(e->msg) + 1;
+            memcpy(p, e->msg, l);
+            a[i].message = p;
+            p += l;
+        } else {
+            a[i].message = ERR_NOMEM;
+        }
+    }
+    seda__mutex_unlock(&st->errs_mu);
+    *out = a;
+    return n;
+}
+
+void seda_errors_free(seda_error *errs)
+{
+    seda__free(errs);
+}
+
+/* ---- error reports ---- */
+
 void seda_stage_report(seda_stage_t *st, const char *msg)
 {
     int64_t now = seda__now_ns();
     uint64_t suppressed = 0;
     bool print = false;
+    err_keep(st, msg);
     seda__mutex_lock(&st->report_mu);
     if (now - st->report_window >= 1000000000) {
         suppressed = st->report_suppressed;
@@ -482,5 +618,9 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->service_p99 = seda__hist_quantile(&st->service, 0.99) / 1e3;
     out->service_p999 = seda__hist_quantile(&st->service, 0.999) / 1e3;
     out->service_max = (double)st->service.max / 1e3;
+    out->sojourn_count = st->sojourn.count;
+    out->sojourn_sum = (double)st->sojourn.sum / 1e3;
+    out->service_count = st->service.count;
+    out->service_sum = (double)st->service.sum / 1e3;
     seda__mutex_unlock(&st->hist_mu);
 }

@@ -77,12 +77,29 @@ static void test_hist_empty_and_single(void **state)
     assert_true(seda__hist_quantile(&h, 1.0) <= 12345);
 }
 
+/* The sum (a Prometheus summary's _sum) is exact, whatever the buckets. */
+static void test_hist_sum_is_exact(void **state)
+{
+    (void)state;
+    struct seda_hist h;
+    memset(&h, 0, sizeof h);
+    uint64_t sum = 0;
+    for (uint64_t v = 0; v < 100000; v += 7 + v / 3) {
+        seda__hist_add(&h, v);
+        sum += v;
+    }
+    assert_int_equal(h.sum, sum);
+    seda__hist_add(&h, UINT64_C(1) << 45);  /* past the last bucket */
+    assert_int_equal(h.sum, sum + (UINT64_C(1) << 45));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hist_value_falls_in_its_bucket),
         cmocka_unit_test(test_hist_quantiles_within_resolution),
         cmocka_unit_test(test_hist_empty_and_single),
+        cmocka_unit_test(test_hist_sum_is_exact),
     };
     return cmocka_run_group_tests_name("hist", tests, NULL, NULL);
 }
