@@ -249,7 +249,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     seda_stage_stats s;
     seda_stage_stats_get(st, &s);
     struct lstage *ls = seda_stage_userdata(st);
-    lua_createtable(L, 0, 20);
+    lua_createtable(L, 0, 36);
     lua_pushstring(L, s.name);
     lua_setfield(L, -2, "name");
     if (index > 0)
@@ -288,6 +288,12 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         lua_pushnumber(L, latv[i]);
         lua_setfield(L, -2, lat[i]);
     }
+    set_int(L, "sojourn_count", (lua_Integer)s.sojourn_count);
+    lua_pushnumber(L, s.sojourn_sum);
+    lua_setfield(L, -2, "sojourn_sum");
+    set_int(L, "service_count", (lua_Integer)s.service_count);
+    lua_pushnumber(L, s.service_sum);
+    lua_setfield(L, -2, "service_sum");
     lua_pushnumber(L, s.rate);
     lua_setfield(L, -2, "rate");
     lua_pushstring(L, seda_delivery_name(s.delivery));

@@ -513,6 +513,7 @@ static const luaL_Reg bus_methods[] = {
     { "publish_many", seda__l_bus_publish_many },
     { "receive", l_bus_receive },
     { "stats", l_bus_stats },
+    { "errors", seda__l_bus_errors },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },

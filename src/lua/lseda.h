@@ -335,6 +335,11 @@ SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
 /* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
 SEDA__API bool seda__l_valid_name(const char *s);
 
+/* ---- lerrors.c ---- */
+
+/* bus:errors([stage]): the recent errors, newest first. */
+SEDA__API int seda__l_bus_errors(lua_State *L);
+
 /* ---- lpull.c ---- */
 
 /* receive(stage, timeout) with the stage name at `first`: pushes the
