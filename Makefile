@@ -50,7 +50,9 @@ $(CONFIG): scripts/deps.sh
 	  echo "CMOCKA_LIBS := $$(pc --libs cmocka)"; \
 	  echo "SQLITE_CFLAGS := $$(pc --cflags sqlite3)"; \
 	  echo "SQLITE_LIBS := $$(pc --libs sqlite3)"; \
-	  echo "READLINE_LIBS := $$(pc --libs readline)"; } >$@.tmp
+	  echo "READLINE_LIBS := $$(pc --libs readline)"; \
+	  echo "MHD_CFLAGS := $$(pc --cflags libmicrohttpd)"; \
+	  echo "MHD_LIBS := $$(pc --libs libmicrohttpd)"; } >$@.tmp
 	@mv $@.tmp $@
 
 # make deps: the packages now (and the flags again).
@@ -144,7 +146,7 @@ $(LIBSLUA): $(LUA_OBJ)
 	$(AR) rcs $@ $^
 
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
-	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(READLINE_LIBS) $(LDLIBS) -o $@
+	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
@@ -152,6 +154,16 @@ $(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua lua/seda/pretty.lua
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' \
 	    -DCLI_PRETTY_FILE='"$(abspath lua/seda/pretty.lua)"' -c $< -o $@
+
+# So are lua/seda/metrics.lua (cli_metrics.c) and the status page
+# (cli_http.c).
+$(B)/src/cli/cli_metrics.o: src/cli/cli_metrics.c lua/seda/metrics.lua
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DCLI_METRICS_FILE='"$(abspath lua/seda/metrics.lua)"' -c $< -o $@
+
+$(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
 
 $(SEDA_SO): $(LUA_OBJ) $(CORE_OBJ)
 	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(LDLIBS) -o $@

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Install the Debian packages the build needs, only when pkg-config cannot
 # find them.  Run by make automatically; safe to run by hand (as root, or
-# through sudo when it is available).
+# through sudo when it is available).  Extra arguments name more packages
+# (`pc-name:package` for a library found by pkg-config): the tests that
+# need tools (promtool, chromium) install them this way.  Services that
+# packages ship are not started.
 set -eu
 
 PKG_CONFIG=${PKG_CONFIG:-pkg-config}
@@ -14,6 +17,7 @@ have_pc lua5.4 || need="$need liblua5.4-dev"
 have_pc cmocka || need="$need libcmocka-dev"
 have_pc sqlite3 || need="$need libsqlite3-dev"
 have_pc readline || need="$need libreadline-dev"
+have_pc libmicrohttpd || need="$need libmicrohttpd-dev"   # seda-lua --http
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
 command -v sqlite3 >/dev/null 2>&1 || need="$need sqlite3"   # journal checks in tests
@@ -36,6 +40,19 @@ if [ "$(id -u)" != 0 ]; then
     fi
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q >&2 || true
+# Install, never start: a package that ships a daemon (`prometheus`, which
+# the HTTP test installs for promtool, would serve on *:9090) is kept from
+# starting it by a policy-rc.d that refuses every start (Debian's
+# invoke-rc.d and deb-systemd-invoke honour it), when there is none
+# already.  Another apt run holding the dpkg lock is waited for.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ] &&
+   printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; then
+    trap '$SUDO rm -f "$policy"' EXIT
+    $SUDO chmod 0755 "$policy"
+fi
+lock="-o DPkg::Lock::Timeout=600"
 # shellcheck disable=SC2086
-$SUDO apt-get install -y -q --no-install-recommends $need >&2
+$SUDO apt-get $lock update -q >&2 || true
+# shellcheck disable=SC2086
+$SUDO apt-get $lock install -y -q --no-install-recommends $need >&2

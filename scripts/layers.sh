@@ -33,9 +33,9 @@ may_use() {
 # System headers a layer may not include (a pattern for grep -E).
 forbidden_sys() {
     case "$1" in
-        core)    echo '<(lua|lualib|lauxlib|sqlite3|readline/[a-z]+|nats/[a-z]+|nats)\.h>' ;;
-        durable) echo '<(lua|lualib|lauxlib|readline/[a-z]+|nats/[a-z]+|nats)\.h>' ;;
-        lua)     echo '<(sqlite3|readline/[a-z]+|nats/[a-z]+|nats)\.h>' ;;
+        core)    echo '<(lua|lualib|lauxlib|sqlite3|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
+        durable) echo '<(lua|lualib|lauxlib|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
+        lua)     echo '<(sqlite3|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
         *)       echo '^$' ;;
     esac
 }

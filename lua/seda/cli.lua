@@ -1,7 +1,7 @@
 -- lua/seda/cli.lua -- the Lua side of the seda-lua program's live
 -- operation features: the REPL helpers (stats, top, reload, tune, workers,
--- help), the stats table, the Prometheus exposition, tab completion and the
--- --watch reload policy.  Embedded into seda-lua at build time
+-- errors, help), the stats table, tab completion and the --watch reload
+-- policy (the Prometheus exposition is lua/seda/metrics.lua).  Embedded into seda-lua at build time
 -- (src/cli_lua.c) and run once on the main Lua state with one argument:
 -- a table of C functions (C.write writes to the current output sink, C.top
 -- runs the live view).  Returns the module table M the C side calls into.
@@ -73,6 +73,7 @@ local function snapshot()
   return list
 end
 M.snapshot = snapshot
+M.rate_of = rate_of
 
 -- ---- instantaneous rates ----------------------------------------------
 --
@@ -161,6 +162,16 @@ local function bytes(v)
 end
 M.bytes = bytes
 
+-- "12:03:04 (5s ago)" for a wall-clock time t.
+local function when(t)
+  local age = os.time() - t
+  local rel = age < 1 and "now" or age < 120 and fmt("%ds ago", age // 1)
+              or age < 7200 and fmt("%dmin ago", age // 60)
+              or fmt("%dh ago", age // 3600)
+  return os.date("%H:%M:%S", t // 1) .. " (" .. rel .. ")"
+end
+M.when = when
+
 local COLS = {
   { "stage", "l" }, { "depth/cap", "r" }, { "inflt", "r" }, { "rate/s", "r" },
   { "delivered", "r" }, { "nacked", "r" }, { "dropped", "r" }, { "dead", "r" },
@@ -243,6 +254,17 @@ function M.format_stats()
       tot.dead = tot.dead + (s.dead_lettered or 0)
       if s.last_error then errs[#errs + 1] = name .. ": " .. s.last_error end
     end
+    local okr, recent = pcall(e.bus.errors, e.bus)
+    local lasts, seen = {}, {}
+    for _, x in ipairs(okr and recent or {}) do      -- newest first
+      if not seen[x.stage] then
+        seen[x.stage] = true
+        local msg = x.message:match("^[^\n]*")
+        if #msg > 100 then msg = msg:sub(1, 97) .. "..." end
+        lasts[#lasts + 1] = fmt("  last error: %s %s%s: %s", x.stage,
+          when(x.time), x.repeats > 1 and fmt(" x%d", x.repeats) or "", msg)
+      end
+    end
     rows[#rows + 1] = {
       "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt), "",
       num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
@@ -265,6 +287,7 @@ function M.format_stats()
     for _, l in ipairs(errs) do
       text[#text + 1] = "  last reload error: " .. l
     end
+    for _, l in ipairs(lasts) do text[#text + 1] = l end
   end
   return concat(text, "\n") .. "\n"
 end
@@ -460,6 +483,38 @@ end
 -- metrics(): the Prometheus text exposition of every live bus.
 function G.metrics() return M.metrics() end
 
+-- errors([stage]): the recent errors (bus:errors()) of one stage ("name#N"
+-- as stats() names it) or of every stage of every bus, newest first, each
+-- whole (tracebacks included).  Prints; returns nothing.
+function G.errors(stage)
+  if stage ~= nil and type(stage) ~= "string" then
+    fail("errors: stage name must be a string")
+  end
+  local list = {}
+  if stage then
+    local b, name = resolve(stage)
+    if not b then fail("errors: no such stage '" .. stage .. "'") end
+    list[1] = { b, name }
+  else
+    for _, b in ipairs(buses()) do list[#list + 1] = { b } end
+  end
+  local n = 0
+  for i, x in ipairs(list) do
+    local ok, errs = pcall(x[1].errors, x[1], x[2])
+    for _, e in ipairs(ok and errs or {}) do
+      n = n + 1
+      local head = fmt("%s%s  %s%s\n", #list > 1 and fmt("bus %d: ", i) or "",
+                       e.stage, when(e.time),
+                       e.repeats > 1 and fmt("  x%d since %s", e.repeats,
+                                             when(e.first)) or "")
+      out(head .. "  " .. e.message:gsub("\n", "\n  ") .. "\n")
+    end
+  end
+  if n == 0 then
+    out(stage and ("no errors in stage '" .. stage .. "'\n") or "no errors\n")
+  end
+end
+
 local HELP = [[
 seda-lua REPL -- Lua statements and expressions (=expr prints too); results
 are pretty-printed (tables as indented key = value, cut when deep or long).
@@ -480,6 +535,9 @@ The buses keep running while you type.
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
+  errors([stage])            the recent errors (handler errors with their
+                             tracebacks, hop timeouts...), newest first: the
+                             last 32 distinct ones per stage, repeats folded
   seda.buses()               the live bus objects; bus:stats([stage]) one
                              bus's figures
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
@@ -614,167 +672,9 @@ function M.finish(drain, wait_first)
 end
 
 -- ---- Prometheus exposition -------------------------------------------
-
-local function esc(v)
-  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"',
-                                          ["\n"] = "\\n" }))
-end
-
-local function pnum(v)
-  if v == true then return "1" end
-  if v == false then return "0" end
-  if math.type(v) == "integer" then return tostring(v) end
-  if v ~= v then return "NaN" end
-  if v == math.huge then return "+Inf" end
-  if v == -math.huge then return "-Inf" end
-  return fmt("%.9g", v)
-end
-
-local STAGE_METRICS = {
-  { "depth", "gauge", "Envelopes waiting in the stage's queue.", "depth" },
-  { "capacity", "gauge", "Capacity of the stage's queue.", "capacity" },
-  { "concurrency", "gauge", "Concurrency limit (permits) of the stage.",
-    "concurrency" },
-  { "in_flight", "gauge", "Drain tasks of the stage running now.",
-    "in_flight" },
-  { "consumers", "gauge", "Consumers (handlers) of the stage.", "consumers" },
-  { "enqueued_total", "counter", "Envelopes admitted to the stage's queue.",
-    "enqueued" },
-  { "delivered_total", "counter", "Envelopes delivered to the stage's handlers.",
-    "delivered" },
-  { "nacked_total", "counter", "Deliveries that nacked (false or an error).",
-    "nacked" },
-  { "errors_total", "counter", "Handler errors raised in the stage.", "errors" },
-  { "dropped_total", "counter", "Envelopes refused or evicted by the stage.",
-    "dropped" },
-  { "dead_lettered_total", "counter", "Envelopes dead-lettered by the stage.",
-    "dead_lettered" },
-  { "completed_total", "counter", "Itineraries that completed at the stage.",
-    "completed" },
-  { "refused_total", "counter", "Publishes refused by the stage's admit rule.",
-    "refused" },
-  { "shed_total", "counter", "Publishes refused by adaptive shedding.",
-    "shed" },
-  { "shedding", "gauge",
-    "Shedding level: 0 none, 1 refusing low, 2 refusing low and normal.",
-    "shedding" },
-  { "delayed", "gauge", "Retries waiting out their backoff.", "delayed" },
-  { "depth_high", "gauge", "Envelopes waiting at high priority.",
-    "depth_high" },
-  { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
-  { "delivery_rate", "gauge",
-    "Deliveries per second over the last few seconds.", "rate" },
-  { "handler_version", "gauge", "Version of the stage's handler code " ..
-    "(1 at declaration, +1 per successful reload).", "version" },
-}
-
-local BUS_METRICS = {
-  { "accepted_total", "counter", "Envelopes accepted by publish.", "accepted" },
-  { "completed_total", "counter", "Itineraries completed.", "completed" },
-  { "dead_lettered_total", "counter", "Itineraries dead-lettered.",
-    "dead_lettered" },
-  { "dropped_total", "counter", "Itineraries evicted or swept.", "dropped" },
-  { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
-  { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
-  { "workers_loaned", "gauge", "Loan threads in service now (standing in " ..
-    "for workers blocked inside handlers).", "workers_loaned" },
-  { "loans_total", "counter", "Loans started (a worker blocked inside a " ..
-    "handler while a loan thread ran for it).", "loans" },
-  { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
-  { "paused", "gauge", "1 when the bus is paused.", "paused" },
-}
-
-local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }
-
-function M.metrics()
-  local snap = snapshot()
-  local multi = #snap > 1
-  local lines = {}
-  local function add(s) lines[#lines + 1] = s end
-  local function labels(e, stage, extra)
-    local l = {}
-    if multi then l[#l + 1] = 'bus="' .. e.index .. '"' end
-    if stage then l[#l + 1] = 'stage="' .. esc(stage) .. '"' end
-    if extra then l[#l + 1] = extra end
-    if #l == 0 then return "" end
-    return "{" .. concat(l, ",") .. "}"
-  end
-  local now = seda.now()
-  for _, m in ipairs(STAGE_METRICS) do
-    local samples = {}
-    for _, e in ipairs(snap) do
-      for _, name in ipairs(stage_names(e.stats)) do
-        local s = e.stats.stages[name]
-        local v = s[m[4]]
-        if m[4] == "rate" then v = rate_of(e.bus, name, s, now) end
-        if v ~= nil then
-          samples[#samples + 1] = "seda_stage_" .. m[1] .. labels(e, name) ..
-                                  " " .. pnum(v)
-        end
-      end
-    end
-    if #samples > 0 then
-      add("# HELP seda_stage_" .. m[1] .. " " .. m[3])
-      add("# TYPE seda_stage_" .. m[1] .. " " .. m[2])
-      for _, s in ipairs(samples) do add(s) end
-    end
-  end
-  -- reload errors: 1 when the last reload of the stage failed
-  add("# HELP seda_stage_reload_failed 1 when the stage's last reload failed " ..
-      "(the old code stays installed).")
-  add("# TYPE seda_stage_reload_failed gauge")
-  for _, e in ipairs(snap) do
-    for _, name in ipairs(stage_names(e.stats)) do
-      add("seda_stage_reload_failed" .. labels(e, name) .. " " ..
-          (e.stats.stages[name].last_error and "1" or "0"))
-    end
-  end
-  for _, kind in ipairs({ "service", "sojourn" }) do
-    local samples = {}
-    for _, e in ipairs(snap) do
-      for _, name in ipairs(stage_names(e.stats)) do
-        local s = e.stats.stages[name]
-        for _, q in ipairs(QUANTILES) do
-          local v = s[kind .. "_" .. q[2]]
-          if v ~= nil then
-            samples[#samples + 1] = "seda_stage_" .. kind .. "_seconds" ..
-              labels(e, name, 'quantile="' .. q[1] .. '"') .. " " ..
-              pnum(v / 1e6)
-          end
-        end
-        if #samples > 0 and s.delivered then
-          samples[#samples + 1] = "seda_stage_" .. kind .. "_seconds_count" ..
-            labels(e, name) .. " " .. pnum(s.delivered)
-        end
-      end
-    end
-    if #samples > 0 then
-      add("# HELP seda_stage_" .. kind .. "_seconds " .. (kind == "service"
-        and "Handler service time (recent window)."
-        or "Time from admission to the end of delivery (recent window)."))
-      add("# TYPE seda_stage_" .. kind .. "_seconds summary")
-      for _, s in ipairs(samples) do add(s) end
-    end
-  end
-  for _, m in ipairs(BUS_METRICS) do
-    local samples = {}
-    for _, e in ipairs(snap) do
-      local v = e.stats[m[4]]
-      if v ~= nil then
-        samples[#samples + 1] = "seda_bus_" .. m[1] .. labels(e) .. " " .. pnum(v)
-      end
-    end
-    if #samples > 0 then
-      add("# HELP seda_bus_" .. m[1] .. " " .. m[3])
-      add("# TYPE seda_bus_" .. m[1] .. " " .. m[2])
-      for _, s in ipairs(samples) do add(s) end
-    end
-  end
-  add("# HELP seda_buses Live buses in the process.")
-  add("# TYPE seda_buses gauge")
-  add("seda_buses " .. #snap)
-  return concat(lines, "\n") .. "\n"
-end
+-- M.metrics() is lua/seda/metrics.lua's (src/cli/cli_metrics.c installs it
+-- into M after this file has run); it uses M.snapshot, M.stage_names and
+-- M.rate_of.
 
 -- ---- completion ------------------------------------------------------
 

@@ -8,7 +8,11 @@
  *   cli_control.c  the control socket server
  *   cli_attach.c   the `attach` client
  *   cli_watch.c    --watch: inotify on the handler directories
- *   cli_metrics.c  --metrics: the Prometheus text file
+ *   cli_metrics.c  the Prometheus exposition (lua/seda/metrics.lua
+ *                  embedded) and --metrics: the text file
+ *   cli_http.c     --http: /metrics, /stats.json and the status page
+ *                  (cli_page.html) on libmicrohttpd
+ *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *
  * Everything here runs on the main thread, the only one that touches the
@@ -34,6 +38,7 @@ struct cli_opts {
     bool watch;                 /* --watch */
     const char *control;        /* --control PATH, or NULL */
     const char *metrics;        /* --metrics PATH, or NULL */
+    const char *http;           /* --http [ADDR:]PORT, or NULL */
     const char *script_dir;     /* directory of the script, or NULL */
     double drain;               /* --drain seconds */
 };
@@ -167,7 +172,41 @@ void cli_watch_tick(double now);
 void cli_watch_stop(void);
 
 /* cli_metrics.c */
+/* Run lua/seda/metrics.lua (embedded) on the cli.lua module: M.metrics.
+ * 0, or 1 (reported). */
+int cli_metrics_setup(lua_State *L);
 void cli_metrics_tick(double now, bool force);
+
+/* cli_http.c: the endpoint's limits */
+#define HTTP_CONN_LIMIT 256     /* connections at once (more are closed) */
+#define HTTP_TIMEOUT 10         /* seconds before an idle one is closed */
+/* Bind spec ("PORT", "ADDR:PORT", "[V6]:PORT"; a port alone is
+ * 127.0.0.1) and start serving; prints where it listens.  0, or 1 when
+ * refused (reported on stderr, naming the problem). */
+int cli_http_start(const char *spec);
+int cli_http_fd(void);                  /* for poll(), or -1 when off */
+/* timeout_ms bounded by what MHD needs (connection timeouts, pending
+ * data); < 0: none of ours. */
+int cli_http_timeout(int timeout_ms);
+void cli_http_run(void);                /* after every poll() */
+void cli_http_stop(void);
+
+/* cli_json.c: a growable text buffer (malloc; the caller frees p) */
+struct cli_jbuf {
+    char *p;                    /* NUL-terminated text, or NULL */
+    size_t len, cap;
+    bool oom;                   /* an append failed: the text is cut */
+};
+void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n);
+/* s[0..n) as a JSON string (invalid UTF-8 bytes become U+FFFD). */
+void cli_json_string(struct cli_jbuf *b, const char *s, size_t n);
+/* The Lua value at idx as JSON (a table with keys 1..n is an array,
+ * others objects; NaN, inf and nil are null).  May raise (memory). */
+void cli_json_value(struct cli_jbuf *b, lua_State *L, int idx);
+void cli_json_array(struct cli_jbuf *b, lua_State *L, int idx, int depth);
+/* The /stats.json document (see cli_json.c) into b: 0, or -1 with the
+ * error as b's text (b->oom: out of memory).  Main thread. */
+int cli_json_stats(lua_State *L, struct cli_jbuf *b);
 
 /* cli_lua.c */
 extern const char cli_lua_src[];

@@ -4,11 +4,13 @@
  * embedded lua/seda/cli.lua, REPL evaluation) and the main-thread event
  * loop: one poll() over stdin (the REPL), the binding's wake descriptor
  * (readable when an on_complete callback is queued), the control socket
- * and its clients and the inotify descriptor.  It sleeps until one of
+ * and its clients, the inotify descriptor and the HTTP endpoint's (--http,
+ * cli_http.c: libmicrohttpd's epoll descriptor).  It sleeps until one of
  * them is ready, the next timer (seda.timer, seda.every) is due, or the
  * periodic work (--watch debounce, the --metrics file, the rate sampler
- * of stats()/top, idle control clients) wants a turn, then runs what is
- * pending on the main state (seda_lua_run_pending).
+ * of stats()/top, idle control clients, HTTP connection timeouts) wants a
+ * turn, then runs what is pending on the main state
+ * (seda_lua_run_pending).
  */
 #include <errno.h>
 #include <limits.h>
@@ -228,6 +230,8 @@ int cli_setup(lua_State *L)
     if (cli_docall(L, 2, 1) != LUA_OK)
         return 1;
     cli.mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    if (cli_metrics_setup(L) != 0)
+        return 1;
     seda__l_interrupt_pending = interrupt_pending;
     if (cli_get_fn(L, "install")) {
         lua_pushglobaltable(L);
@@ -460,6 +464,9 @@ int cli_step(int timeout_ms, int extra_fd)
         wfd = n;
         fds[n++] = (struct pollfd){ .fd = cli_watch_fd(), .events = POLLIN };
     }
+    int hfd = cli_http_fd();
+    if (hfd >= 0)
+        fds[n++] = (struct pollfd){ .fd = hfd, .events = POLLIN };
     int cbase = n;
     n += cli_control_fds(fds + n, (int)(sizeof fds / sizeof fds[0]) - n);
     /* Sleep until the caller's timeout, the next timer or the periodic
@@ -474,7 +481,10 @@ int cli_step(int timeout_ms, int extra_fd)
         if (tm < ms)
             ms = (int)tm + (tm > (int)tm);      /* round up: due by then */
     }
+    if (hfd >= 0)
+        ms = cli_http_timeout(ms);      /* what MHD needs (timeouts, data) */
     int r = poll(fds, (nfds_t)n, ms);
+    cli_http_run();                     /* after every poll (MHD's rule) */
     int ready = 0;
     if (r > 0) {
         if (wfd >= 0 && fds[wfd].revents)
@@ -510,6 +520,8 @@ int cli_start(void)
 {
     if (cli.o.control && cli_control_listen(cli.o.control) != 0)
         return 1;
+    if (cli.o.http && cli_http_start(cli.o.http) != 0)
+        return 1;
     return 0;
 }
 
@@ -538,6 +550,7 @@ int cli_run(void)
     if (cli.o.interactive)
         cli_repl_end();
     cli_control_close();                /* clients see the end now */
+    cli_http_stop();
     if (cli.stop)
         fprintf(stderr, "%s: signal received, draining\n", cli_progname);
     if (cli.o.metrics)
@@ -578,5 +591,6 @@ void cli_banner(void)
 void cli_stop_all(void)
 {
     cli_control_close();
+    cli_http_stop();
     cli_watch_stop();
 }

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cli_metrics.c -- seda-lua --metrics PATH: the Prometheus text exposition
- * of every live bus (cli.lua's M.metrics) written to PATH every second,
- * atomically (a new file PATH.tmp.XXXXXX made with mkstemp, then renamed
- * over PATH), so a node-exporter textfile collector or a scraper never
- * reads half a file, and a symlink planted next to PATH is never
- * followed.
+ * cli_metrics.c -- the Prometheus text exposition: lua/seda/metrics.lua,
+ * embedded here (the Makefile passes its path as CLI_METRICS_FILE and
+ * makes this object depend on it), installed as M.metrics by
+ * cli_metrics_setup; and seda-lua --metrics PATH, which writes it to PATH
+ * every second, atomically (a new file PATH.tmp.XXXXXX made with mkstemp,
+ * then renamed over PATH), so a node-exporter textfile collector or a
+ * scraper never reads half a file, and a symlink planted next to PATH is
+ * never followed.  (--http serves the same text at /metrics: cli_http.c.)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,9 +17,40 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lauxlib.h>
 #include <lua.h>
 
 #include "cli.h"
+
+#ifndef CLI_METRICS_FILE
+#define CLI_METRICS_FILE "lua/seda/metrics.lua"
+#endif
+
+__asm__(".section .rodata\n"
+        ".global cli_metrics_src\n"
+        ".type cli_metrics_src, @object\n"
+        "cli_metrics_src:\n"
+        ".incbin \"" CLI_METRICS_FILE "\"\n"
+        ".global cli_metrics_end\n"
+        ".type cli_metrics_end, @object\n"
+        "cli_metrics_end:\n"
+        ".byte 0\n"
+        ".previous\n");
+extern const char cli_metrics_src[];
+extern const char cli_metrics_end[];
+
+int cli_metrics_setup(lua_State *L)
+{
+    size_t len = (size_t)(cli_metrics_end - cli_metrics_src);
+    if (luaL_loadbuffer(L, cli_metrics_src, len, "=[seda-lua metrics]") !=
+        LUA_OK) {
+        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return 1;
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, cli.mod_ref);
+    return cli_docall(L, 1, 0) != LUA_OK;
+}
 
 #define PERIOD 1.0
 

@@ -13,8 +13,8 @@
  * SIGINT/SIGTERM, running on_complete callbacks, then drains (bounded) and
  * exits.  -i runs a REPL after the script.  With --serve or -i, a signal
  * that arrives while the script runs leads to the same drain once it
- * returns.  --watch, --control and --metrics operate a running pipeline
- * (src/cli_*.c).
+ * returns.  --watch, --control, --metrics and --http operate a running
+ * pipeline (src/cli_*.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -65,6 +65,12 @@ static void usage(FILE *f)
         "  --metrics PATH  write the Prometheus text exposition to PATH "
         "every\n"
         "                  second (with --serve or -i)\n"
+        "  --http [ADDR:]PORT  serve a live status page (/), /metrics "
+        "(Prometheus)\n"
+        "                  and /stats.json over HTTP (with --serve or -i);"
+        " a port\n"
+        "                  alone listens on 127.0.0.1, port 0 on any free "
+        "one\n"
         "  -v, --version   print the version and exit\n"
         "  -h, --help      print this help and exit\n"
         "  --              stop handling options\n"
@@ -76,8 +82,9 @@ static void usage(FILE *f)
         "handled them).\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
-        "workers(n) metrics() help(); timers: seda.timer(delay, fn),\n"
-        "seda.every(interval, fn).  Every option, statistic and reason\n"
+        "workers(n) metrics() errors([stage]) help(); timers:\n"
+        "seda.timer(delay, fn), seda.every(interval, fn).  Every option,\n"
+        "statistic and reason\n"
         "code: docs/reference.md (installed as share/doc/seda-lua/).\n",
         progname, progname, progname);
 }
@@ -110,7 +117,7 @@ static bool has_arg(const char *a)
 {
     return strcmp(a, "-e") == 0 || strcmp(a, "--drain") == 0 ||
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
-           strcmp(a, "--idle-timeout") == 0;
+           strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0;
 }
 
 static char *script_dir(const char *fname)
@@ -185,6 +192,8 @@ static int run(lua_State *L, int argc, char **argv)
                 cli.o.control = argv[i + 1];
             } else if (strcmp(a, "--metrics") == 0) {
                 cli.o.metrics = argv[i + 1];
+            } else if (strcmp(a, "--http") == 0) {
+                cli.o.http = argv[i + 1];
             }
             i++;
         } else {
@@ -214,9 +223,10 @@ static int run(lua_State *L, int argc, char **argv)
     cli.o.interactive = o.interactive;
     cli.o.serve = o.serve;
     bool live = o.interactive || o.serve;
-    if (!live && cli.o.control) {
-        fprintf(stderr, "%s: --control needs --serve or -i (a plain run "
-                "ends when its buses are idle)\n", progname);
+    if (!live && (cli.o.control || cli.o.http)) {
+        fprintf(stderr, "%s: %s needs --serve or -i (a plain run "
+                "ends when its buses are idle)\n", progname,
+                cli.o.control ? "--control" : "--http");
         usage(stderr);
         return 1;
     }

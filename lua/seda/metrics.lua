@@ -1,0 +1,195 @@
+-- lua/seda/metrics.lua -- the Prometheus text exposition of every live bus
+-- (format 0.0.4): what seda-lua serves at /metrics (--http), writes with
+-- --metrics PATH, and returns from the REPL's metrics().  Embedded into
+-- seda-lua at build time (src/cli/cli_metrics.c) and run once on the main
+-- Lua state with cli.lua's module table M, into which it puts M.metrics.
+--
+-- Every family has HELP and TYPE lines; the latency families are
+-- summaries (quantiles, _sum in seconds, _count) over every sample since
+-- the stage was declared.  With several live buses every sample carries a
+-- bus="N" label (N as seda.buses() orders them, as /stats.json's index).
+
+local M = ...
+local seda = require "seda"
+local fmt, concat = string.format, table.concat
+local snapshot, stage_names, rate_of = M.snapshot, M.stage_names, M.rate_of
+
+local function esc(v)
+  return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"',
+                                          ["\n"] = "\\n" }))
+end
+
+local function pnum(v)
+  if v == true then return "1" end
+  if v == false then return "0" end
+  if math.type(v) == "integer" then return tostring(v) end
+  if v ~= v then return "NaN" end
+  if v == math.huge then return "+Inf" end
+  if v == -math.huge then return "-Inf" end
+  return fmt("%.9g", v)
+end
+
+local STAGE_METRICS = {
+  { "depth", "gauge", "Envelopes waiting in the stage's queue.", "depth" },
+  { "capacity", "gauge", "Capacity of the stage's queue.", "capacity" },
+  { "concurrency", "gauge", "Concurrency limit (permits) of the stage.",
+    "concurrency" },
+  { "in_flight", "gauge", "Envelopes being handled by the stage now " ..
+    "(a pull stage: leased, not yet settled).", "in_flight" },
+  { "consumers", "gauge", "Consumers (handlers) of the stage.", "consumers" },
+  { "enqueued_total", "counter", "Envelopes admitted to the stage's queue " ..
+    "(retries not counted).", "enqueued" },
+  { "delivered_total", "counter", "Deliveries the stage's handlers acked.",
+    "delivered" },
+  { "nacked_total", "counter", "Deliveries that nacked (false or an error).",
+    "nacked" },
+  { "errors_total", "counter", "Errors reported for the stage (handler " ..
+    "errors, hop timeouts, journal failures).", "errors" },
+  { "dropped_total", "counter", "Envelopes refused or evicted by the stage.",
+    "dropped" },
+  { "dead_lettered_total", "counter", "Envelopes dead-lettered by the stage.",
+    "dead_lettered" },
+  { "completed_total", "counter", "Itineraries that completed at the " ..
+    "stage (their last hop acked there).", "completed" },
+  { "depth_high", "gauge", "Envelopes waiting at high priority.",
+    "depth_high" },
+  { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
+  { "delivery_rate", "gauge",
+    "Acked deliveries per second over the last 5 seconds.", "rate" },
+  { "handler_version", "gauge", "Version of the stage's handler code " ..
+    "(1 at declaration, +1 per successful reload).", "version" },
+}
+
+local BUS_METRICS = {
+  { "accepted_total", "counter", "Envelopes accepted by publish.", "accepted" },
+  { "completed_total", "counter", "Itineraries completed.", "completed" },
+  { "dead_lettered_total", "counter", "Itineraries dead-lettered.",
+    "dead_lettered" },
+  { "dropped_total", "counter", "Itineraries evicted (drop_oldest) or " ..
+    "swept by a shutdown.", "dropped" },
+  { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
+  { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
+  { "workers_loaned", "gauge", "Loan threads in service now (standing in " ..
+    "for workers blocked inside handlers).", "workers_loaned" },
+  { "loans_total", "counter", "Loans started (a worker blocked inside a " ..
+    "handler while a loan thread ran for it).", "loans" },
+  { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
+  { "paused", "gauge", "1 when the bus is paused.", "paused" },
+}
+
+local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }
+
+function M.metrics()
+  local snap = snapshot()
+  local multi = #snap > 1
+  local lines = {}
+  local function add(s) lines[#lines + 1] = s end
+  local function labels(e, stage, extra)
+    local l = {}
+    if multi then l[#l + 1] = 'bus="' .. e.index .. '"' end
+    if stage then l[#l + 1] = 'stage="' .. esc(stage) .. '"' end
+    if extra then l[#l + 1] = extra end
+    if #l == 0 then return "" end
+    return "{" .. concat(l, ",") .. "}"
+  end
+  local now = seda.now()
+  for _, m in ipairs(STAGE_METRICS) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      for _, name in ipairs(stage_names(e.stats)) do
+        local s = e.stats.stages[name]
+        local v = s[m[4]]
+        if m[4] == "rate" then v = rate_of(e.bus, name, s, now) end
+        if v ~= nil then
+          samples[#samples + 1] = "seda_stage_" .. m[1] .. labels(e, name) ..
+                                  " " .. pnum(v)
+        end
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_stage_" .. m[1] .. " " .. m[3])
+      add("# TYPE seda_stage_" .. m[1] .. " " .. m[2])
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  -- reload errors: 1 when the last reload of the stage failed
+  add("# HELP seda_stage_reload_failed 1 when the stage's last reload failed " ..
+      "(the old code stays installed).")
+  add("# TYPE seda_stage_reload_failed gauge")
+  for _, e in ipairs(snap) do
+    for _, name in ipairs(stage_names(e.stats)) do
+      add("seda_stage_reload_failed" .. labels(e, name) .. " " ..
+          (e.stats.stages[name].last_error and "1" or "0"))
+    end
+  end
+  -- Summaries over every sample since the stage was declared (the
+  -- histograms are never reset): quantiles (NaN before the first sample,
+  -- as Prometheus clients write them), _sum in seconds and _count.
+  for _, kind in ipairs({ "service", "sojourn" }) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      for _, name in ipairs(stage_names(e.stats)) do
+        local s = e.stats.stages[name]
+        local count = s[kind .. "_count"]
+        if count then
+          local base = "seda_stage_" .. kind .. "_seconds"
+          for _, q in ipairs(QUANTILES) do
+            local v = s[kind .. "_" .. q[2]]
+            samples[#samples + 1] = base ..
+              labels(e, name, 'quantile="' .. q[1] .. '"') .. " " ..
+              (count > 0 and v and pnum(v / 1e6) or "NaN")
+          end
+          samples[#samples + 1] = base .. "_sum" .. labels(e, name) .. " " ..
+                                  pnum((s[kind .. "_sum"] or 0) / 1e6)
+          samples[#samples + 1] = base .. "_count" .. labels(e, name) .. " " ..
+                                  pnum(count)
+        end
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_stage_" .. kind .. "_seconds " .. (kind == "service"
+        and "Handler run time per call, since the stage was declared."
+        or "Time from admission to the stage to the start of its " ..
+           "handler, since the stage was declared."))
+      add("# TYPE seda_stage_" .. kind .. "_seconds summary")
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  -- The newest recent error of each stage that has one (bus:errors()).
+  local errs = {}
+  for _, e in ipairs(snap) do
+    local ok, list = pcall(e.bus.errors, e.bus)
+    local seen = {}
+    for _, x in ipairs(ok and list or {}) do
+      if not seen[x.stage] then
+        seen[x.stage] = true
+        errs[#errs + 1] = "seda_stage_last_error_timestamp_seconds" ..
+                          labels(e, x.stage) .. " " .. fmt("%.3f", x.time)
+      end
+    end
+  end
+  if #errs > 0 then
+    add("# HELP seda_stage_last_error_timestamp_seconds Wall-clock time " ..
+        "(Unix seconds) of the stage's newest error (bus:errors()).")
+    add("# TYPE seda_stage_last_error_timestamp_seconds gauge")
+    for _, s in ipairs(errs) do add(s) end
+  end
+  for _, m in ipairs(BUS_METRICS) do
+    local samples = {}
+    for _, e in ipairs(snap) do
+      local v = e.stats[m[4]]
+      if v ~= nil then
+        samples[#samples + 1] = "seda_bus_" .. m[1] .. labels(e) .. " " .. pnum(v)
+      end
+    end
+    if #samples > 0 then
+      add("# HELP seda_bus_" .. m[1] .. " " .. m[3])
+      add("# TYPE seda_bus_" .. m[1] .. " " .. m[2])
+      for _, s in ipairs(samples) do add(s) end
+    end
+  end
+  add("# HELP seda_buses Live buses in the process.")
+  add("# TYPE seda_buses gauge")
+  add("seda_buses " .. #snap)
+  return concat(lines, "\n") .. "\n"
+end

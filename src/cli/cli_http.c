@@ -1,0 +1,430 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli_http.c -- seda-lua --http [ADDR:]PORT: an HTTP endpoint on
+ * libmicrohttpd (MHD) serving
+ *
+ *   /            the status page (cli_page.html, embedded): the live stage
+ *                table in declaration order, sparklines, loans, dead
+ *                letters, the recent errors; it fetches /stats.json every
+ *                second
+ *   /metrics     the Prometheus text exposition (cli.lua's M.metrics)
+ *   /stats.json  every live bus's stats and recent errors (cli_json.c)
+ *
+ * GET and HEAD only (405 with an Allow header otherwise), 404 for any other
+ * path, 400 for what MHD finds malformed; at most HTTP_CONN_LIMIT
+ * connections at once, each closed after HTTP_TIMEOUT seconds idle.
+ *
+ * DESIGN
+ *   The answers come from the main Lua state, which only the main thread
+ *   may touch.  So MHD runs with no thread of its own ("external polling"
+ *   on epoll): its epoll descriptor joins the run loop's poll()
+ *   (cli_step), the poll's timeout is bounded by MHD_get_timeout, and
+ *   MHD_run is called on the main thread after every poll; the request
+ *   callback therefore runs on the main thread and may call Lua directly.
+ *   The alternative -- MHD's own threads asking the main thread for a
+ *   snapshot through a queue and a condition variable -- needs a hand-off
+ *   protocol and still waits for the main thread, so it is no more live
+ *   and is harder to get right.  The cost is the same in both designs:
+ *   while the main thread runs the script or a long REPL command,
+ *   requests wait (connections queue, nothing is refused).
+ *   The listening socket is ours (bound in cli_http_start, before the
+ *   script runs, so a port in use fails the start with a clear message;
+ *   port 0 picks a free one), handed to MHD with MHD_OPTION_LISTEN_SOCKET;
+ *   the address it listens on is printed on stderr.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include <lua.h>
+
+#include "cli.h"
+
+#ifndef CLI_PAGE_FILE
+#define CLI_PAGE_FILE "src/cli/cli_page.html"
+#endif
+
+/* The status page, embedded at build time like cli.lua (cli_lua.c). */
+__asm__(".section .rodata\n"
+        ".global cli_page_src\n"
+        ".type cli_page_src, @object\n"
+        "cli_page_src:\n"
+        ".incbin \"" CLI_PAGE_FILE "\"\n"
+        ".global cli_page_end\n"
+        ".type cli_page_end, @object\n"
+        "cli_page_end:\n"
+        ".byte 0\n"
+        ".previous\n");
+extern const char cli_page_src[];
+extern const char cli_page_end[];
+
+/* Main thread only, like everything in cli (see cli.h). */
+static struct {
+    struct MHD_Daemon *d;       /* NULL when --http is off */
+    int epfd;                   /* MHD's epoll descriptor */
+    bool in_run;                /* inside MHD_run (no re-entry) */
+    char where[96];             /* "127.0.0.1:8080", as listening */
+} h = { .epfd = -1 };
+
+/* ---- the address ---- */
+
+/* Parse spec ("PORT", "ADDR:PORT", "[V6ADDR]:PORT", "localhost:PORT") into
+ * ss.  A port alone means 127.0.0.1.  Returns 0, or -1 with a message in
+ * err. */
+static int parse_addr(const char *spec, struct sockaddr_storage *ss,
+                      socklen_t *sl, char *err, size_t errlen)
+{
+    char host[64];
+    const char *port;
+    const char *colon = strrchr(spec, ':');
+    if (spec[0] == '[') {
+        const char *close = strchr(spec, ']');
+        if (!close || close[1] != ':' || (size_t)(close - spec - 1) >=
+            sizeof host) {
+            snprintf(err, errlen, "'%s': expected [IPV6]:PORT", spec);
+            return -1;
+        }
+        memcpy(host, spec + 1, (size_t)(close - spec - 1));
+        host[close - spec - 1] = '\0';
+        port = close + 2;
+    } else if (colon) {
+        if ((size_t)(colon - spec) >= sizeof host) {
+            snprintf(err, errlen, "'%s': address too long", spec);
+            return -1;
+        }
+        memcpy(host, spec, (size_t)(colon - spec));
+        host[colon - spec] = '\0';
+        port = colon + 1;
+    } else {
+        strcpy(host, "127.0.0.1");
+        port = spec;
+    }
+    char *end;
+    errno = 0;
+    long p = strtol(port, &end, 10);
+    if (!*port || *end || errno || p < 0 || p > 65535 ||
+        port[strspn(port, "0123456789")]) {
+        snprintf(err, errlen, "'%s': the port must be a number from 0 to "
+                 "65535 (0: any free port)", spec);
+        return -1;
+    }
+    if (strcmp(host, "localhost") == 0)
+        strcpy(host, "127.0.0.1");
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)p);
+        *sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)p);
+        *sl = sizeof *a6;
+    } else {
+        snprintf(err, errlen, "'%s': '%s' is not a numeric IPv4 or IPv6 "
+                 "address (nor localhost); give 127.0.0.1:PORT, or just "
+                 "PORT", spec, host);
+        return -1;
+    }
+    return 0;
+}
+
+static bool is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a4 = (const struct sockaddr_in *)ss;
+        return (ntohl(a4->sin_addr.s_addr) >> 24) == 127;
+    }
+    const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+    return IN6_IS_ADDR_LOOPBACK(&a6->sin6_addr);
+}
+
+/* "ADDR:PORT" of a bound socket into buf. */
+static void describe(int fd, char *buf, size_t n)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char ip[INET6_ADDRSTRLEN] = "?";
+    unsigned port = 0;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) {
+            struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+            inet_ntop(AF_INET, &a4->sin_addr, ip, sizeof ip);
+            port = ntohs(a4->sin_port);
+        } else {
+            struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+            inet_ntop(AF_INET6, &a6->sin6_addr, ip, sizeof ip);
+            port = ntohs(a6->sin6_port);
+            snprintf(buf, n, "[%s]:%u", ip, port);
+            return;
+        }
+    }
+    snprintf(buf, n, "%s:%u", ip, port);
+}
+
+/* ---- answers ---- */
+
+/* Queue a response: body (copied unless persistent), status, type, and
+ * for 405 the Allow header. */
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
+                             const char *type, const char *body, size_t n,
+                             enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        n, (void *)(uintptr_t)body, mode);
+    if (!r)
+        return MHD_NO;                  /* MHD answers 500 or closes */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status,
+                                  const char *msg)
+{
+    return reply(c, status, "text/plain; charset=utf-8", msg, strlen(msg),
+                 MHD_RESPMEM_MUST_COPY);
+}
+
+static enum MHD_Result serve_metrics(struct MHD_Connection *c)
+{
+    lua_State *L = cli.L;
+    int top = lua_gettop(L);
+    enum MHD_Result ret;
+    if (!cli_get_fn(L, "metrics")) {
+        ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                         "metrics: not available\n");
+    } else if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+        const char *m = lua_tostring(L, -1);
+        char buf[512];
+        snprintf(buf, sizeof buf, "metrics: %s\n", m ? m : "no text");
+        ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, buf);
+    } else {
+        size_t n;
+        const char *s = lua_tolstring(L, -1, &n);
+        ret = reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; "
+                    "charset=utf-8", s, n, MHD_RESPMEM_MUST_COPY);
+    }
+    lua_settop(L, top);
+    return ret;
+}
+
+static enum MHD_Result serve_stats(struct MHD_Connection *c)
+{
+    struct cli_jbuf b = { 0 };
+    enum MHD_Result ret;
+    if (cli_json_stats(cli.L, &b) != 0) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "stats.json: %s\n",
+                 b.oom ? "out of memory" : b.p ? b.p : "error");
+        ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, buf);
+    } else {
+        ret = reply(c, MHD_HTTP_OK, "application/json", b.p, b.len,
+                    MHD_RESPMEM_MUST_COPY);
+    }
+    free(b.p);
+    return ret;
+}
+
+/* MHD's request callback: on the main thread (MHD_run in cli_http_run).
+ * MHD calls it once when the headers are in (*con_cls NULL), then once per
+ * piece of body, then once more with no data.  Any method but GET and HEAD
+ * is refused at the first call, and so is a GET announcing a body (both
+ * then close the connection: MHD reads no more); GET and HEAD are answered at
+ * the last call, which keeps the connection alive for the next request
+ * (an answer queued at the first call would end it). */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version,
+                                  const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    static int headers_seen;            /* a marker for *con_cls */
+    (void)cls;
+    (void)upload_data;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+        strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+        char buf[160];
+        snprintf(buf, sizeof buf, "method %.40s not allowed: this endpoint "
+                 "answers GET and HEAD only\n", method);
+        return reply_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, buf);
+    }
+    const char *cl = MHD_lookup_connection_value(
+        c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (*upload_data_size != 0 || (cl && strcmp(cl, "0") != 0) ||
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                    MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return reply_text(c, MHD_HTTP_BAD_REQUEST, "bad request: a GET or "
+                          "HEAD request carries no body\n");
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) != 0 &&
+        !MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                     MHD_HTTP_HEADER_HOST))
+        return reply_text(c, MHD_HTTP_BAD_REQUEST, "bad request: an "
+                          "HTTP/1.1 request needs a Host header\n");
+    if (*con_cls == NULL) {
+        *con_cls = &headers_seen;
+        return MHD_YES;
+    }
+    if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
+        return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8",
+                     cli_page_src, (size_t)(cli_page_end - cli_page_src),
+                     MHD_RESPMEM_PERSISTENT);
+    bool metrics = strcmp(url, "/metrics") == 0;
+    if (metrics || strcmp(url, "/stats.json") == 0) {
+        /* An interrupt armed for a REPL command (cli_interrupt's hook) is
+         * that command's: set it aside while this runs Lua. */
+        lua_State *L = cli.L;
+        lua_Hook hook = lua_gethook(L);
+        int mask = lua_gethookmask(L), count = lua_gethookcount(L);
+        lua_sethook(L, NULL, 0, 0);
+        enum MHD_Result r = metrics ? serve_metrics(c) : serve_stats(c);
+        lua_sethook(L, hook, mask, count);
+        return r;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "not found: %.120s\nendpoints: / (status "
+             "page), /metrics, /stats.json\n", url);
+    return reply_text(c, MHD_HTTP_NOT_FOUND, buf);
+}
+
+/* MHD's messages (a malformed request, a failed accept) on stderr, at
+ * most LOG_BURST a second: a client sending garbage in a loop must not
+ * flood the log.  What was left out is counted and said. */
+#define LOG_BURST 5
+static void on_log(void *cls, const char *fmt, va_list ap)
+{
+    static double window;
+    static int lines;
+    static unsigned long skipped;
+    (void)cls;
+    double now = cli_now();
+    if (now - window >= 1.0) {
+        if (skipped)
+            fprintf(stderr, "%s: http: %lu more messages left out\n",
+                    cli_progname, skipped);
+        window = now;
+        lines = 0;
+        skipped = 0;
+    }
+    if (lines >= LOG_BURST) {
+        skipped++;
+        return;
+    }
+    lines++;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == '\n')
+        buf[--n] = '\0';
+    fprintf(stderr, "%s: http: %s\n", cli_progname, buf);
+}
+
+/* ---- the loop's side ---- */
+
+int cli_http_start(const char *spec)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    char err[256];
+    if (parse_addr(spec, &ss, &sl, err, sizeof err) != 0) {
+        fprintf(stderr, "%s: --http %s\n", cli_progname, err);
+        return 1;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    0);
+    if (fd < 0) {
+        fprintf(stderr, "%s: --http %s: socket: %s\n", cli_progname, spec,
+                strerror(errno));
+        return 1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ss.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 64) != 0) {
+        fprintf(stderr, "%s: --http %s: cannot listen: %s\n", cli_progname,
+                spec, strerror(errno));
+        close(fd);
+        return 1;
+    }
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    h.d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
+                           MHD_OPTION_EXTERNAL_LOGGER, on_log, NULL,
+                           MHD_OPTION_LISTEN_SOCKET, fd,
+                           MHD_OPTION_CONNECTION_LIMIT,
+                           (unsigned)HTTP_CONN_LIMIT,
+                           MHD_OPTION_CONNECTION_TIMEOUT,
+                           (unsigned)HTTP_TIMEOUT,
+                           MHD_OPTION_END);
+    const union MHD_DaemonInfo *di = h.d ? MHD_get_daemon_info(
+        h.d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
+    if (!di) {
+        fprintf(stderr, "%s: --http %s: libmicrohttpd could not start\n",
+                cli_progname, spec);
+        if (h.d)
+            MHD_stop_daemon(h.d);
+        else
+            close(fd);
+        h.d = NULL;
+        return 1;
+    }
+    h.epfd = di->epoll_fd;
+    describe(fd, h.where, sizeof h.where);
+    if (!is_loopback(&ss))
+        fprintf(stderr, "%s: warning: --http %s listens beyond loopback: "
+                "whoever reaches it can read the pipeline's stats and "
+                "errors\n", cli_progname, h.where);
+    fprintf(stderr, "%s: http: listening on http://%s/\n", cli_progname,
+            h.where);
+    return 0;
+}
+
+int cli_http_fd(void)
+{
+    return h.d ? h.epfd : -1;
+}
+
+int cli_http_timeout(int timeout_ms)
+{
+    MHD_UNSIGNED_LONG_LONG t;
+    if (!h.d || MHD_get_timeout(h.d, &t) != MHD_YES)
+        return timeout_ms;
+    if (timeout_ms < 0 || t < (MHD_UNSIGNED_LONG_LONG)timeout_ms)
+        return t > INT32_MAX ? INT32_MAX : (int)t;
+    return timeout_ms;
+}
+
+void cli_http_run(void)
+{
+    if (!h.d || h.in_run)
+        return;
+    h.in_run = true;
+    MHD_run(h.d);
+    h.in_run = false;
+}
+
+void cli_http_stop(void)
+{
+    if (!h.d)
+        return;
+    MHD_stop_daemon(h.d);               /* closes the listening socket */
+    h.d = NULL;
+    h.epfd = -1;
+}
