@@ -49,6 +49,15 @@ local STAGE_METRICS = {
     "dropped" },
   { "dead_lettered_total", "counter", "Envelopes dead-lettered by the stage.",
     "dead_lettered" },
+  { "invalid_total", "counter", "Publishes and hops refused by the stage's " ..
+    "type check.", "invalid" },
+  { "refused_total", "counter", "Publishes refused by the stage's admit " ..
+    "rule.", "refused" },
+  { "shed_total", "counter", "Publishes refused by adaptive shedding.",
+    "shed" },
+  { "shedding", "gauge", "Adaptive shedding now: 0 no, 1 refusing low " ..
+    "priority, 2 low and normal.", "shedding" },
+  { "delayed", "gauge", "Retries waiting out their backoff.", "delayed" },
   { "completed_total", "counter", "Itineraries that completed at the " ..
     "stage (their last hop acked there).", "completed" },
   { "depth_high", "gauge", "Envelopes waiting at high priority.",

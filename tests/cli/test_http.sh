@@ -159,6 +159,10 @@ check "in_flight's HELP says envelopes being handled" \
     grep -q '^# HELP seda_stage_in_flight Envelopes being handled' "$D/metrics"
 check "the summary count is the sample count" \
     grep -q '^seda_stage_service_seconds_count{bus="2",stage="q1"} 7$' "$D/metrics"
+check "admission figures are metrics (shed, refused, delayed)" eval \
+    "grep -q '^seda_stage_shed_total{bus=\"1\",stage=\"zulu\"} 0$' '$D/metrics' &&
+     grep -q '^# TYPE seda_stage_refused_total counter$' '$D/metrics' &&
+     grep -q '^# TYPE seda_stage_delayed gauge$' '$D/metrics'"
 check "the last error's time is a metric" \
     grep -q '^seda_stage_last_error_timestamp_seconds{bus="1",stage="alpha"} [0-9]*\.[0-9]*$' "$D/metrics"
 
@@ -367,7 +371,7 @@ if names != ["zulu", "alpha", "mike", "q2", "q1"]:
 rates = dict(rows)
 for n in ("zulu", "alpha", "mike"):
     if not float(rates.get(n, 0)) > 0: fail("stage", n, "rate not > 0:", rates.get(n))
-for col in ('class="queue"', 'class="inflight"', 'class="sojourn-p99"', 'class="dead', '<svg class="spark rate"'):
+for col in ('class="queue"', 'class="inflight"', 'class="sojourn-p99"', 'class="dead', 'class="shed', '<svg class="spark rate"', '<svg class="spark soj"'):
     if col not in dom: fail("no", col)
 for word in ("loaned", "loans", "dead-lettered", "recent errors"):
     if word not in dom: fail("no", word)
