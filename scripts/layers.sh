@@ -106,6 +106,7 @@ if [ "${1:-}" = "--self-test" ]; then
                  'durable/journal.c|#include "cli/cli.h"' \
                  'lua/lcodec.c|#include "core/stage.h"' \
                  'core/pool.c|#include <lua.h>' \
+                 'lua/lerrors.c|#include <microhttpd.h>' \
                  'lua/lpath.c|#include "stage.h"'; do
         pf=${plant%%|*}
         add=${plant#*|}

@@ -305,6 +305,7 @@ static int run(lua_State *L, int argc, char **argv)
         cli_run();
     }
     cli_control_close();
+    cli_http_stop();                    /* (after a script error too) */
 
     /* A normal end (and the end of -i) waits until the buses are idle;
      * after a signal or an error the drain is bounded by --drain. */
