@@ -17,7 +17,8 @@
  *   answer, never a leak.  Strings are checked as UTF-8 (a handler's error
  *   message may quote binary payload bytes): an invalid byte becomes
  *   U+FFFD, so every JSON parser accepts the document.  NaN and the
- *   infinities, which JSON lacks, are null.
+ *   infinities, which JSON lacks, are null; a float always has a point
+ *   or an exponent, an integer never.
  */
 #include <math.h>
 #include <stdio.h>
@@ -136,10 +137,16 @@ static void json_number(struct cli_jbuf *b, lua_State *L, int idx)
         snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, idx));
     } else {
         double v = lua_tonumber(L, idx);
-        if (!isfinite(v))
+        if (!isfinite(v)) {
             snprintf(num, sizeof num, "null");
-        else
-            snprintf(num, sizeof num, "%.15g", v);
+        } else {
+            /* A float stays one ("0.0", not "0"): a reader can tell
+             * Lua's floats (rates, latencies) from its integers
+             * (counters), as math.type does. */
+            int n = snprintf(num, sizeof num, "%.15g", v);
+            if (!strpbrk(num, ".eE") && n > 0 && (size_t)n + 2 < sizeof num)
+                memcpy(num + n, ".0", 3);
+        }
     }
     adds(b, num);
 }

@@ -172,9 +172,10 @@ check "/stats.json answers 200" grep -q '^HTTP/1.1 200' "$D/jh"
 check "/stats.json is JSON" grep -qi '^content-type: application/json' "$D/jh"
 # What the server itself says bus:stats() is, for the quiet bus (its
 # counters no longer move), as sorted "key=value" lines of integers and
-# strings; the same lines from the JSON must match.  The busy bus: the
+# strings and "key~float" for floats (their values move: rates decay); the
+# same lines from the JSON must match (a float stays a float: 0.0).  The busy bus: the
 # same stages and keys, its declaration order, and its errors.
-ask "$S" 'for i, b in ipairs(seda.buses()) do if b == quiet then print("index=" .. i) local st = b:stats() local t = {} for k, v in pairs(st) do if math.type(v) == "integer" or type(v) == "string" or type(v) == "boolean" then t[#t+1] = k .. "=" .. tostring(v) end end for name, s in pairs(st.stages) do for k, v in pairs(s) do if math.type(v) == "integer" or type(v) == "string" then t[#t+1] = name .. "." .. k .. "=" .. tostring(v) end end end table.sort(t) print(table.concat(t, "\n")) end end' >"$D/expect.txt"
+ask "$S" 'for i, b in ipairs(seda.buses()) do if b == quiet then print("index=" .. i) local st = b:stats() local t = {} for k, v in pairs(st) do if math.type(v) == "integer" or type(v) == "string" or type(v) == "boolean" then t[#t+1] = k .. "=" .. tostring(v) end end for name, s in pairs(st.stages) do for k, v in pairs(s) do if math.type(v) == "integer" or type(v) == "string" then t[#t+1] = name .. "." .. k .. "=" .. tostring(v) elseif math.type(v) == "float" then t[#t+1] = name .. "." .. k .. "~float" end end end table.sort(t) print(table.concat(t, "\n")) end end' >"$D/expect.txt"
 python3 - "$D/stats.json" "$D/expect.txt" >"$D/json.out" 2>&1 <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -195,6 +196,7 @@ else:
         for k, v in s.items():
             if isinstance(v, bool): continue
             if isinstance(v, int) or isinstance(v, str): got.append("%s.%s=%s" % (name, k, v))
+            elif isinstance(v, float): got.append("%s.%s~float" % (name, k))
     got.sort()
     if got != exp:
         err("quiet bus differs:\n json: %s\n stats: %s" % (got, exp))
