@@ -24,6 +24,7 @@
 
 PKG_CONFIG ?= pkg-config
 LUA_PC     ?= lua5.4
+NATS_PC    ?= libnats
 V          ?= release
 
 .DEFAULT_GOAL := all
@@ -52,7 +53,9 @@ $(CONFIG): scripts/deps.sh
 	  echo "SQLITE_LIBS := $$(pc --libs sqlite3)"; \
 	  echo "READLINE_LIBS := $$(pc --libs readline)"; \
 	  echo "MHD_CFLAGS := $$(pc --cflags libmicrohttpd)"; \
-	  echo "MHD_LIBS := $$(pc --libs libmicrohttpd)"; } >$@.tmp
+	  echo "MHD_LIBS := $$(pc --libs libmicrohttpd)"; \
+	  echo "NATS_CFLAGS := $$(pc --cflags $(NATS_PC))"; \
+	  echo "NATS_LIBS := $$(pc --libs $(NATS_PC))"; } >$@.tmp
 	@mv $@.tmp $@
 
 # make deps: the packages now (and the flags again).
@@ -90,17 +93,21 @@ LDLIBS  += -lm
 
 B       := build/$(V)
 
-# The layers (see src/*/README.md and `make layers`): core <- durable <-
-# lua <- cli.  libseda.a is core + durable (the C API); libsedalua.a the
-# Lua binding; seda-lua the program.
+# The layers (see src/README.md and `make layers`): core <- durable,
+# core <- remote, both <- lua <- cli.  libseda.a is core + durable (the C
+# API); libsedaremote.a the remote stages (NATS JetStream, links libnats);
+# libsedalua.a the Lua binding; seda-lua the program.
 CORE_SRC    := $(wildcard src/core/*.c)
 DURABLE_SRC := $(wildcard src/durable/*.c)
+REMOTE_SRC  := $(wildcard src/remote/*.c)
 LUA_SRC     := $(wildcard src/lua/*.c)
 CLI_SRC     := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
 CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
+REMOTE_OBJ  := $(REMOTE_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
 CLI_OBJ     := $(CLI_SRC:src/%.c=$(B)/src/%.o)
 LIBSEDA  := $(B)/libseda.a
+LIBSREMOTE := $(B)/libsedaremote.a
 LIBSLUA  := $(B)/libsedalua.a
 
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -110,7 +117,7 @@ SEDA_SO  := $(B)/seda.so
 
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
-ALL := $(LIBSEDA) $(EXAMPLES)
+ALL := $(LIBSEDA) $(LIBSREMOTE) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
@@ -125,9 +132,14 @@ $(B)/src/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# The remote layer is the one that includes <nats/nats.h>.
+$(B)/src/remote/%.o: src/remote/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
+
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
 $(B)/examples/%: examples/%.c $(LIBSEDA)
 	@mkdir -p $(@D)
@@ -135,9 +147,13 @@ $(B)/examples/%: examples/%.c $(LIBSEDA)
 
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
 $(LIBSEDA): $(CORE_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+$(LIBSREMOTE): $(REMOTE_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
@@ -145,8 +161,8 @@ $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSEDA)
-	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSEDA)
+	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
@@ -165,11 +181,11 @@ $(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
 
-$(SEDA_SO): $(LUA_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(LDLIBS) -o $@
+$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(LDLIBS) -o $@
+$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -265,8 +281,8 @@ BENCH_SRC := $(filter-out bench/codec_loop.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
-$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(LDLIBS) -o $@
+$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.

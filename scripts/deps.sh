@@ -18,6 +18,9 @@ have_pc cmocka || need="$need libcmocka-dev"
 have_pc sqlite3 || need="$need libsqlite3-dev"
 have_pc readline || need="$need libreadline-dev"
 have_pc libmicrohttpd || need="$need libmicrohttpd-dev"   # seda-lua --http
+have_pc libnats || need="$need libnats-dev"            # remote stages
+command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
+    need="$need nats-server"                           # their tests, bench
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
 command -v sqlite3 >/dev/null 2>&1 || need="$need sqlite3"   # journal checks in tests

@@ -5,11 +5,13 @@
 #            libc and pthreads only
 #   durable  the journal, its WAL VFS, replay, the dead-letter store:
 #            core (through store.h) and SQLite
+#   remote   remote stages over NATS JetStream: core (through remote.h)
+#            and libnats
 #   lua      the `seda` module: include/seda.h and seda_lua.h only (a
 #            client of the public C API), and Lua
 #   cli      the seda-lua program: every layer below
 #
-# core <- durable <- lua <- cli.  A file may include headers of its own
+# core <- durable, core <- remote; lua <- cli.  A file may include headers of its own
 # folder, of include/ (the public API), and of the layers its layer may
 # use; and only the libraries its layer may link.  Anything else is an
 # error naming the file, line and rule.
@@ -24,8 +26,9 @@ may_use() {
     case "$1" in
         core)    echo "" ;;
         durable) echo "core" ;;
+        remote)  echo "core" ;;
         lua)     echo "" ;;
-        cli)     echo "core durable lua" ;;
+        cli)     echo "core durable remote lua" ;;
         *)       echo "?" ;;
     esac
 }
@@ -35,6 +38,7 @@ forbidden_sys() {
     case "$1" in
         core)    echo '<(lua|lualib|lauxlib|sqlite3|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
         durable) echo '<(lua|lualib|lauxlib|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
+        remote)  echo '<(lua|lualib|lauxlib|sqlite3|readline/[a-z]+|microhttpd)\.h>' ;;
         lua)     echo '<(sqlite3|readline/[a-z]+|nats/[a-z]+|nats|microhttpd)\.h>' ;;
         *)       echo '^$' ;;
     esac
@@ -48,7 +52,7 @@ check() {
         layer=$(basename "$dir")
         allowed=$(may_use "$layer")
         if [ "$allowed" = "?" ]; then
-            echo "layers: $dir: a folder that is no layer (core, durable, lua, cli)"
+            echo "layers: $dir: a folder that is no layer (core, durable, remote, lua, cli)"
             bad=1
             continue
         fi
@@ -67,7 +71,7 @@ check() {
                         if [ "$ok" = no ]; then
                             echo "$f:$n: includes $h: $layer may include only" \
                                  "its own folder, include/ and: ${allowed:-nothing else}" \
-                                 "(core <- durable <- lua <- cli)"
+                                 "(core <- durable, remote <- lua <- cli)"
                         fi
                         ;;
                     *)
@@ -107,7 +111,12 @@ if [ "${1:-}" = "--self-test" ]; then
                  'lua/lcodec.c|#include "core/stage.h"' \
                  'core/pool.c|#include <lua.h>' \
                  'lua/lerrors.c|#include <microhttpd.h>' \
-                 'lua/lpath.c|#include "stage.h"'; do
+                 'lua/lpath.c|#include "stage.h"' \
+                 'lua/lstage.c|#include "remote/wire.h"' \
+                 'remote/wire.c|#include "durable/journal.h"' \
+                 'remote/wire.c|#include <lua.h>' \
+                 'core/bus.c|#include "remote/wire.h"' \
+                 'durable/durable.c|#include <nats/nats.h>'; do
         pf=${plant%%|*}
         add=${plant#*|}
         rm -rf "$tmp/src" "$tmp/include"
@@ -131,7 +140,7 @@ fi
 
 cd "$(dirname "$0")/.."
 if check "${1:-src}"; then
-    echo "layers: ok (core <- durable <- lua <- cli; no include runs upward)"
+    echo "layers: ok (core <- durable, remote <- lua <- cli; no include runs upward)"
     exit 0
 fi
 exit 1
