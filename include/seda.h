@@ -71,10 +71,12 @@ extern "C" {
 #define SEDA_EIO        (-EIO)        /* the journal could not commit */
 #define SEDA_ESHED      (-EOVERFLOW)  /* the stage sheds load (its `shed`
                                          rule found the queue too slow) */
+#define SEDA_EUNAVAIL   (-ENOTCONN)   /* a remote stage's server is not
+                                         reachable now (seda_remote.h) */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
  * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type",
- * "duplicate", "io", or
+ * "duplicate", "io", "unavailable", or
  * "error" for anything else; "ok" for 0.  Static storage; any thread. */
 const char *seda_strerror(int rc);
 
@@ -606,6 +608,8 @@ typedef struct seda_stage_stats {
     int delayed;               /* retries waiting out their backoff */
     int shedding;              /* 0 no, 1 refusing low, 2 low and normal */
     int depth_high, depth_low; /* queued at high and low priority */
+    uint64_t handed_off;       /* itineraries that left this process here
+                                  for JetStream (a remote stage) */
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,
@@ -625,7 +629,11 @@ typedef struct seda_bus_stats {
     uint64_t completed;
     uint64_t dead_lettered;
     uint64_t dropped;
-    uint64_t in_system;        /* accepted - completed - dead - dropped */
+    uint64_t handed_off;       /* itineraries handed to remote stages
+                                  (JetStream): the process that takes them
+                                  counts their end */
+    uint64_t in_system;        /* accepted - completed - dead - dropped
+                                  - handed_off */
     int workers;
     int stages;
     bool paused, closed;

@@ -234,6 +234,9 @@ void seda_bus_free(seda_bus_t *b)
         b->store_ops->close(store);
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
     for (int i = 0; i < r->n; i++)
+        if (r->list[i]->remote_ops)
+            r->list[i]->remote_ops->close(r->list[i]);
+    for (int i = 0; i < r->n; i++)
         seda__stage_free(r->list[i]);
     registry_free(r);
     pthread_cond_destroy(&b->idle_cv);
@@ -325,6 +328,20 @@ int seda__store_move(struct seda_stage_s *from, struct seda_stage_s *to,
     return seda__bus_store_ops(from->bus)->move(from, to, env, skip_slip);
 }
 
+int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
+                            const struct seda__remote_ops *ops, void *ctx,
+                            struct seda_stage_s **out, char *err,
+                            size_t errlen)
+{
+    int rc = seda__stage_new(b, o, out, err, errlen);
+    if (rc == 0) {
+        (*out)->remote_ops = ops;
+        (*out)->remote = ctx;
+    }
+    return rc;
+}
+
+
 int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
                     seda_stage_t **out, char *err, size_t errlen,
                     seda__open_store_fn open_store)
@@ -346,6 +363,13 @@ int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
             return rc;
         }
     }
+    return seda__stage_register(b, st, out, err, errlen);
+}
+
+int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
+                         seda_stage_t **out, char *err, size_t errlen)
+{
+    int rc = 0;
     seda__mutex_lock(&b->mu);
     if (atomic_load_explicit(&b->closed, memory_order_acquire)) {
         rc = SEDA_ECLOSED;
@@ -413,11 +437,14 @@ static int refuse_early(struct seda_bus_s *b)
 /* A custom id names a message across restarts, so only a durable stage
  * takes one (exactly_once refuses a repeat; at_least_once may deliver a
  * message twice by design).  On an in-memory stage it could repeat, or
- * equal a generated id, and ids are unique within the process. */
+ * equal a generated id, and ids are unique within the process.  A remote
+ * stage takes one as its JetStream message id. */
 static int check_id(const struct seda_stage_s *st,
                     const seda_publish_opts *opts)
 {
-    return opts && opts->id && !st->durable ? SEDA_EINVAL : 0;
+    /* A remote stage takes one too: JetStream deduplicates by it. */
+    return opts && opts->id && !st->durable && !st->remote_ops
+               ? SEDA_EINVAL : 0;
 }
 
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
@@ -444,7 +471,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
         return rc;
     }
-    rc = seda__stage_admit(st, env, t, false);
+    rc = seda__stage_enter(st, env, t, false);
     if (rc) {
         env->done = NULL;               /* refused: done never fires */
         seda__env_free(env);
@@ -517,7 +544,15 @@ int seda_publish_many(seda_bus_t *b, const char *to,
             seda__free(envs);
         return done;
     }
-    int done = seda__stage_admit_many(st, envs, built, t, err);
+    int done = 0;
+    if (st->remote_ops) {
+        /* One at a time: each goes to JetStream (stops at a refusal). */
+        while (done < built && !*err &&
+               !(*err = seda__stage_enter(st, envs[done], t, false)))
+            done++;
+    } else {
+        done = seda__stage_admit_many(st, envs, built, t, err);
+    }
     for (int i = done; i < built; i++) {
         envs[i]->done = NULL;
         seda__env_free(envs[i]);
@@ -573,7 +608,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
         seda__bus_dead_letter(st, env, "type", tally);
         return;
     }
-    int rc = seda__stage_admit(to, env, (double)b->hop_timeout_ns / 1e9,
+    int rc = seda__stage_enter(to, env, (double)b->hop_timeout_ns / 1e9,
                                true);
     if (rc == 0)
         return;
@@ -648,7 +683,7 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         } else if (!to->durable) {
             seda__env_set_jkey(env, 0);
         }
-        if (seda__stage_admit(to, env, (double)b->hop_timeout_ns / 1e9,
+        if (seda__stage_enter(to, env, (double)b->hop_timeout_ns / 1e9,
                               true) == 0)
             return;
         /* The DLQ refused it: it is discarded after all. */
@@ -789,9 +824,11 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
         out->completed += st->c.completed;
         out->dead_lettered += st->c.it_dead;
         out->dropped += st->c.it_lost;
+        out->handed_off += st->c.it_remote;
         seda__mutex_unlock(&st->mu);
     }
-    uint64_t ended = out->completed + out->dead_lettered + out->dropped;
+    uint64_t ended = out->completed + out->dead_lettered + out->dropped +
+                     out->handed_off;
     out->in_system = out->accepted > ended ? out->accepted - ended : 0;
     out->workers = seda__pool_size(b->pool);
     out->stages = r->n;

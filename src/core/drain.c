@@ -157,6 +157,11 @@ static void route(struct seda_stage_s *st, seda_env_t *env, int res,
                   struct stage_counters *tally, seda_env_t **retry,
                   int *nretry, int64_t now)
 {
+    if (st->remote_ops) {
+        /* Taken in from JetStream: acked, naked or termed there. */
+        st->remote_ops->settle(st, env, res, tally);
+        return;
+    }
     switch (res) {
     case DR_ACK:
         tally->delivered++;
@@ -253,7 +258,8 @@ static void run_batch(struct seda_stage_s *st)
         res[i] = r == DELIVER_ACK ? DR_ACK
                : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
                : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
-        if (res[i] == DR_RETRY && !st->durable && !later) {
+        if (res[i] == DR_RETRY && !st->durable && !later &&
+            !st->remote_ops) {
             /* A retry goes to the head of the queue, which is where this
              * task takes its next envelope from: deliver it again now,
              * ahead of the rest of the batch (behind it in the queue), and
@@ -271,7 +277,7 @@ static void run_batch(struct seda_stage_s *st)
         }
         if (!st->durable)
             route(st, env, res[i], &tally, retry, &nretry, end);
-        if (res[i] == DR_RETRY) {
+        if (res[i] == DR_RETRY && !st->remote_ops) {
             /* Durable: the retry is journaled with the batch's decisions
              * below, then goes back to the head, ahead of the rest of this
              * batch (behind it in the queue). */

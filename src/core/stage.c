@@ -63,6 +63,7 @@ void seda__counters_fold(struct stage_counters *into,
     into->accepted += from->accepted;
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
+    into->it_remote += from->it_remote;
 }
 
 void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
@@ -800,5 +801,29 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
                 st->delayed == 0;
     *sum += st->c.enqueued + seda__stage_fast_all(st);
     seda__mutex_unlock(&st->mu);
+    if (st->remote_ops && !st->remote_ops->idle(st, sum))
+        idle = false;
     return idle;
+}
+
+int seda__stage_enter(struct seda_stage_s *to, seda_env_t *env,
+                      double timeout, bool hop)
+{
+    if (to->remote_ops)
+        return to->remote_ops->enter(to, env, timeout, hop);
+    return seda__stage_admit(to, env, timeout, hop);
+}
+
+void seda__stage_count_remote(struct seda_stage_s *st, int what)
+{
+    seda__mutex_lock(&st->mu);
+    if (what == SEDA__REMOTE_ACCEPTED) {
+        st->c.accepted++;
+    } else if (what == SEDA__REMOTE_HANDED) {
+        st->c.it_remote++;
+    } else {
+        st->c.dropped++;
+        st->c.it_lost++;
+    }
+    seda__mutex_unlock(&st->mu);
 }

@@ -11,6 +11,7 @@
 #include "queue.h"
 #include "pool.h"
 #include "seda_int.h"
+#include "remote.h"
 #include "store.h"
 
 struct seda_bus_s;
@@ -36,6 +37,8 @@ struct stage_counters {
     uint64_t accepted;          /* publishes accepted as a first hop here */
     uint64_t it_dead;           /* itineraries dead-lettered here */
     uint64_t it_lost;           /* itineraries evicted or swept here */
+    uint64_t it_remote;         /* itineraries handed to JetStream here
+                                   (a remote stage: remote.h) */
 };
 
 /*
@@ -47,7 +50,8 @@ struct stage_counters {
  *   inbox has one consumer at a time.
  *   Immutable after seda_stage_add: bus, name, dead_letter, delivery,
  *   max_attempts, publish_timeout, handler_timeout, index, pull,
- *   ack_timeout_ns, durable, dedup_window, inbox, inbox_mask.
+ *   ack_timeout_ns, durable, dedup_window, inbox, inbox_mask,
+ *   remote_ops, remote.
  *   Atomic: the inbox's slots, in_pos, fast_hop, cap_fast, conc_fast,
  *   running (the publishers' line below), out_pos, held and svc_ns (the
  *   takers' line), see "HOW IT WORKS" in inbox.c; nconsumers (release in seda_stage_consume / acquire in
@@ -81,6 +85,9 @@ struct seda_stage_s {
     uint32_t inbox_mask;        /* slots - 1; a power of two minus one */
     int durable;                /* enum seda_durability; immutable */
     int dedup_window;           /* exactly_once; immutable */
+    const struct seda__remote_ops *remote_ops; /* a remote stage's layer
+                                   (remote.h), or NULL; immutable */
+    void *remote;               /* its context; immutable */
     _Atomic(void *) userdata;   /* release/acquire */
     _Atomic(seda_check_fn) check; /* admission check; release/acquire */
     _Atomic(void *) check_ud;   /* its argument; stored before check */

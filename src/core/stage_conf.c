@@ -596,6 +596,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
                                          memory_order_relaxed);
     out->depth_high = (int)seda__queue_count(&st->q_high);
     out->depth_low = (int)seda__queue_count(&st->q_low);
+    out->handed_off = st->c.it_remote;
     /* Rate over the newest sample and the oldest within 5 s of now. */
     int64_t now = seda__clock_ns();
     uint64_t d_now = st->c.delivered;
