@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seda_remote.h -- remote stages: a stage backed by a NATS JetStream
+ * stream, shared by every process that declares it (SPEC §11).
+ *
+ * A remote stage is declared in every process that uses it.  Publishing
+ * into it (seda_publish, a slip hop, a dead letter) appends a message to
+ * the stage's subject; each process that added consumers to it and
+ * called seda_remote_consume takes messages from one durable pull
+ * consumer shared by all of them, so the stage's work spreads over every
+ * process and host.  Ack, nack and dead letter map to JetStream's ack,
+ * nak (with the stage's retry delay) and term; max_attempts is the
+ * consumer's max_deliver; capacity bounds the messages a process holds
+ * unacknowledged (and the consumer's max_ack_pending) and, on the
+ * publishing side, the messages awaiting their JetStream acknowledgement.
+ *
+ * Link with -lsedaremote -lseda and libnats (pkg-config libnats).
+ */
+#ifndef SEDA_REMOTE_H
+#define SEDA_REMOTE_H
+
+#include "seda.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct seda_remote_opts {
+    const char *url;           /* "nats://127.0.0.1:4222" (required) */
+    const char *stream;        /* JetStream stream ("SEDA") */
+    const char *subject;       /* the stage's subject
+                                  ("seda.<stream>.<stage>") */
+    const char *consumer;      /* durable consumer ("seda_<stage>", the
+                                  stage name with [^A-Za-z0-9_-] as _) */
+    double ack_wait;           /* seconds a process may hold a message
+                                  before JetStream gives it to another
+                                  (0: twice handler_timeout, else 30) */
+    int max_ack_pending;       /* the consumer's bound on unacknowledged
+                                  messages over all processes (0:
+                                  capacity) */
+    double connect_timeout;    /* seconds to reach the server when the
+                                  stage is declared (2) */
+    double dedup_window;       /* the stream's duplicate window, seconds,
+                                  when this call creates it (120) */
+} seda_remote_opts;
+
+/* Fill o (the caller's) with the defaults (url NULL).  Cannot fail; any
+ * thread. */
+void seda_remote_opts_init(seda_remote_opts *o);
+
+/* Add a remote stage: connect (or share the bus's connection to the
+ * same url), find or create the stream and the durable consumer, then
+ * add the stage.  Options of so apply as for seda_stage_add, except:
+ * durable and pull are refused, and policy drop_oldest (a message handed
+ * to JetStream cannot be taken back).  On failure nothing is added and
+ * err names the stage and the reason ("stage 'enrich': remote: cannot
+ * connect to nats://127.0.0.1:4222: ...").  Returns 0 and *out, or
+ * SEDA_EINVAL, SEDA_EEXIST, SEDA_EUNAVAIL, SEDA_ENOMEM.  Blocks while
+ * it talks to the server; not from a worker. */
+int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
+                          const seda_remote_opts *ro, seda_stage_t **out,
+                          char *err, size_t errlen);
+
+/* Start taking messages from the stage's consumer into this process
+ * (after seda_stage_consume added its consumers).  A remote stage
+ * without it only publishes.  Returns 0, or SEDA_EINVAL (not a remote
+ * stage, or no consumers).  Any thread; once. */
+int seda_remote_consume(seda_stage_t *st);
+
+/* True when st is a remote stage. */
+bool seda_stage_is_remote(const seda_stage_t *st);
+
+/* A remote stage's figures.  Counters count since the stage was added,
+ * in this process. */
+typedef struct seda_remote_stats {
+    char state[16];            /* the connection: "connected",
+                                  "reconnecting", "disconnected", ... */
+    char url[128];
+    char stream[SEDA_NAME_MAX + 1];
+    char consumer[SEDA_NAME_MAX + 1];
+    char subject[160];
+    bool consuming;            /* seda_remote_consume was called */
+    /* publishing */
+    uint64_t published;        /* stored by JetStream (acknowledged) */
+    uint64_t duplicates;       /* acknowledged as a duplicate */
+    uint64_t publish_failed;   /* given up (counted dropped) */
+    uint64_t republished;      /* sent again after a timeout or outage */
+    int publishing;            /* awaiting their acknowledgement now */
+    /* consuming */
+    uint64_t fetched;          /* messages taken in */
+    uint64_t acked, naked, termed;
+    uint64_t bad_messages;     /* not seda envelopes: dead-lettered */
+    int held;                  /* taken in, not yet settled */
+    /* the consumer, as JetStream last said (-1: not known yet) */
+    int64_t js_pending;        /* messages not yet delivered */
+    int64_t js_ack_pending;    /* delivered, not yet acknowledged */
+    int64_t js_redelivered;
+    int64_t js_waiting;        /* pull requests waiting */
+    double js_age;             /* seconds since JetStream said so */
+    /* completions */
+    int awaiting;              /* on_complete callbacks waiting here */
+    uint64_t completions_sent; /* to the process that published */
+    uint64_t completions_received;
+    uint64_t completions_dropped; /* their origin was gone */
+    uint64_t completions_lost; /* awaited here when the bus stopped */
+    uint64_t reconnects;
+} seda_remote_stats;
+
+/* Fill out with st's figures; asks JetStream for the consumer's counts
+ * in the background when they are older than half a second (js_age says
+ * how old those in out are).  Returns 0, or SEDA_EINVAL when st is not a
+ * remote stage.  Any thread. */
+int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEDA_REMOTE_H */

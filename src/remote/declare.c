@@ -1,0 +1,314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * declare.c -- the public API of remote stages (include/seda_remote.h):
+ * declaring one, starting to consume, its figures; and what the
+ * connection dispatches to it.
+ *
+ * DESIGN
+ *   Declaring checks every option first (an error names the stage and
+ *   the field), then connects (or shares the bus's connection to the
+ *   url), finds or creates the stream and the durable consumer, and only
+ *   then makes the core stage: with the consumer's effective max_deliver
+ *   as its max_attempts (an existing consumer's settings rule: a process
+ *   terms a message when JetStream would stop redelivering it), and with
+ *   the remote hooks installed before it is registered.  The stage is
+ *   attached to the connection last, so nothing is dispatched to a stage
+ *   that is not complete.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "remote_int.h"
+
+void seda_remote_opts_init(seda_remote_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->stream = "SEDA";
+    o->connect_timeout = 2.0;
+    o->dedup_window = 120.0;
+}
+
+bool seda_stage_is_remote(const seda_stage_t *st)
+{
+    return st->remote_ops == &seda__rstage_ops;
+}
+
+/* ---- what the connection dispatches ---- */
+
+static void on_js(void *ud, natsMsg *m, const struct rjs_meta *meta)
+{
+    seda__rfeed_on_js(ud, m, meta);
+}
+
+static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
+{
+    struct rstage *rs = ud;
+    uint64_t n = strtoull(rest, NULL, 10), pending;
+    switch (kind) {
+    case 'a':
+        seda__rpub_on_reply(rs, n, m);
+        break;
+    case 'p':
+        seda__rfeed_on_status(rs, n, m);
+        break;
+    case 'i':
+        seda__rfeed_on_info(rs, m);
+        break;
+    case 'x':
+        /* A completion nobody took: its origin is gone. */
+        if (seda__rjs_status(m, &pending) == 503)
+            atomic_fetch_add_explicit(&rs->completions_dropped, 1,
+                                      memory_order_relaxed);
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_tick(void *ud, int64_t now)
+{
+    seda__rpub_tick(ud, now);
+    seda__rfeed_tick(ud, now);
+}
+
+static void on_reconnect(void *ud)
+{
+    seda__rpub_reconnect(ud);
+    seda__rfeed_reconnect(ud);
+}
+
+/* ---- declaring ---- */
+
+#define FAIL(code, ...) do { \
+        if (err && errlen) { \
+            int k_ = snprintf(err, errlen, "stage '%s': remote: ", name); \
+            if (k_ >= 0 && (size_t)k_ < errlen) \
+                snprintf(err + k_, errlen - (size_t)k_, __VA_ARGS__); \
+        } \
+        rc = (code); \
+        goto fail; \
+    } while (0)
+
+/* [A-Za-z0-9_-]{1,64}: a JetStream stream or consumer name. */
+static bool js_name(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return n > 0 && n <= SEDA_NAME_MAX;
+}
+
+/* A literal subject: tokens of printable ASCII, no wildcards. */
+static bool subject_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 150 || s[0] == '.' || s[n - 1] == '.' ||
+        strstr(s, ".."))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] <= ' ' || s[i] >= 0x7f || s[i] == '*' || s[i] == '>')
+            return false;
+    return true;
+}
+
+int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
+                          const seda_remote_opts *ro, seda_stage_t **out,
+                          char *err, size_t errlen)
+{
+    const char *name = so && so->name ? so->name : "?";
+    struct rstage *rs = NULL;
+    struct rconn *conn = NULL;
+    struct seda_stage_s *st = NULL;
+    int rc = 0;
+    if (!so || !ro)
+        FAIL(SEDA_EINVAL, "options are required");
+    if (!seda__valid_name(name))
+        FAIL(SEDA_EINVAL, "name must be 1-%d characters of [A-Za-z0-9_.:-]",
+             SEDA_NAME_MAX);
+    if (!ro->url || !*ro->url)
+        FAIL(SEDA_EINVAL, "url is required (\"nats://host:port\")");
+    if (so->durable)
+        FAIL(SEDA_EINVAL, "durable: a remote stage is kept by JetStream; "
+             "it cannot be durable too");
+    if (so->pull)
+        FAIL(SEDA_EINVAL, "pull: a remote stage cannot be a pull stage");
+    if (so->policy == SEDA_POLICY_DROP_OLDEST)
+        FAIL(SEDA_EINVAL, "policy drop_oldest: a message handed to "
+             "JetStream cannot be taken back (use block, reject or "
+             "drop_newest)");
+    const char *stream = ro->stream ? ro->stream : "SEDA";
+    if (!js_name(stream))
+        FAIL(SEDA_EINVAL, "stream must be 1-%d characters of "
+             "[A-Za-z0-9_-] (got '%s')", SEDA_NAME_MAX, stream);
+    char consumer[SEDA_NAME_MAX + 8];
+    if (ro->consumer) {
+        if (!js_name(ro->consumer))
+            FAIL(SEDA_EINVAL, "consumer must be 1-%d characters of "
+                 "[A-Za-z0-9_-] (got '%s')", SEDA_NAME_MAX, ro->consumer);
+        snprintf(consumer, sizeof consumer, "%s", ro->consumer);
+    } else {
+        char derived[SEDA_NAME_MAX + 1];
+        seda__rsetup_name(name, derived);
+        snprintf(consumer, sizeof consumer, "seda_%.*s", SEDA_NAME_MAX - 5,
+                 derived);
+    }
+    char subject[200];
+    if (ro->subject) {
+        if (!subject_ok(ro->subject))
+            FAIL(SEDA_EINVAL, "subject must be a NATS subject without "
+                 "wildcards or blanks (got '%.60s')", ro->subject);
+        snprintf(subject, sizeof subject, "%s", ro->subject);
+    } else {
+        snprintf(subject, sizeof subject, "seda.%s.%s", stream, name);
+    }
+    if (!(ro->ack_wait >= 0) || !(ro->connect_timeout >= 0) ||
+        !(ro->dedup_window >= 0) || ro->max_ack_pending < 0)
+        FAIL(SEDA_EINVAL, "ack_wait, connect_timeout, dedup_window and "
+             "max_ack_pending must be >= 0");
+    if (seda_bus_stage(bus, name))
+        FAIL(SEDA_EEXIST, "name: a stage of that name already exists");
+    if (seda_bus_closed(bus))
+        FAIL(SEDA_ECLOSED, "the bus is closed");
+
+    char e[400];
+    if ((rc = seda__rconn_get(bus, ro->url, ro->connect_timeout > 0
+                                                ? ro->connect_timeout : 2.0,
+                              &conn, e, sizeof e)) != 0)
+        FAIL(rc, "%s", e);
+    double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
+                    : so->handler_timeout > 0 ? 2 * so->handler_timeout
+                    : 30.0;
+    struct rcons_cfg want = {
+        .ack_wait_ns = seda__secs_to_ns(ack_wait),
+        .max_deliver = so->max_attempts,
+        .max_ack_pending = ro->max_ack_pending > 0 ? ro->max_ack_pending
+                                                   : so->capacity,
+    }, got;
+    double dup = ro->dedup_window > 0 ? ro->dedup_window : 120.0;
+    if (dup < 2 * so->publish_timeout)
+        dup = 2 * so->publish_timeout;  /* covers every re-send */
+    if ((rc = seda__rsetup_ensure(conn, stream, subject, consumer,
+                                  seda__secs_to_ns(dup), &want, &got, e,
+                                  sizeof e)) != 0)
+        FAIL(rc, "%s", e);
+
+    if (!(rs = seda__calloc(1, sizeof *rs)))
+        FAIL(SEDA_ENOMEM, "out of memory");
+    seda__mutex_init(&rs->pmu);
+    seda__mutex_init(&rs->fmu);
+    seda__cond_init(&rs->room);
+    if (!(rs->stream = seda__strdup(stream)) ||
+        !(rs->subject = seda__strdup(subject)) ||
+        !(rs->consumer = seda__strdup(consumer)))
+        FAIL(SEDA_ENOMEM, "out of memory");
+    rs->bus = bus;
+    rs->conn = conn;
+    rs->cfg = got;
+    rs->ack_wait_ns = got.ack_wait_ns;
+    rs->max_attempts = got.max_deliver > 0 ? got.max_deliver : 65535;
+    atomic_init(&rs->consuming, false);
+    atomic_init(&rs->closing, false);
+    atomic_init(&rs->js_pending, -1);
+    atomic_init(&rs->js_ack_pending, -1);
+    atomic_init(&rs->js_redelivered, -1);
+    atomic_init(&rs->js_waiting, -1);
+    if (got.differs)
+        fprintf(stderr, "seda: stage '%s': remote: consumer '%s' exists "
+                "with other settings (max_deliver %d, ack_wait %gs, "
+                "max_ack_pending %d); they apply\n", name, consumer,
+                got.max_deliver, (double)got.ack_wait_ns / 1e9,
+                got.max_ack_pending);
+    seda_stage_opts o = *so;
+    o.max_attempts = rs->max_attempts;
+    if ((rc = seda__stage_make_remote(bus, &o, &seda__rstage_ops, rs, &st,
+                                      err, errlen)) != 0)
+        goto fail_quiet;
+    rs->st = st;
+    struct rclient cl = {
+        .ud = rs, .stream = rs->stream, .consumer = rs->consumer,
+        .on_js = on_js, .on_reply = on_reply, .on_tick = on_tick,
+        .on_reconnect = on_reconnect,
+    };
+    if ((rs->sid = seda__rconn_attach(conn, &cl)) < 0)
+        FAIL(SEDA_ENOMEM, "out of memory");
+    rc = seda__stage_register(bus, st, out, err, errlen);
+    st = NULL;                          /* registered, or freed by it */
+    if (rc == 0)
+        return 0;
+    seda__rconn_detach(conn, rs->sid);
+    goto fail_quiet;
+fail:
+    /* err was written by FAIL. */
+fail_quiet:
+    if (st)
+        seda__stage_free(st);
+    if (rs) {
+        rs->conn = NULL;
+        seda__rstage_free(rs);
+    }
+    seda__rconn_put(conn);
+    return rc;
+}
+
+int seda_remote_consume(seda_stage_t *st)
+{
+    if (!seda_stage_is_remote(st) ||
+        atomic_load_explicit(&st->nconsumers, memory_order_acquire) == 0)
+        return SEDA_EINVAL;
+    struct rstage *rs = st->remote;
+    atomic_store_explicit(&rs->consuming, true, memory_order_release);
+    seda__rfeed_request(rs);
+    return 0;
+}
+
+int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
+{
+    if (!seda_stage_is_remote(st))
+        return SEDA_EINVAL;
+    struct rstage *rs = st->remote;
+    memset(out, 0, sizeof *out);
+    snprintf(out->state, sizeof out->state, "%s",
+             seda__rconn_state(rs->conn));
+    snprintf(out->url, sizeof out->url, "%s", rs->conn->url);
+    snprintf(out->stream, sizeof out->stream, "%s", rs->stream);
+    snprintf(out->consumer, sizeof out->consumer, "%s", rs->consumer);
+    snprintf(out->subject, sizeof out->subject, "%s", rs->subject);
+    out->consuming = atomic_load_explicit(&rs->consuming,
+                                          memory_order_acquire);
+#define LD(f) atomic_load_explicit(&rs->f, memory_order_relaxed)
+    out->published = LD(published);
+    out->duplicates = LD(duplicates);
+    out->publish_failed = LD(publish_failed);
+    out->republished = LD(republished);
+    out->fetched = LD(fetched);
+    out->acked = LD(acked);
+    out->naked = LD(naked);
+    out->termed = LD(termed);
+    out->bad_messages = LD(bad_messages);
+    out->awaiting = LD(awaiting);
+    out->completions_sent = LD(completions_sent);
+    out->completions_received = LD(completions_received);
+    out->completions_dropped = LD(completions_dropped);
+    out->completions_lost = LD(completions_lost);
+    out->js_pending = LD(js_pending);
+    out->js_ack_pending = LD(js_ack_pending);
+    out->js_redelivered = LD(js_redelivered);
+    out->js_waiting = LD(js_waiting);
+    int64_t at = LD(js_at);
+#undef LD
+    out->js_age = at ? (double)(seda__now_ns() - at) / 1e9 : -1;
+    out->reconnects = atomic_load_explicit(&rs->conn->reconnects,
+                                           memory_order_relaxed);
+    seda__mutex_lock(&rs->pmu);
+    out->publishing = rs->inflight;
+    seda__mutex_unlock(&rs->pmu);
+    seda__mutex_lock(&rs->fmu);
+    out->held = rs->held;
+    seda__mutex_unlock(&rs->fmu);
+    seda__rfeed_refresh_info(rs);
+    return 0;
+}

@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * intake.c -- a message from a remote stage's consumer becomes an
+ * envelope in the stage's queue.
+ *
+ * DESIGN
+ *   Runs on the connection's dispatch thread, one message at a time.  The
+ *   body is decoded (wire.c) and the NATS headers unescaped; the envelope
+ *   gets the message's remote id as its id, JetStream's delivery count
+ *   as its attempts, and its remote state (receipt, origin, hop count:
+ *   struct rctx) as its done callback's argument, then enters the stage's
+ *   queue like a first publish (counted accepted here).  The capacity
+ *   cannot be exceeded by what was asked for (feed.c keeps held +
+ *   outstanding within it), so admission does not wait; if it refuses
+ *   anyway (the bus closing, a message beyond the room) the message is
+ *   given back with a nak and the next process takes it.
+ *
+ *   A message that is not a seda envelope of a version this build reads
+ *   -- anyone may publish on the stage's subject -- is never handed to a
+ *   handler: its bytes become the payload of an envelope (kind raw, its
+ *   headers as they came) that is dead-lettered with reason bad_message
+ *   and an x-dead-detail header saying what was wrong, and the message
+ *   is termed.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "remote_int.h"
+
+/* The message's headers as key, value pairs: seda headers unescaped;
+ * others (Nats-Msg-Id, a foreign publisher's) copied as they are when
+ * foreign is true, else skipped.  The strings live in *b; *kv (owned,
+ * seda__free) points into it.  Returns the number of pairs, or -1 with
+ * why (a malformed escape) or on running out of memory. */
+static int read_headers(natsMsg *m, bool foreign, struct rbuf *b,
+                        const char ***kv, const char **why)
+{
+    const char **keys = NULL;
+    int nk = 0;
+    *kv = NULL;
+    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK || nk == 0)
+        return 0;
+    size_t *off = seda__calloc((size_t)nk * 2, sizeof *off);
+    int n = 0, rc = 0;
+    for (int i = 0; off && i < nk && rc >= 0; i++) {
+        const char *v = NULL;
+        if (natsMsgHeader_Get(m, keys[i], &v) != NATS_OK || !v)
+            continue;
+        size_t ko = b->len;
+        rc = seda__rw_key_unescape(b, keys[i]);
+        if (rc == 1 && foreign)
+            rc = seda__rbuf_put(b, keys[i], strlen(keys[i]) + 1);
+        else if (rc == 1)
+            continue;
+        if (rc < 0)
+            break;
+        size_t vo = b->len;
+        rc = foreign && keys[i][strlen(keys[i]) - 1] != '~'
+                 ? seda__rbuf_put(b, v, strlen(v) + 1)
+                 : seda__rw_val_unescape(b, v);
+        if (rc < 0)
+            break;
+        off[2 * n] = ko;
+        off[2 * n + 1] = vo;
+        n++;
+    }
+    free((void *)keys);                 /* cnats allocates it with malloc */
+    if (!off || rc < 0) {
+        *why = off && rc == -1 ? "a header is malformed"
+                               : "out of memory reading the headers";
+        seda__free(off);
+        return -1;
+    }
+    const char **out = seda__calloc((size_t)(n ? 2 * n : 1), sizeof *out);
+    if (!out) {
+        seda__free(off);
+        *why = "out of memory reading the headers";
+        return -1;
+    }
+    for (int i = 0; i < 2 * n; i++)
+        out[i] = (const char *)b->p + off[i];
+    seda__free(off);
+    *kv = out;
+    return n;
+}
+
+/* Not an envelope: dead-letter its bytes with reason bad_message. */
+static void bad_message(struct rstage *rs, natsMsg *m,
+                        const struct rjs_meta *meta, const char *why)
+{
+    struct seda_stage_s *st = rs->st;
+    struct rbuf hb = { 0 };
+    const char **kv = NULL;
+    const char *hwhy = NULL;
+    int nh = read_headers(m, true, &hb, &kv, &hwhy);
+    if (nh < 0)
+        nh = 0;
+    char id[SEDA_ID_MAX];
+    snprintf(id, sizeof id, "%s:%llu", rs->stream,
+             (unsigned long long)meta->sseq);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.id = id;
+    o.headers = kv;
+    o.nheaders = nh;
+    int rc;
+    seda_env_t *env = seda__env_new(natsMsg_GetData(m),
+                                    (size_t)natsMsg_GetDataLength(m), &o,
+                                    &rc);
+    if (env) {
+        char detail[200];
+        snprintf(detail, sizeof detail, "%s", why);
+        seda_env_set_header(env, "x-dead-detail", detail);
+        env->at = st;
+        env->attempts = (uint16_t)(meta->delivered < 65535
+                                       ? meta->delivered : 65535);
+        seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
+        seda__bus_dead_letter(st, env, "bad_message", NULL);
+    } else {
+        char msg[200];
+        snprintf(msg, sizeof msg, "out of memory dead-lettering a bad "
+                 "message (%s); it is termed", why);
+        seda_stage_report(st, msg);
+    }
+    atomic_fetch_add_explicit(&rs->bad_messages, 1, memory_order_relaxed);
+    seda__rfeed_settle(rs, natsMsg_GetReply(m), RF_TERM, 0);
+    seda__free(kv);
+    seda__rbuf_free(&hb);
+}
+
+void seda__rstage_intake(struct rstage *rs, natsMsg *m,
+                         const struct rjs_meta *meta)
+{
+    struct seda_stage_s *st = rs->st;
+    const char *reply = natsMsg_GetReply(m);
+    if (atomic_load_explicit(&rs->closing, memory_order_acquire) ||
+        seda_bus_closed(rs->bus)) {
+        seda__rfeed_settle(rs, reply, RF_NAK, 0);   /* for another process */
+        natsMsg_Destroy(m);
+        return;
+    }
+    struct rw_env w;
+    void *mem = NULL;
+    char err[200];
+    if (seda__rw_decode(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
+                        &w, &mem, err, sizeof err) != 0) {
+        bad_message(rs, m, meta, err);
+        natsMsg_Destroy(m);
+        return;
+    }
+    struct rbuf hb = { 0 };
+    const char **kv = NULL;
+    const char *why = NULL;
+    int nh = read_headers(m, false, &hb, &kv, &why);
+    struct rctx *ctx = seda__calloc(1, sizeof *ctx);
+    seda_env_t *env = NULL;
+    int rc = nh < 0 ? -1 : 0;
+    if (rc == 0 && ctx && (ctx->reply = seda__strdup(reply)) &&
+        (!w.origin || (ctx->origin = seda__strdup(w.origin)))) {
+        ctx->rs = rs;
+        ctx->rhop = w.rhop;
+        seda_publish_opts o;
+        seda_publish_opts_init(&o);
+        o.id = w.id;
+        o.sender = w.sender;
+        o.headers = kv;
+        o.nheaders = nh;
+        o.slip = w.slip;
+        o.nslip = w.nslip;
+        o.kind = w.kind;
+        env = seda__env_new(w.payload, w.plen, &o, &rc);
+    }
+    if (env) {
+        env->attempts = (uint16_t)(meta->delivered < 65535
+                                       ? meta->delivered : 65535);
+        env->done = seda__rctx_done;
+        env->done_ud = ctx;
+        rc = seda__stage_admit(st, env, 0, false);
+        if (rc) {
+            env->done = NULL;
+            seda__env_free(env);
+            seda__rfeed_settle(rs, reply, RF_NAK, 0);
+        }
+    } else if (nh < 0 || rc == SEDA_EINVAL) {
+        bad_message(rs, m, meta, nh < 0 ? why : "an envelope field is "
+                    "invalid");
+    } else {
+        /* Out of memory: another process may have room. */
+        seda_stage_report(st, "out of memory taking a message in; it is "
+                          "given back to JetStream");
+        seda__rfeed_settle(rs, reply, RF_NAK, 0);
+    }
+    if (!env || rc)
+        seda__rctx_free(ctx);
+    seda__free(kv);
+    seda__rbuf_free(&hb);
+    seda__free(mem);
+    natsMsg_Destroy(m);
+}

@@ -1,0 +1,426 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rstage.c -- a remote stage: declaring it (include/seda_remote.h), and
+ * the hooks the core calls for it (core/remote.h): an envelope entering
+ * it goes to JetStream; an envelope taken in from JetStream is settled
+ * there.
+ *
+ * DESIGN
+ *   Identity.  An envelope's id is unique within its process; across
+ *   processes it travels as its remote id: its custom id when it has one
+ *   (a durable or remote publish's `id`, or an envelope taken in, whose
+ *   id is already remote), else "<nuid>:<seq>" with the connection's
+ *   nuid.  The message's Nats-Msg-Id is the remote id on its first
+ *   remote hop and "<rid>#<hop>" on later ones, so the same envelope can
+ *   visit several remote stages (JetStream deduplicates per stream) and a
+ *   re-send or a redelivered source's re-publish of one hop is stored
+ *   once.
+ *
+ *   Entering (any thread: a publisher, or the worker routing a hop).
+ *   Refused at once ("unavailable") while the connection is down; else a
+ *   window slot (pub.c), the message built (wire.c), and the envelope's
+ *   done callback moved out of it: a publisher's on_complete into the
+ *   connection's completion table (complete.c), or, for an envelope this
+ *   process took in from another remote stage, its remote state (struct
+ *   rctx) into the message's record.  The envelope itself is freed once
+ *   the message is sent; the record reports the end (published below).
+ *
+ *   Taking in (the dispatch thread, feed.c): the message decoded, an
+ *   envelope made with its remote state as its done callback's argument
+ *   (its receipt: the reply subject to ack, nak or term; the origin's
+ *   completion subject), admitted into the stage's queue.  Garbage is
+ *   dead-lettered with reason bad_message and termed.
+ *
+ *   Settling (the worker that delivered it).  ack: the envelope is routed
+ *   on as any ack is (seda__bus_route_ack), and the source message is
+ *   acked afterwards -- unless the next hop is itself a remote stage,
+ *   which claims the receipt and acks the source only once JetStream
+ *   stored the hop (so a crash between the two loses nothing).  nack with
+ *   attempts left: nak, with the stage's retry delay; JetStream
+ *   redelivers it, to any process.  Out of attempts (max_deliver): term,
+ *   and the envelope is dead-lettered locally as any other.
+ *
+ *   Ending (the envelope's done callback, rctx_done): an envelope that
+ *   is still in the stage that took it in (a shutdown swept it) is given
+ *   back with a nak; otherwise its origin, if it asked, hears how the
+ *   itinerary ended (complete.c).
+ *
+ *   Accounting (per process): a publish into a remote stage counts as
+ *   accepted; once JetStream stored it the itinerary has left this
+ *   process (handed_off); taking a message in is a new acceptance here; a
+ *   nak hands it back.  So accepted == completed + dead_lettered +
+ *   dropped + handed_off + in_system holds in every process.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "remote_int.h"
+
+/* ---- an envelope taken in ---- */
+
+void seda__rctx_free(struct rctx *c)
+{
+    if (!c)
+        return;
+    seda__free(c->reply);
+    seda__free(c->origin);
+    seda__free(c);
+}
+
+/* A settling worker offers the receipt of the envelope it routes to a
+ * remote hop reached on the same thread (saved and restored around
+ * nested routing). */
+struct claim {
+    const seda_env_t *env;
+    char *reply;                /* taken by the hop, or acked after */
+    struct rstage *rs;
+};
+static _Thread_local struct claim *tls_claim;
+
+/* ---- a message out: a pub.c record's argument ---- */
+
+struct rmsg {
+    struct rstage *rs;          /* the stage published into */
+    bool dead;                  /* a dead letter: its end is counted */
+    struct rctx *ctx;           /* the envelope's remote state, or NULL */
+    char *src_reply;            /* the message it came from: ack once
+                                   stored, nak if given up; or NULL */
+    struct rstage *src_rs;
+    char rid[SEDA_ID_MAX];
+    uint64_t serial;            /* its completion entry, or 0 */
+};
+
+static void rid_of(struct rstage *rs, const seda_env_t *env, char *rid)
+{
+    if (env->ext && env->ext->id)
+        snprintf(rid, SEDA_ID_MAX, "%s", env->ext->id);
+    else
+        snprintf(rid, SEDA_ID_MAX, "%s:%llu", rs->conn->token,
+                 (unsigned long long)env->seq);
+}
+
+/* Build the message for env (body and headers); 0 or a code. */
+static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
+                 uint32_t rhop, const char *origin, uint64_t n,
+                 natsMsg **out)
+{
+    int ns = seda_env_slip_count(env);
+    const char *small[16];
+    const char **slip = ns <= 16 ? small : seda__malloc(sizeof *slip *
+                                                        (size_t)ns);
+    if (!slip)
+        return SEDA_ENOMEM;
+    for (int i = 0; i < ns; i++)
+        slip[i] = seda_env_slip_at(env, i);
+    size_t plen;
+    const void *p = seda_env_payload(env, &plen);
+    struct rw_env w = {
+        .id = rid, .origin = origin, .sender = seda_env_sender(env),
+        .kind = seda_env_payload_kind(env), .priority = 0,
+        .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
+        .slip = slip, .payload = p, .plen = plen,
+    };
+    struct rbuf body = { 0 }, tmp = { 0 };
+    int rc = seda__rw_encode(&body, &w);
+    if (slip != small)
+        seda__free(slip);
+    char reply[128], msgid[SEDA_ID_MAX + 16];
+    seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
+    if (rhop == 1)
+        snprintf(msgid, sizeof msgid, "%s", rid);
+    else
+        snprintf(msgid, sizeof msgid, "%s#%u", rid, rhop);
+    natsMsg *m = NULL;
+    if (rc == 0 && (body.len > INT32_MAX ||
+                    natsMsg_Create(&m, rs->subject, reply,
+                                   (const char *)body.p, (int)body.len) !=
+                        NATS_OK))
+        rc = body.len > INT32_MAX ? SEDA_ERANGE : SEDA_ENOMEM;
+    if (rc == 0 && natsMsgHeader_Set(m, "Nats-Msg-Id", msgid) != NATS_OK)
+        rc = SEDA_ENOMEM;
+    int nh = seda_env_header_count(env);
+    for (int i = 0; i < nh && rc == 0; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        tmp.len = 0;
+        if (seda__rw_key_escape(&tmp, k) != 0)
+            rc = SEDA_ENOMEM;
+        size_t vo = tmp.len;
+        if (rc == 0 && seda__rw_val_escape(&tmp, v) != 0)
+            rc = SEDA_ENOMEM;
+        if (rc == 0 && natsMsgHeader_Set(m, (const char *)tmp.p,
+                                         (const char *)tmp.p + vo) != NATS_OK)
+            rc = SEDA_ENOMEM;
+    }
+    seda__rbuf_free(&body);
+    seda__rbuf_free(&tmp);
+    if (rc) {
+        natsMsg_Destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- the core's hooks ---- */
+
+static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
+                        double timeout, bool hop)
+{
+    struct rstage *rs = st->remote;
+    if (!seda__rconn_up(rs->conn)) {
+        seda__stage_count_dropped(st);      /* a refusal, as any other */
+        return SEDA_EUNAVAIL;
+    }
+    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
+    int rc = seda__rpub_reserve(rs, deadline);
+    if (rc)
+        return rc;
+    struct rmsg *m = seda__calloc(1, sizeof *m);
+    if (!m) {
+        seda__rpub_unreserve(rs);
+        return SEDA_ENOMEM;
+    }
+    m->rs = rs;
+    m->dead = env->flags & ENV_DEAD;
+    struct rctx *ctx = env->done == seda__rctx_done ? env->done_ud : NULL;
+    rid_of(rs, env, m->rid);
+    uint32_t rhop = ctx ? ctx->rhop + 1 : 1;
+    char origin[80];
+    snprintf(origin, sizeof origin, "%s.c", rs->conn->inbox);
+    const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
+    uint64_t n = seda__rpub_next(rs);
+    natsMsg *msg = NULL;
+    rc = build(rs, env, m->rid, rhop, og, n, &msg);
+    if (rc == 0 && env->done && !ctx) {
+        /* Registered before the send: the completion may overtake the
+         * PubAck. */
+        char local[SEDA_ID_MAX];
+        m->serial = seda__rcomp_await(rs->conn, rs, m->rid,
+                                      seda_env_id(env, local), env->done,
+                                      env->done_ud);
+        if (!m->serial)
+            rc = SEDA_ENOMEM;
+    }
+    struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
+    if (rc == 0) {
+        m->ctx = ctx;
+        if (cl) {
+            m->src_reply = cl->reply;
+            m->src_rs = cl->rs;
+        }
+        /* Settling an accepted message may take longer than the wait for
+         * room: a hop gets the stage's publish timeout too. */
+        int64_t settle = seda__now_ns() +
+                         seda__secs_to_ns(st->publish_timeout);
+        bool user_dup = !hop && rhop == 1 && env->ext && env->ext->id;
+        rc = seda__rpub_send(rs, msg, n, settle > deadline ? settle
+                                                          : deadline,
+                             user_dup, m);
+    } else {
+        seda__rpub_unreserve(rs);
+    }
+    if (rc) {
+        natsMsg_Destroy(msg);
+        if (m->serial)      /* not sent: env keeps its done callback */
+            seda__rcomp_forget(rs->conn, m->rid, m->serial);
+        seda__free(m);
+        if (rc == SEDA_EUNAVAIL)
+            seda__stage_count_dropped(st);
+        return rc;
+    }
+    /* Sent: the record owns what the envelope carried. */
+    if (cl)
+        cl->reply = NULL;
+    env->done = NULL;
+    env->done_ud = NULL;
+    if (!hop)
+        seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
+    seda__env_free(env);
+    return 0;
+}
+
+void seda__rstage_published(struct rstage *rs, void *ud, int result,
+                            const char *why)
+{
+    struct rmsg *m = ud;
+    struct seda_stage_s *st = rs->st;
+    char msg[320];
+    if (result >= 0) {
+        atomic_fetch_add_explicit(result ? &rs->duplicates : &rs->published,
+                                  1, memory_order_relaxed);
+        if (m->src_reply)
+            seda__rfeed_settle(m->src_rs, m->src_reply, RF_ACK, 0);
+        if (result == 1) {
+            /* The publisher's repeat of an id JetStream already holds:
+             * not stored again, so this itinerary ends here, dropped. */
+            if (!m->dead)
+                seda__stage_count_remote(st, SEDA__REMOTE_LOST);
+            if (m->serial)
+                seda__rcomp_cancel(rs->conn, m->rid, m->serial,
+                                   SEDA_DROPPED);
+        } else if (!m->dead) {
+            seda__stage_count_remote(st, SEDA__REMOTE_HANDED);
+        }
+    } else if (m->src_reply) {
+        /* A hop from a message taken in: give that message back, so it is
+         * handled again (by any process) and the hop re-sent. */
+        atomic_fetch_add_explicit(&rs->publish_failed, 1,
+                                  memory_order_relaxed);
+        seda__rfeed_settle(m->src_rs, m->src_reply, RF_NAK, 0);
+        if (!m->dead)
+            seda__stage_count_remote(st, SEDA__REMOTE_HANDED);
+        snprintf(msg, sizeof msg, "a hop into this stage failed (%s); the "
+                 "message it came from is given back to JetStream", why);
+        seda_stage_report(st, msg);
+    } else {
+        atomic_fetch_add_explicit(&rs->publish_failed, 1,
+                                  memory_order_relaxed);
+        if (!m->dead)
+            seda__stage_count_remote(st, SEDA__REMOTE_LOST);
+        if (m->serial)
+            seda__rcomp_cancel(rs->conn, m->rid, m->serial, SEDA_DROPPED);
+        if (m->ctx && m->ctx->origin) {
+            struct rw_done d = { .outcome = SEDA_DROPPED, .id = m->rid,
+                                 .stage = st->name };
+            seda__rcomp_send(rs, m->ctx->origin, &d);
+        }
+        snprintf(msg, sizeof msg, "a message was given up and counted "
+                 "dropped: %s", why);
+        seda_stage_report(st, msg);
+    }
+    seda__free(m->src_reply);
+    seda__rctx_free(m->ctx);
+    seda__free(m);
+    seda__bus_idle_notify(rs->bus);
+}
+
+/* The delay of a nak: the stage's retry backoff for this attempt. */
+static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
+{
+    /* Stages have no retry backoff option yet (SPEC §10, issue 15): a
+     * nacked envelope is redelivered at once, as a local retry is. */
+    (void)st;
+    (void)attempts;
+    return 0;
+}
+
+static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
+                          struct stage_counters *tally)
+{
+    struct rstage *rs = st->remote;
+    struct rctx *ctx = env->done == seda__rctx_done ? env->done_ud : NULL;
+    char *reply = ctx ? ctx->reply : NULL;
+    if (ctx)
+        ctx->reply = NULL;
+    if (res == DR_ACK) {
+        tally->delivered++;
+        struct claim c = { env, reply, rs };
+        struct claim *saved = tls_claim;
+        tls_claim = &c;
+        seda__bus_route_ack(st, env, tally);
+        tls_claim = saved;
+        if (c.reply)
+            seda__rfeed_settle(rs, c.reply, RF_ACK, 0);
+        seda__free(c.reply);
+    } else if (res == DR_RETRY) {
+        tally->nacked++;
+        tally->it_remote++;             /* given back to JetStream */
+        if (reply)
+            seda__rfeed_settle(rs, reply, RF_NAK,
+                               retry_delay_ns(st, seda_env_attempts(env)));
+        seda__free(reply);
+        env->done = NULL;
+        seda__rctx_free(ctx);
+        seda__env_free(env);
+    } else {
+        if (res == DR_DEAD_MAX)
+            tally->nacked++;
+        if (reply)
+            seda__rfeed_settle(rs, reply, RF_TERM, 0);
+        seda__free(reply);
+        seda__bus_dead_letter(st, env, res == DR_DEAD_MAX ? "max_attempts"
+                                                          : "no_consumers",
+                              tally);
+    }
+}
+
+static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
+{
+    struct rstage *rs = st->remote;
+    seda__mutex_lock(&rs->pmu);
+    bool idle = rs->inflight == 0 && rs->reserved == 0;
+    seda__mutex_unlock(&rs->pmu);
+    if (atomic_load_explicit(&rs->awaiting, memory_order_relaxed) > 0)
+        idle = false;
+    *sum += atomic_load_explicit(&rs->progress, memory_order_relaxed);
+    return idle;
+}
+
+void seda__rstage_free(struct rstage *rs)
+{
+    seda__free(rs->stream);
+    seda__free(rs->subject);
+    seda__free(rs->consumer);
+    pthread_cond_destroy(&rs->room);
+    seda__mutex_destroy(&rs->pmu);
+    seda__mutex_destroy(&rs->fmu);
+    seda__free(rs);
+}
+
+static void remote_close(struct seda_stage_s *st)
+{
+    struct rstage *rs = st->remote;
+    atomic_store_explicit(&rs->closing, true, memory_order_release);
+    seda__rconn_detach(rs->conn, rs->sid);   /* no more callbacks */
+    seda__rpub_close(rs);
+    seda__rcomp_close_stage(rs->conn, rs);
+    seda__rconn_put(rs->conn);
+    seda__rstage_free(rs);
+}
+
+const struct seda__remote_ops seda__rstage_ops = {
+    .enter = remote_enter,
+    .settle = remote_settle,
+    .idle = remote_idle,
+    .close = remote_close,
+};
+
+/* ---- ending an envelope taken in (its done callback) ---- */
+
+void seda__rctx_done(seda_env_t *env, int outcome, void *ud)
+{
+    struct rctx *ctx = ud;
+    struct rstage *rs = ctx->rs;
+    if (ctx->reply) {
+        /* Never handled here (a shutdown swept it): give it back. */
+        seda__rfeed_settle(rs, ctx->reply, RF_NAK, 0);
+    } else if (ctx->origin) {
+        char id[SEDA_ID_MAX];
+        int nh = outcome == SEDA_COMPLETED ? seda_env_header_count(env) : 0;
+        const char *small[32];
+        const char **hdr = nh <= 16 ? small
+                                    : seda__malloc(sizeof *hdr * 2 *
+                                                   (size_t)nh);
+        if (!hdr)
+            nh = 0, hdr = small;
+        for (int i = 0; i < nh; i++)
+            seda_env_header_at(env, i, &hdr[2 * i], &hdr[2 * i + 1]);
+        size_t plen = 0;
+        const void *p = outcome == SEDA_COMPLETED
+                            ? seda_env_payload(env, &plen) : NULL;
+        struct rw_done d = {
+            .outcome = outcome, .kind = seda_env_payload_kind(env),
+            .id = seda_env_id(env, id), .stage = seda_env_to(env),
+            .sender = outcome == SEDA_COMPLETED ? seda_env_sender(env)
+                                                : NULL,
+            .nh = nh, .hdr = hdr, .payload = p, .plen = plen,
+        };
+        if (!d.stage)
+            d.stage = rs->st->name;
+        seda__rcomp_send(rs, ctx->origin, &d);
+        if (hdr != small)
+            seda__free(hdr);
+    }
+    seda__rctx_free(ctx);
+}
