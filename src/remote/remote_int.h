@@ -99,7 +99,7 @@ struct rconn {
     char *url;                  /* owned */
     char inbox[64];             /* "_INBOX.<nuid>" */
     size_t inbox_len;
-    char token[40];             /* the nuid: names this process's ids */
+    char token[64];             /* the nuid: names this process's ids */
     struct rcomp *comp;         /* completions (complete.c) */
     struct rclient *clients;    /* indexed by sid; guarded by mu */
     int *busy;                  /* calls running per client; mu */
