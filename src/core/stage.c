@@ -644,22 +644,30 @@ static void retry_due(void *arg)
         seda__stage_schedule(st);
 }
 
-bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
+int64_t seda__stage_retry_delay(struct seda_stage_s *st, int next)
 {
     SEDA__ASSERT_HELD(&st->mu);
     if (!(st->retry_backoff > 0))
-        return false;
+        return 0;
     /* The first retry (attempts 2) waits backoff, each next one
      * multiplier times longer, up to max_backoff; jitter adds up to half
      * again, still within max_backoff. */
     double d = st->retry_backoff;
-    for (int k = 2; k < env->attempts && d < st->retry_max; k++)
+    for (int k = 2; k < next && d < st->retry_max; k++)
         d *= st->retry_mult;
     if (st->retry_jitter)
         d *= 1.0 + 0.5 * jitter01();
     if (d > st->retry_max)
         d = st->retry_max;
-    int64_t due = seda__now_ns() + seda__secs_to_ns(d);
+    return seda__secs_to_ns(d);
+}
+
+bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    if (!(st->retry_backoff > 0))
+        return false;
+    int64_t due = seda__now_ns() + seda__stage_retry_delay(st, env->attempts);
     env->at = st;
     if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
         return false;                   /* stopping, or out of memory */

@@ -232,6 +232,11 @@ SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
 SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
                                        seda_env_t *env);
 
+/* The backoff before retry attempt `next` (>= 2) of st, in ns (jitter
+ * drawn); 0 without a backoff.  mu held.  (A remote stage's nak asks
+ * JetStream for this delay.) */
+SEDA__API int64_t seda__stage_retry_delay(struct seda_stage_s *st, int next);
+
 /* After the pool stopped: end a retry still waiting out its backoff as
  * dropped (swept).  A seda__pool_drop_timers callback; no lock held. */
 SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
