@@ -168,6 +168,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         o.slip = w.slip;
         o.nslip = w.nslip;
         o.kind = w.kind;
+        o.priority = w.priority;
         env = seda__env_new(w.payload, w.plen, &o, &rc);
     }
     if (env) {

@@ -116,7 +116,8 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
     const void *p = seda_env_payload(env, &plen);
     struct rw_env w = {
         .id = rid, .origin = origin, .sender = seda_env_sender(env),
-        .kind = seda_env_payload_kind(env), .priority = 0,
+        .kind = seda_env_payload_kind(env),
+        .priority = seda_env_priority(env),
         .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
         .slip = slip, .payload = p, .plen = plen,
     };
@@ -295,14 +296,14 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
     seda__bus_idle_notify(rs->bus);
 }
 
-/* The delay of a nak: the stage's retry backoff for this attempt. */
+/* The delay of a nak: the stage's retry backoff (SPEC §10) before the
+ * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
 {
-    /* Stages have no retry backoff option yet (SPEC §10, issue 15): a
-     * nacked envelope is redelivered at once, as a local retry is. */
-    (void)st;
-    (void)attempts;
-    return 0;
+    seda__mutex_lock(&st->mu);
+    int64_t d = seda__stage_retry_delay(st, attempts + 1);
+    seda__mutex_unlock(&st->mu);
+    return d;
 }
 
 static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,

@@ -46,6 +46,7 @@ struct rec {
     int calls;                  /* guarded by mu */
     int distinct;               /* guarded by mu */
     int attempts[16];           /* attempts seen, first 16 calls; mu */
+    double at[16];              /* when (seda_now), first 16 calls; mu */
     char ids[4096][64];         /* ids seen (first 4096); guarded by mu */
     char last_payload[256];     /* guarded by mu */
     char last_reason[64];       /* x-dead-reason of the last; mu */
@@ -87,8 +88,10 @@ static bool record(seda_env_t *env, void *ud)
         snprintf(r->ids[r->distinct], sizeof r->ids[0], "%.63s", id);
     if (!seen)
         r->distinct++;
-    if (r->calls < 16)
+    if (r->calls < 16) {
         r->attempts[r->calls] = seda_env_attempts(env);
+        r->at[r->calls] = seda_now();
+    }
     r->calls++;
     snprintf(r->last_payload, sizeof r->last_payload, "%.*s",
              (int)(len < 255 ? len : 255), (const char *)p);
@@ -316,7 +319,8 @@ static void test_remote_slip_local_remote_local_completes(void **state)
     rec_destroy(&rz);
 }
 
-static void test_remote_nack_redelivered_then_termed_to_dlq(void **state)
+static void test_remote_nack_redelivered_with_backoff_then_termed_to_dlq(
+    void **state)
 {
     (void)state;
     seda_bus_t *b = new_bus(2);
@@ -326,6 +330,16 @@ static void test_remote_nack_redelivered_then_termed_to_dlq(void **state)
     rr.nack = true;
     seda_stage_consume(add_local(b, "dlq"), record, &rd);
     seda_stage_t *r = add_remote(b, "flaky", "T3", 3, "dlq", NULL);
+    /* The stage's retry backoff is the nak's delay: 0.2 s, then 0.4 s. */
+    char err[128];
+    seda_stage_opts ro;
+    seda_stage_opts_init(&ro);
+    ro.retry_backoff = 0.2;
+    ro.retry_max_backoff = 1.0;
+    ro.retry_multiplier = 2.0;
+    ro.retry_jitter = false;
+    assert_int_equal(seda_stage_tune_admission(r, &ro, SEDA_TUNE_RETRY, err,
+                                               sizeof err), 0);
     seda_stage_consume(r, record, &rr);
     seda_remote_consume(r);
     assert_int_equal(seda_publish(b, "flaky", "x", 1, NULL), 0);
@@ -335,6 +349,9 @@ static void test_remote_nack_redelivered_then_termed_to_dlq(void **state)
     assert_int_equal(rr.calls, 3);             /* max_attempts, no more */
     for (int i = 0; i < 3; i++)
         assert_int_equal(rr.attempts[i], i + 1); /* JetStream's count */
+    /* Lower bounds only: redelivered no sooner than the backoff. */
+    assert_true(rr.at[1] - rr.at[0] >= 0.2);
+    assert_true(rr.at[2] - rr.at[1] >= 0.4);
     pthread_mutex_unlock(&rr.mu);
     assert_string_equal(rd.last_reason, "max_attempts");
     assert_string_equal(rd.last_from, "flaky");
@@ -606,7 +623,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_remote_publish_consume_each_once),
         cmocka_unit_test(test_remote_slip_local_remote_local_completes),
-        cmocka_unit_test(test_remote_nack_redelivered_then_termed_to_dlq),
+        cmocka_unit_test(
+            test_remote_nack_redelivered_with_backoff_then_termed_to_dlq),
         cmocka_unit_test(test_remote_garbage_is_dead_lettered_bad_message),
         cmocka_unit_test(test_remote_custom_id_stored_once),
         cmocka_unit_test(test_remote_declare_errors_name_the_field),
