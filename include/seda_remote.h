@@ -42,6 +42,11 @@ typedef struct seda_remote_opts {
                                   stage is declared (2) */
     double dedup_window;       /* the stream's duplicate window, seconds,
                                   when this call creates it (120) */
+    bool consume;              /* this process will consume the stage
+                                  (seda_remote_consume): the durable
+                                  consumer is found or created now.  A
+                                  process that only publishes leaves it
+                                  to those that consume (false) */
 } seda_remote_opts;
 
 /* Fill o (the caller's) with the defaults (url NULL).  Cannot fail; any
@@ -49,8 +54,9 @@ typedef struct seda_remote_opts {
 void seda_remote_opts_init(seda_remote_opts *o);
 
 /* Add a remote stage: connect (or share the bus's connection to the
- * same url), find or create the stream and the durable consumer, then
- * add the stage.  Options of so apply as for seda_stage_add, except:
+ * same url), find or create the stream (and, with ro->consume, the
+ * durable consumer: an existing one keeps its settings, and its
+ * max_deliver bounds the stage's attempts), then add the stage.  Options of so apply as for seda_stage_add, except:
  * durable and pull are refused, and policy drop_oldest (a message handed
  * to JetStream cannot be taken back).  On failure nothing is added and
  * err names the stage and the reason ("stage 'enrich': remote: cannot
@@ -64,7 +70,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
 /* Start taking messages from the stage's consumer into this process
  * (after seda_stage_consume added its consumers).  A remote stage
  * without it only publishes.  Returns 0, or SEDA_EINVAL (not a remote
- * stage, or no consumers).  Any thread; once. */
+ * stage, declared without ro->consume, or no consumers).  Any thread. */
 int seda_remote_consume(seda_stage_t *st);
 
 /* True when st is a remote stage. */

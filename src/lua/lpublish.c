@@ -266,6 +266,9 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     set_int(L, "errors", (lua_Integer)s.errors);
     set_int(L, "completed", (lua_Integer)s.completed);
     set_int(L, "invalid", (lua_Integer)s.invalid);
+    set_int(L, "handed_off", (lua_Integer)s.handed_off);
+    if (seda__l_push_remote_stats(L, st))
+        lua_setfield(L, -2, "remote");
     set_int(L, "refused", (lua_Integer)s.refused);
     set_int(L, "shed", (lua_Integer)s.shed);
     set_int(L, "delayed", s.delayed);
@@ -386,6 +389,7 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "completed", (lua_Integer)b.completed);
     set_int(L, "dead_lettered", (lua_Integer)b.dead_lettered);
     set_int(L, "dropped", (lua_Integer)b.dropped);
+    set_int(L, "handed_off", (lua_Integer)b.handed_off);
     set_int(L, "in_system", (lua_Integer)b.in_system);
     set_int(L, "workers", b.workers);
     set_int(L, "workers_loaned", b.workers_loaned);

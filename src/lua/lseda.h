@@ -16,6 +16,7 @@
 
 #include "lcodec.h"
 #include "seda.h"
+#include "seda_remote.h"
 
 #ifndef SEDA__API
 #define SEDA__API __attribute__((visibility("hidden")))
@@ -348,6 +349,17 @@ SEDA__API int seda__l_bus_errors(lua_State *L);
  * received envelope), or 0 in a worker. */
 SEDA__API int seda__l_receive(lua_State *L, struct lbus *lb, int first,
                               seda_wbuf *wb, int busidx);
+
+/* ---- lremote.c ---- */
+
+/* Parse the `remote` option table at stack index t (absolute) of stage
+ * `stage` into ro (its strings point into the table); raises naming the
+ * stage and field. */
+SEDA__API void seda__l_remote_opts(lua_State *L, int t, const char *stage,
+                                   seda_remote_opts *ro);
+/* Push the `remote` table of a remote stage's stats; false (nothing
+ * pushed) for another stage. */
+SEDA__API bool seda__l_push_remote_stats(lua_State *L, seda_stage_t *st);
 
 /* ---- lshared.c ---- */
 

@@ -222,7 +222,7 @@ static const char *const stage_keys[] = {
     "policy", "max_attempts", "dead_letter", "publish_timeout",
     "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
     "durable", "dedup_window", "admit", "shed", "retry", "starve_after",
-    NULL
+    "remote", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -464,9 +464,21 @@ int seda__l_bus_stage(lua_State *L)
                                       lua_tostring(L, 9));
     lua_pop(L, 1);
 
-    char err[256];
+    /* A remote stage: backed by a JetStream stream (lremote.c). */
+    seda_remote_opts ro;
+    lua_getfield(L, 2, "remote");
+    bool remote = !lua_isnil(L, -1);
+    if (remote) {
+        seda__l_remote_opts(L, lua_gettop(L), name, &ro);
+        ro.consume = n > 0;             /* with handlers it consumes */
+    }
+    lua_pop(L, 1);                      /* the options table keeps it */
+
+    char err[640];
     seda_stage_t *st;
-    int rc = seda_stage_add(lb->bus, &o, &st, err, sizeof err);
+    int rc = remote ? seda_remote_stage_add(lb->bus, &o, &ro, &st, err,
+                                            sizeof err)
+                    : seda_stage_add(lb->bus, &o, &st, err, sizeof err);
     if (rc)
         return luaL_error(L, "%s", err);
     atomic_store_explicit(&ls->has_admit, ls->admit != NULL,
@@ -496,6 +508,8 @@ int seda__l_bus_stage(lua_State *L)
         ls->cons[i] = (struct lconsumer){ ls, i };
         seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
     }
+    if (remote && n > 0)
+        seda_remote_consume(st);        /* else this process publishes */
     if (o.durable) {
         int r = seda_stage_replay(st);
         if (r < 0)

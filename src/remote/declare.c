@@ -191,7 +191,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     double dup = ro->dedup_window > 0 ? ro->dedup_window : 120.0;
     if (dup < 2 * so->publish_timeout)
         dup = 2 * so->publish_timeout;  /* covers every re-send */
-    if ((rc = seda__rsetup_ensure(conn, stream, subject, consumer,
+    if ((rc = seda__rsetup_ensure(conn, stream, subject,
+                                  ro->consume ? consumer : NULL,
                                   seda__secs_to_ns(dup), &want, &got, e,
                                   sizeof e)) != 0)
         FAIL(rc, "%s", e);
@@ -208,8 +209,12 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->bus = bus;
     rs->conn = conn;
     rs->cfg = got;
+    rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;
-    rs->max_attempts = got.max_deliver > 0 ? got.max_deliver : 65535;
+    /* JetStream stops redelivering at the consumer's max_deliver: the
+     * stage's attempts end there too (the last is termed). */
+    rs->max_attempts = !ro->consume ? so->max_attempts
+                     : got.max_deliver > 0 ? got.max_deliver : 65535;
     atomic_init(&rs->consuming, false);
     atomic_init(&rs->closing, false);
     atomic_init(&rs->js_pending, -1);
@@ -257,7 +262,8 @@ fail_quiet:
 int seda_remote_consume(seda_stage_t *st)
 {
     if (!seda_stage_is_remote(st) ||
-        atomic_load_explicit(&st->nconsumers, memory_order_acquire) == 0)
+        atomic_load_explicit(&st->nconsumers, memory_order_acquire) == 0 ||
+        !((struct rstage *)st->remote)->consume)
         return SEDA_EINVAL;
     struct rstage *rs = st->remote;
     atomic_store_explicit(&rs->consuming, true, memory_order_release);

@@ -176,8 +176,9 @@ struct rcons_cfg {
 /* Look up the stream (create it, WorkQueue retention, file storage,
  * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns, when
  * missing; add subject to an existing stream that does not cover it),
- * then the durable consumer (created with the wanted settings when
- * missing; an existing one must filter subject).  Returns 0, or a
+ * then, unless consumer is NULL, the durable consumer (created with the
+ * wanted settings when missing; an existing one must filter subject; got
+ * says which settings apply).  Returns 0, or a
  * negative code with err naming the stream or consumer and the reason.
  * Blocks for a few JetStream API requests. */
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
@@ -220,7 +221,7 @@ struct rreq {
  *   fmu guards the feed: held, outstanding, reqs, req_n, epoch_n,
  *   last_expires, last_heard, info_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
- *   subject, consumer, cfg, max_attempts, dup_ns, ack_wait_ns.
+ *   subject, consumer, cfg, max_attempts, consume, ack_wait_ns.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
  *   own); awaiting (relaxed counter, read by the idle check, which scans
@@ -237,6 +238,8 @@ struct rstage {
     char *consumer;             /* owned */
     struct rcons_cfg cfg;       /* the consumer's effective settings */
     int max_attempts;           /* effective: the consumer's max_deliver */
+    bool consume;               /* declared to consume (the consumer was
+                                   found or made) */
     int64_t ack_wait_ns;
     atomic_bool consuming;      /* seda_remote_consume was called */
     atomic_bool closing;        /* the bus is being freed */

@@ -314,6 +314,8 @@ static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
     char *reply = ctx ? ctx->reply : NULL;
     if (ctx)
         ctx->reply = NULL;
+    if (res == DR_RETRY && seda_env_attempts(env) >= rs->max_attempts)
+        res = DR_DEAD_MAX;              /* JetStream would not redeliver */
     if (res == DR_ACK) {
         tally->delivered++;
         struct claim c = { env, reply, rs };

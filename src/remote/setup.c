@@ -168,9 +168,9 @@ int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         struct rcons_cfg *got, char *err, size_t errlen)
 {
     int rc = ensure_stream(c, stream, subject, dup_window_ns, err, errlen);
-    if (rc)
-        return rc;
     memset(got, 0, sizeof *got);
+    if (rc || !consumer)
+        return rc;
     for (int tries = 0; tries < 2; tries++) {
         jsConsumerInfo *ci = NULL;
         jsErrCode jerr = 0;

@@ -155,6 +155,7 @@ static seda_stage_t *add_remote(seda_bus_t *b, const char *name,
     seda_remote_opts_init(&ro);
     ro.url = url ? url : g_srv.url;
     ro.stream = stream;
+    ro.consume = true;
     seda_stage_t *st = NULL;
     char err[512];
     int rc = seda_remote_stage_add(b, &so, &ro, &st, err, sizeof err);

@@ -1,0 +1,145 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lremote.c -- remote stages in the Lua binding: the `remote` option of
+ * bus:stage{} and the `remote` table of a remote stage's stats.  A client
+ * of include/seda_remote.h only.
+ *
+ *   bus:stage{ name = "enrich", handler = "h/enrich.lua",
+ *              remote = { url = "nats://127.0.0.1:4222", stream = "SEDA",
+ *                         subject = ..., consumer = ..., ack_wait = 30,
+ *                         max_ack_pending = ..., connect_timeout = 2,
+ *                         dedup_window = 120 } }
+ *
+ * The stage is made by seda_remote_stage_add instead of seda_stage_add
+ * (lstage.c); a stage declared with handlers then consumes
+ * (seda_remote_consume), one without only publishes.
+ */
+#include <string.h>
+
+#include "lseda.h"
+#include "seda_remote.h"
+
+static const char *const remote_keys[] = {
+    "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
+    "connect_timeout", "dedup_window", NULL
+};
+
+static const char *opt_str(lua_State *L, int t, const char *stage,
+                           const char *k)
+{
+    lua_getfield(L, t, k);
+    const char *v = NULL;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
+            luaL_error(L, "stage '%s': remote: %s must be a non-empty "
+                       "string (got %s)", stage, k, luaL_typename(L, -1));
+        v = lua_tostring(L, -1);
+    }
+    lua_pop(L, 1);                      /* still referenced by the table */
+    return v;
+}
+
+static double opt_secs(lua_State *L, int t, const char *stage, const char *k,
+                       double def)
+{
+    lua_getfield(L, t, k);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+            luaL_error(L, "stage '%s': remote: %s must be a number > 0 "
+                       "(seconds)", stage, k);
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+void seda__l_remote_opts(lua_State *L, int t, const char *stage,
+                         seda_remote_opts *ro)
+{
+    if (!lua_istable(L, t))
+        luaL_error(L, "stage '%s': remote must be a table { url = "
+                   "\"nats://host:port\", ... } (got %s)", stage,
+                   luaL_typename(L, t));
+    seda__l_check_keys(L, t, remote_keys,
+                       lua_pushfstring(L, "stage '%s': remote", stage));
+    lua_pop(L, 1);
+    seda_remote_opts_init(ro);
+    ro->url = opt_str(L, t, stage, "url");
+    if (!ro->url)
+        luaL_error(L, "stage '%s': remote: url is required "
+                   "(\"nats://host:port\")", stage);
+    const char *s = opt_str(L, t, stage, "stream");
+    if (s)
+        ro->stream = s;
+    ro->subject = opt_str(L, t, stage, "subject");
+    ro->consumer = opt_str(L, t, stage, "consumer");
+    ro->ack_wait = opt_secs(L, t, stage, "ack_wait", 0);
+    ro->connect_timeout = opt_secs(L, t, stage, "connect_timeout",
+                                   ro->connect_timeout);
+    ro->dedup_window = opt_secs(L, t, stage, "dedup_window",
+                                ro->dedup_window);
+    lua_getfield(L, t, "max_ack_pending");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer v = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || v <= 0 || v > 1 << 30)
+            luaL_error(L, "stage '%s': remote: max_ack_pending must be an "
+                       "integer > 0", stage);
+        ro->max_ack_pending = (int)v;
+    }
+    lua_pop(L, 1);
+}
+
+static void set_i(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_s(lua_State *L, const char *k, const char *v)
+{
+    lua_pushstring(L, v);
+    lua_setfield(L, -2, k);
+}
+
+bool seda__l_push_remote_stats(lua_State *L, seda_stage_t *st)
+{
+    seda_remote_stats r;
+    if (seda_remote_stats_get(st, &r) != 0)
+        return false;
+    lua_createtable(L, 0, 32);
+    set_s(L, "state", r.state);
+    set_s(L, "url", r.url);
+    set_s(L, "stream", r.stream);
+    set_s(L, "consumer", r.consumer);
+    set_s(L, "subject", r.subject);
+    lua_pushboolean(L, r.consuming);
+    lua_setfield(L, -2, "consuming");
+    set_i(L, "published", (lua_Integer)r.published);
+    set_i(L, "duplicates", (lua_Integer)r.duplicates);
+    set_i(L, "publish_failed", (lua_Integer)r.publish_failed);
+    set_i(L, "republished", (lua_Integer)r.republished);
+    set_i(L, "publishing", r.publishing);
+    set_i(L, "fetched", (lua_Integer)r.fetched);
+    set_i(L, "acked", (lua_Integer)r.acked);
+    set_i(L, "naked", (lua_Integer)r.naked);
+    set_i(L, "termed", (lua_Integer)r.termed);
+    set_i(L, "bad_messages", (lua_Integer)r.bad_messages);
+    set_i(L, "held", r.held);
+    /* JetStream's own counts (-1 until it answered once). */
+    set_i(L, "js_pending", r.js_pending);
+    set_i(L, "js_ack_pending", r.js_ack_pending);
+    set_i(L, "js_redelivered", r.js_redelivered);
+    set_i(L, "js_waiting", r.js_waiting);
+    lua_pushnumber(L, r.js_age);
+    lua_setfield(L, -2, "js_age");
+    set_i(L, "awaiting", r.awaiting);
+    set_i(L, "completions_sent", (lua_Integer)r.completions_sent);
+    set_i(L, "completions_received", (lua_Integer)r.completions_received);
+    set_i(L, "completions_dropped", (lua_Integer)r.completions_dropped);
+    set_i(L, "completions_lost", (lua_Integer)r.completions_lost);
+    set_i(L, "reconnects", (lua_Integer)r.reconnects);
+    return true;
+}
