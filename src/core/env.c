@@ -699,6 +699,7 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->ext->slip);
         seda__free(env->ext->slip_prev);
         seda__free(env->ext->id);
+        seda__free(env->ext->to);
         seda__free(env->ext);
     }
     env_release(env);
@@ -744,7 +745,21 @@ uint64_t seda_env_seq(const seda_env_t *env) { return env->seq; }
 
 const char *seda_env_to(const seda_env_t *env)
 {
+    if (SEDA__UNLIKELY(env->ext && env->ext->to))
+        return env->ext->to;
     return env->at ? env->at->name : NULL;
+}
+
+int seda__env_set_to(seda_env_t *env, const char *name)
+{
+    if (!ext_of(env))
+        return SEDA_ENOMEM;
+    char *d = seda__strdup(name);
+    if (!d)
+        return SEDA_ENOMEM;
+    seda__free(env->ext->to);
+    env->ext->to = d;
+    return 0;
 }
 
 const char *seda_env_sender(const seda_env_t *env)

@@ -49,6 +49,10 @@ struct env_ext {
                                    current delivery (restored on nack) */
     bool slip_saved;            /* slip_prev holds the pre-delivery slip */
     char *id;                   /* custom id (owned), or NULL */
+    char *to;                   /* the stage name seda_env_to reports
+                                   instead of at's (owned), or NULL: an
+                                   itinerary that ended in another
+                                   process, at a stage this bus lacks */
     int64_t jkey;               /* journal row, or 0 when not journaled */
 };
 
@@ -89,6 +93,11 @@ SEDA__API int seda__env_set_jkey(seda_env_t *env, int64_t key);
 /* Set a custom id (copied): 0, SEDA_EINVAL (empty or too long) or
  * SEDA_ENOMEM. */
 SEDA__API int seda__env_set_id(seda_env_t *env, const char *id);
+
+/* Make seda_env_to report name (copied) instead of the name of the stage
+ * env is at (the remote layer: a completion from another process): 0 or
+ * SEDA_ENOMEM. */
+SEDA__API int seda__env_set_to(seda_env_t *env, const char *name);
 
 /* Blocks of the recycled size classes that are neither on the calling
  * thread's free stacks nor in the depot: envelopes alive, or lost.  With
