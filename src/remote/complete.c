@@ -195,11 +195,14 @@ static void fire(struct rcomp_entry *e, int outcome, const struct rw_done *d)
         outcome = SEDA_DROPPED;
     }
     if (env) {
-        /* The stage the itinerary ended at, when this bus has one of that
-         * name; else the remote stage it left through. */
+        /* At the stage the itinerary ended at when this bus has one of
+         * that name, else at the remote stage it left through, reporting
+         * the name of the stage it ended at. */
         struct seda_stage_s *at = d ? seda__bus_lookup(rs->bus, d->stage)
                                     : NULL;
         env->at = at ? at : rs->st;
+        if (d && !at && seda__env_set_to(env, d->stage) != 0)
+            outcome = outcome == SEDA_COMPLETED ? SEDA_DROPPED : outcome;
         e->done(env, outcome, e->ud);
         seda__env_free(env);
     } else {
