@@ -182,9 +182,13 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
                     : so->handler_timeout > 0 ? 2 * so->handler_timeout
                     : 30.0;
+    /* Two deliveries more than the attempts: a delivery lost with its
+     * process (or past ack_wait) counts as one, and the message is not to
+     * be stranded by it (see rstage.c, "Attempts"). */
+    int max_deliver = so->max_attempts + RS_LOST_DELIVERIES;
     struct rcons_cfg want = {
         .ack_wait_ns = seda__secs_to_ns(ack_wait),
-        .max_deliver = so->max_attempts,
+        .max_deliver = max_deliver < 65535 ? max_deliver : 65535,
         .max_ack_pending = ro->max_ack_pending > 0 ? ro->max_ack_pending
                                                    : so->capacity,
     }, got;
@@ -212,9 +216,13 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;
     /* JetStream stops redelivering at the consumer's max_deliver: the
-     * stage's attempts end there too (the last is termed). */
-    rs->max_attempts = !ro->consume ? so->max_attempts
-                     : got.max_deliver > 0 ? got.max_deliver : 65535;
+     * stage's attempts end before it (an existing consumer's rules). */
+    rs->max_deliver = ro->consume ? got.max_deliver : -1;
+    rs->max_attempts = !ro->consume || got.max_deliver <= 0
+                           ? so->max_attempts
+                       : got.max_deliver > RS_LOST_DELIVERIES
+                           ? got.max_deliver - RS_LOST_DELIVERIES
+                           : 1;
     atomic_init(&rs->consuming, false);
     atomic_init(&rs->closing, false);
     atomic_init(&rs->js_pending, -1);
@@ -224,9 +232,9 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if (got.differs)
         fprintf(stderr, "seda: stage '%s': remote: consumer '%s' exists "
                 "with other settings (max_deliver %d, ack_wait %gs, "
-                "max_ack_pending %d); they apply\n", name, consumer,
-                got.max_deliver, (double)got.ack_wait_ns / 1e9,
-                got.max_ack_pending);
+                "max_ack_pending %d); they apply (max_attempts %d)\n", name,
+                consumer, got.max_deliver, (double)got.ack_wait_ns / 1e9,
+                got.max_ack_pending, rs->max_attempts);
     seda_stage_opts o = *so;
     o.max_attempts = rs->max_attempts;
     if ((rc = seda__stage_make_remote(bus, &o, &seda__rstage_ops, rs, &st,

@@ -171,28 +171,47 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         o.priority = w.priority;
         env = seda__env_new(w.payload, w.plen, &o, &rc);
     }
-    if (env) {
+    bool last = env && rs->max_deliver > 0 &&
+                meta->delivered >= (uint64_t)rs->max_deliver &&
+                meta->delivered > (uint64_t)rs->max_attempts;
+    if (env)
         env->attempts = (uint16_t)(meta->delivered < 65535
                                        ? meta->delivered : 65535);
+    if (last) {
+        /* JetStream's last delivery, its earlier ones lost (processes
+         * died holding it, or overran ack_wait): dead-lettered without
+         * running the handler again, so a message that kills its
+         * handler's process cannot stop every consumer in turn, and none
+         * is stranded. */
+        env->at = st;
+        seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
+        seda__rfeed_settle(rs, reply, RF_TERM, 0);
+        seda__free(ctx->reply);         /* settled: the origin is told */
+        ctx->reply = NULL;
         env->done = seda__rctx_done;
         env->done_ud = ctx;
-        rc = seda__stage_admit(st, env, 0, false);
-        if (rc) {
+        seda__bus_dead_letter(st, env, "max_attempts", NULL);
+    } else if (env) {
+        env->done = seda__rctx_done;
+        env->done_ud = ctx;
+        if ((rc = seda__stage_admit(st, env, 0, false)) != 0) {
             env->done = NULL;
             seda__env_free(env);
             seda__rfeed_settle(rs, reply, RF_NAK, 0);
+            seda__rctx_free(ctx);
         }
-    } else if (nh < 0 || rc == SEDA_EINVAL) {
-        bad_message(rs, m, meta, nh < 0 ? why : "an envelope field is "
-                    "invalid");
     } else {
-        /* Out of memory: another process may have room. */
-        seda_stage_report(st, "out of memory taking a message in; it is "
-                          "given back to JetStream");
-        seda__rfeed_settle(rs, reply, RF_NAK, 0);
-    }
-    if (!env || rc)
+        if (nh < 0 || rc == SEDA_EINVAL) {
+            bad_message(rs, m, meta, nh < 0 ? why : "an envelope field is "
+                        "invalid");
+        } else {
+            /* Out of memory: another process may have room. */
+            seda_stage_report(st, "out of memory taking a message in; it "
+                              "is given back to JetStream");
+            seda__rfeed_settle(rs, reply, RF_NAK, 0);
+        }
         seda__rctx_free(ctx);
+    }
     seda__free(kv);
     seda__rbuf_free(&hb);
     seda__free(mem);

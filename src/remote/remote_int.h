@@ -214,6 +214,10 @@ struct rreq {
 };
 #define RS_REQS 16
 
+/* Deliveries a consumer allows beyond max_attempts: those lost with a
+ * process that died holding them, or that overran ack_wait. */
+#define RS_LOST_DELIVERIES 2
+
 /*
  * Locking:
  *   pmu guards the publishing window: inflight, reserved, waiters,
@@ -221,7 +225,8 @@ struct rreq {
  *   fmu guards the feed: held, outstanding, reqs, req_n, epoch_n,
  *   last_expires, last_heard, info_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
- *   subject, consumer, cfg, max_attempts, consume, ack_wait_ns.
+ *   subject, consumer, cfg, max_attempts, max_deliver, consume,
+ *   ack_wait_ns.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
  *   own); awaiting (relaxed counter, read by the idle check, which scans
@@ -237,7 +242,9 @@ struct rstage {
     char *subject;              /* owned */
     char *consumer;             /* owned */
     struct rcons_cfg cfg;       /* the consumer's effective settings */
-    int max_attempts;           /* effective: the consumer's max_deliver */
+    int max_attempts;           /* effective handler attempts */
+    int max_deliver;            /* the consumer's (-1: unlimited, or not
+                                   consuming) */
     bool consume;               /* declared to consume (the consumer was
                                    found or made) */
     int64_t ack_wait_ns;

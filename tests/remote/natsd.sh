@@ -50,19 +50,33 @@ start)
     fi
     port=${3:-}
     [ -n "$port" ] || { [ -f "$dir/port" ] && port=$(cat "$dir/port"); } || true
-    [ -n "$port" ] || port=$(free_port)
-    echo "$port" >"$dir/port"
-    "$prog" -js -a 127.0.0.1 -p "$port" -sd "$dir/js" -l "$dir/log" \
-        </dev/null >/dev/null 2>&1 &
-    echo $! >"$dir/pid"
-    i=0
-    until ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN; do
-        i=$((i + 1))
-        if [ $i -gt 200 ] || ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-            echo "natsd.sh: $prog did not start on port $port (see $dir/log)" >&2
+    fresh=no
+    [ -n "$port" ] || { port=$(free_port); fresh=yes; }
+    tries=0
+    while :; do
+        echo "$port" >"$dir/port"
+        "$prog" -js -a 127.0.0.1 -p "$port" -sd "$dir/js" -l "$dir/log" \
+            </dev/null >/dev/null 2>&1 &
+        echo $! >"$dir/pid"
+        i=0
+        until ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN; do
+            i=$((i + 1))
+            if [ $i -gt 200 ] || ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
+                break
+            fi
+            sleep 0.05
+        done
+        ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
+        kill -9 "$(cat "$dir/pid")" 2>/dev/null || true
+        rm -f "$dir/pid"
+        tries=$((tries + 1))
+        # A fresh port taken meanwhile by another program: another one.
+        if [ "$fresh" = no ] || [ $tries -ge 3 ]; then
+            echo "natsd.sh: $prog did not start on port $port:" >&2
+            tail -5 "$dir/log" >&2 2>/dev/null
             exit 1
         fi
-        sleep 0.05
+        port=$(free_port)
     done
     echo "nats://127.0.0.1:$port" ;;
 stop) stop_with TERM ;;
