@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run the cmocka test binaries given as arguments, then the Lua test
-# scripts (tests/lua/*.lua) through seda-lua.  Stops at the first failure
+# scripts (tests/lua/*.lua) through seda-lua, the program's shell tests
+# (tests/cli/) and the remote stages' multi-process ones (tests/remote/).  Stops at the first failure
 # and prints a summary line.
 set -u
 B=${B:-build/release}
@@ -35,6 +36,20 @@ if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/lua ]; then
 fi
 if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/cli ]; then
     for s in tests/cli/test_*.sh; do
+        [ -e "$s" ] || continue
+        echo "== $s"
+        if SEDA="$B/seda-lua" timeout "$TO" sh "$s"; then
+            passed=$((passed + 1))
+        else
+            echo "FAILED: $s (exit $?)"
+            failed=$((failed + 1))
+            break
+        fi
+    done
+fi
+# Remote stages: several seda-lua processes around a private nats-server.
+if [ "$failed" = 0 ] && [ -x "$B/seda-lua" ] && [ -d tests/remote ]; then
+    for s in tests/remote/test_*.sh; do
         [ -e "$s" ] || continue
         echo "== $s"
         if SEDA="$B/seda-lua" timeout "$TO" sh "$s"; then

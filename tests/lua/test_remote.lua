@@ -1,0 +1,133 @@
+-- Remote stages from Lua (SPEC §11): the `remote` option checked and its
+-- errors naming stage and field; a remote stage's stats (the remote
+-- table, handed_off); a slip local -> remote -> local completing with
+-- on_complete in this process; a custom id stored once; publish refused
+-- "unavailable" while the server is down.  Starts its own nats-server
+-- (tests/remote/natsd.sh).  The multi-process properties are in
+-- tests/remote/test_*.sh.
+local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
+local seda = require "seda"
+
+local natsd = T.dir .. "../remote/natsd.sh"
+local dir = os.tmpname()
+os.remove(dir)
+local function sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok = p:close()
+  return ok and out:gsub("%s+$", "") or nil
+end
+local URL = assert(sh("sh " .. natsd .. " start " .. dir), "nats-server did not start")
+
+local function h() end
+
+T.test("remote option is checked, naming stage and field", function()
+  local bus = T.bus{ workers = 1 }
+  T.raises(function() bus:stage{ name = "r1", remote = "nats://x" } end,
+    "not a table", "r1", "remote must be a table")
+  T.raises(function() bus:stage{ name = "r2", remote = {} } end,
+    "no url", "r2", "url is required")
+  T.raises(function() bus:stage{ name = "r3", remote = { url = 4222 } } end,
+    "url type", "r3", "url")
+  T.raises(function() bus:stage{ name = "r4", remote = { url = URL, bogus = 1 } } end,
+    "unknown key", "r4", "unknown option 'bogus'")
+  T.raises(function() bus:stage{ name = "r5", remote = { url = URL, ack_wait = -1 } } end,
+    "ack_wait", "r5", "ack_wait")
+  T.raises(function() bus:stage{ name = "r6", remote = { url = URL, max_ack_pending = 1.5 } } end,
+    "max_ack_pending", "r6", "max_ack_pending")
+  T.raises(function() bus:stage{ name = "r7", remote = { url = URL, stream = "a.b" } } end,
+    "stream name", "r7", "stream")
+  T.raises(function() bus:stage{ name = "r8", durable = true, remote = { url = URL } } end,
+    "durable", "r8", "durable")
+  T.raises(function() bus:stage{ name = "r9", policy = "drop_oldest", remote = { url = URL } } end,
+    "drop_oldest", "r9", "drop_oldest")
+  local dead = "nats://127.0.0.1:1"
+  T.raises(function()
+    bus:stage{ name = "r10", remote = { url = dead, connect_timeout = 0.5 } }
+  end, "unreachable", "r10", "cannot connect to " .. dead)
+  T.eq(next(bus:stats().stages), nil, "no stage was created")
+  bus:shutdown(5)
+end)
+
+T.test("slip local -> remote -> local fires on_complete here; stats", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "a", handler = function(env) env.payload = env.payload .. "+a" end }
+  bus:stage{ name = "r", remote = { url = URL, stream = "LT1" },
+             handler = function(env) env.payload = env.payload .. "+r"
+                                     env.headers.seen = "r" end }
+  bus:stage{ name = "z", handler = function(env) env.payload = env.payload .. "+z" end }
+  local got = {}
+  for i = 1, 5 do
+    assert(bus:publish("a", "p" .. i, { slip = { "r", "z" }, headers = { k = "" },
+      on_complete = function(env) got[#got + 1] = env end }))
+  end
+  T.ok(bus:wait(20), "idle")
+  T.eq(#got, 5, "completions")
+  table.sort(got, function(x, y) return x.payload < y.payload end)
+  T.eq(got[1].payload, "p1+a+r+z", "final payload")
+  T.eq(got[1].to, "z", "to")
+  T.eq(got[1].headers.seen, "r", "header set remotely")
+  T.eq(got[1].headers.k, "", "an empty header value survives")
+  local s = bus:stats()
+  T.eq(s.handed_off, 5, "handed_off")
+  T.eq(s.in_system, 0, "in_system")
+  T.eq(s.accepted, s.completed + s.dead_lettered + s.dropped + s.handed_off + s.in_system,
+       "books")
+  local r = s.stages.r.remote
+  T.eq(r.state, "connected", "state")
+  T.eq(r.stream, "LT1", "stream")
+  T.eq(r.consumer, "seda_r", "consumer")
+  T.eq(r.subject, "seda.LT1.r", "subject")
+  T.eq(r.consuming, true, "consuming")
+  T.eq(r.published, 5, "published")
+  T.eq(r.acked, 5, "acked")
+  T.eq(r.completions_sent, 5, "completions sent")
+  T.eq(r.completions_received, 5, "completions received")
+  T.eq(r.awaiting, 0, "awaiting")
+  -- JetStream's own counts come in the background.
+  local deadline = seda.now() + 10
+  repeat r = bus:stats("r").remote bus:wait(0.05)
+  until r.js_age >= 0 or seda.now() > deadline
+  T.eq(r.js_pending, 0, "js_pending")
+  T.eq(r.js_ack_pending, 0, "js_ack_pending")
+  T.eq(s.stages.a.remote, nil, "a local stage has no remote table")
+  bus:shutdown(5)
+end)
+
+T.test("a custom id is stored once; a publish-only stage", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "once", remote = { url = URL, stream = "LT2" } }
+  T.eq(bus:publish("once", "x", { id = "order-1" }), true, "first")
+  T.eq(bus:publish("once", "x", { id = "order-1" }), true, "repeat accepted")
+  T.ok(bus:wait(10), "acknowledged")
+  local r = bus:stats("once").remote
+  T.eq(r.consuming, false, "publishes only")
+  T.eq(r.published, 1, "stored once")
+  T.eq(r.duplicates, 1, "one duplicate")
+  T.eq(bus:stats("once").dropped, 1, "the repeat is counted dropped")
+  bus:shutdown(5)
+end)
+
+T.test("publish refuses 'unavailable' while the server is down", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "svc", remote = { url = URL, stream = "LT3" } }
+  T.eq(bus:publish("svc", "x"), true, "up")
+  T.ok(bus:wait(10), "acknowledged")
+  assert(sh("sh " .. natsd .. " stop " .. dir))
+  local deadline = seda.now() + 20
+  local ok, why
+  repeat ok, why = bus:publish("svc", "x") until not ok or seda.now() > deadline
+  T.eq(ok, false, "refused")
+  T.eq(why, "unavailable", "reason")
+  T.eq(bus:stats("svc").remote.state ~= "connected", true, "state says so")
+  assert(sh("sh " .. natsd .. " start " .. dir), "restart")
+  deadline = seda.now() + 20
+  repeat ok, why = bus:publish("svc", "y") until ok or seda.now() > deadline
+  T.eq(ok, true, "accepted again after the restart")
+  T.ok(bus:wait(20), "acknowledged after the restart")
+  bus:shutdown(5)
+end)
+
+sh("sh " .. natsd .. " stop " .. dir)
+os.execute("rm -rf '" .. dir .. "'")
+T.done()
