@@ -8,9 +8,12 @@
 #   make bench      build and run the benchmark suite
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
 #   make run        build and run examples/pipeline.lua
-#   make install    seda-lua, seda.so, seda.h, seda_lua.h, libseda.a,
-#                   libsedalua.a, seda.pc (pkg-config) and
-#                   share/doc/seda-lua/reference.md under PREFIX
+#   make run-remote two processes sharing a remote stage (examples/remote/,
+#                   a private nats-server)
+#   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h,
+#                   libseda.a, libsedalua.a, libsedaremote.a, seda.pc
+#                   (pkg-config) and share/doc/seda-lua/reference.md under
+#                   PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make clean
@@ -123,7 +126,7 @@ ALL += $(LIBSLUA)
 endif
 ALL += $(SEDA_LUA) $(SEDA_SO)
 
-.PHONY: all test check asan tsan bench fuzz fuzz-quick run install uninstall clean layers deps
+.PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps
 .SECONDARY:
 FUZZ_SECONDS ?= 60
 all: $(ALL)
@@ -216,6 +219,11 @@ tsan:
 run: all
 	$(SEDA_LUA) examples/pipeline.lua
 
+# Two worker processes share a remote stage over a private nats-server
+# (examples/remote/run.sh starts and stops it).
+run-remote: all
+	SEDA=$(abspath $(SEDA_LUA)) sh examples/remote/run.sh
+
 # The stock interpreter finds seda.so in $(PREFIX)/lib/lua/5.4 (on its
 # default package.cpath for PREFIX=/usr/local).
 PREFIX ?= /usr/local
@@ -236,12 +244,12 @@ $(B)/seda.pc: include/seda.h Makefile
 	   echo 'includedir=$${prefix}/include'; \
 	   echo; \
 	   echo "Name: seda"; \
-	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
+	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
 	   echo "Version: $(SEDA_VERSION)"; \
 	   echo "Requires: $(LUA_PC)"; \
-	   echo "Requires.private: sqlite3"; \
+	   echo "Requires.private: sqlite3 $(NATS_PC)"; \
 	   echo 'Cflags: -I$${includedir} -pthread'; \
-	   echo 'Libs: -L$${libdir} -lsedalua -lseda'; \
+	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lseda'; \
 	   echo "Libs.private: -pthread -lm"; } >$@.tmp
 	@mv $@.tmp $@
 
@@ -251,9 +259,10 @@ install: all $(B)/seda.pc
 	    $(DESTDIR)$(PC_DIR)
 	install -m 0755 $(SEDA_LUA) $(DESTDIR)$(PREFIX)/bin/seda-lua
 	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
-	install -m 0644 include/seda.h include/seda_lua.h \
+	install -m 0644 include/seda.h include/seda_lua.h include/seda_remote.h \
 	    $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) \
+	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(B)/seda.pc $(DESTDIR)$(PC_DIR)/seda.pc
 	install -d $(DESTDIR)$(DOC_DIR)
 	install -m 0644 docs/reference.md $(DESTDIR)$(DOC_DIR)/reference.md
@@ -262,7 +271,9 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/seda-lua $(DESTDIR)$(LUA_CMOD_DIR)/seda.so \
 	    $(DESTDIR)$(PREFIX)/include/seda.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_lua.h \
+	    $(DESTDIR)$(PREFIX)/include/seda_remote.h \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
+	    $(DESTDIR)$(PREFIX)/lib/libsedaremote.a \
 	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(DOC_DIR)/reference.md
 	-rmdir $(DESTDIR)$(DOC_DIR) 2>/dev/null
 

@@ -8,7 +8,7 @@
  * Benchmarks), run with a C consumer and with a Lua handler (`handler`
  * "c" / "lua"), plus configs of our own: cap1_table, codec, pipeline,
  * reload, memory, durable1, durable_batch, durable_pipeline, count,
- * fanout.  One JSON object per trial goes to stdout and to the results
+ * fanout, remote.  One JSON object per trial goes to stdout and to the results
  * file; progress goes to stderr.
  *
  *     seda-bench [--config NAME]... [--handler c|lua] [--quick]
@@ -47,6 +47,9 @@
  * should be 0); elapsed_ms runs from the first publish to drained.
  * durable_pipeline adds stages, itineraries_per_s, handler_calls_per_s,
  * hops_delivered, latency_from.
+ * Remote rows (remote, remote_raw; remote.c says more): consumers,
+ * raw_js_publish_eps, raw_ratio, consumed_eps, stream; remote_raw: mode,
+ * window, payload_bytes.
  */
 #include <errno.h>
 #include <math.h>
@@ -73,7 +76,7 @@ static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
     "durable_pipeline", "count", "fanout", "overload", "overload_slow",
-    "admit", NULL
+    "admit", "remote", NULL
 };
 
 static void usage(FILE *f)
@@ -91,8 +94,10 @@ static void usage(FILE *f)
         "                  floor cap1 cap8 seq par chan cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
         "                  durable_pipeline count fanout overload\n"
-        "                  overload_slow admit\n"
-        "                  (default: all).  The\n"
+        "                  overload_slow admit remote (default: all).\n"
+        "                  remote starts its own nats-server and consumer\n"
+        "                  processes (SPEC 11; remote_raw rows are cnats's\n"
+        "                  own JetStream publish rate).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"
         "                  count is the hand-off check: a C consumer that\n"
@@ -161,6 +166,8 @@ int main(int argc, char **argv)
     const char *out = NULL, *handler = NULL, *windows = NULL;
 
     g_cfg.t0 = seda_now();
+    if (argc > 1 && strcmp(argv[1], "--remote-consumer") == 0)
+        return bench_remote_consumer(argc, argv);   /* remote.c */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -273,6 +280,8 @@ int main(int argc, char **argv)
     }
     if (g_cfg.want_lua && selected(sel, nsel, "admit"))
         bench_admit();
+    if (selected(sel, nsel, "remote"))
+        bench_remote();
 
     remove_tmpdir();
     if (g_bench_out)

@@ -112,6 +112,9 @@ size_t rec_count(void);
 void rec_latency(struct latency *out);
 /* Append the latency fields (p50_us .. max_us) to a row. */
 void row_latency(struct row *r, const struct latency *l);
+/* Write every sample (float microseconds, native order) to f; returns how
+ * many (another process merges them: the remote config's consumers). */
+size_t rec_dump(FILE *f);
 
 /* require "benchrec" in worker states: rec(payload) reads the 8-byte
  * double timestamp at the start of the payload string, rec_ts(ts, ...)

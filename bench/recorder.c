@@ -72,6 +72,16 @@ void rec_add(double seconds)
     s->n++;
 }
 
+size_t rec_dump(FILE *f)
+{
+    size_t total = 0;
+    for (int i = 0; i < REC_SLOTS; i++) {
+        size_t n = g_slot[i].n < g_slot[i].cap ? g_slot[i].n : g_slot[i].cap;
+        total += fwrite(g_slot[i].v, sizeof(float), n, f);
+    }
+    return total;
+}
+
 size_t rec_count(void)
 {
     size_t n = 0;

@@ -223,6 +223,24 @@ local function memory_line(bs)
   return text .. ")"
 end
 
+-- JetStream's figures are -1 until it answered once.
+local function js(v) return (v or -1) < 0 and "?" or num(v) end
+
+-- Two lines for a remote stage: where it is, then its figures.
+local function remote_lines(name, r)
+  return {
+    fmt("  remote %s: %s %s stream %s consumer %s%s", name, r.state, r.url,
+        r.stream, r.consumer, r.consuming and "" or " (publishes only)"),
+    fmt("    jetstream pending=%s unacked=%s waiting=%s | published=%s " ..
+        "publishing=%s failed=%s | taken=%s acked=%s naked=%s termed=%s " ..
+        "bad=%s held=%s | awaiting=%s", js(r.js_pending),
+        js(r.js_ack_pending), js(r.js_waiting), num(r.published),
+        num(r.publishing), num(r.publish_failed), num(r.fetched),
+        num(r.acked), num(r.naked), num(r.termed), num(r.bad_messages),
+        num(r.held), num(r.awaiting)),
+  }
+end
+
 -- The text of the stats table: one block per live bus.
 function M.format_stats()
   local now = seda.now()
@@ -231,7 +249,7 @@ function M.format_stats()
   local text = {}
   for _, e in ipairs(snap) do
     local bs = e.stats
-    local rows, errs = {}, {}
+    local rows, errs, remotes = {}, {}, {}
     local tot = { depth = 0, cap = 0, inflt = 0, del = 0, nack = 0,
                   drop = 0, dead = 0 }
     for _, name in ipairs(stage_names(bs)) do
@@ -253,6 +271,11 @@ function M.format_stats()
       tot.drop = tot.drop + (s.dropped or 0)
       tot.dead = tot.dead + (s.dead_lettered or 0)
       if s.last_error then errs[#errs + 1] = name .. ": " .. s.last_error end
+      if s.remote then
+        for _, l in ipairs(remote_lines(name, s.remote)) do
+          remotes[#remotes + 1] = l
+        end
+      end
     end
     local okr, recent = pcall(e.bus.errors, e.bus)
     local lasts, seen = {}, {}
@@ -271,10 +294,12 @@ function M.format_stats()
       "", "",
     }
     text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
-      "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s%s%s",
+      "accepted=%s completed=%s dead_lettered=%s dropped=%s %sin_system=%s%s%s",
       e.index, num(bs.workers), num(bs.workers_loaned), num(bs.max_loans),
       num(bs.loans), num(bs.accepted), num(bs.completed),
-      num(bs.dead_lettered), num(bs.dropped), num(bs.in_system),
+      num(bs.dead_lettered), num(bs.dropped),
+      (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
+        or "", num(bs.in_system),
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)
@@ -284,6 +309,7 @@ function M.format_stats()
                           "(itineraries, last 1 s)", num(cps), num(dps))
     text[#text + 1] = memory_line(bs)
     for _, l in ipairs(render(rows)) do text[#text + 1] = "  " .. l end
+    for _, l in ipairs(remotes) do text[#text + 1] = l end
     for _, l in ipairs(errs) do
       text[#text + 1] = "  last reload error: " .. l
     end
@@ -550,9 +576,16 @@ second; shed publishes refused by adaptive shedding ("*": shedding now);
 dly retries waiting out their backoff; sojourn99 queue wait (admitted ->
 handler start) and service99 handler run time, p99 of the recent window;
 ver handler code version ("!" = the last reload failed).  The bus line: loaned=now/max loan threads standing
-in for workers blocked inside handlers, loans= loans so far; throughput:
-itineraries completed (each counted once) and dead-lettered per second;
-memory: bytes held by each worker's Lua state (w0 = seda.worker 0).
+in for workers blocked inside handlers, loans= loans so far; handed_off=
+itineraries that left for remote stages; throughput: itineraries
+completed (each counted once) and dead-lettered per second; memory: bytes
+held by each worker's Lua state (w0 = seda.worker 0).
+Remote stages (NATS JetStream) get two more lines: the connection state,
+url, stream and consumer; then JetStream's pending / unacknowledged /
+waiting pull requests for the consumer ("?" until it answered), what
+this process published (publishing = awaiting JetStream's
+acknowledgement), took in, acked, naked, termed, dead-lettered as bad
+messages, holds, and the on_complete callbacks it awaits.
 Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
 command or clears the line; Tab completes globals, fields and stage names
 inside strings.  Stage names as stats() shows them ("a#2") work in tune()

@@ -209,9 +209,10 @@ static void fire(struct rcomp_entry *e, int outcome, const struct rw_done *d)
         fprintf(stderr, "seda: remote stage '%s': out of memory ending an "
                 "on_complete callback; it is lost\n", rs->st->name);
     }
-    atomic_fetch_sub_explicit(&rs->awaiting, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
-    seda__bus_idle_notify(rs->bus);
+    if (atomic_fetch_sub_explicit(&rs->awaiting, 1,
+                                  memory_order_relaxed) == 1)
+        seda__bus_idle_notify(rs->bus);     /* none awaited any more */
     entry_free(e);
 }
 

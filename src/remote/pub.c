@@ -103,6 +103,7 @@ static struct rpub_rec *hash_take(struct rstage *rs, uint64_t n)
 struct done {
     struct rpub_rec *r;
     int result;
+    bool last;                  /* the window was empty after it */
     char why[160];
 };
 
@@ -112,7 +113,7 @@ static void report(struct rstage *rs, struct done *d)
     void *ud = d->r->ud;
     seda__free(d->r);
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
-    seda__rstage_published(rs, ud, d->result, d->why);
+    seda__rstage_published(rs, ud, d->result, d->why, d->last);
 }
 
 /* Wake publishers waiting for room (pmu held). */
@@ -277,7 +278,7 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
     int status = seda__rjs_status(reply, &pending);
     const char *body = natsMsg_GetData(reply);
     int len = natsMsg_GetDataLength(reply);
-    struct done d = { NULL, 0, "" };
+    struct done d = { NULL, 0, false, "" };
     bool retry = false;
     if (status == 503) {
         retry = true;                   /* no stream listens (yet) */
@@ -307,6 +308,7 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
     r = hash_take(rs, n);
     if (r)
         room_freed(rs);
+    d.last = rs->inflight == 0 && rs->reserved == 0;
     seda__mutex_unlock(&rs->pmu);
     if (!r)
         return;                         /* settled already (a re-send's) */
@@ -335,6 +337,7 @@ void seda__rpub_tick(struct rstage *rs, int64_t now)
             hash_take(rs, r->n);
             dead[nd].r = r;
             dead[nd].result = SEDA_ETIMEDOUT;
+            dead[nd].last = false;
             snprintf(dead[nd].why, sizeof dead[nd].why,
                      "JetStream did not acknowledge it within the publish "
                      "timeout (sent %d times)", r->sends);
@@ -348,8 +351,10 @@ void seda__rpub_tick(struct rstage *rs, int64_t now)
             break;
         }
     }
-    if (nd)
+    if (nd) {
         room_freed(rs);
+        dead[nd - 1].last = rs->inflight == 0 && rs->reserved == 0;
+    }
     seda__mutex_unlock(&rs->pmu);
     for (int i = 0; i < nd; i++)
         report(rs, &dead[i]);
@@ -370,8 +375,8 @@ void seda__rpub_reconnect(struct rstage *rs)
 void seda__rpub_close(struct rstage *rs)
 {
     for (;;) {
-        struct done d = { NULL, SEDA_ECLOSED, "the bus stopped before "
-                          "JetStream acknowledged it" };
+        struct done d = { NULL, SEDA_ECLOSED, true, "the bus stopped "
+                          "before JetStream acknowledged it" };
         seda__mutex_lock(&rs->pmu);
         struct rpub_rec *r = rs->head;
         if (r)

@@ -312,9 +312,10 @@ void seda__rpub_close(struct rstage *rs);
 
 /* How a message ended, for rstage.c (no lock held): 0 stored, 1 stored
  * before (a duplicate of the publisher's own earlier message), or a
- * negative code with why.  Takes the record's ud. */
+ * negative code with why.  Takes the record's ud.  last: the window was
+ * empty after it (the bus's idle waiters are told). */
 void seda__rstage_published(struct rstage *rs, void *ud, int result,
-                            const char *why);
+                            const char *why, bool last);
 
 /* ---- feed.c ---- */
 

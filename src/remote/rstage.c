@@ -242,7 +242,7 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
 }
 
 void seda__rstage_published(struct rstage *rs, void *ud, int result,
-                            const char *why)
+                            const char *why, bool last)
 {
     struct rmsg *m = ud;
     struct seda_stage_s *st = rs->st;
@@ -293,7 +293,8 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
     seda__free(m->src_reply);
     seda__rctx_free(m->ctx);
     seda__free(m);
-    seda__bus_idle_notify(rs->bus);
+    if (last)
+        seda__bus_idle_notify(rs->bus);     /* nothing awaits JetStream */
 }
 
 /* The delay of a nak: the stage's retry backoff (SPEC §10) before the

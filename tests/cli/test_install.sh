@@ -1,15 +1,18 @@
 #!/bin/sh
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
-# libseda.a, libsedalua.a, seda.pc and docs/reference.md land under
-# PREFIX; the installed seda-lua runs a script, and the stock lua5.4
-# loads the installed seda.so from its default module path layout.  From
-# a clean clone of this commit: the staged tree alone builds a C program
-# embedding the Lua host with `pkg-config --static seda`; make clean needs no dependency check,
+# seda_remote.h, libseda.a, libsedalua.a, libsedaremote.a, seda.pc and
+# docs/reference.md land under PREFIX; the installed seda-lua runs a
+# script, the stock lua5.4 loads the installed seda.so from its default
+# module path layout, and a C program with a remote stage builds against
+# the installed headers and libraries.  From a clean clone of this
+# commit: the staged tree alone builds a C program embedding the Lua host
+# with `pkg-config --static seda`; make clean needs no dependency check,
 # and the flags are read only after scripts/deps.sh ran.
 . "$(dirname "$0")/lib.sh"
 
 FILES="bin/seda-lua lib/lua/5.4/seda.so include/seda.h include/seda_lua.h
-       lib/libseda.a lib/libsedalua.a lib/pkgconfig/seda.pc
+       include/seda_remote.h lib/libseda.a lib/libsedalua.a
+       lib/libsedaremote.a lib/pkgconfig/seda.pc
        share/doc/seda-lua/reference.md"
 R="$D/root"
 out=$(make -s ${V:+V=$V} install DESTDIR="$R" PREFIX=/usr/local 2>&1)
@@ -31,6 +34,29 @@ check "the installed seda-lua runs a script ($out)" contains "$out" "n=5"
 if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
     out=$(LUA_CPATH="$R/usr/local/lib/lua/5.4/?.so" lua5.4 "$D/s.lua" 2>&1)
     check "lua5.4 loads the installed seda.so ($out)" contains "$out" "n=5"
+fi
+# A C program with a remote stage, built from what was installed: its
+# server does not answer, so declaring says "unavailable" and why.
+printf '%s\n' \
+    '#include <stdio.h>' \
+    '#include <seda_remote.h>' \
+    'int main(void) {' \
+    '    seda_bus_t *b; seda_bus_new(NULL, &b);' \
+    '    seda_stage_opts so; seda_stage_opts_init(&so); so.name = "r";' \
+    '    seda_remote_opts ro; seda_remote_opts_init(&ro);' \
+    '    ro.url = "nats://127.0.0.1:1"; ro.connect_timeout = 0.5;' \
+    '    seda_stage_t *st; char err[512];' \
+    '    int rc = seda_remote_stage_add(b, &so, &ro, &st, err, sizeof err);' \
+    '    printf("%s: %s\n", seda_strerror(rc), err);' \
+    '    seda_bus_free(b);' \
+    '    return rc == SEDA_EUNAVAIL ? 0 : 1;' \
+    '}' >"$D/r.c"
+if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
+    out=$(cc -I"$R/usr/local/include" "$D/r.c" -L"$R/usr/local/lib" \
+          -lsedaremote -lseda $(pkg-config --libs sqlite3 libnats) -lm \
+          -pthread -o "$D/r" 2>&1 && "$D/r" 2>&1)
+    check "a C program with a remote stage builds against the install ($out)" \
+        contains "$out" "unavailable: stage 'r': remote: cannot connect"
 fi
 out=$(make -s ${V:+V=$V} uninstall DESTDIR="$R" PREFIX=/usr/local 2>&1)
 check "make uninstall succeeds ($out)" [ $? = 0 ]
@@ -127,8 +153,9 @@ int main(void)
 }
 C
 flags=$(PKG_CONFIG_PATH="$S/lib/pkgconfig" pkg-config --cflags --libs --static seda 2>&1)
-check "pkg-config finds the staged seda.pc ($flags)" contains "$flags" "-lsedalua -lseda"
+check "pkg-config finds the staged seda.pc ($flags)" contains "$flags" "-lsedalua -lsedaremote -lseda"
 check "... with its private requirements (sqlite3)" contains "$flags" "-lsqlite3"
+check "... and libnats (remote stages)" contains "$flags" "-lnats"
 san=""
 case "${V:-release}" in
     asan) san="-fsanitize=address,undefined" ;;

@@ -128,6 +128,36 @@ T.test("publish refuses 'unavailable' while the server is down", function()
   bus:shutdown(5)
 end)
 
+T.test("the REPL's stats() shows a remote stage and JetStream's counts", function()
+  local exe = "build/release/seda-lua"
+  if arg then
+    local i = -1
+    while arg[i - 1] do i = i - 1 end
+    if arg[i] then exe = arg[i] end
+  end
+  local f = os.tmpname()
+  local h = assert(io.open(f, "w"))
+  h:write([[
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "r", remote = { url = arg[1], stream = "LT4" },
+           handler = function(env) end }
+for i = 1, 3 do assert(bus:publish("r", i)) end
+assert(bus:wait(20))
+local d = seda.now() + 10
+repeat bus:wait(0.05) until bus:stats("r").remote.js_age >= 0 or seda.now() > d
+]])
+  h:close()
+  local out = sh("printf 'stats()\\n' | timeout 30 " .. exe .. " -i " .. f ..
+                 " " .. URL .. " 2>&1")
+  os.remove(f)
+  T.contains(out, "handed_off=3", "bus line")
+  T.contains(out, "remote r: connected " .. URL .. " stream LT4 consumer seda_r",
+             "where")
+  T.contains(out, "jetstream pending=0 unacked=0", "JetStream's counts")
+  T.contains(out, "published=3 publishing=0 failed=0 | taken=3 acked=3", "figures")
+end)
+
 sh("sh " .. natsd .. " stop " .. dir)
 os.execute("rm -rf '" .. dir .. "'")
 T.done()

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote.c -- remote stages (SPEC §11): config "remote", cap1-style
+ * unpaced publishing into a remote stage over loopback, consumed by one
+ * and by two other processes, with a C consumer and with a Lua handler;
+ * and "remote_raw", the same machine's raw JetStream publish rate
+ * measured with cnats in the same run, to read the first against.
+ *
+ * DESIGN
+ *   - One private nats-server for the config (JetStream, 127.0.0.1, a
+ *     free port, a temporary store; tests/remote/natsd.h), a fresh stream
+ *     per trial.
+ *   - Consumers are processes: this program again, started as
+ *     `seda-bench --remote-consumer URL STREAM c|lua FILE`.  Each makes a
+ *     bus with the remote stage "bench" (capacity 1024, concurrency 1)
+ *     consuming, with the C consumer or the Lua handler of the other rows
+ *     (both record publish -> handler latency from the 8-byte timestamp in
+ *     the payload: CLOCK_MONOTONIC is one clock for every process of the
+ *     host), says "ready", and on "stop" (its stdin) drains, writes its
+ *     samples to FILE and says "count N".
+ *   - The producer is this process: a bus with the remote stage "bench"
+ *     that only publishes (capacity 1024: the window of messages awaiting
+ *     JetStream's acknowledgement), one thread publishing unpaced for the
+ *     calibration window (2 s; --quick 0.3 s), the timestamp written just
+ *     before each publish.  The clock stops when every accepted message
+ *     is acknowledged by JetStream (the bus is idle): throughput_eps =
+ *     stored / elapsed, directly comparable with the raw rate.  Then it
+ *     waits until JetStream says the consumer has nothing pending or
+ *     unacknowledged (consumed_eps: all handled / time from the first
+ *     publish), stops the consumers and merges their samples (nearest
+ *     rank over every sample).
+ *   - remote_raw: one cnats connection (send-asap, as ours), async
+ *     JetStream publishes with a Nats-Msg-Id each (as ours) and a window
+ *     of 1024 outstanding, a 64-byte payload (about our message's body),
+ *     unpaced for the same window; rate = acknowledged / time until the
+ *     last acknowledgement.  Also the synchronous rate (one publish, one
+ *     acknowledgement) for reference.
+ *
+ * Row fields beyond the capacity rows': consumers (processes), stream,
+ * raw_js_publish_eps (this run's remote_raw async rate), raw_ratio
+ * (throughput_eps / it), consumed_eps, drain_tail_ms (last publish ->
+ * all consumed), republished, publish_failed; remote_raw rows: mode
+ * ("async" / "sync"), window, payload_bytes, throughput_eps.
+ */
+#include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <nats/nats.h>
+
+#include "../tests/remote/natsd.h"
+#include "families.h"
+#include "harness.h"
+#include "seda_lua.h"
+#include "seda_remote.h"
+
+#define RB_CAP 1024
+
+/* ---- the consumer process ---- */
+
+static const char CONSUMER_CHUNK[] =
+    "local seda, hfile, n, cap, conc, url, stream = ...\n"
+    "local bus = seda.bus{}\n"
+    "bus:stage{name = 'bench', capacity = cap, concurrency = conc,\n"
+    "          handler = hfile, remote = {url = url, stream = stream}}\n"
+    "return bus\n";
+
+static bool c_record(seda_env_t *env, void *ud)
+{
+    (void)ud;
+    size_t len;
+    const void *p = seda_env_payload(env, &len);
+    double ts;
+    if (len < sizeof ts)
+        return false;
+    memcpy(&ts, p, sizeof ts);
+    rec_add(seda_now() - ts);
+    return true;
+}
+
+/* seda-bench --remote-consumer URL STREAM c|lua FILE */
+int bench_remote_consumer(int argc, char **argv)
+{
+    if (argc != 6)
+        return 2;
+    const char *url = argv[2], *stream = argv[3], *file = argv[5];
+    bool lua = strcmp(argv[4], "lua") == 0;
+    if (rec_init() != 0 ||
+        seda_lua_preload("benchrec", luaopen_benchrec) != 0)
+        return 1;
+    lua_State *L = NULL;
+    seda_bus_t *bus = NULL;
+    char err[600];
+    if (lua) {
+        char hfile[] = "/tmp/seda-bench-rh-XXXXXX";
+        int fd = mkstemp(hfile);
+        const char code[] = "local rec = require 'benchrec'.rec\n"
+                            "return function(env) rec(env.payload) end\n";
+        if (fd < 0 || write(fd, code, sizeof code - 1) < 0)
+            return 1;
+        close(fd);
+        L = luaL_newstate();
+        luaL_openlibs(L);
+        luaL_requiref(L, "seda", luaopen_seda, 0);
+        int rc = luaL_loadstring(L, CONSUMER_CHUNK);
+        lua_pushvalue(L, 1);
+        lua_pushstring(L, hfile);
+        lua_pushinteger(L, 1);
+        lua_pushinteger(L, RB_CAP);
+        lua_pushinteger(L, 1);
+        lua_pushstring(L, url);
+        lua_pushstring(L, stream);
+        if (rc != LUA_OK || lua_pcall(L, 7, 1, 0) != LUA_OK) {
+            fprintf(stderr, "bench consumer: %s\n", lua_tostring(L, -1));
+            unlink(hfile);
+            return 1;
+        }
+        unlink(hfile);
+        bus = seda_lua_tobus(L, -1);
+    } else {
+        seda_bus_new(NULL, &bus);
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.name = "bench";
+        so.capacity = RB_CAP;
+        seda_remote_opts ro;
+        seda_remote_opts_init(&ro);
+        ro.url = url;
+        ro.stream = stream;
+        ro.consume = true;
+        seda_stage_t *st;
+        if (seda_remote_stage_add(bus, &so, &ro, &st, err, sizeof err)) {
+            fprintf(stderr, "bench consumer: %s\n", err);
+            return 1;
+        }
+        seda_stage_consume(st, c_record, NULL);
+        seda_remote_consume(st);
+    }
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin) && strncmp(line, "stop", 4)) {
+    }
+    seda_bus_shutdown(bus, 30);
+    long count = 0;
+    seda_stage_t *st = seda_bus_stage(bus, "bench");
+    seda_stage_stats ss;
+    seda_stage_stats_get(st, &ss);
+    count = (long)ss.delivered;
+    FILE *f = fopen(file, "wb");
+    if (f) {
+        rec_dump(f);
+        fclose(f);
+    }
+    if (L)
+        lua_close(L);
+    else
+        seda_bus_free(bus);
+    printf("count %ld\n", count);
+    fflush(stdout);
+    return 0;
+}
+
+/* ---- the driver's side of a consumer ---- */
+
+struct cproc {
+    pid_t pid;
+    FILE *in;                   /* its stdin */
+    FILE *out;                  /* its stdout */
+    char file[300];             /* its samples */
+};
+
+static bool cproc_start(struct cproc *c, const char *url, const char *stream,
+                        bool lua, int k)
+{
+    int to[2], from[2];
+    if (pipe(to) || pipe(from))
+        return false;
+    snprintf(c->file, sizeof c->file, "%s/samples.%d", g_cfg.tmpdir, k);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        close(to[1]);
+        close(from[0]);
+        execl("/proc/self/exe", "seda-bench", "--remote-consumer", url,
+              stream, lua ? "lua" : "c", c->file, (char *)NULL);
+        _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    c->pid = pid;
+    c->in = fdopen(to[1], "w");
+    c->out = fdopen(from[0], "r");
+    char line[64];
+    return pid > 0 && c->in && c->out && fgets(line, sizeof line, c->out) &&
+           strncmp(line, "ready", 5) == 0;
+}
+
+/* Stop it; returns the envelopes it handled (-1 on failure). */
+static long cproc_stop(struct cproc *c)
+{
+    long n = -1;
+    char line[64];
+    if (c->in) {
+        fputs("stop\n", c->in);
+        fflush(c->in);
+    }
+    if (c->out && fgets(line, sizeof line, c->out))
+        sscanf(line, "count %ld", &n);
+    if (c->in)
+        fclose(c->in);
+    if (c->out)
+        fclose(c->out);
+    int st;
+    if (c->pid > 0)
+        waitpid(c->pid, &st, 0);
+    return n;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Merge the consumers' samples into l (nearest rank). */
+static void merge_samples(struct cproc *c, int n, struct latency *l)
+{
+    size_t total = 0, cap = 1 << 20;
+    float *v = malloc(cap * sizeof *v);
+    memset(l, 0, sizeof *l);
+    for (int i = 0; i < n && v; i++) {
+        FILE *f = fopen(c[i].file, "rb");
+        float buf[4096];
+        size_t got;
+        while (f && (got = fread(buf, sizeof *buf, 4096, f)) > 0) {
+            if (total + got > cap) {
+                float *nv = realloc(v, (cap *= 2) * sizeof *v);
+                if (!nv)
+                    break;
+                v = nv;
+            }
+            memcpy(v + total, buf, got * sizeof *buf);
+            total += got;
+        }
+        if (f)
+            fclose(f);
+        unlink(c[i].file);
+    }
+    if (!v || total == 0) {
+        free(v);
+        return;
+    }
+    qsort(v, total, sizeof *v, cmp_float);
+    l->n = total;
+    l->p50 = v[(size_t)floor(0.5 * (double)(total - 1))];
+    l->p99 = v[(size_t)floor(0.99 * (double)(total - 1))];
+    l->p999 = v[(size_t)floor(0.999 * (double)(total - 1))];
+    l->max = v[total - 1];
+    free(v);
+}
+
+/* ---- raw JetStream ---- */
+
+static double raw_rate(const char *url, bool async, int trial, double window)
+{
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    char stream[32], subj[64];
+    snprintf(stream, sizeof stream, "RAW%s%d", async ? "A" : "S", trial);
+    snprintf(subj, sizeof subj, "raw.%s", stream);
+    if (natsOptions_Create(&o) != NATS_OK ||
+        natsOptions_SetURL(o, url) != NATS_OK ||
+        natsOptions_SetSendAsap(o, true) != NATS_OK ||
+        natsConnection_Connect(&nc, o) != NATS_OK) {
+        natsOptions_Destroy(o);
+        return NAN;
+    }
+    natsOptions_Destroy(o);
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.Wait = 30000;
+    jo.PublishAsync.MaxPending = RB_CAP;
+    jo.PublishAsync.StallWait = 30000;
+    natsConnection_JetStream(&js, nc, &jo);
+    jsStreamConfig sc;
+    const char *subs[1] = { subj };
+    jsStreamConfig_Init(&sc);
+    sc.Name = stream;
+    sc.Subjects = subs;
+    sc.SubjectsLen = 1;
+    sc.Storage = js_FileStorage;
+    sc.Retention = js_WorkQueuePolicy;
+    js_AddStream(NULL, js, &sc, NULL, NULL);
+    char payload[64];
+    memset(payload, 'x', sizeof payload);
+    long n = 0;
+    double t0 = seda_now(), end = t0 + window;
+    while (seda_now() < end) {
+        char id[32];
+        jsPubOptions po;
+        jsPubOptions_Init(&po);
+        snprintf(id, sizeof id, "raw-%ld", n);
+        po.MsgId = id;
+        natsStatus s = async ? js_PublishAsync(js, subj, payload,
+                                               sizeof payload, &po)
+                             : js_Publish(NULL, js, subj, payload,
+                                          sizeof payload, &po, NULL);
+        if (s != NATS_OK)
+            break;
+        n++;
+    }
+    if (async) {
+        jsPubOptions co;
+        jsPubOptions_Init(&co);
+        co.MaxWait = 30000;
+        js_PublishAsyncComplete(js, &co);
+    }
+    double rate = n / (seda_now() - t0);
+    js_DeleteStream(js, stream, NULL, NULL);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    return rate;
+}
+
+/* ---- a trial ---- */
+
+struct rtrial {
+    long total, delivered, errors, republished, failed;
+    int last_err;
+    double elapsed, consumed_at, publish_end, window;
+    bool drained;
+    struct latency lat;
+};
+
+static void run_trial(const char *url, bool lua, int consumers, int trial,
+                      double raw)
+{
+    char stream[32];
+    snprintf(stream, sizeof stream, "B%s%d%d", lua ? "L" : "C", consumers,
+             trial);
+    struct rtrial r;
+    memset(&r, 0, sizeof r);
+    struct cproc cp[2];
+    memset(cp, 0, sizeof cp);
+    /* The consumers first: they make the durable consumer. */
+    for (int i = 0; i < consumers; i++)
+        if (!cproc_start(&cp[i], url, stream, lua, i)) {
+            fprintf(stderr, "bench: remote consumer %d did not start\n", i);
+            for (int k = 0; k <= i; k++)
+                cproc_stop(&cp[k]);
+            return;
+        }
+    seda_bus_t *bus;
+    seda_bus_new(NULL, &bus);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "bench";
+    so.capacity = RB_CAP;
+    so.publish_timeout = 30;
+    seda_remote_opts ro;
+    seda_remote_opts_init(&ro);
+    ro.url = url;
+    ro.stream = stream;
+    seda_stage_t *st;
+    char err[600];
+    if (seda_remote_stage_add(bus, &so, &ro, &st, err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        seda_bus_free(bus);
+        for (int i = 0; i < consumers; i++)
+            cproc_stop(&cp[i]);
+        return;
+    }
+    r.window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
+    double start = seda_now() + 0.01, deadline = start + r.window;
+    bench_sleep_until(start);
+    for (;;) {
+        double now = seda_now();
+        if (now >= deadline)
+            break;
+        int rc = seda_stage_publish(st, &now, sizeof now, NULL);
+        if (rc) {
+            r.errors++;
+            r.last_err = rc;
+            break;
+        }
+        r.total++;
+    }
+    r.publish_end = seda_now();
+    /* Stored: nothing awaits an acknowledgement any more. */
+    seda_bus_wait_idle(bus, 60);
+    r.elapsed = seda_now() - start;
+    /* Consumed: JetStream says nothing is pending or unacknowledged. */
+    double give_up = seda_now() + 120;
+    seda_remote_stats rs;
+    for (;;) {
+        seda_remote_stats_get(st, &rs);
+        if ((rs.js_pending == 0 && rs.js_ack_pending == 0 &&
+             rs.js_age >= 0 && rs.js_age < 0.2 &&
+             seda_now() - rs.js_age > r.publish_end) ||
+            seda_now() > give_up)
+            break;
+        bench_sleep_until(seda_now() + 0.02);
+    }
+    r.drained = rs.js_pending == 0 && rs.js_ack_pending == 0;
+    r.consumed_at = seda_now() - rs.js_age;
+    r.republished = (long)rs.republished;
+    r.failed = (long)rs.publish_failed;
+    long stored = (long)rs.published;
+    seda_bus_free(bus);
+    for (int i = 0; i < consumers; i++) {
+        long n = cproc_stop(&cp[i]);
+        r.delivered += n > 0 ? n : 0;
+    }
+    merge_samples(cp, consumers, &r.lat);
+    double thr = r.elapsed > 0 ? (double)stored / r.elapsed : 0;
+    double consumed = r.consumed_at > start
+                          ? (double)r.delivered / (r.consumed_at - start) : 0;
+    struct row w;
+    row_begin(&w, lua ? "lua" : "c", "remote");
+    row_int(&w, "trial", trial);
+    row_int(&w, "producers", 1);
+    row_int(&w, "consumers", consumers);
+    row_int(&w, "concurrency", 1);
+    row_int(&w, "capacity", RB_CAP);
+    row_num(&w, "load_fraction", 0, 1);
+    row_int(&w, "total", r.total);
+    row_int(&w, "delivered", r.delivered);
+    row_num(&w, "elapsed_ms", r.elapsed * 1e3, 0);
+    row_num(&w, "throughput_eps", thr, 0);
+    row_latency(&w, &r.lat);
+    row_bool(&w, "drained", r.drained && r.delivered == r.total);
+    row_num(&w, "raw_js_publish_eps", raw, 0);
+    row_num(&w, "raw_ratio", raw > 0 ? thr / raw : NAN, 3);
+    row_num(&w, "consumed_eps", consumed, 0);
+    row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3, 0);
+    row_str(&w, "stream", stream);
+    row_str(&w, "latency", "array");
+    if (r.republished || r.failed) {
+        row_int(&w, "republished", r.republished);
+        row_int(&w, "publish_failed", r.failed);
+    }
+    if (r.lat.n != (size_t)r.delivered)
+        row_int(&w, "samples", (long long)r.lat.n);
+    if (r.delivered != r.total)
+        row_int(&w, "lost", r.total - r.delivered);
+    if (r.errors) {
+        row_int(&w, "publish_errors", r.errors);
+        row_str(&w, "publish_error", seda_strerror(r.last_err));
+    }
+    row_end(&w);
+    bench_progress("remote/%s %d consumer%s trial %d: %.0f/s stored "
+                   "(%.2f of raw %.0f/s), %.0f/s consumed, p50 %.0f us p99 "
+                   "%.0f us%s", lua ? "lua" : "c", consumers,
+                   consumers > 1 ? "s" : "", trial, thr,
+                   raw > 0 ? thr / raw : 0, raw, consumed, r.lat.p50,
+                   r.lat.p99, r.drained ? "" : ", NOT DRAINED");
+}
+
+void bench_remote(void)
+{
+    struct natsd srv;
+    if (!natsd_start(&srv, NULL)) {
+        fprintf(stderr, "bench: remote: no nats-server (sh scripts/deps.sh "
+                "installs it)\n");
+        return;
+    }
+    int trials = g_cfg.quick ? 1 : 2;
+    double window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
+    double raws[4];
+    for (int t = 0; t < trials; t++) {
+        for (int m = 0; m < 2; m++) {
+            bool async = m == 0;
+            double rate = raw_rate(srv.url, async, t + 1, window);
+            if (async)
+                raws[t] = rate;
+            struct row w;
+            row_begin(&w, "c", "remote_raw");
+            row_int(&w, "trial", t + 1);
+            row_str(&w, "mode", async ? "async" : "sync");
+            row_int(&w, "window", async ? RB_CAP : 1);
+            row_int(&w, "payload_bytes", 64);
+            row_num(&w, "throughput_eps", rate, 0);
+            row_end(&w);
+            bench_progress("remote_raw %s trial %d: %.0f/s",
+                           async ? "async" : "sync", t + 1, rate);
+        }
+    }
+    double raw = bench_median(raws, trials);
+    for (int h = 0; h < 2; h++) {
+        bool lua = h == 1;
+        if (lua ? !g_cfg.want_lua : !g_cfg.want_c)
+            continue;
+        for (int consumers = 1; consumers <= 2; consumers++)
+            for (int t = 0; t < trials; t++)
+                run_trial(srv.url, lua, consumers, t + 1, raw);
+    }
+    natsd_cleanup(&srv);
+}
