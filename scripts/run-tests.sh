@@ -1,8 +1,8 @@
 #!/bin/sh
 # Run the cmocka test binaries given as arguments, then the Lua test
 # scripts (tests/lua/*.lua) through seda-lua, the program's shell tests
-# (tests/cli/) and the remote stages' multi-process ones (tests/remote/).  Stops at the first failure
-# and prints a summary line.
+# (tests/cli/) and the remote stages' multi-process ones (tests/remote/).
+# Stops at the first failure and prints a summary line.
 set -u
 B=${B:-build/release}
 passed=0

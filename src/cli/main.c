@@ -85,7 +85,10 @@ static void usage(FILE *f)
         "workers(n) metrics() errors([stage]) help(); timers:\n"
         "seda.timer(delay, fn), seda.every(interval, fn).  Every option,\n"
         "statistic and reason\n"
-        "code: docs/reference.md (installed as share/doc/seda-lua/).\n",
+        "code: docs/reference.md (installed as share/doc/seda-lua/).\n"
+        "A process that consumes remote stages (bus:stage{remote = {url =\n"
+        "...}} with a handler: NATS JetStream) runs with --serve: their\n"
+        "streams may have work whenever it is idle.\n",
         progname, progname, progname);
 }
 

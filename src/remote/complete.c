@@ -33,6 +33,8 @@
 
 #include "remote_int.h"
 
+/* An awaited completion.  Guarded by the table's mu while in the table;
+ * whoever takes it out (under mu) owns it. */
 struct rcomp_entry {
     char *rid;                  /* owned key */
     char *local_id;             /* owned: the id the publisher knows */

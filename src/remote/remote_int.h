@@ -190,7 +190,9 @@ int seda__rsetup_ensure(struct rconn *c, const char *stream,
  * its parts) ---- */
 
 /* A message this process published and JetStream has not acknowledged
- * yet (pub.c). */
+ * yet (pub.c).  Every field is guarded by its stage's pmu while the
+ * record is in the window (the hash and the list); whoever takes it out
+ * (hash_take, under pmu) owns it from then on. */
 struct rpub_rec {
     uint64_t n;                 /* reply number, unique in the stage */
     natsMsg *msg;               /* kept to send again */

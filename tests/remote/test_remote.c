@@ -7,7 +7,8 @@
  * Covers, in one process: publish -> JetStream -> consume, every
  * envelope once, and the books balancing with handed_off; a slip local
  * -> remote -> local completing with its done callback at the origin
- * (through the origin's inbox); nack -> redelivery by JetStream -> term
+ * (through the origin's inbox), and a completion sent to an origin that
+ * is gone counted dropped; nack -> redelivery by JetStream -> term
  * after max_attempts -> the local dead-letter stage with x-dead-reason;
  * bytes that are no envelope dead-lettered as bad_message; the server
  * stopped (publish refuses "unavailable" at once) and restarted
@@ -555,6 +556,60 @@ static void test_remote_outage_refuses_then_resumes(void **state)
     rec_destroy(&rr);
 }
 
+/* An origin that is gone when its itinerary completes elsewhere: the
+ * completion is dropped and counted where it was sent from, and the
+ * origin's callback ended (dropped) when its bus stopped. */
+static void test_remote_completion_to_a_gone_origin_is_counted(void **state)
+{
+    (void)state;
+    seda_bus_t *origin = new_bus(1);
+    add_remote(origin, "far", "T9", 1, NULL, NULL);
+    struct done_rec d = { .completed = 0 };
+    pthread_mutex_init(&d.mu, NULL);
+    tu_cond_init(&d.cv);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.done = on_done;
+    o.done_ud = &d;
+    assert_int_equal(seda_publish(origin, "far", "x", 1, &o), 0);
+    /* Stored, then the origin goes (its inbox with it): its callback is
+     * ended, dropped. */
+    double end = seda_now() + DL;
+    seda_remote_stats rst;
+    do {
+        seda_remote_stats_get(seda_bus_stage(origin, "far"), &rst);
+    } while (rst.published < 1 && seda_now() < end && (natsd_nap(), 1));
+    assert_int_equal(rst.published, 1);
+    assert_int_equal(rst.awaiting, 1);
+    seda_bus_free(origin);
+    pthread_mutex_lock(&d.mu);
+    assert_int_equal(d.completed, 0);
+    assert_int_equal(d.other, 1);
+    pthread_mutex_unlock(&d.mu);
+    /* Another process (bus) handles it and sends the completion to an
+     * inbox nobody listens on any more. */
+    seda_bus_t *b = new_bus(1);
+    struct rec rr;
+    rec_init(&rr);
+    seda_stage_t *r = add_remote(b, "far", "T9", 1, NULL, NULL);
+    seda_stage_consume(r, record, &rr);
+    seda_remote_consume(r);
+    assert_true(rec_wait(&rr, 1, false));
+    end = seda_now() + DL;
+    do {
+        seda_remote_stats_get(r, &rst);
+    } while (rst.completions_dropped < 1 && seda_now() < end &&
+             (natsd_nap(), 1));
+    assert_int_equal(rst.completions_sent, 1);
+    assert_int_equal(rst.completions_dropped, 1);
+    assert_true(wait_idle(b));
+    assert_books(b);
+    seda_bus_free(b);
+    rec_destroy(&rr);
+    pthread_cond_destroy(&d.cv);
+    pthread_mutex_destroy(&d.mu);
+}
+
 static int count_dir(const char *path)
 {
     DIR *d = opendir(path);
@@ -630,6 +685,7 @@ int main(void)
         cmocka_unit_test(test_remote_custom_id_stored_once),
         cmocka_unit_test(test_remote_declare_errors_name_the_field),
         cmocka_unit_test(test_remote_outage_refuses_then_resumes),
+        cmocka_unit_test(test_remote_completion_to_a_gone_origin_is_counted),
         cmocka_unit_test(test_remote_lifecycles_leave_nothing),
     };
     return cmocka_run_group_tests_name("remote", tests, group_setup,
