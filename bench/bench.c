@@ -168,6 +168,8 @@ int main(int argc, char **argv)
     g_cfg.t0 = seda_now();
     if (argc > 1 && strcmp(argv[1], "--remote-consumer") == 0)
         return bench_remote_consumer(argc, argv);   /* remote.c */
+    if (argc > 1 && strcmp(argv[1], "--raw-consumer") == 0)
+        return bench_raw_consumer(argc, argv);      /* remote.c */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {

@@ -27,5 +27,6 @@ void bench_durable(const char *config);
  * and the consumer process it starts (seda-bench --remote-consumer). */
 void bench_remote(void);
 int bench_remote_consumer(int argc, char **argv);
+int bench_raw_consumer(int argc, char **argv);
 
 #endif /* SEDA_BENCH_FAMILIES_H */

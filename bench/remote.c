@@ -29,20 +29,29 @@
  *     unacknowledged (consumed_eps: all handled / time from the first
  *     publish), stops the consumers and merges their samples (nearest
  *     rank over every sample).
- *   - remote_raw: one cnats connection (send-asap, as ours), async
- *     JetStream publishes with a Nats-Msg-Id each (as ours) and a window
- *     of 1024 outstanding, a 64-byte payload (about our message's body),
- *     unpaced for the same window; rate = acknowledged / time until the
- *     last acknowledgement.  Also the synchronous rate (one publish, one
- *     acknowledgement) for reference.
+ *   - remote_raw: one cnats connection (send-asap: for cnats's own async
+ *     publisher as fast as coalesced writes or faster on this VM; seda's
+ *     connections coalesce by default), async JetStream publishes with a
+ *     Nats-Msg-Id each (as ours) and a window of 1024 outstanding, a
+ *     64-byte payload (about our message's body), unpaced for the same
+ *     window; rate = acknowledged / time until the last acknowledgement;
+ *     with 0, 1 and 2 consumer processes of cnats's own (Fetch 256 + an
+ *     ack each: `seda-bench --raw-consumer`) taking the messages
+ *     meanwhile, so that each row below is read against the raw rate
+ *     under the same load (raw_js_publish_eps; the rate alone is
+ *     raw_js_publish_eps_alone).  Also the synchronous rate (one
+ *     publish, one acknowledgement) for reference.
  *
- * Row fields beyond the capacity rows': consumers (processes), stream,
- * raw_js_publish_eps (this run's remote_raw async rate), raw_ratio
- * (throughput_eps / it), consumed_eps, drain_tail_ms (last publish ->
- * all consumed), republished, publish_failed; remote_raw rows: mode
- * ("async" / "sync"), window, payload_bytes, throughput_eps.
+ * Row fields beyond the capacity rows': consumers (processes; 0: the
+ * producer alone), stream, stored, raw_js_publish_eps (this run's
+ * remote_raw async rate with as many consumers), raw_ratio
+ * (throughput_eps / it), raw_js_publish_eps_alone, consumed_eps,
+ * drain_tail_ms (last publish -> all consumed), republished,
+ * publish_failed; remote_raw rows: mode ("async" / "sync"), consumers,
+ * window, payload_bytes, throughput_eps.
  */
 #include <math.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -177,21 +186,23 @@ struct cproc {
     char file[300];             /* its samples */
 };
 
-static bool cproc_start(struct cproc *c, const char *url, const char *stream,
-                        bool lua, int k)
+/* Start this program again with args (after argv[0]), talking to it
+ * through its stdin and stdout; true once it said "ready". */
+static bool proc_start(struct cproc *c, const char *const *args)
 {
     int to[2], from[2];
     if (pipe(to) || pipe(from))
         return false;
-    snprintf(c->file, sizeof c->file, "%s/samples.%d", g_cfg.tmpdir, k);
+    const char *argv[8] = { "seda-bench" };
+    for (int i = 0; args[i] && i < 6; i++)
+        argv[i + 1] = args[i];
     pid_t pid = fork();
     if (pid == 0) {
         dup2(to[0], 0);
         dup2(from[1], 1);
         close(to[1]);
         close(from[0]);
-        execl("/proc/self/exe", "seda-bench", "--remote-consumer", url,
-              stream, lua ? "lua" : "c", c->file, (char *)NULL);
+        execv("/proc/self/exe", (char *const *)argv);
         _exit(127);
     }
     close(to[0]);
@@ -202,6 +213,15 @@ static bool cproc_start(struct cproc *c, const char *url, const char *stream,
     char line[64];
     return pid > 0 && c->in && c->out && fgets(line, sizeof line, c->out) &&
            strncmp(line, "ready", 5) == 0;
+}
+
+static bool cproc_start(struct cproc *c, const char *url, const char *stream,
+                        bool lua, int k)
+{
+    snprintf(c->file, sizeof c->file, "%s/samples.%d", g_cfg.tmpdir, k);
+    const char *args[] = { "--remote-consumer", url, stream,
+                           lua ? "lua" : "c", c->file, NULL };
+    return proc_start(c, args);
 }
 
 /* Stop it; returns the envelopes it handled (-1 on failure). */
@@ -270,13 +290,74 @@ static void merge_samples(struct cproc *c, int n, struct latency *l)
 
 /* ---- raw JetStream ---- */
 
-static double raw_rate(const char *url, bool async, int trial, double window)
+/* seda-bench --raw-consumer URL STREAM SUBJECT: cnats's own pull
+ * consumer (Fetch 256, 100 ms; an ack per message), until "stop". */
+int bench_raw_consumer(int argc, char **argv)
+{
+    if (argc != 5)
+        return 2;
+    natsOptions *o = NULL;
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    natsSubscription *sub = NULL;
+    if (natsOptions_Create(&o) != NATS_OK ||
+        natsOptions_SetURL(o, argv[2]) != NATS_OK ||
+        natsOptions_SetSendAsap(o, true) != NATS_OK ||
+        natsConnection_Connect(&nc, o) != NATS_OK ||
+        natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
+        return 1;
+    natsOptions_Destroy(o);
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = "raw";
+    cc.AckPolicy = js_AckExplicit;
+    cc.FilterSubject = argv[4];
+    cc.MaxAckPending = RB_CAP;
+    js_AddConsumer(NULL, js, argv[3], &cc, NULL, NULL);
+    jsSubOptions so;
+    jsSubOptions_Init(&so);
+    so.Stream = argv[3];
+    so.Consumer = "raw";
+    if (js_PullSubscribe(&sub, js, argv[4], "raw", NULL, &so, NULL) !=
+        NATS_OK)
+        return 1;
+    printf("ready\n");
+    fflush(stdout);
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    long n = 0;
+    char line[64];
+    for (;;) {
+        ssize_t got = read(0, line, sizeof line);
+        if (got == 0 || (got > 0 && strncmp(line, "stop", 4) == 0))
+            break;
+        natsMsgList l;
+        if (natsSubscription_Fetch(&l, sub, 256, 100, NULL) != NATS_OK)
+            continue;
+        for (int i = 0; i < l.Count; i++)
+            natsMsg_Ack(l.Msgs[i], NULL);
+        n += l.Count;
+        natsMsgList_Destroy(&l);
+    }
+    natsSubscription_Destroy(sub);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    printf("count %ld\n", n);
+    fflush(stdout);
+    return 0;
+}
+
+/* cnats's JetStream publish rate: async (a window of RB_CAP) or sync, a
+ * Nats-Msg-Id each, with `consumers` raw consumer processes taking the
+ * messages meanwhile. */
+static double raw_rate(const char *url, bool async, int consumers, int trial,
+                       double window)
 {
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
     char stream[32], subj[64];
-    snprintf(stream, sizeof stream, "RAW%s%d", async ? "A" : "S", trial);
+    snprintf(stream, sizeof stream, "RAW%s%d%d", async ? "A" : "S",
+             consumers, trial);
     snprintf(subj, sizeof subj, "raw.%s", stream);
     if (natsOptions_Create(&o) != NATS_OK ||
         natsOptions_SetURL(o, url) != NATS_OK ||
@@ -301,31 +382,44 @@ static double raw_rate(const char *url, bool async, int trial, double window)
     sc.Storage = js_FileStorage;
     sc.Retention = js_WorkQueuePolicy;
     js_AddStream(NULL, js, &sc, NULL, NULL);
-    char payload[64];
-    memset(payload, 'x', sizeof payload);
-    long n = 0;
-    double t0 = seda_now(), end = t0 + window;
-    while (seda_now() < end) {
-        char id[32];
-        jsPubOptions po;
-        jsPubOptions_Init(&po);
-        snprintf(id, sizeof id, "raw-%ld", n);
-        po.MsgId = id;
-        natsStatus s = async ? js_PublishAsync(js, subj, payload,
-                                               sizeof payload, &po)
-                             : js_Publish(NULL, js, subj, payload,
-                                          sizeof payload, &po, NULL);
-        if (s != NATS_OK)
+    struct cproc cp[2];
+    memset(cp, 0, sizeof cp);
+    int started = 0;
+    for (; started < consumers; started++) {
+        const char *args[] = { "--raw-consumer", url, stream, subj, NULL };
+        if (!proc_start(&cp[started], args))
             break;
-        n++;
     }
-    if (async) {
-        jsPubOptions co;
-        jsPubOptions_Init(&co);
-        co.MaxWait = 30000;
-        js_PublishAsyncComplete(js, &co);
+    double rate = NAN;
+    if (started == consumers) {
+        char payload[64];
+        memset(payload, 'x', sizeof payload);
+        long n = 0;
+        double t0 = seda_now(), end = t0 + window;
+        while (seda_now() < end) {
+            char id[32];
+            jsPubOptions po;
+            jsPubOptions_Init(&po);
+            snprintf(id, sizeof id, "raw-%ld", n);
+            po.MsgId = id;
+            natsStatus s = async ? js_PublishAsync(js, subj, payload,
+                                                   sizeof payload, &po)
+                                 : js_Publish(NULL, js, subj, payload,
+                                              sizeof payload, &po, NULL);
+            if (s != NATS_OK)
+                break;
+            n++;
+        }
+        if (async) {
+            jsPubOptions co;
+            jsPubOptions_Init(&co);
+            co.MaxWait = 30000;
+            js_PublishAsyncComplete(js, &co);
+        }
+        rate = n / (seda_now() - t0);
     }
-    double rate = n / (seda_now() - t0);
+    for (int i = 0; i < started; i++)
+        cproc_stop(&cp[i]);
     js_DeleteStream(js, stream, NULL, NULL);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
@@ -343,7 +437,7 @@ struct rtrial {
 };
 
 static void run_trial(const char *url, bool lua, int consumers, int trial,
-                      double raw)
+                      double raw, double raw_alone)
 {
     char stream[32];
     snprintf(stream, sizeof stream, "B%s%d%d", lua ? "L" : "C", consumers,
@@ -400,7 +494,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     seda_bus_wait_idle(bus, 60);
     r.elapsed = seda_now() - start;
     /* Consumed: JetStream says nothing is pending or unacknowledged. */
-    double give_up = seda_now() + 120;
+    double give_up = seda_now() + (consumers ? 120 : 0);
     seda_remote_stats rs;
     for (;;) {
         seda_remote_stats_get(st, &rs);
@@ -411,8 +505,9 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
             break;
         bench_sleep_until(seda_now() + 0.02);
     }
-    r.drained = rs.js_pending == 0 && rs.js_ack_pending == 0;
-    r.consumed_at = seda_now() - rs.js_age;
+    r.drained = consumers ? rs.js_pending == 0 && rs.js_ack_pending == 0
+                          : rs.published == (uint64_t)r.total;
+    r.consumed_at = consumers ? seda_now() - rs.js_age : r.publish_end;
     r.republished = (long)rs.republished;
     r.failed = (long)rs.publish_failed;
     long stored = (long)rs.published;
@@ -438,11 +533,17 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     row_num(&w, "elapsed_ms", r.elapsed * 1e3, 0);
     row_num(&w, "throughput_eps", thr, 0);
     row_latency(&w, &r.lat);
-    row_bool(&w, "drained", r.drained && r.delivered == r.total);
+    row_bool(&w, "drained", r.drained &&
+                            (consumers == 0 || r.delivered == r.total));
+    row_int(&w, "stored", stored);
     row_num(&w, "raw_js_publish_eps", raw, 0);
     row_num(&w, "raw_ratio", raw > 0 ? thr / raw : NAN, 3);
-    row_num(&w, "consumed_eps", consumed, 0);
-    row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3, 0);
+    row_num(&w, "raw_js_publish_eps_alone", raw_alone, 0);
+    if (consumers) {
+        row_num(&w, "consumed_eps", consumed, 0);
+        row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3,
+                0);
+    }
     row_str(&w, "stream", stream);
     row_str(&w, "latency", "array");
     if (r.republished || r.failed) {
@@ -451,7 +552,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     }
     if (r.lat.n != (size_t)r.delivered)
         row_int(&w, "samples", (long long)r.lat.n);
-    if (r.delivered != r.total)
+    if (consumers && r.delivered != r.total)
         row_int(&w, "lost", r.total - r.delivered);
     if (r.errors) {
         row_int(&w, "publish_errors", r.errors);
@@ -461,7 +562,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     bench_progress("remote/%s %d consumer%s trial %d: %.0f/s stored "
                    "(%.2f of raw %.0f/s), %.0f/s consumed, p50 %.0f us p99 "
                    "%.0f us%s", lua ? "lua" : "c", consumers,
-                   consumers > 1 ? "s" : "", trial, thr,
+                   consumers == 1 ? "" : "s", trial, thr,
                    raw > 0 ? thr / raw : 0, raw, consumed, r.lat.p50,
                    r.lat.p99, r.drained ? "" : ", NOT DRAINED");
 }
@@ -476,33 +577,42 @@ void bench_remote(void)
     }
     int trials = g_cfg.quick ? 1 : 2;
     double window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
-    double raws[4];
-    for (int t = 0; t < trials; t++) {
-        for (int m = 0; m < 2; m++) {
-            bool async = m == 0;
-            double rate = raw_rate(srv.url, async, t + 1, window);
-            if (async)
-                raws[t] = rate;
-            struct row w;
-            row_begin(&w, "c", "remote_raw");
-            row_int(&w, "trial", t + 1);
-            row_str(&w, "mode", async ? "async" : "sync");
-            row_int(&w, "window", async ? RB_CAP : 1);
-            row_int(&w, "payload_bytes", 64);
-            row_num(&w, "throughput_eps", rate, 0);
-            row_end(&w);
-            bench_progress("remote_raw %s trial %d: %.0f/s",
-                           async ? "async" : "sync", t + 1, rate);
+    /* cnats's rate with 0, 1 and 2 raw consumers taking the messages (the
+     * same load on the machine and the server as the rows below), and
+     * the synchronous rate alone for reference. */
+    double raws[3][2], raw[3];
+    for (int c = 0; c <= 2; c++) {
+        for (int t = 0; t < trials; t++) {
+            for (int m = 0; m < (c == 0 ? 2 : 1); m++) {
+                bool async = m == 0;
+                double rate = raw_rate(srv.url, async, c, t + 1, window);
+                if (async)
+                    raws[c][t] = rate;
+                struct row w;
+                row_begin(&w, "c", "remote_raw");
+                row_int(&w, "trial", t + 1);
+                row_str(&w, "mode", async ? "async" : "sync");
+                row_int(&w, "consumers", c);
+                row_int(&w, "window", async ? RB_CAP : 1);
+                row_int(&w, "payload_bytes", 64);
+                row_num(&w, "throughput_eps", rate, 0);
+                row_end(&w);
+                bench_progress("remote_raw %s, %d consumer%s, trial %d: "
+                               "%.0f/s", async ? "async" : "sync", c,
+                               c == 1 ? "" : "s", t + 1, rate);
+            }
         }
+        raw[c] = bench_median(raws[c], trials);
     }
-    double raw = bench_median(raws, trials);
     for (int h = 0; h < 2; h++) {
         bool lua = h == 1;
         if (lua ? !g_cfg.want_lua : !g_cfg.want_c)
             continue;
-        for (int consumers = 1; consumers <= 2; consumers++)
+        /* No consumer: publishing alone (no handler: once, as "c"). */
+        for (int consumers = lua ? 1 : 0; consumers <= 2; consumers++)
             for (int t = 0; t < trials; t++)
-                run_trial(srv.url, lua, consumers, t + 1, raw);
+                run_trial(srv.url, lua, consumers, t + 1, raw[consumers],
+                          raw[0]);
     }
     natsd_cleanup(&srv);
 }

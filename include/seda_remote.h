@@ -42,6 +42,11 @@ typedef struct seda_remote_opts {
                                   stage is declared (2) */
     double dedup_window;       /* the stream's duplicate window, seconds,
                                   when this call creates it (120) */
+    bool low_latency;          /* write each message at once (cnats's
+                                  send-asap: ~0.1 ms a hop instead of up
+                                  to ~1 ms, at the cost of a system call
+                                  per message and so of throughput); by
+                                  default writes are coalesced (false) */
     bool consume;              /* this process will consume the stage
                                   (seda_remote_consume): the durable
                                   consumer is found or created now.  A

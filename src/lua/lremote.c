@@ -8,7 +8,7 @@
  *              remote = { url = "nats://127.0.0.1:4222", stream = "SEDA",
  *                         subject = ..., consumer = ..., ack_wait = 30,
  *                         max_ack_pending = ..., connect_timeout = 2,
- *                         dedup_window = 120 } }
+ *                         dedup_window = 120, low_latency = false } }
  *
  * The stage is made by seda_remote_stage_add instead of seda_stage_add
  * (lstage.c); a stage declared with handlers then consumes
@@ -21,7 +21,7 @@
 
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
-    "connect_timeout", "dedup_window", NULL
+    "connect_timeout", "dedup_window", "low_latency", NULL
 };
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
@@ -79,6 +79,14 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
                                    ro->connect_timeout);
     ro->dedup_window = opt_secs(L, t, stage, "dedup_window",
                                 ro->dedup_window);
+    lua_getfield(L, t, "low_latency");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            luaL_error(L, "stage '%s': remote: low_latency must be a boolean",
+                       stage);
+        ro->low_latency = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, t, "max_ack_pending");
     if (!lua_isnil(L, -1)) {
         int isint = 0;

@@ -16,7 +16,13 @@
  *   to a process that is gone.  So a connection costs cnats's own threads
  *   plus one delivery thread, however many stages use it, and none of
  *   them spins: the subscription's timeout (100 ms) is the tick that
- *   bounds waits for replies that never come.
+ *   bounds waits for replies that never come.  Writes are coalesced by
+ *   cnats's flusher (up to about a millisecond: far fewer system calls
+ *   for a stream of publishes and acks), unless the stages asked for
+ *   low_latency (each message written at once); a bus has a connection
+ *   per url and setting.  Messages for consumers
+ *   that arrive together are gathered and handed on when the
+ *   subscription has nothing more queued (on_flush).
  *
  *   Clients (the stages) are attached by sid.  Dispatch marks a client
  *   busy while it calls it; detach marks it gone and waits until it is
@@ -256,8 +262,24 @@ static void tick_all(struct rconn *c, int64_t now)
         struct rclient cl;
         if (!enter(c, sid, &cl))
             continue;
+        if (cl.on_flush)
+            cl.on_flush(cl.ud);
         if (cl.on_tick)
             cl.on_tick(cl.ud, now);
+        leave(c, sid);
+    }
+}
+
+/* Nothing more waits for the dispatch thread: let gathered work go. */
+static void flush_all(struct rconn *c)
+{
+    int n = nclients(c);
+    for (int sid = 0; sid < n; sid++) {
+        struct rclient cl;
+        if (!enter(c, sid, &cl))
+            continue;
+        if (cl.on_flush)
+            cl.on_flush(cl.ud);
         leave(c, sid);
     }
 }
@@ -308,7 +330,6 @@ static void dispatch(natsConnection *nc, natsSubscription *sub, natsMsg *m,
                      void *closure)
 {
     (void)nc;
-    (void)sub;
     struct rconn *c = closure;
     int64_t now = seda__now_ns();
     if (m) {
@@ -317,6 +338,10 @@ static void dispatch(natsConnection *nc, natsSubscription *sub, natsMsg *m,
         if (seda__rjs_parse_ack(natsMsg_GetReply(m), &meta)) {
             if (on_js(c, m, &meta))
                 m = NULL;               /* taken */
+            int msgs = 0, bytes = 0;
+            natsSubscription_GetPending(sub, &msgs, &bytes);
+            if (msgs == 0)
+                flush_all(c);
         } else if (strncmp(subj, c->inbox, c->inbox_len) == 0 &&
                    subj[c->inbox_len] == '.') {
             const char *tail = subj + c->inbox_len + 1;
@@ -426,7 +451,8 @@ static bool wait_flag(struct rconn *c, bool *flag, double secs)
     } while (0)
 
 static int conn_open(const void *bus, const char *url, double timeout,
-                     struct rconn **out, char *err, size_t errlen)
+                     bool low_latency, struct rconn **out, char *err,
+                     size_t errlen)
 {
     struct rconn *c = seda__calloc(1, sizeof *c);
     natsOptions *o = NULL;
@@ -444,6 +470,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
     seda__mutex_init(&c->mu);
     seda__cond_init(&c->cv);
     c->bus = bus;
+    c->low_latency = low_latency;
     atomic_init(&c->disconnects, 0);
     atomic_init(&c->reconnects, 0);
     atomic_init(&c->async_errors, 0);
@@ -460,7 +487,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
         (s = natsOptions_SetReconnectJitter(o, 100, 0)) != NATS_OK ||
         (s = natsOptions_SetPingInterval(o, 2000)) != NATS_OK ||
         (s = natsOptions_SetMaxPingsOut(o, 2)) != NATS_OK ||
-        (s = natsOptions_SetSendAsap(o, true)) != NATS_OK ||
+        (s = natsOptions_SetSendAsap(o, low_latency)) != NATS_OK ||
         (s = natsOptions_SetDisconnectedCB(o, on_disconnected, c)) !=
             NATS_OK ||
         (s = natsOptions_SetReconnectedCB(o, on_reconnected, c)) !=
@@ -511,11 +538,13 @@ fail:
 }
 
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
-                    struct rconn **out, char *err, size_t errlen)
+                    bool low_latency, struct rconn **out, char *err,
+                    size_t errlen)
 {
     pthread_mutex_lock(&g_reg_mu);
     for (struct rconn *c = g_conns; c; c = c->next) {
-        if (c->bus == bus && strcmp(c->url, url) == 0) {
+        if (c->bus == bus && strcmp(c->url, url) == 0 &&
+            c->low_latency == low_latency) {
             c->refs++;
             pthread_mutex_unlock(&g_reg_mu);
             *out = c;
@@ -525,7 +554,8 @@ int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
     /* Opened under the registry lock: two stages declared at once share
      * one connection.  Declaring is rare and already blocks. */
     struct rconn *c;
-    int rc = conn_open(bus, url, connect_timeout, &c, err, errlen);
+    int rc = conn_open(bus, url, connect_timeout, low_latency, &c, err,
+                       errlen);
     if (rc == 0) {
         c->refs = 1;
         c->next = g_conns;

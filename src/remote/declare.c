@@ -77,6 +77,11 @@ static void on_reconnect(void *ud)
     seda__rfeed_reconnect(ud);
 }
 
+static void on_flush(void *ud)
+{
+    seda__rstage_intake_flush(ud);
+}
+
 /* ---- declaring ---- */
 
 #define FAIL(code, ...) do { \
@@ -177,7 +182,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     char e[400];
     if ((rc = seda__rconn_get(bus, ro->url, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
-                              &conn, e, sizeof e)) != 0)
+                              ro->low_latency, &conn, e, sizeof e)) != 0)
         FAIL(rc, "%s", e);
     double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
                     : so->handler_timeout > 0 ? 2 * so->handler_timeout
@@ -244,7 +249,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     struct rclient cl = {
         .ud = rs, .stream = rs->stream, .consumer = rs->consumer,
         .on_js = on_js, .on_reply = on_reply, .on_tick = on_tick,
-        .on_reconnect = on_reconnect,
+        .on_reconnect = on_reconnect, .on_flush = on_flush,
     };
     if ((rs->sid = seda__rconn_attach(conn, &cl)) < 0)
         FAIL(SEDA_ENOMEM, "out of memory");

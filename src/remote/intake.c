@@ -9,7 +9,11 @@
  *   gets the message's remote id as its id, JetStream's delivery count
  *   as its attempts, and its remote state (receipt, origin, hop count:
  *   struct rctx) as its done callback's argument, then enters the stage's
- *   queue like a first publish (counted accepted here).  The capacity
+ *   queue like a first publish (counted accepted here).  Messages that
+ *   arrive together (JetStream answers a pull request with a burst) are
+ *   gathered and admitted in one step when the connection has nothing
+ *   more queued for this thread, so a burst wakes the stage's drain task
+ *   once, not once per message.  The capacity
  *   cannot be exceeded by what was asked for (feed.c keeps held +
  *   outstanding within it), so admission does not wait; if it refuses
  *   anyway (the bus closing, a message beyond the room) the message is
@@ -128,6 +132,28 @@ static void bad_message(struct rstage *rs, natsMsg *m,
     seda__rbuf_free(&hb);
 }
 
+void seda__rstage_intake_flush(struct rstage *rs)
+{
+    int n = rs->ngather;
+    if (n == 0)
+        return;
+    rs->ngather = 0;
+    int rc = 0;
+    int done = seda__stage_admit_many(rs->st, rs->gather, n, 0, &rc);
+    /* Refused (the bus closing, no room after all): back to JetStream,
+     * for another process.  The envelope's done callback gives it back:
+     * its receipt is still in its remote state. */
+    for (int i = done; i < n; i++) {
+        seda_env_t *env = rs->gather[i];
+        env->at = rs->st;
+        struct rctx *ctx = env->done_ud;
+        seda__rfeed_settle(rs, ctx->reply, RF_NAK, 0);
+        env->done = NULL;
+        seda__env_free(env);
+        seda__rctx_free(ctx);
+    }
+}
+
 void seda__rstage_intake(struct rstage *rs, natsMsg *m,
                          const struct rjs_meta *meta)
 {
@@ -194,12 +220,9 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
     } else if (env) {
         env->done = seda__rctx_done;
         env->done_ud = ctx;
-        if ((rc = seda__stage_admit(st, env, 0, false)) != 0) {
-            env->done = NULL;
-            seda__env_free(env);
-            seda__rfeed_settle(rs, reply, RF_NAK, 0);
-            seda__rctx_free(ctx);
-        }
+        rs->gather[rs->ngather++] = env;
+        if (rs->ngather == RS_GATHER)
+            seda__rstage_intake_flush(rs);
     } else {
         if (nh < 0 || rc == SEDA_EINVAL) {
             bad_message(rs, m, meta, nh < 0 ? why : "an envelope field is "

@@ -74,6 +74,9 @@ struct rclient {
     void (*on_tick)(void *ud, int64_t now_ns);
     /* The connection is back after an outage.  cnats's callback thread. */
     void (*on_reconnect)(void *ud);
+    /* No more messages wait for the dispatch thread right now (and at
+     * every tick): what was gathered goes on.  Dispatch thread. */
+    void (*on_flush)(void *ud);
 };
 
 struct rcomp;
@@ -85,7 +88,7 @@ struct rcomp;
  *   waiting for it, and when the subscription or the connection is done.
  *   The registry mutex (conn.c) guards refs and next.
  *   Immutable after seda__rconn_get returned it: nc, js, sub, bus, url,
- *   inbox, token, comp.
+ *   low_latency, inbox, token, comp.
  *   Dispatch thread only: last_tick.
  *   Atomic (relaxed, counters): disconnects, reconnects, async_errors.
  */
@@ -97,6 +100,7 @@ struct rconn {
     natsSubscription *sub;      /* "<inbox>.>", with a 100 ms tick */
     const void *bus;            /* the bus whose stages share it */
     char *url;                  /* owned */
+    bool low_latency;           /* each message written at once */
     char inbox[64];             /* "_INBOX.<nuid>" */
     size_t inbox_len;
     char token[64];             /* the nuid: names this process's ids */
@@ -116,13 +120,16 @@ struct rconn {
     atomic_uint_fast64_t async_errors;
 };
 
-/* The connection of bus to url, connected (and its subscription up) or
- * shared with the bus's other remote stages.  Returns 0 and a reference,
+/* The connection of bus to url (low_latency: cnats's send-asap, each
+ * message written at once; else writes are coalesced), connected (and
+ * its subscription up) or shared with the bus's other remote stages of
+ * the same setting.  Returns 0 and a reference,
  * or a negative code with err naming the url and the reason (a server
  * that does not answer fails within connect_timeout seconds).  Main
  * thread of the declaring program; blocks while connecting. */
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
-                    struct rconn **out, char *err, size_t errlen);
+                    bool low_latency, struct rconn **out, char *err,
+                    size_t errlen);
 
 /* Drop a reference; the last one flushes what is buffered, closes the
  * connection and waits (bounded) until no callback runs.  Not from a
@@ -215,6 +222,7 @@ struct rreq {
     int batch;                  /* messages asked for */
 };
 #define RS_REQS 16
+#define RS_GATHER 64            /* envelopes admitted together, at most */
 
 /* Deliveries a consumer allows beyond max_attempts: those lost with a
  * process that died holding them, or that overran ack_wait. */
@@ -273,6 +281,12 @@ struct rstage {
                                    before the last reconnect) */
     int64_t last_expires;       /* when the last request sent expires */
     int64_t info_at;            /* last consumer info request */
+
+    /* Envelopes taken in and not yet admitted: the dispatch thread gathers
+     * those that arrive together and admits them in one step (intake.c).
+     * Dispatch thread only. */
+    seda_env_t *gather[RS_GATHER];
+    int ngather;
 
     atomic_uint_fast64_t published, duplicates, publish_failed, republished;
     atomic_uint_fast64_t fetched, acked, naked, termed, bad_messages;
@@ -377,6 +391,9 @@ void seda__rstage_free(struct rstage *rs);
  * termed).  Dispatch thread; no lock held. */
 void seda__rstage_intake(struct rstage *rs, natsMsg *m,
                          const struct rjs_meta *meta);
+/* Admit what the intake gathered (dispatch thread; and when the stage
+ * closes, after the dispatch thread let go of it). */
+void seda__rstage_intake_flush(struct rstage *rs);
 
 /* ---- complete.c ---- */
 

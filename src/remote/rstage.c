@@ -355,6 +355,12 @@ static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
     seda__mutex_lock(&rs->pmu);
     bool idle = rs->inflight == 0 && rs->reserved == 0;
     seda__mutex_unlock(&rs->pmu);
+    /* Taken in and not settled: queued, being handled, or still gathered
+     * by the dispatch thread. */
+    seda__mutex_lock(&rs->fmu);
+    if (rs->held > 0)
+        idle = false;
+    seda__mutex_unlock(&rs->fmu);
     if (atomic_load_explicit(&rs->awaiting, memory_order_relaxed) > 0)
         idle = false;
     *sum += atomic_load_explicit(&rs->progress, memory_order_relaxed);
@@ -377,6 +383,7 @@ static void remote_close(struct seda_stage_s *st)
     struct rstage *rs = st->remote;
     atomic_store_explicit(&rs->closing, true, memory_order_release);
     seda__rconn_detach(rs->conn, rs->sid);   /* no more callbacks */
+    seda__rstage_intake_flush(rs);           /* nothing left gathered */
     seda__rpub_close(rs);
     seda__rcomp_close_stage(rs->conn, rs);
     seda__rconn_put(rs->conn);

@@ -41,6 +41,8 @@ T.test("remote option is checked, naming stage and field", function()
     "durable", "r8", "durable")
   T.raises(function() bus:stage{ name = "r9", policy = "drop_oldest", remote = { url = URL } } end,
     "drop_oldest", "r9", "drop_oldest")
+  T.raises(function() bus:stage{ name = "r11", remote = { url = URL, low_latency = 1 } } end,
+    "low_latency", "r11", "low_latency must be a boolean")
   local dead = "nats://127.0.0.1:1"
   T.raises(function()
     bus:stage{ name = "r10", remote = { url = dead, connect_timeout = 0.5 } }
@@ -91,6 +93,19 @@ T.test("slip local -> remote -> local fires on_complete here; stats", function()
   T.eq(r.js_pending, 0, "js_pending")
   T.eq(r.js_ack_pending, 0, "js_ack_pending")
   T.eq(s.stages.a.remote, nil, "a local stage has no remote table")
+  bus:shutdown(5)
+end)
+
+T.test("low_latency: a connection of its own, the same behaviour", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "fast", remote = { url = URL, stream = "LT5", low_latency = true },
+             handler = function(env) seda.shared:incr("fast") end }
+  bus:stage{ name = "slow", remote = { url = URL, stream = "LT5" },
+             handler = function(env) seda.shared:incr("slow") end }
+  for i = 1, 10 do assert(bus:publish("fast", i)) assert(bus:publish("slow", i)) end
+  T.ok(bus:wait(20), "idle")
+  T.eq(seda.shared:get("fast"), 10, "fast")
+  T.eq(seda.shared:get("slow"), 10, "slow")
   bus:shutdown(5)
 end)
 
