@@ -5,12 +5,15 @@
 #
 #   natsd.sh start DIR [PORT]   start (a free port unless PORT, or the
 #                               port DIR used before); prints the url
-#   natsd.sh stop DIR           SIGTERM and wait (SIGKILL after 10 s)
+#   natsd.sh stop DIR           SIGTERM and wait (SIGKILL after 5 s)
 #   natsd.sh kill DIR           SIGKILL and wait
 #   natsd.sh url DIR            the url
 #
 # The program is $NATS_SERVER, else nats-server on the PATH, else
-# /usr/sbin/nats-server (where Debian installs it).  Every wait is bounded.
+# /usr/sbin/nats-server (where Debian installs it).  The server is ready
+# when its log says so; a fresh port that turns out to be taken is
+# replaced by another.  Every wait is bounded.  Needs only sh, od and
+# grep.
 set -eu
 cmd=${1:?usage: natsd.sh start|stop|kill|url DIR [PORT]}
 dir=${2:?usage: natsd.sh start|stop|kill|url DIR [PORT]}
@@ -22,11 +25,8 @@ if [ -z "$prog" ]; then
     else prog=/usr/sbin/nats-server; fi
 fi
 
-free_port() {   # a port in 20000..59999 nobody listens on
-    while :; do
-        p=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 40000 ))
-        ss -ltn "sport = :$p" 2>/dev/null | grep -q LISTEN || { echo "$p"; return; }
-    done
+random_port() {   # a port in 20000..59999 (if taken, the start retries)
+    echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 40000 ))
 }
 
 stop_with() {   # stop_with SIGNAL
@@ -43,6 +43,10 @@ stop_with() {   # stop_with SIGNAL
     rm -f "$dir/pid"
 }
 
+# ready PID: its log says it serves (the log is appended to across
+# restarts: lines start with "[pid]").
+ready() { grep -q "^\[$1\] .*Server is ready" "$dir/log" 2>/dev/null; }
+
 case "$cmd" in
 start)
     if [ -f "$dir/pid" ] && kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
@@ -51,32 +55,31 @@ start)
     port=${3:-}
     [ -n "$port" ] || { [ -f "$dir/port" ] && port=$(cat "$dir/port"); } || true
     fresh=no
-    [ -n "$port" ] || { port=$(free_port); fresh=yes; }
+    [ -n "$port" ] || { port=$(random_port); fresh=yes; }
     tries=0
     while :; do
         echo "$port" >"$dir/port"
         "$prog" -js -a 127.0.0.1 -p "$port" -sd "$dir/js" -l "$dir/log" \
             </dev/null >/dev/null 2>&1 &
-        echo $! >"$dir/pid"
+        pid=$!
+        echo "$pid" >"$dir/pid"
         i=0
-        until ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN; do
+        while ! ready "$pid" && kill -0 "$pid" 2>/dev/null && [ $i -lt 200 ]; do
             i=$((i + 1))
-            if [ $i -gt 200 ] || ! kill -0 "$(cat "$dir/pid")" 2>/dev/null; then
-                break
-            fi
             sleep 0.05
         done
-        ss -ltn "sport = :$port" 2>/dev/null | grep -q LISTEN && break
-        kill -9 "$(cat "$dir/pid")" 2>/dev/null || true
+        ready "$pid" && break
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
         rm -f "$dir/pid"
         tries=$((tries + 1))
-        # A fresh port taken meanwhile by another program: another one.
-        if [ "$fresh" = no ] || [ $tries -ge 3 ]; then
+        # A fresh port taken by another program: another one.
+        if [ "$fresh" = no ] || [ $tries -ge 5 ]; then
             echo "natsd.sh: $prog did not start on port $port:" >&2
             tail -5 "$dir/log" >&2 2>/dev/null
             exit 1
         fi
-        port=$(free_port)
+        port=$(random_port)
     done
     echo "nats://127.0.0.1:$port" ;;
 stop) stop_with TERM ;;
