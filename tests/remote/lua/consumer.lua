@@ -9,7 +9,8 @@ seda.shared:set("delay", delay)
 local bus = seda.bus{ workers = 2 }
 bus:stage{ name = "sink", handler = function(env)
   env.payload = env.payload .. "+sink"
-  io.write("sink ", env.id, " ", env.payload, "\n")
+  -- One write per line: two workers print at once.
+  io.write(("sink %s %s\n"):format(env.id, env.payload))
   io.flush()
 end }
 bus:stage{ name = "work", capacity = cap, concurrency = 2,
@@ -18,7 +19,7 @@ bus:stage{ name = "work", capacity = cap, concurrency = 2,
     local t = seda.now() + seda.shared:get("delay")
     while seda.now() < t do end
     env.payload = env.payload .. "+work"
-    io.write("handled ", env.id, " ", env.payload, "\n")
+    io.write(("handled %s %s\n"):format(env.id, env.payload))
     io.flush()
   end }
 print("ready")
