@@ -17,6 +17,7 @@
  *                     the connection holds the database exclusively)
  *   DIR/seda.lock     empty file; flock()ed exclusively while a journal is
  *                     open, so a second bus or process fails with "locked"
+ *   (DIR is made 0700 and the files 0600; see datadir.h)
  *
  *   envelopes(key INTEGER PRIMARY KEY,   -- order of publish; kept across
  *                                        moves, never reused while a
@@ -132,10 +133,16 @@ typedef struct seda_jop {
 SEDA__API int seda__walvfs_register(void);
 
 /* Open DIR/seda.db (creating DIR, with parents, and the database as
- * needed) in WAL mode with synchronous=FULL (sync_full) or NORMAL, take
- * the exclusive lock on DIR/seda.lock and on the database.
+ * needed, private: 0700 and 0600) in WAL mode with synchronous=FULL
+ * (sync_full) or NORMAL, take the exclusive lock on DIR/seda.lock and on
+ * the database.  DIR and the files in it must be the process's own and
+ * not writable by group or others (datadir.h).
  * Returns 0 and *out (free with seda__journal_close), or a negative errno
  * with a message in err (when err != NULL) naming the path and the problem:
+ *   -EPERM     "PATH: owned by uid N, not by this process (uid M): not
+ *              trusted (...)", "PATH: writable by group or others (mode
+ *              0777): not trusted (chmod go-w PATH)", "PATH: a symbolic
+ *              link: not trusted (...)"
  *   -EBUSY     "DIR: locked by another process"
  *   -ENOTDIR, -EACCES, -EROFS, ...  "PATH: not writable: <strerror>"
  *   -EILSEQ    "DIR/seda.db: not a database (corrupt?)"

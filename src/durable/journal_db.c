@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * journal_db.c -- the journal's database: its schema and statements, the
- * directory and file it lives in, and setting up the one connection
- * (exclusive WAL, 1 KiB pages for a new database, the WAL-coalescing
- * VFS of walvfs.c), with errors that name the path and the problem.  The
- * requests, group commit and reads are journal.c's; see there and
- * journal.h.
+ * journal_db.c -- the journal's database: its schema and statements, and
+ * setting up the one connection (exclusive WAL, 1 KiB pages for a new
+ * database, the WAL-coalescing VFS of walvfs.c), with errors that name
+ * the path and the problem.  The requests, group commit and reads are
+ * journal.c's (see there and journal.h); the directory and the trust in
+ * its files are datadir.c's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -124,46 +124,6 @@ static int open_error(int rc, sqlite3 *db, const char *path, const char *dir,
     if (err && errlen)
         snprintf(err, errlen, "%s: %s", path, what);
     return e;
-}
-
-int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen)
-{
-    char *p = seda__strdup(dir);
-    if (!p)
-        return -ENOMEM;
-    int e = 0;
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0')
-            continue;
-        char saved = *c;
-        *c = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            e = errno;
-        *c = saved;
-        if (e || saved == '\0')
-            break;
-    }
-    struct stat sb;
-    if (!e && stat(dir, &sb) != 0)
-        e = errno;
-    else if (!e && !S_ISDIR(sb.st_mode))
-        e = ENOTDIR;
-    seda__free(p);
-    if (e && err && errlen)
-        snprintf(err, errlen, "%s: not writable: %s", dir, strerror(e));
-    return -e;
-}
-
-char *seda__jdb_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = seda__malloc(a + b + 2);
-    if (p) {
-        memcpy(p, dir, a);
-        p[a] = '/';
-        memcpy(p + a + 1, name, b + 1);
-    }
-    return p;
 }
 
 int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,

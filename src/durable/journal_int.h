@@ -104,12 +104,6 @@ struct seda_journal {
 /* Process-wide SQLite settings, before SQLite's first use (once). */
 SEDA__API void seda__jdb_init(void);
 
-/* mkdir -p dir.  Returns 0 or a negative errno with err set. */
-SEDA__API int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen);
-
-/* dir + "/" + name, malloc'd (seda__free), or NULL. */
-SEDA__API char *seda__jdb_join(const char *dir, const char *name);
-
 /* Open j->path into j->db, set it up (exclusive WAL, pragmas, schema,
  * version check), prepare j->st and load j->next_key.  Returns 0 or a
  * negative errno with err set; j's fields are released by the caller
