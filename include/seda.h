@@ -376,11 +376,37 @@ int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
 /* Requeue what a durable stage had journaled and not finished when the
  * process last stopped, in the original order and before new envelopes
  * (it bypasses the capacity bound).  Call it once, after adding the
- * stage's consumers.  Returns how many were replayed (>= 0), or a negative
- * code.  Replayed envelopes count as accepted; their completion callbacks
- * are gone with the old process.  Any thread but a worker; not twice at
- * once for one stage. */
+ * stage's consumers and, since replayed envelopes start moving at once,
+ * after declaring the stages their slips name (the Lua binding calls it
+ * when the script's main chunk has run: see README "Durable stages").  A
+ * replayed envelope whose next hop names no stage yet waits for it (the
+ * worker covered by a loan) until hop_timeout after the replay started,
+ * reported on stderr; then it is dead-lettered no_such_stage.  A row
+ * that cannot be an envelope again (a headers or slip blob without its
+ * final NUL, an empty or malformed stage name in the slip, an id of
+ * SEDA_ID_MAX bytes or more) is moved, byte for byte, to the journal's
+ * quarantine table (`seda-lua dlq DATA_DIR quarantine` lists them),
+ * named on stderr and counted in seda_journal_stats.quarantined; the
+ * other rows replay.  Returns how many were replayed (>= 0), or a
+ * negative code (SEDA_EIO, SEDA_ENOMEM; nothing is replayed then).
+ * Replayed envelopes count as accepted; their completion callbacks are
+ * gone with the old process.  Any thread but a worker; not twice at once
+ * for one stage. */
 int seda_stage_replay(seda_stage_t *st);
+
+/* What the journal found when it opened, and since. */
+typedef struct seda_journal_stats {
+    bool open;                    /* the bus has a journal */
+    uint64_t wal_discarded_frames;/* WAL frames SQLite's recovery dropped
+                                     at open (a damaged or cut-short log
+                                     left by a crash; said on stderr) */
+    uint64_t wal_discarded_bytes; /* the bytes of the file they held */
+    uint64_t quarantined;         /* malformed rows replay set aside */
+} seda_journal_stats;
+
+/* Fill out (all zero when the bus has no journal).  Any thread; cannot
+ * fail. */
+void seda_bus_journal_stats(seda_bus_t *bus, seda_journal_stats *out);
 
 /* ---- the pull model ---- */
 

@@ -42,6 +42,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
     [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1 AND done_at IS NULL",
     [ST_KEEP] = "UPDATE envelopes SET done_at = ?2 WHERE key = ?1",
+    [ST_QUARANTINE] = "INSERT OR REPLACE INTO quarantine SELECT " ROW_COLS
+                      ", ?2 FROM envelopes WHERE key = ?1",
 };
 
 /* A new database gets schema 2 outright; an existing one keeps its
@@ -56,6 +58,10 @@ static const char schema_sql[] =
     " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
+    "CREATE TABLE IF NOT EXISTS quarantine("
+    " key INTEGER PRIMARY KEY, stage TEXT, id TEXT, attempts INTEGER,"
+    " sender TEXT, headers BLOB, slip BLOB, kind INTEGER, payload BLOB,"
+    " published_at REAL, published_wall REAL, done_at REAL, reason TEXT);"
     "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 2);";
 
 /* Schema 1 -> 2: the wall-clock publish time and kept dead letters. */
@@ -204,8 +210,10 @@ int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
         if (rc != SQLITE_OK)
             return open_error(rc, j->db, j->path, j->dir, err, errlen);
     }
-    rc = sqlite3_prepare_v2(j->db, "SELECT coalesce(max(key), 0) FROM "
-                            "envelopes", -1, &s, NULL);
+    /* Keys are never reused, quarantined ones included. */
+    rc = sqlite3_prepare_v2(j->db, "SELECT max(coalesce((SELECT max(key) "
+                            "FROM envelopes), 0), coalesce((SELECT "
+                            "max(key) FROM quarantine), 0))", -1, &s, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         j->next_key = sqlite3_column_int64(s, 0) + 1;
         rc = SQLITE_OK;

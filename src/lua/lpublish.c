@@ -386,6 +386,11 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);
+    seda_journal_stats js;
+    seda_bus_journal_stats(lb->bus, &js);
+    set_int(L, "wal_discarded_frames", (lua_Integer)js.wal_discarded_frames);
+    set_int(L, "wal_discarded_bytes", (lua_Integer)js.wal_discarded_bytes);
+    set_int(L, "quarantined", (lua_Integer)js.quarantined);
     lua_pushboolean(L, b.paused);
     lua_setfield(L, -2, "paused");
     lua_pushboolean(L, b.closed);
