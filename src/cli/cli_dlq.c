@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge`:
- * inspect and replay the dead letters a stopped bus left in its journal.
+ * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge|
+ * quarantine`: inspect and replay the dead letters a stopped bus left in
+ * its journal, and list the rows its replay quarantined.
  *
  *   list        one line per dead letter (tab-separated, after a header
  *               line): id, stage, x-dead-from, x-dead-reason, attempts,
