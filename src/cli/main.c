@@ -286,6 +286,10 @@ static int run(lua_State *L, int argc, char **argv)
     }
     cli.phase = CLI_IDLE;
     lua_sethook(L, NULL, 0, 0);         /* an interrupt that came too late */
+    /* The program's stages are declared: its buses start (durable stages
+     * replay) now, unless it failed -- then their journals wait for the
+     * next run. */
+    cli_start_buses(failed);
 
     if (live && !failed && cli.stop) {
         fprintf(stderr, "%s: signal received, draining\n", progname);

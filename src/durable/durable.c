@@ -343,15 +343,15 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                 nops++;
                 continue;
             }
-            to = seda__bus_lookup(b, next);
+            to = seda__bus_hop_target(st, env, next);
             if (!to)
                 reason = "no_such_stage";
         }
         if (reason) {
             const char *dlq = st->dead_letter ? st->dead_letter
                                               : b->dead_letter;
-            to = dlq && strcmp(dlq, st->name) != 0 ? seda__bus_lookup(b, dlq)
-                                                   : NULL;
+            to = dlq && strcmp(dlq, st->name) != 0
+                     ? seda__bus_hop_target(st, env, dlq) : NULL;
         }
         if (to && to->durable) {
             const char *extra[] = { "x-dead-reason", reason, "x-dead-from",
@@ -573,6 +573,7 @@ static int replay_one(const seda_jrec *rec, void *ud)
         return 1;
     }
     env->attempts = (uint16_t)(rec->attempts > 0 ? rec->attempts : 1);
+    env->flags |= ENV_REPLAYED;
     c->envs[c->n++] = env;
     return 0;
 }
@@ -588,6 +589,8 @@ int seda_stage_replay(seda_stage_t *st)
     int rc = seda__journal_replay(j, st->name, replay_one, &c);
     if (rc == 0)
         rc = c.rc;
+    if (rc == 0 && c.n > 0)
+        seda__bus_replay_begins(st->bus);
     if (rc == 0)
         rc = seda__stage_requeue_front(st, c.envs, c.n);
     if (c.quarantined > 0)

@@ -403,6 +403,7 @@ int seda__l_bus_publish_many(lua_State *L)
     struct lbusud *u = seda__l_check_bus(L);
     luaL_checkstring(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
+    seda__l_autostart(L, u->lb);
     lua_settop(L, 4);
     seda_publish_opts o;
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");

@@ -104,12 +104,14 @@ struct lbusud *seda__l_check_bus(lua_State *L)
 static int l_bus_publish(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    seda__l_autostart(L, u->lb);
     return seda__l_publish(L, u->lb, 2, &u->wb, true);
 }
 
 static int l_bus_receive(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    seda__l_autostart(L, u->lb);
     return seda__l_receive(L, u->lb, 2, &u->wb, 1);
 }
 
@@ -136,6 +138,8 @@ static int l_bus_resume(lua_State *L)
 static int l_bus_poll(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    if (u->lb && u->lb->bus && !u->lb->shut)
+        seda__l_autostart(L, u->lb);
     int ran = u->lb ? seda__l_run_completions(L, u->lb) : 0;
     ran += seda__l_run_timers(L);
     lua_pushinteger(L, ran);
@@ -189,8 +193,19 @@ static int l_bus_wait(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, -1);
+    if (!u->lb->shut)
+        seda__l_autostart(L, u->lb);
     lua_pushboolean(L, wait_idle(L, u->lb, t));
     return 1;
+}
+
+/* A bus that ends (or whose program failed) before it started never
+ * replays: its durable stages' rows stay in the journal for the next
+ * run. */
+static void hold(struct lbus *lb)
+{
+    if (lb->start == START_NOT_YET)
+        lb->start = START_HELD;
 }
 
 static void unregister_bus(lua_State *L, int idx)
@@ -208,6 +223,7 @@ static int l_bus_shutdown(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, 30.0);
+    hold(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
     u->lb->shut = true;
     seda__l_run_completions(L, u->lb);
@@ -220,6 +236,7 @@ static int l_bus_shutdown(lua_State *L)
 static int l_bus_shutdown_now(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    hold(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
     u->lb->shut = true;
     seda__l_run_completions(L, u->lb);
@@ -260,6 +277,7 @@ static int l_bus_close(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (u->lb && u->lb->bus && !u->lb->shut) {
+        hold(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
         u->lb->shut = true;
         seda__l_run_completions(L, u->lb);
@@ -455,6 +473,8 @@ int seda__l_run_all_completions(lua_State *L)
     while (lua_next(L, -2)) {
         lua_pop(L, 1);
         struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb && u->lb->bus && !u->lb->shut)
+            seda__l_autostart(L, u->lb);
         if (u->lb)
             ran += seda__l_run_completions(L, u->lb);
     }
@@ -469,6 +489,22 @@ static int l_poll_all(lua_State *L)
 {
     lua_pushinteger(L, seda_lua_run_pending(L));
     return 1;
+}
+
+/* seda._hold_all(): every live bus that has not started never will (for
+ * seda-lua, when the script failed before its buses started). */
+static int l_hold_all(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb)
+            hold(u->lb);
+    }
+    lua_pop(L, 1);
+    return 0;
 }
 
 /* bus:workers([n]) -> the pool size after the change. */
@@ -520,6 +556,7 @@ static const luaL_Reg bus_methods[] = {
     { "shutdown", l_bus_shutdown },
     { "shutdown_now", l_bus_shutdown_now },
     { "reload", seda__l_bus_reload },
+    { "start", seda__l_bus_start_method },
     { NULL, NULL }
 };
 
@@ -530,6 +567,7 @@ static const luaL_Reg module_funcs[] = {
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },
+    { "_hold_all", l_hold_all },
     { NULL, NULL }
 };
 

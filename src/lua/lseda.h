@@ -68,6 +68,8 @@ struct lstage {
                                    acquire by publishers) */
     atomic_uint_fast64_t admit_version; /* raised (release) whenever admit
                                    changes; states recompile on a change */
+    bool replay_pending;        /* durable, not replayed yet; main thread
+                                   only (see seda__l_bus_start) */
 };
 
 /* An on_complete callback shared by the envelopes of one publish call.
@@ -142,6 +144,16 @@ struct lbus {
     char *package_path;         /* copied into every worker state */
     char *package_cpath;
     bool shut;                  /* main thread only: shutdown done */
+    int start;                  /* main thread only: START_* */
+};
+
+/* When a bus's durable stages replay (lbus.start). */
+enum {
+    START_NOT_YET = 0,          /* declared stages wait to replay */
+    START_DONE = 1,             /* replayed; new durable stages replay at
+                                   declaration */
+    START_HELD = -1             /* never: the program failed before it
+                                   ran (rows stay in the journal) */
 };
 
 /* The bus userdata (main state). */
@@ -171,6 +183,20 @@ SEDA__API void seda__l_build_src(lua_State *L, const char *stage, int idx,
 SEDA__API void seda__l_push_caller_dir(lua_State *L);
 /* A whole file in malloc'd memory, or NULL. */
 SEDA__API char *seda__l_read_file(const char *path, size_t *len);
+/* Start the bus (lb->start): replay every durable stage declared so far
+ * and not replayed yet, in declaration order.  Returns 0, or -1 with err
+ * naming the stage and why (the other stages still replayed).  A held or
+ * started bus: 0 and nothing happens.  Main thread. */
+SEDA__API int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen);
+/* Replay one stage now if it waits to (0, or -1 with err). */
+SEDA__API int seda__l_bus_start_stage(struct lstage *ls, char *err,
+                                      size_t errlen);
+
+/* The same as a Lua call on the bus at index 1 (bus:start()), raising on
+ * failure; and the implicit start that publish, publish_many, receive,
+ * wait and poll on the main state make (raising the same way). */
+SEDA__API int seda__l_bus_start_method(lua_State *L);
+SEDA__API void seda__l_autostart(lua_State *L, struct lbus *lb);
 
 SEDA__API int seda__l_bus_stage(lua_State *L);
 SEDA__API int seda__l_bus_reload(lua_State *L);

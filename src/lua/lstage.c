@@ -497,12 +497,77 @@ int seda__l_bus_stage(lua_State *L)
         seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
     }
     if (o.durable) {
-        int r = seda_stage_replay(st);
-        if (r < 0)
-            return luaL_error(L, "stage '%s': durable: replay failed (%s)",
-                              name, seda_strerror(r));
+        /* Before the bus starts, the replay waits (the stages its
+         * envelopes go to may be declared next); after, it runs now. */
+        ls->replay_pending = true;
+        if (lb->start == START_DONE) {
+            char rerr[256];
+            if (seda__l_bus_start_stage(ls, rerr, sizeof rerr) != 0)
+                return luaL_error(L, "%s", rerr);
+        }
     }
     lua_pushstring(L, name);
+    return 1;
+}
+
+/* ---- starting: the replay of durable stages ---- */
+
+int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
+{
+    if (!ls->replay_pending)
+        return 0;
+    ls->replay_pending = false;
+    int r = seda_stage_replay(ls->st);
+    if (r >= 0)
+        return 0;
+    snprintf(err, errlen, "stage '%s': durable: replay failed (%s); its "
+             "journal rows stay for the next run", seda_stage_name(ls->st),
+             seda_strerror(r));
+    return -1;
+}
+
+int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
+{
+    if (lb->start != START_NOT_YET || !lb->bus)
+        return 0;
+    lb->start = START_DONE;
+    int rc = 0;
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        char e[256];
+        if (seda__l_bus_start_stage(ls, e, sizeof e) != 0 && rc == 0) {
+            snprintf(err, errlen, "%s", e);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+void seda__l_autostart(lua_State *L, struct lbus *lb)
+{
+    if (lb->start != START_NOT_YET)
+        return;
+    char err[256];
+    if (seda__l_bus_start(lb, err, sizeof err) != 0)
+        luaL_error(L, "%s", err);
+}
+
+/* bus:start() -> true: replay the durable stages declared so far now,
+ * rather than when the script's main chunk has run (or at the first
+ * publish, receive, wait or poll).  Raises if a replay failed. */
+int seda__l_bus_start_method(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    if (u->lb->start == START_HELD)
+        return luaL_error(L, "start: the bus is held (its program failed "
+                          "before it started)");
+    seda__l_autostart(L, u->lb);
+    lua_pushboolean(L, 1);
     return 1;
 }
 
