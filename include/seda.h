@@ -71,10 +71,11 @@ extern "C" {
 #define SEDA_EIO        (-EIO)        /* the journal could not commit */
 #define SEDA_ESHED      (-EOVERFLOW)  /* the stage sheds load (its `shed`
                                          rule found the queue too slow) */
+#define SEDA_ETOOLARGE  (-EMSGSIZE)   /* payload over the bus's max_payload */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
  * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type",
- * "duplicate", "io", or
+ * "duplicate", "io", "too_large", or
  * "error" for anything else; "ok" for 0.  Static storage; any thread. */
 const char *seda_strerror(int rc);
 
@@ -186,7 +187,16 @@ typedef struct seda_bus_opts {
     int max_loans;             /* loan threads at most (0: 4 * workers,
                                   following seda_bus_set_workers; -1: no
                                   loans at all) */
+    size_t max_payload;        /* bytes a payload may have, at publish and
+                                  when a consumer sets one (0: the default,
+                                  SEDA_MAX_PAYLOAD_DEFAULT; at most
+                                  UINT32_MAX) */
 } seda_bus_opts;
+
+#define SEDA_MAX_PAYLOAD_DEFAULT ((size_t)16 << 20)   /* 16 MiB */
+
+/* The bus's max_payload in bytes.  Any thread; cannot fail. */
+size_t seda_bus_max_payload(const seda_bus_t *bus);
 
 /* Fill o (the caller's) with the defaults.  Cannot fail; any thread. */
 void seda_bus_opts_init(seda_bus_opts *o);
@@ -466,6 +476,7 @@ void seda_publish_opts_init(seda_publish_opts *o);
  * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL
  * (also: an id for an in-memory stage, a NULL array with a count > 0, a
  * negative count), SEDA_ETYPE (the stage's check refused it),
+ * SEDA_ETOOLARGE (len over the bus's max_payload),
  * SEDA_ENOMEM, and for durable stages SEDA_EDUP and SEDA_EIO; on failure
  * done is not called.  Blocks only under the block
  * policy, for at most the timeout (at most the bus's hop_timeout when called
@@ -522,13 +533,15 @@ double seda_env_published_at(const seda_env_t *env);
 /* The payload bytes (borrowed) and their length. */
 const void *seda_env_payload(const seda_env_t *env, size_t *len);
 
-/* Replace the payload with a copy of p[0..len).  Returns 0 or SEDA_ENOMEM
- * (the old payload is kept). */
+/* Replace the payload with a copy of p[0..len).  Returns 0, SEDA_ENOMEM
+ * or SEDA_ETOOLARGE (len over the bus's max_payload); on failure the old
+ * payload is kept. */
 int seda_env_set_payload(seda_env_t *env, const void *p, size_t len);
 
 /* The payload kind tag: 0 for raw bytes (what C publishers send), other
  * values are a binding's own encodings (1: the Lua value codec).  The set
- * function replaces payload and tag together: 0 or SEDA_ENOMEM. */
+ * function replaces payload and tag together: 0, SEDA_ENOMEM or
+ * SEDA_ETOOLARGE. */
 int seda_env_payload_kind(const seda_env_t *env);
 int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
                               int kind);

@@ -169,6 +169,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
+        opts->max_payload > UINT32_MAX ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -179,6 +180,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->batch = opts->batch;
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
     b->sync_normal = opts->sync_normal;
+    b->max_payload = opts->max_payload ? opts->max_payload
+                                       : SEDA_MAX_PAYLOAD_DEFAULT;
     struct registry *r = registry_build(NULL, NULL);
     b->data_dir = seda__strdup(opts->data_dir ? opts->data_dir
                                               : "./seda-data");
@@ -250,6 +253,11 @@ void seda_bus_free(seda_bus_t *b)
     seda__free(b->dead_letter);
     seda__free(b->data_dir);
     seda__free(b);
+}
+
+size_t seda_bus_max_payload(const seda_bus_t *b)
+{
+    return b->max_payload;
 }
 
 int seda_bus_workers(const seda_bus_t *b)
@@ -488,6 +496,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
+    if (len > b->max_payload)
+        return SEDA_ETOOLARGE;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
         return rc;
@@ -556,6 +566,10 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     int built = 0, rc = 0;
     char why[256];
     for (; built < n; built++) {
+        if (lens[built] > b->max_payload) {
+            rc = SEDA_ETOOLARGE;
+            break;
+        }
         envs[built] = seda__env_new(payloads[built], lens[built], opts, &rc);
         if (!envs[built])
             break;

@@ -31,7 +31,7 @@ struct registry {
  *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
- *   dead_letter.
+ *   dead_letter, data_dir, sync_normal, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
 struct seda_bus_s {
@@ -50,6 +50,7 @@ struct seda_bus_s {
                                    under mu (release), read with acquire */
     const struct seda__store_ops *store_ops; /* written before store */
     char *data_dir;             /* owned; immutable */
+    size_t max_payload;         /* bytes; immutable */
     bool sync_normal;           /* immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;

@@ -293,6 +293,7 @@ const char *seda_strerror(int rc)
     case SEDA_EDUP: return "duplicate";
     case SEDA_EIO: return "io";
     case SEDA_ESHED: return "shed";
+    case SEDA_ETOOLARGE: return "too_large";
     default: return "error";
     }
 }

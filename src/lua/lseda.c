@@ -73,14 +73,26 @@ int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
                            const void **p, size_t *len, int *kind,
                            char *err, size_t errlen)
 {
+    wb->over = 0;
     if (lua_type(L, idx) == LUA_TSTRING) {
         *p = lua_tolstring(L, idx, len);
         *kind = SEDA_KIND_RAW;
+        if (wb->limit && *len > wb->limit) {
+            wb->over = SEDA_WBUF_OVER_LIMIT;
+            snprintf(err, errlen, "too_large: the payload is %zu bytes, "
+                     "over max_payload (%zu bytes)", *len, wb->limit);
+            return -1;
+        }
         return 0;
     }
+    if (wb->len == 0)
+        seda__wbuf_trim(wb, SEDA_WBUF_KEEP);   /* a big one's buffer */
     size_t start = wb->len;
-    if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0)
+    if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0) {
+        if (start == 0)
+            seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
         return -1;
+    }
     *p = wb->p + start;
     *len = wb->len - start;
     *kind = SEDA_KIND_LUA;
@@ -105,6 +117,7 @@ static int l_bus_publish(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     seda__l_autostart(L, u->lb);
+    seda__l_bound_completions(L, u->lb);
     return seda__l_publish(L, u->lb, 2, &u->wb, true);
 }
 
@@ -297,8 +310,30 @@ static int l_bus_tostring(lua_State *L)
 
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
-    "data_dir", "sync", "max_loans", NULL
+    "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
+    NULL
 };
+
+/* Defaults of the Lua-level bus options. */
+#define DEF_MAX_PENDING_CB 10000
+#define MAX_PENDING_CB_MAX 100000000
+
+/* An integer option in lo..hi at field k of table 1, or def. */
+static lua_Integer opt_range(lua_State *L, const char *k, lua_Integer def,
+                             lua_Integer lo, lua_Integer hi)
+{
+    lua_getfield(L, 1, k);
+    lua_Integer v = def;
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint)
+                                           : 0;
+        if (!isint || v < lo || v > hi)
+            luaL_error(L, "bus: %s must be an integer in %I..%I", k, lo, hi);
+    }
+    lua_pop(L, 1);
+    return v;
+}
 
 static int l_bus_new(lua_State *L)
 {
@@ -376,6 +411,13 @@ static int l_bus_new(lua_State *L)
         memory_limit = (size_t)lua_tonumber(L, -1);
     }
 
+    int max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
+                                        DEF_MAX_PENDING_CB, 1,
+                                        MAX_PENDING_CB_MAX);
+    o.max_payload = (size_t)opt_range(L, "max_payload",
+                                      (lua_Integer)SEDA_MAX_PAYLOAD_DEFAULT,
+                                      1, (lua_Integer)UINT32_MAX);
+
     struct lbusud *u = lua_newuserdatauv(L, sizeof *u, 0);
     memset(u, 0, sizeof *u);
     luaL_setmetatable(L, LSEDA_BUS_MT);
@@ -388,6 +430,8 @@ static int l_bus_new(lua_State *L)
     u->lb = lb;
     lb->loop = seda__l_loop_ref(L);
     lb->memory_limit = memory_limit;
+    lb->max_pending_cb = max_pending_cb;
+    atomic_init(&lb->npending_cb, 0);
     lua_getglobal(L, "package");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "path");
@@ -403,6 +447,8 @@ static int l_bus_new(lua_State *L)
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)
         return luaL_error(L, "bus: cannot start: %s", seda_strerror(rc));
+    lb->max_payload = seda_bus_max_payload(lb->bus);
+    u->wb.limit = lb->max_payload;
     if (o.data_dir) {
         /* Given explicitly: a bad journal fails here, not at first use. */
         char jerr[512];
