@@ -248,11 +248,23 @@ function M.format_stats()
       num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
       "", "",
     }
+    -- The journal's troubles, only when there are some.
+    local journal = ""
+    if (bs.quarantined or 0) > 0 then
+      journal = journal .. " quarantined=" .. num(bs.quarantined)
+    end
+    if (bs.wal_discarded_frames or 0) > 0 or (bs.wal_discarded_bytes or 0) > 0 then
+      journal = journal .. fmt(" wal_discarded=%s frames/%s bytes",
+                               num(bs.wal_discarded_frames),
+                               num(bs.wal_discarded_bytes))
+    end
     text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
-      "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s%s%s",
+      "accepted=%s completed=%s dead_lettered=%s dropped=%s in_system=%s " ..
+      "callbacks=%s%s%s%s",
       e.index, num(bs.workers), num(bs.workers_loaned), num(bs.max_loans),
       num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped), num(bs.in_system),
+      num(bs.callbacks_pending), journal,
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)
@@ -495,6 +507,10 @@ ver handler code version ("!" = the last reload failed).  The bus line: loaned=n
 in for workers blocked inside handlers, loans= loans so far; throughput:
 itineraries completed (each counted once) and dead-lettered per second;
 memory: bytes held by each worker's Lua state (w0 = seda.worker 0).
+callbacks= on_complete results waiting for the main state (publish runs
+them itself past max_pending_callbacks); quarantined= journal rows replay
+found malformed (seda-lua dlq DIR quarantine lists them) and
+wal_discarded= what recovery dropped of a damaged WAL, shown when not 0.
 Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
 command or clears the line; Tab completes globals, fields and stage names
 inside strings.  Stage names as stats() shows them ("a#2") work in tune()
@@ -682,6 +698,15 @@ local BUS_METRICS = {
     "handler while a loan thread ran for it).", "loans" },
   { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
+  { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
+    "main state.", "callbacks_pending" },
+  { "quarantined_total", "counter", "Malformed journal rows the replay " ..
+    "set aside.", "quarantined" },
+  { "wal_discarded_frames_total", "counter", "WAL frames recovery " ..
+    "dropped when the journal opened (a damaged log).",
+    "wal_discarded_frames" },
+  { "wal_discarded_bytes_total", "counter", "Bytes of the WAL frames " ..
+    "recovery dropped when the journal opened.", "wal_discarded_bytes" },
 }
 
 local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }
