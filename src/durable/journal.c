@@ -63,14 +63,11 @@
  *   Threads: none of its own.  One mutex (mu).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "datadir.h"
@@ -819,46 +816,9 @@ int seda__journal_open(const char *dir, bool sync_full,
     j->lockfd = -1;
     j->dir = seda__strdup(dir);
     j->path = seda__datadir_join(dir, SEDA_JOURNAL_FILE);
-    char *lockpath = seda__datadir_join(dir, SEDA_JOURNAL_LOCK);
-    char *walpath = seda__datadir_join(dir, SEDA_JOURNAL_FILE "-wal");
-    int rc = j->dir && j->path && lockpath && walpath ? 0 : -ENOMEM;
+    int rc = j->dir && j->path ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = seda__datadir_prepare(dir, err, errlen);
-    if (rc == 0)
-        rc = seda__datadir_check(lockpath, NULL, err, errlen);
-    if (rc == 0) {
-        j->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
-                         0600);
-        if (j->lockfd < 0) {
-            rc = -errno;
-            if (err && errlen)
-                snprintf(err, errlen, "%s: not writable: %s", lockpath,
-                         strerror(-rc));
-        }
-    }
-    if (rc == 0) {
-        /* Through the descriptor: the file we hold, whatever the path
-         * says by now. */
-        struct stat sb;
-        rc = fstat(j->lockfd, &sb) == 0
-                 ? seda__datadir_check(lockpath, &sb, err, errlen) : -errno;
-    }
-    if (rc == 0 && flock(j->lockfd, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", dir, rc == -EBUSY
-                     ? "locked by another process" : strerror(-rc));
-    }
-    /* The database and its WAL are ours, or refused; a new database is
-     * made private here, and SQLite gives its WAL the same mode. */
-    if (rc == 0)
-        rc = seda__datadir_check(j->path, NULL, err, errlen);
-    if (rc == 0)
-        rc = seda__datadir_check(walpath, NULL, err, errlen);
-    if (rc == 0)
-        rc = seda__datadir_touch(j->path, err, errlen);
-    seda__free(walpath);
-    seda__free(lockpath);
+        rc = seda__jdb_files(j, err, errlen);
     if (rc == 0)
         rc = seda__jdb_setup(j, sync_full, err, errlen);
     if (rc != 0) {

@@ -8,10 +8,14 @@
  * its files are datadir.c's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "datadir.h"
 #include "journal_int.h"
 
 /* busy_timeout, ms: only an outside tool (the sqlite3 shell holding a
@@ -130,6 +134,52 @@ static int open_error(int rc, sqlite3 *db, const char *path, const char *dir,
     if (err && errlen)
         snprintf(err, errlen, "%s: %s", path, what);
     return e;
+}
+
+int seda__jdb_files(struct seda_journal *j, char *err, size_t errlen)
+{
+    const char *dir = j->dir;
+    char *lockpath = seda__datadir_join(dir, SEDA_JOURNAL_LOCK);
+    char *walpath = seda__datadir_join(dir, SEDA_JOURNAL_FILE "-wal");
+    int rc = lockpath && walpath ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = seda__datadir_prepare(dir, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_check(lockpath, NULL, err, errlen);
+    if (rc == 0) {
+        j->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                         0600);
+        if (j->lockfd < 0) {
+            rc = -errno;
+            if (err && errlen)
+                snprintf(err, errlen, "%s: not writable: %s", lockpath,
+                         strerror(-rc));
+        }
+    }
+    if (rc == 0) {
+        /* Through the descriptor: the file we hold, whatever the path
+         * says by now. */
+        struct stat sb;
+        rc = fstat(j->lockfd, &sb) == 0
+                 ? seda__datadir_check(lockpath, &sb, err, errlen) : -errno;
+    }
+    if (rc == 0 && flock(j->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", dir, rc == -EBUSY
+                     ? "locked by another process" : strerror(-rc));
+    }
+    /* The database and its WAL are ours, or refused; a new database is
+     * made private here, and SQLite gives its WAL the same mode. */
+    if (rc == 0)
+        rc = seda__datadir_check(j->path, NULL, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_check(walpath, NULL, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_touch(j->path, err, errlen);
+    seda__free(walpath);
+    seda__free(lockpath);
+    return rc;
 }
 
 int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,

@@ -109,6 +109,14 @@ struct seda_journal {
 /* Process-wide SQLite settings, before SQLite's first use (once). */
 SEDA__API void seda__jdb_init(void);
 
+/* The directory and files of j (j->dir, j->path set): make the
+ * directory, check that it and the files are to be trusted (datadir.h),
+ * open and flock DIR/seda.lock into j->lockfd, and create a new database
+ * file private.  Returns 0 or a negative errno with err naming the path;
+ * j's fields are released by the caller either way. */
+SEDA__API int seda__jdb_files(struct seda_journal *j, char *err,
+                              size_t errlen);
+
 /* Open j->path into j->db, set it up (exclusive WAL, pragmas, schema,
  * version check), prepare j->st and load j->next_key.  Returns 0 or a
  * negative errno with err set; j's fields are released by the caller
