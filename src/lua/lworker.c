@@ -710,8 +710,15 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
     }
     /* Acquire: pairs with the release in reload (and roll back); the new
      * sources are visible (and copied under ls->mu anyway). */
-    if (c->version != atomic_load_explicit(&ls->gen, memory_order_acquire))
+    if (c->version != atomic_load_explicit(&ls->gen, memory_order_acquire)) {
         refresh(w, ls, c);
+        /* A load that failed took the stage back to its previous code (a
+         * new generation): load that now, so that this envelope is
+         * handled, also by a worker that had no code yet.  Once. */
+        if (c->version != atomic_load_explicit(&ls->gen,
+                                               memory_order_acquire))
+            refresh(w, ls, c);
+    }
     if (lc->index >= c->n) {
         seda_env_fail(env, "handler not loaded");
         return false;
