@@ -26,6 +26,7 @@
  *   back and every worker goes back to the code before (the previous
  *   code is kept for that), with the version and last_error saying so.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -824,10 +825,17 @@ int seda__l_bus_handler_files(lua_State *L)
         lua_newtable(L);
         int k = 0;
         for (int j = 0; j < ls->nsrc; j++) {
-            /* Only the main thread (this one) replaces src, so the string
-             * stays valid across lua_pushstring without holding ls->mu. */
-            if (ls->src[j].path) {
-                lua_pushstring(L, ls->src[j].path);
+            /* A worker may replace src too (taking every worker back to
+             * the code before a reload): copy the path under ls->mu, push
+             * it without (pushing may raise). */
+            char path[PATH_MAX + 1];
+            pthread_mutex_lock(&ls->mu);
+            bool has = ls->src[j].path != NULL;
+            if (has)
+                snprintf(path, sizeof path, "%s", ls->src[j].path);
+            pthread_mutex_unlock(&ls->mu);
+            if (has) {
+                lua_pushstring(L, path);
                 lua_rawseti(L, -2, ++k);
             }
         }
