@@ -432,6 +432,9 @@ static int l_bus_new(lua_State *L)
     lb->memory_limit = memory_limit;
     lb->max_pending_cb = max_pending_cb;
     atomic_init(&lb->npending_cb, 0);
+    /* Before the pool starts: worker states read it as they are made. */
+    lb->max_payload = o.max_payload;
+    u->wb.limit = lb->max_payload;
     lua_getglobal(L, "package");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "path");
@@ -447,8 +450,6 @@ static int l_bus_new(lua_State *L)
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)
         return luaL_error(L, "bus: cannot start: %s", seda_strerror(rc));
-    lb->max_payload = seda_bus_max_payload(lb->bus);
-    u->wb.limit = lb->max_payload;
     if (o.data_dir) {
         /* Given explicitly: a bad journal fails here, not at first use. */
         char jerr[512];
