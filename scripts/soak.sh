@@ -46,6 +46,7 @@ while [ ! -S "$D/ctl" ]; do
     sleep 0.1
 done
 
+trap '' PIPE                    # a dead client is reported, not fatal
 mkfifo "$D/in"
 "$SEDA" attach "$D/ctl" <"$D/in" >"$D/client.out" 2>&1 &
 CPID=$!
