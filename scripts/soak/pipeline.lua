@@ -25,7 +25,7 @@
 --   * memory: the resident set at the end against the one just after the
 --     warm-up (the first quarter of the run): flat within 10 %.
 -- Environment: SOAK_DIR (scratch directory), SOAK_SECONDS (run length),
--- SOAK_RSS_CHECK (0: no memory verdict, for AddressSanitizer builds).
+-- SOAK_RSS_CHECK (0: no memory verdict, for the sanitizer builds).
 local seda = require "seda"
 
 local DIR = assert(os.getenv("SOAK_DIR"), "SOAK_DIR not set")
@@ -381,7 +381,7 @@ function soak.finish()
     end
     S.rss_warm, S.rss_end = median(warm), median(last)
     if os.getenv("SOAK_RSS_CHECK") == "0" then
-      -- not judged (AddressSanitizer's quarantine grows by design)
+      -- not judged (a sanitizer runtime's own memory grows by design)
     elseif not S.rss_warm or not S.rss_end then
       failf("memory: too few samples (%d)", #S.rss)
     elseif S.rss_end > S.rss_warm * 1.10 then
