@@ -7,6 +7,8 @@
 #   make tsan       the same under ThreadSanitizer
 #   make bench      build and run the benchmark suite
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
+#   make soak       the mixed pipeline for SOAK_SECONDS (600) under a
+#                   control client: loss, stalls, memory growth
 #   make run        build and run examples/pipeline.lua
 #   make run-remote two processes sharing a remote stage (examples/remote/,
 #                   a private nats-server)
@@ -126,7 +128,7 @@ ALL += $(LIBSLUA)
 endif
 ALL += $(SEDA_LUA) $(SEDA_SO)
 
-.PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps
+.PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak
 .SECONDARY:
 FUZZ_SECONDS ?= 60
 all: $(ALL)
@@ -207,6 +209,13 @@ fuzz:
 
 fuzz-quick:
 	sh scripts/fuzz.sh --quick
+
+# The soak (not part of make test): scripts/soak.sh runs the mixed
+# pipeline of scripts/soak/pipeline.lua for SOAK_SECONDS under an attached
+# control client; fails on a loss, a stall over 1 s or RSS growth.
+SOAK_SECONDS ?= 600
+soak: all
+	@V=$(V) B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) sh scripts/soak.sh
 
 check: test asan tsan
 

@@ -73,10 +73,11 @@ extern "C" {
                                          rule found the queue too slow) */
 #define SEDA_EUNAVAIL   (-ENOTCONN)   /* a remote stage's server is not
                                          reachable now (seda_remote.h) */
+#define SEDA_ETOOLARGE  (-EMSGSIZE)   /* payload over the bus's max_payload */
 
 /* The short reason word for rc: "full", "timeout", "dropped", "paused",
  * "closed", "no_such_stage", "exists", "invalid", "nomem", "range", "type",
- * "duplicate", "io", "unavailable", or
+ * "duplicate", "io", "unavailable", "too_large", or
  * "error" for anything else; "ok" for 0.  Static storage; any thread. */
 const char *seda_strerror(int rc);
 
@@ -188,7 +189,16 @@ typedef struct seda_bus_opts {
     int max_loans;             /* loan threads at most (0: 4 * workers,
                                   following seda_bus_set_workers; -1: no
                                   loans at all) */
+    size_t max_payload;        /* bytes a payload may have, at publish and
+                                  when a consumer sets one (0: the default,
+                                  SEDA_MAX_PAYLOAD_DEFAULT; at most
+                                  UINT32_MAX) */
 } seda_bus_opts;
+
+#define SEDA_MAX_PAYLOAD_DEFAULT ((size_t)16 << 20)   /* 16 MiB */
+
+/* The bus's max_payload in bytes.  Any thread; cannot fail. */
+size_t seda_bus_max_payload(const seda_bus_t *bus);
 
 /* Fill o (the caller's) with the defaults.  Cannot fail; any thread. */
 void seda_bus_opts_init(seda_bus_opts *o);
@@ -378,11 +388,37 @@ int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
 /* Requeue what a durable stage had journaled and not finished when the
  * process last stopped, in the original order and before new envelopes
  * (it bypasses the capacity bound).  Call it once, after adding the
- * stage's consumers.  Returns how many were replayed (>= 0), or a negative
- * code.  Replayed envelopes count as accepted; their completion callbacks
- * are gone with the old process.  Any thread but a worker; not twice at
- * once for one stage. */
+ * stage's consumers and, since replayed envelopes start moving at once,
+ * after declaring the stages their slips name (the Lua binding calls it
+ * when the script's main chunk has run: see README "Durable stages").  A
+ * replayed envelope whose next hop names no stage yet waits for it (the
+ * worker covered by a loan) until hop_timeout after the replay started,
+ * reported on stderr; then it is dead-lettered no_such_stage.  A row
+ * that cannot be an envelope again (a headers or slip blob without its
+ * final NUL, an empty or malformed stage name in the slip, an id of
+ * SEDA_ID_MAX bytes or more) is moved, byte for byte, to the journal's
+ * quarantine table (`seda-lua dlq DATA_DIR quarantine` lists them),
+ * named on stderr and counted in seda_journal_stats.quarantined; the
+ * other rows replay.  Returns how many were replayed (>= 0), or a
+ * negative code (SEDA_EIO, SEDA_ENOMEM; nothing is replayed then).
+ * Replayed envelopes count as accepted; their completion callbacks are
+ * gone with the old process.  Any thread but a worker; not twice at once
+ * for one stage. */
 int seda_stage_replay(seda_stage_t *st);
+
+/* What the journal found when it opened, and since. */
+typedef struct seda_journal_stats {
+    bool open;                    /* the bus has a journal */
+    uint64_t wal_discarded_frames;/* WAL frames SQLite's recovery dropped
+                                     at open (a damaged or cut-short log
+                                     left by a crash; said on stderr) */
+    uint64_t wal_discarded_bytes; /* the bytes of the file they held */
+    uint64_t quarantined;         /* malformed rows replay set aside */
+} seda_journal_stats;
+
+/* Fill out (all zero when the bus has no journal).  Any thread; cannot
+ * fail. */
+void seda_bus_journal_stats(seda_bus_t *bus, seda_journal_stats *out);
 
 /* ---- the pull model ---- */
 
@@ -442,6 +478,7 @@ void seda_publish_opts_init(seda_publish_opts *o);
  * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL
  * (also: an id for an in-memory stage, a NULL array with a count > 0, a
  * negative count), SEDA_ETYPE (the stage's check refused it),
+ * SEDA_ETOOLARGE (len over the bus's max_payload),
  * SEDA_ENOMEM, and for durable stages SEDA_EDUP and SEDA_EIO; on failure
  * done is not called.  Blocks only under the block
  * policy, for at most the timeout (at most the bus's hop_timeout when called
@@ -498,13 +535,15 @@ double seda_env_published_at(const seda_env_t *env);
 /* The payload bytes (borrowed) and their length. */
 const void *seda_env_payload(const seda_env_t *env, size_t *len);
 
-/* Replace the payload with a copy of p[0..len).  Returns 0 or SEDA_ENOMEM
- * (the old payload is kept). */
+/* Replace the payload with a copy of p[0..len).  Returns 0, SEDA_ENOMEM
+ * or SEDA_ETOOLARGE (len over the bus's max_payload); on failure the old
+ * payload is kept. */
 int seda_env_set_payload(seda_env_t *env, const void *p, size_t len);
 
 /* The payload kind tag: 0 for raw bytes (what C publishers send), other
  * values are a binding's own encodings (1: the Lua value codec).  The set
- * function replaces payload and tag together: 0 or SEDA_ENOMEM. */
+ * function replaces payload and tag together: 0, SEDA_ENOMEM or
+ * SEDA_ETOOLARGE. */
 int seda_env_payload_kind(const seda_env_t *env);
 int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
                               int kind);

@@ -293,13 +293,24 @@ function M.format_stats()
       num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
       "", "",
     }
+    -- The journal's troubles, only when there are some.
+    local journal = ""
+    if (bs.quarantined or 0) > 0 then
+      journal = journal .. " quarantined=" .. num(bs.quarantined)
+    end
+    if (bs.wal_discarded_frames or 0) > 0 or (bs.wal_discarded_bytes or 0) > 0 then
+      journal = journal .. fmt(" wal_discarded=%s frames/%s bytes",
+                               num(bs.wal_discarded_frames),
+                               num(bs.wal_discarded_bytes))
+    end
     text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
-      "accepted=%s completed=%s dead_lettered=%s dropped=%s %sin_system=%s%s%s",
+      "accepted=%s completed=%s dead_lettered=%s dropped=%s %sin_system=%s " ..
+      "callbacks=%s%s%s%s",
       e.index, num(bs.workers), num(bs.workers_loaned), num(bs.max_loans),
       num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped),
       (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
-        or "", num(bs.in_system),
+        or "", num(bs.in_system), num(bs.callbacks_pending), journal,
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)
@@ -586,6 +597,10 @@ waiting pull requests for the consumer ("?" until it answered), what
 this process published (publishing = awaiting JetStream's
 acknowledgement), took in, acked, naked, termed, dead-lettered as bad
 messages, holds, and the on_complete callbacks it awaits.
+callbacks= on_complete results waiting for the main state (publish runs
+them itself past max_pending_callbacks); quarantined= journal rows replay
+found malformed (seda-lua dlq DIR quarantine lists them) and
+wal_discarded= what recovery dropped of a damaged WAL, shown when not 0.
 Ctrl-D (or end of input) leaves the REPL; Ctrl-C interrupts a running
 command or clears the line; Tab completes globals, fields and stage names
 inside strings.  Stage names as stats() shows them ("a#2") work in tune()

@@ -84,6 +84,15 @@ local BUS_METRICS = {
     "handler while a loan thread ran for it).", "loans" },
   { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
+  { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
+    "main state.", "callbacks_pending" },
+  { "quarantined_total", "counter", "Malformed journal rows the replay " ..
+    "set aside.", "quarantined" },
+  { "wal_discarded_frames_total", "counter", "WAL frames recovery " ..
+    "dropped when the journal opened (a damaged log).",
+    "wal_discarded_frames" },
+  { "wal_discarded_bytes_total", "counter", "Bytes of the WAL frames " ..
+    "recovery dropped when the journal opened.", "wal_discarded_bytes" },
 }
 
 local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }

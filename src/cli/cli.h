@@ -119,6 +119,10 @@ int cli_step(int timeout_ms, int extra_fd);
 void cli_periodic(double now);
 /* Run the on_complete callbacks pending on every live bus. */
 void cli_poll_all(void);
+/* After the program (-e chunks and the script) ran: start every live bus
+ * (its durable stages replay), or, when the program failed, hold them
+ * (they never replay; their journals wait for the next run). */
+void cli_start_buses(bool failed);
 /* The loop of --serve / -i, until the REPL ends (without --serve) or a
  * signal; then closes the control socket.  Returns 0, or 1 when the loop
  * could not start. */

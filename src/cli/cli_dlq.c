@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge`:
- * inspect and replay the dead letters a stopped bus left in its journal.
+ * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge|
+ * quarantine`: inspect and replay the dead letters a stopped bus left in
+ * its journal, and list the rows its replay quarantined.
  *
  *   list        one line per dead letter (tab-separated, after a header
  *               line): id, stage, x-dead-from, x-dead-reason, attempts,
@@ -18,6 +19,10 @@
  *               removed, key and so replay order kept): the next process
  *               that creates that durable stage replays it
  *   purge       delete every dead letter (and nothing else)
+ *   quarantine  one line per quarantined row (tab-separated, after a
+ *               header line): row key, stage, reason, id, payload bytes
+ *               -- rows a replay found malformed and set aside in the
+ *               journal's quarantine table (see src/durable/journal.h)
  *
  * A dead letter is a journal row whose headers blob ("k\0v\0k\0v\0...")
  * has the key x-dead-reason.  The journal allows one user at a time: the
@@ -56,6 +61,7 @@ static void dlq_usage(FILE *f)
         "       seda-lua dlq DATA_DIR show ID\n"
         "       seda-lua dlq DATA_DIR replay ID\n"
         "       seda-lua dlq DATA_DIR purge\n"
+        "       seda-lua dlq DATA_DIR quarantine\n"
         "Inspect and replay the dead letters in the journal of a stopped "
         "bus\n"
         "(DATA_DIR is its seda.bus{data_dir = ...}).\n"
@@ -69,6 +75,9 @@ static void dlq_usage(FILE *f)
         "              the next bus that creates that durable stage replays "
         "them\n"
         "  purge       delete every dead letter (queued and done)\n"
+        "  quarantine  rows a replay found malformed and set aside: key,\n"
+        "              stage, reason, id, payload bytes (the rows, byte for\n"
+        "              byte, are in the quarantine table of seda.db)\n"
         "Dead letters sent to a durable dead-letter stage stay on disk: while\n"
         "they wait there, and once its handler is done with them (done).\n");
 }
@@ -507,6 +516,38 @@ static int cmd_purge(struct seda_journal *j, struct drow *rows, int n)
     return 0;
 }
 
+/* seda__journal_quarantined callback: one line per row. */
+static int print_quarantined(const seda_jrec *rec, void *ud)
+{
+    int *n = ud;
+    char id[SEDA_ID_MAX + 8];
+    size_t idlen = strlen(rec->id);
+    snprintf(id, sizeof id, "%.*s%s", SEDA_ID_MAX - 1, rec->id,
+             idlen >= SEDA_ID_MAX ? "..." : "");
+    printf("%lld\t", (long long)rec->key);
+    put_field(stdout, rec->stage);
+    putchar('\t');
+    put_field(stdout, rec->reason);
+    putchar('\t');
+    put_field(stdout, id);
+    printf("\t%zu\n", rec->plen);
+    (*n)++;
+    return 0;
+}
+
+static int cmd_quarantine(struct seda_journal *j, const char *path)
+{
+    int n = 0;
+    printf("KEY\tSTAGE\tREASON\tID\tBYTES\n");
+    int rc = seda__journal_quarantined(j, print_quarantined, &n);
+    if (rc != 0) {
+        fprintf(stderr, "seda-lua dlq: %s: cannot read the quarantine: "
+                "%s\n", path, strerror(-rc));
+        return 1;
+    }
+    return 0;
+}
+
 int seda_cli_dlq(int argc, char **argv)
 {
     if (argc < 3 || argc > 4) {
@@ -518,7 +559,8 @@ int seda_cli_dlq(int argc, char **argv)
     bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
     bool replay = strcmp(cmd, "replay") == 0;
     bool purge = strcmp(cmd, "purge") == 0;
-    if (!(list || show || replay || purge) ||
+    bool quar = strcmp(cmd, "quarantine") == 0;
+    if (!(list || show || replay || purge || quar) ||
         ((show || replay) != (id != NULL))) {
         dlq_usage(stderr);
         return 2;
@@ -556,7 +598,9 @@ int seda_cli_dlq(int argc, char **argv)
     int status = 1;
     struct drow *rows;
     int n;
-    if (load_dead(j, path, list || purge ? NULL : id, &rows, &n) == 0) {
+    if (quar)
+        status = cmd_quarantine(j, path);
+    else if (load_dead(j, path, list || purge ? NULL : id, &rows, &n) == 0) {
         if (list) {
             status = cmd_list(rows, n);
         } else if (show) {

@@ -446,6 +446,24 @@ static int periodic_ms(void)
     return cli.o.watch ? 50 : 250;
 }
 
+void cli_start_buses(bool failed)
+{
+    lua_State *L = cli.L;
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "seda");
+    lua_remove(L, -2);
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_getfield(L, -1, failed ? "_hold_all" : "_poll_all");
+    lua_remove(L, -2);
+    if (lua_isfunction(L, -1))
+        cli_docall(L, 0, 0);
+    else
+        lua_pop(L, 1);
+}
+
 int cli_step(int timeout_ms, int extra_fd)
 {
     struct pollfd fds[256];

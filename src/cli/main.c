@@ -41,9 +41,13 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: %s [options] [script [args]]\n"
         "       %s attach PATH\n"
-        "       %s dlq DATA_DIR list|show ID|replay ID|purge\n"
+        "       %s dlq DATA_DIR list|show ID|replay ID|purge|quarantine\n"
         "Run a seda-lua pipeline script: run it, wait until its buses are\n"
         "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
+        "Durable stages replay what a previous run left once the script\n"
+        "(and -e code) has run, so every stage is declared by then (or at\n"
+        "bus:start(), or the script's first publish/wait/poll/receive);\n"
+        "after a script error they do not replay: the journal waits.\n"
         "\n"
         "options:\n"
         "  -e CODE         execute the Lua string CODE (before the script)\n"
@@ -79,7 +83,8 @@ static void usage(FILE *f)
         "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
         "dlq DATA_DIR ...: inspect and replay the dead letters in a stopped\n"
         "bus's journal (queued, and done: kept after their dead-letter stage\n"
-        "handled them).\n"
+        "handled them); quarantine lists the journal rows a replay found\n"
+        "malformed and set aside.\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
         "workers(n) metrics() errors([stage]) help(); timers:\n"
@@ -299,6 +304,10 @@ static int run(lua_State *L, int argc, char **argv)
     }
     cli.phase = CLI_IDLE;
     lua_sethook(L, NULL, 0, 0);         /* an interrupt that came too late */
+    /* The program's stages are declared: its buses start (durable stages
+     * replay) now, unless it failed -- then their journals wait for the
+     * next run. */
+    cli_start_buses(failed);
 
     if (live && !failed && cli.stop) {
         fprintf(stderr, "%s: signal received, draining\n", progname);

@@ -169,6 +169,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
+        opts->max_payload > UINT32_MAX ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -179,6 +180,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->batch = opts->batch;
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
     b->sync_normal = opts->sync_normal;
+    b->max_payload = opts->max_payload ? opts->max_payload
+                                       : SEDA_MAX_PAYLOAD_DEFAULT;
     struct registry *r = registry_build(NULL, NULL);
     b->data_dir = seda__strdup(opts->data_dir ? opts->data_dir
                                               : "./seda-data");
@@ -196,10 +199,14 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     atomic_init(&b->closed, false);
     atomic_init(&b->stopping, false);
     atomic_init(&b->has_pull, false);
+    atomic_init(&b->replay_until, 0);
     seda__mutex_init(&b->mu);
     seda__mutex_init(&b->shut_mu);
     seda__mutex_init(&b->idle_mu);
     int rc = seda__cond_init(&b->idle_cv);
+    if (rc == 0 && (rc = seda__cond_init(&b->stage_cv)) != 0)
+        pthread_cond_destroy(&b->idle_cv);
+    bool cvs = rc == 0;                 /* both condition variables made */
     if (rc == 0)
         rc = seda__pool_new(workers, opts->max_loans == 0 ? -1
                                      : opts->max_loans < 0 ? 0
@@ -208,8 +215,10 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
                             opts->worker_stop,
                             opts->worker_ud, b, &b->pool);
     if (rc) {
-        if (b->pool == NULL)
+        if (cvs) {
             pthread_cond_destroy(&b->idle_cv);
+            pthread_cond_destroy(&b->stage_cv);
+        }
         seda__mutex_destroy(&b->mu);
         seda__mutex_destroy(&b->shut_mu);
         seda__mutex_destroy(&b->idle_mu);
@@ -240,12 +249,18 @@ void seda_bus_free(seda_bus_t *b)
         seda__stage_free(r->list[i]);
     registry_free(r);
     pthread_cond_destroy(&b->idle_cv);
+    pthread_cond_destroy(&b->stage_cv);
     seda__mutex_destroy(&b->idle_mu);
     seda__mutex_destroy(&b->shut_mu);
     seda__mutex_destroy(&b->mu);
     seda__free(b->dead_letter);
     seda__free(b->data_dir);
     seda__free(b);
+}
+
+size_t seda_bus_max_payload(const seda_bus_t *b)
+{
+    return b->max_payload;
 }
 
 int seda_bus_workers(const seda_bus_t *b)
@@ -406,10 +421,62 @@ int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
     r->prev = old;
     /* Release: pairs with the acquire in seda__bus_lookup. */
     atomic_store_explicit(&b->reg, r, memory_order_release);
+    pthread_cond_broadcast(&b->stage_cv);   /* hops waiting for it */
     seda__mutex_unlock(&b->mu);
     if (out)
         *out = st;
     return 0;
+}
+
+/* ---- hops of replayed envelopes ---- */
+
+void seda__bus_replay_begins(struct seda_bus_s *b)
+{
+    int64_t until = seda__now_ns() + b->hop_timeout_ns;
+    int64_t cur = atomic_load_explicit(&b->replay_until,
+                                       memory_order_relaxed);
+    while (cur < until &&
+           !atomic_compare_exchange_weak_explicit(&b->replay_until, &cur,
+                                                  until,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
+struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
+                                          seda_env_t *env, const char *name)
+{
+    struct seda_bus_s *b = st->bus;
+    struct seda_stage_s *to = seda__bus_lookup(b, name);
+    if (to || !(env->flags & ENV_REPLAYED))
+        return to;
+    int64_t until = atomic_load_explicit(&b->replay_until,
+                                         memory_order_relaxed);
+    if (seda__now_ns() >= until ||
+        atomic_load_explicit(&b->stopping, memory_order_acquire))
+        return NULL;
+    char id[SEDA_ID_MAX], msg[256];
+    seda_env_id(env, id);
+    snprintf(msg, sizeof msg, "replayed envelope '%s' waits for stage '%s', "
+             "which is not declared yet (at most %.3gs after the replay "
+             "began: hop_timeout)", id, name,
+             (double)b->hop_timeout_ns / 1e9);
+    seda_stage_report(st, msg);
+    struct seda_pool *loaned = seda__pool_block_begin();
+    seda__mutex_lock(&b->mu);
+    while (!(to = seda__bus_lookup(b, name)) &&
+           !atomic_load_explicit(&b->stopping, memory_order_acquire) &&
+           seda__now_ns() < until)
+        seda__cond_wait(&b->stage_cv, &b->mu, until);
+    seda__mutex_unlock(&b->mu);
+    seda__pool_block_end(loaned);
+    if (!to) {
+        snprintf(msg, sizeof msg, "stage '%s' was not declared within "
+                 "hop_timeout of the replay: replayed envelope '%s' goes on "
+                 "as if it named no stage", name, id);
+        seda_stage_report(st, msg);
+    }
+    return to;
 }
 
 /* ---- publishing ---- */
@@ -456,6 +523,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
+    if (len > b->max_payload)
+        return SEDA_ETOOLARGE;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
         return rc;
@@ -524,6 +593,10 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     int built = 0, rc = 0;
     char why[256];
     for (; built < n; built++) {
+        if (lens[built] > b->max_payload) {
+            rc = SEDA_ETOOLARGE;
+            break;
+        }
         envs[built] = seda__env_new(payloads[built], lens[built], opts, &rc);
         if (!envs[built])
             break;
@@ -580,7 +653,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
         seda__env_end(st, env, SEDA_COMPLETED, tally);
         return;
     }
-    struct seda_stage_s *to = seda__bus_lookup(b, next);
+    struct seda_stage_s *to = seda__bus_hop_target(st, env, next);
     if (!to) {
         seda__bus_dead_letter(st, env, "no_such_stage", tally);
         return;
@@ -655,7 +728,7 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
         if (!names[k] || strcmp(names[k], st->name) == 0 ||
             (k == 1 && names[0] && strcmp(names[0], names[1]) == 0))
             continue;
-        to = seda__bus_lookup(b, names[k]);
+        to = seda__bus_hop_target(st, env, names[k]);
         if (!to) {
             char msg[160];
             snprintf(msg, sizeof msg, "dead-letter stage '%s' does not "
@@ -788,6 +861,9 @@ int seda_bus_shutdown(seda_bus_t *b, double timeout)
 
     atomic_store_explicit(&b->stopping, true, memory_order_release);
     wake_all(b);                        /* blocked hops give up */
+    seda__mutex_lock(&b->mu);
+    pthread_cond_broadcast(&b->stage_cv);   /* so do replayed hops */
+    seda__mutex_unlock(&b->mu);
     seda__pool_stop(b->pool);
 
     /* Retries still waiting out their backoff are swept too. */

@@ -29,8 +29,9 @@ struct registry {
  *   Atomic: reg (release in add / acquire in lookup); paused, closed,
  *   stopping (release on set / acquire on read).
  *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
+ *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
- *   dead_letter.
+ *   dead_letter, data_dir, sync_normal, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
 struct seda_bus_s {
@@ -49,10 +50,16 @@ struct seda_bus_s {
                                    under mu (release), read with acquire */
     const struct seda__store_ops *store_ops; /* written before store */
     char *data_dir;             /* owned; immutable */
+    size_t max_payload;         /* bytes; immutable */
     bool sync_normal;           /* immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;
     uint64_t idle_gen;          /* guarded by idle_mu */
+    pthread_cond_t stage_cv;    /* broadcast (under mu) when a stage is
+                                   added or the pool stops */
+    _Atomic int64_t replay_until; /* monotonic ns: replayed envelopes
+                                   wait for undeclared hops until then;
+                                   relaxed (a deadline, no data) */
     seda__mutex_t shut_mu;      /* held for a whole shutdown; outermost */
     bool shut_done;             /* guarded by shut_mu */
     int shut_rc;                /* guarded by shut_mu */
@@ -61,6 +68,21 @@ struct seda_bus_s {
 /* Lookup by name through the current snapshot; lock-free. */
 SEDA__API struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b,
                                                 const char *name);
+
+/* The stage named `name` that env (handled at st) goes to next: a lookup,
+ * except that an envelope replayed from the journal (ENV_REPLAYED) whose
+ * hop names no stage yet waits for that stage to be declared, until
+ * b->replay_until (hop_timeout after the latest replay began) or the
+ * pool stops, with its worker covered by a loan; the wait and a wait in
+ * vain are reported on st.  Returns the stage or NULL.  No lock held;
+ * takes b->mu while it waits.  Any thread. */
+SEDA__API struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
+                                                    seda_env_t *env,
+                                                    const char *name);
+
+/* A replay begins now: replayed envelopes may wait for undeclared hops
+ * until hop_timeout from now.  Any thread. */
+SEDA__API void seda__bus_replay_begins(struct seda_bus_s *b);
 
 /* Called by a drain task when its stage went idle. */
 SEDA__API void seda__bus_idle_notify(struct seda_bus_s *b);

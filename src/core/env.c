@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bus.h"
 #include "env.h"
 #include "stage.h"
 
@@ -794,6 +795,8 @@ int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
 {
     if (len > UINT32_MAX)
         return SEDA_EINVAL;
+    if (env->at && len > env->at->bus->max_payload)
+        return SEDA_ETOOLARGE;
     if (undo_save_payload(env) != 0)
         return SEDA_ENOMEM;
     unsigned char *dst;

@@ -35,7 +35,10 @@ struct env_hdrs {
 
 enum {
     ENV_DEAD = 1,               /* already counted dead-lettered */
-    /* 2 and 4 are free (delivery state is per thread: env.c) */
+    ENV_REPLAYED = 2,           /* came back from the journal: a hop to a
+                                   stage not declared yet waits for it
+                                   (seda__bus_hop_target) */
+    /* 4 is free (delivery state is per thread: env.c) */
     ENV_JDONE = 8,              /* the journal already reflects the
                                    routing decision about to be made */
 };

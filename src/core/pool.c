@@ -86,8 +86,8 @@ struct loan_slot {
 
 /*
  * Locking:
- *   mu guards: ring, mask, head, count, idle, parked (the idle stack and
- *   each worker's parked flag), target.
+ *   mu guards: ring, mask, head, count, idle, parked and parked_cap (the
+ *   idle stack and each worker's parked flag), target.
  *   resize_mu guards workers, cap, joined (resize and stop hold it; it is
  *   taken before mu).
  *   loan_mu serialises making and joining loan threads (block_begin and
@@ -107,6 +107,7 @@ struct seda_pool {
     uint32_t reserved;          /* slots promised; guarded by mu */
     int idle;                   /* sleeping workers; guarded by mu */
     struct worker **parked;     /* idle stack, most recent last; mu */
+    int parked_cap;             /* room in parked; guarded by mu */
     atomic_uint pending;        /* mirror of count for spinners: written
                                    under mu (release), read without it
                                    (acquire) as a hint only */
@@ -309,6 +310,24 @@ static bool loan_retire(struct seda_pool *p, struct worker *w)
     return false;
 }
 
+/* Room on the idle stack for one more sleeper (mu held).  Workers and
+ * loan threads both park there, and a thread inside nested waits (a
+ * blocked worker helping another stage's drain that blocks again) counts
+ * as several waits with a loan each, so the sleepers can outnumber the
+ * workers: the stack grows as needed.  0 or SEDA_ENOMEM. */
+static int parked_room(struct seda_pool *p)
+{
+    if (p->idle < p->parked_cap)
+        return 0;
+    int cap = p->parked_cap ? p->parked_cap * 2 : 8;
+    struct worker **pk = seda__realloc(p->parked, sizeof *pk * (size_t)cap);
+    if (!pk)
+        return SEDA_ENOMEM;
+    p->parked = pk;
+    p->parked_cap = cap;
+    return 0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -328,6 +347,13 @@ static void *worker_main(void *arg)
             seda__mutex_lock(&p->mu);
         }
         while (p->count == 0 && !must_leave(p, w) && !timer_due(p)) {
+            if (parked_room(p) != 0) {
+                /* No memory to park: look again in a millisecond. */
+                int64_t soon = seda__now_ns() + 1000000;
+                seda__cond_wait(&w->cv, &p->mu, next_due(p) < soon
+                                                    ? next_due(p) : soon);
+                continue;
+            }
             /* Park on the idle stack: a submit wakes the most recently
              * parked worker, whose cache is the warmest.  With timed
              * tasks waiting, until the next one is due. */
@@ -416,10 +442,13 @@ static int start_workers(struct seda_pool *p, int from, int to)
         /* The idle stack holds at most every worker; grown under mu
          * since sleepers reach it. */
         seda__mutex_lock(&p->mu);
-        struct worker **pk = seda__realloc(p->parked,
-                                           sizeof *pk * (size_t)to);
-        if (pk)
+        struct worker **pk = to <= p->parked_cap ? p->parked
+                             : seda__realloc(p->parked,
+                                             sizeof *pk * (size_t)to);
+        if (pk && to > p->parked_cap) {
             p->parked = pk;
+            p->parked_cap = to;
+        }
         seda__mutex_unlock(&p->mu);
         if (!pk)
             return SEDA_ENOMEM;
@@ -733,6 +762,14 @@ void seda__pool_loan_stats(struct seda_pool *p, int *lent, uint64_t *loans,
     *peak = p->lent_peak;
     *max_loans = p->max_loans;
     seda__mutex_unlock(&p->mu);
+}
+
+int seda__pool_idle(struct seda_pool *p)
+{
+    seda__mutex_lock(&p->mu);
+    int n = p->idle;
+    seda__mutex_unlock(&p->mu);
+    return n;
 }
 
 bool seda__pool_loans_exhausted(struct seda_pool *p)

@@ -83,6 +83,9 @@ SEDA__API void seda__pool_loan_stats(struct seda_pool *p, int *lent,
                                      uint64_t *loans, int *peak,
                                      int *max_loans);
 
+/* For tests: threads asleep on the idle stack now.  Takes mu. */
+SEDA__API int seda__pool_idle(struct seda_pool *p);
+
 /* True when a worker waits without a loan because max_loans are in
  * service (for the message of a wait that timed out).  Takes mu. */
 SEDA__API bool seda__pool_loans_exhausted(struct seda_pool *p);

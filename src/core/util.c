@@ -294,6 +294,7 @@ const char *seda_strerror(int rc)
     case SEDA_EIO: return "io";
     case SEDA_ESHED: return "shed";
     case SEDA_EUNAVAIL: return "unavailable";
+    case SEDA_ETOOLARGE: return "too_large";
     default: return "error";
     }
 }

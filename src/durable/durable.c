@@ -190,6 +190,20 @@ static struct seda_journal *journal_of(struct seda_stage_s *st)
     return seda__bus_store(st->bus);
 }
 
+void seda_bus_journal_stats(seda_bus_t *b, seda_journal_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    struct seda_journal *j = seda__bus_store(b);
+    if (!j)
+        return;
+    struct seda_wal_discard d;
+    seda__journal_wal_discarded(j, &d);
+    out->open = true;
+    out->wal_discarded_frames = (uint64_t)d.frames;
+    out->wal_discarded_bytes = (uint64_t)d.bytes;
+    out->quarantined = seda__journal_quarantine_count(j);
+}
+
 /* ---- publishing ---- */
 
 static int durable_publish(struct seda_stage_s *st, seda_env_t **envs,
@@ -329,15 +343,15 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                 nops++;
                 continue;
             }
-            to = seda__bus_lookup(b, next);
+            to = seda__bus_hop_target(st, env, next);
             if (!to)
                 reason = "no_such_stage";
         }
         if (reason) {
             const char *dlq = st->dead_letter ? st->dead_letter
                                               : b->dead_letter;
-            to = dlq && strcmp(dlq, st->name) != 0 ? seda__bus_lookup(b, dlq)
-                                                   : NULL;
+            to = dlq && strcmp(dlq, st->name) != 0
+                     ? seda__bus_hop_target(st, env, dlq) : NULL;
         }
         if (to && to->durable) {
             const char *extra[] = { "x-dead-reason", reason, "x-dead-from",
@@ -395,59 +409,171 @@ static const struct seda__store_ops journal_ops = {
 
 /* ---- replay ---- */
 
+/* Malformed rows named one by one on stderr; the rest are counted in
+ * the summary. */
+#define QUARANTINE_SAID 3
+
 struct replay_ctx {
     struct seda_stage_s *st;
     seda_env_t **envs;
     int n, cap;
+    int quarantined;            /* malformed rows set aside */
     int rc;
 };
+
+/* Split a blob of NUL-terminated strings into *out (seda__malloc'd, the
+ * pointers into blob).  Returns the count, or -1 with why set (the blob
+ * does not end in NUL), or -2 when out of memory. */
+static int split_blob(const char *blob, size_t len, const char ***out,
+                      char *why, size_t whylen, const char *what)
+{
+    *out = NULL;
+    if (!blob || len == 0)
+        return 0;
+    if (blob[len - 1] != '\0') {
+        snprintf(why, whylen, "%s blob (%zu bytes) does not end in NUL",
+                 what, len);
+        return -1;
+    }
+    int n = 0;
+    for (size_t i = 0; i < len; i++)
+        n += blob[i] == '\0';
+    const char **a = seda__malloc(sizeof *a * (size_t)n);
+    if (!a)
+        return -2;
+    int k = 0;
+    for (const char *p = blob; p < blob + len; p += strlen(p) + 1)
+        a[k++] = p;
+    *out = a;
+    return n;
+}
+
+/* Check a journal row before it becomes an envelope again.  Returns 0,
+ * 1 (malformed: why says what is wrong), or SEDA_ENOMEM. */
+static int parse_row(const seda_jrec *rec, const char ***hk, int *nh,
+                     const char ***sl, int *ns, char *why, size_t whylen)
+{
+    *hk = *sl = NULL;
+    size_t idlen = rec->id ? strlen(rec->id) : 0;
+    if (idlen >= SEDA_ID_MAX) {
+        snprintf(why, whylen, "id is %zu bytes (at most %d)", idlen,
+                 SEDA_ID_MAX - 1);
+        return 1;
+    }
+    if (rec->attempts < 0 || rec->attempts > 65535) {
+        snprintf(why, whylen, "attempts %d out of range", rec->attempts);
+        return 1;
+    }
+    if (rec->kind < 0 || rec->kind > 255) {
+        snprintf(why, whylen, "payload kind %d out of range", rec->kind);
+        return 1;
+    }
+    if (rec->plen > UINT32_MAX) {
+        snprintf(why, whylen, "payload of %zu bytes", rec->plen);
+        return 1;
+    }
+    *nh = split_blob(rec->headers, rec->hlen, hk, why, whylen, "headers");
+    if (*nh >= 0 && *nh % 2 != 0) {
+        snprintf(why, whylen, "headers blob holds %d strings, not key/value "
+                 "pairs", *nh);
+        *nh = -1;
+    }
+    if (*nh >= 0)
+        *ns = split_blob(rec->slip, rec->slen, sl, why, whylen, "slip");
+    if (*nh == -2 || (*nh >= 0 && *ns == -2))
+        return SEDA_ENOMEM;
+    if (*nh < 0 || *ns < 0)
+        return 1;
+    for (int i = 0; i < *ns; i++) {
+        if (!seda__valid_name((*sl)[i])) {
+            snprintf(why, whylen, "slip[%d] (\"%.40s\") is not a stage name",
+                     i + 1, (*sl)[i]);
+            return 1;
+        }
+    }
+    for (int i = 0; i < *nh; i += 2) {
+        if (!(*hk)[i][0]) {
+            snprintf(why, whylen, "header %d has an empty key", i / 2 + 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Set a malformed row aside (the quarantine table), and say so.  Returns
+ * 0, or the journal's error. */
+static int quarantine(struct replay_ctx *c, const seda_jrec *rec,
+                      const char *why)
+{
+    seda_jop op = { .op = SEDA_JOP_QUARANTINE, .reason = why };
+    op.rec.key = rec->key;
+    int rc = seda__journal_apply(journal_of(c->st), &op, 1);
+    if (c->quarantined < QUARANTINE_SAID || rc != 0) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "replay: journal row %lld (id "
+                 "\"%.40s%s\") is malformed: %s; %s", (long long)rec->key,
+                 rec->id ? rec->id : "",
+                 rec->id && strlen(rec->id) > 40 ? "..." : "", why,
+                 rc == 0 ? "quarantined" : "could not quarantine it");
+        seda_stage_report(c->st, msg);
+    }
+    if (rc == 0)
+        c->quarantined++;
+    return rc;
+}
 
 static int replay_one(const seda_jrec *rec, void *ud)
 {
     struct replay_ctx *c = ud;
-    /* Parse the blobs back into headers and slip. */
-    const char *hk[128];
-    const char *sl[128];
+    const char **hk, **sl;
     int nh = 0, ns = 0;
-    const char *p = rec->headers, *end = p ? p + rec->hlen : NULL;
-    while (p && p < end && nh < 127) {
-        hk[nh++] = p;
-        p += strlen(p) + 1;
+    char why[256];
+    int rc = parse_row(rec, &hk, &nh, &sl, &ns, why, sizeof why);
+    seda_env_t *env = NULL;
+    if (rc == 0) {
+        seda_publish_opts o;
+        seda_publish_opts_init(&o);
+        o.sender = rec->sender;
+        o.headers = hk;
+        o.nheaders = nh / 2;
+        o.slip = sl;
+        o.nslip = ns;
+        o.kind = rec->kind;
+        o.id = rec->id && *rec->id ? rec->id : NULL;
+        env = seda__env_new(rec->payload, rec->plen, &o, &rc);
+        if (!env && rc == SEDA_EINVAL) {
+            snprintf(why, sizeof why, "not a valid envelope");
+            rc = 1;
+        } else if (!env) {
+            rc = rc ? rc : SEDA_ENOMEM;
+        }
     }
-    p = rec->slip;
-    end = p ? p + rec->slen : NULL;
-    while (p && p < end && ns < 128) {
-        sl[ns++] = p;
-        p += strlen(p) + 1;
+    seda__free(hk);
+    seda__free(sl);
+    if (rc == 1) {
+        rc = quarantine(c, rec, why);
+        if (rc == 0)
+            return 0;
     }
-    seda_publish_opts o;
-    seda_publish_opts_init(&o);
-    o.sender = rec->sender;
-    o.headers = hk;
-    o.nheaders = nh / 2;
-    o.slip = sl;
-    o.nslip = ns;
-    o.kind = rec->kind;
-    o.id = rec->id && *rec->id ? rec->id : NULL;
-    int rc;
-    seda_env_t *env = seda__env_new(rec->payload, rec->plen, &o, &rc);
-    if (!env || seda__env_set_jkey(env, rec->key) != 0) {
+    if (rc == 0 && seda__env_set_jkey(env, rec->key) != 0)
+        rc = SEDA_ENOMEM;
+    if (rc == 0 && c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 64;
+        seda_env_t **a = seda__realloc(c->envs, sizeof *a * (size_t)cap);
+        if (a) {
+            c->envs = a;
+            c->cap = cap;
+        } else {
+            rc = SEDA_ENOMEM;
+        }
+    }
+    if (rc != 0) {
         seda__env_free(env);
-        c->rc = rc ? rc : SEDA_ENOMEM;
+        c->rc = rc;
         return 1;
     }
     env->attempts = (uint16_t)(rec->attempts > 0 ? rec->attempts : 1);
-    if (c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 64;
-        seda_env_t **a = seda__realloc(c->envs, sizeof *a * (size_t)cap);
-        if (!a) {
-            seda__env_free(env);
-            c->rc = SEDA_ENOMEM;
-            return 1;
-        }
-        c->envs = a;
-        c->cap = cap;
-    }
+    env->flags |= ENV_REPLAYED;
     c->envs[c->n++] = env;
     return 0;
 }
@@ -459,12 +585,20 @@ int seda_stage_replay(seda_stage_t *st)
     struct seda_journal *j = journal_of(st);
     if (!j)
         return SEDA_EINVAL;
-    struct replay_ctx c = { st, NULL, 0, 0, 0 };
+    struct replay_ctx c = { st, NULL, 0, 0, 0, 0 };
     int rc = seda__journal_replay(j, st->name, replay_one, &c);
     if (rc == 0)
         rc = c.rc;
+    if (rc == 0 && c.n > 0)
+        seda__bus_replay_begins(st->bus);
     if (rc == 0)
         rc = seda__stage_requeue_front(st, c.envs, c.n);
+    if (c.quarantined > 0)
+        fprintf(stderr, "seda: stage '%s': replay: %d malformed journal "
+                "row%s quarantined, %d envelope%s replayed (seda-lua dlq "
+                "%s quarantine lists them)\n", st->name, c.quarantined,
+                c.quarantined == 1 ? "" : "s", rc == 0 ? c.n : 0,
+                rc == 0 && c.n == 1 ? "" : "s", st->bus->data_dir);
     if (rc != 0) {
         for (int i = 0; i < c.n; i++)
             seda__env_free(c.envs[i]);

@@ -63,16 +63,14 @@
  *   Threads: none of its own.  One mutex (mu).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "datadir.h"
 #include "journal_int.h"
 
 /* How long a waiter spins before it sleeps, ns. */
@@ -161,6 +159,8 @@ static void read_row(sqlite3_stmt *s, seda_jrec *r)
     r->published_at = sqlite3_column_double(s, 9);
     r->published_wall = sqlite3_column_double(s, 10);    /* NULL: 0 */
     r->done_at = sqlite3_column_double(s, 11);
+    r->reason = sqlite3_column_count(s) > 12
+                    ? (const char *)sqlite3_column_text(s, 12) : NULL;
 }
 
 /* ---- the writer ---- */
@@ -288,10 +288,22 @@ static int do_apply(struct seda_journal *j, struct jreq *r)
             while (last + 1 < r->n && r->ops[last + 1].op == SEDA_JOP_DELETE &&
                    r->ops[last + 1].rec.key == r->ops[last].rec.key + 1)
                 last++;
+        int rc;
+        if (op->op == SEDA_JOP_QUARANTINE) {
+            sqlite3_stmt *q = j->st[ST_QUARANTINE];
+            rc = sqlite3_bind_int64(q, 1, op->rec.key);
+            if (rc == SQLITE_OK)
+                rc = bind_text(q, 2, op->reason);
+            if (rc == SQLITE_OK)
+                rc = exec_stmt(q);
+            if (rc != SQLITE_OK)
+                return rc;
+            r->quarantined += sqlite3_changes(j->db);
+        }
         sqlite3_stmt *s = j->st[op->op == SEDA_JOP_MOVE ? ST_MOVE
                                 : op->op == SEDA_JOP_KEEP ? ST_KEEP
                                 : last > i ? ST_DELRANGE : ST_DELETE];
-        int rc = sqlite3_bind_int64(s, 1, op->rec.key);
+        rc = sqlite3_bind_int64(s, 1, op->rec.key);
         if (rc == SQLITE_OK && last > i)
             rc = sqlite3_bind_int64(s, 2, r->ops[last].rec.key);
         i = last;
@@ -331,6 +343,11 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
         rc = exec_stmt(j->st[ST_COMMIT]);
     if (rc == SQLITE_OK) {
         atomic_fetch_add_explicit(&j->txns, 1, memory_order_relaxed);
+        for (struct jreq *r = batch; r; r = r->next)
+            if (r->quarantined)
+                atomic_fetch_add_explicit(&j->quarantined,
+                                          (uint64_t)r->quarantined,
+                                          memory_order_relaxed);
     } else {
         /* SQLite may already have rolled back (FULL, IOERR, NOMEM). */
         if (!sqlite3_get_autocommit(j->db))
@@ -371,7 +388,8 @@ static struct jrow *copy_row(sqlite3_stmt *s)
     read_row(s, &r);
     size_t ls = strlen(r.stage) + 1, li = strlen(r.id) + 1;
     size_t lsn = r.sender ? strlen(r.sender) + 1 : 0;
-    struct jrow *w = seda__malloc(sizeof *w + ls + li + lsn + r.hlen +
+    size_t lr = r.reason ? strlen(r.reason) + 1 : 0;
+    struct jrow *w = seda__malloc(sizeof *w + ls + li + lsn + lr + r.hlen +
                                   r.slen + r.plen);
     if (!w)
         return NULL;
@@ -381,6 +399,7 @@ static struct jrow *copy_row(sqlite3_stmt *s)
     w->rec.stage = put(&p, r.stage, ls);
     w->rec.id = put(&p, r.id, li);
     w->rec.sender = put(&p, r.sender, lsn);
+    w->rec.reason = put(&p, r.reason, lr);
     w->rec.headers = put(&p, r.headers, r.hlen);
     w->rec.slip = put(&p, r.slip, r.slen);
     w->rec.payload = put(&p, r.payload, r.plen);
@@ -628,6 +647,9 @@ int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
             int rc = check_rec(&ops[i].rec);
             if (rc)
                 return rc;
+        } else if (ops[i].op == SEDA_JOP_QUARANTINE) {
+            if (!ops[i].reason)
+                return -EINVAL;
         } else if (ops[i].op != SEDA_JOP_DELETE &&
                    ops[i].op != SEDA_JOP_KEEP) {
             return -EINVAL;
@@ -643,6 +665,17 @@ int seda__journal_delete_stage(struct seda_journal *j, const char *stage)
         return -EINVAL;
     struct jreq r = { .type = REQ_PURGE, .stage = stage };
     return submit(j, &r);
+}
+
+void seda__journal_wal_discarded(struct seda_journal *j,
+                                 struct seda_wal_discard *out)
+{
+    *out = j->wal_lost;
+}
+
+uint64_t seda__journal_quarantine_count(struct seda_journal *j)
+{
+    return atomic_load_explicit(&j->quarantined, memory_order_relaxed);
 }
 
 uint64_t seda__journal_txns(struct seda_journal *j)
@@ -723,6 +756,16 @@ int seda__journal_scan(struct seda_journal *j, const char *where,
     return rc;
 }
 
+int seda__journal_quarantined(struct seda_journal *j,
+                              int (*cb)(const seda_jrec *, void *), void *ud)
+{
+    if (!j || !cb)
+        return -EINVAL;
+    int64_t rows;
+    return query_rows(j, "SELECT " ROW_COLS ", reason FROM quarantine "
+                      "ORDER BY key", NULL, NULL, cb, ud, &rows);
+}
+
 int seda__journal_count(struct seda_journal *j, const char *stage,
                         int64_t *n)
 {
@@ -772,27 +815,10 @@ int seda__journal_open(const char *dir, bool sync_full,
         return -ENOMEM;
     j->lockfd = -1;
     j->dir = seda__strdup(dir);
-    j->path = seda__jdb_join(dir, SEDA_JOURNAL_FILE);
-    char *lockpath = seda__jdb_join(dir, SEDA_JOURNAL_LOCK);
-    int rc = j->dir && j->path && lockpath ? 0 : -ENOMEM;
+    j->path = seda__datadir_join(dir, SEDA_JOURNAL_FILE);
+    int rc = j->dir && j->path ? 0 : -ENOMEM;
     if (rc == 0)
-        rc = seda__jdb_make_dirs(dir, err, errlen);
-    if (rc == 0) {
-        j->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (j->lockfd < 0) {
-            rc = -errno;
-            if (err && errlen)
-                snprintf(err, errlen, "%s: not writable: %s", lockpath,
-                         strerror(-rc));
-        }
-    }
-    if (rc == 0 && flock(j->lockfd, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
-        if (err && errlen)
-            snprintf(err, errlen, "%s: %s", dir, rc == -EBUSY
-                     ? "locked by another process" : strerror(-rc));
-    }
-    seda__free(lockpath);
+        rc = seda__jdb_files(j, err, errlen);
     if (rc == 0)
         rc = seda__jdb_setup(j, sync_full, err, errlen);
     if (rc != 0) {
@@ -803,8 +829,18 @@ int seda__journal_open(const char *dir, bool sync_full,
         journal_free(j);
         return -ENOMEM;
     }
+    /* What recovery dropped of a WAL a crash left behind: said once, on
+     * stderr, and kept for the stats (seda_bus_journal_stats). */
+    if (seda__walvfs_discarded(j->db, &j->wal_lost) == 0 &&
+        (j->wal_lost.frames || j->wal_lost.bytes))
+        fprintf(stderr, "seda: journal %s-wal: %lld frame%s (%lld bytes) "
+                "discarded by recovery: %s; envelopes journaled in them "
+                "are lost\n", j->path, j->wal_lost.frames,
+                j->wal_lost.frames == 1 ? "" : "s", j->wal_lost.bytes,
+                j->wal_lost.why);
     seda__mutex_init(&j->mu);
     atomic_init(&j->txns, 0);
+    atomic_init(&j->quarantined, 0);
     j->defer_score = DEFER_MAX;
     *out = j;
     return 0;

@@ -17,6 +17,7 @@
  *                     the connection holds the database exclusively)
  *   DIR/seda.lock     empty file; flock()ed exclusively while a journal is
  *                     open, so a second bus or process fails with "locked"
+ *   (DIR is made 0700 and the files 0600; see datadir.h)
  *
  *   envelopes(key INTEGER PRIMARY KEY,   -- order of publish; kept across
  *                                        moves, never reused while a
@@ -42,6 +43,13 @@
  *                                                only the newest
  *                                                dedup_window are kept
  *   meta(k TEXT PRIMARY KEY, v)   -- ('schema_version', 2)
+ *
+ *   quarantine(key INTEGER PRIMARY KEY, stage, id, attempts, sender,
+ *              headers, slip, kind, payload, published_at,  -- as in
+ *              published_wall, done_at,   envelopes, byte for byte;
+ *              reason TEXT)      reason: what replay found wrong with
+ *                                the row
+ *   (added without a version change: older builds ignore the table)
  *
  *   A durable envelope is exactly one row of envelopes while it is
  *   unacknowledged; a hop rewrites the row (new stage, same key); completion
@@ -109,9 +117,13 @@ typedef struct seda_jrec {
     double done_at;             /* out only: when a dead letter was done
                                    (SEDA_JOP_KEEP), seconds since the
                                    epoch; 0 = the row is live */
+    const char *reason;         /* quarantined rows (read with
+                                   seda__journal_quarantined): why; NULL
+                                   for envelopes */
 } seda_jrec;
 
-enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2, SEDA_JOP_KEEP = 3 };
+enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2, SEDA_JOP_KEEP = 3,
+       SEDA_JOP_QUARANTINE = 4 };
 
 /* One state change for seda__journal_apply.  rec.key names the row. */
 typedef struct seda_jop {
@@ -119,7 +131,9 @@ typedef struct seda_jop {
     seda_jrec rec;              /* MOVE: every field but published_wall
                                    and done_at is written, and the row is
                                    live again; DELETE: only key is read;
-                                   KEEP: key and done_at (0: now) */
+                                   KEEP: key and done_at (0: now);
+                                   QUARANTINE: only key is read */
+    const char *reason;         /* QUARANTINE: why (stored with the row) */
 } seda_jop;
 
 /* The SQLite VFS the journal opens its database with (src/walvfs.c): the
@@ -131,11 +145,32 @@ typedef struct seda_jop {
  * thread. */
 SEDA__API int seda__walvfs_register(void);
 
+/* What SQLite's recovery drops of a WAL found at open (a crash's damaged
+ * or cut-short log; see walvfs.c "DISCARDED FRAMES"). */
+struct seda_wal_discard {
+    long long frames;           /* frames dropped (a cut-short one too) */
+    long long bytes;            /* bytes of the file they occupy */
+    char why[160];              /* the cause, "" when nothing dropped */
+};
+
+/* The discard figures of db's WAL as it was opened through
+ * SEDA_JOURNAL_VFS.  Returns 0, or -1 (no WAL open, or not through the
+ * shim: *out is zeroed).  The thread that owns db. */
+struct sqlite3;
+SEDA__API int seda__walvfs_discarded(struct sqlite3 *db,
+                                     struct seda_wal_discard *out);
+
 /* Open DIR/seda.db (creating DIR, with parents, and the database as
- * needed) in WAL mode with synchronous=FULL (sync_full) or NORMAL, take
- * the exclusive lock on DIR/seda.lock and on the database.
+ * needed, private: 0700 and 0600) in WAL mode with synchronous=FULL
+ * (sync_full) or NORMAL, take the exclusive lock on DIR/seda.lock and on
+ * the database.  DIR and the files in it must be the process's own and
+ * not writable by group or others (datadir.h).
  * Returns 0 and *out (free with seda__journal_close), or a negative errno
  * with a message in err (when err != NULL) naming the path and the problem:
+ *   -EPERM     "PATH: owned by uid N, not by this process (uid M): not
+ *              trusted (...)", "PATH: writable by group or others (mode
+ *              0777): not trusted (chmod go-w PATH)", "PATH: a symbolic
+ *              link: not trusted (...)"
  *   -EBUSY     "DIR: locked by another process"
  *   -ENOTDIR, -EACCES, -EROFS, ...  "PATH: not writable: <strerror>"
  *   -EILSEQ    "DIR/seda.db: not a database (corrupt?)"
@@ -170,8 +205,9 @@ SEDA__API int seda__journal_insert(struct seda_journal *j, seda_jrec *recs,
  * field of rec (a hop; the key, and so the replay order, is kept) and
  * makes it live; DELETE removes row rec.key (completion); KEEP marks row
  * rec.key done at rec.done_at (a dead letter kept on disk: no longer
- * replayed or counted).  A key that is not in the journal is skipped
- * without error.  Returns 0 (all applied), or -EIO, -E2BIG,
+ * replayed or counted); QUARANTINE moves row rec.key, as it is, from
+ * envelopes into the quarantine table with reason (a row replay cannot
+ * use).  A key that is not in the journal is skipped without error.  Returns 0 (all applied), or -EIO, -E2BIG,
  * -ENOMEM, -EINVAL, -ECANCELED with nothing applied.  Any thread; blocks
  * until committed. */
 SEDA__API int seda__journal_apply(struct seda_journal *j, const seda_jop *ops,
@@ -209,6 +245,21 @@ SEDA__API int seda__journal_scan(struct seda_journal *j, const char *where,
                                  const char *arg,
                                  int (*cb)(const seda_jrec *, void *),
                                  void *ud);
+
+/* Call cb for each quarantined row, in key order (rec->reason says why
+ * it was quarantined), until cb returns non-zero; as replay.  Returns 0,
+ * -EIO or -ENOMEM. */
+SEDA__API int seda__journal_quarantined(struct seda_journal *j,
+                                        int (*cb)(const seda_jrec *, void *),
+                                        void *ud);
+
+/* What recovery dropped of the WAL when the journal opened (reported on
+ * stderr then).  Any thread. */
+SEDA__API void seda__journal_wal_discarded(struct seda_journal *j,
+                                           struct seda_wal_discard *out);
+
+/* Rows quarantined through this journal since it was opened (relaxed). */
+SEDA__API uint64_t seda__journal_quarantine_count(struct seda_journal *j);
 
 /* Delete every live row of stage (purge), in one transaction.  Dedup memory is kept.  Returns 0, -EIO or -ECANCELED. */
 SEDA__API int seda__journal_delete_stage(struct seda_journal *j,

@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * journal_db.c -- the journal's database: its schema and statements, the
- * directory and file it lives in, and setting up the one connection
- * (exclusive WAL, 1 KiB pages for a new database, the WAL-coalescing
- * VFS of walvfs.c), with errors that name the path and the problem.  The
- * requests, group commit and reads are journal.c's; see there and
- * journal.h.
+ * journal_db.c -- the journal's database: its schema and statements, and
+ * setting up the one connection (exclusive WAL, 1 KiB pages for a new
+ * database, the WAL-coalescing VFS of walvfs.c), with errors that name
+ * the path and the problem.  The requests, group commit and reads are
+ * journal.c's (see there and journal.h); the directory and the trust in
+ * its files are datadir.c's.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "datadir.h"
 #include "journal_int.h"
 
 /* busy_timeout, ms: only an outside tool (the sqlite3 shell holding a
@@ -42,6 +46,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
     [ST_PURGE] = "DELETE FROM envelopes WHERE stage = ?1 AND done_at IS NULL",
     [ST_KEEP] = "UPDATE envelopes SET done_at = ?2 WHERE key = ?1",
+    [ST_QUARANTINE] = "INSERT OR REPLACE INTO quarantine SELECT " ROW_COLS
+                      ", ?2 FROM envelopes WHERE key = ?1",
 };
 
 /* A new database gets schema 2 outright; an existing one keeps its
@@ -56,6 +62,10 @@ static const char schema_sql[] =
     " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v);"
+    "CREATE TABLE IF NOT EXISTS quarantine("
+    " key INTEGER PRIMARY KEY, stage TEXT, id TEXT, attempts INTEGER,"
+    " sender TEXT, headers BLOB, slip BLOB, kind INTEGER, payload BLOB,"
+    " published_at REAL, published_wall REAL, done_at REAL, reason TEXT);"
     "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 2);";
 
 /* Schema 1 -> 2: the wall-clock publish time and kept dead letters. */
@@ -126,44 +136,50 @@ static int open_error(int rc, sqlite3 *db, const char *path, const char *dir,
     return e;
 }
 
-int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen)
+int seda__jdb_files(struct seda_journal *j, char *err, size_t errlen)
 {
-    char *p = seda__strdup(dir);
-    if (!p)
-        return -ENOMEM;
-    int e = 0;
-    for (char *c = p + 1;; c++) {
-        if (*c != '/' && *c != '\0')
-            continue;
-        char saved = *c;
-        *c = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            e = errno;
-        *c = saved;
-        if (e || saved == '\0')
-            break;
+    const char *dir = j->dir;
+    char *lockpath = seda__datadir_join(dir, SEDA_JOURNAL_LOCK);
+    char *walpath = seda__datadir_join(dir, SEDA_JOURNAL_FILE "-wal");
+    int rc = lockpath && walpath ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = seda__datadir_prepare(dir, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_check(lockpath, NULL, err, errlen);
+    if (rc == 0) {
+        j->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW,
+                         0600);
+        if (j->lockfd < 0) {
+            rc = -errno;
+            if (err && errlen)
+                snprintf(err, errlen, "%s: not writable: %s", lockpath,
+                         strerror(-rc));
+        }
     }
-    struct stat sb;
-    if (!e && stat(dir, &sb) != 0)
-        e = errno;
-    else if (!e && !S_ISDIR(sb.st_mode))
-        e = ENOTDIR;
-    seda__free(p);
-    if (e && err && errlen)
-        snprintf(err, errlen, "%s: not writable: %s", dir, strerror(e));
-    return -e;
-}
-
-char *seda__jdb_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = seda__malloc(a + b + 2);
-    if (p) {
-        memcpy(p, dir, a);
-        p[a] = '/';
-        memcpy(p + a + 1, name, b + 1);
+    if (rc == 0) {
+        /* Through the descriptor: the file we hold, whatever the path
+         * says by now. */
+        struct stat sb;
+        rc = fstat(j->lockfd, &sb) == 0
+                 ? seda__datadir_check(lockpath, &sb, err, errlen) : -errno;
     }
-    return p;
+    if (rc == 0 && flock(j->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        if (err && errlen)
+            snprintf(err, errlen, "%s: %s", dir, rc == -EBUSY
+                     ? "locked by another process" : strerror(-rc));
+    }
+    /* The database and its WAL are ours, or refused; a new database is
+     * made private here, and SQLite gives its WAL the same mode. */
+    if (rc == 0)
+        rc = seda__datadir_check(j->path, NULL, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_check(walpath, NULL, err, errlen);
+    if (rc == 0)
+        rc = seda__datadir_touch(j->path, err, errlen);
+    seda__free(walpath);
+    seda__free(lockpath);
+    return rc;
 }
 
 int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
@@ -244,8 +260,10 @@ int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
         if (rc != SQLITE_OK)
             return open_error(rc, j->db, j->path, j->dir, err, errlen);
     }
-    rc = sqlite3_prepare_v2(j->db, "SELECT coalesce(max(key), 0) FROM "
-                            "envelopes", -1, &s, NULL);
+    /* Keys are never reused, quarantined ones included. */
+    rc = sqlite3_prepare_v2(j->db, "SELECT max(coalesce((SELECT max(key) "
+                            "FROM envelopes), 0), coalesce((SELECT "
+                            "max(key) FROM quarantine), 0))", -1, &s, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(s)) == SQLITE_ROW) {
         j->next_key = sqlite3_column_int64(s, 0) + 1;
         rc = SQLITE_OK;

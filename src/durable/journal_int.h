@@ -44,6 +44,7 @@ struct jreq {
     const char *a, *b;          /* READ: texts for ?1 and ?2 (or NULL) */
     struct jrow *rows;          /* READ: rows, in order; caller frees */
     int64_t count;              /* READ: rows; COUNT: the count */
+    int quarantined;            /* APPLY: rows quarantined (leader) */
     int rc;                     /* result, set by the leader */
     atomic_int state;           /* JR_*; see above */
     bool sleeping;              /* the caller waits on cv; mu */
@@ -61,21 +62,22 @@ struct seqent {
 
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
-    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_KEEP, ST_N
+    ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_KEEP,
+    ST_QUARANTINE, ST_N
 };
 
-#define SELECT_COLS "SELECT key, stage, id, attempts, sender, headers, slip," \
-                    " kind, payload, published_at, published_wall," \
-                    " done_at FROM envelopes "
+#define ROW_COLS "key, stage, id, attempts, sender, headers, slip, kind," \
+                 " payload, published_at, published_wall, done_at"
+#define SELECT_COLS "SELECT " ROW_COLS " FROM envelopes "
 
 /*
  * Locking: mu guards head, tail, hold, stop and busy (and each queued
  * request's next and sleeping).  npending is written under mu and read
  * without it (relaxed) by a deferring leader and by tests.  Immutable
- * after open: dir, path, lockfd.  db, st, seqs and next_key belong to the leader --
- * whoever set busy (under mu) -- until it clears busy or passes the lead.
- * Atomic: txns (relaxed counter).  Only one lock; it is never held across
- * SQLite calls.
+ * after open: dir, path, lockfd, wal_lost.  db, st, seqs and next_key
+ * belong to the leader -- whoever set busy (under mu) -- until it clears
+ * busy or passes the lead.  Atomic: txns, quarantined (relaxed
+ * counters).  Only one lock; it is never held across SQLite calls.
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -96,6 +98,9 @@ struct seda_journal {
     bool stop;                  /* close began; guarded by mu */
     bool busy;                  /* a leader is running; guarded by mu */
     atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
+    atomic_uint_fast64_t quarantined; /* rows quarantined; relaxed */
+    struct seda_wal_discard wal_lost; /* what recovery dropped at open;
+                                         immutable after open */
 };
 
 
@@ -104,11 +109,13 @@ struct seda_journal {
 /* Process-wide SQLite settings, before SQLite's first use (once). */
 SEDA__API void seda__jdb_init(void);
 
-/* mkdir -p dir.  Returns 0 or a negative errno with err set. */
-SEDA__API int seda__jdb_make_dirs(const char *dir, char *err, size_t errlen);
-
-/* dir + "/" + name, malloc'd (seda__free), or NULL. */
-SEDA__API char *seda__jdb_join(const char *dir, const char *name);
+/* The directory and files of j (j->dir, j->path set): make the
+ * directory, check that it and the files are to be trusted (datadir.h),
+ * open and flock DIR/seda.lock into j->lockfd, and create a new database
+ * file private.  Returns 0 or a negative errno with err naming the path;
+ * j's fields are released by the caller either way. */
+SEDA__API int seda__jdb_files(struct seda_journal *j, char *err,
+                              size_t errlen);
 
 /* Open j->path into j->db, set it up (exclusive WAL, pragmas, schema,
  * version check), prepare j->st and load j->next_key.  Returns 0 or a

@@ -31,14 +31,33 @@
  *   sync flushes first).  A write error leaves the run dropped, as a
  *   failed write would have left those bytes unwritten.
  *
+ * DISCARDED FRAMES
+ *   When SQLite opens a WAL after a crash it keeps the frames up to the
+ *   last commit frame whose checksum chain is intact, and drops the rest
+ *   without a word: a damaged header drops the whole log, a damaged
+ *   frame drops it and everything after it.  That is where journaled
+ *   envelopes would vanish silently, so on opening a WAL the shim reads
+ *   it once, the way SQLite's recovery does (the header's magic,
+ *   version, page size and checksum; per frame the salt, a non-zero
+ *   page number and the running checksum), and counts what recovery
+ *   will drop: the frames of the current log (those carrying the
+ *   header's salt) after the last valid commit, a cut-short last frame
+ *   included; with a damaged header, every byte of the file.  Frames of
+ *   an older log (another salt: already checkpointed) are not counted.
+ *   seda__walvfs_discarded() hands the figures and the cause to the
+ *   journal, which reports them.
+ *
  * THREADS: the VFS is registered once (pthread_once); a file object is
  *   used by one connection, which SQLite never enters from two threads at
  *   once here (the journal's leader owns it).
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -48,6 +67,9 @@
  * 128 KiB - 1 per call (seekAndWriteFd masks the count with 0x1ffff). */
 #define WAL_BUF (64 * 1024)
 #define FRAME_HDR 24              /* WAL frame header size */
+#define WAL_HDR 32                /* WAL header size */
+#define WAL_MAGIC 0x377f0682      /* | 1: big-endian checksums */
+#define WAL_VERSION 3007000
 
 struct wfile {
     sqlite3_file base;            /* our methods */
@@ -55,9 +77,11 @@ struct wfile {
     sqlite3_int64 off;            /* file offset of buf[0] */
     int len;                      /* bytes in buf */
     bool commit;                  /* a commit frame's header was seen */
+    struct seda_wal_discard lost; /* WAL only: what recovery drops */
     sqlite3_file *real;           /* the real file, right after us */
 };
 
+static const sqlite3_io_methods g_methods;
 static sqlite3_vfs g_vfs;
 static sqlite3_vfs *g_real;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -224,6 +248,170 @@ static int w_unfetch(sqlite3_file *p, sqlite3_int64 off, void *pg)
     return f->real->pMethods->xUnfetch(f->real, off, pg);
 }
 
+/* ---- what recovery will discard ---- */
+
+/* SQLite's WAL checksum: 32-bit words, big-endian when big, summed in
+ * pairs into s[0], s[1] (n is a multiple of 8). */
+static void wal_cksum(bool big, const unsigned char *p, size_t n,
+                      uint32_t s[2])
+{
+    uint32_t s1 = s[0], s2 = s[1];
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t x0 = big ? get4(p + i)
+                          : (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 |
+                            (uint32_t)p[i + 2] << 16 |
+                            (uint32_t)p[i + 3] << 24;
+        uint32_t x1 = big ? get4(p + i + 4)
+                          : (uint32_t)p[i + 4] | (uint32_t)p[i + 5] << 8 |
+                            (uint32_t)p[i + 6] << 16 |
+                            (uint32_t)p[i + 7] << 24;
+        s1 += x0 + s2;
+        s2 += x1 + s1;
+    }
+    s[0] = s1;
+    s[1] = s2;
+}
+
+static bool page_size_ok(uint32_t ps)
+{
+    return ps >= 512 && ps <= 65536 && (ps & (ps - 1)) == 0;
+}
+
+/* The page size of the database whose WAL is wal_path ("<db>-wal"), from
+ * its header, or 0. */
+static uint32_t db_page_size(const char *wal_path)
+{
+    size_t n = strlen(wal_path);
+    if (n < 5 || strcmp(wal_path + n - 4, "-wal") != 0)
+        return 0;
+    char *db = malloc(n - 3);
+    if (!db)
+        return 0;
+    memcpy(db, wal_path, n - 4);
+    db[n - 4] = '\0';
+    unsigned char h[2];
+    int fd = open(db, O_RDONLY | O_CLOEXEC);
+    free(db);
+    if (fd < 0)
+        return 0;
+    ssize_t got = pread(fd, h, 2, 16);
+    close(fd);
+    if (got != 2)
+        return 0;
+    uint32_t ps = (uint32_t)h[0] << 8 | h[1];
+    return ps == 1 ? 65536 : page_size_ok(ps) ? ps : 0;
+}
+
+/* Read the WAL f (just opened; name is its path) as SQLite's recovery
+ * will, and record in f->lost what it will discard.  A read error leaves
+ * f->lost empty: recovery will meet the same error and fail loudly. */
+static void scan_wal(struct wfile *f, const char *name)
+{
+    sqlite3_file *r = f->real;
+    sqlite3_int64 size = 0;
+    unsigned char hdr[WAL_HDR];
+    if (r->pMethods->xFileSize(r, &size) != SQLITE_OK || size == 0)
+        return;
+    struct seda_wal_discard *d = &f->lost;
+    if (size < WAL_HDR ||
+        r->pMethods->xRead(r, hdr, WAL_HDR, 0) != SQLITE_OK) {
+        d->bytes = size;
+        snprintf(d->why, sizeof d->why, "a %lld-byte file, shorter than "
+                 "the WAL header", (long long)size);
+        return;
+    }
+    uint32_t magic = get4(hdr), ps = get4(hdr + 8);
+    bool big = magic & 1;
+    uint32_t ck[2] = { 0, 0 };
+    wal_cksum(big, hdr, 24, ck);
+    const char *bad = (magic & ~1u) != WAL_MAGIC ? "bad magic number"
+                    : get4(hdr + 4) != WAL_VERSION ? "unknown version"
+                    : !page_size_ok(ps) ? "bad page size"
+                    : ck[0] != get4(hdr + 24) || ck[1] != get4(hdr + 28)
+                        ? "header checksum mismatch" : NULL;
+    if (bad) {
+        uint32_t dps = db_page_size(name);
+        d->bytes = size;
+        d->frames = dps ? (size - WAL_HDR + dps + FRAME_HDR - 1) /
+                              (dps + FRAME_HDR) : 0;
+        snprintf(d->why, sizeof d->why, "the WAL header is damaged (%s): "
+                 "the whole log is ignored", bad);
+        return;
+    }
+    sqlite3_int64 fsz = (sqlite3_int64)ps + FRAME_HDR;
+    unsigned char *fr = malloc((size_t)fsz);
+    if (!fr)
+        return;
+    /* Walk the log: valid frames extend the chain; the first invalid one
+     * ends it (why_at says why).  Past that, frames of this log (its
+     * salt) are what recovery drops. */
+    sqlite3_int64 nfull = (size - WAL_HDR) / fsz, commit = 0, last_own = 0;
+    sqlite3_int64 i = 0, broken = 0;
+    const char *why_at = NULL;
+    for (; i < nfull; i++) {
+        if (r->pMethods->xRead(r, fr, (int)fsz, WAL_HDR + i * fsz) !=
+            SQLITE_OK)
+            break;
+        bool own = memcmp(fr + 8, hdr + 16, 8) == 0;
+        if (own)
+            last_own = i + 1;
+        if (why_at)
+            continue;
+        if (!own) {
+            why_at = "";                /* an older log: a clean end */
+        } else if (get4(fr) == 0) {
+            why_at = "a frame with page number 0";
+        } else {
+            wal_cksum(big, fr, 8, ck);
+            wal_cksum(big, fr + FRAME_HDR, (size_t)ps, ck);
+            if (ck[0] != get4(fr + 16) || ck[1] != get4(fr + 20))
+                why_at = "checksum mismatch";
+            else if (get4(fr + 4) != 0)
+                commit = i + 1;         /* a commit frame */
+        }
+        if (why_at)
+            broken = i + 1;
+    }
+    sqlite3_int64 tail = size - WAL_HDR - nfull * fsz;
+    bool tail_own = false;
+    if (i == nfull && tail >= 16 &&
+        r->pMethods->xRead(r, fr, 16, WAL_HDR + nfull * fsz) == SQLITE_OK)
+        tail_own = memcmp(fr + 8, hdr + 16, 8) == 0;
+    free(fr);
+    if (tail_own || (tail > 0 && last_own == nfull && nfull > commit)) {
+        last_own = nfull + 1;           /* a cut-short last frame */
+    }
+    if (last_own <= commit)
+        return;                         /* nothing of this log dropped */
+    d->frames = last_own - commit;
+    sqlite3_int64 end = WAL_HDR + last_own * fsz;
+    d->bytes = (end < size ? end : size) - (WAL_HDR + commit * fsz);
+    if (why_at && *why_at)
+        snprintf(d->why, sizeof d->why, "%s at frame %lld, after the last "
+                 "valid commit (frame %lld)", why_at, (long long)broken,
+                 (long long)commit);
+    else if (last_own > nfull)
+        snprintf(d->why, sizeof d->why, "the log is cut short in frame "
+                 "%lld, after the last valid commit (frame %lld)",
+                 (long long)last_own, (long long)commit);
+    else
+        snprintf(d->why, sizeof d->why, "frames after the last commit "
+                 "(frame %lld) were never committed (a transaction cut "
+                 "short)", (long long)commit);
+}
+
+int seda__walvfs_discarded(sqlite3 *db, struct seda_wal_discard *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_file *wal = NULL;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER,
+                             &wal) != SQLITE_OK || !wal ||
+        wal->pMethods != &g_methods)
+        return -1;
+    *out = ((struct wfile *)wal)->lost;
+    return 0;
+}
+
 static const sqlite3_io_methods g_methods = {
     3, w_close, w_read, w_write, w_truncate, w_sync, w_size, w_lock,
     w_unlock, w_reserved, w_fcntl, w_sector, w_devchar, w_shmmap,
@@ -249,6 +437,8 @@ static int w_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *p,
         return rc;              /* p->pMethods stays NULL: no xClose */
     }
     f->base.pMethods = &g_methods;
+    if (f->buf && name)
+        scan_wal(f, name);
     return SQLITE_OK;
 }
 

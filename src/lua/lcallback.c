@@ -14,6 +14,12 @@
  *   one also signals the main state's wake descriptor (lloop.c), so a
  *   host's loop wakes for it.  Errors in a callback are reported with
  *   their traceback, at most 5 a second.
+ *
+ *   The queue is bounded by the main state itself: bus:publish and
+ *   publish_many first run the queued callbacks when more than
+ *   max_pending_callbacks wait (seda__l_bound_completions), so a loop
+ *   that publishes with on_complete and never polls keeps a bounded
+ *   backlog (each waiting completion holds a copy of the envelope).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -109,6 +115,7 @@ void seda__l_on_done(seda_env_t *env, int outcome, void *ud)
     lb->ctail = c;
     pthread_cond_broadcast(&lb->cv);
     pthread_mutex_unlock(&lb->mu);
+    atomic_fetch_add_explicit(&lb->npending_cb, 1, memory_order_relaxed);
     seda__l_loop_signal(lb->loop);      /* after the enqueue: see lloop.c */
 }
 
@@ -205,6 +212,8 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
             return ran;
         while (c) {
             struct lcompletion *next = c->next;
+            atomic_fetch_sub_explicit(&lb->npending_cb, 1,
+                                      memory_order_relaxed);
             if (c->outcome == SEDA_COMPLETED) {
                 int top = lua_gettop(L);
                 lua_pushcfunction(L, seda__l_msghandler);
@@ -225,6 +234,18 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
             c = next;
         }
     }
+}
+
+/* How deep publish may nest callback runs (a callback that publishes
+ * with on_complete may run others, up to here). */
+#define CB_NEST_MAX 8
+
+void seda__l_bound_completions(lua_State *L, struct lbus *lb)
+{
+    if (atomic_load_explicit(&lb->npending_cb, memory_order_relaxed) >
+            lb->max_pending_cb &&
+        seda__l_callback_depth < CB_NEST_MAX)
+        seda__l_run_completions(L, lb);
 }
 
 bool seda__l_completions_pending(struct lbus *lb)

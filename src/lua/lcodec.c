@@ -94,25 +94,45 @@ void seda__wbuf_free(seda_wbuf *b)
 {
     if (b == NULL)
         return;
-    free(b->p);
+    if (b->alloc && b->p)
+        b->alloc(b->alloc_ud, b->p, b->cap, 0);
+    else
+        free(b->p);
     b->p = NULL;
     b->len = 0;
     b->cap = 0;
 }
 
+void seda__wbuf_trim(seda_wbuf *b, size_t keep)
+{
+    if (b && b->cap > keep)
+        seda__wbuf_free(b);
+}
+
 /* Grows b so that n more bytes fit.  Returns 0, or -1 with b unchanged
- * when the size overflows or realloc fails. */
+ * when the size overflows, passes b->limit (b->over set) or the
+ * allocation fails (b->over set when b->alloc refused). */
 static int grow(seda_wbuf *b, size_t n)
 {
     if (n > SIZE_MAX - b->len)
         return -1;
     size_t need = b->len + n;
+    if (b->limit && need > b->limit) {
+        b->over = SEDA_WBUF_OVER_LIMIT;
+        return -1;
+    }
     size_t cap = b->cap ? b->cap : 64;
     while (cap < need)
         cap = cap > SIZE_MAX / 2 ? need : cap * 2;
-    unsigned char *p = realloc(b->p, cap);
-    if (p == NULL)
+    if (b->limit && cap > b->limit)
+        cap = b->limit;                 /* need <= limit: it still fits */
+    unsigned char *p = b->alloc ? b->alloc(b->alloc_ud, b->p, b->cap, cap)
+                                : realloc(b->p, cap);
+    if (p == NULL) {
+        if (b->alloc)
+            b->over = SEDA_WBUF_OVER_MEMORY;
         return -1;
+    }
     b->p = p;
     b->cap = cap;
     return 0;
@@ -195,12 +215,23 @@ static COLD int fail(struct enc *e, int nsteps, const char *what)
     return -1;
 }
 
-/* Writes "out of memory" to e->err.  Returns -1. */
+/* Writes why the buffer could not grow to e->err: past its limit, past
+ * the state's memory, or out of memory.  Returns -1. */
 static COLD int fail_oom(struct enc *e)
 {
     struct seda_msgbuf m;
+    char what[160];
     seda__msgbuf_init(&m, e->err, e->errlen);
-    seda__msgbuf_str(&m, "out of memory");
+    if (e->b->over == SEDA_WBUF_OVER_LIMIT)
+        snprintf(what, sizeof what, "too_large: the encoding passes "
+                 "max_payload (%zu bytes)", e->b->limit);
+    else if (e->b->over == SEDA_WBUF_OVER_MEMORY)
+        snprintf(what, sizeof what, "not enough memory: the encoding "
+                 "passes the state's memory_limit (at %zu bytes)",
+                 e->b->len);
+    else
+        snprintf(what, sizeof what, "out of memory");
+    seda__msgbuf_str(&m, what);
     return -1;
 }
 
@@ -464,6 +495,7 @@ int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
     int top = lua_gettop(L);
     size_t len0 = b->len;
 
+    b->over = 0;
     e.L = L;
     e.b = b;
     e.root = root;

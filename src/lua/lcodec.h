@@ -64,16 +64,33 @@ static inline uint64_t seda__ld64(const unsigned char *p)
     return seda__ld32(p) | seda__ld32(p + 4) << 32;
 }
 
-/* A growable output buffer, reused by the caller across encodes. */
+/* A growable output buffer, reused by the caller across encodes.  An
+ * all-zero buffer is ready (malloc'd storage, no limit); the owner may
+ * set limit, and alloc to count the storage in a Lua state's memory (a
+ * worker's: its memory_limit then bounds encoding too). */
 typedef struct seda_wbuf {
-    unsigned char *p; /* malloc'd storage, NULL when cap is 0 */
+    unsigned char *p; /* storage, NULL when cap is 0 */
     size_t len;       /* bytes in use */
     size_t cap;       /* bytes allocated */
+    size_t limit;     /* len may not pass this (0: no limit): an encode
+                         that would fails with "too_large" and sets over */
+    lua_Alloc alloc;  /* storage allocator (lua_Alloc contract), or NULL
+                         for realloc/free */
+    void *alloc_ud;   /* its first argument */
+    int over;         /* the last encode failed at limit (1) or because
+                         alloc refused (2); 0 otherwise */
 } seda_wbuf;
 
-/* Frees b->p and zeroes *b.  Accepts NULL and an all-zero buffer.  Cannot
- * fail. */
+enum { SEDA_WBUF_OVER_LIMIT = 1, SEDA_WBUF_OVER_MEMORY = 2 };
+
+/* Frees b->p (through b->alloc when set) and empties *b, keeping limit
+ * and alloc.  Accepts NULL and an all-zero buffer.  Cannot fail. */
 SEDA__API void seda__wbuf_free(seda_wbuf *b);
+
+/* Frees b's storage if it is over keep bytes (a big payload's buffer is
+ * not kept for the next, small, one).  b->len must be 0 or the bytes
+ * unneeded. */
+SEDA__API void seda__wbuf_trim(seda_wbuf *b, size_t keep);
 
 /* Encodes the Lua value at stack index idx and appends the bytes to b.
  * b->len is not reset: set it to 0 first to reuse the buffer.  The buffer
@@ -82,8 +99,10 @@ SEDA__API void seda__wbuf_free(seda_wbuf *b);
  *
  * Returns 0 on success.  Returns -1 when the value holds a function,
  * userdata, thread, cyclic table, or nests deeper than
- * SEDA_CODEC_MAX_DEPTH, or when growing b runs out of memory ("out of
- * memory"); then err receives a NUL-terminated message (truncated to
+ * SEDA_CODEC_MAX_DEPTH, when the encoding would pass b->limit ("too_large:
+ * ..."; b->over says so), or when growing b runs out of memory ("out of
+ * memory", or "not enough memory: ..." when b->alloc refused); then err
+ * receives a NUL-terminated message (truncated to
  * errlen) whose path is rooted at `root`, e.g.
  * "payload.items[3].cb: cannot encode a function", and b->len is restored
  * to its value on entry.  err may be NULL when errlen is 0.  Path steps:

@@ -272,7 +272,12 @@ int seda__lw_env_sync(lua_State *L)
         if (seda__l_encode_payload(L, -1, &w->wb, &p, &len, &kind, err,
                                    sizeof err))
             return luaL_error(L, "%s", err);
-        if (seda_env_set_payload_kind(env, p, len, kind))
+        int rc = seda_env_set_payload_kind(env, p, len, kind);
+        seda__wbuf_trim(&w->wb, SEDA_WBUF_KEEP);
+        if (rc == SEDA_ETOOLARGE)
+            return luaL_error(L, "too_large: the payload is %I bytes, over "
+                              "max_payload", (lua_Integer)len);
+        if (rc)
             return luaL_error(L, "payload: out of memory");
     }
     return 0;

@@ -210,7 +210,9 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     if (seda__l_encode_payload(L, pidx, wb, &p, &len, &kind, err,
                                sizeof err) != 0) {
         lua_pushboolean(L, 0);
-        lua_pushstring(L, err);
+        /* Over max_payload: the reason word, as for a C publisher. */
+        lua_pushstring(L, wb->over == SEDA_WBUF_OVER_LIMIT
+                              ? seda_strerror(SEDA_ETOOLARGE) : err);
         return 2;
     }
     o.kind = kind;
@@ -221,6 +223,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         o.done_ud = cb;
     }
     int rc = seda_stage_publish(st, p, len, &o);
+    seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
     if (rc) {
         if (cb)
             seda__l_cb_release(L, cb, 1);
@@ -302,11 +305,11 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     lua_pushstring(L, seda_delivery_name(s.delivery));
     lua_setfield(L, -2, "delivery");
     if (ls) {
-        set_int(L, "version", (lua_Integer)atomic_load_explicit(
-                    &ls->version, memory_order_acquire));
         pthread_mutex_lock(&ls->mu);
+        uint64_t version = ls->version;
         char *e = ls->last_error ? strdup(ls->last_error) : NULL;
         pthread_mutex_unlock(&ls->mu);
+        set_int(L, "version", (lua_Integer)version);
         if (e) {
             lua_pushstring(L, e);
             lua_setfield(L, -2, "last_error");
@@ -396,6 +399,13 @@ int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);
+    seda_journal_stats js;
+    seda_bus_journal_stats(lb->bus, &js);
+    set_int(L, "wal_discarded_frames", (lua_Integer)js.wal_discarded_frames);
+    set_int(L, "wal_discarded_bytes", (lua_Integer)js.wal_discarded_bytes);
+    set_int(L, "quarantined", (lua_Integer)js.quarantined);
+    set_int(L, "callbacks_pending", atomic_load_explicit(&lb->npending_cb,
+                                                         memory_order_relaxed));
     lua_pushboolean(L, b.paused);
     lua_setfield(L, -2, "paused");
     lua_pushboolean(L, b.closed);
@@ -408,6 +418,8 @@ int seda__l_bus_publish_many(lua_State *L)
     struct lbusud *u = seda__l_check_bus(L);
     luaL_checkstring(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
+    seda__l_autostart(L, u->lb);
+    seda__l_bound_completions(L, u->lb);
     lua_settop(L, 4);
     seda_publish_opts o;
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
@@ -453,7 +465,10 @@ int seda__l_bus_publish_many(lua_State *L)
         if (seda__l_encode_payload(L, -1, &u->wb, &p, &lens[i], &kinds[i],
                                    err, sizeof err) != 0) {
             nenc = i;
-            lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
+            if (u->wb.over == SEDA_WBUF_OVER_LIMIT)
+                lua_pushstring(L, seda_strerror(SEDA_ETOOLARGE));
+            else
+                lua_pushfstring(L, "payloads[%d]: %s", i + 1, err);
             erridx = lua_gettop(L);
             break;
         }
@@ -482,6 +497,7 @@ int seda__l_bus_publish_many(lua_State *L)
         done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
                                   k - done, &o, &rc);
     }
+    seda__wbuf_trim(&u->wb, SEDA_WBUF_KEEP);
     if (cb)
         seda__l_cb_release(L, cb, nenc - done + 1);
     if (rc == SEDA_EINVAL && o.id)

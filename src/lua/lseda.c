@@ -73,14 +73,26 @@ int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
                            const void **p, size_t *len, int *kind,
                            char *err, size_t errlen)
 {
+    wb->over = 0;
     if (lua_type(L, idx) == LUA_TSTRING) {
         *p = lua_tolstring(L, idx, len);
         *kind = SEDA_KIND_RAW;
+        if (wb->limit && *len > wb->limit) {
+            wb->over = SEDA_WBUF_OVER_LIMIT;
+            snprintf(err, errlen, "too_large: the payload is %zu bytes, "
+                     "over max_payload (%zu bytes)", *len, wb->limit);
+            return -1;
+        }
         return 0;
     }
+    if (wb->len == 0)
+        seda__wbuf_trim(wb, SEDA_WBUF_KEEP);   /* a big one's buffer */
     size_t start = wb->len;
-    if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0)
+    if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0) {
+        if (start == 0)
+            seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
         return -1;
+    }
     *p = wb->p + start;
     *len = wb->len - start;
     *kind = SEDA_KIND_LUA;
@@ -104,12 +116,15 @@ struct lbusud *seda__l_check_bus(lua_State *L)
 static int l_bus_publish(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    seda__l_autostart(L, u->lb);
+    seda__l_bound_completions(L, u->lb);
     return seda__l_publish(L, u->lb, 2, &u->wb, true);
 }
 
 static int l_bus_receive(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    seda__l_autostart(L, u->lb);
     return seda__l_receive(L, u->lb, 2, &u->wb, 1);
 }
 
@@ -136,6 +151,8 @@ static int l_bus_resume(lua_State *L)
 static int l_bus_poll(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    if (u->lb && u->lb->bus && !u->lb->shut)
+        seda__l_autostart(L, u->lb);
     int ran = u->lb ? seda__l_run_completions(L, u->lb) : 0;
     ran += seda__l_run_timers(L);
     lua_pushinteger(L, ran);
@@ -189,8 +206,19 @@ static int l_bus_wait(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, -1);
+    if (!u->lb->shut)
+        seda__l_autostart(L, u->lb);
     lua_pushboolean(L, wait_idle(L, u->lb, t));
     return 1;
+}
+
+/* A bus that ends (or whose program failed) before it started never
+ * replays: its durable stages' rows stay in the journal for the next
+ * run. */
+static void hold(struct lbus *lb)
+{
+    if (lb->start == START_NOT_YET)
+        lb->start = START_HELD;
 }
 
 static void unregister_bus(lua_State *L, int idx)
@@ -208,6 +236,7 @@ static int l_bus_shutdown(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, 30.0);
+    hold(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
     u->lb->shut = true;
     seda__l_run_completions(L, u->lb);
@@ -220,6 +249,7 @@ static int l_bus_shutdown(lua_State *L)
 static int l_bus_shutdown_now(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
+    hold(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
     u->lb->shut = true;
     seda__l_run_completions(L, u->lb);
@@ -260,6 +290,7 @@ static int l_bus_close(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (u->lb && u->lb->bus && !u->lb->shut) {
+        hold(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
         u->lb->shut = true;
         seda__l_run_completions(L, u->lb);
@@ -279,8 +310,30 @@ static int l_bus_tostring(lua_State *L)
 
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
-    "data_dir", "sync", "max_loans", NULL
+    "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
+    NULL
 };
+
+/* Defaults of the Lua-level bus options. */
+#define DEF_MAX_PENDING_CB 10000
+#define MAX_PENDING_CB_MAX 100000000
+
+/* An integer option in lo..hi at field k of table 1, or def. */
+static lua_Integer opt_range(lua_State *L, const char *k, lua_Integer def,
+                             lua_Integer lo, lua_Integer hi)
+{
+    lua_getfield(L, 1, k);
+    lua_Integer v = def;
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        v = lua_type(L, -1) == LUA_TNUMBER ? lua_tointegerx(L, -1, &isint)
+                                           : 0;
+        if (!isint || v < lo || v > hi)
+            luaL_error(L, "bus: %s must be an integer in %I..%I", k, lo, hi);
+    }
+    lua_pop(L, 1);
+    return v;
+}
 
 static int l_bus_new(lua_State *L)
 {
@@ -358,6 +411,13 @@ static int l_bus_new(lua_State *L)
         memory_limit = (size_t)lua_tonumber(L, -1);
     }
 
+    int max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
+                                        DEF_MAX_PENDING_CB, 1,
+                                        MAX_PENDING_CB_MAX);
+    o.max_payload = (size_t)opt_range(L, "max_payload",
+                                      (lua_Integer)SEDA_MAX_PAYLOAD_DEFAULT,
+                                      1, (lua_Integer)UINT32_MAX);
+
     struct lbusud *u = lua_newuserdatauv(L, sizeof *u, 0);
     memset(u, 0, sizeof *u);
     luaL_setmetatable(L, LSEDA_BUS_MT);
@@ -370,6 +430,11 @@ static int l_bus_new(lua_State *L)
     u->lb = lb;
     lb->loop = seda__l_loop_ref(L);
     lb->memory_limit = memory_limit;
+    lb->max_pending_cb = max_pending_cb;
+    atomic_init(&lb->npending_cb, 0);
+    /* Before the pool starts: worker states read it as they are made. */
+    lb->max_payload = o.max_payload;
+    u->wb.limit = lb->max_payload;
     lua_getglobal(L, "package");
     if (lua_istable(L, -1)) {
         lua_getfield(L, -1, "path");
@@ -455,6 +520,8 @@ int seda__l_run_all_completions(lua_State *L)
     while (lua_next(L, -2)) {
         lua_pop(L, 1);
         struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb && u->lb->bus && !u->lb->shut)
+            seda__l_autostart(L, u->lb);
         if (u->lb)
             ran += seda__l_run_completions(L, u->lb);
     }
@@ -469,6 +536,22 @@ static int l_poll_all(lua_State *L)
 {
     lua_pushinteger(L, seda_lua_run_pending(L));
     return 1;
+}
+
+/* seda._hold_all(): every live bus that has not started never will (for
+ * seda-lua, when the script failed before its buses started). */
+static int l_hold_all(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        struct lbusud *u = lua_touserdata(L, -1);
+        if (u->lb)
+            hold(u->lb);
+    }
+    lua_pop(L, 1);
+    return 0;
 }
 
 /* bus:workers([n]) -> the pool size after the change. */
@@ -521,6 +604,7 @@ static const luaL_Reg bus_methods[] = {
     { "shutdown", l_bus_shutdown },
     { "shutdown_now", l_bus_shutdown_now },
     { "reload", seda__l_bus_reload },
+    { "start", seda__l_bus_start_method },
     { NULL, NULL }
 };
 
@@ -531,6 +615,7 @@ static const luaL_Reg module_funcs[] = {
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },
+    { "_hold_all", l_hold_all },
     { NULL, NULL }
 };
 

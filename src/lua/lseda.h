@@ -47,10 +47,11 @@ struct lconsumer {
 
 /*
  * Locking:
- *   mu guards src (the array and what it points to), last_error.
+ *   mu guards src, prev (the arrays and what they point to), version,
+ *   prev_version, last_error, reloads.
  *   Immutable after creation: lb, st, index, nsrc, cons.
- *   Atomic: version (release after src is replaced / acquire in workers,
- *   who then copy src under mu).
+ *   Atomic: gen (release after src is replaced / acquire in workers, who
+ *   then copy src under mu).
  */
 struct lstage {
     struct lbus *lb;
@@ -60,8 +61,17 @@ struct lstage {
     struct lconsumer *cons;     /* nsrc entries */
     pthread_mutex_t mu;
     struct lsrc *src;           /* nsrc entries; guarded by mu */
+    struct lsrc *prev;          /* the code before the last reload (nsrc
+                                   entries), kept to go back to if a
+                                   worker cannot load src; or NULL;
+                                   guarded by mu */
+    uint64_t version;           /* the version src is (what stats show:
+                                   1, +1 per reload); guarded by mu */
+    uint64_t prev_version;      /* prev's; guarded by mu */
     char *last_error;           /* last reload error; guarded by mu */
-    atomic_uint_fast64_t version; /* code version, from 1 */
+    atomic_uint_fast64_t gen;   /* code generation: +1 whenever src
+                                   changes (reload or roll back); workers
+                                   reload when theirs differs */
     struct seda_schema *accepts;/* typed stage, or NULL; immutable */
     uint64_t reloads;           /* successful reloads; guarded by mu */
     struct lsrc *admit;         /* the admit rule, or NULL; guarded by mu */
@@ -69,6 +79,8 @@ struct lstage {
                                    acquire by publishers) */
     atomic_uint_fast64_t admit_version; /* raised (release) whenever admit
                                    changes; states recompile on a change */
+    bool replay_pending;        /* durable, not replayed yet; main thread
+                                   only (see seda__l_bus_start) */
 };
 
 /* An on_complete callback shared by the envelopes of one publish call.
@@ -121,7 +133,9 @@ struct lloop {
  *   nworkers, cap_workers; cv is signalled (under mu) when a completion
  *   is queued.
  *   Immutable after creation: bus, loop, memory_limit, package_path,
- *   package_cpath, hop_timeout.
+ *   package_cpath, hop_timeout, max_pending_cb, max_payload.
+ *   Atomic: npending_cb (relaxed counter: completions queued, not yet
+ *   run; a hint for publish, exact when the bus is quiet).
  */
 struct lworker;
 struct lbus {
@@ -140,9 +154,22 @@ struct lbus {
     int nworkers;               /* guarded by mu */
     int cap_workers;            /* guarded by mu */
     size_t memory_limit;        /* bytes per worker state */
+    size_t max_payload;         /* the bus's, in bytes */
+    int max_pending_cb;         /* publish runs callbacks past this */
+    atomic_int npending_cb;     /* completions queued; relaxed */
     char *package_path;         /* copied into every worker state */
     char *package_cpath;
     bool shut;                  /* main thread only: shutdown done */
+    int start;                  /* main thread only: START_* */
+};
+
+/* When a bus's durable stages replay (lbus.start). */
+enum {
+    START_NOT_YET = 0,          /* declared stages wait to replay */
+    START_DONE = 1,             /* replayed; new durable stages replay at
+                                   declaration */
+    START_HELD = -1             /* never: the program failed before it
+                                   ran (rows stay in the journal) */
 };
 
 /* The bus userdata (main state). */
@@ -172,6 +199,20 @@ SEDA__API void seda__l_build_src(lua_State *L, const char *stage, int idx,
 SEDA__API void seda__l_push_caller_dir(lua_State *L);
 /* A whole file in malloc'd memory, or NULL. */
 SEDA__API char *seda__l_read_file(const char *path, size_t *len);
+/* Start the bus (lb->start): replay every durable stage declared so far
+ * and not replayed yet, in declaration order.  Returns 0, or -1 with err
+ * naming the stage and why (the other stages still replayed).  A held or
+ * started bus: 0 and nothing happens.  Main thread. */
+SEDA__API int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen);
+/* Replay one stage now if it waits to (0, or -1 with err). */
+SEDA__API int seda__l_bus_start_stage(struct lstage *ls, char *err,
+                                      size_t errlen);
+
+/* The same as a Lua call on the bus at index 1 (bus:start()), raising on
+ * failure; and the implicit start that publish, publish_many, receive,
+ * wait and poll on the main state make (raising the same way). */
+SEDA__API int seda__l_bus_start_method(lua_State *L);
+SEDA__API void seda__l_autostart(lua_State *L, struct lbus *lb);
 
 SEDA__API int seda__l_bus_stage(lua_State *L);
 SEDA__API int seda__l_bus_reload(lua_State *L);
@@ -219,11 +260,25 @@ SEDA__API int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index,
 /* The consumer function every Lua handler is registered as. */
 SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
 
-/* Load src into a scratch state like a worker's and run its top level,
- * checking that it yields a handler.  Returns 0, or -1 with a message
- * (file:line) in err.  Main thread. */
+/* Load src into scratch states made as workers' are, one per worker
+ * index a state may have (seda.worker = 0 .. workers-1, and the first
+ * loan thread's SEDA_LOAN_INDEX0 when loans are allowed), running its top
+ * level and init, and check that each yields a handler.  Returns 0, or
+ * -1 with a message naming the index and file:line in err.  Main
+ * thread. */
 SEDA__API int seda__lw_validate(struct lbus *lb, const struct lsrc *src,
                                 char *err, size_t errlen);
+
+/* A worker (index) could not load generation gen of ls's code, which the
+ * validation accepted: unless the code changed meanwhile, go back to the
+ * code before the last reload on every worker (a new generation) and
+ * say so in last_error and on stderr; the declared code has nothing
+ * before it, and is only reported.  Any worker thread; takes ls->mu. */
+SEDA__API void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen,
+                                         int index, const char *msg);
+
+/* Free an array of n sources (NULL is fine). */
+SEDA__API void seda__l_src_free(struct lsrc *s, int n);
 
 /* ---- lcallback.c ---- */
 
@@ -239,6 +294,9 @@ SEDA__API void seda__l_completion_free(struct lcompletion *c);
 /* Run the bus's queued completions on L; returns how many ran. */
 SEDA__API int seda__l_run_completions(lua_State *L, struct lbus *lb);
 SEDA__API bool seda__l_completions_pending(struct lbus *lb);
+/* Run the queued completions when more than lb->max_pending_cb wait
+ * (and callback runs are not nested too deep).  Main thread. */
+SEDA__API void seda__l_bound_completions(lua_State *L, struct lbus *lb);
 /* Print the count of suppressed callback errors, if any. */
 SEDA__API void seda__l_cb_flush(void);
 /* Report an error of a main-state callback ("on_complete", "timer") on
@@ -328,7 +386,11 @@ SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
 
 /* Encode the value at idx as a payload into wb (strings go raw: *p points
  * into the Lua string, valid while it stays on the stack).  Returns 0, or
- * -1 with err naming the path. */
+ * -1 with err naming the path; a payload over wb->limit (the bus's
+ * max_payload) gives "too_large: ..." with wb->over set, one that passes
+ * a worker's memory_limit "payload: not enough memory: ...".  A buffer
+ * grown past SEDA_WBUF_KEEP for an earlier payload is freed first. */
+#define SEDA_WBUF_KEEP (64 * 1024)
 SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
                                      const void **p, size_t *len, int *kind,
                                      char *err, size_t errlen);

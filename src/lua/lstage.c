@@ -15,9 +15,18 @@
  *   stages replay their journal after the consumers are in place.
  *
  *   bus:reload re-reads the files, validates them the same way and, only
- *   if all are good, swaps the sources and bumps the stage's version
- *   (release); workers pick the new code up before their next envelope.
+ *   if all are good, swaps the sources and bumps the stage's version and
+ *   code generation (release); workers pick the new code up before their
+ *   next envelope.  A reload is all or nothing: the validation runs the
+ *   code (top level and init) in a state made as each worker's is, one
+ *   per worker index (seda.worker = 0 .. workers-1, and a loan thread's
+ *   1024), so an init that fails on a worker fails the reload, with the
+ *   version unchanged.  Should a worker still fail to load code that
+ *   passed (an init that depends on more than its index), it reports
+ *   back and every worker goes back to the code before (the previous
+ *   code is kept for that), with the version and last_error saying so.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +36,22 @@
 
 /* ---- stages ---- */
 
+void seda__l_src_free(struct lsrc *s, int n)
+{
+    for (int i = 0; s && i < n; i++) {
+        free(s[i].chunkname);
+        free(s[i].path);
+        free(s[i].code);
+    }
+    free(s);
+}
+
 void seda__l_lstage_free(struct lstage *ls)
 {
     if (!ls)
         return;
-    for (int i = 0; ls->src && i < ls->nsrc; i++) {
-        free(ls->src[i].chunkname);
-        free(ls->src[i].path);
-        free(ls->src[i].code);
-    }
-    free(ls->src);
+    seda__l_src_free(ls->src, ls->nsrc);
+    seda__l_src_free(ls->prev, ls->nsrc);
     free(ls->cons);
     free(ls->last_error);
     seda__l_lsrc_free(ls->admit);
@@ -418,7 +433,8 @@ int seda__l_bus_stage(lua_State *L)
     *pls = ls;
     ls->lb = lb;
     ls->nsrc = n;
-    atomic_init(&ls->version, 1);
+    atomic_init(&ls->gen, 1);
+    ls->version = 1;
     ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
     ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
     if (!ls->src || !ls->cons)
@@ -511,12 +527,77 @@ int seda__l_bus_stage(lua_State *L)
     if (remote && n > 0)
         seda_remote_consume(st);        /* else this process publishes */
     if (o.durable) {
-        int r = seda_stage_replay(st);
-        if (r < 0)
-            return luaL_error(L, "stage '%s': durable: replay failed (%s)",
-                              name, seda_strerror(r));
+        /* Before the bus starts, the replay waits (the stages its
+         * envelopes go to may be declared next); after, it runs now. */
+        ls->replay_pending = true;
+        if (lb->start == START_DONE) {
+            char rerr[256];
+            if (seda__l_bus_start_stage(ls, rerr, sizeof rerr) != 0)
+                return luaL_error(L, "%s", rerr);
+        }
     }
     lua_pushstring(L, name);
+    return 1;
+}
+
+/* ---- starting: the replay of durable stages ---- */
+
+int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
+{
+    if (!ls->replay_pending)
+        return 0;
+    ls->replay_pending = false;
+    int r = seda_stage_replay(ls->st);
+    if (r >= 0)
+        return 0;
+    snprintf(err, errlen, "stage '%s': durable: replay failed (%s); its "
+             "journal rows stay for the next run", seda_stage_name(ls->st),
+             seda_strerror(r));
+    return -1;
+}
+
+int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
+{
+    if (lb->start != START_NOT_YET || !lb->bus)
+        return 0;
+    lb->start = START_DONE;
+    int rc = 0;
+    pthread_mutex_lock(&lb->mu);
+    int n = lb->nstages;
+    pthread_mutex_unlock(&lb->mu);
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&lb->mu);
+        struct lstage *ls = lb->stages[i];
+        pthread_mutex_unlock(&lb->mu);
+        char e[256];
+        if (seda__l_bus_start_stage(ls, e, sizeof e) != 0 && rc == 0) {
+            snprintf(err, errlen, "%s", e);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+void seda__l_autostart(lua_State *L, struct lbus *lb)
+{
+    if (lb->start != START_NOT_YET)
+        return;
+    char err[256];
+    if (seda__l_bus_start(lb, err, sizeof err) != 0)
+        luaL_error(L, "%s", err);
+}
+
+/* bus:start() -> true: replay the durable stages declared so far now,
+ * rather than when the script's main chunk has run (or at the first
+ * publish, receive, wait or poll).  Raises if a replay failed. */
+int seda__l_bus_start_method(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    if (u->lb->start == START_HELD)
+        return luaL_error(L, "start: the bus is held (its program failed "
+                          "before it started)");
+    seda__l_autostart(L, u->lb);
+    lua_pushboolean(L, 1);
     return 1;
 }
 
@@ -574,13 +655,18 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         snprintf(err, errlen, "admit: %.2000s", e2);
         rc = -1;
     }
+    struct lsrc *drop = fresh;
     pthread_mutex_lock(&ls->mu);
     free(ls->last_error);
     ls->last_error = NULL;
     if (rc == 0) {
-        struct lsrc *old = ls->src;
+        /* The code replaced is kept: a worker that cannot load the new
+         * one (what validation could not foresee) takes every worker
+         * back to it (seda__l_stage_load_failed). */
+        drop = ls->prev;
+        ls->prev = ls->src;
+        ls->prev_version = ls->version;
         ls->src = fresh;
-        fresh = old;
         if (admit) {
             struct lsrc *a = ls->admit;
             ls->admit = admit;
@@ -589,21 +675,51 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
             atomic_fetch_add_explicit(&ls->admit_version, 1,
                                       memory_order_release);
         }
+        ls->version++;
         ls->reloads++;
         /* Release: pairs with the acquire in seda__lw_consume. */
-        atomic_fetch_add_explicit(&ls->version, 1, memory_order_release);
+        atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);
     } else {
         ls->last_error = strdup(err);
     }
     pthread_mutex_unlock(&ls->mu);
-    for (int i = 0; i < ls->nsrc; i++) {
-        free(fresh[i].chunkname);
-        free(fresh[i].path);
-        free(fresh[i].code);
-    }
-    free(fresh);
+    seda__l_src_free(drop, ls->nsrc);
     seda__l_lsrc_free(admit);
     return rc;
+}
+
+void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen, int index,
+                               const char *msg)
+{
+    char buf[1400];
+    struct lsrc *drop = NULL;
+    bool said = true;
+    pthread_mutex_lock(&ls->mu);
+    if (atomic_load_explicit(&ls->gen, memory_order_relaxed) != gen) {
+        said = false;           /* changed meanwhile: nothing to undo */
+    } else if (ls->prev) {
+        snprintf(buf, sizeof buf, "worker %d could not load version %llu "
+                 "(%s): every worker went back to version %llu", index,
+                 (unsigned long long)ls->version, msg,
+                 (unsigned long long)ls->prev_version);
+        drop = ls->src;
+        ls->src = ls->prev;
+        ls->prev = NULL;
+        ls->version = ls->prev_version;
+        /* Release: pairs with the acquire in seda__lw_consume. */
+        atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);
+    } else {
+        snprintf(buf, sizeof buf, "worker %d cannot load handler: %s",
+                 index, msg);
+    }
+    if (said) {
+        free(ls->last_error);
+        ls->last_error = strdup(buf);
+    }
+    pthread_mutex_unlock(&ls->mu);
+    seda__l_src_free(drop, ls->nsrc);
+    if (said)
+        seda_stage_report(ls->st, buf);
 }
 
 int seda__l_bus_reload(lua_State *L)
@@ -723,10 +839,17 @@ int seda__l_bus_handler_files(lua_State *L)
         lua_newtable(L);
         int k = 0;
         for (int j = 0; j < ls->nsrc; j++) {
-            /* Only the main thread (this one) replaces src, so the string
-             * stays valid across lua_pushstring without holding ls->mu. */
-            if (ls->src[j].path) {
-                lua_pushstring(L, ls->src[j].path);
+            /* A worker may replace src too (taking every worker back to
+             * the code before a reload): copy the path under ls->mu, push
+             * it without (pushing may raise). */
+            char path[PATH_MAX + 1];
+            pthread_mutex_lock(&ls->mu);
+            bool has = ls->src[j].path != NULL;
+            if (has)
+                snprintf(path, sizeof path, "%s", ls->src[j].path);
+            pthread_mutex_unlock(&ls->mu);
+            if (has) {
+                lua_pushstring(L, path);
                 lua_rawseti(L, -2, ++k);
             }
         }

@@ -14,9 +14,12 @@
  *   contents, read on the main thread) or bytecode (an inline function).
  *   A worker loads it the first time it drains the stage and keeps the
  *   handler function in its registry.  Reload replaces the text and bumps
- *   the stage's version; a worker notices the new version before its next
- *   envelope and swaps, so a call already running finishes on the old code
- *   and nothing is handled twice.
+ *   the stage's code generation; a worker notices the new generation
+ *   before its next envelope and swaps, so a call already running finishes
+ *   on the old code and nothing is handled twice.  A worker that cannot
+ *   load the new code keeps its old handlers and reports back
+ *   (seda__l_stage_load_failed), which takes every worker back to the
+ *   code before: a reload is taken by all workers or by none.
  *
  *   The per-envelope path does no compilation and no lookups by name: the
  *   message handler and one reusable envelope userdata sit at stack slots
@@ -365,7 +368,9 @@ int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index, int max)
     return n;
 }
 
-static struct lworker *worker_new(struct lbus *lb, int index)
+/* A worker state (scratch: a validation state made as worker index's is,
+ * not listed in the bus's stats). */
+static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
 {
     struct lworker *w = worker_alloc(lb, index);
     if (!w)
@@ -386,9 +391,16 @@ static struct lworker *worker_new(struct lbus *lb, int index)
     lua_gc(w->L, LUA_GCGEN, 0, 0);
     /* The limit applies from here on: setup is the runtime's own cost. */
     w->mem_limit = lb->memory_limit;
+    /* Encoding a payload counts against the state's memory too (the
+     * buffer is the state's own), and stops at max_payload. */
+    w->wb.alloc = l_alloc;
+    w->wb.alloc_ud = w;
+    w->wb.limit = lb->max_payload;
     atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
-    if (index >= 0)
+    if (index >= 0 && !scratch) {
         worker_register(lb, w);
+        w->registered = true;
+    }
     return w;
 }
 
@@ -396,14 +408,14 @@ static void worker_free(struct lworker *w)
 {
     if (!w)
         return;
-    if (w->lb && w->index >= 0)
+    if (w->registered)
         worker_unregister(w->lb, w);
     lua_close(w->L);
+    seda__wbuf_free(&w->wb);            /* through l_alloc: before below */
     small_free_all(w);
     for (int i = 0; i < w->nws; i++)
         free(w->ws[i].ref);
     free(w->ws);
-    seda__wbuf_free(&w->wb);
     free(w);
 }
 
@@ -424,7 +436,7 @@ void seda__lw_closestate(lua_State *L)
 
 void *seda__lw_start(int index, void *ud)
 {
-    return worker_new(ud, index);
+    return worker_new(ud, index, false);
 }
 
 void seda__lw_stop(int index, void *data, void *ud)
@@ -505,11 +517,12 @@ static int load_one(struct lworker *w, const struct lsrc *s)
     return -1;
 }
 
-/* Copy a stage's current sources (under its lock) and their version. */
-static struct lsrc *snapshot_src(struct lstage *ls, uint64_t *version)
+/* Copy a stage's current sources (under its lock) and their code
+ * generation. */
+static struct lsrc *snapshot_src(struct lstage *ls, uint64_t *gen)
 {
     pthread_mutex_lock(&ls->mu);
-    *version = atomic_load_explicit(&ls->version, memory_order_acquire);
+    *gen = atomic_load_explicit(&ls->gen, memory_order_acquire);
     struct lsrc *c = calloc((size_t)ls->nsrc, sizeof *c);
     for (int i = 0; c && i < ls->nsrc; i++) {
         const struct lsrc *s = &ls->src[i];
@@ -590,16 +603,18 @@ static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
         refs[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
     if (!refs || i < ls->nsrc) {
+        /* The old handlers (if any) stay; the stage hears of it and, for
+         * a reload, takes every worker back to the code before. */
         char msg[1024];
-        snprintf(msg, sizeof msg, "worker %d cannot load handler: %s",
-                 w->index, refs ? lua_tostring(L, -1) : "out of memory");
-        seda_stage_report(ls->st, msg);
+        snprintf(msg, sizeof msg, "%s", refs ? lua_tostring(L, -1)
+                                             : "out of memory");
         for (int k = 0; refs && k < i; k++)
             luaL_unref(L, LUA_REGISTRYINDEX, refs[k]);
         free(refs);
         lua_settop(L, SLOT_ENV);
         c->version = version;           /* do not retry every envelope */
         src_free(src, ls->nsrc);
+        seda__l_stage_load_failed(ls, version, w->index, msg);
         return;
     }
     for (int k = 0; k < c->n; k++)
@@ -612,17 +627,20 @@ static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
     lua_settop(L, SLOT_ENV);
 }
 
-int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
-                      size_t errlen)
+/* Load src in a scratch state made as worker `index`'s is.  Returns 0,
+ * or -1 with err. */
+static int validate_as(struct lbus *lb, const struct lsrc *src, int index,
+                       char *err, size_t errlen)
 {
-    struct lworker *w = worker_new(lb, -1);
+    struct lworker *w = worker_new(lb, index, true);
     if (!w) {
         snprintf(err, errlen, "cannot create a Lua state");
         return -1;
     }
     int rc = load_one(w, src);
     if (rc != 0)
-        snprintf(err, errlen, "%s", lua_tostring(w->L, -1));
+        snprintf(err, errlen, "as worker %d (seda.worker = %d): %s", index,
+                 index, lua_tostring(w->L, -1));
     worker_free(w);
     return rc;
 }
@@ -630,7 +648,7 @@ int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
 int seda__lw_validate_admit(struct lbus *lb, const struct lsrc *src,
                             char *err, size_t errlen)
 {
-    struct lworker *w = worker_new(lb, -1);
+    struct lworker *w = worker_new(lb, -1, true);
     if (!w) {
         snprintf(err, errlen, "cannot create a Lua state");
         return -1;
@@ -639,6 +657,22 @@ int seda__lw_validate_admit(struct lbus *lb, const struct lsrc *src,
     if (rc != 0)
         snprintf(err, errlen, "%s", lua_tostring(w->L, -1));
     worker_free(w);
+    return rc;
+}
+
+int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
+                      size_t errlen)
+{
+    /* Every index a worker state may have: the workers', and a loan
+     * thread's (they differ only by their slot, from SEDA_LOAN_INDEX0). */
+    int workers = seda_bus_workers(lb->bus);
+    seda_bus_stats bs;
+    seda_bus_stats_get(lb->bus, &bs);
+    int rc = 0;
+    for (int i = 0; i < workers && rc == 0; i++)
+        rc = validate_as(lb, src, i, err, errlen);
+    if (rc == 0 && bs.max_loans > 0)
+        rc = validate_as(lb, src, SEDA_LOAN_INDEX0, err, errlen);
     return rc;
 }
 
@@ -674,11 +708,17 @@ bool seda__lw_consume(seda_env_t *env, void *ud)
         seda_env_fail(env, "out of memory");
         return false;
     }
-    /* Acquire: pairs with the release in reload; the new sources are
-     * visible (and copied under ls->mu anyway). */
-    if (c->version != atomic_load_explicit(&ls->version,
-                                           memory_order_acquire))
+    /* Acquire: pairs with the release in reload (and roll back); the new
+     * sources are visible (and copied under ls->mu anyway). */
+    if (c->version != atomic_load_explicit(&ls->gen, memory_order_acquire)) {
         refresh(w, ls, c);
+        /* A load that failed took the stage back to its previous code (a
+         * new generation): load that now, so that this envelope is
+         * handled, also by a worker that had no code yet.  Once. */
+        if (c->version != atomic_load_explicit(&ls->gen,
+                                               memory_order_acquire))
+            refresh(w, ls, c);
+    }
     if (lc->index >= c->n) {
         seda_env_fail(env, "handler not loaded");
         return false;

@@ -15,7 +15,8 @@
 
 /* A worker's view of one stage's handlers. */
 struct wstage {
-    uint64_t version;           /* code version these refs came from */
+    uint64_t version;           /* code generation (lstage.gen) these
+                                   refs came from */
     int n;                      /* handler refs */
     int *ref;                   /* registry refs to handler functions */
 };
@@ -40,6 +41,7 @@ struct lworker {
     lua_State *L;
     struct lbus *lb;
     int index;                  /* worker index, -1 for a scratch state */
+    bool registered;            /* listed in the bus's workers (stats) */
     size_t mem_used;            /* bytes allocated by L (its thread) */
     atomic_size_t mem_seen;     /* mem_used as of the end of the last
                                    handler call, for stats (relaxed:

@@ -82,6 +82,7 @@ static void test_bus_strerror_words(void **state)
     assert_string_equal(seda_strerror(SEDA_EINVAL), "invalid");
     assert_string_equal(seda_strerror(SEDA_ENOMEM), "nomem");
     assert_string_equal(seda_strerror(SEDA_ERANGE), "range");
+    assert_string_equal(seda_strerror(SEDA_ETOOLARGE), "too_large");
     assert_string_equal(seda_strerror(-12345), "error");
 }
 
@@ -452,6 +453,71 @@ static void test_bus_wait_idle_times_out_while_busy(void **state)
     assert_int_equal(bstats(f->bus).in_system, 0);
 }
 
+/* ---- max_payload ---- */
+
+/* A consumer that tries payloads of 101 and 100 bytes (max_payload is
+ * 100) and records what each returned. */
+typedef struct size_probe {
+    atomic_int over_rc, at_rc, calls;
+} size_probe;
+
+static bool size_consumer(seda_env_t *env, void *ud)
+{
+    size_probe *p = ud;
+    static const char buf[101];
+    atomic_store_explicit(&p->over_rc, seda_env_set_payload(env, buf, 101),
+                          memory_order_relaxed);
+    atomic_store_explicit(&p->at_rc, seda_env_set_payload(env, buf, 100),
+                          memory_order_relaxed);
+    atomic_fetch_add_explicit(&p->calls, 1, memory_order_release);
+    return true;
+}
+
+static void test_bus_max_payload_refuses_larger(void **state)
+{
+    (void)state;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 1;
+    bo.max_payload = (size_t)UINT32_MAX + 1;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), SEDA_EINVAL);
+    bo.max_payload = 0;                 /* the default */
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    assert_int_equal(seda_bus_max_payload(bus), SEDA_MAX_PAYLOAD_DEFAULT);
+    seda_bus_free(bus);
+    bo.max_payload = 100;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    assert_int_equal(seda_bus_max_payload(bus), 100);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "s";
+    seda_stage_t *st;
+    assert_int_equal(seda_stage_add(bus, &so, &st, NULL, 0), 0);
+    size_probe *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    assert_true(seda_stage_consume(st, size_consumer, p) >= 0);
+    static const char big[101];
+    assert_int_equal(seda_publish(bus, "s", big, 101, NULL), SEDA_ETOOLARGE);
+    assert_int_equal(seda_stage_publish(st, big, 101, NULL), SEDA_ETOOLARGE);
+    const void *pl[3] = { big, big, big };
+    size_t ln[3] = { 10, 101, 10 };
+    int err = 0;
+    assert_int_equal(seda_publish_many(bus, "s", pl, ln, 3, NULL, &err), 1);
+    assert_int_equal(err, SEDA_ETOOLARGE);
+    assert_int_equal(seda_publish(bus, "s", big, 100, NULL), 0);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    assert_int_equal(atomic_load(&p->calls), 2);
+    assert_int_equal(atomic_load(&p->over_rc), SEDA_ETOOLARGE);
+    assert_int_equal(atomic_load(&p->at_rc), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.accepted, 2);
+    assert_int_equal(bs.completed, 2);
+    seda_bus_free(bus);
+    free(p);
+}
+
 /* ==================================================================== */
 
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
@@ -462,6 +528,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bus_strerror_words),
         cmocka_unit_test(test_bus_now_keeps_pace_with_monotonic),
+        cmocka_unit_test(test_bus_max_payload_refuses_larger),
         FX(test_bus_stats_fields),
         FX(test_bus_workers_zero_means_cpus),
         FX(test_bus_publish_many_in_order),

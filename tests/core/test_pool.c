@@ -474,6 +474,49 @@ static void test_pool_block_lends_a_thread(void **state)
     counter_destroy(&c);
 }
 
+/* One task in two nested waits (a blocked worker that helps another
+ * stage's drain, which blocks again, counts as two): two loans, with
+ * nothing to do, both asleep on the idle stack beside nothing else --
+ * more sleepers than the pool has workers.  The idle stack once had room
+ * for the workers only (AddressSanitizer: a heap overflow here). */
+struct nested {
+    struct seda_pool *p;
+    atomic_int in;              /* both waits began */
+    atomic_int release;
+};
+
+static void nested_blocker(void *arg)
+{
+    struct nested *n = arg;
+    struct seda_pool *a = seda__pool_block_begin();
+    struct seda_pool *b = seda__pool_block_begin();
+    atomic_store(&n->in, 1);
+    int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
+    while (!atomic_load(&n->release) && seda__now_ns() < deadline)
+        sched_yield();
+    seda__pool_block_end(b);
+    seda__pool_block_end(a);
+}
+
+static bool two_lent_asleep(struct seda_pool *p)
+{
+    return lent_now(p) == 2 && seda__pool_idle(p) == 2;
+}
+
+static void test_pool_more_sleepers_than_workers(void **state)
+{
+    (void)state;
+    struct nested n;
+    memset(&n, 0, sizeof n);
+    assert_int_equal(seda__pool_new(1, 4, NULL, NULL, NULL, NULL, &n.p), 0);
+    assert_int_equal(seda__pool_reserve(n.p, 4), 0);
+    assert_int_equal(seda__pool_submit(n.p, nested_blocker, &n, false), 0);
+    wait_until(two_lent_asleep, n.p, "two loan threads asleep");
+    atomic_store(&n.release, 1);
+    wait_until(no_loans, n.p, "the loans ended");
+    seda__pool_free(n.p);
+}
+
 /* Loans never exceed max_loans: a wait beyond the bound gets none, so the
  * task queued behind it waits until a blocker returns. */
 static void test_pool_loans_never_exceed_max_loans(void **state)
@@ -647,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_pool_worker_waiting_on_its_own_task_is_helped),
         cmocka_unit_test(test_pool_take_removes_one_task_keeps_order),
         cmocka_unit_test(test_pool_block_lends_a_thread),
+        cmocka_unit_test(test_pool_more_sleepers_than_workers),
         cmocka_unit_test(test_pool_loans_never_exceed_max_loans),
         cmocka_unit_test(test_pool_no_loans_and_stop_with_loans),
         cmocka_unit_test(test_pool_timed_tasks_run_when_due),

@@ -159,12 +159,164 @@ static void test_walvfs_reads_see_writes(void **state)
     assert_int_equal(count_plain(f->db), 510);
 }
 
+/* ---- what recovery discards is counted ---- */
+
+/* A child commits 12 transactions of one row each (the table made
+ * first) and dies without closing: the WAL holds them all. */
+static void crash_with_wal(const struct fx *f)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        sqlite3 *db = open_shim(f->db);
+        for (int t = 0; t < 12; t++)
+            insert_rows(db, t, t + 1, 200);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static long long wal_size(const struct fx *f)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s-wal", f->db);
+    FILE *fp = fopen(p, "rb");
+    assert_non_null(fp);
+    fseek(fp, 0, SEEK_END);
+    long long n = ftell(fp);
+    fclose(fp);
+    return n;
+}
+
+/* Overwrite n bytes of the WAL at off with a fixed pseudo-random run. */
+static void scribble(const struct fx *f, long off, int n)
+{
+    char p[128];
+    snprintf(p, sizeof p, "%s-wal", f->db);
+    FILE *fp = fopen(p, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, off, SEEK_SET), 0);
+    unsigned x = 12345;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        fputc((int)(x >> 16) & 0xff, fp);
+    }
+    fclose(fp);
+}
+
+/* Open through the shim (recovery runs at the first read) and return
+ * what it says recovery discarded; *rows gets the rows left (-1: the
+ * table itself was lost). */
+static struct seda_wal_discard reopen(const struct fx *f, long *rows)
+{
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE,
+                                     SEDA_JOURNAL_VFS), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA locking_mode=EXCLUSIVE",
+                                  NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    *rows = -1;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM t", -1, &s, NULL) ==
+            SQLITE_OK && sqlite3_step(s) == SQLITE_ROW)
+        *rows = (long)sqlite3_column_int64(s, 0);
+    sqlite3_finalize(s);
+    struct seda_wal_discard d;
+    assert_int_equal(seda__walvfs_discarded(db, &d), 0);
+    sqlite3_close(db);
+    return d;
+}
+
+static void test_walvfs_clean_crash_discards_nothing(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    assert_int_equal(rows, 12);
+    assert_int_equal(d.frames, 0);
+    assert_int_equal(d.bytes, 0);
+    assert_string_equal(d.why, "");
+}
+
+/* The report's first case: 200 random bytes at offset 100 break the
+ * first frame's checksum, so recovery drops the whole log. */
+static void test_walvfs_counts_frames_after_a_bad_checksum(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    long long size = wal_size(f);
+    scribble(f, 100, 200);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    assert_true(rows <= 0);
+    assert_int_equal(d.frames, (size - 32) / (1024 + 24));
+    assert_int_equal(d.bytes, size - 32);
+    assert_non_null(strstr(d.why, "checksum mismatch at frame 1"));
+}
+
+static void test_walvfs_counts_a_damaged_header(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    long long size = wal_size(f);
+    scribble(f, 0, 32);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    assert_true(rows <= 0);
+    assert_int_equal(d.bytes, size);
+    assert_int_equal(d.frames, (size - 32) / (1024 + 24));
+    assert_non_null(strstr(d.why, "WAL header is damaged"));
+}
+
+/* Damage in a later frame: what came before it stays, the rest is
+ * counted. */
+static void test_walvfs_counts_only_what_follows_the_damage(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    long long size = wal_size(f);
+    long long frames = (size - 32) / (1024 + 24);
+    long at = 32 + (long)(frames - 3) * (1024 + 24) + 500;
+    scribble(f, at, 10);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    print_message("rows %ld frames %lld bytes %lld: %s\n", rows, d.frames, d.bytes, d.why);
+    assert_true(rows >= 0 && rows < 12);
+    assert_true(d.frames >= 3 && d.frames <= frames);
+    assert_int_equal(d.bytes, d.frames * (1024 + 24));
+    assert_non_null(strstr(d.why, "checksum mismatch"));
+}
+
+static void test_walvfs_counts_a_truncated_log(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    char p[128];
+    snprintf(p, sizeof p, "%s-wal", f->db);
+    assert_true(wal_size(f) > 5000);
+    assert_int_equal(truncate(p, 5000), 0);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    print_message("rows %ld frames %lld bytes %lld: %s\n", rows, d.frames, d.bytes, d.why);
+    assert_true(rows < 12);
+    assert_true(d.frames >= 1);
+    assert_true(d.bytes > 0 && d.bytes <= 5000 - 32);
+    assert_true(d.why[0] != '\0');
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
     const struct CMUnitTest tests[] = {
         T(test_walvfs_commit_survives_process_death),
         T(test_walvfs_reads_see_writes),
+        T(test_walvfs_clean_crash_discards_nothing),
+        T(test_walvfs_counts_frames_after_a_bad_checksum),
+        T(test_walvfs_counts_a_damaged_header),
+        T(test_walvfs_counts_only_what_follows_the_damage),
+        T(test_walvfs_counts_a_truncated_log),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

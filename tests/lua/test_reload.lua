@@ -191,4 +191,105 @@ return function(env) seda.shared:set("rlm.tag." .. env.payload, m.tag) end
   os.remove(dir)
 end)
 
+-- ---- a reload is taken by every worker or by none ----
+
+-- A handler file whose handle records its tag, and whose init raises
+-- `fail_when` (a Lua expression of seda.worker) is true.
+local function init_src(tag, fail_when)
+  return string.format([[
+return {
+  init = function()
+    if %s then error("init refuses worker " .. seda.worker) end
+  end,
+  handle = function(env) seda.shared:set("ra." .. env.payload, %q) end,
+}
+]], fail_when, tag)
+end
+
+T.test("C11 a reload whose init fails on every worker (seda.worker >= 0) fails, version unchanged", function()
+  local dir = T.tmpdir()
+  local file = T.write(dir .. "/h.lua", init_src("v1", "false"))
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "s", concurrency = 2, handler = file }
+  T.write(file, init_src("v2", "seda.worker >= 0"))
+  local ok, err = bus:reload("s")
+  T.eq(ok, false, "reload refused")
+  T.contains(err, "stage 's'", "names the stage")
+  T.contains(err, "as worker 0 (seda.worker = 0)", "names the worker")
+  T.contains(err, "init refuses worker 0", "the error")
+  local st = bus:stats("s")
+  T.eq(st.version, 1, "version unchanged")
+  T.contains(st.last_error, "init refuses worker", "last_error")
+  for i = 1, 20 do assert(bus:publish("s", "a" .. i)) end
+  T.idle(bus, 10)
+  for i = 1, 20 do T.eq(seda.shared:get("ra.a" .. i), "v1", "old code everywhere") end
+  bus:shutdown(5)
+end)
+
+T.test("C11 an init that fails on one worker index, or on a loan thread, fails the reload naming it", function()
+  local dir = T.tmpdir()
+  local file = T.write(dir .. "/h.lua", init_src("v1", "false"))
+  local bus = T.bus{ workers = 3 }
+  bus:stage{ name = "s", concurrency = 3, handler = file }
+  T.write(file, init_src("v2", "seda.worker == 2"))
+  local ok, err = bus:reload("s")
+  T.eq(ok, false, "worker 2")
+  T.contains(err, "as worker 2", "names worker 2")
+  T.write(file, init_src("v2", "seda.worker >= 1024"))
+  ok, err = bus:reload("s")
+  T.eq(ok, false, "loan thread")
+  T.contains(err, "as worker 1024", "names the loan index")
+  T.eq(bus:stats("s").version, 1, "version unchanged")
+  -- With no loans, a loan thread's index is never used.
+  local bus2 = T.bus{ workers = 1, max_loans = 0 }
+  bus2:stage{ name = "s", handler = file }
+  T.eq(bus2:stats("s").version, 1, "declared")
+  bus:shutdown(5)
+  bus2:shutdown(5)
+end)
+
+T.test("C11 a declaration whose init fails on a worker raises", function()
+  local dir = T.tmpdir()
+  local file = T.write(dir .. "/h.lua", init_src("v1", "seda.worker == 1"))
+  local bus = T.bus{ workers = 2 }
+  T.raises(function() bus:stage{ name = "s", handler = file } end, "declare",
+           "stage 's'", "as worker 1", "init refuses worker 1")
+  bus:shutdown(5)
+end)
+
+T.test("C11 a worker that cannot load code that passed validation takes every worker back", function()
+  local dir = T.tmpdir()
+  local file = T.write(dir .. "/h.lua", init_src("v1", "false"))
+  local arm = T.uniq("ra_arm")
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "s", concurrency = 2, handler = file }
+  -- Warm both workers up with v1.
+  for i = 1, 50 do assert(bus:publish("s", "w" .. i)) end
+  T.idle(bus, 10)
+  -- v2 passes validation (the arm is off) but fails in the workers.
+  T.write(file, init_src("v2", string.format("seda.shared:get(%q)", arm)))
+  T.eq(bus:reload("s"), true, "validated")
+  T.eq(bus:stats("s").version, 2, "version 2 for now")
+  seda.shared:set(arm, true)
+  for i = 1, 200 do assert(bus:publish("s", "b" .. i)) end
+  T.idle(bus, 10)
+  local st = bus:stats("s")
+  T.eq(st.version, 1, "back to version 1")
+  T.contains(st.last_error, "could not load version 2", "last_error")
+  T.contains(st.last_error, "every worker went back to version 1", "last_error says so")
+  for i = 1, 200 do
+    T.eq(seda.shared:get("ra.b" .. i), "v1", "handled by v1: b" .. i)
+  end
+  T.eq(st.delivered, 250, "nothing lost")
+  -- The fixed code reloads as usual.
+  seda.shared:set(arm, false)
+  T.write(file, init_src("v3", "false"))
+  T.eq(bus:reload("s"), true, "reload after the roll back")
+  assert(bus:publish("s", "c1"))
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("ra.c1"), "v3", "new code")
+  T.eq(bus:stats("s").version, 2, "version counts successful reloads")
+  bus:shutdown(5)
+end)
+
 T.done()

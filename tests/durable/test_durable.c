@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_durable.c -- durable stages through the public C API
+ * (src/durable/durable.c): seda_stage_replay's contract -- malformed rows
+ * quarantined and the rest replayed, a replayed hop to a stage added
+ * later waits for it (until hop_timeout after the replay began), and
+ * seda_bus_journal_stats.
+ *
+ * Every test works in a fresh mkdtemp directory under /tmp.  Journals are
+ * prepared by a bus whose pull stage nobody receives from (shutdown keeps
+ * the rows) and changed with SQLite directly.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+#include <ftw.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "seda.h"
+
+struct fx {
+    char dir[64];               /* mkdtemp result */
+    char data[96];              /* dir/data: the data_dir */
+    atomic_int calls[3];        /* consumer calls per counter */
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+                    struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof *f);
+    if (!f)
+        return -1;
+    snprintf(f->dir, sizeof f->dir, "/tmp/seda-durable-XXXXXX");
+    if (!mkdtemp(f->dir)) {
+        free(f);
+        return -1;
+    }
+    snprintf(f->data, sizeof f->data, "%s/data", f->dir);
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(f);
+    return 0;
+}
+
+static seda_bus_t *open_bus(struct fx *f, double hop_timeout,
+                            const char *dlq)
+{
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    bo.data_dir = f->data;
+    bo.sync_normal = true;
+    bo.hop_timeout = hop_timeout;
+    bo.dead_letter = dlq;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    return bus;
+}
+
+static seda_stage_t *add_stage(seda_bus_t *bus, const char *name,
+                               int durable, bool pull)
+{
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = name;
+    so.durable = durable;
+    so.pull = pull;
+    seda_stage_t *st = NULL;
+    char err[256];
+    int rc = seda_stage_add(bus, &so, &st, err, sizeof err);
+    if (rc != 0)
+        fail_msg("stage_add %s: %d %s", name, rc, err);
+    return st;
+}
+
+static bool counting(seda_env_t *env, void *ud)
+{
+    (void)env;
+    atomic_fetch_add_explicit((atomic_int *)ud, 1, memory_order_relaxed);
+    return true;
+}
+
+/* Journal n envelopes (ids r1..rn) at durable stage "a", slip `next`. */
+static void fill(struct fx *f, int n, const char *next)
+{
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    add_stage(bus, "a", SEDA_AT_LEAST_ONCE, true);
+    for (int i = 1; i <= n; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "r%d", i);
+        seda_publish_opts po;
+        seda_publish_opts_init(&po);
+        po.id = id;
+        po.slip = &next;
+        po.nslip = next ? 1 : 0;
+        assert_int_equal(seda_publish(bus, "a", id, strlen(id), &po), 0);
+    }
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+}
+
+static void sql(struct fx *f, const char *q)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/seda.db", f->data);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    if (sqlite3_exec(db, q, NULL, NULL, &msg) != SQLITE_OK)
+        fail_msg("%s: %s", q, msg);
+    sqlite3_close(db);
+}
+
+/* Wait (10 s at most) until *c >= n. */
+static void wait_count(atomic_int *c, int n, const char *what)
+{
+    double until = seda_now() + 10;
+    while (atomic_load_explicit(c, memory_order_relaxed) < n) {
+        if (seda_now() > until)
+            fail_msg("timed out waiting for %s", what);
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_durable_replay_quarantines_malformed_rows(void **state)
+{
+    struct fx *f = *state;
+    fill(f, 6, NULL);
+    sql(f, "UPDATE envelopes SET slip = CAST('x' AS BLOB) WHERE id = 'r2';"
+           "UPDATE envelopes SET id = printf('%.*c', 10000, 'i') "
+           "WHERE id = 'r4';");
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(a, counting, &f->calls[0]) >= 0);
+    seda_journal_stats js;
+    seda_bus_journal_stats(bus, &js);
+    assert_true(js.open);
+    assert_int_equal(js.quarantined, 0);
+    assert_int_equal(seda_stage_replay(a), 4);
+    seda_bus_journal_stats(bus, &js);
+    assert_int_equal(js.quarantined, 2);
+    assert_int_equal(js.wal_discarded_frames, 0);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    assert_int_equal(atomic_load(&f->calls[0]), 4);
+    seda_bus_free(bus);
+    /* They are not replayed again. */
+    bus = open_bus(f, 5, NULL);
+    a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    assert_int_equal(seda_stage_replay(a), 0);
+    seda_bus_free(bus);
+}
+
+static void test_durable_replayed_hop_waits_for_its_stage(void **state)
+{
+    struct fx *f = *state;
+    fill(f, 5, "b");
+    seda_bus_t *bus = open_bus(f, 30, NULL);
+    seda_stage_t *a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(a, counting, &f->calls[0]) >= 0);
+    assert_int_equal(seda_stage_replay(a), 5);
+    wait_count(&f->calls[0], 1, "a handled a replayed envelope");
+    seda_stage_t *b = add_stage(bus, "b", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(b, counting, &f->calls[1]) >= 0);
+    assert_int_equal(seda_bus_wait_idle(bus, 20), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.accepted, 5);
+    assert_int_equal(bs.completed, 5);
+    assert_int_equal(bs.dead_lettered, 0);
+    assert_int_equal(atomic_load(&f->calls[1]), 5);
+    seda_bus_free(bus);
+}
+
+static void test_durable_replayed_hop_gives_up_at_hop_timeout(void **state)
+{
+    struct fx *f = *state;
+    fill(f, 3, "never");
+    seda_bus_t *bus = open_bus(f, 0.2, NULL);
+    seda_stage_t *a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(a, counting, &f->calls[0]) >= 0);
+    double t0 = seda_now();
+    assert_int_equal(seda_stage_replay(a), 3);
+    assert_int_equal(seda_bus_wait_idle(bus, 20), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.dead_lettered, 3);
+    assert_int_equal(bs.completed, 0);
+    assert_true(seda_now() - t0 >= 0.19);   /* it did wait */
+    seda_bus_free(bus);
+}
+
+/* A new envelope (not replayed) to an unknown hop still dead-letters at
+ * once, while a replay's grace period runs. */
+static void test_durable_new_envelopes_do_not_wait(void **state)
+{
+    struct fx *f = *state;
+    fill(f, 1, "later");
+    seda_bus_t *bus = open_bus(f, 30, NULL);
+    seda_stage_t *a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(a, counting, &f->calls[0]) >= 0);
+    seda_stage_t *m = add_stage(bus, "m", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(m, counting, &f->calls[1]) >= 0);
+    assert_int_equal(seda_stage_replay(a), 1);
+    wait_count(&f->calls[0], 1, "the replayed envelope waits");
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    const char *hop = "nowhere";
+    po.slip = &hop;
+    po.nslip = 1;
+    assert_int_equal(seda_publish(bus, "m", "x", 1, &po), 0);
+    double until = seda_now() + 10;
+    seda_bus_stats bs;
+    do {
+        seda_bus_stats_get(bus, &bs);
+    } while (bs.dead_lettered < 1 && seda_now() < until);
+    assert_int_equal(bs.dead_lettered, 1);
+    seda_stage_t *later = add_stage(bus, "later", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(later, counting, &f->calls[2]) >= 0);
+    assert_int_equal(seda_bus_wait_idle(bus, 20), 0);
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.completed, 1);      /* the replayed one */
+    assert_int_equal(bs.dead_lettered, 1);  /* the new one */
+    assert_int_equal(atomic_load(&f->calls[2]), 1);
+    seda_bus_free(bus);
+}
+
+static void test_durable_journal_stats_without_journal(void **state)
+{
+    (void)state;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(NULL, &bus), 0);
+    seda_journal_stats js;
+    memset(&js, 0xff, sizeof js);
+    seda_bus_journal_stats(bus, &js);
+    assert_false(js.open);
+    assert_int_equal(js.quarantined, 0);
+    assert_int_equal(js.wal_discarded_bytes, 0);
+    seda_bus_free(bus);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_durable_replay_quarantines_malformed_rows),
+        T(test_durable_replayed_hop_waits_for_its_stage),
+        T(test_durable_replayed_hop_gives_up_at_hop_timeout),
+        T(test_durable_new_envelopes_do_not_wait),
+        T(test_durable_journal_stats_without_journal),
+    };
+    return cmocka_run_group_tests_name("durable", tests, NULL, NULL);
+}
