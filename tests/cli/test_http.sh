@@ -20,11 +20,11 @@ if ! sh "$ROOT/scripts/deps.sh" curl python3 prometheus chromium >"$D/deps.log" 
 fi
 
 # ---- the address rules -------------------------------------------------
-echo 'print("ran")' >"$D/noop.lua"
+echo 'print("the-script-ran")' >"$D/noop.lua"
 out=$("$SEDA" --http 8080 "$D/noop.lua" 2>&1); rc=$?
 check "--http without --serve or -i is refused" [ "$rc" = 1 ]
 check "... naming the rule" contains "$out" "--http needs --serve or -i"
-check "... before the script runs" eval '! contains "$out" ran'
+check "... before the script runs" eval '! contains "$out" the-script-ran'
 out=$("$SEDA" --serve --http example.com:80 "$D/noop.lua" 2>&1); rc=$?
 check "a host name is refused" [ "$rc" = 1 ]
 check "... saying what to give" contains "$out" "'example.com' is not a numeric IPv4 or IPv6 address"
