@@ -55,4 +55,9 @@ struct seda_batch_s {
  * journaled in one commit first.  No lock held; runs consumer code. */
 SEDA__API void seda__batch_run(struct seda_batch_s *b);
 
+/* True on a thread inside a batch consumer's call (also while it routes
+ * a settled envelope): the consumer's own state is busy, so the thread
+ * must not run another drain task inline (help_drain in stage.c). */
+SEDA__API bool seda__batch_busy(void);
+
 #endif /* SEDA_DELIVER_H */

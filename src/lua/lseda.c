@@ -8,7 +8,7 @@
  *   the core bus.  Stages are declared here: options are checked, handler
  *   files are read and their top level run once in a scratch state (so a
  *   broken handler fails at bus:stage with file:line), and each handler
- *   becomes a C consumer (seda__lw_consume) of the core stage.
+ *   becomes a batch consumer (seda__lw_batch) of the core stage.
  *
  *   on_complete: the function is kept in the main registry; the envelope
  *   carries the reference.  When its itinerary ends, the core calls seda__l_on_done

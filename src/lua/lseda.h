@@ -215,8 +215,9 @@ SEDA__API void seda__lw_closestate(lua_State *L);
 SEDA__API int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index,
                               int max);
 
-/* The consumer function every Lua handler is registered as. */
-SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
+/* The batch consumer every Lua handler is registered as (lbatch.c; ud:
+ * its struct lconsumer). */
+SEDA__API void seda__lw_batch(seda_batch_t *bt, void *ud);
 
 /* Load src into a scratch state like a worker's and run its top level,
  * checking that it yields a handler.  Returns 0, or -1 with a message

@@ -10,7 +10,7 @@
  *   main thread, or an inline function's bytecode), runs it once in a
  *   scratch state like a worker's so a broken handler fails at once with
  *   file:line, and only then creates the core stage and registers one C
- *   consumer per handler (seda__lw_consume).  Typed stages get their
+ *   batch consumer per handler (seda__lw_batch).  Typed stages get their
  *   schema compiled and installed as the stage's admission check; durable
  *   stages replay their journal after the consumers are in place.
  *
@@ -494,7 +494,7 @@ int seda__l_bus_stage(lua_State *L)
         return luaL_error(L, "stage '%s': out of memory", name);
     for (int i = 0; i < n; i++) {
         ls->cons[i] = (struct lconsumer){ ls, i };
-        seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
+        seda_stage_consume_batch(st, seda__lw_batch, &ls->cons[i]);
     }
     if (o.durable) {
         int r = seda_stage_replay(st);
@@ -576,7 +576,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
                                       memory_order_release);
         }
         ls->reloads++;
-        /* Release: pairs with the acquire in seda__lw_consume. */
+        /* Release: pairs with the acquires in lbatch.c. */
         atomic_fetch_add_explicit(&ls->version, 1, memory_order_release);
     } else {
         ls->last_error = strdup(err);
