@@ -115,7 +115,8 @@ static int env_field(lua_State *L, struct lworker *w, const char *k)
 
 /* __index.  The fast path: the running call's env, a field name (short
  * strings are interned, so a name is the same string as the one this
- * state keeps: compared by address), and the payload. */
+ * state keeps: compared by address), and the payload.  Upvalues: the
+ * lenv userdata, the state's key cache (lcodec.c). */
 static int env_index(lua_State *L)
 {
     struct lworker *w = worker_of(L);
@@ -134,7 +135,8 @@ static int env_index(lua_State *L)
     }
     size_t len;
     const void *p = seda_env_payload(le->env, &len);
-    seda__l_push_payload(L, p, len, seda_env_payload_kind(le->env));
+    seda__l_push_payload(L, p, len, seda_env_payload_kind(le->env),
+                         lua_upvalueindex(2));
     /* A table is kept (the handler may change it in place, and reads must
      * see one table); a scalar is decoded again on the next read, which
      * saves the store on the common single read. */
@@ -314,7 +316,8 @@ void seda__lw_env_metatable(lua_State *L)
     lua_pushlightuserdata(L, NULL);
     luaL_newmetatable(L, LSEDA_ENV_MT);
     lua_pushvalue(L, 2);
-    lua_pushcclosure(L, env_index, 1);
+    seda__codec_push_keycache(L);       /* the decoder's, kept at hand */
+    lua_pushcclosure(L, env_index, 2);
     lua_setfield(L, -2, "__index");
     lua_pushvalue(L, 2);
     lua_pushcclosure(L, env_newindex, 1);

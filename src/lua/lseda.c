@@ -58,14 +58,16 @@ static char *dupstr(const char *s)
 
 /* ---- payloads ---- */
 
-void seda__l_push_payload(lua_State *L, const void *p, size_t len, int kind)
+void seda__l_push_payload(lua_State *L, const void *p, size_t len, int kind,
+                          int kci)
 {
     if (kind == SEDA_KIND_RAW) {
         lua_pushlstring(L, p, len);
         return;
     }
     char err[256];
-    if (seda__codec_decode(L, p, len, err, sizeof err) != 0)
+    if ((kci ? seda__codec_decode_kc(L, p, len, kci, err, sizeof err)
+             : seda__codec_decode(L, p, len, err, sizeof err)) != 0)
         luaL_error(L, "payload: %s", err);
 }
 

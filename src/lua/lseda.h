@@ -322,9 +322,10 @@ SEDA__API int seda__l_push_stats(lua_State *L, struct lbus *lb,
                                  const char *name);
 
 /* Push a payload as a Lua value: a string for raw bytes, the decoded value
- * otherwise.  Raises on a payload that cannot be decoded. */
+ * otherwise (through the key cache at index kci when it is not 0, see
+ * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
 SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
-                                    int kind);
+                                    int kind, int kci);
 
 /* Encode the value at idx as a payload into wb (strings go raw: *p points
  * into the Lua string, valid while it stays on the stack).  Returns 0, or
