@@ -92,44 +92,58 @@ static void env_settle(lua_State *L, struct lworker *w, bool ok)
     atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
 }
 
+/* Copy a changed payload or headers back (seda__lw_env_finish); false
+ * after a failure, reported as the envelope's nack. */
+static __attribute__((noinline)) bool env_copy_back(lua_State *L,
+                                                    struct lworker *w)
+{
+    char err[1024];
+    if (seda__lw_env_finish(L, w, lua_upvalueindex(1), w->bls->nsrc, err,
+                            sizeof err) == 0)
+        return true;
+    char buf[2048];
+    lua_Debug ar;
+    ar.linedefined = 0;
+    /* Where the handler is defined says where to look. */
+    if (lua_rawgeti(L, LUA_REGISTRYINDEX, w->bws->ref[w->bindex]) ==
+        LUA_TFUNCTION)
+        lua_getinfo(L, ">S", &ar);      /* pops the function */
+    else
+        lua_pop(L, 1);
+    if (ar.linedefined > 0)
+        snprintf(buf, sizeof buf, "handler result: %s (the handler at "
+                 "%s:%d)", err, ar.short_src, ar.linedefined);
+    else
+        snprintf(buf, sizeof buf, "handler result: %s", err);
+    seda_env_fail(w->le->env, buf);
+    return false;
+}
+
+/* A handler that returned inside one long C call after its deadline. */
+static __attribute__((noinline)) bool env_late(struct lworker *w)
+{
+    /* The hook only sees Lua instructions: a handler that overran inside
+     * a C call (a blocking read, os.execute) and returned soon after is
+     * over its limit all the same. */
+    if (now_ns() < w->deadline)
+        return false;
+    char buf[96];
+    snprintf(buf, sizeof buf, "handler error: handler timeout (%gs): "
+             "returned after its deadline", w->timeout);
+    seda_env_fail(w->le->env, buf);
+    return true;
+}
+
 /* Settle the envelope out after its handler returned (res: the stack
  * index of its result).  Runs in l_run. */
-static void env_returned(lua_State *L, struct lworker *w, int res)
+static inline void env_returned(lua_State *L, struct lworker *w, int res)
 {
-    seda_env_t *env = w->le->env;
+    struct lenv *le = w->le;
     bool ok = !(lua_type(L, res) == LUA_TBOOLEAN && !lua_toboolean(L, res));
-    if (ok && w->timeout > 0 && now_ns() >= w->deadline) {
-        /* The hook only sees Lua instructions: a handler that overran
-         * inside a C call (a blocking read, os.execute) and returned soon
-         * after is over its limit all the same. */
-        char buf[96];
-        snprintf(buf, sizeof buf, "handler error: handler timeout (%gs): "
-                 "returned after its deadline", w->timeout);
-        seda_env_fail(env, buf);
+    if (ok && w->timeout > 0 && env_late(w))
         ok = false;
-    }
-    if (ok) {
-        char err[1024];
-        if (seda__lw_env_finish(L, w, lua_upvalueindex(1), w->bls->nsrc,
-                                err, sizeof err) != 0) {
-            char buf[2048];
-            lua_Debug ar;
-            ar.linedefined = 0;
-            /* Where the handler is defined says where to look. */
-            if (lua_rawgeti(L, LUA_REGISTRYINDEX,
-                            w->bws->ref[w->bindex]) == LUA_TFUNCTION)
-                lua_getinfo(L, ">S", &ar);      /* pops the function */
-            else
-                lua_pop(L, 1);
-            if (ar.linedefined > 0)
-                snprintf(buf, sizeof buf, "handler result: %s (the handler "
-                         "at %s:%d)", err, ar.short_src, ar.linedefined);
-            else
-                snprintf(buf, sizeof buf, "handler result: %s", err);
-            seda_env_fail(env, buf);
-            ok = false;
-        }
-    }
+    if (ok && (le->payload_set || le->headers_loaded || le->decoded_table))
+        ok = env_copy_back(L, w);
     env_settle(L, w, ok);
 }
 

@@ -135,8 +135,12 @@ static int env_index(lua_State *L)
     }
     size_t len;
     const void *p = seda_env_payload(le->env, &len);
-    seda__l_push_payload(L, p, len, seda_env_payload_kind(le->env),
-                         lua_upvalueindex(2));
+    int kind = seda_env_payload_kind(le->env);
+    if (kind == SEDA_KIND_RAW) {
+        lua_pushlstring(L, p, len);     /* a string: nothing to keep */
+        return 1;
+    }
+    seda__l_push_payload(L, p, len, kind, lua_upvalueindex(2));
     /* A table is kept (the handler may change it in place, and reads must
      * see one table); a scalar is decoded again on the next read, which
      * saves the store on the common single read. */
