@@ -6,7 +6,8 @@
  *
  * The workload is the cross-language SEDA-bus benchmark (README:
  * Benchmarks), run with a C consumer and with a Lua handler (`handler`
- * "c" / "lua"), plus configs of our own: cap1_table, codec, pipeline,
+ * "c" / "lua"), plus configs of our own: cap1_smooth, cap1_table, codec,
+ * pipeline (Lua and C consumers),
  * reload, memory, durable1, durable_batch, durable_pipeline, count,
  * fanout, remote.  One JSON object per trial goes to stdout and to the results
  * file; progress goes to stderr.
@@ -31,8 +32,12 @@
  *   lost               only when delivered != total (a runtime bug)
  *   publish_errors     only when a publish was refused (with the reason)
  *   payload, payload_bytes  cap1_table: the 5-field table ("table5")
+ *   tick_ms            cap1_smooth: the pacing tick (1 ms; cap1's is 20)
  *   reloads, reload_failed, delivered_eq_published   reload rows
- * Own configs: cap1_table and reload rows have the capacity-row shape;
+ * Own configs: cap1_smooth, cap1_table and reload rows have the
+ * capacity-row shape (cap1_smooth: cap1's sweep, load 0.5, 1.0 and 1.5,
+ * paced in 1 ms ticks against cap1's calibration of the same run, or its
+ * own when cap1 did not run);
  * pipeline rows the firehose shape plus itineraries_per_s,
  * handler_calls_per_s, hops_delivered (latency from the envelope's publish
  * time to its completion callback); codec rows ns_per_roundtrip, bytes,
@@ -73,7 +78,8 @@
 /* ---- command line ---- */
 
 static const char *const CONFIGS[] = {
-    "floor", "cap1", "cap8", "seq", "par", "chan", "cap1_table", "codec",
+    "floor", "cap1", "cap8", "cap1_smooth", "seq", "par", "chan",
+    "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
     "durable_pipeline", "count", "fanout", "overload", "overload_slow",
     "admit", "remote", NULL
@@ -91,7 +97,8 @@ static void usage(FILE *f)
         "Progress goes to stderr.\n"
         "\n"
         "  --config NAME   run only this config (repeatable); one of\n"
-        "                  floor cap1 cap8 seq par chan cap1_table codec\n"
+        "                  floor cap1 cap8 cap1_smooth seq par chan\n"
+        "                  cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
         "                  durable_pipeline count fanout overload\n"
         "                  overload_slow admit remote (default: all).\n"
@@ -237,7 +244,8 @@ int main(int argc, char **argv)
                    g_cfg.quick ? ", quick" : "");
 
     bench_floors();
-    static const char *const cap[] = { "cap1", "cap8", NULL };
+    static const char *const cap[] = { "cap1", "cap8", "cap1_smooth",
+                                       NULL };
     static const char *const fire[] = { "seq", "par", "chan", NULL };
     for (int h = 0; h < 2; h++) {
         bool lua = h == 1;
@@ -255,8 +263,6 @@ int main(int argc, char **argv)
             bench_capacity("cap1_table", true);
         if (selected(sel, nsel, "codec"))
             bench_codec();
-        if (selected(sel, nsel, "pipeline"))
-            bench_pipeline();
         if (selected(sel, nsel, "reload"))
             bench_reload();
         static const char *const dur[] = { "durable1", "durable_batch",
@@ -265,6 +271,8 @@ int main(int argc, char **argv)
             if (selected(sel, nsel, dur[i]))
                 bench_durable(dur[i]);
     }
+    if (selected(sel, nsel, "pipeline"))
+        bench_pipeline();               /* Lua and C, alternating */
     if (selected(sel, nsel, "memory"))
         bench_memory();
     if (selected(sel, nsel, "count"))

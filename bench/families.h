@@ -10,7 +10,8 @@
 
 
 void bench_floors(void);
-void bench_capacity(const char *config, bool lua);   /* cap1, cap8, cap1_table */
+void bench_capacity(const char *config, bool lua);   /* cap1, cap8,
+                                          cap1_smooth, cap1_table */
 void bench_firehose(const char *config, bool lua);   /* seq, par, chan */
 void bench_reload(void);
 void bench_overload(bool lua);                       /* cap1 at 1.5, shed */

@@ -159,7 +159,8 @@ struct prod {
     double start;               /* begin at this seda_now() */
     double deadline;            /* stop once reached (0: none) */
     long limit;                 /* stop after this many (0: none) */
-    double rate;                /* envelopes/s, paced in 20 ms ticks; 0: unpaced */
+    double rate;                /* envelopes/s, paced in ticks; 0: unpaced */
+    double tick;                /* the pacing tick, s (0: 20 ms) */
     const unsigned char *tmpl;  /* payload template */
     size_t len;
     int ts_off;                 /* where the double timestamp goes */

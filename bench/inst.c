@@ -12,8 +12,9 @@
  *     (seda_lua_tobus), exactly as in the C case.
  *   - Producers start together at a time set a few ms ahead; each writes
  *     the timestamp into its own copy of the payload just before each
- *     publish.  Pacing: a 20 ms tick publishes max(1, round(rate x 0.02))
- *     back to back, then sleeps out what is left of the tick.  A window
+ *     publish.  Pacing: a 20 ms tick (or the producer's own, cap1_smooth's
+ *     1 ms) publishes max(1, round(rate x tick)) back to back, then
+ *     sleeps out what is left of the tick.  A window
  *     ends at its deadline even in the middle of a tick.
  *   - Counts come from the bus: total = publishes accepted, delivered = the
  *     stages' delivered counters after shutdown.  The latency sample count
@@ -239,7 +240,8 @@ static void *prod_main(void *arg)
                 break;
         }
     } else {
-        long per_tick = lround(p->rate * 0.02);
+        double tk = p->tick > 0 ? p->tick : 0.02;
+        long per_tick = lround(p->rate * tk);
         if (per_tick < 1)
             per_tick = 1;
         bool stop = false;
@@ -255,8 +257,8 @@ static void *prod_main(void *arg)
                     break;
                 }
             }
-            if (!stop && seda_now() < tick + 0.02)
-                bench_sleep_until(tick + 0.02);
+            if (!stop && seda_now() < tick + tk)
+                bench_sleep_until(tick + tk);
         }
     }
     p->end = seda_now();

@@ -3,7 +3,10 @@
  * pipeline.c -- config `pipeline`: stages p1..p4 with a Lua handler that
  * increments p.n and assigns env.payload; the slip {p2, p3, p4}; a C done
  * callback counts completions, checks n == 4 in the final bytes and records
- * the itinerary latency from the envelope's publish time.
+ * the itinerary latency from the envelope's publish time.  The same
+ * pipeline with C consumers (handler "c": stages bench0..bench3, each
+ * consumer increments n in the encoded bytes and sets the payload, the
+ * work a hop's handler does) is the row the Lua one is read against.
  */
 #include <malloc.h>
 #include <errno.h>
@@ -61,10 +64,32 @@ static void pipe_done(seda_env_t *env, int outcome, void *ud)
     atomic_fetch_add_explicit(&g_pipe_done, 1, memory_order_relaxed);
 }
 
+/* A C hop: n + 1 in the encoded record (the key "n", short string 0x21
+ * 'n', then its small integer 0x80 + n), as a new payload. */
+static bool pipe_consume(seda_env_t *env, void *ud)
+{
+    (void)ud;
+    size_t len;
+    const unsigned char *p = seda_env_payload(env, &len);
+    unsigned char buf[64];
+    if (len > sizeof buf)
+        return false;
+    memcpy(buf, p, len);
+    for (size_t i = 0; i + 2 < len; i++)
+        if (buf[i] == 0x21 && buf[i + 1] == 'n' && buf[i + 2] >= 0x80 &&
+            buf[i + 2] < 0xff) {
+            buf[i + 2]++;
+            return seda_env_set_payload_kind(env, buf, len, 1) == 0;
+        }
+    return false;
+}
+
 static void pipeline_trial(const char *hfile, int np, int trial,
                            const unsigned char *tmpl, size_t len, int off)
 {
-    static const char *const slip[] = { "p2", "p3", "p4" };
+    static const char *const slip_lua[] = { "p2", "p3", "p4" };
+    static const char *const slip_c[] = { "bench1", "bench2", "bench3" };
+    bool lua = hfile != NULL;
     long total = g_cfg.quick ? 20000 : 100000;
     struct inst in;
     struct prod p[INST_MAX_STAGES];
@@ -73,7 +98,8 @@ static void pipeline_trial(const char *hfile, int np, int trial,
     atomic_store(&g_pipe_failed, 0);
     atomic_store(&g_pipe_bad, 0);
     rec_reset();
-    if (inst_open(&in, true, PIPE_CHUNK, hfile, 4, 262144, np, NULL) != 0)
+    if (inst_open(&in, lua, PIPE_CHUNK, hfile, 4, 262144, np,
+                  pipe_consume) != 0)
         return;
     double start = seda_now() + 0.01;
     memset(p, 0, sizeof p);
@@ -85,7 +111,7 @@ static void pipeline_trial(const char *hfile, int np, int trial,
         p[i].len = len;
         p[i].ts_off = off;
         p[i].kind = 1;
-        p[i].slip = slip;
+        p[i].slip = lua ? slip_lua : slip_c;
         p[i].nslip = 3;
         p[i].done = pipe_done;
     }
@@ -111,7 +137,7 @@ static void pipeline_trial(const char *hfile, int np, int trial,
     long done = atomic_load(&g_pipe_done);
     double thr = (double)done / elapsed;
     struct row r;
-    row_begin(&r, "lua", "pipeline");
+    row_begin(&r, lua ? "lua" : "c", "pipeline");
     row_int(&r, "trial", trial);
     row_int(&r, "producers", np);
     row_int(&r, "concurrency", np);
@@ -127,10 +153,9 @@ static void pipeline_trial(const char *hfile, int np, int trial,
     row_bool(&r, "drained", rc == 0);
     row_str(&r, "latency", "array");
     row_str(&r, "latency_from", "published_at");
-    row_str(&r, "floor", "lua_call");
-    row_num(&r, "floor_ratio",
-            g_cfg.floor_lua > 0 ? (double)hops / elapsed / g_cfg.floor_lua
-                                : 0, 4);
+    double fl = lua ? g_cfg.floor_lua : g_cfg.floor_ring;
+    row_str(&r, "floor", lua ? "lua_call" : "mutex_ring");
+    row_num(&r, "floor_ratio", fl > 0 ? (double)hops / elapsed / fl : 0, 4);
     row_int(&r, "hops_delivered", hops);
     if (atomic_load(&g_pipe_bad))
         row_int(&r, "bad_payload", atomic_load(&g_pipe_bad));
@@ -165,11 +190,18 @@ void bench_pipeline(void)
     }
     int trials = g_cfg.quick ? 1 : 3;
     int ps[2] = { 1, g_cfg.producers };
+    /* C and Lua trials alternate, so a machine that speeds up or slows
+     * down over the run favours neither. */
     for (int i = 0; i < (ps[1] > 1 ? 2 : 1); i++)
-        for (int t = 0; t < trials; t++) {
-            bench_progress("pipeline/lua P=%d trial %d/%d", ps[i], t + 1,
-                           trials);
-            pipeline_trial(hfile, ps[i], t + 1, tmpl, len, off);
-        }
+        for (int t = 0; t < trials; t++)
+            for (int h = 0; h < 2; h++) {
+                bool lua = h == 1;
+                if (lua ? !g_cfg.want_lua : !g_cfg.want_c)
+                    continue;
+                bench_progress("pipeline/%s P=%d trial %d/%d",
+                               lua ? "lua" : "c", ps[i], t + 1, trials);
+                pipeline_trial(lua ? hfile : NULL, ps[i], t + 1, tmpl, len,
+                               off);
+            }
     free(hfile);
 }

@@ -315,6 +315,53 @@ double seda_stage_handler_timeout(const seda_stage_t *st);
  * bus runs: envelopes drained afterwards see it.  Any thread. */
 int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud);
 
+/* ---- batch consumers ----
+ *
+ * A batch consumer handles a drain task's whole batch in one call, for a
+ * binding whose per-call cost is high (the Lua binding enters Lua once
+ * per batch).  It takes the envelopes one at a time and settles each
+ * before it takes the next; the core keeps every per-envelope rule of a
+ * plain consumer: the sojourn and service histograms (an envelope's
+ * service time runs from its seda_batch_next to its seda_batch_result),
+ * the nack rule (a nack undoes the attempt's changes), retries at the
+ * head (a nacked envelope with attempts left is what the next
+ * seda_batch_next returns, at attempt + 1, ahead of the rest), dead
+ * letters, the slow-envelope and shutdown cut-offs, and for a durable
+ * stage the journal write of the batch's decisions.
+ *
+ * A stage whose only consumer is a batch consumer hands it whole batches;
+ * with several consumers (round robin or pub/sub) each call has one
+ * envelope. */
+typedef struct seda_batch_s seda_batch_t;
+
+/* Runs on a pool worker with a batch: loop { env = seda_batch_next(b);
+ * if (!env) break; ... seda_batch_result(b, ok); }.  Envelopes it does
+ * not take go back to the head of the queue, in order, and come in the
+ * next batch; one taken and not settled when it takes the next, or
+ * returns, counts as a nack.  Each envelope is borrowed from its
+ * seda_batch_next to its seda_batch_result, as a consumer's is for its
+ * call.  The same rules as a consumer's: it holds a permit, so it must
+ * not block for long. */
+typedef void (*seda_batch_fn)(seda_batch_t *batch, void *ud);
+
+/* Add a batch consumer.  Returns its index (>= 0), or SEDA_ERANGE past
+ * SEDA_MAX_CONSUMERS, SEDA_EINVAL for a NULL fn or a pull stage.  Like
+ * seda_stage_consume otherwise.  Any thread. */
+int seda_stage_consume_batch(seda_stage_t *st, seda_batch_fn fn, void *ud);
+
+/* The next envelope of the batch (attempt and slip as a consumer would
+ * see them), or NULL when the batch is over: all handled, the bus is
+ * stopping, or the task gives the rest back (after an envelope that took
+ * 20 ms or more while other permits are free, or a retry that waits on
+ * its backoff or the journal).  Once NULL, NULL for the rest of the call.
+ * Only inside the batch call, on its thread. */
+seda_env_t *seda_batch_next(seda_batch_t *batch);
+
+/* Settle the envelope seda_batch_next returned last: ok true acks (unless
+ * seda_env_fail was called on it), false nacks.  A call with nothing to
+ * settle does nothing.  Only inside the batch call, on its thread. */
+void seda_batch_result(seda_batch_t *batch, bool ok);
+
 /* Change a running stage: capacity and concurrency (> 0) and policy
  * (enum seda_policy); a value < 0 (or 0 for the counts) leaves that setting
  * unchanged.  Growing takes effect at once (waiting publishers are woken,

@@ -7,13 +7,13 @@
  *   A drain task holds one of its stage's permits.  It takes up to `batch`
  *   envelopes in one lock round (the head ring, then the inbox: see
  *   inbox.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
- *   them with no lock held (one clock read per envelope feeds the sojourn
- *   and service histograms), routes acks, nacks and dead letters (a
- *   durable stage first writes the whole batch's decisions in one journal
- *   commit), then in one more lock round folds its counters in and puts
- *   a durable stage's retries back at the head.  Elsewhere a retry is
- *   delivered again at once: it is the head of the queue, ahead of the
- *   rest of the batch, and never goes back past the capacity.  Then it
+ *   them with no lock held and routes acks, nacks and dead letters
+ *   (deliver.c: one clock read per envelope feeds the sojourn and
+ *   service histograms; a retry is delivered again at once, ahead of
+ *   the rest of the batch; a durable stage first writes the whole
+ *   batch's decisions in one journal commit), then in one more lock
+ *   round folds its counters in and puts back what the batch did not
+ *   deliver and a durable stage's retries at the head.  Then it
  *   carries on (after gathering half a batch, when no other task waits
  *   for the pool), reschedules itself behind other stages' tasks, or
  *   lingers briefly for more before giving the permit back -- with the
@@ -23,42 +23,8 @@
 #include <sched.h>
 
 #include "bus.h"
+#include "deliver.h"
 #include "stage.h"
-
-#define MAX_BATCH 256
-
-enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
-
-static int deliver(struct seda_stage_s *st, seda_env_t *env)
-{
-    /* Acquire: pairs with the release in seda_stage_consume. */
-    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
-    if (n == 0)
-        return DELIVER_NO_CONSUMERS;
-    if (st->delivery == SEDA_DELIVERY_P2P) {
-        /* One consumer: no cursor to bump (it shares no line with what
-         * publishers read, but there is no need to write at all). */
-        unsigned i = n == 1 ? 0
-                   : atomic_fetch_add_explicit(&st->rr, 1,
-                                               memory_order_relaxed);
-        struct consumer *c = &st->cons[n == 1 ? 0 : i % (unsigned)n];
-        seda__env_delivery_begin(env);
-        bool ok = seda__env_delivery_end(env, c->fn(env, c->ud));
-        return ok ? DELIVER_ACK : DELIVER_NACK;
-    }
-    uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
-    for (int i = 0; i < n; i++) {
-        uint64_t bit = UINT64_C(1) << i;
-        if (env->acked & bit)
-            continue;
-        seda__env_delivery_begin(env);
-        bool ok = seda__env_delivery_end(env,
-                                         st->cons[i].fn(env, st->cons[i].ud));
-        if (ok)
-            env->acked |= bit;
-    }
-    return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
-}
 
 /* How long a drain task that emptied its queue watches for more before
  * giving its permit back.  A producer a little slower than its consumer
@@ -126,8 +92,6 @@ static bool linger(struct seda_stage_s *st)
     }
 }
 
-/* Take one batch, deliver it, fold the results in.  Returns with st->mu
- * held. */
 /* Record a rate sample at most every 100 ms (lock held). */
 static void rate_sample(struct seda_stage_s *st, int64_t now)
 {
@@ -142,54 +106,15 @@ static void rate_sample(struct seda_stage_s *st, int64_t now)
         st->rate_n++;
 }
 
-/* Count a nack that will be retried and start the envelope's next
- * attempt (its sojourn restarts at now). */
-static void begin_retry(seda_env_t *env, struct stage_counters *tally,
-                        int64_t now)
-{
-    tally->nacked++;
-    env->attempts++;
-    env->enq_ts = now;
-}
-
-/* Act on one delivery's result. */
-static void route(struct seda_stage_s *st, seda_env_t *env, int res,
-                  struct stage_counters *tally, seda_env_t **retry,
-                  int *nretry, int64_t now)
-{
-    if (st->remote_ops) {
-        /* Taken in from JetStream: acked, naked or termed there. */
-        st->remote_ops->settle(st, env, res, tally);
-        return;
-    }
-    switch (res) {
-    case DR_ACK:
-        tally->delivered++;
-        seda__bus_route_ack(st, env, tally);
-        break;
-    case DR_DEAD_NOCONS:
-        seda__bus_dead_letter(st, env, "no_consumers", tally);
-        break;
-    case DR_RETRY:
-        begin_retry(env, tally, now);
-        retry[(*nretry)++] = env;
-        break;
-    default:
-        tally->nacked++;
-        seda__bus_dead_letter(st, env, "max_attempts", tally);
-        break;
-    }
-}
-
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
  * held. */
 static void run_batch(struct seda_stage_s *st)
 {
     struct seda_bus_s *b = st->bus;
-    seda_env_t *batch[MAX_BATCH];
-    seda_env_t *retry[MAX_BATCH];
-    int64_t sojourn[MAX_BATCH], service[MAX_BATCH];
-    int nretry = 0;
+    seda_env_t *batch[SEDA_MAX_BATCH];
+    seda_env_t *retry[SEDA_MAX_BATCH];
+    int64_t sojourn[SEDA_MAX_BATCH], service[SEDA_MAX_BATCH];
+    int res[SEDA_MAX_BATCH];
     struct stage_counters tally = { 0 };
 
     seda__mutex_lock(&st->mu);
@@ -226,81 +151,22 @@ static void run_batch(struct seda_stage_s *st)
     }
     int n = (int)seda__stage_take(st, batch, want);
     st->in_flight += n;
-    /* Retry backoff: nacked envelopes wait on a timer instead of being
-     * delivered again at once. */
-    bool later = st->retry_backoff > 0;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);
     seda__mutex_unlock(&st->mu);
 
-    /* One clock read per envelope: a handler's end is the next one's
-     * start (routing in between counts as the next one's sojourn). */
-    int64_t t = seda__clock_ns();
-    int res[MAX_BATCH];
-    int i = 0;
-    bool shed = false;
-    for (; i < n; i++) {
-        if (atomic_load_explicit(&b->stopping, memory_order_acquire))
-            break;
-        seda_env_t *env = batch[i];
-        if (i + 1 < n) {
-            /* The next envelope was written on the publisher's core:
-             * start pulling its lines while this one is handled (for
-             * reading: an ack writes nothing into it). */
-            __builtin_prefetch(batch[i + 1]);
-            __builtin_prefetch((char *)batch[i + 1] + sizeof(seda_env_t) - 1);
-        }
-        sojourn[i] = t - env->enq_ts;
-        int r = deliver(st, env);
-        int64_t end = seda__clock_ns();
-        service[i] = end - t;
-        t = end;
-        res[i] = r == DELIVER_ACK ? DR_ACK
-               : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
-               : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
-        if (res[i] == DR_RETRY && !st->durable && !later &&
-            !st->remote_ops) {
-            /* A retry goes to the head of the queue, which is where this
-             * task takes its next envelope from: deliver it again now,
-             * ahead of the rest of the batch (behind it in the queue), and
-             * without putting it back past the capacity.  Its nacked
-             * attempt counts in the histograms. */
-            begin_retry(env, &tally, end);
-            seda__mutex_lock(&st->hist_mu);
-            seda__hist_add(&st->sojourn,
-                           sojourn[i] > 0 ? (uint64_t)sojourn[i] : 0);
-            seda__hist_add(&st->service,
-                           service[i] > 0 ? (uint64_t)service[i] : 0);
-            seda__mutex_unlock(&st->hist_mu);
-            i--;
-            continue;
-        }
-        if (!st->durable)
-            route(st, env, res[i], &tally, retry, &nretry, end);
-        if (res[i] == DR_RETRY && !st->remote_ops) {
-            /* Durable: the retry is journaled with the batch's decisions
-             * below, then goes back to the head, ahead of the rest of this
-             * batch (behind it in the queue). */
-            i++;
-            break;
-        }
-        if (service[i] >= SEDA_SHED_NS && i + 1 < n &&
-            atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
-            /* A slow envelope (longer than a preemption would make a
-             * fast one): the rest of the batch should not wait behind
-             * this task when other permits are free.  Give it back
-             * (below) and start tasks for it. */
-            i++;
-            shed = true;
-            break;
-        }
-    }
-    if (st->durable) {
-        /* Every decision of the batch in one commit, then act on them. */
-        seda__bus_store_ops(b)->batch(st, batch, res, i);
-        for (int k = 0; k < i; k++)
-            route(st, batch[k], res[k], &tally, retry, &nretry, t);
-    }
+    /* Deliver and route (deliver.c).  Retry backoff: nacked envelopes
+     * wait on a timer instead of being delivered again at once. */
+    struct seda_batch_s bt = {
+        .st = st, .later = st->retry_backoff > 0, .n = n,
+        .t = seda__clock_ns(), .env = batch, .res = res,
+        .sojourn = sojourn, .service = service, .retry = retry,
+        .tally = &tally,
+    };
+    seda__batch_run(&bt);
+    int i = bt.i, nretry = bt.nretry;
+    int64_t t = bt.t;
+    bool shed = bt.shed;
 
     /* Latency samples under their own lock, so the stage lock (which
      * publishers want) is held only for the counters below; the same pass

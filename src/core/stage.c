@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "bus.h"
+#include "deliver.h"
 #include "inbox.h"
 #include "stage.h"
 
@@ -212,8 +213,9 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     }
 }
 
-/* A worker routing a hop (not inside a consumer call, so its Lua state is
- * free) into this full stage, whose drain task sits in the pool queue
+/* A worker routing a hop (not inside a consumer call, nor a batch
+ * consumer's, so its Lua state is free: deliver.c routes a batch after
+ * the call) into this full stage, whose drain task sits in the pool queue
  * behind busy workers -- all of them perhaps waiting here too -- runs that
  * task itself, once per wait and not nested, then looks for room again.
  * Called and returns with st->mu held.  Returns whether it ran it; if not,
@@ -230,7 +232,8 @@ static _Thread_local bool tls_helping;
 
 static bool help_drain(struct seda_stage_s *st)
 {
-    if (tls_helping || seda__env_in_delivery() || st->pull ||
+    if (tls_helping || seda__env_in_delivery() || seda__batch_busy() ||
+        st->pull ||
         seda__pool_current_owner() != (void *)st->bus)
         return false;
     if (!seda__pool_take(st->bus->pool, seda__stage_drain, st))

@@ -16,8 +16,12 @@
 
 struct seda_bus_s;
 
+/* A consumer: fn (one envelope a call) or bfn (a batch a call, see
+ * deliver.c); the other is NULL.  Written once before nconsumers covers
+ * it. */
 struct consumer {
-    seda_consumer_fn fn;        /* written once before nconsumers covers it */
+    seda_consumer_fn fn;
+    seda_batch_fn bfn;
     void *ud;
 };
 
@@ -54,8 +58,9 @@ struct stage_counters {
  *   remote_ops, remote.
  *   Atomic: the inbox's slots, in_pos, fast_hop, cap_fast, conc_fast,
  *   running (the publishers' line below), out_pos, held and svc_ns (the
- *   takers' line), see "HOW IT WORKS" in inbox.c; nconsumers (release in seda_stage_consume / acquire in
- *   deliver, publishing cons[i] written before it); rr (relaxed, round
+ *   takers' line), see "HOW IT WORKS" in inbox.c; nconsumers (release
+ *   in add_consumer / acquire in deliver.c, publishing cons[i] written
+ *   before it); rr (relaxed, round
  *   robin only); userdata, check, check_ud (release/acquire).
  *   hist_mu guards sojourn and service; report_mu the rate limiter;
  *   errs_mu the recent-errors ring (all three leaf locks).

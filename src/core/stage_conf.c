@@ -216,9 +216,11 @@ double seda_stage_handler_timeout(const seda_stage_t *st)
     return st->handler_timeout;
 }
 
-int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
+/* Add a consumer (exactly one of fn and bfn). */
+static int add_consumer(seda_stage_t *st, seda_consumer_fn fn,
+                        seda_batch_fn bfn, void *ud)
 {
-    if (!fn || st->pull)
+    if ((!fn && !bfn) || st->pull)
         return SEDA_EINVAL;
     seda__mutex_lock(&st->mu);          /* serialises adders */
     int n = atomic_load_explicit(&st->nconsumers, memory_order_relaxed);
@@ -226,12 +228,22 @@ int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
         seda__mutex_unlock(&st->mu);
         return SEDA_ERANGE;
     }
-    st->cons[n] = (struct consumer){ fn, ud };
-    /* Release: pairs with the acquire in deliver(); cons[n] is visible to
-     * any drain task that sees the new count. */
+    st->cons[n] = (struct consumer){ fn, bfn, ud };
+    /* Release: pairs with the acquires in deliver.c; cons[n] is visible
+     * to any drain task that sees the new count. */
     atomic_store_explicit(&st->nconsumers, n + 1, memory_order_release);
     seda__mutex_unlock(&st->mu);
     return n;
+}
+
+int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
+{
+    return fn ? add_consumer(st, fn, NULL, ud) : SEDA_EINVAL;
+}
+
+int seda_stage_consume_batch(seda_stage_t *st, seda_batch_fn fn, void *ud)
+{
+    return fn ? add_consumer(st, NULL, fn, ud) : SEDA_EINVAL;
 }
 
 int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,

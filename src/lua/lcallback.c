@@ -146,7 +146,7 @@ static int call_completion(lua_State *L)
     lua_newtable(L);                    /* completed: no hops remain */
     lua_setfield(L, -2, "slip");
     lua_pushliteral(L, "payload");
-    seda__l_push_payload(L, c->payload, c->len, c->kind);
+    seda__l_push_payload(L, c->payload, c->len, c->kind, 0);
     lua_rawset(L, -3);
     lua_call(L, 1, 0);                  /* inside the caller's pcall */
     return 0;

@@ -835,8 +835,11 @@ static int dec_table(struct dec *d, uint64_t narr, uint64_t nrec)
     return 0;
 }
 
-int seda__codec_decode(lua_State *L, const void *p, size_t len,
-                       char *err, size_t errlen)
+/* The decoder's entry: one value from p[0..len), the key cache kc (at
+ * stack index kci) or none.  Pushes the value (and nothing else) and
+ * returns 0, or returns -1 with the message set and pushes nothing. */
+static int decode(lua_State *L, const void *p, size_t len,
+                  struct kcache *kc, int kci, char *err, size_t errlen)
 {
     struct dec d;
     int top = lua_gettop(L);
@@ -847,21 +850,17 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
     d.end = len > 0 ? d.p + len : d.p; /* no arithmetic on a NULL p */
     d.pending = 0;
     d.depth = 0;
-    d.kc = NULL;
-    d.kci = top + 1;
+    d.kc = kc;
+    d.kci = kci;
     d.err = err;
     d.errlen = errlen;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
-    /* Room for the cache, the outermost table, a key and a value. */
-    if (!lua_checkstack(L, 4)) {
+    /* Room for the outermost table, a key and a value. */
+    if (!lua_checkstack(L, 3)) {
         dfail(&d, "Lua stack overflow");
         return -1;
     }
-    int table = len > 0 &&
-                (d.p[0] == SEDA_TAG_TBL8 || d.p[0] == SEDA_TAG_TBL32);
-    if (table)
-        d.kc = kc_get(L);
     if (dec_any(&d) != 0) {
         lua_settop(L, top);
         return -1;
@@ -871,9 +870,56 @@ int seda__codec_decode(lua_State *L, const void *p, size_t len,
         dfail(&d, "trailing bytes after the value");
         return -1;
     }
-    if (d.kc != NULL)
-        lua_replace(L, top + 1); /* the value over the cache */
-    else if (table)
-        kc_new(L);
     return 0;
+}
+
+/* Whether the bytes hold a table (the only values the key cache serves). */
+static inline int is_table(const void *p, size_t len)
+{
+    const unsigned char *b = p;
+    return len > 0 && (b[0] == SEDA_TAG_TBL8 || b[0] == SEDA_TAG_TBL32);
+}
+
+int seda__codec_decode(lua_State *L, const void *p, size_t len,
+                       char *err, size_t errlen)
+{
+    if (!is_table(p, len))
+        return decode(L, p, len, NULL, 0, err, errlen);
+    if (!lua_checkstack(L, 1)) {
+        if (err != NULL && errlen > 0)
+            snprintf(err, errlen, "Lua stack overflow at byte 0");
+        return -1;
+    }
+    int top = lua_gettop(L);
+    struct kcache *kc = kc_get(L);     /* pushed at top + 1, or nothing */
+    int rc = decode(L, p, len, kc, top + 1, err, errlen);
+    if (kc != NULL) {
+        if (rc == 0)
+            lua_replace(L, top + 1);   /* the value over the cache */
+        else
+            lua_settop(L, top);
+    } else if (rc == 0) {
+        kc_new(L);
+    }
+    return rc;
+}
+
+void seda__codec_push_keycache(lua_State *L)
+{
+    if (kc_get(L) == NULL) {
+        kc_new(L);
+        kc_get(L);
+    }
+}
+
+int seda__codec_decode_kc(lua_State *L, const void *p, size_t len, int kci,
+                          char *err, size_t errlen)
+{
+    struct kcache *kc = NULL;
+    if (is_table(p, len)) {
+        kc = lua_touserdata(L, kci);
+        if (kc == NULL || kc->self != kc)
+            return seda__codec_decode(L, p, len, err, errlen);
+    }
+    return decode(L, p, len, kc, kci, err, errlen);
 }

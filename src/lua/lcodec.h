@@ -135,4 +135,16 @@ SEDA__API int seda__codec_encode(lua_State *L, int idx, seda_wbuf *b,
 SEDA__API int seda__codec_decode(lua_State *L, const void *p, size_t len,
                                  char *err, size_t errlen);
 
+/* Push L's key cache (the one seda__codec_decode keeps in the registry),
+ * making it if L has none.  May raise a memory error.  For a caller that
+ * decodes often: it keeps the cache (an upvalue, a stack slot) and passes
+ * its index to seda__codec_decode_kc, which saves the registry lookup. */
+SEDA__API void seda__codec_push_keycache(lua_State *L);
+
+/* seda__codec_decode with L's key cache at index kci (an upvalue index
+ * works; anything else there is ignored for the registry's).  Pushes
+ * exactly the value on success.  Any thread that owns L. */
+SEDA__API int seda__codec_decode_kc(lua_State *L, const void *p, size_t len,
+                                    int kci, char *err, size_t errlen);
+
 #endif /* SEDA_LCODEC_H */

@@ -76,99 +76,89 @@ static int env_forward(lua_State *L)
     return 1;
 }
 
-static int env_index(lua_State *L)
+/* A field of the envelope that is not the payload. */
+static int env_field(lua_State *L, struct lworker *w, const char *k)
 {
-    struct lenv *le = env_self(L);
-    size_t kl;
-    const char *k = luaL_checklstring(L, 2, &kl);
+    struct lenv *le = w->le;
     seda_env_t *env = le->env;
     char idbuf[SEDA_ID_MAX];
-    switch (k[0]) {
-    case 'p':
-        if (strcmp(k, "payload") == 0) {
-            if (le->decoded) {
-                lua_getiuservalue(L, lua_upvalueindex(1), 1);
-                return 1;
-            }
-            size_t len;
-            const void *p = seda_env_payload(env, &len);
-            seda__l_push_payload(L, p, len, seda_env_payload_kind(env));
-            /* A table is kept (the handler may change it in place, and
-             * reads must see one table); a scalar is decoded again on the
-             * next read, which saves the store on the common single
-             * read. */
-            if (lua_type(L, -1) == LUA_TTABLE) {
-                lua_pushvalue(L, -1);
-                lua_setiuservalue(L, lua_upvalueindex(1), 1);
-                le->decoded = true;
-                le->decoded_table = true;
-            }
-            return 1;
+    if (k == w->k_headers) {
+        if (!le->headers_loaded) {
+            push_headers_table(L, env);
+            lua_setiuservalue(L, lua_upvalueindex(1), 2);
+            le->headers_loaded = true;
         }
-        if (strcmp(k, "published_at") == 0) {
-            lua_pushnumber(L, seda_env_published_at(env));
-            return 1;
-        }
-        break;
-    case 'h':
-        if (strcmp(k, "headers") == 0) {
-            if (!le->headers_loaded) {
-                push_headers_table(L, env);
-                lua_setiuservalue(L, lua_upvalueindex(1), 2);
-                le->headers_loaded = true;
-            }
-            lua_getiuservalue(L, lua_upvalueindex(1), 2);
-            return 1;
-        }
-        break;
-    case 'i':
-        if (strcmp(k, "id") == 0) {
-            lua_pushstring(L, seda_env_id(env, idbuf));
-            return 1;
-        }
-        break;
-    case 't':
-        if (strcmp(k, "to") == 0) {
-            lua_pushstring(L, seda_env_to(env));
-            return 1;
-        }
-        break;
-    case 's':
-        if (strcmp(k, "sender") == 0) {
-            const char *s = seda_env_sender(env);
-            if (s)
-                lua_pushstring(L, s);
-            else
-                lua_pushnil(L);
-            return 1;
-        }
-        if (strcmp(k, "slip") == 0) {
-            push_slip_table(L, env);
-            return 1;
-        }
-        break;
-    case 'a':
-        if (strcmp(k, "attempts") == 0) {
-            lua_pushinteger(L, seda_env_attempts(env));
-            return 1;
-        }
-        break;
-    case 'f':
-        if (strcmp(k, "forward") == 0) {
-            lua_pushcfunction(L, env_forward);
-            return 1;
-        }
-        break;
+        lua_getiuservalue(L, lua_upvalueindex(1), 2);
+    } else if (k == w->k_id) {
+        lua_pushstring(L, seda_env_id(env, idbuf));
+    } else if (k == w->k_to) {
+        lua_pushstring(L, seda_env_to(env));
+    } else if (k == w->k_sender) {
+        const char *s = seda_env_sender(env);
+        if (s)
+            lua_pushstring(L, s);
+        else
+            lua_pushnil(L);
+    } else if (k == w->k_slip) {
+        push_slip_table(L, env);
+    } else if (k == w->k_attempts) {
+        lua_pushinteger(L, seda_env_attempts(env));
+    } else if (k == w->k_forward) {
+        lua_pushcfunction(L, env_forward);
+    } else if (k == w->k_published_at) {
+        lua_pushnumber(L, seda_env_published_at(env));
+    } else {
+        lua_pushnil(L);
     }
-    lua_pushnil(L);
+    return 1;
+}
+
+/* __index.  The fast path: the running call's env, a field name (short
+ * strings are interned, so a name is the same string as the one this
+ * state keeps: compared by address), and the payload.  Upvalues: the
+ * lenv userdata, the state's key cache (lcodec.c). */
+static int env_index(lua_State *L)
+{
+    struct lworker *w = worker_of(L);
+    const char *k = lua_tostring(L, 2);
+    if (__builtin_expect(!!(w->token == 0 ||
+                         lua_touserdata(L, 1) != (void *)w->token || !k), 0)) {
+        env_self(L);                    /* raises for a stale env */
+        luaL_checkstring(L, 2);         /* raises for a bad key */
+    }
+    if (k != w->k_payload)
+        return env_field(L, w, k);
+    struct lenv *le = w->le;
+    if (le->decoded) {
+        lua_getiuservalue(L, lua_upvalueindex(1), 1);
+        return 1;
+    }
+    size_t len;
+    const void *p = seda_env_payload(le->env, &len);
+    int kind = seda_env_payload_kind(le->env);
+    if (kind == SEDA_KIND_RAW) {
+        lua_pushlstring(L, p, len);     /* a string: nothing to keep */
+        return 1;
+    }
+    seda__l_push_payload(L, p, len, kind, lua_upvalueindex(2));
+    /* A table is kept (the handler may change it in place, and reads must
+     * see one table); a scalar is decoded again on the next read, which
+     * saves the store on the common single read. */
+    if (lua_type(L, -1) == LUA_TTABLE) {
+        lua_pushvalue(L, -1);
+        lua_setiuservalue(L, lua_upvalueindex(1), 1);
+        le->decoded = true;
+        le->decoded_table = true;
+    }
     return 1;
 }
 
 static int env_newindex(lua_State *L)
 {
     struct lenv *le = env_self(L);
+    struct lworker *w = worker_of(L);
     const char *k = luaL_checkstring(L, 2);
-    if (strcmp(k, "payload") == 0) {
+    if (k == w->k_payload) {
         lua_settop(L, 3);
         int t = lua_type(L, 3);
         if (t == LUA_TFUNCTION || t == LUA_TTHREAD || t == LUA_TUSERDATA ||
@@ -185,7 +175,7 @@ static int env_newindex(lua_State *L)
         le->payload_set = true;
         return 0;
     }
-    if (strcmp(k, "headers") == 0) {
+    if (k == w->k_headers) {
         luaL_checktype(L, 3, LUA_TTABLE);
         lua_settop(L, 3);
         lua_setiuservalue(L, lua_upvalueindex(1), 2);
@@ -209,78 +199,125 @@ static int env_tostring(lua_State *L)
     return 1;
 }
 
-/* Copy the handler's view of the envelope back into it.  Runs under
- * lua_pcall (it may raise on bad headers). */
-int seda__lw_env_sync(lua_State *L)
+/* ---- after the handler ---- */
+
+#define SYNC_FAIL(...) do { \
+        snprintf(err, errlen, __VA_ARGS__); \
+        lua_settop(L, top); \
+        return -1; \
+    } while (0)
+
+/* Copy the headers table (user value 2) back into env.  Raw access only,
+ * so no handler code runs; 0 or -1 with err. */
+static int sync_headers(lua_State *L, seda_env_t *env, int le_idx,
+                        char *err, size_t errlen)
 {
-    struct lenv *le = lua_touserdata(L, 1);
-    struct lworker *w = lua_touserdata(L, 2);
-    seda_env_t *env = le->env;
-    lua_settop(L, 2);
-    if (le->headers_loaded) {
-        lua_getiuservalue(L, 1, 2);               /* 3: headers table */
-        /* Deletions and changes of existing headers. */
-        for (int i = seda_env_header_count(env) - 1; i >= 0; i--) {
-            const char *k, *v;
-            seda_env_header_at(env, i, &k, &v);
-            lua_getfield(L, 3, k);
-            if (lua_isnil(L, -1)) {
-                if (seda_env_set_header(env, k, NULL))
-                    return luaL_error(L, "headers: out of memory");
-            } else if (lua_type(L, -1) == LUA_TSTRING ||
-                       lua_type(L, -1) == LUA_TNUMBER) {
-                size_t nl;
-                const char *nv = lua_tolstring(L, -1, &nl);
-                if (strlen(nv) != nl)
-                    return luaL_error(L, "headers.%s: contains a NUL byte",
-                                      k);
-                if (strcmp(nv, v) != 0 && seda_env_set_header(env, k, nv))
-                    return luaL_error(L, "headers: out of memory");
-            }
-            lua_pop(L, 1);
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, le_idx, 2);
+    int t = lua_gettop(L);
+    /* Deletions and changes of existing headers. */
+    for (int i = seda_env_header_count(env) - 1; i >= 0; i--) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        lua_pushstring(L, k);
+        int vt = lua_rawget(L, t);
+        if (vt == LUA_TNIL) {
+            if (seda_env_set_header(env, k, NULL))
+                SYNC_FAIL("headers: out of memory");
+        } else if (vt == LUA_TSTRING || vt == LUA_TNUMBER) {
+            size_t nl;
+            const char *nv = lua_tolstring(L, -1, &nl);
+            if (strlen(nv) != nl)
+                SYNC_FAIL("headers.%s: contains a NUL byte", k);
+            if (strcmp(nv, v) != 0 && seda_env_set_header(env, k, nv))
+                SYNC_FAIL("headers: out of memory");
         }
-        /* Additions. */
-        lua_pushnil(L);
-        while (lua_next(L, 3)) {
-            if (lua_type(L, -2) != LUA_TSTRING)
-                return luaL_error(L, "headers: keys must be strings");
-            int t = lua_type(L, -1);
-            if (t != LUA_TSTRING && t != LUA_TNUMBER)
-                return luaL_error(L, "headers.%s: expected a string, got %s",
-                                  lua_tostring(L, -2), luaL_typename(L, -1));
-            size_t kl, vl;
-            const char *k = lua_tolstring(L, -2, &kl);
-            lua_pushvalue(L, -1);
-            const char *v = lua_tolstring(L, -1, &vl);
-            if (strlen(k) != kl)
-                return luaL_error(L, "headers: a key contains a NUL byte");
-            if (strlen(v) != vl)
-                return luaL_error(L, "headers.%s: contains a NUL byte", k);
-            if (!seda_env_header(env, k) && seda_env_set_header(env, k, v))
-                return luaL_error(L, "headers: out of memory");
-            lua_pop(L, 2);
-        }
-        lua_settop(L, 2);
+        lua_pop(L, 1);
     }
-    if (le->decoded) {
-        lua_getiuservalue(L, 1, 1);
-        const void *p;
-        size_t len;
-        int kind;
-        char err[256];
-        w->wb.len = 0;
-        if (seda__l_encode_payload(L, -1, &w->wb, &p, &len, &kind, err,
-                                   sizeof err))
-            return luaL_error(L, "%s", err);
-        int rc = seda_env_set_payload_kind(env, p, len, kind);
-        seda__wbuf_trim(&w->wb, SEDA_WBUF_KEEP);
-        if (rc == SEDA_ETOOLARGE)
-            return luaL_error(L, "too_large: the payload is %I bytes, over "
-                              "max_payload", (lua_Integer)len);
-        if (rc)
-            return luaL_error(L, "payload: out of memory");
+    /* Additions. */
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            SYNC_FAIL("headers: keys must be strings");
+        int vt = lua_type(L, -1);
+        if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
+            SYNC_FAIL("headers.%s: expected a string, got %s",
+                      lua_tostring(L, -2), luaL_typename(L, -1));
+        size_t kl, vl;
+        const char *k = lua_tolstring(L, -2, &kl);
+        lua_pushvalue(L, -1);
+        const char *v = lua_tolstring(L, -1, &vl);
+        if (strlen(k) != kl)
+            SYNC_FAIL("headers: a key contains a NUL byte");
+        if (strlen(v) != vl)
+            SYNC_FAIL("headers.%s: contains a NUL byte", k);
+        if (!seda_env_header(env, k) && seda_env_set_header(env, k, v))
+            SYNC_FAIL("headers: out of memory");
+        lua_pop(L, 2);
     }
+    lua_settop(L, top);
     return 0;
+}
+
+int seda__lw_env_finish(lua_State *L, struct lworker *w, int le_idx,
+                        int nhandlers, char *err, size_t errlen)
+{
+    struct lenv *le = w->le;
+    seda_env_t *env = le->env;
+    if (!le->payload_set && !le->headers_loaded && !le->decoded_table)
+        return 0;                       /* nothing can have changed */
+    /* A table read may have been changed in place: it travels on only if
+     * someone else will see it. */
+    if (!le->payload_set && !le->headers_loaded &&
+        seda_env_slip_count(env) == 0 && !seda_env_has_done(env) &&
+        nhandlers <= 1)
+        return 0;
+    if (le->headers_loaded && sync_headers(L, env, le_idx, err, errlen) != 0)
+        return -1;
+    if (!le->decoded)
+        return 0;
+    int top = lua_gettop(L);
+    lua_getiuservalue(L, le_idx, 1);
+    const void *p;
+    size_t len;
+    int kind;
+    w->wb.len = 0;
+    if (seda__l_encode_payload(L, -1, &w->wb, &p, &len, &kind, err,
+                               errlen)) {
+        lua_settop(L, top);
+        return -1;
+    }
+    int rc = seda_env_set_payload_kind(env, p, len, kind);
+    seda__wbuf_trim(&w->wb, SEDA_WBUF_KEEP);
+    if (rc == SEDA_ETOOLARGE)
+        SYNC_FAIL("too_large: the payload is %zu bytes, over max_payload",
+                  len);
+    if (rc)
+        SYNC_FAIL("payload: out of memory");
+    lua_settop(L, top);
+    return 0;
+}
+
+/* ---- setup ---- */
+
+void seda__lw_env_keys(lua_State *L, struct lworker *w)
+{
+    static const char *const names[] = {
+        "payload", "headers", "id", "to", "sender", "slip", "attempts",
+        "forward", "published_at",
+    };
+    const char **slot[] = {
+        &w->k_payload, &w->k_headers, &w->k_id, &w->k_to, &w->k_sender,
+        &w->k_slip, &w->k_attempts, &w->k_forward, &w->k_published_at,
+    };
+    /* Anchored in a registry table, so the strings (and their addresses)
+     * live as long as the state. */
+    lua_createtable(L, (int)(sizeof names / sizeof names[0]), 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        *slot[i] = lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
 void seda__lw_env_metatable(lua_State *L)
@@ -288,7 +325,8 @@ void seda__lw_env_metatable(lua_State *L)
     lua_pushlightuserdata(L, NULL);
     luaL_newmetatable(L, LSEDA_ENV_MT);
     lua_pushvalue(L, 2);
-    lua_pushcclosure(L, env_index, 1);
+    seda__codec_push_keycache(L);       /* the decoder's, kept at hand */
+    lua_pushcclosure(L, env_index, 2);
     lua_setfield(L, -2, "__index");
     lua_pushvalue(L, 2);
     lua_pushcclosure(L, env_newindex, 1);

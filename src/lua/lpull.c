@@ -203,7 +203,7 @@ static int lease_index(lua_State *L)
             lua_getiuservalue(L, 1, 3);
             size_t len;
             const char *p = lua_tolstring(L, -1, &len);
-            seda__l_push_payload(L, p, len, ll->kind);
+            seda__l_push_payload(L, p, len, ll->kind, 0);
             lua_setiuservalue(L, 1, 4);
             ll->decoded = true;
         }

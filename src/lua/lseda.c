@@ -8,7 +8,7 @@
  *   the core bus.  Stages are declared here: options are checked, handler
  *   files are read and their top level run once in a scratch state (so a
  *   broken handler fails at bus:stage with file:line), and each handler
- *   becomes a C consumer (seda__lw_consume) of the core stage.
+ *   becomes a batch consumer (seda__lw_batch) of the core stage.
  *
  *   on_complete: the function is kept in the main registry; the envelope
  *   carries the reference.  When its itinerary ends, the core calls seda__l_on_done
@@ -58,14 +58,16 @@ static char *dupstr(const char *s)
 
 /* ---- payloads ---- */
 
-void seda__l_push_payload(lua_State *L, const void *p, size_t len, int kind)
+void seda__l_push_payload(lua_State *L, const void *p, size_t len, int kind,
+                          int kci)
 {
     if (kind == SEDA_KIND_RAW) {
         lua_pushlstring(L, p, len);
         return;
     }
     char err[256];
-    if (seda__codec_decode(L, p, len, err, sizeof err) != 0)
+    if ((kci ? seda__codec_decode_kc(L, p, len, kci, err, sizeof err)
+             : seda__codec_decode(L, p, len, err, sizeof err)) != 0)
         luaL_error(L, "payload: %s", err);
 }
 

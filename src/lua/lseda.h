@@ -257,8 +257,9 @@ SEDA__API void seda__lw_closestate(lua_State *L);
 SEDA__API int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index,
                               int max);
 
-/* The consumer function every Lua handler is registered as. */
-SEDA__API bool seda__lw_consume(seda_env_t *env, void *ud);
+/* The batch consumer every Lua handler is registered as (lbatch.c; ud:
+ * its struct lconsumer). */
+SEDA__API void seda__lw_batch(seda_batch_t *bt, void *ud);
 
 /* Load src into scratch states made as workers' are, one per worker
  * index a state may have (seda.worker = 0 .. workers-1, and the first
@@ -380,9 +381,10 @@ SEDA__API int seda__l_push_stats(lua_State *L, struct lbus *lb,
                                  const char *name);
 
 /* Push a payload as a Lua value: a string for raw bytes, the decoded value
- * otherwise.  Raises on a payload that cannot be decoded. */
+ * otherwise (through the key cache at index kci when it is not 0, see
+ * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
 SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
-                                    int kind);
+                                    int kind, int kci);
 
 /* Encode the value at idx as a payload into wb (strings go raw: *p points
  * into the Lua string, valid while it stays on the stack).  Returns 0, or

@@ -10,7 +10,7 @@
  *   main thread, or an inline function's bytecode), runs it once in a
  *   scratch state like a worker's so a broken handler fails at once with
  *   file:line, and only then creates the core stage and registers one C
- *   consumer per handler (seda__lw_consume).  Typed stages get their
+ *   batch consumer per handler (seda__lw_batch).  Typed stages get their
  *   schema compiled and installed as the stage's admission check; durable
  *   stages replay their journal after the consumers are in place.
  *
@@ -522,7 +522,7 @@ int seda__l_bus_stage(lua_State *L)
         return luaL_error(L, "stage '%s': out of memory", name);
     for (int i = 0; i < n; i++) {
         ls->cons[i] = (struct lconsumer){ ls, i };
-        seda_stage_consume(st, seda__lw_consume, &ls->cons[i]);
+        seda_stage_consume_batch(st, seda__lw_batch, &ls->cons[i]);
     }
     if (remote && n > 0)
         seda_remote_consume(st);        /* else this process publishes */
@@ -677,7 +677,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         }
         ls->version++;
         ls->reloads++;
-        /* Release: pairs with the acquire in seda__lw_consume. */
+        /* Release: pairs with the acquire in lbatch.c. */
         atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);
     } else {
         ls->last_error = strdup(err);
@@ -706,7 +706,7 @@ void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen, int index,
         ls->src = ls->prev;
         ls->prev = NULL;
         ls->version = ls->prev_version;
-        /* Release: pairs with the acquire in seda__lw_consume. */
+        /* Release: pairs with the acquires in lbatch.c. */
         atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);
     } else {
         snprintf(buf, sizeof buf, "worker %d cannot load handler: %s",

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lworker.c -- one lua_State per pool worker, and Lua handlers as consumers.
+ * lworker.c -- one lua_State per pool worker: building it, its
+ * allocator, and loading (and reloading) handler code into it.  Running
+ * the handlers is lbatch.c's; the envelope they see, lenv.c's.
  *
  * DESIGN
  *   The bus is created with seda__lw_start/stop as its worker hooks, so
@@ -21,38 +23,23 @@
  *   (seda__l_stage_load_failed), which takes every worker back to the
  *   code before: a reload is taken by all workers or by none.
  *
- *   The per-envelope path does no compilation and no lookups by name: the
- *   message handler and one reusable envelope userdata sit at stack slots
- *   1 and 2 for the state's whole life, and the handler comes from
- *   lua_rawgeti on a cached reference.  The payload is decoded on first
- *   access and cached in the userdata's first user value; it is re-encoded
- *   after the call only if it was assigned, or if it was read as a table
- *   (which the handler may have changed in place) and someone will see it
- *   (a next hop, a completion callback, another pub/sub consumer).
+ *   What the per-envelope path needs sits at fixed stack slots for the
+ *   state's whole life (lworker.h): the message handler, the one reusable
+ *   envelope userdata and the batch trampoline; the envelope's field
+ *   names are interned once (lenv.c compares keys by address).
  *
- *   Runaway handlers: a stage's handler_timeout installs a count hook that
- *   raises once the deadline passes and then fires on every instruction,
- *   so a handler's own pcall cannot swallow the stop for long.  Each state
- *   allocates through a counting allocator that refuses past the bus's
- *   memory_limit, which surfaces as a Lua memory error (a nack), never an
- *   abort.
+ *   Each state allocates through a counting allocator that refuses past
+ *   the bus's memory_limit, which surfaces as a Lua memory error (a
+ *   nack), never an abort.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <lualib.h>
 
 #include "lworker.h"
 #include "seda_lua.h"
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- allocator ---- */
 
@@ -86,9 +73,12 @@ static void small_free_all(struct lworker *w)
     }
 }
 
-static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+/* Everything but the two common cases below: resizes, big blocks, and
+ * a size class whose list is empty (or full). */
+static __attribute__((noinline)) void *l_alloc_slow(struct lworker *w,
+                                                    void *ptr, size_t osize,
+                                                    size_t nsize)
 {
-    struct lworker *w = ud;
     if (ptr == NULL)
         osize = 0;                      /* it holds a type tag then */
     int oc = small_class(osize);
@@ -130,6 +120,36 @@ static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
     }
     w->mem_used += nsize - osize;
     return p;
+}
+
+/* The state's lua_Alloc.  A new small block from its class's list and a
+ * small block freed onto it are the cases that matter (a payload string,
+ * a decoded table, per envelope): inline, with nothing to save, they
+ * cost about 15 instructions instead of 60. */
+static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    struct lworker *w = ud;
+    if (ptr == NULL) {
+        if (nsize - 1 < SMALL_MAX) {
+            struct small_block **head = &w->small[(nsize - 1) >> 4];
+            struct small_block *b = *head;
+            if (b && (!w->mem_limit || w->mem_used + nsize <= w->mem_limit)) {
+                *head = b->next;
+                w->nsmall[(nsize - 1) >> 4]--;
+                w->mem_used += nsize;
+                return b;
+            }
+        }
+    } else if (nsize == 0 && osize - 1 < SMALL_MAX &&
+               w->nsmall[(osize - 1) >> 4] < SMALL_KEEP) {
+        struct small_block *b = ptr;
+        b->next = w->small[(osize - 1) >> 4];
+        w->small[(osize - 1) >> 4] = b;
+        w->nsmall[(osize - 1) >> 4]++;
+        w->mem_used -= osize;
+        return NULL;
+    }
+    return l_alloc_slow(w, ptr, osize, nsize);
 }
 
 /* ---- embedder modules ---- */
@@ -210,6 +230,14 @@ int seda__l_msghandler(lua_State *L)
                               luaL_typename(L, 1));
     }
     luaL_traceback(L, L, msg, 1);
+    /* A handler's traceback ends in the batch trampoline, a C function
+     * (lbatch.c) that says nothing to its reader. */
+    size_t len;
+    const char *tb = lua_tolstring(L, -1, &len);
+    static const char tail[] = "\n\t[C]: in ?";
+    if (len >= sizeof tail - 1 &&
+        memcmp(tb + len - (sizeof tail - 1), tail, sizeof tail - 1) == 0)
+        lua_pushlstring(L, tb, len - (sizeof tail - 1));
     return 1;
 }
 
@@ -287,7 +315,9 @@ static int setup(lua_State *L)
 
     /* The envelope metatable, for every light userdata (see lenv.c). */
     seda__lw_env_metatable(L);
-    return 2;
+    seda__lw_env_keys(L, w);
+    seda__lw_push_trampoline(L);                    /* SLOT_TRAMP */
+    return 3;
 }
 
 /* A bare worker: its state allocates through l_alloc and its extra space
@@ -377,7 +407,7 @@ static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
         return NULL;
     lua_pushcfunction(w->L, setup);
     lua_pushlightuserdata(w->L, w);
-    if (lua_pcall(w->L, 1, 2, 0) != LUA_OK) {
+    if (lua_pcall(w->L, 1, SLOT_TRAMP, 0) != LUA_OK) {
         fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
                 index, lua_tostring(w->L, -1));
         lua_close(w->L);
@@ -542,7 +572,7 @@ static struct lsrc *snapshot_src(struct lstage *ls, uint64_t *gen)
     return c;
 }
 
-static struct wstage *wstage_of(struct lworker *w, struct lstage *ls)
+struct wstage *seda__lw_wstage(struct lworker *w, struct lstage *ls)
 {
     if (ls->index >= w->nws) {
         int n = ls->index + 8;
@@ -584,9 +614,10 @@ static void forget_modules(lua_State *L)
 
 /* Bring c up to the stage's current code.  On failure the old handlers
  * (if any) stay and the error is reported once. */
-static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
+void seda__lw_refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
 {
     lua_State *L = w->L;
+    int top = lua_gettop(L);
     uint64_t version;
     struct lsrc *src = snapshot_src(ls, &version);
     if (!src) {
@@ -611,7 +642,7 @@ static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
         for (int k = 0; refs && k < i; k++)
             luaL_unref(L, LUA_REGISTRYINDEX, refs[k]);
         free(refs);
-        lua_settop(L, SLOT_ENV);
+        lua_settop(L, top);
         c->version = version;           /* do not retry every envelope */
         src_free(src, ls->nsrc);
         seda__l_stage_load_failed(ls, version, w->index, msg);
@@ -624,7 +655,7 @@ static void refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
     c->n = ls->nsrc;
     c->version = version;
     src_free(src, ls->nsrc);
-    lua_settop(L, SLOT_ENV);
+    lua_settop(L, top);
 }
 
 /* Load src in a scratch state made as worker `index`'s is.  Returns 0,
@@ -674,147 +705,4 @@ int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
     if (rc == 0 && bs.max_loans > 0)
         rc = validate_as(lb, src, SEDA_LOAN_INDEX0, err, errlen);
     return rc;
-}
-
-/* ---- running a handler ---- */
-
-static void timeout_hook(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    struct lworker *w = worker_of(L);
-    if (now_ns() < w->deadline)
-        return;
-    /* From now on every instruction raises, so a pcall inside the handler
-     * cannot keep it running. */
-    lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
-    char msg[64];
-    snprintf(msg, sizeof msg, "handler timeout (%gs)", w->timeout);
-    lua_pushstring(L, msg);
-    lua_error(L);
-}
-
-bool seda__lw_consume(seda_env_t *env, void *ud)
-{
-    struct lconsumer *lc = ud;
-    struct lstage *ls = lc->ls;
-    struct lworker *w = seda_worker_data();
-    if (!w) {
-        seda_env_fail(env, "no Lua state on this worker");
-        return false;
-    }
-    lua_State *L = w->L;
-    struct wstage *c = wstage_of(w, ls);
-    if (!c) {
-        seda_env_fail(env, "out of memory");
-        return false;
-    }
-    /* Acquire: pairs with the release in reload (and roll back); the new
-     * sources are visible (and copied under ls->mu anyway). */
-    if (c->version != atomic_load_explicit(&ls->gen, memory_order_acquire)) {
-        refresh(w, ls, c);
-        /* A load that failed took the stage back to its previous code (a
-         * new generation): load that now, so that this envelope is
-         * handled, also by a worker that had no code yet.  Once. */
-        if (c->version != atomic_load_explicit(&ls->gen,
-                                               memory_order_acquire))
-            refresh(w, ls, c);
-    }
-    if (lc->index >= c->n) {
-        seda_env_fail(env, "handler not loaded");
-        return false;
-    }
-
-    struct lenv *le = w->le;
-    le->env = env;
-    w->calls++;
-    w->token = w->calls * 2 + 1;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
-    lua_pushlightuserdata(L, (void *)w->token);
-    double timeout = seda_stage_handler_timeout(ls->st);
-    if (timeout >= 1e9)
-        timeout = 0;    /* 31 years or inf: never fires (as the runtime's
-                           own timeouts), so no hook */
-    if (timeout > 0) {
-        w->timeout = timeout;
-        w->deadline = now_ns() + (int64_t)(timeout * 1e9);
-        lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
-    }
-    int rc = lua_pcall(L, 1, 1, SLOT_MSGH);
-    bool late = false;
-    if (timeout > 0) {
-        lua_sethook(L, NULL, 0, 0);
-        /* The hook only sees Lua instructions: a handler that overran
-         * inside a C call (a blocking read, os.execute) and returned
-         * soon after is over its limit all the same. */
-        late = rc == LUA_OK && now_ns() >= w->deadline;
-    }
-
-    bool ok = true;
-    if (rc != LUA_OK) {
-        ok = false;
-        const char *msg = lua_tostring(L, -1);
-        char buf[2048];
-        snprintf(buf, sizeof buf, "handler error: %s",
-                 msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
-                                              : "(no message)");
-        seda_env_fail(env, buf);
-    } else if (late) {
-        ok = false;
-        char buf[96];
-        snprintf(buf, sizeof buf, "handler error: handler timeout (%gs): "
-                 "returned after its deadline", w->timeout);
-        seda_env_fail(env, buf);
-    } else if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
-        ok = false;
-    }
-    lua_settop(L, SLOT_ENV);
-
-    if (ok && (le->payload_set || le->headers_loaded || le->decoded)) {
-        /* A table read may have been changed in place: it travels on
-         * only if someone else will see it. */
-        bool need = le->payload_set || le->headers_loaded ||
-                    (le->decoded_table &&
-                     (seda_env_slip_count(env) > 0 ||
-                      seda_env_has_done(env) || ls->nsrc > 1));
-        if (need) {
-            if (!le->payload_set && !le->decoded_table)
-                le->decoded = false;    /* a scalar read is unchanged */
-            lua_pushcfunction(L, seda__lw_env_sync);
-            lua_pushvalue(L, SLOT_ENV);
-            lua_pushlightuserdata(L, w);
-            /* No message handler: a traceback of env_sync says nothing.
-             * Where the handler is defined says where to look. */
-            if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
-                char buf[2048];
-                const char *msg = lua_tostring(L, -1); /* stays on the stack */
-                lua_Debug ar;
-                ar.linedefined = 0;
-                if (lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]) ==
-                    LUA_TFUNCTION)
-                    lua_getinfo(L, ">S", &ar);   /* pops the function */
-                if (ar.linedefined > 0)
-                    snprintf(buf, sizeof buf, "handler result: %s (the "
-                             "handler at %s:%d)", msg ? msg : "?",
-                             ar.short_src, ar.linedefined);
-                else
-                    snprintf(buf, sizeof buf, "handler result: %s",
-                             msg ? msg : "?");
-                seda_env_fail(env, buf);
-                ok = false;
-            }
-            lua_settop(L, SLOT_ENV);
-        }
-    }
-
-    /* The user values keep the last payload and headers alive until the
-     * next envelope overwrites them (the flags say they are stale): one
-     * value each, and no barrier work per envelope. */
-    le->env = NULL;
-    w->token = 0;
-    le->decoded = le->decoded_table = le->payload_set =
-        le->headers_loaded = false;
-    if (rc == LUA_ERRMEM || (w->mem_limit && w->mem_used > w->mem_limit / 2))
-        lua_gc(L, LUA_GCCOLLECT);
-    atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
-    return ok;
 }

@@ -10,8 +10,10 @@
 
 #include "lseda.h"
 
-#define SLOT_MSGH 1
-#define SLOT_ENV 2
+/* What a worker state keeps on its stack for its whole life. */
+#define SLOT_MSGH 1             /* the message handler (traceback) */
+#define SLOT_ENV 2              /* the struct lenv userdata */
+#define SLOT_TRAMP 3            /* the batch trampoline (lbatch.c) */
 
 /* A worker's view of one stage's handlers. */
 struct wstage {
@@ -55,6 +57,16 @@ struct lworker {
     struct lenv *le;            /* the handlers' view of the envelope */
     uintptr_t token;            /* the running call's env value, 0 none */
     uintptr_t calls;            /* handler calls so far (for tokens) */
+    /* The batch being run (lbatch.c), NULL between batches. */
+    seda_batch_t *bt;           /* the core's session */
+    struct lstage *bls;         /* its stage */
+    struct wstage *bws;         /* this worker's view of its code */
+    int bindex;                 /* which of the stage's handlers */
+    bool reload;                /* the trampoline stopped for new code */
+    /* The envelope's field names as interned in this state (anchored in
+     * the registry): env_index compares a key's address, not its bytes. */
+    const char *k_payload, *k_headers, *k_id, *k_to, *k_sender, *k_slip,
+        *k_attempts, *k_forward, *k_published_at;
     struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
@@ -80,9 +92,27 @@ static inline struct lworker *worker_of(lua_State *L)
  * under lua_pcall. */
 SEDA__API void seda__lw_env_metatable(lua_State *L);
 
-/* lua_CFunction (lenv, lworker): copy the handler's view of the envelope
- * back into it; raises on bad headers or a payload that cannot be
- * encoded.  Called under lua_pcall after an acking handler. */
-SEDA__API int seda__lw_env_sync(lua_State *L);
+/* Intern the envelope's field names into w (runs in setup, under
+ * lua_pcall). */
+SEDA__API void seda__lw_env_keys(lua_State *L, struct lworker *w);
+
+/* After an acking handler: copy its view of the envelope (w->le, whose
+ * userdata is at le_idx) back into it when something changed and someone
+ * will see it (the next hop, a completion callback, another pub/sub
+ * consumer: nhandlers > 1).  Returns 0, or -1 with err (bad headers, a
+ * payload that cannot be encoded).  Raises only a memory error. */
+SEDA__API int seda__lw_env_finish(lua_State *L, struct lworker *w,
+                                  int le_idx, int nhandlers, char *err,
+                                  size_t errlen);
+
+/* The worker's view of stage ls (NULL when out of memory), and bringing
+ * it up to the stage's current code (lworker.c). */
+SEDA__API struct wstage *seda__lw_wstage(struct lworker *w,
+                                         struct lstage *ls);
+SEDA__API void seda__lw_refresh(struct lworker *w, struct lstage *ls,
+                                struct wstage *c);
+
+/* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
+SEDA__API void seda__lw_push_trampoline(lua_State *L);
 
 #endif /* SEDA_LWORKER_H */

@@ -1,0 +1,288 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * deliver.c -- delivering a drain task's batch: each envelope to the
+ * stage's consumers, one at a time, and each result routed.
+ *
+ * DESIGN
+ *   The per-envelope loop is a session (struct seda_batch_s, deliver.h)
+ *   with two steps: take (the next envelope, its queue wait measured)
+ *   and settle (its handling time measured, its result decided and
+ *   routed).  Plain consumers are driven by a loop here that calls them
+ *   between the two steps; a batch consumer (seda_stage_consume_batch)
+ *   drives the steps itself through seda_batch_next and seda_batch_result,
+ *   so a binding can run a whole batch in one call (the Lua binding: one
+ *   protected call per batch) while the core keeps every per-envelope
+ *   rule.  Both take the same path through take and settle, so the two
+ *   kinds of consumer cannot drift apart:
+ *     - one clock read per envelope: an envelope's end is the next one's
+ *       start (what runs between, in the consumer or here, counts as the
+ *       next one's queue wait);
+ *     - a nack with attempts left (no backoff, not durable) is delivered
+ *       again at once, before the rest of the batch: it is the head of
+ *       the queue, and it never goes back past the capacity;
+ *     - the batch is cut (the rest go back to the head, drain.c) when the
+ *       bus stops, after a retry that must wait (backoff, journal), and
+ *       after an envelope of SEDA_SHED_NS or more when other permits are
+ *       free;
+ *     - a durable stage's decisions are journaled together, then routed;
+ *       a batch consumer's are routed after its call (as a plain
+ *       consumer's are after each call: a hop that waits for room then
+ *       holds no consumer state), a plain consumer's one by one.
+ *   Threads: only the drain task's own (consumers run on it).
+ */
+#include "bus.h"
+#include "deliver.h"
+#include "stage.h"
+
+enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
+
+/* The per-envelope steps are inlined into the plain consumers' loop, as
+ * they were when it was the only one (a call each costs a C consumer's
+ * hand-off about 8% in instructions). */
+#define HOT static inline __attribute__((always_inline))
+
+/* ---- taking and settling ---- */
+
+/* The next envelope (b->open set), or NULL when the batch is over. */
+HOT seda_env_t *take(struct seda_batch_s *b)
+{
+    if (b->cut || b->i >= b->n)
+        return NULL;
+    if (atomic_load_explicit(&b->st->bus->stopping, memory_order_acquire)) {
+        b->cut = true;
+        return NULL;
+    }
+    int i = b->i;
+    seda_env_t *env = b->env[i];
+    if (i + 1 < b->n) {
+        /* The next envelope was written on the publisher's core: start
+         * pulling its lines while this one is handled (for reading: an
+         * ack writes nothing into it). */
+        __builtin_prefetch(b->env[i + 1]);
+        __builtin_prefetch((char *)b->env[i + 1] + sizeof(seda_env_t) - 1);
+    }
+    b->sojourn[i] = b->t - env->enq_ts;
+    b->open = true;
+    return env;
+}
+
+/* Count a nack that will be retried and start the envelope's next
+ * attempt (its sojourn restarts at now). */
+HOT void begin_retry(seda_env_t *env, struct stage_counters *tally,
+                        int64_t now)
+{
+    tally->nacked++;
+    env->attempts++;
+    env->enq_ts = now;
+}
+
+/* Act on one delivery's result. */
+HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
+                  struct seda_batch_s *b, int64_t now)
+{
+    if (st->remote_ops) {
+        /* Taken in from JetStream: acked, naked or termed there. */
+        st->remote_ops->settle(st, env, res, b->tally);
+        return;
+    }
+    switch (res) {
+    case DR_ACK:
+        b->tally->delivered++;
+        seda__bus_route_ack(st, env, b->tally);
+        break;
+    case DR_DEAD_NOCONS:
+        seda__bus_dead_letter(st, env, "no_consumers", b->tally);
+        break;
+    case DR_RETRY:
+        begin_retry(env, b->tally, now);
+        b->retry[b->nretry++] = env;
+        break;
+    default:
+        b->tally->nacked++;
+        seda__bus_dead_letter(st, env, "max_attempts", b->tally);
+        break;
+    }
+}
+
+/* Settle the open envelope with r (DELIVER_*). */
+HOT void settle(struct seda_batch_s *b, int r)
+{
+    struct seda_stage_s *st = b->st;
+    int i = b->i;
+    seda_env_t *env = b->env[i];
+    int64_t end = seda__clock_ns();
+    b->open = false;
+    b->service[i] = end - b->t;
+    b->t = end;
+    int res = r == DELIVER_ACK ? DR_ACK
+            : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
+            : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
+    b->res[i] = res;
+    if (res == DR_RETRY && !st->durable && !b->later && !st->remote_ops) {
+        /* A retry goes to the head of the queue, which is where this
+         * task takes its next envelope from: deliver it again now, ahead
+         * of the rest of the batch (behind it in the queue), and without
+         * putting it back past the capacity.  Its nacked attempt counts
+         * in the histograms. */
+        begin_retry(env, b->tally, end);
+        int64_t so = b->sojourn[i], sv = b->service[i];
+        seda__mutex_lock(&st->hist_mu);
+        seda__hist_add(&st->sojourn, so > 0 ? (uint64_t)so : 0);
+        seda__hist_add(&st->service, sv > 0 ? (uint64_t)sv : 0);
+        seda__mutex_unlock(&st->hist_mu);
+        return;                         /* i stays: the same one next */
+    }
+    if (!st->durable && !b->defer)
+        route(st, env, res, b, end);
+    b->i = i + 1;
+    if (res == DR_RETRY && !st->remote_ops) {
+        /* Durable: the retry is journaled with the batch's decisions,
+         * then goes back to the head, ahead of the rest of this batch
+         * (behind it in the queue).  With a backoff it waits on a timer,
+         * and the rest go back to the head. */
+        b->cut = true;
+        return;
+    }
+    if (b->service[i] >= SEDA_SHED_NS && i + 1 < b->n &&
+        atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
+        /* A slow envelope (longer than a preemption would make a fast
+         * one): the rest of the batch should not wait behind this task
+         * when other permits are free.  It gives them back and starts
+         * tasks for them (drain.c). */
+        b->shed = true;
+        b->cut = true;
+    }
+}
+
+/* ---- consumers ---- */
+
+/* Set while this thread is inside a batch consumer's call: its binding's
+ * state (a Lua state) is busy even between envelopes. */
+static _Thread_local bool tls_in_batch;
+
+bool seda__batch_busy(void)
+{
+    return tls_in_batch;
+}
+
+/* One envelope to the stage's consumers: round robin (p2p) or each that
+ * has not acked yet (pub/sub).  A batch consumer gets a session of this
+ * one envelope. */
+HOT int call_one(struct consumer *c, seda_env_t *env)
+{
+    if (c->fn) {
+        seda__env_delivery_begin(env);
+        return seda__env_delivery_end(env, c->fn(env, c->ud));
+    }
+    struct seda_batch_s one = { .single = true, .one = env };
+    bool outer = tls_in_batch;
+    tls_in_batch = true;
+    c->bfn(&one, c->ud);
+    tls_in_batch = outer;
+    if (one.open)
+        seda_batch_result(&one, false);
+    return one.one_state == 2 && one.one_ok;
+}
+
+HOT int deliver(struct seda_stage_s *st, seda_env_t *env)
+{
+    /* Acquire: pairs with the release in seda_stage_consume. */
+    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
+    if (n == 0)
+        return DELIVER_NO_CONSUMERS;
+    if (st->delivery == SEDA_DELIVERY_P2P) {
+        /* One consumer: no cursor to bump (it shares no line with what
+         * publishers read, but there is no need to write at all). */
+        unsigned i = n == 1 ? 0
+                   : atomic_fetch_add_explicit(&st->rr, 1,
+                                               memory_order_relaxed);
+        return call_one(&st->cons[n == 1 ? 0 : i % (unsigned)n], env)
+                   ? DELIVER_ACK : DELIVER_NACK;
+    }
+    uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
+    for (int i = 0; i < n; i++) {
+        uint64_t bit = UINT64_C(1) << i;
+        if (env->acked & bit)
+            continue;
+        if (call_one(&st->cons[i], env))
+            env->acked |= bit;
+    }
+    return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
+}
+
+void seda__batch_run(struct seda_batch_s *b)
+{
+    struct seda_stage_s *st = b->st;
+    int n0 = b->i;
+    /* Acquire: pairs with the release in seda_stage_consume. */
+    int nc = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
+    if (nc == 1 && st->cons[0].bfn) {
+        /* The stage's only consumer takes the whole batch.  (With one
+         * consumer pub/sub is p2p: its ack ends the hop.) */
+        bool outer = tls_in_batch;
+        tls_in_batch = true;
+        b->defer = true;
+        st->cons[0].bfn(b, st->cons[0].ud);
+        if (b->open)
+            seda_batch_result(b, false);
+        b->defer = false;
+        tls_in_batch = outer;
+        if (!st->durable) {
+            /* The batch's routing, after the call: a hop that waits for
+             * room in a full stage waits outside the consumer, whose
+             * state (a Lua state) is then free, so it may run that
+             * stage's drain task itself (help_drain in stage.c). */
+            for (int k = n0; k < b->i; k++)
+                route(st, b->env[k], b->res[k], b, b->t);
+        }
+    } else {
+        /* On a copy that does not escape, so the compiler keeps the
+         * session in registers. */
+        struct seda_batch_s s = *b;
+        seda_env_t *env;
+        while ((env = take(&s)) != NULL)
+            settle(&s, deliver(st, env));
+        *b = s;
+    }
+    if (st->durable) {
+        /* Every decision of the batch in one commit, then act on them. */
+        seda__bus_store_ops(st->bus)->batch(st, b->env + n0, b->res + n0,
+                                            b->i - n0);
+        for (int k = n0; k < b->i; k++)
+            route(st, b->env[k], b->res[k], b, b->t);
+    }
+}
+
+/* ---- the batch consumer's side ---- */
+
+seda_env_t *seda_batch_next(seda_batch_t *b)
+{
+    if (b->open)
+        seda_batch_result(b, false);    /* taken, never settled: a nack */
+    if (b->single) {
+        if (b->one_state != 0)
+            return NULL;
+        b->one_state = 1;
+        b->open = true;
+        seda__env_delivery_begin(b->one);
+        return b->one;
+    }
+    seda_env_t *env = take(b);
+    if (env)
+        seda__env_delivery_begin(env);
+    return env;
+}
+
+void seda_batch_result(seda_batch_t *b, bool ok)
+{
+    if (!b->open)
+        return;
+    if (b->single) {
+        b->open = false;
+        b->one_state = 2;
+        b->one_ok = seda__env_delivery_end(b->one, ok);
+        return;
+    }
+    ok = seda__env_delivery_end(b->env[b->i], ok);
+    settle(b, ok ? DELIVER_ACK : DELIVER_NACK);
+}
