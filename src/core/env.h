@@ -57,6 +57,11 @@ struct env_ext {
                                    itinerary that ended in another
                                    process, at a stage this bus lacks */
     int64_t jkey;               /* journal row, or 0 when not journaled */
+    int64_t due;                /* a journaled retry's due time (monotonic
+                                   ns), written with its row before the
+                                   retry is timed, or read back at replay;
+                                   0 = none.  Owned by whoever holds the
+                                   envelope */
 };
 
 struct seda_env_s {

@@ -668,14 +668,36 @@ int64_t seda__stage_retry_delay(struct seda_stage_s *st, int next)
 bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    if (!(st->retry_backoff > 0))
+    int64_t due;
+    if (env->ext && env->ext->due) {
+        due = env->ext->due;            /* journaled: the row says so */
+        env->ext->due = 0;
+    } else if (st->retry_backoff > 0) {
+        due = seda__now_ns() + seda__stage_retry_delay(st, env->attempts);
+    } else {
         return false;
-    int64_t due = seda__now_ns() + seda__stage_retry_delay(st, env->attempts);
+    }
     env->at = st;
     if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
         return false;                   /* stopping, or out of memory */
     st->delayed++;
     return true;
+}
+
+int seda__stage_requeue_later(struct seda_stage_s *st, seda_env_t *env)
+{
+    seda__mutex_lock(&st->mu);
+    int64_t due = env->ext->due;
+    env->at = st;
+    int rc = seda__pool_submit_at(st->bus->pool, due, retry_due, env);
+    if (rc == 0) {
+        env->ext->due = 0;
+        st->delayed++;
+        st->c.enqueued++;
+        st->c.accepted++;
+    }
+    seda__mutex_unlock(&st->mu);
+    return rc;
 }
 
 void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)

@@ -232,8 +232,10 @@ SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
 
 /* Retry backoff (mu held): when st has a backoff, count env delayed and
  * set a timer that puts it back at the head when due (attempts already
- * raised for its next try); true.  Without a backoff, or when the timer
- * cannot be set, false: the caller requeues it at once. */
+ * raised for its next try); true.  A due time already set on env (a
+ * durable stage journals it first: env.h's ext->due) is used as it is.
+ * Without either, or when the timer cannot be set, false: the caller
+ * requeues it at once. */
 SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
                                        seda_env_t *env);
 
@@ -275,6 +277,12 @@ SEDA__API void seda__stage_unreserve(struct seda_stage_s *st);
 /* Queue envs[0..n) at the head, in order, ahead of anything queued,
  * regardless of capacity (replay).  Counted accepted.  0 or SEDA_ENOMEM
  * (nothing queued). */
+/* Queue env (replayed, its ext->due set: a journaled retry not yet due)
+ * on a timer for its due time, counted accepted and delayed.  0, or
+ * SEDA_ECLOSED / SEDA_ENOMEM when no timer can be set (nothing done). */
+SEDA__API int seda__stage_requeue_later(struct seda_stage_s *st,
+                                        seda_env_t *env);
+
 SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
                                         seda_env_t **envs, int n);
 

@@ -326,8 +326,26 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
     for (int i = 0; i < n && nops < 256; i++) {
         seda_env_t *env = envs[i];
         int64_t key = seda__env_jkey(env);
-        if (!key || res[i] == DR_RETRY)
+        if (!key)
             continue;
+        if (res[i] == DR_RETRY) {
+            /* The retry's attempt and, with a backoff, when it is due
+             * (drawn once here: the timer uses the same), so a restart
+             * honours both. */
+            seda__mutex_lock(&st->mu);
+            int64_t delay = seda__stage_retry_delay(st, env->attempts + 1);
+            seda__mutex_unlock(&st->mu);
+            env->ext->due = delay > 0 ? seda__now_ns() + delay : 0;
+            ops[nops].op = SEDA_JOP_RETRY;
+            ops[nops].rec = (seda_jrec){
+                .key = key, .attempts = env->attempts + 1,
+                .due_wall = delay > 0 ? seda__journal_wall() + (double)delay / 1e9
+                                      : 0,
+            };
+            rbs[nops].hdr = rbs[nops].slip = NULL;
+            nops++;
+            continue;
+        }
         const char *reason = res[i] == DR_DEAD_MAX ? "max_attempts"
                            : res[i] == DR_DEAD_NOCONS ? "no_consumers"
                                                       : NULL;
@@ -418,6 +436,7 @@ struct replay_ctx {
     seda_env_t **envs;
     int n, cap;
     int quarantined;            /* malformed rows set aside */
+    int delayed;                /* retries not yet due among envs */
     int rc;
 };
 
@@ -574,6 +593,15 @@ static int replay_one(const seda_jrec *rec, void *ud)
     }
     env->attempts = (uint16_t)(rec->attempts > 0 ? rec->attempts : 1);
     env->flags |= ENV_REPLAYED;
+    if (rec->due_wall > 0) {
+        /* A retry whose backoff had not run out: the rest of it, from
+         * now (a due time in the past is due now). */
+        double left = rec->due_wall - seda__journal_wall();
+        if (left > 0) {
+            env->ext->due = seda__now_ns() + seda__secs_to_ns(left);
+            c->delayed++;
+        }
+    }
     c->envs[c->n++] = env;
     return 0;
 }
@@ -585,20 +613,35 @@ int seda_stage_replay(seda_stage_t *st)
     struct seda_journal *j = journal_of(st);
     if (!j)
         return SEDA_EINVAL;
-    struct replay_ctx c = { st, NULL, 0, 0, 0, 0 };
+    struct replay_ctx c = { .st = st };
     int rc = seda__journal_replay(j, st->name, replay_one, &c);
     if (rc == 0)
         rc = c.rc;
     if (rc == 0 && c.n > 0)
         seda__bus_replay_begins(st->bus);
+    int later = 0;
+    if (rc == 0 && c.delayed > 0) {
+        /* Retries not yet due wait out the rest of their backoff on a
+         * timer; the others are queued now, in journal order (a timer
+         * that cannot be set leaves its envelope among them). */
+        int k = 0;
+        for (int i = 0; i < c.n; i++) {
+            seda_env_t *e = c.envs[i];
+            if (e->ext->due && seda__stage_requeue_later(st, e) == 0)
+                later++;
+            else
+                c.envs[k++] = e;
+        }
+        c.n = k;
+    }
     if (rc == 0)
         rc = seda__stage_requeue_front(st, c.envs, c.n);
     if (c.quarantined > 0)
         fprintf(stderr, "seda: stage '%s': replay: %d malformed journal "
                 "row%s quarantined, %d envelope%s replayed (seda-lua dlq "
                 "%s quarantine lists them)\n", st->name, c.quarantined,
-                c.quarantined == 1 ? "" : "s", rc == 0 ? c.n : 0,
-                rc == 0 && c.n == 1 ? "" : "s", st->bus->data_dir);
+                c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
+                rc == 0 && c.n + later == 1 ? "" : "s", st->bus->data_dir);
     if (rc != 0) {
         for (int i = 0; i < c.n; i++)
             seda__env_free(c.envs[i]);
@@ -606,5 +649,5 @@ int seda_stage_replay(seda_stage_t *st)
         return rc < 0 ? rc : SEDA_EIO;
     }
     seda__free(c.envs);
-    return c.n;
+    return c.n + later;
 }

@@ -159,8 +159,9 @@ static void read_row(sqlite3_stmt *s, seda_jrec *r)
     r->published_at = sqlite3_column_double(s, 9);
     r->published_wall = sqlite3_column_double(s, 10);    /* NULL: 0 */
     r->done_at = sqlite3_column_double(s, 11);
-    r->reason = sqlite3_column_count(s) > 12
-                    ? (const char *)sqlite3_column_text(s, 12) : NULL;
+    r->due_wall = sqlite3_column_double(s, 12);          /* NULL: 0 */
+    r->reason = sqlite3_column_count(s) > 13
+                    ? (const char *)sqlite3_column_text(s, 13) : NULL;
 }
 
 /* ---- the writer ---- */
@@ -302,6 +303,7 @@ static int do_apply(struct seda_journal *j, struct jreq *r)
         }
         sqlite3_stmt *s = j->st[op->op == SEDA_JOP_MOVE ? ST_MOVE
                                 : op->op == SEDA_JOP_KEEP ? ST_KEEP
+                                : op->op == SEDA_JOP_RETRY ? ST_RETRY
                                 : last > i ? ST_DELRANGE : ST_DELETE];
         rc = sqlite3_bind_int64(s, 1, op->rec.key);
         if (rc == SQLITE_OK && last > i)
@@ -309,6 +311,13 @@ static int do_apply(struct seda_journal *j, struct jreq *r)
         i = last;
         if (rc == SQLITE_OK && op->op == SEDA_JOP_MOVE)
             rc = bind_rec(s, &op->rec);
+        if (rc == SQLITE_OK && op->op == SEDA_JOP_RETRY) {
+            rc = sqlite3_bind_int(s, 2, op->rec.attempts);
+            if (rc == SQLITE_OK)
+                rc = op->rec.due_wall > 0
+                         ? sqlite3_bind_double(s, 3, op->rec.due_wall)
+                         : sqlite3_bind_null(s, 3);
+        }
         if (rc == SQLITE_OK && op->op == SEDA_JOP_KEEP)
             rc = sqlite3_bind_double(s, 2, op->rec.done_at != 0
                                      ? op->rec.done_at : seda__journal_wall());
@@ -650,6 +659,10 @@ int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
         } else if (ops[i].op == SEDA_JOP_QUARANTINE) {
             if (!ops[i].reason)
                 return -EINVAL;
+        } else if (ops[i].op == SEDA_JOP_RETRY) {
+            if (ops[i].rec.attempts < 1 || ops[i].rec.attempts > 65535 ||
+                !(ops[i].rec.due_wall >= 0))
+                return -EINVAL;
         } else if (ops[i].op != SEDA_JOP_DELETE &&
                    ops[i].op != SEDA_JOP_KEEP) {
             return -EINVAL;
@@ -762,7 +775,7 @@ int seda__journal_quarantined(struct seda_journal *j,
     if (!j || !cb)
         return -EINVAL;
     int64_t rows;
-    return query_rows(j, "SELECT " ROW_COLS ", reason FROM quarantine "
+    return query_rows(j, "SELECT " ROW_COLS ", NULL, reason FROM quarantine "
                       "ORDER BY key", NULL, NULL, cb, ud, &rows);
 }
 

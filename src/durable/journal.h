@@ -81,7 +81,7 @@
 
 #define SEDA_JOURNAL_FILE "seda.db"
 #define SEDA_JOURNAL_LOCK "seda.lock"
-#define SEDA_JOURNAL_SCHEMA 2
+#define SEDA_JOURNAL_SCHEMA 3
 
 struct seda_journal;
 
@@ -117,13 +117,17 @@ typedef struct seda_jrec {
     double done_at;             /* out only: when a dead letter was done
                                    (SEDA_JOP_KEEP), seconds since the
                                    epoch; 0 = the row is live */
+    double due_wall;            /* a retry's due time, seconds since the
+                                   epoch (SEDA_JOP_RETRY writes it with
+                                   attempts; a MOVE clears it); 0 = due
+                                   now */
     const char *reason;         /* quarantined rows (read with
                                    seda__journal_quarantined): why; NULL
                                    for envelopes */
 } seda_jrec;
 
 enum { SEDA_JOP_MOVE = 1, SEDA_JOP_DELETE = 2, SEDA_JOP_KEEP = 3,
-       SEDA_JOP_QUARANTINE = 4 };
+       SEDA_JOP_QUARANTINE = 4, SEDA_JOP_RETRY = 5 };
 
 /* One state change for seda__journal_apply.  rec.key names the row. */
 typedef struct seda_jop {
@@ -132,7 +136,8 @@ typedef struct seda_jop {
                                    and done_at is written, and the row is
                                    live again; DELETE: only key is read;
                                    KEEP: key and done_at (0: now);
-                                   QUARANTINE: only key is read */
+                                   QUARANTINE: only key is read; RETRY:
+                                   key, attempts and due_wall */
     const char *reason;         /* QUARANTINE: why (stored with the row) */
 } seda_jop;
 

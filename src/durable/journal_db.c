@@ -40,7 +40,8 @@ static const char *const stmt_sql[ST_N] = {
     [ST_MAXSEQ] = "SELECT coalesce(max(seq), 0) FROM dedup WHERE stage = ?1",
     [ST_MOVE] = "UPDATE envelopes SET stage = ?2, id = ?3, attempts = ?4, "
                 "sender = ?5, headers = ?6, slip = ?7, kind = ?8, "
-                "payload = ?9, published_at = ?10, done_at = NULL "
+                "payload = ?9, published_at = ?10, done_at = NULL, "
+                "due_wall = NULL "
                 "WHERE key = ?1",
     [ST_DELETE] = "DELETE FROM envelopes WHERE key = ?1",
     [ST_DELRANGE] = "DELETE FROM envelopes WHERE key BETWEEN ?1 AND ?2",
@@ -48,16 +49,19 @@ static const char *const stmt_sql[ST_N] = {
     [ST_KEEP] = "UPDATE envelopes SET done_at = ?2 WHERE key = ?1",
     [ST_QUARANTINE] = "INSERT OR REPLACE INTO quarantine SELECT " ROW_COLS
                       ", ?2 FROM envelopes WHERE key = ?1",
+    [ST_RETRY] = "UPDATE envelopes SET attempts = ?2, due_wall = ?3 "
+                 "WHERE key = ?1",
 };
 
-/* A new database gets schema 2 outright; an existing one keeps its
- * tables and version, and upgrade_sql takes version 1 to 2. */
+/* A new database gets schema 3 outright; an existing one keeps its
+ * tables and version, and upgrade_sql takes version 1 to 2, upgrade3_sql
+ * 2 to 3. */
 static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS envelopes("
     " key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
     " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
     " slip BLOB, kind INTEGER, payload BLOB, published_at REAL,"
-    " published_wall REAL, done_at REAL);"
+    " published_wall REAL, done_at REAL, due_wall REAL);"
     "CREATE TABLE IF NOT EXISTS dedup(stage TEXT, id TEXT, seq INTEGER,"
     " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS dedup_seq ON dedup(stage, seq);"
@@ -66,13 +70,19 @@ static const char schema_sql[] =
     " key INTEGER PRIMARY KEY, stage TEXT, id TEXT, attempts INTEGER,"
     " sender TEXT, headers BLOB, slip BLOB, kind INTEGER, payload BLOB,"
     " published_at REAL, published_wall REAL, done_at REAL, reason TEXT);"
-    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 2);";
+    "INSERT OR IGNORE INTO meta(k, v) VALUES('schema_version', 3);";
 
 /* Schema 1 -> 2: the wall-clock publish time and kept dead letters. */
 static const char upgrade_sql[] =
     "ALTER TABLE envelopes ADD COLUMN published_wall REAL;"
     "ALTER TABLE envelopes ADD COLUMN done_at REAL;"
     "UPDATE meta SET v = 2 WHERE k = 'schema_version';";
+
+/* Schema 2 -> 3: a retry's due time (a retry backoff survives a
+ * restart). */
+static const char upgrade3_sql[] =
+    "ALTER TABLE envelopes ADD COLUMN due_wall REAL;"
+    "UPDATE meta SET v = 3 WHERE k = 'schema_version';";
 
 /* The schema version in meta (0 when missing).  Returns an SQLite code. */
 static int read_version(sqlite3 *db, int64_t *version)
@@ -238,6 +248,12 @@ int seda__jdb_setup(struct seda_journal *j, bool sync_full, char *err,
             rc = sqlite3_exec(j->db, upgrade_sql, NULL, NULL, NULL);
             if (rc == SQLITE_OK)
                 version = 2;
+        }
+        if (rc == SQLITE_OK && version == 2) {
+            /* Old rows keep NULL: due now. */
+            rc = sqlite3_exec(j->db, upgrade3_sql, NULL, NULL, NULL);
+            if (rc == SQLITE_OK)
+                version = 3;
         }
         if (rc == SQLITE_OK)
             rc = sqlite3_exec(j->db, "COMMIT", NULL, NULL, NULL);

@@ -63,12 +63,12 @@ struct seqent {
 enum {
     ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_INSERT, ST_DEDUP, ST_EVICT,
     ST_MAXSEQ, ST_MOVE, ST_DELETE, ST_DELRANGE, ST_PURGE, ST_KEEP,
-    ST_QUARANTINE, ST_N
+    ST_QUARANTINE, ST_RETRY, ST_N
 };
 
 #define ROW_COLS "key, stage, id, attempts, sender, headers, slip, kind," \
                  " payload, published_at, published_wall, done_at"
-#define SELECT_COLS "SELECT " ROW_COLS " FROM envelopes "
+#define SELECT_COLS "SELECT " ROW_COLS ", due_wall FROM envelopes "
 
 /*
  * Locking: mu guards head, tail, hold, stop and busy (and each queued

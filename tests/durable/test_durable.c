@@ -260,6 +260,165 @@ static void test_durable_journal_stats_without_journal(void **state)
     seda_bus_free(bus);
 }
 
+/* ---- a retry's due time survives a restart ---- */
+
+struct retry_rec {
+    atomic_int calls;
+    atomic_int attempts;        /* of the last call */
+    atomic_llong first_ns;      /* seda_now of the first call, ns */
+    atomic_llong last_ns;       /* of the last call */
+    atomic_bool nack;
+};
+
+static bool nack_if_told(seda_env_t *env, void *ud)
+{
+    struct retry_rec *r = ud;
+    long long now = (long long)(seda_now() * 1e9);
+    long long zero = 0;
+    atomic_compare_exchange_strong(&r->first_ns, &zero, now);
+    atomic_store(&r->last_ns, now);
+    atomic_store(&r->attempts, seda_env_attempts(env));
+    atomic_fetch_add(&r->calls, 1);
+    return !atomic_load(&r->nack);
+}
+
+static seda_stage_t *add_retrying(seda_bus_t *bus, struct retry_rec *r)
+{
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "a";
+    so.durable = SEDA_AT_LEAST_ONCE;
+    so.max_attempts = 3;
+    so.retry_backoff = 2.0;
+    so.retry_max_backoff = 2.0;
+    so.retry_jitter = false;
+    seda_stage_t *st = NULL;
+    char err[256];
+    if (seda_stage_add(bus, &so, &st, err, sizeof err) != 0)
+        fail_msg("stage_add: %s", err);
+    seda_stage_consume(st, nack_if_told, r);
+    return st;
+}
+
+/* Read the journal row of stage a: attempts and due_wall (0 if NULL). */
+static int journal_row(struct fx *f, int *attempts, double *due_wall)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/seda.db", f->data);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT attempts, "
+                                        "coalesce(due_wall, 0) FROM "
+                                        "envelopes WHERE stage = 'a'", -1,
+                                        &s, NULL), SQLITE_OK);
+    int rows = 0;
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        *attempts = sqlite3_column_int(s, 0);
+        *due_wall = sqlite3_column_double(s, 1);
+        rows++;
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return rows;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A durable stage's nack with a retry backoff journals the next attempt
+ * and its due time; a bus that stops meanwhile keeps the row, and the
+ * next one waits out the rest of the backoff (a lower bound, across the
+ * restart) before the retry, which is attempt 2. */
+static void test_durable_retry_due_time_survives_restart(void **state)
+{
+    struct fx *f = *state;
+    struct retry_rec r;
+    memset(&r, 0, sizeof r);
+    atomic_store(&r.nack, true);
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *st = add_retrying(bus, &r);
+    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0);
+    wait_count(&r.calls, 1, "the first attempt");
+    seda_stage_stats s;
+    double until = seda_now() + 10;
+    do {
+        seda_stage_stats_get(st, &s);
+    } while (s.delayed == 0 && seda_now() < until);
+    assert_int_equal(s.delayed, 1);
+    double wall_before = wall_now();
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+    assert_int_equal(atomic_load(&r.calls), 1);
+
+    int attempts = 0;
+    double due = 0;
+    assert_int_equal(journal_row(f, &attempts, &due), 1);
+    assert_int_equal(attempts, 2);
+    assert_true(due > wall_before);             /* not due yet */
+    assert_true(due <= wall_before + 2.0 + 0.01);
+
+    /* The next run: the retry waits on a timer, then succeeds. */
+    atomic_store(&r.nack, false);
+    bus = open_bus(f, 5, NULL);
+    st = add_retrying(bus, &r);
+    assert_int_equal(seda_stage_replay(st), 1);
+    seda_stage_stats_get(st, &s);
+    assert_true(s.delayed == 1 || atomic_load(&r.calls) == 2);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    assert_int_equal(atomic_load(&r.calls), 2);
+    assert_int_equal(atomic_load(&r.attempts), 2);
+    double waited = (double)(atomic_load(&r.last_ns) -
+                             atomic_load(&r.first_ns)) / 1e9;
+    if (waited < 2.0 - 0.05)
+        fail_msg("the retry came %.3f s after the first attempt, before "
+                 "its 2 s backoff", waited);
+    seda_stage_stats_get(st, &s);
+    assert_int_equal(s.delayed, 0);
+    assert_int_equal(s.completed, 1);
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+    assert_int_equal(journal_row(f, &attempts, &due), 0);
+}
+
+/* A row whose due time has passed (the bus was down longer than the
+ * backoff) is replayed at once, with its attempt count. */
+static void test_durable_retry_due_in_the_past_runs_at_once(void **state)
+{
+    struct fx *f = *state;
+    struct retry_rec r;
+    memset(&r, 0, sizeof r);
+    atomic_store(&r.nack, true);
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *st = add_retrying(bus, &r);
+    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0);
+    wait_count(&r.calls, 1, "the first attempt");
+    seda_stage_stats s;
+    double until = seda_now() + 10;
+    do {
+        seda_stage_stats_get(st, &s);
+    } while (s.delayed == 0 && seda_now() < until);
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+    sql(f, "UPDATE envelopes SET due_wall = due_wall - 3600");
+
+    atomic_store(&r.nack, false);
+    bus = open_bus(f, 5, NULL);
+    st = add_retrying(bus, &r);
+    assert_int_equal(seda_stage_replay(st), 1);
+    seda_stage_stats_get(st, &s);
+    assert_int_equal(s.delayed, 0);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    assert_int_equal(atomic_load(&r.calls), 2);
+    assert_int_equal(atomic_load(&r.attempts), 2);
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -269,6 +428,8 @@ int main(void)
         T(test_durable_replayed_hop_gives_up_at_hop_timeout),
         T(test_durable_new_envelopes_do_not_wait),
         T(test_durable_journal_stats_without_journal),
+        T(test_durable_retry_due_time_survives_restart),
+        T(test_durable_retry_due_in_the_past_runs_at_once),
     };
     return cmocka_run_group_tests_name("durable", tests, NULL, NULL);
 }

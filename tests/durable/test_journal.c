@@ -101,7 +101,7 @@ struct row {
     int attempts, kind;
     unsigned char headers[64], slip[64], payload[256];
     size_t hlen, slen, plen;
-    double published_at, published_wall, done_at;
+    double published_at, published_wall, done_at, due_wall;
 };
 
 struct rows {
@@ -142,6 +142,7 @@ static int collect(const seda_jrec *rec, void *ud)
     w->published_at = rec->published_at;
     w->published_wall = rec->published_wall;
     w->done_at = rec->done_at;
+    w->due_wall = rec->due_wall;
     return rs->stop_after && rs->n >= rs->stop_after;
 }
 
@@ -894,6 +895,92 @@ static void test_journal_opens_schema_1_and_upgrades(void **state)
     sqlite3_close(db);
 }
 
+/* RETRY writes a row's attempts and due time (read back by replay); a
+ * MOVE to the next stage clears the due time; a bad RETRY is refused. */
+static void test_journal_retry_keeps_attempts_and_due(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    seda_jrec r = mkrec("s", "a", "p", 1);
+    assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
+    seda_jop op = { .op = SEDA_JOP_RETRY,
+                    .rec = { .key = r.key, .attempts = 3,
+                             .due_wall = 2e9 + 0.25 } };
+    assert_int_equal(seda__journal_apply(j, &op, 1), 0);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(got.r[0].attempts, 3);
+    assert_true(got.r[0].due_wall == 2e9 + 0.25);
+    /* Due now: NULL, read as 0. */
+    op.rec.due_wall = 0;
+    op.rec.attempts = 4;
+    assert_int_equal(seda__journal_apply(j, &op, 1), 0);
+    got.n = 0;
+    assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
+    assert_int_equal(got.r[0].attempts, 4);
+    assert_true(got.r[0].due_wall == 0);
+    op.rec.due_wall = 5;
+    assert_int_equal(seda__journal_apply(j, &op, 1), 0);
+    seda_jrec m = mkrec("t", "a", "p", 1);
+    m.key = r.key;
+    m.attempts = 1;
+    seda_jop mv = { .op = SEDA_JOP_MOVE, .rec = m };
+    assert_int_equal(seda__journal_apply(j, &mv, 1), 0);
+    got.n = 0;
+    assert_int_equal(seda__journal_replay(j, "t", collect, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_true(got.r[0].due_wall == 0);        /* a new hop is due now */
+    seda_jop bad = { .op = SEDA_JOP_RETRY, .rec = { .key = r.key,
+                                                   .attempts = 0 } };
+    assert_int_equal(seda__journal_apply(j, &bad, 1), -EINVAL);
+    seda__journal_close(j);
+}
+
+/* A schema 2 journal (no due_wall column) opens, its rows due now, and
+ * is upgraded to the current schema. */
+static void test_journal_opens_schema_2_and_upgrades(void **state)
+{
+    struct fx *f = *state;
+    char path[160];
+    assert_int_equal(mkdir(f->sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->sub);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+        "CREATE TABLE envelopes(key INTEGER PRIMARY KEY, stage TEXT NOT NULL,"
+        " id TEXT NOT NULL, attempts INTEGER, sender TEXT, headers BLOB,"
+        " slip BLOB, kind INTEGER, payload BLOB, published_at REAL,"
+        " published_wall REAL, done_at REAL);"
+        "CREATE TABLE dedup(stage TEXT, id TEXT, seq INTEGER,"
+        " PRIMARY KEY(stage, id)) WITHOUT ROWID;"
+        "CREATE TABLE meta(k TEXT PRIMARY KEY, v);"
+        "CREATE TABLE quarantine("
+        " key INTEGER PRIMARY KEY, stage TEXT, id TEXT, attempts INTEGER,"
+        " sender TEXT, headers BLOB, slip BLOB, kind INTEGER, payload BLOB,"
+        " published_at REAL, published_wall REAL, done_at REAL, reason TEXT);"
+        "INSERT INTO meta VALUES('schema_version', 2);"
+        "INSERT INTO envelopes VALUES(9, 's', 'old', 2, NULL, x'', x'', 0,"
+        " x'6f6c64', 3.5, 1.7e9, NULL);", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    struct seda_journal *j = jopen(f->sub, false);
+    struct rows got = { 0 };
+    assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(got.r[0].attempts, 2);
+    assert_true(got.r[0].due_wall == 0);
+    seda__journal_close(j);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db, "SELECT v FROM meta WHERE k = "
+                                        "'schema_version'", -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 3);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -919,6 +1006,8 @@ int main(void)
         T(test_journal_rejects_bad_arguments),
         T(test_journal_keep_hides_row_from_replay),
         T(test_journal_opens_schema_1_and_upgrades),
+        T(test_journal_opens_schema_2_and_upgrades),
+        T(test_journal_retry_keeps_attempts_and_due),
     };
 #undef T
     return cmocka_run_group_tests_name("journal", tests, NULL, NULL);
