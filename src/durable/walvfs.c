@@ -302,6 +302,11 @@ static uint32_t db_page_size(const char *wal_path)
     return ps == 1 ? 65536 : page_size_ok(ps) ? ps : 0;
 }
 
+/* Where a write killed midway stops: the kernel copies a write into the
+ * page cache a page at a time and gives up between pages when the
+ * writer has a fatal signal pending. */
+#define KILL_CUT 4096
+
 /* Read the WAL f (just opened; name is its path) as SQLite's recovery
  * will, and record in f->lost what it will discard.  A read error leaves
  * f->lost empty: recovery will meet the same error and fail loudly. */
@@ -383,6 +388,15 @@ static void scan_wal(struct wfile *f, const char *name)
     }
     if (last_own <= commit)
         return;                         /* nothing of this log dropped */
+    if ((!why_at || !*why_at) && size % KILL_CUT == 0) {
+        /* The log ends, with no damaged frame, inside a transaction that
+         * never committed, at a page-cache boundary: a write (this VFS
+         * writes a transaction in one) cut short by the process's death
+         * (the kernel stops a killed writer's write between pages).
+         * Nothing acknowledged was journaled there: not a loss.  (A log
+         * damaged by truncation to such a size looks the same.) */
+        return;
+    }
     d->frames = last_own - commit;
     sqlite3_int64 end = WAL_HDR + last_own * fsz;
     d->bytes = (end < size ? end : size) - (WAL_HDR + commit * fsz);

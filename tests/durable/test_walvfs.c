@@ -306,6 +306,48 @@ static void test_walvfs_counts_a_truncated_log(void **state)
     assert_true(d.why[0] != '\0');
 }
 
+/* A process killed while writing a transaction: the log goes on past the
+ * last commit with frames of this log, up to a page-cache boundary, and
+ * holds no commit.  SQLite drops the unfinished transaction; nothing
+ * acknowledged was lost, so nothing is reported. */
+static void test_walvfs_unfinished_write_is_not_a_loss(void **state)
+{
+    struct fx *f = *state;
+    crash_with_wal(f);
+    char p[128];
+    snprintf(p, sizeof p, "%s-wal", f->db);
+    long long size = wal_size(f);
+    long long fsz = 1024 + 24;
+    /* The last frame again, as the next one (its salt is this log's, its
+     * checksum no longer chains), cut where a killed write stops. */
+    unsigned char *fr = malloc((size_t)fsz);
+    assert_non_null(fr);
+    FILE *fp = fopen(p, "r+b");
+    assert_non_null(fp);
+    assert_int_equal(fseek(fp, (long)(size - fsz), SEEK_SET), 0);
+    assert_int_equal(fread(fr, 1, (size_t)fsz, fp), (size_t)fsz);
+    fr[4] = fr[5] = fr[6] = fr[7] = 0;          /* not a commit */
+    long long end = (size / 4096 + 1) * 4096;
+    if (end - size < 24)
+        end += 4096;
+    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
+    for (long long off = size; off < end; off += fsz) {
+        size_t n = (size_t)(end - off < fsz ? end - off : fsz);
+        assert_int_equal(fwrite(fr, 1, n, fp), n);
+    }
+    fclose(fp);
+    free(fr);
+    assert_int_equal(wal_size(f) % 4096, 0);
+    long rows;
+    struct seda_wal_discard d = reopen(f, &rows);
+    print_message("size %lld -> %lld: rows %ld frames %lld bytes %lld: %s\n",
+                  size, end, rows, d.frames, d.bytes, d.why);
+    assert_int_equal(rows, 12);
+    assert_int_equal(d.frames, 0);
+    assert_int_equal(d.bytes, 0);
+    assert_string_equal(d.why, "");
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -317,6 +359,7 @@ int main(void)
         T(test_walvfs_counts_a_damaged_header),
         T(test_walvfs_counts_only_what_follows_the_damage),
         T(test_walvfs_counts_a_truncated_log),
+        T(test_walvfs_unfinished_write_is_not_a_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
