@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * seda_remote.h -- remote stages: a stage backed by a NATS JetStream
- * stream, shared by every process that declares it (SPEC §11).
+ * stream, shared by every process that declares it.
  *
  * A remote stage is declared in every process that uses it.  Publishing
  * into it (seda_publish, a slip hop, a dead letter) appends a message to

@@ -134,7 +134,7 @@ SEDA__API bool seda__env_in_delivery(void);
 SEDA__API const seda_env_t *seda__env_delivering(void);
 SEDA__API bool seda__env_delivery_end(seda_env_t *env, bool acked);
 
-/* A nack discards the attempt's changes (SPEC §3).  Changes to an
+/* A nack discards the attempt's changes.  Changes to an
  * envelope are recorded while it is tracked on the calling thread: the
  * first change of the payload, and of the headers, keeps a copy of what
  * was there (and a forward keeps the slip it replaced, in the envelope's

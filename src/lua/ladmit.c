@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ladmit.c -- a stage's `admit` rule: admission written in Lua (SPEC §10).
+ * ladmit.c -- a stage's `admit` rule: admission written in Lua.
  *
  * DESIGN
  *   `admit = function(env, stage) ... end` (no upvalues but _ENV and the

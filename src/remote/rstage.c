@@ -297,7 +297,7 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
         seda__bus_idle_notify(rs->bus);     /* nothing awaits JetStream */
 }
 
-/* The delay of a nak: the stage's retry backoff (SPEC §10) before the
+/* The delay of a nak: the stage's retry backoff before the
  * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
 {

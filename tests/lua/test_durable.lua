@@ -455,7 +455,7 @@ T.test("a schema 1 journal opens: upgraded in place, its rows replayed", functio
   T.eq(code, 0, "the CLI reads an old journal: " .. out)
   T.contains(out, "published: unknown", "no wall clock in an old row")
   T.contains(out, '"old payload"', "the payload")
-  T.eq(sqlite(db, "SELECT v FROM meta WHERE k = 'schema_version'"), "2\n", "upgraded to 2")
+  T.eq(sqlite(db, "SELECT v FROM meta WHERE k = 'schema_version'"), "3\n", "upgraded to the current schema (3)")
   out, code = child("dlq_again", dir)
   T.eq(code, 0, "a bus opens it: " .. out)
   T.contains(out, "handled 1", "the old live row is replayed and handled")
