@@ -103,7 +103,7 @@ static void usage(FILE *f)
         "                  durable_pipeline count fanout overload\n"
         "                  overload_slow admit remote (default: all).\n"
         "                  remote starts its own nats-server and consumer\n"
-        "                  processes (SPEC 11; remote_raw rows are cnats's\n"
+        "                  processes (remote_raw rows are cnats's\n"
         "                  own JetStream publish rate).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"

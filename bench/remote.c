@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote.c -- remote stages (SPEC §11): config "remote", cap1-style
+ * remote.c -- remote stages (NATS JetStream): config "remote", cap1-style
  * unpaced publishing into a remote stage over loopback, consumed by one
  * and by two other processes, with a C consumer and with a Lua handler;
  * and "remote_raw", the same machine's raw JetStream publish rate
