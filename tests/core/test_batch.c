@@ -142,19 +142,21 @@ static void test_batch_whole_batches_in_order(void **state)
     seda_bus_t *b = new_bus();
     seda_stage_t *st = add(b, "s", 1, SEDA_DELIVERY_P2P, NULL);
     assert_int_equal(seda_stage_consume_batch(st, bc_fn, &c), 0);
-    publish_gated(b, &c, "s", 20);
+    publish_gated(b, &c, "s", 60);
     TU_WAIT(idle(b), "idle");
-    assert_int_equal(c.n, 20);
-    for (int i = 0; i < 20; i++) {
+    assert_int_equal(c.n, 60);
+    for (int i = 0; i < 60; i++) {
         assert_int_equal(c.seen[i], (uint64_t)i);
         assert_int_equal(c.attempt[i], 1);
     }
     assert_int_equal(c.sizes[0], 1);
-    assert_true(c.sizes[1] > 1);        /* several in one call */
-    assert_true(c.calls < 20);
+    /* Some call took several (how many follows the stage's recent
+     * handling time: under TSan each envelope is slow enough that the
+     * first batches after the gated one take one or two). */
+    assert_true(c.calls < 60);
     seda_stage_stats s;
     seda_stage_stats_get(st, &s);
-    assert_int_equal(s.delivered, 20);
+    assert_int_equal(s.delivered, 60);
     assert_int_equal(s.nacked, 0);
     seda_bus_free(b);
     bc_destroy(&c);
