@@ -153,12 +153,14 @@ static void run_batch(struct seda_stage_s *st)
     st->in_flight += n;
     if (st->waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->not_full);
+    /* Retry backoff (read under mu: tune changes it): nacked envelopes
+     * wait on a timer instead of being delivered again at once. */
+    bool later = st->retry_backoff > 0;
     seda__mutex_unlock(&st->mu);
 
-    /* Deliver and route (deliver.c).  Retry backoff: nacked envelopes
-     * wait on a timer instead of being delivered again at once. */
+    /* Deliver and route (deliver.c). */
     struct seda_batch_s bt = {
-        .st = st, .later = st->retry_backoff > 0, .n = n,
+        .st = st, .later = later, .n = n,
         .t = seda__clock_ns(), .env = batch, .res = res,
         .sojourn = sojourn, .service = service, .retry = retry,
         .tally = &tally,
