@@ -247,6 +247,65 @@ static void test_admission_shed_low_then_normal_never_high(void **state)
     rec_destroy(&r);
 }
 
+/* Once shedding has ended, the stage stays armed for a while: a flood of
+ * publishes right after is shed again as soon as the backlog reaches the
+ * target, not after another interval of a full queue.  (Before: level 0
+ * at once, so the flood filled the queue -- "full" -- and the sojourn
+ * swung between target and the full-queue delay.) */
+static void test_admission_shed_rearms_at_once(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus();
+    rec_t r;
+    rec_init(&r);
+    r.cost = 0.002;                             /* 500 a second */
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = "s";
+    o.capacity = 100;                           /* 0.2 s of work */
+    o.policy = SEDA_POLICY_REJECT;
+    o.shed_target = 0.01;
+    o.shed_interval = 0.2;
+    seda_stage_t *st = add(b, &o, &r);
+    tu_gate_open(&r.gate);
+    /* Overload until normal publishes are shed. */
+    uint64_t v = 1;
+    double end = seda_now() + 30;
+    int rc = 0;
+    while ((rc = pub(b, v++, SEDA_PRIO_NORMAL)) != SEDA_ESHED &&
+           seda_now() < end)
+        assert_true(rc == 0 || rc == SEDA_EFULL);
+    assert_int_equal(rc, SEDA_ESHED);
+    /* Let the queue drain. */
+    seda_stage_stats s;
+    do {
+        seda_stage_stats_get(st, &s);
+    } while ((s.depth > 0 || s.in_flight > 0) && seda_now() < end);
+    assert_int_equal(s.depth, 0);
+    /* A flood again: shed after a handful, the queue never full. */
+    int accepted = 0, full = 0;
+    while ((rc = pub(b, v++, SEDA_PRIO_NORMAL)) != SEDA_ESHED &&
+           seda_now() < end) {
+        if (rc == SEDA_EFULL)
+            full++;
+        else
+            accepted++;
+    }
+    assert_int_equal(rc, SEDA_ESHED);
+    assert_int_equal(full, 0);
+    if (accepted >= 50)
+        fail_msg("%d accepted before the stage shed again (target: 5 "
+                 "envelopes of backlog)", accepted);
+    seda_stage_stats_get(st, &s);
+    assert_int_equal(s.shedding, 2);
+    assert_int_equal(seda_bus_wait_idle(b, 120), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(b, &bs);
+    assert_int_equal(bs.accepted, bs.completed);
+    seda_bus_free(b);
+    rec_destroy(&r);
+}
+
 static void test_admission_retry_backoff(void **state)
 {
     (void)state;
@@ -374,6 +433,7 @@ int main(void)
         cmocka_unit_test(test_admission_starvation_by_age),
         cmocka_unit_test(test_admission_drop_oldest_evicts_low_first),
         cmocka_unit_test(test_admission_shed_low_then_normal_never_high),
+        cmocka_unit_test(test_admission_shed_rearms_at_once),
         cmocka_unit_test(test_admission_retry_backoff),
         cmocka_unit_test(test_admission_delayed_retry_swept_at_shutdown),
         cmocka_unit_test(test_admission_tune_checks_everything_first),
