@@ -34,10 +34,12 @@
 
 #include "lseda.h"
 
-/* Registry keys: the compiled rules and their versions are in the
- * tables "seda.admit.fns" and "seda.admit.vers" keyed by the stage's
- * struct lstage; the views under this key's address. */
-static const char k_views;              /* { env view, stage view } */
+/* Registry key of the state's admit table: { env view, stage view,
+ * fns, vers }, where fns and vers hold each stage's compiled rule and its
+ * version, keyed by the stage's struct lstage (light userdata).  One
+ * registry lookup per publish reaches all of it. */
+static const char k_views;
+enum { V_ENV = 1, V_STAGE, V_FNS, V_VERS };
 
 /* The views' shared state: one per Lua state (the env view's memory). */
 struct admit_call {
@@ -68,7 +70,13 @@ static int env_index(lua_State *L)
     if (strcmp(k, "payload") == 0) {
         lua_getiuservalue(L, 1, 1);
     } else if (strcmp(k, "headers") == 0) {
-        lua_getiuservalue(L, 1, 2);
+        if (lua_getiuservalue(L, 1, 2) == LUA_TNIL) {
+            /* None given: an empty table, made when asked for. */
+            lua_pop(L, 1);
+            lua_createtable(L, 0, 0);
+            lua_pushvalue(L, -1);
+            lua_setiuservalue(L, 1, 2);
+        }
     } else if (strcmp(k, "sender") == 0) {
         if (c->sender)
             lua_pushstring(L, c->sender);
@@ -141,17 +149,17 @@ static int stage_newindex(lua_State *L)
     return luaL_error(L, "admit: stage is read-only");
 }
 
-/* Push the state's views (made on first use): env at -2, stage at -1. */
+/* Push the state's admit table (made on first use). */
 static void push_views(lua_State *L)
 {
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &k_views) == LUA_TTABLE) {
-        lua_rawgeti(L, -1, 1);
-        lua_rawgeti(L, -2, 2);
-        lua_remove(L, -3);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &k_views) == LUA_TTABLE)
         return;
-    }
     lua_pop(L, 1);
-    lua_createtable(L, 2, 0);
+    lua_createtable(L, 4, 0);
+    lua_createtable(L, 0, 1);
+    lua_rawseti(L, -2, V_FNS);
+    lua_createtable(L, 0, 1);
+    lua_rawseti(L, -2, V_VERS);
     struct admit_call *c = lua_newuserdatauv(L, sizeof *c, 2);
     memset(c, 0, sizeof *c);
     lua_createtable(L, 0, 4);
@@ -177,13 +185,10 @@ static void push_views(lua_State *L)
     lua_pushliteral(L, "admit stage");
     lua_setfield(L, -2, "__metatable");
     lua_setmetatable(L, -2);
-    lua_pushvalue(L, -2);
-    lua_rawseti(L, -4, 1);
+    lua_rawseti(L, -3, V_STAGE);
+    lua_rawseti(L, -2, V_ENV);
     lua_pushvalue(L, -1);
-    lua_rawseti(L, -4, 2);
-    lua_pushvalue(L, -3);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &k_views);
-    lua_remove(L, -3);
 }
 
 int seda__l_admit_load(lua_State *L, const struct lsrc *s)
@@ -227,19 +232,20 @@ int seda__l_admit_load(lua_State *L, const struct lsrc *s)
 }
 
 /* Push ls's rule in L (compiled for its current version), or return -1
- * leaving an error message.  0 with nothing pushed when ls has none. */
-static int push_rule(lua_State *L, struct lstage *ls, bool *have)
+ * leaving an error message.  0 with nothing pushed when ls has none.  vi:
+ * the admit table's index. */
+static int push_rule(lua_State *L, int vi, struct lstage *ls, bool *have)
 {
     *have = false;
     uint64_t v = atomic_load_explicit(&ls->admit_version,
                                       memory_order_acquire);
-    luaL_getsubtable(L, LUA_REGISTRYINDEX, "seda.admit.vers");
+    lua_rawgeti(L, vi, V_VERS);
     lua_rawgetp(L, -1, ls);
     bool fresh = lua_tointeger(L, -1) == (lua_Integer)v;
     lua_pop(L, 1);
     if (fresh) {
         lua_pop(L, 1);
-        luaL_getsubtable(L, LUA_REGISTRYINDEX, "seda.admit.fns");
+        lua_rawgeti(L, vi, V_FNS);
         lua_rawgetp(L, -1, ls);
         lua_remove(L, -2);
         *have = !lua_isnil(L, -1);
@@ -263,7 +269,7 @@ static int push_rule(lua_State *L, struct lstage *ls, bool *have)
     lua_pushinteger(L, (lua_Integer)v);
     lua_rawsetp(L, -2, ls);                     /* vers[ls] = v */
     lua_pop(L, 1);
-    luaL_getsubtable(L, LUA_REGISTRYINDEX, "seda.admit.fns");
+    lua_rawgeti(L, vi, V_FNS);
     if (!any) {
         lua_pushnil(L);
         lua_rawsetp(L, -2, ls);
@@ -283,7 +289,7 @@ static int push_rule(lua_State *L, struct lstage *ls, bool *have)
     if (rc != 0) {
         lua_remove(L, -2);
         /* Not cached: the next publish tries again (and says why). */
-        luaL_getsubtable(L, LUA_REGISTRYINDEX, "seda.admit.vers");
+        lua_rawgeti(L, vi, V_VERS);
         lua_pushnil(L);
         lua_rawsetp(L, -2, ls);
         lua_pop(L, 1);
@@ -313,7 +319,8 @@ int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
     int top = lua_gettop(L);
     bool have;
     lua_pushcfunction(L, seda__l_msghandler);   /* top + 1 */
-    if (push_rule(L, ls, &have) != 0) {
+    push_views(L);                              /* top + 2 */
+    if (push_rule(L, top + 2, ls, &have) != 0) {
         report(ls, "error", lua_tostring(L, -1));
         lua_settop(L, top);
         seda_stage_count_refused(ls->st);
@@ -324,7 +331,8 @@ int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
         lua_settop(L, top);
         return 0;
     }
-    push_views(L);                              /* env, stage */
+    lua_rawgeti(L, top + 2, V_ENV);
+    lua_rawgeti(L, top + 2, V_STAGE);
     struct admit_call *c = lua_touserdata(L, -2);
     if (c->active) {
         /* A rule that publishes from inside a rule of this state: a
@@ -341,7 +349,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
     if (hidx)
         lua_pushvalue(L, hidx);
     else
-        lua_createtable(L, 0, 0);
+        lua_pushnil(L);                         /* made when asked for */
     lua_setiuservalue(L, -3, 2);
     c->active = true;
     c->ls = ls;
