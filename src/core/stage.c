@@ -168,7 +168,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
     int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
-    if (SEDA__UNLIKELY(level != 0) && !hop && (level = shed_level_now(st))) {
+    if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -718,34 +718,22 @@ void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
 
 /* ---- adaptive shedding ---- */
 
-/* After shedding ends, for this many intervals the stage stays armed
- * (shed_level = -level): publishes take the locked path, and one that
- * finds the backlog over target (or a start above target) sheds again at
- * once, at the level it had.  A queue that was overloaded a moment ago is
- * overloaded again; waiting a whole interval each time would let it fill
- * every time (the sojourn would swing between target and the full-queue
- * delay). */
+/* After shedding ends, for this many intervals the stage stays armed: the
+ * first start above target sheds again at once, at the level it had,
+ * instead of after another whole interval above target.  A queue that was
+ * overloaded a moment ago is overloaded again; waiting an interval each
+ * time lets it fill each time (the sojourn swung between target and the
+ * full-queue delay).  Bursts within target are still taken in: like
+ * CoDel, only starts (the queue's standing delay) decide. */
 #define SHED_REARM_INTERVALS 10
 
-static void shed_set(struct seda_stage_s *st, int level)
-{
-    atomic_store_explicit(&st->shed_level, level, memory_order_relaxed);
-}
-
-/* Shedding at level ends; armed (mu held). */
+/* Shedding at level ends (mu held); the stage stays armed. */
 static void shed_end(struct seda_stage_s *st, int level, int64_t now)
 {
     st->shed_above_since = 0;
+    st->shed_rearm = level;
     st->shed_rearm_until = now + SHED_REARM_INTERVALS * st->shed_interval_ns;
-    shed_set(st, -level);
-}
-
-/* Armed at -level and slow again: shed at once (mu held). */
-static int shed_again(struct seda_stage_s *st, int level, int64_t now)
-{
-    st->shed_level_at = now;
-    shed_set(st, -level);
-    return -level;
+    atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
 }
 
 void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
@@ -757,15 +745,18 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
     int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
     if (least < st->shed_target_ns) {
         /* An envelope started within target: the queue is good again. */
-        if (level > 0)
+        if (level)
             shed_end(st, level, now);
-        else if (level < 0 && now >= st->shed_rearm_until)
-            shed_set(st, 0);            /* calm long enough: disarmed */
         st->shed_above_since = 0;
         return;
     }
-    if (level < 0) {
-        shed_again(st, level, now);
+    if (!level && st->shed_rearm && now < st->shed_rearm_until) {
+        /* Shedding ended a moment ago, and the queue is slow again. */
+        st->shed_level_at = now;
+        st->shed_rearm_until = now + SHED_REARM_INTERVALS *
+                                     st->shed_interval_ns;
+        atomic_store_explicit(&st->shed_level, st->shed_rearm,
+                              memory_order_relaxed);
         return;
     }
     if (!st->shed_above_since) {
@@ -780,36 +771,32 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
     if (level == 0 ||
         (level == 1 && now - st->shed_level_at >= st->shed_interval_ns)) {
         st->shed_level_at = now;
-        shed_set(st, level + 1);
+        atomic_store_explicit(&st->shed_level, level + 1,
+                              memory_order_relaxed);
     }
 }
 
-/* The level a publish meets now (mu held; shed_level is not 0).  The
- * backlog -- the queue at the recent handling time -- decides between
- * batches: under target it ends shedding (the batches that would say so
- * may never come) or keeps an armed stage calm; over target it sheds
- * again at once on an armed stage. */
+/* Shedding while the queue could not be slow (mu held): an empty queue,
+ * or one whose backlog takes less than target at the recent handling
+ * time, ends it (the batches that would say so may never come). */
 static int shed_level_now(struct seda_stage_s *st)
 {
     int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    if (!level)
+        return 0;
     if (!st->shed_target_ns) {
         st->shed_above_since = 0;
-        shed_set(st, 0);
+        st->shed_rearm = 0;
+        atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
         return 0;
     }
     uint64_t svc = atomic_load_explicit(&st->svc_ns, memory_order_relaxed);
     uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc /
                        (uint64_t)st->concurrency;
     if (backlog < (uint64_t)st->shed_target_ns) {
-        int64_t now = seda__clock_ns();
-        if (level > 0)
-            shed_end(st, level, now);
-        else if (now >= st->shed_rearm_until)
-            shed_set(st, 0);
+        shed_end(st, level, seda__clock_ns());
         return 0;
     }
-    if (level < 0)
-        return shed_again(st, level, seda__clock_ns());
     return level;
 }
 

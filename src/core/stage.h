@@ -140,8 +140,10 @@ struct seda_stage_s {
     int64_t shed_above_since;   /* first start above target with none
                                    below since (clock ns), or 0 */
     int64_t shed_level_at;      /* when the level last rose (clock ns) */
-    int64_t shed_rearm_until;   /* armed (shed_level < 0) until then
-                                   (clock ns) */
+    int shed_rearm;             /* the level shedding had when it last
+                                   ended: armed with it until
+                                   shed_rearm_until; 0: never shed */
+    int64_t shed_rearm_until;   /* (clock ns) */
 
     /* Retry backoff (drain.c), guarded by mu. */
     double retry_backoff;       /* seconds; 0: retry at once */
@@ -165,12 +167,10 @@ struct seda_stage_s {
     atomic_int cap_fast;
     atomic_int conc_fast;
     atomic_int running;
-    atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal);
-                                   -1/-2: shedding at that level ended a
-                                   moment ago, armed (stage.c): written
-                                   under mu (relaxed), read by publishers
-                                   as a hint (not 0: take the locked
-                                   path), checked again there */
+    atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal):
+                                   written under mu (relaxed), read by
+                                   publishers as a hint, checked again on
+                                   the locked path */
     /* ---- the takers' line: read by anyone ----
      * out_pos: inbox tickets taken; written under mu (release store
      *   after the slots were cleared; publishers load it with acquire

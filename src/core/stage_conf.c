@@ -327,9 +327,8 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         st->shed_target_ns = seda__secs_to_ns(o->shed_target);
         st->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
         st->shed_above_since = 0;
-        /* A new rule starts afresh: not armed; off when target is 0. */
-        if (o->shed_target == 0 ||
-            atomic_load_explicit(&st->shed_level, memory_order_relaxed) < 0)
+        st->shed_rearm = 0;                /* a new rule starts afresh */
+        if (o->shed_target == 0)
             atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
     }
     if (retry) {
@@ -606,8 +605,8 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->refused = st->c.refused;
     out->shed = st->c.shed;
     out->delayed = st->delayed;
-    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
-    out->shedding = level > 0 ? level : 0;      /* < 0: armed, not shedding */
+    out->shedding = atomic_load_explicit(&st->shed_level,
+                                         memory_order_relaxed);
     out->depth_high = (int)seda__queue_count(&st->q_high);
     out->depth_low = (int)seda__queue_count(&st->q_low);
     out->handed_off = st->c.it_remote;

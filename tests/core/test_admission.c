@@ -247,11 +247,31 @@ static void test_admission_shed_low_then_normal_never_high(void **state)
     rec_destroy(&r);
 }
 
-/* Once shedding has ended, the stage stays armed for a while: a flood of
- * publishes right after is shed again as soon as the backlog reaches the
- * target, not after another interval of a full queue.  (Before: level 0
- * at once, so the flood filled the queue -- "full" -- and the sojourn
- * swung between target and the full-queue delay.) */
+/* Publish normal envelopes, one per `pace` seconds, until one is shed;
+ * returns how many were accepted before it (or -1 past `until`). */
+static int paced_until_shed(seda_bus_t *b, uint64_t *v, double pace,
+                            double until)
+{
+    int accepted = 0;
+    double next = seda_now();
+    while (seda_now() < until) {
+        while (seda_now() < next)
+            ;
+        next += pace;
+        int rc = pub(b, (*v)++, SEDA_PRIO_NORMAL);
+        if (rc == SEDA_ESHED)
+            return accepted;
+        assert_int_equal(rc, 0);
+        accepted++;
+    }
+    return -1;
+}
+
+/* Once shedding has ended, the stage stays armed for a while: when the
+ * queue is slow again (a start above target), it sheds again at once, at
+ * the level it had, not after another interval above target (and another
+ * to reach normal priority).  Before, a steady overload filled the queue
+ * each time: the sojourn swung between target and the full-queue delay. */
 static void test_admission_shed_rearms_at_once(void **state)
 {
     (void)state;
@@ -262,40 +282,33 @@ static void test_admission_shed_rearms_at_once(void **state)
     seda_stage_opts o;
     seda_stage_opts_init(&o);
     o.name = "s";
-    o.capacity = 100;                           /* 0.2 s of work */
-    o.policy = SEDA_POLICY_REJECT;
+    o.capacity = 5000;
     o.shed_target = 0.01;
-    o.shed_interval = 0.2;
+    o.shed_interval = 0.5;
     seda_stage_t *st = add(b, &o, &r);
     tu_gate_open(&r.gate);
-    /* Overload until normal publishes are shed. */
+    /* Twice the stage's rate: shed after two intervals (low, then
+     * normal). */
     uint64_t v = 1;
-    double end = seda_now() + 30;
-    int rc = 0;
-    while ((rc = pub(b, v++, SEDA_PRIO_NORMAL)) != SEDA_ESHED &&
-           seda_now() < end)
-        assert_true(rc == 0 || rc == SEDA_EFULL);
-    assert_int_equal(rc, SEDA_ESHED);
-    /* Let the queue drain. */
+    double end = seda_now() + 60;
+    int first = paced_until_shed(b, &v, 0.001, end);
+    assert_true(first > 0);
+    /* Let the queue drain; the next publish ends the shedding. */
     seda_stage_stats s;
     do {
         seda_stage_stats_get(st, &s);
     } while ((s.depth > 0 || s.in_flight > 0) && seda_now() < end);
     assert_int_equal(s.depth, 0);
-    /* A flood again: shed after a handful, the queue never full. */
-    int accepted = 0, full = 0;
-    while ((rc = pub(b, v++, SEDA_PRIO_NORMAL)) != SEDA_ESHED &&
-           seda_now() < end) {
-        if (rc == SEDA_EFULL)
-            full++;
-        else
-            accepted++;
-    }
-    assert_int_equal(rc, SEDA_ESHED);
-    assert_int_equal(full, 0);
-    if (accepted >= 50)
-        fail_msg("%d accepted before the stage shed again (target: 5 "
-                 "envelopes of backlog)", accepted);
+    /* The same overload again: shed as soon as a start waits past the
+     * target (10 ms: about 10 publishes in), far sooner than the two
+     * intervals (about 1000 publishes) the first time took. */
+    int again = paced_until_shed(b, &v, 0.001, end);
+    print_message("accepted before shedding: %d the first time, %d after "
+                  "it ended\n", first, again);
+    assert_true(again >= 0);
+    if (again >= first / 3)
+        fail_msg("%d accepted before the stage shed again (%d the first "
+                 "time)", again, first);
     seda_stage_stats_get(st, &s);
     assert_int_equal(s.shedding, 2);
     assert_int_equal(seda_bus_wait_idle(b, 120), 0);
