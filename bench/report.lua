@@ -174,18 +174,26 @@ out("")
 -- ---- pipeline ----
 local pipe = select(function(r) return r.config == "pipeline" end)
 if #pipe > 0 then
-  out("## Pipeline (4 Lua stages, routing slip)")
+  out("## Pipeline (4 stages, routing slip)")
   out("")
-  out("| producers | itineraries/s | handler calls/s | p50 µs | p99 µs | lost | not drained |")
-  out("|---|---|---|---|---|---|---|")
+  out("Lua handlers, and the same pipeline with C consumers (each hop " ..
+      "increments a counter in the payload's bytes).")
+  out("")
+  out("| handler | producers | itineraries/s | handler calls/s | p50 µs | p99 µs | lost | not drained |")
+  out("|---|---|---|---|---|---|---|---|")
   local seen = {}
   for _, r in ipairs(pipe) do
-    if not seen[r.producers] then
-      seen[r.producers] = true
-      local rs = select(function(x) return x.config == "pipeline" and x.producers == r.producers end)
+    local key = (r.handler or "lua") .. "/" .. r.producers
+    if not seen[key] then
+      seen[key] = true
+      local rs = select(function(x)
+        return x.config == "pipeline" and x.producers == r.producers and
+               (x.handler or "lua") == (r.handler or "lua")
+      end)
       local lost = 0
       for _, x in ipairs(rs) do lost = lost + (x.lost or 0) end
-      out("| %d | %s | %s | %s | %s | %d | %d |", r.producers,
+      out("| %s | %d | %s | %s | %s | %s | %d | %d |", r.handler or "lua",
+          r.producers,
           cell(rs, "itineraries_per_s", rate),
           cell(rs, "handler_calls_per_s", rate),
           cell(rs, "p50_us", num), cell(rs, "p99_us", num), lost,
@@ -534,23 +542,27 @@ do
         floors = floors_for(all, { "mutex_ring", "lua_call" }, M) }
 end
 
--- pipeline: 4 Lua stages.
+-- pipeline: 4 stages, Lua handlers and C consumers.
 do
   local groups, all = {}, {}
   local seen = {}
   for _, r in ipairs(rows) do
-    if r.config == "pipeline" and not seen[r.producers] then
-      seen[r.producers] = true
+    local h = r.handler or "lua"
+    local key = h .. "/" .. tostring(r.producers)
+    if r.config == "pipeline" and not seen[key] then
+      seen[key] = true
       local rs = rs_of(function(x)
-        return x.config == "pipeline" and x.producers == r.producers
+        return x.config == "pipeline" and x.producers == r.producers and
+               (x.handler or "lua") == h
       end)
       for _, x in ipairs(rs) do all[#all + 1] = x end
-      groups[#groups + 1] = { r.producers .. (r.producers == 1 and " producer" or " producers"),
+      groups[#groups + 1] = { h .. ", " .. r.producers ..
+        (r.producers == 1 and " producer" or " producers"),
         { mmm(rs, "itineraries_per_s", M), mmm(rs, "handler_calls_per_s", M) } }
     end
   end
   bars{ file = "pipeline.svg", series = { "itineraries / s", "handler calls / s" },
-        title = "pipeline: 4 Lua stages by routing slip (median, min–max)",
+        title = "pipeline: 4 stages by routing slip (median, min–max)",
         ylabel = "million / s (log)", groups = groups, scale = 1e6,
         floors = floors_for(all, { "lua_call" }, M) }
 end
