@@ -167,6 +167,8 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
+    if (env && env->prio == SEDA_PRIO_LOW && !hop)
+        st->low_offered++;
     int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
     if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
@@ -761,18 +763,21 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
     }
     if (!st->shed_above_since) {
         st->shed_above_since = now;
+        st->shed_low_mark = st->low_offered;
         return;
     }
     if (now - st->shed_above_since < st->shed_interval_ns)
         return;
     /* Every start for a whole interval waited too long: refuse low
      * priority, and if that is not enough after another interval, normal
-     * priority too. */
+     * priority too -- at once when no low-priority publish came in that
+     * interval (there is nothing to refuse first). */
     if (level == 0 ||
         (level == 1 && now - st->shed_level_at >= st->shed_interval_ns)) {
+        int next = level == 0 && st->low_offered == st->shed_low_mark
+                       ? 2 : level + 1;
         st->shed_level_at = now;
-        atomic_store_explicit(&st->shed_level, level + 1,
-                              memory_order_relaxed);
+        atomic_store_explicit(&st->shed_level, next, memory_order_relaxed);
     }
 }
 

@@ -140,6 +140,10 @@ struct seda_stage_s {
     int64_t shed_above_since;   /* first start above target with none
                                    below since (clock ns), or 0 */
     int64_t shed_level_at;      /* when the level last rose (clock ns) */
+    uint64_t low_offered;       /* low-priority publishes offered */
+    uint64_t shed_low_mark;     /* low_offered when shed_above_since was
+                                   set: none since, no low traffic to
+                                   refuse first */
     int shed_rearm;             /* the level shedding had when it last
                                    ended: armed with it until
                                    shed_rearm_until; 0: never shed */

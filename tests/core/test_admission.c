@@ -287,12 +287,17 @@ static void test_admission_shed_rearms_at_once(void **state)
     o.shed_interval = 0.5;
     seda_stage_t *st = add(b, &o, &r);
     tu_gate_open(&r.gate);
-    /* Twice the stage's rate: shed after two intervals (low, then
-     * normal). */
+    /* Twice the stage's rate, normal priority only: shed after one
+     * interval above target (about 500 publishes at this pace), normal at
+     * once since no low-priority publish came to refuse first (two
+     * intervals, about 1000, before). */
     uint64_t v = 1;
     double end = seda_now() + 60;
     int first = paced_until_shed(b, &v, 0.001, end);
     assert_true(first > 0);
+    if (first >= 800)
+        fail_msg("%d accepted before normal publishes were shed: that "
+                 "took two intervals", first);
     /* Let the queue drain; the next publish ends the shedding. */
     seda_stage_stats s;
     do {
@@ -306,7 +311,7 @@ static void test_admission_shed_rearms_at_once(void **state)
     print_message("accepted before shedding: %d the first time, %d after "
                   "it ended\n", first, again);
     assert_true(again >= 0);
-    if (again >= first / 3)
+    if (again >= first / 4)
         fail_msg("%d accepted before the stage shed again (%d the first "
                  "time)", again, first);
     seda_stage_stats_get(st, &s);
