@@ -423,15 +423,19 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             on_pool = loaned != NULL;
             continue;
         }
-        if (!spun && !loaned &&
+        if (!spun && (!loaned || !seda__batch_busy()) &&
             atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within
-             * a batch, so watch for it briefly instead of paying two
-             * kernel round trips (our sleep, its wake-up) per batch.  Not
-             * on a loan: then the drain runs on a thread that needs the
-             * core this spin would take (fan-out of 4 x 100 000 into
-             * capacity 64, Lua, 2 workers: 3.8 M/s sleeping at once
-             * against 1.3-1.7 M/s spinning first, medians of 15). */
+             * a batch, so watch for it briefly (yielding the core after a
+             * few rounds) instead of paying two kernel round trips (our
+             * sleep, its wake-up) per batch.  On a loan, only for a plain
+             * consumer: a C consumer refills a batch's room in
+             * microseconds (fan-out of 4 x 100 000 into capacity 64, C, 2
+             * workers: 6.2-6.7 M/s spinning first against 1.3 M/s
+             * sleeping at once), while inside a batch consumer's call (a
+             * Lua handler) the drain needs the core this spin would take
+             * (the same fan-out in Lua: 3.8 M/s sleeping at once against
+             * 1.3-1.7 M/s spinning first, medians of 15). */
             spun = true;
             seda__mutex_unlock(&st->mu);
             wait_for_room(st, deadline_ns);
