@@ -165,10 +165,10 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         return SEDA_ECLOSED;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
+    if (env && env->prio == SEDA_PRIO_LOW && !hop)
+        st->low_offered++;              /* shedding looks at low traffic */
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
-    if (env && env->prio == SEDA_PRIO_LOW && !hop)
-        st->low_offered++;
     int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
     if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
@@ -742,6 +742,13 @@ static void shed_end(struct seda_stage_s *st, int level, int64_t now)
     atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
 }
 
+/* Shedding rises to level (mu held). */
+static void shed_rise(struct seda_stage_s *st, int level, int64_t now)
+{
+    st->shed_level_at = now;
+    atomic_store_explicit(&st->shed_level, level, memory_order_relaxed);
+}
+
 void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
                              int64_t now)
 {
@@ -753,16 +760,15 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
         /* An envelope started within target: the queue is good again. */
         if (level)
             shed_end(st, level, now);
-        st->shed_above_since = 0;
+        else
+            st->shed_above_since = 0;
         return;
     }
     if (!level && st->shed_rearm && now < st->shed_rearm_until) {
         /* Shedding ended a moment ago, and the queue is slow again. */
-        st->shed_level_at = now;
         st->shed_rearm_until = now + SHED_REARM_INTERVALS *
                                      st->shed_interval_ns;
-        atomic_store_explicit(&st->shed_level, st->shed_rearm,
-                              memory_order_relaxed);
+        shed_rise(st, st->shed_rearm, now);
         return;
     }
     if (!st->shed_above_since) {
@@ -778,10 +784,8 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
      * interval (there is nothing to refuse first). */
     if (level == 0 ||
         (level == 1 && now - st->shed_level_at >= st->shed_interval_ns)) {
-        int next = level == 0 && st->low_offered == st->shed_low_mark
-                       ? 2 : level + 1;
-        st->shed_level_at = now;
-        atomic_store_explicit(&st->shed_level, next, memory_order_relaxed);
+        shed_rise(st, level == 0 && st->low_offered == st->shed_low_mark
+                          ? 2 : level + 1, now);
     }
 }
 
@@ -795,7 +799,6 @@ static int shed_level_now(struct seda_stage_s *st)
         return 0;
     if (!st->shed_target_ns) {
         st->shed_above_since = 0;
-        st->shed_rearm = 0;
         atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
         return 0;
     }

@@ -16,7 +16,6 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,8 @@
 
 #include "durable/journal.h"
 
+#include "dir_fixture.h"
+
 #define NOBODY 65534
 
 struct fx {
@@ -32,22 +33,12 @@ struct fx {
     char sub[96];               /* dir/data: the journal's directory */
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof *f);
     if (!f)
         return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/seda-datadir-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!dir_make(f->dir, sizeof f->dir, "datadir")) {
         free(f);
         return -1;
     }
@@ -59,7 +50,7 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
     struct fx *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dir_remove(f->dir);
     free(f);
     return 0;
 }

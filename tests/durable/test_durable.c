@@ -15,7 +15,6 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
-#include <ftw.h>
 #include <sqlite3.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,28 +24,21 @@
 
 #include "seda.h"
 
+#include "dir_fixture.h"
+#include "testutil.h"
+
 struct fx {
     char dir[64];               /* mkdtemp result */
     char data[96];              /* dir/data: the data_dir */
     atomic_int calls[3];        /* consumer calls per counter */
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof *f);
     if (!f)
         return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/seda-durable-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!dir_make(f->dir, sizeof f->dir, "durable")) {
         free(f);
         return -1;
     }
@@ -58,7 +50,7 @@ static int fx_setup(void **state)
 static int fx_teardown(void **state)
 {
     struct fx *f = *state;
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dir_remove(f->dir);
     free(f);
     return 0;
 }
@@ -330,6 +322,30 @@ static double wall_now(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static bool delayed_eq(const seda_stage_stats *s, long n)
+{
+    return s->delayed == n;
+}
+
+/* One envelope into stage a, nacked at its first attempt; once its retry
+ * waits on the backoff, the bus stops.  Returns the wall clock then. */
+static double nack_once_then_stop(struct fx *f, struct retry_rec *r)
+{
+    memset(r, 0, sizeof *r);
+    atomic_store(&r->nack, true);
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *st = add_retrying(bus, r);
+    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0);
+    wait_count(&r->calls, 1, "the first attempt");
+    if (!tu_stage_wait(st, delayed_eq, 1, 10))
+        fail_msg("the retry never waited on its backoff");
+    double wall = wall_now();
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+    assert_int_equal(atomic_load(&r->calls), 1);
+    return wall;
+}
+
 /* A durable stage's nack with a retry backoff journals the next attempt
  * and its due time; a bus that stops meanwhile keeps the row, and the
  * next one waits out the rest of the backoff (a lower bound, across the
@@ -338,22 +354,8 @@ static void test_durable_retry_due_time_survives_restart(void **state)
 {
     struct fx *f = *state;
     struct retry_rec r;
-    memset(&r, 0, sizeof r);
-    atomic_store(&r.nack, true);
-    seda_bus_t *bus = open_bus(f, 5, NULL);
-    seda_stage_t *st = add_retrying(bus, &r);
-    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0);
-    wait_count(&r.calls, 1, "the first attempt");
+    double wall_before = nack_once_then_stop(f, &r);
     seda_stage_stats s;
-    double until = seda_now() + 10;
-    do {
-        seda_stage_stats_get(st, &s);
-    } while (s.delayed == 0 && seda_now() < until);
-    assert_int_equal(s.delayed, 1);
-    double wall_before = wall_now();
-    seda_bus_shutdown(bus, 0);
-    seda_bus_free(bus);
-    assert_int_equal(atomic_load(&r.calls), 1);
 
     int attempts = 0;
     double due = 0;
@@ -364,8 +366,8 @@ static void test_durable_retry_due_time_survives_restart(void **state)
 
     /* The next run: the retry waits on a timer, then succeeds. */
     atomic_store(&r.nack, false);
-    bus = open_bus(f, 5, NULL);
-    st = add_retrying(bus, &r);
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *st = add_retrying(bus, &r);
     assert_int_equal(seda_stage_replay(st), 1);
     seda_stage_stats_get(st, &s);
     assert_true(s.delayed == 1 || atomic_load(&r.calls) == 2);
@@ -391,24 +393,13 @@ static void test_durable_retry_due_in_the_past_runs_at_once(void **state)
 {
     struct fx *f = *state;
     struct retry_rec r;
-    memset(&r, 0, sizeof r);
-    atomic_store(&r.nack, true);
-    seda_bus_t *bus = open_bus(f, 5, NULL);
-    seda_stage_t *st = add_retrying(bus, &r);
-    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0);
-    wait_count(&r.calls, 1, "the first attempt");
-    seda_stage_stats s;
-    double until = seda_now() + 10;
-    do {
-        seda_stage_stats_get(st, &s);
-    } while (s.delayed == 0 && seda_now() < until);
-    seda_bus_shutdown(bus, 0);
-    seda_bus_free(bus);
+    nack_once_then_stop(f, &r);
     sql(f, "UPDATE envelopes SET due_wall = due_wall - 3600");
 
     atomic_store(&r.nack, false);
-    bus = open_bus(f, 5, NULL);
-    st = add_retrying(bus, &r);
+    seda_bus_t *bus = open_bus(f, 5, NULL);
+    seda_stage_t *st = add_retrying(bus, &r);
+    seda_stage_stats s;
     assert_int_equal(seda_stage_replay(st), 1);
     seda_stage_stats_get(st, &s);
     assert_int_equal(s.delayed, 0);

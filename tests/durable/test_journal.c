@@ -14,7 +14,6 @@
 #include <cmocka.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +26,8 @@
 
 #include "durable/journal.h"
 
+#include "dir_fixture.h"
+
 /* ---- fixture: a temporary directory ---- */
 
 struct fx {
@@ -35,22 +36,12 @@ struct fx {
     bool mounted;               /* a tmpfs is mounted on sub */
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int fx_setup(void **state)
 {
     struct fx *f = calloc(1, sizeof *f);
     if (!f)
         return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/seda-journal-XXXXXX");
-    if (!mkdtemp(f->dir)) {
+    if (!dir_make(f->dir, sizeof f->dir, "journal")) {
         free(f);
         return -1;
     }
@@ -65,7 +56,7 @@ static int fx_teardown(void **state)
     if (f->mounted)
         umount2(f->sub, MNT_DETACH);
     chmod(f->dir, 0700);
-    nftw(f->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    dir_remove(f->dir);
     free(f);
     return 0;
 }
