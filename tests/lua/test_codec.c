@@ -694,7 +694,7 @@ static void test_codec_encode_out_of_memory(void **state)
     char err[64];
     /* A buffer so full that growing it overflows size_t: the growth path
      * fails exactly as a failed realloc does, and nothing is written. */
-    seda_wbuf b = {small, SIZE_MAX - 2, SIZE_MAX - 2};
+    seda_wbuf b = {.p = small, .len = SIZE_MAX - 2, .cap = SIZE_MAX - 2};
 
     eval(L, "{1, 2, 3}");
     eval(L, "12345");
