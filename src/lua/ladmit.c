@@ -48,6 +48,7 @@ struct admit_call {
     const char *to;
     const char *sender;
     int prio;                   /* enum seda_priority */
+    bool headers_set;           /* user value 2 holds this call's headers */
     bool have_stats;
     seda_stage_stats s;
 };
@@ -70,13 +71,13 @@ static int env_index(lua_State *L)
     if (strcmp(k, "payload") == 0) {
         lua_getiuservalue(L, 1, 1);
     } else if (strcmp(k, "headers") == 0) {
-        if (lua_getiuservalue(L, 1, 2) == LUA_TNIL) {
+        if (!c->headers_set) {
             /* None given: an empty table, made when asked for. */
-            lua_pop(L, 1);
             lua_createtable(L, 0, 0);
-            lua_pushvalue(L, -1);
             lua_setiuservalue(L, 1, 2);
+            c->headers_set = true;
         }
+        lua_getiuservalue(L, 1, 2);
     } else if (strcmp(k, "sender") == 0) {
         if (c->sender)
             lua_pushstring(L, c->sender);
@@ -234,11 +235,11 @@ int seda__l_admit_load(lua_State *L, const struct lsrc *s)
 /* Push ls's rule in L (compiled for its current version), or return -1
  * leaving an error message.  0 with nothing pushed when ls has none.  vi:
  * the admit table's index. */
-static int push_rule(lua_State *L, int vi, struct lstage *ls, bool *have)
+static int push_rule(lua_State *L, int vi, struct lstage *ls,
+                     uint64_t *vp, bool *have)
 {
     *have = false;
-    uint64_t v = atomic_load_explicit(&ls->admit_version,
-                                      memory_order_acquire);
+    uint64_t v = *vp;
     lua_rawgeti(L, vi, V_VERS);
     lua_rawgetp(L, -1, ls);
     bool fresh = lua_tointeger(L, -1) == (lua_Integer)v;
@@ -257,6 +258,7 @@ static int push_rule(lua_State *L, int vi, struct lstage *ls, bool *have)
     struct lsrc src = { 0 };
     pthread_mutex_lock(&ls->mu);
     v = atomic_load_explicit(&ls->admit_version, memory_order_acquire);
+    *vp = v;
     bool any = ls->admit != NULL;
     if (any) {
         src = *ls->admit;
@@ -310,30 +312,86 @@ static void report(struct lstage *ls, const char *what, const char *msg)
     seda_stage_report(ls->st, buf);
 }
 
-int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
-                  int pidx, int hidx, const char *sender, int *prio,
-                  char *reason, size_t rlen)
+void seda__l_admit_cache_free(lua_State *L, struct ladmit_cache *ac)
+{
+    for (int i = 0; i < LADMIT_SLOTS; i++)
+        if (ac->slot[i].uid)
+            luaL_unref(L, LUA_REGISTRYINDEX, ac->slot[i].ref);
+    if (ac->ready) {
+        luaL_unref(L, LUA_REGISTRYINDEX, ac->env_ref);
+        luaL_unref(L, LUA_REGISTRYINDEX, ac->stage_ref);
+    }
+    memset(ac, 0, sizeof *ac);
+}
+
+/* Remember in ac the rule just found for ls at version v (at the top,
+ * or none) and the views (the admit table at vi). */
+static void cache_put(lua_State *L, struct ladmit_cache *ac, int vi,
+                      struct lstage *ls, uint64_t v, bool have)
+{
+    if (!ac->ready) {
+        lua_rawgeti(L, vi, V_ENV);
+        ac->env_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        lua_rawgeti(L, vi, V_STAGE);
+        ac->stage_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        ac->ready = true;
+    }
+    int i = (int)(ls->uid % LADMIT_SLOTS);
+    if (ac->slot[i].uid)
+        luaL_unref(L, LUA_REGISTRYINDEX, ac->slot[i].ref);
+    ac->slot[i].uid = ls->uid;
+    ac->slot[i].version = v;
+    if (have) {
+        lua_pushvalue(L, -1);
+        ac->slot[i].ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    } else {
+        ac->slot[i].ref = LUA_NOREF;
+    }
+}
+
+int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
+                  const char *to, int pidx, int hidx, const char *sender,
+                  int *prio, char *reason, size_t rlen)
 {
     if (!atomic_load_explicit(&ls->has_admit, memory_order_acquire))
         return 0;
     int top = lua_gettop(L);
-    bool have;
+    uint64_t v = atomic_load_explicit(&ls->admit_version,
+                                      memory_order_acquire);
+    int si = (int)(ls->uid % LADMIT_SLOTS);
     lua_pushcfunction(L, seda__l_msghandler);   /* top + 1 */
-    push_views(L);                              /* top + 2 */
-    if (push_rule(L, top + 2, ls, &have) != 0) {
-        report(ls, "error", lua_tostring(L, -1));
-        lua_settop(L, top);
-        seda_stage_count_refused(ls->st);
-        snprintf(reason, rlen, "admit_error");
-        return 1;
+    if (ac && ac->ready && ac->slot[si].uid == ls->uid &&
+        ac->slot[si].version == v) {
+        /* The common case: three reads of the registry's array. */
+        if (ac->slot[si].ref == LUA_NOREF) {
+            lua_settop(L, top);
+            return 0;
+        }
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ac->slot[si].ref);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ac->env_ref);
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ac->stage_ref);
+    } else {
+        bool have;
+        push_views(L);                          /* top + 2 */
+        if (push_rule(L, top + 2, ls, &v, &have) != 0) {
+            report(ls, "error", lua_tostring(L, -1));
+            lua_settop(L, top);
+            seda_stage_count_refused(ls->st);
+            snprintf(reason, rlen, "admit_error");
+            return 1;
+        }
+        if (ac)
+            cache_put(L, ac, top + 2, ls, v, have);
+        if (!have) {
+            lua_settop(L, top);
+            return 0;
+        }
+        lua_rawgeti(L, top + 2, V_ENV);
+        lua_rawgeti(L, top + 2, V_STAGE);
+        lua_remove(L, top + 2);                 /* the admit table */
     }
-    if (!have) {
-        lua_settop(L, top);
-        return 0;
-    }
-    lua_rawgeti(L, top + 2, V_ENV);
-    lua_rawgeti(L, top + 2, V_STAGE);
-    struct admit_call *c = lua_touserdata(L, -2);
+    /* top + 1 handler, + 2 rule, + 3 env view, + 4 stage view */
+    struct admit_call *c = lua_touserdata(L, top + 3);
     if (c->active) {
         /* A rule that publishes from inside a rule of this state: a
          * nested call shares the views, so keep the outer one's. */
@@ -345,12 +403,12 @@ int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
         return 1;
     }
     lua_pushvalue(L, pidx);
-    lua_setiuservalue(L, -3, 1);
-    if (hidx)
+    lua_setiuservalue(L, top + 3, 1);
+    c->headers_set = hidx != 0;                 /* else made when asked */
+    if (hidx) {
         lua_pushvalue(L, hidx);
-    else
-        lua_pushnil(L);                         /* made when asked for */
-    lua_setiuservalue(L, -3, 2);
+        lua_setiuservalue(L, top + 3, 2);
+    }
     c->active = true;
     c->ls = ls;
     c->to = to;

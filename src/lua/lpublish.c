@@ -167,7 +167,7 @@ static int id_misuse(lua_State *L, const char *to)
 }
 
 int seda__l_publish(lua_State *L, struct lbus *lb, int first,
-                    seda_wbuf *wb, bool main)
+                    seda_wbuf *wb, struct ladmit_cache *ac, bool main)
 {
     const char *to = luaL_checkstring(L, first);
     int pidx = first + 1, oidx = first + 2;
@@ -194,8 +194,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
             hidx = lua_gettop(L);
         else if (lua_istable(L, oidx))
             lua_pop(L, 1);
-        if (seda__l_admit(L, ls, to, pidx, hidx, o.sender, &o.priority, why,
-                          sizeof why) != 0) {
+        if (seda__l_admit(L, ls, ac, to, pidx, hidx, o.sender, &o.priority,
+                          why, sizeof why) != 0) {
             lua_pushboolean(L, 0);
             lua_pushstring(L, why);
             return 2;
@@ -454,8 +454,9 @@ int seda__l_bus_publish_many(lua_State *L)
     for (int i = 0; i < n; i++) {
         lua_rawgeti(L, 3, i + 1);               /* stays on the stack */
         prios[i] = o.priority;
-        if (admit && seda__l_admit(L, ls, to, lua_gettop(L), hidx, o.sender,
-                                   &prios[i], err, sizeof err) != 0) {
+        if (admit && seda__l_admit(L, ls, &u->ac, to, lua_gettop(L), hidx,
+                                   o.sender, &prios[i], err,
+                                   sizeof err) != 0) {
             nenc = i;
             lua_pushstring(L, err);
             erridx = lua_gettop(L);

@@ -103,9 +103,18 @@ int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
 
 /* ---- bus methods ---- */
 
+const char seda__l_bus_tag = 'b';
+
 struct lbusud *seda__l_check_bus(lua_State *L)
 {
-    struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
+    /* Every bus method starts here: test the tag a bus object carries
+     * (no other userdata can hold this address) before the metatable
+     * lookup by name, which costs more than a publish's admission. */
+    struct lbusud *u = NULL;
+    if (lua_type(L, 1) == LUA_TUSERDATA && lua_rawlen(L, 1) == sizeof *u)
+        u = lua_touserdata(L, 1);
+    if (!u || u->tag != &seda__l_bus_tag)
+        u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (!u->lb || !u->lb->bus)
         luaL_error(L, "attempt to use a closed bus");
     return u;
@@ -120,7 +129,7 @@ static int l_bus_publish(lua_State *L)
     struct lbusud *u = check_bus(L);
     seda__l_autostart(L, u->lb);
     seda__l_bound_completions(L, u->lb);
-    return seda__l_publish(L, u->lb, 2, &u->wb, true);
+    return seda__l_publish(L, u->lb, 2, &u->wb, &u->ac, true);
 }
 
 static int l_bus_receive(lua_State *L)
@@ -264,6 +273,7 @@ static int l_bus_gc(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     struct lbus *lb = u->lb;
+    seda__l_admit_cache_free(L, &u->ac);
     if (!lb)
         return 0;
     u->lb = NULL;
@@ -422,6 +432,7 @@ static int l_bus_new(lua_State *L)
 
     struct lbusud *u = lua_newuserdatauv(L, sizeof *u, 0);
     memset(u, 0, sizeof *u);
+    u->tag = &seda__l_bus_tag;
     luaL_setmetatable(L, LSEDA_BUS_MT);
     int ud = lua_gettop(L);
     struct lbus *lb = calloc(1, sizeof *lb);

@@ -79,6 +79,8 @@ struct lstage {
                                    acquire by publishers) */
     atomic_uint_fast64_t admit_version; /* raised (release) whenever admit
                                    changes; states recompile on a change */
+    uint64_t uid;               /* unique in the process, never reused (a
+                                   key for struct ladmit_cache); immutable */
     bool replay_pending;        /* durable, not replayed yet; main thread
                                    only (see seda__l_bus_start) */
 };
@@ -173,12 +175,33 @@ enum {
 };
 
 /* The bus userdata (main state). */
+/* A publishing context's quick way to the admit rules it has compiled
+ * (ladmit.c): registry references, so a publish reaches its rule and the
+ * two views by array index rather than by hashing pointers.  One per bus
+ * object in the main state and one per worker; all zero is empty.  Only
+ * its own state's thread touches it. */
+#define LADMIT_SLOTS 8
+struct ladmit_cache {
+    bool ready;                 /* env_ref and stage_ref are made */
+    int env_ref, stage_ref;     /* the state's two views */
+    struct {
+        uint64_t uid;           /* the stage (struct lstage uid), 0 empty */
+        uint64_t version;       /* its admit_version compiled */
+        int ref;                /* the rule, or LUA_NOREF: none */
+    } slot[LADMIT_SLOTS];       /* direct-mapped by uid */
+};
+
 struct lbusud {
+    const void *tag;            /* &seda__l_bus_tag: a quick type check */
     struct lbus *lb;            /* NULL once freed */
     seda_wbuf wb;               /* main-state encode buffer */
+    struct ladmit_cache ac;     /* main-state admit rules */
 };
 
 /* ---- lseda.c (shared helpers) ---- */
+
+/* The address a bus object's tag holds. */
+SEDA__API extern const char seda__l_bus_tag;
 
 /* The bus object at index 1; raises when it is not a live bus. */
 SEDA__API struct lbusud *seda__l_check_bus(lua_State *L);
@@ -335,9 +358,13 @@ SEDA__API double seda__l_next_timer(lua_State *L);
  * enum seda_priority, lowered when the rule says so).  Returns 0 to
  * admit, 1 refused with reason (counted on the stage).  Any state; it may
  * run Lua (never raises). */
-SEDA__API int seda__l_admit(lua_State *L, struct lstage *ls, const char *to,
+SEDA__API int seda__l_admit(lua_State *L, struct lstage *ls,
+                            struct ladmit_cache *ac, const char *to,
                             int pidx, int hidx, const char *sender,
                             int *prio, char *reason, size_t rlen);
+/* Release ac's references in L (its owner is going away). */
+SEDA__API void seda__l_admit_cache_free(lua_State *L,
+                                        struct ladmit_cache *ac);
 /* Load a rule's source into L: pushes the function and returns 0, or
  * returns -1 with an error message pushed. */
 SEDA__API int seda__l_admit_load(lua_State *L, const struct lsrc *s);
@@ -371,9 +398,11 @@ SEDA__API int seda__l_bus_publish_many(lua_State *L);
 
 /* Parse (to, payload, opts) at stack index `first` and publish.  Pushes
  * true, or false and a reason; raises on misuse.  on_complete is allowed
- * only on the main state (main = true). */
+ * only on the main state (main = true).  wb and ac: the publishing
+ * context's encode buffer and admit cache. */
 SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
-                              seda_wbuf *wb, bool main);
+                              seda_wbuf *wb, struct ladmit_cache *ac,
+                              bool main);
 
 /* Push bus:stats() (all stages) or one stage's table (name != NULL; nil
  * and "no_such_stage" when unknown).  Returns how many values it pushed. */

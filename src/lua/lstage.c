@@ -432,6 +432,9 @@ int seda__l_bus_stage(lua_State *L)
     pthread_mutex_init(&ls->mu, NULL);
     *pls = ls;
     ls->lb = lb;
+    /* relaxed: a counter; the uid is published with ls itself. */
+    static atomic_uint_fast64_t next_uid = 1;
+    ls->uid = atomic_fetch_add_explicit(&next_uid, 1, memory_order_relaxed);
     ls->nsrc = n;
     atomic_init(&ls->gen, 1);
     ls->version = 1;

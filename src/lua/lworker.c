@@ -190,7 +190,7 @@ int seda_lua_preload(const char *name, lua_CFunction open)
 static int w_publish(lua_State *L)
 {
     struct lworker *w = worker_of(L);
-    return seda__l_publish(L, w->lb, 1, &w->wb, false);
+    return seda__l_publish(L, w->lb, 1, &w->wb, &w->ac, false);
 }
 
 static int w_receive(lua_State *L)

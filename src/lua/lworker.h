@@ -50,6 +50,7 @@ struct lworker {
                                    a figure, no ordering) */
     size_t mem_limit;           /* refuse past this (0 = none) */
     seda_wbuf wb;               /* encode buffer, reused */
+    struct ladmit_cache ac;     /* admit rules compiled here */
     struct wstage *ws;          /* indexed by stage index */
     int nws;
     int64_t deadline;           /* handler timeout, monotonic ns */

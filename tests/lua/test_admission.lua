@@ -191,6 +191,55 @@ T.test("bus:tune sets and removes admit, shed, retry and starve_after; bad value
   T.idle(bus, 10)
 end)
 
+T.test("each stage keeps its own rule: twelve stages, two buses, rules replaced between publishes", function()
+  -- A publishing state remembers the rules it has compiled in a few
+  -- slots: more stages than slots, used in turn from the main state and
+  -- from a worker, must each still get their own rule and its latest
+  -- version.
+  local buses = { T.bus{ workers = 1 }, T.bus{ workers = 1 } }
+  for b = 1, 2 do
+    for i = 1, 12 do
+      buses[b]:stage{ name = "r" .. i, handler = function() end, admit = load(
+        "return function() return false, 'b" .. b .. "_r" .. i .. "' end")() }
+    end
+  end
+  for round = 1, 3 do
+    for i = 12, 1, -1 do
+      for b = 1, 2 do
+        T.deep_eq({ buses[b]:publish("r" .. i, round) }, { false, "b" .. b .. "_r" .. i },
+                  "round " .. round .. ": bus " .. b .. " stage r" .. i)
+      end
+    end
+  end
+  -- Replace every other rule; the next publish applies the new one.
+  for i = 1, 12, 2 do
+    T.eq(buses[1]:tune("r" .. i, { admit = load(
+      "return function() return false, 'new_r" .. i .. "' end")() }), true, "tune r" .. i)
+  end
+  for i = 1, 12 do
+    T.deep_eq({ buses[1]:publish("r" .. i, 0) }, { false, (i % 2 == 1 and "new_r" or "b1_r") .. i },
+              "after tune: r" .. i)
+  end
+  -- The same from a worker's state: a handler publishing to every stage.
+  local k = T.uniq("slots")
+  buses[1]:stage{ name = "fan", handler = function(env)
+    local got = {}
+    for i = 1, 12 do
+      local ok, why = seda.publish("r" .. i, 1)
+      got[#got + 1] = tostring(ok) .. ":" .. tostring(why)
+    end
+    seda.shared:set(env.headers.k, table.concat(got, " "))
+  end }
+  assert(buses[1]:publish("fan", 1, { headers = { k = k } }))
+  T.idle(buses[1], 10)
+  local want = {}
+  for i = 1, 12 do want[i] = "false:" .. (i % 2 == 1 and "new_r" or "b1_r") .. i end
+  T.eq(seda.shared:get(k), table.concat(want, " "), "worker sees each stage's rule")
+  -- A bus method called on something that is not a bus still says so.
+  T.raises(function() buses[1].publish({}, "r1", 1) end, "seda.bus expected")
+  T.raises(function() buses[1].publish(io.stdout, "r1", 1) end, "seda.bus expected")
+end)
+
 T.test("option validation names the stage and field", function()
   local bus = T.bus{ workers = 1 }
   local h = function() end
