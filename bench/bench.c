@@ -82,7 +82,7 @@ static const char *const CONFIGS[] = {
     "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
     "durable_pipeline", "count", "fanout", "overload", "overload_slow",
-    "admit", "remote", NULL
+    "overload_smooth", "admit", "remote", NULL
 };
 
 static void usage(FILE *f)
@@ -101,7 +101,8 @@ static void usage(FILE *f)
         "                  cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
         "                  durable_pipeline count fanout overload\n"
-        "                  overload_slow admit remote (default: all).\n"
+        "                  overload_slow overload_smooth admit remote\n"
+        "                  (default: all).\n"
         "                  remote starts its own nats-server and consumer\n"
         "                  processes (remote_raw rows are cnats's\n"
         "                  own JetStream publish rate).  The\n"
@@ -286,7 +287,10 @@ int main(int argc, char **argv)
             bench_overload(lua);
         if ((lua ? g_cfg.want_lua : g_cfg.want_c) &&
             selected(sel, nsel, "overload_slow"))
-            bench_overload_slow(lua);
+            bench_overload_slow(lua, 0);
+        if ((lua ? g_cfg.want_lua : g_cfg.want_c) &&
+            selected(sel, nsel, "overload_smooth"))
+            bench_overload_slow(lua, 0.001);
     }
     if (g_cfg.want_lua && selected(sel, nsel, "admit"))
         bench_admit();

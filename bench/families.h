@@ -15,7 +15,7 @@ void bench_capacity(const char *config, bool lua);   /* cap1, cap8,
 void bench_firehose(const char *config, bool lua);   /* seq, par, chan */
 void bench_reload(void);
 void bench_overload(bool lua);                       /* cap1 at 1.5, shed */
-void bench_overload_slow(bool lua);                  /* ... 100 us handler */
+void bench_overload_slow(bool lua, double tick);     /* ... 100 us handler */
 void bench_admit(void);                              /* admit rule cost */
 void bench_codec(void);
 void bench_pipeline(void);
