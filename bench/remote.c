@@ -39,13 +39,15 @@
  *     ack each: `seda-bench --raw-consumer`) taking the messages
  *     meanwhile, so that each row below is read against the raw rate
  *     under the same load (raw_js_publish_eps; the rate alone is
- *     raw_js_publish_eps_alone).  Also the synchronous rate (one
- *     publish, one acknowledgement) for reference.
+ *     raw_js_publish_eps_alone).  Trials are paired: each raw trial is
+ *     followed at once by ours, C then Lua, with as many consumers.
+ *     Also the synchronous rate (one publish, one acknowledgement) for
+ *     reference.
  *
  * Row fields beyond the capacity rows': consumers (processes; 0: the
- * producer alone), stream, stored, raw_js_publish_eps (this run's
- * remote_raw async rate with as many consumers), raw_ratio
- * (throughput_eps / it), raw_js_publish_eps_alone, consumed_eps,
+ * producer alone), stream, stored, raw_js_publish_eps (the remote_raw
+ * async rate with as many consumers, measured just before this trial),
+ * raw_ratio (throughput_eps / it), raw_js_publish_eps_alone, consumed_eps,
  * drain_tail_ms (last publish -> all consumed), republished,
  * publish_failed; remote_raw rows: mode ("async" / "sync"), consumers,
  * window, payload_bytes, throughput_eps.
@@ -575,19 +577,22 @@ void bench_remote(void)
                 "installs it)\n");
         return;
     }
-    int trials = g_cfg.quick ? 1 : 2;
+    int trials = g_cfg.quick ? 1 : 3;
     double window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
-    /* cnats's rate with 0, 1 and 2 raw consumers taking the messages (the
-     * same load on the machine and the server as the rows below), and
-     * the synchronous rate alone for reference. */
-    double raws[3][2], raw[3];
+    /* Paired trials: for each number of consumer processes, cnats's own
+     * rate with as many raw consumers taking the messages (the same load
+     * on the machine and the server), then ours with the C consumer and
+     * with the Lua handler, back to back, so that each of our rows is
+     * read against the raw rate of a moment before (this VM's speed
+     * drifts over minutes; measuring every raw rate first put the Lua
+     * rows furthest from theirs).  The synchronous rate alone once, for
+     * reference. */
+    double raw_alone = NAN;
     for (int c = 0; c <= 2; c++) {
         for (int t = 0; t < trials; t++) {
-            for (int m = 0; m < (c == 0 ? 2 : 1); m++) {
+            for (int m = 0; m < (c == 0 && t == 0 ? 2 : 1); m++) {
                 bool async = m == 0;
                 double rate = raw_rate(srv.url, async, c, t + 1, window);
-                if (async)
-                    raws[c][t] = rate;
                 struct row w;
                 row_begin(&w, "c", "remote_raw");
                 row_int(&w, "trial", t + 1);
@@ -600,19 +605,21 @@ void bench_remote(void)
                 bench_progress("remote_raw %s, %d consumer%s, trial %d: "
                                "%.0f/s", async ? "async" : "sync", c,
                                c == 1 ? "" : "s", t + 1, rate);
+                if (!async)
+                    continue;
+                if (c == 0 && t == 0)
+                    raw_alone = rate;
+                for (int h = 0; h < 2; h++) {
+                    bool lua = h == 1;
+                    /* No consumer: publishing alone (no handler: once,
+                     * as "c"). */
+                    if ((lua ? !g_cfg.want_lua : !g_cfg.want_c) ||
+                        (lua && c == 0))
+                        continue;
+                    run_trial(srv.url, lua, c, t + 1, rate, raw_alone);
+                }
             }
         }
-        raw[c] = bench_median(raws[c], trials);
-    }
-    for (int h = 0; h < 2; h++) {
-        bool lua = h == 1;
-        if (lua ? !g_cfg.want_lua : !g_cfg.want_c)
-            continue;
-        /* No consumer: publishing alone (no handler: once, as "c"). */
-        for (int consumers = lua ? 1 : 0; consumers <= 2; consumers++)
-            for (int t = 0; t < trials; t++)
-                run_trial(srv.url, lua, consumers, t + 1, raw[consumers],
-                          raw[0]);
     }
     natsd_cleanup(&srv);
 }
