@@ -36,8 +36,9 @@
 
 /* Registry key of the state's admit table: { env view, stage view,
  * fns, vers }, where fns and vers hold each stage's compiled rule and its
- * version, keyed by the stage's struct lstage (light userdata).  One
- * registry lookup per publish reaches all of it. */
+ * version, keyed by the stage's uid (never by its address: a stage freed
+ * and another made at the same address, both at version 1, would get the
+ * old one's rule).  The slow path; struct ladmit_cache is the quick one. */
 static const char k_views;
 enum { V_ENV = 1, V_STAGE, V_FNS, V_VERS };
 
@@ -241,13 +242,13 @@ static int push_rule(lua_State *L, int vi, struct lstage *ls,
     *have = false;
     uint64_t v = *vp;
     lua_rawgeti(L, vi, V_VERS);
-    lua_rawgetp(L, -1, ls);
+    lua_rawgeti(L, -1, (lua_Integer)ls->uid);
     bool fresh = lua_tointeger(L, -1) == (lua_Integer)v;
     lua_pop(L, 1);
     if (fresh) {
         lua_pop(L, 1);
         lua_rawgeti(L, vi, V_FNS);
-        lua_rawgetp(L, -1, ls);
+        lua_rawgeti(L, -1, (lua_Integer)ls->uid);
         lua_remove(L, -2);
         *have = !lua_isnil(L, -1);
         if (!*have)
@@ -269,12 +270,12 @@ static int push_rule(lua_State *L, int vi, struct lstage *ls,
     }
     pthread_mutex_unlock(&ls->mu);
     lua_pushinteger(L, (lua_Integer)v);
-    lua_rawsetp(L, -2, ls);                     /* vers[ls] = v */
+    lua_rawseti(L, -2, (lua_Integer)ls->uid);    /* vers[uid] = v */
     lua_pop(L, 1);
     lua_rawgeti(L, vi, V_FNS);
     if (!any) {
         lua_pushnil(L);
-        lua_rawsetp(L, -2, ls);
+        lua_rawseti(L, -2, (lua_Integer)ls->uid);
         lua_pop(L, 1);
         return 0;
     }
@@ -293,12 +294,12 @@ static int push_rule(lua_State *L, int vi, struct lstage *ls,
         /* Not cached: the next publish tries again (and says why). */
         lua_rawgeti(L, vi, V_VERS);
         lua_pushnil(L);
-        lua_rawsetp(L, -2, ls);
+        lua_rawseti(L, -2, (lua_Integer)ls->uid);
         lua_pop(L, 1);
         return -1;
     }
     lua_pushvalue(L, -1);
-    lua_rawsetp(L, -3, ls);
+    lua_rawseti(L, -3, (lua_Integer)ls->uid);
     lua_remove(L, -2);
     *have = true;
     return 0;

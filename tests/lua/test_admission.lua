@@ -240,6 +240,21 @@ T.test("each stage keeps its own rule: twelve stages, two buses, rules replaced 
   T.raises(function() buses[1].publish(io.stdout, "r1", 1) end, "seda.bus expected")
 end)
 
+T.test("a stage made where a closed one was gets its own rule, not the old one", function()
+  -- Buses closed and collected one after another: the allocator tends to
+  -- give each new stage the memory of the last, at the same version.
+  for i = 1, 40 do
+    local bus = seda.bus{ workers = 1 }
+    bus:stage{ name = "x", handler = function() end, admit = load(
+      "return function() return false, 'rule_" .. i .. "' end")() }
+    T.deep_eq({ bus:publish("x", i) }, { false, "rule_" .. i }, "bus " .. i)
+    bus:shutdown(5)
+    bus = nil
+    collectgarbage()
+    collectgarbage()
+  end
+end)
+
 T.test("option validation names the stage and field", function()
   local bus = T.bus{ workers = 1 }
   local h = function() end
