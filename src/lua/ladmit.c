@@ -361,7 +361,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
                                       memory_order_acquire);
     int si = (int)(ls->uid % LADMIT_SLOTS);
     lua_pushcfunction(L, seda__l_msghandler);   /* top + 1 */
-    if (ac && ac->ready && ac->slot[si].uid == ls->uid &&
+    if (ac->ready && ac->slot[si].uid == ls->uid &&
         ac->slot[si].version == v) {
         /* The common case: three reads of the registry's array. */
         if (ac->slot[si].ref == LUA_NOREF) {
@@ -381,8 +381,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
             snprintf(reason, rlen, "admit_error");
             return 1;
         }
-        if (ac)
-            cache_put(L, ac, top + 2, ls, v, have);
+        cache_put(L, ac, top + 2, ls, v, have);
         if (!have) {
             lua_settop(L, top);
             return 0;

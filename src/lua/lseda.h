@@ -357,7 +357,7 @@ SEDA__API double seda__l_next_timer(lua_State *L);
  * `to` (headers table at hidx, or 0; sender or NULL; *prio the requested
  * enum seda_priority, lowered when the rule says so).  Returns 0 to
  * admit, 1 refused with reason (counted on the stage).  Any state; it may
- * run Lua (never raises). */
+ * run Lua (never raises).  ac: the publishing context's cache. */
 SEDA__API int seda__l_admit(lua_State *L, struct lstage *ls,
                             struct ladmit_cache *ac, const char *to,
                             int pidx, int hidx, const char *sender,

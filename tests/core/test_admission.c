@@ -192,21 +192,41 @@ static void test_admission_drop_oldest_evicts_low_first(void **state)
     rec_destroy(&r);
 }
 
+/* Stage "s" of b: a consumer taking 2 ms an envelope (500 a second),
+ * shedding at a 10 ms target over `interval`; the gate open. */
+static seda_stage_t *slow_shedding_stage(seda_bus_t *b, rec_t *r,
+                                         int capacity, double interval)
+{
+    rec_init(r);
+    r->cost = 0.002;
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = "s";
+    o.capacity = capacity;
+    o.shed_target = 0.01;
+    o.shed_interval = interval;
+    seda_stage_t *st = add(b, &o, r);
+    tu_gate_open(&r->gate);
+    return st;
+}
+
+/* Wait until b is idle with everything it accepted completed; free it. */
+static void drain_all_completed(seda_bus_t *b, rec_t *r)
+{
+    assert_int_equal(seda_bus_wait_idle(b, 120), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(b, &bs);
+    assert_int_equal(bs.accepted, bs.completed);
+    seda_bus_free(b);
+    rec_destroy(r);
+}
+
 static void test_admission_shed_low_then_normal_never_high(void **state)
 {
     (void)state;
     seda_bus_t *b = new_bus();
     rec_t r;
-    rec_init(&r);
-    r.cost = 0.002;                             /* 500 a second */
-    seda_stage_opts o;
-    seda_stage_opts_init(&o);
-    o.name = "s";
-    o.capacity = 2000;
-    o.shed_target = 0.01;
-    o.shed_interval = 0.03;
-    seda_stage_t *st = add(b, &o, &r);
-    tu_gate_open(&r.gate);
+    seda_stage_t *st = slow_shedding_stage(b, &r, 2000, 0.03);
     int low = 0, normal = 0, high = 0;
     double end = seda_now() + 20;
     uint64_t v = 1;
@@ -239,12 +259,7 @@ static void test_admission_shed_low_then_normal_never_high(void **state)
     assert_int_equal(seda_stage_tune_admission(st, &t, SEDA_TUNE_SHED, NULL,
                                                0), 0);
     assert_int_equal(pub(b, v++, SEDA_PRIO_LOW), 0);
-    assert_int_equal(seda_bus_wait_idle(b, 120), 0);
-    seda_bus_stats bs;
-    seda_bus_stats_get(b, &bs);
-    assert_int_equal(bs.accepted, bs.completed);
-    seda_bus_free(b);
-    rec_destroy(&r);
+    drain_all_completed(b, &r);
 }
 
 /* Publish normal envelopes, one per `pace` seconds, until one is shed;
@@ -277,16 +292,7 @@ static void test_admission_shed_rearms_at_once(void **state)
     (void)state;
     seda_bus_t *b = new_bus();
     rec_t r;
-    rec_init(&r);
-    r.cost = 0.002;                             /* 500 a second */
-    seda_stage_opts o;
-    seda_stage_opts_init(&o);
-    o.name = "s";
-    o.capacity = 5000;
-    o.shed_target = 0.01;
-    o.shed_interval = 0.5;
-    seda_stage_t *st = add(b, &o, &r);
-    tu_gate_open(&r.gate);
+    seda_stage_t *st = slow_shedding_stage(b, &r, 5000, 0.5);
     /* Twice the stage's rate, normal priority only: shed after one
      * interval above target (about 500 publishes at this pace), normal at
      * once since no low-priority publish came to refuse first (two
@@ -316,12 +322,7 @@ static void test_admission_shed_rearms_at_once(void **state)
                  "time)", again, first);
     seda_stage_stats_get(st, &s);
     assert_int_equal(s.shedding, 2);
-    assert_int_equal(seda_bus_wait_idle(b, 120), 0);
-    seda_bus_stats bs;
-    seda_bus_stats_get(b, &bs);
-    assert_int_equal(bs.accepted, bs.completed);
-    seda_bus_free(b);
-    rec_destroy(&r);
+    drain_all_completed(b, &r);
 }
 
 static void test_admission_retry_backoff(void **state)
