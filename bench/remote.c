@@ -35,11 +35,21 @@
  *     Nats-Msg-Id each (as ours) and a window of 1024 outstanding, a
  *     64-byte payload (about our message's body), unpaced for the same
  *     window; rate = acknowledged / time until the last acknowledgement;
- *     with 0, 1 and 2 consumer processes of cnats's own (Fetch 256 + an
- *     ack each: `seda-bench --raw-consumer`) taking the messages
- *     meanwhile, so that each row below is read against the raw rate
- *     under the same load (raw_js_publish_eps; the rate alone is
- *     raw_js_publish_eps_alone).  Trials are paired: each raw trial is
+ *     with 0, 1 and 2 consumer processes of cnats's own taking the
+ *     messages meanwhile (`seda-bench --raw-consumer`), so that each row
+ *     below is read against the raw rate under the same load.  With
+ *     consumers the publish rate depends on how much of the two cores and
+ *     of the server the consumers take, that is on how fast they consume,
+ *     so there are two references: push consumers (`nats bench`'s default
+ *     kind, a queue group on one durable consumer, an ack each) that keep
+ *     up with the producer -- raw_js_publish_eps, raw_ratio -- and a
+ *     Fetch(256) loop that takes about half of what is published while
+ *     the producer runs, leaving it more of the machine --
+ *     raw_js_publish_eps_pull, raw_ratio_pull.  Ours keeps up better than
+ *     the second and less than the first (consumed_eps).  The raw rows
+ *     carry what their consumers took meanwhile (consumed) and every row
+ *     the CPU the producer, the consumers and the server spent per 1000
+ *     messages (cpu_ms_per_1k_*).  Trials are paired: each raw trial is
  *     followed at once by ours, C then Lua, with as many consumers.
  *     Also the synchronous rate (one publish, one acknowledgement) for
  *     reference.
@@ -47,10 +57,13 @@
  * Row fields beyond the capacity rows': consumers (processes; 0: the
  * producer alone), stream, stored, raw_js_publish_eps (the remote_raw
  * async rate with as many consumers, measured just before this trial),
- * raw_ratio (throughput_eps / it), raw_js_publish_eps_alone, consumed_eps,
+ * raw_ratio (throughput_eps / it), raw_js_publish_eps_pull and
+ * raw_ratio_pull (against the Fetch loop), raw_js_publish_eps_alone,
+ * consumed_eps, cpu_ms_per_1k_producer / _consumers / _server,
  * drain_tail_ms (last publish -> all consumed), republished,
  * publish_failed; remote_raw rows: mode ("async" / "sync"), consumers,
- * window, payload_bytes, throughput_eps.
+ * consumer ("push" / "pull") and consumed, window, payload_bytes,
+ * throughput_eps, cpu_ms_per_1k_*.
  */
 #include <math.h>
 #include <fcntl.h>
@@ -59,6 +72,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -290,60 +304,173 @@ static void merge_samples(struct cproc *c, int n, struct latency *l)
     free(v);
 }
 
+/* ---- CPU accounting (diagnostic fields) ---- */
+
+/* CPU seconds (user + system) of this process, of its waited children,
+ * and of process pid (from /proc; 0 when unreadable). */
+static double cpu_self(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+static double cpu_children(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_CHILDREN, &u);
+    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+static double cpu_pid(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, stt = 0;
+    /* After "pid (comm)": state and 10 fields, then utime and stime. */
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u "
+                     "%lu %lu", &ut, &stt) != 2)
+        return 0;
+    return (double)(ut + stt) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* CPU used during a trial, by whom: this process (the producer), the
+ * consumer processes (waited for by then), the server. */
+struct cpu_use {
+    double self, children, server;
+};
+
+static pid_t g_server_pid;
+static struct cpu_use g_raw_cpu;        /* the last raw_rate's */
+static long g_raw_n;                    /* and its message count */
+static long g_raw_consumed;             /* ... and how many its consumers
+                                           took while it published */
+
+/* The three figures as milliseconds per 1000 messages. */
+static void row_cpu(struct row *w, const struct cpu_use *c, long n)
+{
+    if (n <= 0)
+        return;
+    row_num(w, "cpu_ms_per_1k_producer", c->self * 1e6 / (double)n, 2);
+    row_num(w, "cpu_ms_per_1k_consumers", c->children * 1e6 / (double)n, 2);
+    row_num(w, "cpu_ms_per_1k_server", c->server * 1e6 / (double)n, 2);
+}
+
+static void cpu_mark(struct cpu_use *c, pid_t server)
+{
+    c->self = cpu_self();
+    c->children = cpu_children();
+    c->server = cpu_pid(server);
+}
+
+static void cpu_since(struct cpu_use *c, pid_t server)
+{
+    struct cpu_use now;
+    cpu_mark(&now, server);
+    c->self = now.self - c->self;
+    c->children = now.children - c->children;
+    c->server = now.server - c->server;
+}
+
 /* ---- raw JetStream ---- */
 
-/* seda-bench --raw-consumer URL STREAM SUBJECT: cnats's own pull
- * consumer (Fetch 256, 100 ms; an ack per message), until "stop". */
+/* seda-bench --raw-consumer URL STREAM SUBJECT push|pull: cnats's own
+ * consumer of a raw trial, until "stop" (then it says "count N"), at most
+ * RB_CAP messages unacknowledged (as ours: capacity 1024), an explicit
+ * ack per message, acks coalesced by cnats's flusher (`nats bench`'s Go
+ * client coalesces too).
+ *   push  (the reference): a push subscription in the queue group "raw"
+ *         (every consumer process of a trial shares the durable consumer
+ *         "raw"), acked from cnats's delivery thread -- `nats bench`'s
+ *         default kind of subscriber.  It keeps up, as ours does.
+ *   pull  a loop of Fetch(256, 100 ms) and its acks.  It falls behind
+ *         (about half of what is published while the producer runs), so it
+ *         leaves more of the shared cores and of the server to the
+ *         producer: rows read against it are reported beside, as _pull. */
+static atomic_long g_raw_got;
+
+static void raw_on_msg(natsConnection *nc, natsSubscription *sub,
+                       natsMsg *m, void *ud)
+{
+    (void)nc;
+    (void)sub;
+    (void)ud;
+    natsMsg_Ack(m, NULL);
+    natsMsg_Destroy(m);
+    atomic_fetch_add_explicit(&g_raw_got, 1, memory_order_relaxed);
+}
+
+static bool raw_stop_asked(void)
+{
+    char line[64];
+    ssize_t got = read(0, line, sizeof line);
+    return got == 0 || (got > 0 && strncmp(line, "stop", 4) == 0);
+}
+
 int bench_raw_consumer(int argc, char **argv)
 {
-    if (argc != 5)
+    if (argc != 6)
         return 2;
+    bool pull = strcmp(argv[5], "pull") == 0;
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
     natsSubscription *sub = NULL;
     if (natsOptions_Create(&o) != NATS_OK ||
         natsOptions_SetURL(o, argv[2]) != NATS_OK ||
-        natsOptions_SetSendAsap(o, true) != NATS_OK ||
         natsConnection_Connect(&nc, o) != NATS_OK ||
         natsConnection_JetStream(&js, nc, NULL) != NATS_OK)
         return 1;
     natsOptions_Destroy(o);
-    jsConsumerConfig cc;
-    jsConsumerConfig_Init(&cc);
-    cc.Durable = "raw";
-    cc.AckPolicy = js_AckExplicit;
-    cc.FilterSubject = argv[4];
-    cc.MaxAckPending = RB_CAP;
-    js_AddConsumer(NULL, js, argv[3], &cc, NULL, NULL);
     jsSubOptions so;
     jsSubOptions_Init(&so);
     so.Stream = argv[3];
-    so.Consumer = "raw";
-    if (js_PullSubscribe(&sub, js, argv[4], "raw", NULL, &so, NULL) !=
-        NATS_OK)
+    so.Config.Durable = "raw";
+    so.Config.AckPolicy = js_AckExplicit;
+    so.Config.MaxAckPending = RB_CAP;
+    so.Config.FilterSubject = argv[4];
+    natsStatus s;
+    if (pull) {
+        s = js_PullSubscribe(&sub, js, argv[4], "raw", NULL, &so, NULL);
+    } else {
+        so.Queue = "raw";
+        so.ManualAck = true;
+        s = js_Subscribe(&sub, js, argv[4], raw_on_msg, NULL, NULL, &so,
+                         NULL);
+    }
+    if (s != NATS_OK)
         return 1;
     printf("ready\n");
     fflush(stdout);
     fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
-    long n = 0;
-    char line[64];
-    for (;;) {
-        ssize_t got = read(0, line, sizeof line);
-        if (got == 0 || (got > 0 && strncmp(line, "stop", 4) == 0))
-            break;
+    while (!raw_stop_asked()) {
+        if (!pull) {
+            bench_sleep_until(seda_now() + 0.005);
+            continue;
+        }
         natsMsgList l;
         if (natsSubscription_Fetch(&l, sub, 256, 100, NULL) != NATS_OK)
             continue;
         for (int i = 0; i < l.Count; i++)
             natsMsg_Ack(l.Msgs[i], NULL);
-        n += l.Count;
+        atomic_fetch_add_explicit(&g_raw_got, l.Count, memory_order_relaxed);
         natsMsgList_Destroy(&l);
     }
+    if (!pull)
+        natsSubscription_Unsubscribe(sub);
     natsSubscription_Destroy(sub);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
-    printf("count %ld\n", n);
+    printf("count %ld\n", atomic_load(&g_raw_got));
     fflush(stdout);
     return 0;
 }
@@ -351,15 +478,16 @@ int bench_raw_consumer(int argc, char **argv)
 /* cnats's JetStream publish rate: async (a window of RB_CAP) or sync, a
  * Nats-Msg-Id each, with `consumers` raw consumer processes taking the
  * messages meanwhile. */
-static double raw_rate(const char *url, bool async, int consumers, int trial,
-                       double window)
+static double raw_rate(const char *url, bool async, int consumers, bool pull,
+                       int trial, double window)
 {
+    g_raw_n = 0;
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
     char stream[32], subj[64];
-    snprintf(stream, sizeof stream, "RAW%s%d%d", async ? "A" : "S",
-             consumers, trial);
+    snprintf(stream, sizeof stream, "RAW%s%s%d%d", async ? "A" : "S",
+             pull ? "P" : "", consumers, trial);
     snprintf(subj, sizeof subj, "raw.%s", stream);
     if (natsOptions_Create(&o) != NATS_OK ||
         natsOptions_SetURL(o, url) != NATS_OK ||
@@ -386,9 +514,13 @@ static double raw_rate(const char *url, bool async, int consumers, int trial,
     js_AddStream(NULL, js, &sc, NULL, NULL);
     struct cproc cp[2];
     memset(cp, 0, sizeof cp);
+    struct cpu_use cpu;
+    cpu_mark(&cpu, g_server_pid);
+    long n = 0;
     int started = 0;
     for (; started < consumers; started++) {
-        const char *args[] = { "--raw-consumer", url, stream, subj, NULL };
+        const char *args[] = { "--raw-consumer", url, stream, subj,
+                               pull ? "pull" : "push", NULL };
         if (!proc_start(&cp[started], args))
             break;
     }
@@ -396,7 +528,6 @@ static double raw_rate(const char *url, bool async, int consumers, int trial,
     if (started == consumers) {
         char payload[64];
         memset(payload, 'x', sizeof payload);
-        long n = 0;
         double t0 = seda_now(), end = t0 + window;
         while (seda_now() < end) {
             char id[32];
@@ -420,8 +551,13 @@ static double raw_rate(const char *url, bool async, int consumers, int trial,
         }
         rate = n / (seda_now() - t0);
     }
+    long consumed = 0;
     for (int i = 0; i < started; i++)
-        cproc_stop(&cp[i]);
+        consumed += cproc_stop(&cp[i]);
+    cpu_since(&cpu, g_server_pid);
+    g_raw_cpu = cpu;
+    g_raw_n = n;
+    g_raw_consumed = consumed;
     js_DeleteStream(js, stream, NULL, NULL);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
@@ -439,7 +575,7 @@ struct rtrial {
 };
 
 static void run_trial(const char *url, bool lua, int consumers, int trial,
-                      double raw, double raw_alone)
+                      double raw, double raw_pull, double raw_alone)
 {
     char stream[32];
     snprintf(stream, sizeof stream, "B%s%d%d", lua ? "L" : "C", consumers,
@@ -448,6 +584,8 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     memset(&r, 0, sizeof r);
     struct cproc cp[2];
     memset(cp, 0, sizeof cp);
+    struct cpu_use cpu;
+    cpu_mark(&cpu, g_server_pid);
     /* The consumers first: they make the durable consumer. */
     for (int i = 0; i < consumers; i++)
         if (!cproc_start(&cp[i], url, stream, lua, i)) {
@@ -518,6 +656,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
         long n = cproc_stop(&cp[i]);
         r.delivered += n > 0 ? n : 0;
     }
+    cpu_since(&cpu, g_server_pid);
     merge_samples(cp, consumers, &r.lat);
     double thr = r.elapsed > 0 ? (double)stored / r.elapsed : 0;
     double consumed = r.consumed_at > start
@@ -542,12 +681,17 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     row_num(&w, "raw_ratio", raw > 0 ? thr / raw : NAN, 3);
     row_num(&w, "raw_js_publish_eps_alone", raw_alone, 0);
     if (consumers) {
+        row_num(&w, "raw_js_publish_eps_pull", raw_pull, 0);
+        row_num(&w, "raw_ratio_pull", raw_pull > 0 ? thr / raw_pull : NAN, 3);
+    }
+    if (consumers) {
         row_num(&w, "consumed_eps", consumed, 0);
         row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3,
                 0);
     }
     row_str(&w, "stream", stream);
     row_str(&w, "latency", "array");
+    row_cpu(&w, &cpu, stored);
     if (r.republished || r.failed) {
         row_int(&w, "republished", r.republished);
         row_int(&w, "publish_failed", r.failed);
@@ -577,6 +721,7 @@ void bench_remote(void)
                 "installs it)\n");
         return;
     }
+    g_server_pid = srv.pid;
     int trials = g_cfg.quick ? 1 : 3;
     double window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
     /* Paired trials: for each number of consumer processes, cnats's own
@@ -590,36 +735,52 @@ void bench_remote(void)
     double raw_alone = NAN;
     for (int c = 0; c <= 2; c++) {
         for (int t = 0; t < trials; t++) {
-            for (int m = 0; m < (c == 0 && t == 0 ? 2 : 1); m++) {
-                bool async = m == 0;
-                double rate = raw_rate(srv.url, async, c, t + 1, window);
+            /* The reference (push consumers), cnats's Fetch loop beside
+             * it when there are consumers, the synchronous rate once. */
+            double rate = NAN, rate_pull = NAN;
+            for (int m = 0; m < 3; m++) {
+                bool async = m < 2, pull = m == 1;
+                if ((pull && c == 0) || (!async && (c > 0 || t > 0)))
+                    continue;
+                double r = raw_rate(srv.url, async, c, pull, t + 1, window);
                 struct row w;
                 row_begin(&w, "c", "remote_raw");
                 row_int(&w, "trial", t + 1);
                 row_str(&w, "mode", async ? "async" : "sync");
                 row_int(&w, "consumers", c);
+                if (c > 0) {
+                    row_str(&w, "consumer", pull ? "pull" : "push");
+                    row_int(&w, "consumed", g_raw_consumed);
+                }
                 row_int(&w, "window", async ? RB_CAP : 1);
                 row_int(&w, "payload_bytes", 64);
-                row_num(&w, "throughput_eps", rate, 0);
+                row_num(&w, "throughput_eps", r, 0);
+                row_cpu(&w, &g_raw_cpu, g_raw_n);
                 row_end(&w);
-                bench_progress("remote_raw %s, %d consumer%s, trial %d: "
-                               "%.0f/s", async ? "async" : "sync", c,
-                               c == 1 ? "" : "s", t + 1, rate);
-                if (!async)
+                bench_progress("remote_raw %s, %d consumer%s%s, trial %d: "
+                               "%.0f/s (%ld of %ld consumed meanwhile)",
+                               async ? "async" : "sync", c,
+                               c == 1 ? "" : "s",
+                               c == 0 ? "" : pull ? " (pull)" : " (push)",
+                               t + 1, r, g_raw_consumed, g_raw_n);
+                if (async && !pull)
+                    rate = r;
+                else if (pull)
+                    rate_pull = r;
+            }
+            if (c == 0 && t == 0)
+                raw_alone = rate;
+            for (int h = 0; h < 2; h++) {
+                bool lua = h == 1;
+                /* No consumer: publishing alone (no handler: once, as
+                 * "c"). */
+                if ((lua ? !g_cfg.want_lua : !g_cfg.want_c) ||
+                    (lua && c == 0))
                     continue;
-                if (c == 0 && t == 0)
-                    raw_alone = rate;
-                for (int h = 0; h < 2; h++) {
-                    bool lua = h == 1;
-                    /* No consumer: publishing alone (no handler: once,
-                     * as "c"). */
-                    if ((lua ? !g_cfg.want_lua : !g_cfg.want_c) ||
-                        (lua && c == 0))
-                        continue;
-                    run_trial(srv.url, lua, c, t + 1, rate, raw_alone);
-                }
+                run_trial(srv.url, lua, c, t + 1, rate, rate_pull, raw_alone);
             }
         }
     }
     natsd_cleanup(&srv);
 }
+
