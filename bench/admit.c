@@ -4,14 +4,24 @@
  * workload): what a stage's `admit` rule costs a publisher.
  *
  * A rule runs in the publisher's own Lua state, so the producer here is
- * the main Lua state itself: a loop of bus:publish("bench", i) into the
- * cap1 shape (one stage, capacity 1024, block, concurrency 1, a Lua
- * handler that reads env.payload) for the calibration window, then
- * bus:wait().  Trials alternate without and with a trivial rule
+ * the main Lua state itself: a loop of bus:publish into one stage
+ * (capacity 1024, block, concurrency 1, a Lua handler) for the
+ * calibration window, then bus:wait().  Two shapes (the rows' "shape"):
+ *   cap1   the issue's "cap1 Lua": as WORKLOAD.md's cap1, the producer
+ *          writes the timestamp just before each publish
+ *          (bus:publish("bench", seda.now())) and the handler reads
+ *          env.payload and records the latency (benchrec.rec_ts);
+ *   count  the lighter pair of the first rows (no "shape" field there):
+ *          bus:publish("bench", i), a handler that only reads
+ *          env.payload.  Producer and consumer cost about the same, so
+ *          the rule's cost shows in full whenever the producer is the
+ *          slower of the two.
+ * Trials alternate without and with a trivial rule
  * (`admit = function(env, stage) return true end`); rows carry the
  * throughput (publishes per second, clock from the first publish to
  * idle) and, with the rule, admit_ratio = its rate / the median rate
- * without one (target >= 0.85).  Three trials each (one with --quick).
+ * without one in that shape (target >= 0.85 for cap1).  Three trials
+ * each (one with --quick).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,18 +35,26 @@
 #include "seda_lua.h"
 
 static const char ADMIT_CHUNK[] =
-    "local seda, hfile, window, with = ...\n"
+    "local seda, hfile, window, with, stamp = ...\n"
     "local bus = seda.bus{}\n"
     "local o = { name = 'bench', capacity = 1024, handler = hfile }\n"
     "if with then o.admit = function(env, stage) return true end end\n"
     "bus:stage(o)\n"
-    "local publish, n, t0 = bus.publish, 0, seda.now()\n"
+    "local publish, now, n, t0 = bus.publish, seda.now, 0, seda.now()\n"
     "local t_end = t0 + window\n"
-    "repeat\n"
-    "  for i = 1, 256 do\n"
-    "    if publish(bus, 'bench', i) then n = n + 1 end\n"
-    "  end\n"
-    "until seda.now() >= t_end\n"
+    "if stamp then\n"
+    "  repeat\n"
+    "    for i = 1, 256 do\n"
+    "      if publish(bus, 'bench', now()) then n = n + 1 end\n"
+    "    end\n"
+    "  until now() >= t_end\n"
+    "else\n"
+    "  repeat\n"
+    "    for i = 1, 256 do\n"
+    "      if publish(bus, 'bench', i) then n = n + 1 end\n"
+    "    end\n"
+    "  until now() >= t_end\n"
+    "end\n"
     "local idle = bus:wait(60)\n"
     "local el = seda.now() - t0\n"
     "local delivered = bus:stats('bench').delivered\n"
@@ -49,7 +67,8 @@ struct admit_res {
     bool drained;
 };
 
-static int admit_trial(const char *hfile, bool with, struct admit_res *out)
+static int admit_trial(const char *hfile, bool with, bool stamp,
+                       struct admit_res *out)
 {
     lua_State *L = luaL_newstate();
     if (!L)
@@ -63,7 +82,8 @@ static int admit_trial(const char *hfile, bool with, struct admit_res *out)
     lua_pushstring(L, hfile);
     lua_pushnumber(L, g_cfg.calib_s);
     lua_pushboolean(L, with);
-    if (lua_pcall(L, 4, 4, 0) != LUA_OK)
+    lua_pushboolean(L, stamp);
+    if (lua_pcall(L, 5, 4, 0) != LUA_OK)
         goto out;
     out->n = (long)lua_tointeger(L, -4);
     out->elapsed = lua_tonumber(L, -3);
@@ -77,25 +97,18 @@ out:
     return rc;
 }
 
-void bench_admit(void)
+/* One shape: trials alternating without and with the rule, then rows. */
+static int admit_shape(const char *shape, const char *hfile, bool stamp,
+                       int trials)
 {
-    int trials = g_cfg.quick ? 1 : 3;
-    char *hfile = bench_write_file("h_admit.lua",
-                                   "return function(env)\n"
-                                   "  local p = env.payload\n"
-                                   "end\n");
-    if (!hfile)
-        return;
     struct admit_res res[2][3];
     double rate[2][3];
     for (int t = 0; t < trials; t++)
         for (int w = 0; w < 2; w++) {
-            bench_progress("admit/lua %s trial %d/%d",
+            bench_progress("admit/lua %s %s trial %d/%d", shape,
                            w ? "with a rule" : "without", t + 1, trials);
-            if (admit_trial(hfile, w, &res[w][t]) != 0) {
-                free(hfile);
-                return;
-            }
+            if (admit_trial(hfile, w, stamp, &res[w][t]) != 0)
+                return -1;
             rate[w][t] = res[w][t].elapsed > 0
                              ? (double)res[w][t].n / res[w][t].elapsed : 0;
         }
@@ -108,6 +121,7 @@ void bench_admit(void)
             row_begin(&r, "lua", "admit");
             row_int(&r, "trial", t + 1);
             row_bool(&r, "admit", w == 1);
+            row_str(&r, "shape", shape);
             row_int(&r, "producers", 1);
             row_str(&r, "producer", "main Lua state");
             row_int(&r, "capacity", 1024);
@@ -122,5 +136,23 @@ void bench_admit(void)
                                         res[w][t].delivered == res[w][t].n);
             row_end(&r);
         }
-    free(hfile);
+    return 0;
+}
+
+void bench_admit(void)
+{
+    int trials = g_cfg.quick ? 1 : 3;
+    char *hcap1 = bench_write_file("h_admit_cap1.lua",
+                                   "local rec = require 'benchrec'.rec_ts\n"
+                                   "return function(env)\n"
+                                   "  rec(env.payload)\n"
+                                   "end\n");
+    char *hcount = bench_write_file("h_admit.lua",
+                                    "return function(env)\n"
+                                    "  local p = env.payload\n"
+                                    "end\n");
+    if (hcap1 && hcount && admit_shape("cap1", hcap1, true, trials) == 0)
+        admit_shape("count", hcount, false, trials);
+    free(hcap1);
+    free(hcount);
 }
