@@ -306,20 +306,13 @@ static void merge_samples(struct cproc *c, int n, struct latency *l)
 
 /* ---- CPU accounting (diagnostic fields) ---- */
 
-/* CPU seconds (user + system) of this process, of its waited children,
- * and of process pid (from /proc; 0 when unreadable). */
-static double cpu_self(void)
+/* CPU seconds (user + system) of this process (RUSAGE_SELF) or of its
+ * waited children (RUSAGE_CHILDREN), and of process pid (from /proc; 0
+ * when unreadable). */
+static double cpu_rusage(int who)
 {
     struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
-           (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-}
-
-static double cpu_children(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_CHILDREN, &u);
+    getrusage(who, &u);
     return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
            (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
@@ -349,11 +342,7 @@ struct cpu_use {
     double self, children, server;
 };
 
-static pid_t g_server_pid;
-static struct cpu_use g_raw_cpu;        /* the last raw_rate's */
-static long g_raw_n;                    /* and its message count */
-static long g_raw_consumed;             /* ... and how many its consumers
-                                           took while it published */
+static pid_t g_server_pid;              /* set once by bench_remote */
 
 /* The three figures as milliseconds per 1000 messages. */
 static void row_cpu(struct row *w, const struct cpu_use *c, long n)
@@ -367,8 +356,8 @@ static void row_cpu(struct row *w, const struct cpu_use *c, long n)
 
 static void cpu_mark(struct cpu_use *c, pid_t server)
 {
-    c->self = cpu_self();
-    c->children = cpu_children();
+    c->self = cpu_rusage(RUSAGE_SELF);
+    c->children = cpu_rusage(RUSAGE_CHILDREN);
     c->server = cpu_pid(server);
 }
 
@@ -475,13 +464,22 @@ int bench_raw_consumer(int argc, char **argv)
     return 0;
 }
 
+/* What a raw trial measured. */
+struct raw_res {
+    double rate;                /* published / s (NAN: no trial) */
+    long n;                     /* published */
+    long consumed;              /* taken by its consumers meanwhile */
+    struct cpu_use cpu;
+};
+
 /* cnats's JetStream publish rate: async (a window of RB_CAP) or sync, a
- * Nats-Msg-Id each, with `consumers` raw consumer processes taking the
- * messages meanwhile. */
-static double raw_rate(const char *url, bool async, int consumers, bool pull,
-                       int trial, double window)
+ * Nats-Msg-Id each, with `consumers` raw consumer processes (push or
+ * pull) taking the messages meanwhile. */
+static void raw_rate(const char *url, bool async, int consumers, bool pull,
+                     int trial, double window, struct raw_res *out)
 {
-    g_raw_n = 0;
+    memset(out, 0, sizeof *out);
+    out->rate = NAN;
     natsOptions *o = NULL;
     natsConnection *nc = NULL;
     jsCtx *js = NULL;
@@ -494,7 +492,7 @@ static double raw_rate(const char *url, bool async, int consumers, bool pull,
         natsOptions_SetSendAsap(o, true) != NATS_OK ||
         natsConnection_Connect(&nc, o) != NATS_OK) {
         natsOptions_Destroy(o);
-        return NAN;
+        return;
     }
     natsOptions_Destroy(o);
     jsOptions jo;
@@ -514,8 +512,7 @@ static double raw_rate(const char *url, bool async, int consumers, bool pull,
     js_AddStream(NULL, js, &sc, NULL, NULL);
     struct cproc cp[2];
     memset(cp, 0, sizeof cp);
-    struct cpu_use cpu;
-    cpu_mark(&cpu, g_server_pid);
+    cpu_mark(&out->cpu, g_server_pid);
     long n = 0;
     int started = 0;
     for (; started < consumers; started++) {
@@ -524,7 +521,6 @@ static double raw_rate(const char *url, bool async, int consumers, bool pull,
         if (!proc_start(&cp[started], args))
             break;
     }
-    double rate = NAN;
     if (started == consumers) {
         char payload[64];
         memset(payload, 'x', sizeof payload);
@@ -549,19 +545,15 @@ static double raw_rate(const char *url, bool async, int consumers, bool pull,
             co.MaxWait = 30000;
             js_PublishAsyncComplete(js, &co);
         }
-        rate = n / (seda_now() - t0);
+        out->rate = n / (seda_now() - t0);
     }
-    long consumed = 0;
+    out->n = n;
     for (int i = 0; i < started; i++)
-        consumed += cproc_stop(&cp[i]);
-    cpu_since(&cpu, g_server_pid);
-    g_raw_cpu = cpu;
-    g_raw_n = n;
-    g_raw_consumed = consumed;
+        out->consumed += cproc_stop(&cp[i]);
+    cpu_since(&out->cpu, g_server_pid);
     js_DeleteStream(js, stream, NULL, NULL);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
-    return rate;
 }
 
 /* ---- a trial ---- */
@@ -683,8 +675,6 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     if (consumers) {
         row_num(&w, "raw_js_publish_eps_pull", raw_pull, 0);
         row_num(&w, "raw_ratio_pull", raw_pull > 0 ? thr / raw_pull : NAN, 3);
-    }
-    if (consumers) {
         row_num(&w, "consumed_eps", consumed, 0);
         row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3,
                 0);
@@ -742,7 +732,8 @@ void bench_remote(void)
                 bool async = m < 2, pull = m == 1;
                 if ((pull && c == 0) || (!async && (c > 0 || t > 0)))
                     continue;
-                double r = raw_rate(srv.url, async, c, pull, t + 1, window);
+                struct raw_res r;
+                raw_rate(srv.url, async, c, pull, t + 1, window, &r);
                 struct row w;
                 row_begin(&w, "c", "remote_raw");
                 row_int(&w, "trial", t + 1);
@@ -750,23 +741,23 @@ void bench_remote(void)
                 row_int(&w, "consumers", c);
                 if (c > 0) {
                     row_str(&w, "consumer", pull ? "pull" : "push");
-                    row_int(&w, "consumed", g_raw_consumed);
+                    row_int(&w, "consumed", r.consumed);
                 }
                 row_int(&w, "window", async ? RB_CAP : 1);
                 row_int(&w, "payload_bytes", 64);
-                row_num(&w, "throughput_eps", r, 0);
-                row_cpu(&w, &g_raw_cpu, g_raw_n);
+                row_num(&w, "throughput_eps", r.rate, 0);
+                row_cpu(&w, &r.cpu, r.n);
                 row_end(&w);
                 bench_progress("remote_raw %s, %d consumer%s%s, trial %d: "
                                "%.0f/s (%ld of %ld consumed meanwhile)",
                                async ? "async" : "sync", c,
                                c == 1 ? "" : "s",
                                c == 0 ? "" : pull ? " (pull)" : " (push)",
-                               t + 1, r, g_raw_consumed, g_raw_n);
-                if (async && !pull)
-                    rate = r;
-                else if (pull)
-                    rate_pull = r;
+                               t + 1, r.rate, r.consumed, r.n);
+                if (pull)
+                    rate_pull = r.rate;
+                else if (async)
+                    rate = r.rate;
             }
             if (c == 0 && t == 0)
                 raw_alone = rate;
@@ -783,4 +774,3 @@ void bench_remote(void)
     }
     natsd_cleanup(&srv);
 }
-
