@@ -156,14 +156,17 @@ $(B)/bench/%.o: bench/%.c
 
 $(LIBSEDA): $(CORE_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(LIBSREMOTE): $(REMOTE_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
+	@rm -f $@
 	$(AR) rcs $@ $^
 
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSEDA)

@@ -299,6 +299,28 @@ bool seda_bus_closed(const seda_bus_t *b)
                                 memory_order_acquire);
 }
 
+/* ---- what the layers beside the core read (door.h) ---- */
+
+bool seda__bus_stopping(struct seda_bus_s *b)
+{
+    return atomic_load_explicit(&b->stopping, memory_order_acquire);
+}
+
+const char *seda__bus_data_dir(const struct seda_bus_s *b)
+{
+    return b->data_dir;
+}
+
+bool seda__bus_sync_normal(const struct seda_bus_s *b)
+{
+    return b->sync_normal;
+}
+
+const char *seda__bus_dead_letter_name(const struct seda_bus_s *b)
+{
+    return b->dead_letter;
+}
+
 /* ---- stages ---- */
 
 void *seda__bus_set_store(struct seda_bus_s *b,
@@ -357,6 +379,18 @@ int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
 }
 
 
+/* The durable layer's journal opener, when the program links it: a weak
+ * reference, so a program that names no durable function links libseda.a
+ * without the journal (and SQLite), and its durable stages are refused
+ * with a message that says how to get them. */
+#pragma weak seda_bus_open_journal
+
+int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                   seda_stage_t **out, char *err, size_t errlen)
+{
+    return seda__stage_add(b, o, out, err, errlen, seda_bus_open_journal);
+}
+
 int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
                     seda_stage_t **out, char *err, size_t errlen,
                     seda__open_store_fn open_store)
@@ -369,7 +403,9 @@ int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
         char jerr[512];
         rc = open_store ? open_store(b, jerr, sizeof jerr) : SEDA_EINVAL;
         if (rc && !open_store)
-            snprintf(jerr, sizeof jerr, "no durable store in this build");
+            snprintf(jerr, sizeof jerr, "the journal is not linked into "
+                     "this program (call seda_bus_open_journal first, "
+                     "which links it)");
         if (rc) {
             if (err && errlen)
                 snprintf(err, errlen, "stage '%s': durable: %s", st->name,
@@ -395,7 +431,7 @@ int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
         if (err && errlen)
             snprintf(err, errlen, "stage '%s': name: a stage of that name "
                      "already exists", st->name);
-    } else if ((rc = seda__pool_reserve(b->pool, st->concurrency)) != 0) {
+    } else if ((rc = seda__pool_reserve(b->pool, st->adm.concurrency)) != 0) {
         if (err && errlen)
             snprintf(err, errlen, "stage '%s': out of memory", st->name);
     }
@@ -404,7 +440,7 @@ int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
     struct registry *r = NULL;
     if (rc == 0) {
         if (!(r = registry_build(old, st))) {
-            seda__pool_reserve(b->pool, -st->concurrency);
+            seda__pool_reserve(b->pool, -st->adm.concurrency);
             rc = SEDA_ENOMEM;
             if (err && errlen)
                 snprintf(err, errlen, "stage '%s': out of memory", st->name);
@@ -716,7 +752,7 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
     }
     if (!tally) {
         seda__mutex_lock(&st->mu);
-        seda__counters_fold(&st->c, &one);
+        seda__stats_fold(&st->stats.c, &one);
         seda__mutex_unlock(&st->mu);
     }
     /* The stage's dead-letter stage, else the bus's.  One that names no
@@ -895,12 +931,12 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     for (int i = 0; i < r->n; i++) {
         struct seda_stage_s *st = r->list[i];
         seda__mutex_lock(&st->mu);
-        out->accepted += st->c.accepted + seda__stage_fast_all(st) -
-                         seda__stage_fast_hops(st);
-        out->completed += st->c.completed;
-        out->dead_lettered += st->c.it_dead;
-        out->dropped += st->c.it_lost;
-        out->handed_off += st->c.it_remote;
+        out->accepted += st->stats.c.accepted + seda__inbox_fast_all(&st->in) -
+                         seda__inbox_fast_hops(&st->in);
+        out->completed += st->stats.c.completed;
+        out->dead_lettered += st->stats.c.it_dead;
+        out->dropped += st->stats.c.it_lost;
+        out->handed_off += st->stats.c.it_remote;
         seda__mutex_unlock(&st->mu);
     }
     uint64_t ended = out->completed + out->dead_lettered + out->dropped +

@@ -65,41 +65,10 @@ struct seda_bus_s {
     int shut_rc;                /* guarded by shut_mu */
 };
 
-/* Lookup by name through the current snapshot; lock-free. */
-SEDA__API struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b,
-                                                const char *name);
 
-/* The stage named `name` that env (handled at st) goes to next: a lookup,
- * except that an envelope replayed from the journal (ENV_REPLAYED) whose
- * hop names no stage yet waits for that stage to be declared, until
- * b->replay_until (hop_timeout after the latest replay began) or the
- * pool stops, with its worker covered by a loan; the wait and a wait in
- * vain are reported on st.  Returns the stage or NULL.  No lock held;
- * takes b->mu while it waits.  Any thread. */
-SEDA__API struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
-                                                    seda_env_t *env,
-                                                    const char *name);
 
-/* A replay begins now: replayed envelopes may wait for undeclared hops
- * until hop_timeout from now.  Any thread. */
-SEDA__API void seda__bus_replay_begins(struct seda_bus_s *b);
 
-/* Called by a drain task when its stage went idle. */
-SEDA__API void seda__bus_idle_notify(struct seda_bus_s *b);
 
-/* Routing after a delivery, on the worker; st is the stage that handled
- * env and no lock is held.  Counts go to tally (the drain task folds it
- * into st->c later) or, when tally is NULL, straight into st under its
- * lock. */
-SEDA__API void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
-                                   struct stage_counters *tally);
-SEDA__API void seda__bus_dead_letter(struct seda_stage_s *st,
-                                     seda_env_t *env, const char *reason,
-                                     struct stage_counters *tally);
 
-/* Deadline for a publish from the calling thread: the given one, capped
- * at hop_timeout when the caller is one of b's workers. */
-SEDA__API int64_t seda__bus_publish_deadline(struct seda_bus_s *b,
-                                             double timeout);
 
 #endif /* SEDA_BUS_H */

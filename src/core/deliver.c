@@ -31,7 +31,6 @@
  *   Threads: only the drain task's own (consumers run on it).
  */
 #include "bus.h"
-#include "deliver.h"
 #include "stage.h"
 
 enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
@@ -126,10 +125,7 @@ HOT void settle(struct seda_batch_s *b, int r)
          * in the histograms. */
         begin_retry(env, b->tally, end);
         int64_t so = b->sojourn[i], sv = b->service[i];
-        seda__mutex_lock(&st->hist_mu);
-        seda__hist_add(&st->sojourn, so > 0 ? (uint64_t)so : 0);
-        seda__hist_add(&st->service, sv > 0 ? (uint64_t)sv : 0);
-        seda__mutex_unlock(&st->hist_mu);
+        seda__stats_latency(&st->stats, &so, &sv, 1);
         return;                         /* i stays: the same one next */
     }
     if (!st->durable && !b->defer)
@@ -144,7 +140,7 @@ HOT void settle(struct seda_batch_s *b, int r)
         return;
     }
     if (b->service[i] >= SEDA_SHED_NS && i + 1 < b->n &&
-        atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1) {
+        atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) > 1) {
         /* A slow envelope (longer than a preemption would make a fast
          * one): the rest of the batch should not wait behind this task
          * when other permits are free.  It gives them back and starts
@@ -155,6 +151,36 @@ HOT void settle(struct seda_batch_s *b, int r)
 }
 
 /* ---- consumers ---- */
+
+int seda__consumers_add(struct seda_stage_s *st, seda_consumer_fn fn,
+                        seda_batch_fn bfn, void *ud)
+{
+    if ((!fn && !bfn) || st->pull)
+        return SEDA_EINVAL;
+    struct seda_consumers *c = &st->cons;
+    seda__mutex_lock(&st->mu);          /* serialises adders */
+    int n = atomic_load_explicit(&c->n, memory_order_relaxed);
+    if (n >= SEDA_MAX_CONSUMERS) {
+        seda__mutex_unlock(&st->mu);
+        return SEDA_ERANGE;
+    }
+    c->cons[n] = (struct consumer){ fn, bfn, ud };
+    /* Release: pairs with the acquires below; cons[n] is visible to any
+     * drain task that sees the new count. */
+    atomic_store_explicit(&c->n, n + 1, memory_order_release);
+    seda__mutex_unlock(&st->mu);
+    return n;
+}
+
+int seda_stage_consume(seda_stage_t *st, seda_consumer_fn fn, void *ud)
+{
+    return fn ? seda__consumers_add(st, fn, NULL, ud) : SEDA_EINVAL;
+}
+
+int seda_stage_consume_batch(seda_stage_t *st, seda_batch_fn fn, void *ud)
+{
+    return fn ? seda__consumers_add(st, NULL, fn, ud) : SEDA_EINVAL;
+}
 
 /* Set while this thread is inside a batch consumer's call: its binding's
  * state (a Lua state) is busy even between envelopes. */
@@ -187,16 +213,16 @@ HOT int call_one(struct consumer *c, seda_env_t *env)
 HOT int deliver(struct seda_stage_s *st, seda_env_t *env)
 {
     /* Acquire: pairs with the release in seda_stage_consume. */
-    int n = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
+    int n = atomic_load_explicit(&st->cons.n, memory_order_acquire);
     if (n == 0)
         return DELIVER_NO_CONSUMERS;
     if (st->delivery == SEDA_DELIVERY_P2P) {
         /* One consumer: no cursor to bump (it shares no line with what
          * publishers read, but there is no need to write at all). */
         unsigned i = n == 1 ? 0
-                   : atomic_fetch_add_explicit(&st->rr, 1,
+                   : atomic_fetch_add_explicit(&st->cons.rr, 1,
                                                memory_order_relaxed);
-        return call_one(&st->cons[n == 1 ? 0 : i % (unsigned)n], env)
+        return call_one(&st->cons.cons[n == 1 ? 0 : i % (unsigned)n], env)
                    ? DELIVER_ACK : DELIVER_NACK;
     }
     uint64_t all = n == 64 ? ~UINT64_C(0) : (UINT64_C(1) << n) - 1;
@@ -204,7 +230,7 @@ HOT int deliver(struct seda_stage_s *st, seda_env_t *env)
         uint64_t bit = UINT64_C(1) << i;
         if (env->acked & bit)
             continue;
-        if (call_one(&st->cons[i], env))
+        if (call_one(&st->cons.cons[i], env))
             env->acked |= bit;
     }
     return (env->acked & all) == all ? DELIVER_ACK : DELIVER_NACK;
@@ -215,14 +241,14 @@ void seda__batch_run(struct seda_batch_s *b)
     struct seda_stage_s *st = b->st;
     int n0 = b->i;
     /* Acquire: pairs with the release in seda_stage_consume. */
-    int nc = atomic_load_explicit(&st->nconsumers, memory_order_acquire);
-    if (nc == 1 && st->cons[0].bfn) {
+    int nc = atomic_load_explicit(&st->cons.n, memory_order_acquire);
+    if (nc == 1 && st->cons.cons[0].bfn) {
         /* The stage's only consumer takes the whole batch.  (With one
          * consumer pub/sub is p2p: its ack ends the hop.) */
         bool outer = tls_in_batch;
         tls_in_batch = true;
         b->defer = true;
-        st->cons[0].bfn(b, st->cons[0].ud);
+        st->cons.cons[0].bfn(b, st->cons.cons[0].ud);
         if (b->open)
             seda_batch_result(b, false);
         b->defer = false;

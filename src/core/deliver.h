@@ -7,7 +7,41 @@
 #ifndef SEDA_DELIVER_H
 #define SEDA_DELIVER_H
 
-#include "stage.h"
+#include "env.h"
+#include "stats.h"
+
+struct seda_stage_s;
+
+/* A consumer: fn (one envelope a call) or bfn (a batch a call); the other
+ * is NULL.  Written once before the count covers it. */
+struct consumer {
+    seda_consumer_fn fn;
+    seda_batch_fn bfn;
+    void *ud;
+};
+
+/* A stage's consumers (deliver.c adds them and calls them).
+ * Locking: n is release (seda__consumers_add, after writing its entry)
+ * / acquire (deliver.c); rr is a relaxed round-robin cursor on a line of
+ * its own (drain tasks write it; publishers read the stage's other lines);
+ * adders are serialised by the stage's mu. */
+struct seda_consumers {
+    struct consumer cons[SEDA_MAX_CONSUMERS];
+    atomic_int n;               /* release/acquire, see above */
+    _Alignas(64) atomic_uint rr;/* relaxed round-robin cursor */
+    char pad_rr[64 - sizeof(atomic_uint)];
+};
+
+/* Add a consumer to st (exactly one of fn and bfn; not on a pull stage):
+ * its index, SEDA_EINVAL or SEDA_ERANGE.  Takes st's mu. */
+SEDA__API int seda__consumers_add(struct seda_stage_s *st, seda_consumer_fn fn,
+                                  seda_batch_fn bfn, void *ud);
+
+/* Consumers so far (acquire). */
+static inline int seda__consumers_count(struct seda_consumers *c)
+{
+    return atomic_load_explicit(&c->n, memory_order_acquire);
+}
 
 /* The largest batch a drain task takes (seda_bus_opts.batch <= 256). */
 #define SEDA_MAX_BATCH 256

@@ -6,7 +6,7 @@
  * DESIGN
  *   A drain task holds one of its stage's permits.  It takes up to `batch`
  *   envelopes in one lock round (the head ring, then the inbox: see
- *   inbox.c; fewer for slow work, SEDA_BATCH_NS in stage.h), delivers
+ *   inbox.c; fewer for slow work, SEDA_BATCH_NS in drain.h), delivers
  *   them with no lock held and routes acks, nacks and dead letters
  *   (deliver.c: one clock read per envelope feeds the sojourn and
  *   service histograms; a retry is delivered again at once, ahead of
@@ -19,11 +19,24 @@
  *   lingers briefly for more before giving the permit back -- with the
  *   Dekker check that pairs with the lock-free publish path, so no
  *   envelope is left without a task.
+ *
+ *   Extra drain tasks: a stage with several permits gets a second (third,
+ *   ...) drain task only when the backlog would keep the tasks already
+ *   running busy for SEDA_SPAWN_NS or more at the recent handling time
+ *   per envelope (svc_ns; unknown counts as slow).  So a burst of slow
+ *   envelopes is spread over every permit at once (each task takes a
+ *   fair share of the queue), while a fast consumer that keeps up alone
+ *   is not joined by tasks that would only fight it for the queue and,
+ *   on a small machine, for the cores the publishers need.  Drain tasks
+ *   apply the same rule after each batch, and one that meets an envelope
+ *   taking SEDA_SHED_NS (longer than a preemption makes a fast one) gives
+ *   the rest of its batch back and starts tasks for it; the batch's
+ *   slowest envelope is left out of svc_ns for the same reason.  A queued
+ *   envelope always has a task: with none running one is started.
  */
 #include <sched.h>
 
 #include "bus.h"
-#include "deliver.h"
 #include "stage.h"
 
 /* How long a drain task that emptied its queue watches for more before
@@ -49,12 +62,12 @@
 static void gather(struct seda_stage_s *st, unsigned depth)
 {
     unsigned want =
-        seda__stage_take_limit(st, (uint32_t)st->bus->batch) / 2;
+        seda__drain_take_limit(&st->dr, (uint32_t)st->bus->batch) / 2;
     if (depth >= want ||
-        atomic_load_explicit(&st->conc_fast, memory_order_relaxed) > 1)
+        atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) > 1)
         return;
     int64_t until = seda__clock_ns() + GATHER_NS;
-    for (unsigned k = 1; !seda__stage_ready(st, want); k++) {
+    for (unsigned k = 1; !seda__inbox_ready(&st->in, want); k++) {
         for (int r = 0; r < 16; r++)
             seda__cpu_relax();
         if ((k & 7) == 0 &&
@@ -73,9 +86,9 @@ static bool linger(struct seda_stage_s *st)
         /* A hint only; the caller re-checks under the lock.  Every 16th
          * look also counts (held reservations, a ticket whose envelope is
          * on its way). */
-        if (seda__stage_ready(st, 1) ||
-            ((i & 15) == 0 && seda__stage_qcount(st))) {
-            gather(st, seda__stage_qcount(st));
+        if (seda__inbox_ready(&st->in, 1) ||
+            ((i & 15) == 0 && seda__inbox_count(&st->in))) {
+            gather(st, seda__inbox_count(&st->in));
             return true;
         }
         if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
@@ -90,20 +103,6 @@ static bool linger(struct seda_stage_s *st)
         if ((i & 15) == 0 && seda__now_ns() >= end)
             return false;
     }
-}
-
-/* Record a rate sample at most every 100 ms (lock held). */
-static void rate_sample(struct seda_stage_s *st, int64_t now)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    int last = (st->rate_head + 63) % 64;
-    if (st->rate_n > 0 && now - st->rate[last].t < 100000000)
-        return;
-    st->rate[st->rate_head].t = now;
-    st->rate[st->rate_head].delivered = st->c.delivered;
-    st->rate_head = (st->rate_head + 1) % 64;
-    if (st->rate_n < 64)
-        st->rate_n++;
 }
 
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
@@ -123,17 +122,17 @@ static void run_batch(struct seda_stage_s *st)
      * start one per free permit for slow work: see "Extra drain tasks"
      * in inbox.c) instead of being handled one after another by the
      * first. */
-    uint32_t want = seda__stage_take_limit(st, (uint32_t)b->batch);
-    if (st->concurrency > 1) {
+    uint32_t want = seda__drain_take_limit(&st->dr, (uint32_t)b->batch);
+    if (st->adm.concurrency > 1) {
         /* Tasks to share with: those queued or running, or, for work slow
          * enough to want more, as many as the permits allow (a publisher
          * counts its envelope before it starts the task for it). */
         uint32_t depth = seda__stage_depth(st);
-        uint32_t tasks = (uint32_t)atomic_load_explicit(&st->running,
+        uint32_t tasks = (uint32_t)atomic_load_explicit(&st->dr.running,
                                                         memory_order_relaxed);
-        bool slow = seda__stage_want_task(st, (int)tasks, depth);
+        bool slow = seda__drain_want_task(&st->dr, (int)tasks, depth);
         if (slow) {
-            tasks = (uint32_t)st->concurrency;
+            tasks = (uint32_t)st->adm.concurrency;
             if (tasks > depth)
                 tasks = depth;
             if (tasks == 0)
@@ -149,13 +148,13 @@ static void run_batch(struct seda_stage_s *st)
                 want = share > 0 ? share : 1;
         }
     }
-    int n = (int)seda__stage_take(st, batch, want);
-    st->in_flight += n;
-    if (st->waiters > 0 && n > 0)
-        pthread_cond_broadcast(&st->not_full);
+    int n = (int)seda__inbox_take(&st->in, batch, want);
+    st->dr.in_flight += n;
+    if (st->adm.waiters > 0 && n > 0)
+        pthread_cond_broadcast(&st->adm.not_full);
     /* Retry backoff (read under mu: tune changes it): nacked envelopes
      * wait on a timer instead of being delivered again at once. */
-    bool later = st->retry_backoff > 0;
+    bool later = st->adm.retry_backoff > 0;
     seda__mutex_unlock(&st->mu);
 
     /* Deliver and route (deliver.c). */
@@ -174,17 +173,13 @@ static void run_batch(struct seda_stage_s *st)
      * publishers want) is held only for the counters below; the same pass
      * sums the handling times (and finds the slowest) for svc_ns. */
     int64_t sum = 0, top = 0;
-    seda__mutex_lock(&st->hist_mu);
     for (int k = 0; k < i; k++) {
         int64_t v = service[k] > 0 ? service[k] : 0;
         sum += v;
         if (v > top)
             top = v;
-        seda__hist_add(&st->sojourn, sojourn[k] > 0 ? (uint64_t)sojourn[k]
-                                                    : 0);
-        seda__hist_add(&st->service, (uint64_t)v);
     }
-    seda__mutex_unlock(&st->hist_mu);
+    seda__stats_latency(&st->stats, sojourn, service, i);
     if (i > 0) {
         /* The handling time the publishers weigh extra tasks by: a
          * moving average over batches, per envelope.  The batch's slowest
@@ -193,10 +188,10 @@ static void run_batch(struct seda_stage_s *st)
          * slow handler. */
         uint64_t per = i > 1 ? (uint64_t)(sum - top) / (uint64_t)(i - 1) + 1
                              : (uint64_t)sum + 1;
-        uint64_t old = atomic_load_explicit(&st->svc_ns,
+        uint64_t old = atomic_load_explicit(&st->dr.svc_ns,
                                             memory_order_relaxed);
         uint64_t avg = old ? (old * 7 + per) / 8 : per;
-        atomic_store_explicit(&st->svc_ns,
+        atomic_store_explicit(&st->dr.svc_ns,
                               (unsigned)(avg < UINT32_MAX ? avg : UINT32_MAX),
                               memory_order_relaxed);
     }
@@ -218,36 +213,83 @@ static void run_batch(struct seda_stage_s *st)
     for (int k = nretry - 1; k >= 0; k--)
         if (!seda__stage_retry_later(st, retry[k]))
             seda__stage_push_head(st, retry[k]);
-    st->in_flight -= n;
-    seda__counters_fold(&st->c, &tally);
+    st->dr.in_flight -= n;
+    seda__stats_fold(&st->stats.c, &tally);
     if (i > 0) {
-        rate_sample(st, t);
+        seda__stats_rate_sample(&st->stats, t);
         seda__stage_shed_update(st, least, t);
     }
-    if (st->concurrency > 1 && !atomic_load_explicit(&b->stopping,
+    if (st->adm.concurrency > 1 && !atomic_load_explicit(&b->stopping,
                                                      memory_order_relaxed)) {
         /* Free permits and work this task should not do alone (it shed
          * its batch, or the handling time says so): a task for each, up
          * to what is queued beyond what this task will take next. */
-        int tasks = atomic_load_explicit(&st->running, memory_order_relaxed);
+        int tasks = atomic_load_explicit(&st->dr.running, memory_order_relaxed);
         int nsched = 0;
         uint32_t depth = seda__stage_depth(st);
-        while (tasks < st->concurrency && (uint32_t)(nsched + 1) < depth &&
-               (shed || seda__stage_want_task(st, tasks, depth))) {
+        while (tasks < st->adm.concurrency && (uint32_t)(nsched + 1) < depth &&
+               (shed || seda__drain_want_task(&st->dr, tasks, depth))) {
             tasks++;
             nsched++;
         }
         if (nsched > 0) {
-            atomic_store_explicit(&st->running, tasks, memory_order_seq_cst);
+            atomic_store_explicit(&st->dr.running, tasks, memory_order_seq_cst);
             seda__mutex_unlock(&st->mu);
             while (nsched-- > 0)
-                seda__stage_schedule(st);
+                seda__drain_schedule(st);
             seda__mutex_lock(&st->mu);
         }
     }
 }
 
-void seda__stage_drain(void *arg)
+/* ---- permits ---- */
+
+bool seda__drain_claim(struct seda_drain *d, int concurrency, uint32_t depth,
+                       bool force)
+{
+    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
+    if (run < concurrency &&
+        (force || seda__drain_want_task(d, run, depth))) {
+        atomic_store_explicit(&d->running, run + 1, memory_order_seq_cst);
+        return true;
+    }
+    return false;
+}
+
+int seda__drain_claim_n(struct seda_drain *d, int concurrency,
+                        uint32_t depth)
+{
+    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
+    int n = 0;
+    while (run < concurrency && (uint32_t)run < depth) {
+        run++;
+        n++;
+    }
+    atomic_store_explicit(&d->running, run, memory_order_seq_cst);
+    return n;
+}
+
+void seda__drain_reset(struct seda_drain *d)
+{
+    atomic_store_explicit(&d->running, 0, memory_order_seq_cst);
+}
+
+void seda__drain_schedule(struct seda_stage_s *st)
+{
+    /* Inside a consumer call (a handler publishing) the worker may run on
+     * for long, or wait for the very task it queues: wake another. */
+    if (seda__pool_submit(st->bus->pool, seda__drain_run, st,
+                          !seda__env_in_delivery()) != 0) {
+        /* Pool stopping: give the permit back; the bus sweeps the queue. */
+        seda__mutex_lock(&st->mu);
+        atomic_fetch_sub_explicit(&st->dr.running, 1, memory_order_seq_cst);
+        seda__mutex_unlock(&st->mu);
+    }
+}
+
+/* ---- the task ---- */
+
+void seda__drain_run(void *arg)
 {
     struct seda_stage_s *st = arg;
     struct seda_bus_s *b = st->bus;
@@ -255,7 +297,7 @@ void seda__stage_drain(void *arg)
         run_batch(st);                  /* returns holding st->mu */
         bool stopping = atomic_load_explicit(&b->stopping,
                                              memory_order_acquire);
-        uint32_t depth = seda__stage_qcount(st) - (uint32_t)st->reserved;
+        uint32_t depth = seda__stage_depth(st);
         if (depth > 0 && !stopping) {
             seda__mutex_unlock(&st->mu);
             /* Keep the permit.  With other tasks waiting, go to the back
@@ -266,7 +308,7 @@ void seda__stage_drain(void *arg)
                 gather(st, depth);
                 continue;
             }
-            seda__stage_schedule(st);
+            seda__drain_schedule(st);
             /* A hop waiting for room here looked for this stage's task
              * in the pool (help_drain) before it was queued, then slept:
              * wake it to look again.  Every other worker may be blocked
@@ -276,19 +318,19 @@ void seda__stage_drain(void *arg)
              * itself in one hold of it): one that looks later finds the
              * task, one that looked earlier is counted in waiters. */
             seda__mutex_lock(&st->mu);
-            if (st->waiters > 0)
-                pthread_cond_broadcast(&st->not_full);
+            if (st->adm.waiters > 0)
+                pthread_cond_broadcast(&st->adm.not_full);
             seda__mutex_unlock(&st->mu);
             return;
         }
         /* Linger only as the stage's last task: with another one
          * running, it will see what arrives next. */
         if (!stopping &&
-            atomic_load_explicit(&st->running, memory_order_relaxed) == 1) {
+            atomic_load_explicit(&st->dr.running, memory_order_relaxed) == 1) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);
             seda__mutex_lock(&st->mu);
-            if (more || seda__stage_qcount(st) > (uint32_t)st->reserved) {
+            if (more || seda__stage_depth(st) > 0) {
                 seda__mutex_unlock(&st->mu);
                 continue;
             }
@@ -297,18 +339,18 @@ void seda__stage_drain(void *arg)
          * pairing with admit_fast): a lock-free publisher that read the
          * old running count did not schedule, so its envelope is ours. */
         SEDA__CHAOS();
-        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
+        atomic_fetch_sub_explicit(&st->dr.running, 1, memory_order_seq_cst);
         SEDA__CHAOS();
-        if (!stopping && seda__stage_qcount(st) > (uint32_t)st->reserved &&
-            atomic_load_explicit(&st->running, memory_order_relaxed) <
-                st->concurrency) {
-            atomic_fetch_add_explicit(&st->running, 1, memory_order_seq_cst);
+        if (!stopping && seda__stage_depth(st) > 0 &&
+            atomic_load_explicit(&st->dr.running, memory_order_relaxed) <
+                st->adm.concurrency) {
+            atomic_fetch_add_explicit(&st->dr.running, 1, memory_order_seq_cst);
             seda__mutex_unlock(&st->mu);
             continue;
         }
-        bool idle = atomic_load_explicit(&st->running,
+        bool idle = atomic_load_explicit(&st->dr.running,
                                          memory_order_relaxed) == 0 &&
-                    seda__stage_qcount(st) == (uint32_t)st->reserved;
+                    seda__stage_depth(st) == 0;
         seda__mutex_unlock(&st->mu);
         if (idle)
             seda__bus_idle_notify(b);

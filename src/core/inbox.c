@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * inbox.c -- a stage's queue: the lock-free inbox and the head ring.
+ * inbox.c -- a stage's queue: the lock-free inbox, the head ring and the
+ * priority lanes; a leaf over struct seda_inbox (inbox.h), like skynet's
+ * message queue: it knows envelopes and rings, not stages.  Its owner (the
+ * stage) decides admission and scheduling around it and holds the guard.
  *
  * HOW IT WORKS: the lock-free publish path
  *   A stage's queue is two parts: the inbox, a ring of envelope pointers
@@ -52,21 +55,6 @@
  *   on (what it adds is taken after q): a deep queue costs one locked
  *   spill per `slots` publishes, not a lock each.
  *
- *   Extra drain tasks: a stage with several permits gets a second (third,
- *   ...) drain task only when the backlog would keep the tasks already
- *   running busy for SEDA_SPAWN_NS or more at the recent handling time
- *   per envelope (svc_ns; unknown counts as slow).  So a burst of slow
- *   envelopes is spread over every permit at once (each task takes a
- *   fair share of the queue), while a fast consumer that keeps up alone
- *   is not joined by tasks that would only fight it for the queue and,
- *   on a small machine, for the cores the publishers need.  Drain tasks
- *   apply the same rule after each batch, and one that meets an envelope
- *   taking SEDA_SHED_NS (longer than a preemption makes a fast one) gives
- *   the rest of its batch back and starts tasks for it; the batch's
- *   slowest envelope is left out of svc_ns for the same reason.  A queued
- *   envelope always has a task: with none running one is started, as
- *   before.
- *
  *   Worked example: capacity 2, slots 64, nothing held.  Tickets 0 and 1
  *   are issued; a third publisher reads in_pos 2, out_pos 0: 2 is not
  *   below 2, so it takes the locked path, where the policy (reject, wait,
@@ -76,38 +64,109 @@
 #include <sched.h>
 #include <string.h>
 
-#include "bus.h"
 #include "inbox.h"
-#include "stage.h"
 
-/* ---- the two-part queue ---- */
+#define HELD(in) SEDA__ASSERT_HELD((in)->guard)
+
+/* Inbox slots: the capacity rounded up to a power of two, within these
+ * bounds (8 bytes a slot).  Deeper queues overflow into q. */
+#define INBOX_MIN 64
+#define INBOX_MAX 1024
 
 seda_env_t seda__tombstone_env;
 
-/* Keep held (q's count plus reservations) in step after q or reserved
- * changed (mu held). */
-void seda__inbox_held_sync(struct seda_stage_s *st)
+/* ---- making ---- */
+
+int seda__inbox_init(struct seda_inbox *in, int capacity, uint32_t slots,
+                     int64_t starve_ns, seda__mutex_t *guard)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    atomic_store_explicit(&st->held,
-                          seda__queue_count(&st->q) +
-                              seda__queue_count(&st->q_high) +
-                              seda__queue_count(&st->q_low) +
-                              (uint32_t)st->reserved,
+    if (seda__queue_init(&in->q, slots))
+        return SEDA_ENOMEM;
+    uint32_t n = INBOX_MIN;
+    while (n < INBOX_MAX && n < (uint32_t)capacity)
+        n *= 2;
+    if (!(in->mem = seda__calloc(1, n * sizeof *in->slot + 63))) {
+        seda__queue_destroy(&in->q);
+        return SEDA_ENOMEM;
+    }
+    in->slot = (void *)(((uintptr_t)in->mem + 63) & ~(uintptr_t)63);
+    for (uint32_t k = 0; k < n; k++)
+        atomic_init(&in->slot[k], NULL);
+    in->mask = n - 1;
+    in->guard = guard;
+    in->starve_ns = starve_ns;
+    atomic_init(&in->in_pos, 0);
+    atomic_init(&in->fast_hop, 0);
+    atomic_init(&in->out_pos, 0);
+    atomic_init(&in->held, 0);
+    return 0;
+}
+
+void seda__inbox_free(struct seda_inbox *in)
+{
+    assert(seda__queue_count(&in->q) == 0 && seda__inbox_count(in) == 0);
+    seda__queue_destroy(&in->q);
+    seda__queue_destroy(&in->q_high);
+    seda__queue_destroy(&in->q_low);
+    seda__free(in->mem);
+}
+
+int seda__inbox_reserve(struct seda_inbox *in, uint32_t slots)
+{
+    HELD(in);
+    int rc = seda__queue_reserve(&in->q, slots);
+    if (rc == 0 && in->q_high.slot)
+        rc = seda__queue_reserve(&in->q_high, slots);
+    if (rc == 0 && in->q_low.slot)
+        rc = seda__queue_reserve(&in->q_low, slots);
+    return rc;
+}
+
+void seda__inbox_set_starve(struct seda_inbox *in, int64_t ns)
+{
+    HELD(in);
+    in->starve_ns = ns;
+}
+
+/* ---- the two-part queue ---- */
+
+/* Keep held (q's count plus reservations) in step after q or reserved
+ * changed (guarded). */
+static void held_sync(struct seda_inbox *in)
+{
+    HELD(in);
+    atomic_store_explicit(&in->held,
+                          seda__queue_count(&in->q) +
+                              seda__queue_count(&in->q_high) +
+                              seda__queue_count(&in->q_low) +
+                              (uint32_t)in->reserved,
                           memory_order_relaxed);
 }
 
-/* Take up to n envelopes from the inbox into out[] (mu held), stopping at
+void seda__inbox_reserve_slot(struct seda_inbox *in)
+{
+    in->reserved++;
+    held_sync(in);
+}
+
+void seda__inbox_unreserve_slot(struct seda_inbox *in)
+{
+    assert(in->reserved > 0);
+    in->reserved--;
+    held_sync(in);
+}
+
+/* Take up to n envelopes from the inbox into out[] (guarded), stopping at
  * the first empty slot. */
-static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
+static uint32_t inbox_take(struct seda_inbox *in, seda_env_t **out,
                            uint32_t n)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    HELD(in);
+    uint64_t pos = atomic_load_explicit(&in->out_pos, memory_order_relaxed);
     uint64_t start = pos;
     uint32_t got = 0;
     while (got < n) {
-        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
+        _Atomic(seda_env_t *) *slot = &in->slot[pos & in->mask];
         seda_env_t *e = atomic_load_explicit(slot, memory_order_acquire);
         if (!e)
             break;
@@ -125,110 +184,120 @@ static uint32_t inbox_take(struct seda_stage_s *st, seda_env_t **out,
     if (pos != start)
         /* Release: the cleared slots are visible to a publisher that sees
          * the new out_pos and reuses them. */
-        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
+        atomic_store_explicit(&in->out_pos, pos, memory_order_seq_cst);
     return got;
 }
 
 /* Clear the tombstones at the head of the inbox, stopping at the first
- * envelope or empty slot (mu held). */
-void seda__inbox_skip_tombstones(struct seda_stage_s *st)
+ * envelope or empty slot (guarded). */
+static void skip_tombstones(struct seda_inbox *in)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
+    HELD(in);
+    uint64_t pos = atomic_load_explicit(&in->out_pos, memory_order_relaxed);
     uint64_t start = pos;
     for (;;) {
-        _Atomic(seda_env_t *) *slot = &st->inbox[pos & st->inbox_mask];
+        _Atomic(seda_env_t *) *slot = &in->slot[pos & in->mask];
         if (atomic_load_explicit(slot, memory_order_acquire) != TOMBSTONE)
             break;
         atomic_store_explicit(slot, NULL, memory_order_relaxed);
         pos++;
     }
     if (pos != start)
-        atomic_store_explicit(&st->out_pos, pos, memory_order_seq_cst);
+        atomic_store_explicit(&in->out_pos, pos, memory_order_seq_cst);
+}
+
+void seda__inbox_voided(struct seda_inbox *in)
+{
+    HELD(in);
+    in->in_other++;                     /* not an admission */
+    /* A sweep may already be over: nobody else would skip it.  Skip the
+     * tombstones at the head; one behind a slot still empty is skipped
+     * by its own publisher, who stores after us and comes here too. */
+    skip_tombstones(in);
 }
 
 /* Move everything in the inbox to the tail of q, in order, waiting out
- * publishers between their ticket and their store (mu held). */
-static void inbox_spill(struct seda_stage_s *st)
+ * publishers between their ticket and their store (guarded). */
+static void inbox_spill(struct seda_inbox *in)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t end = atomic_load_explicit(&st->in_pos, memory_order_acquire);
+    HELD(in);
+    uint64_t end = atomic_load_explicit(&in->in_pos, memory_order_acquire);
     seda_env_t *chunk[64];
     unsigned spin = 0;
-    while (atomic_load_explicit(&st->out_pos, memory_order_relaxed) < end) {
-        uint32_t got = inbox_take(st, chunk, 64);
+    while (atomic_load_explicit(&in->out_pos, memory_order_relaxed) < end) {
+        uint32_t got = inbox_take(in, chunk, 64);
         for (uint32_t k = 0; k < got; k++)
-            seda__queue_push(&st->q, chunk[k]);
+            seda__queue_push(&in->q, chunk[k]);
         if (got > 0) {
             spin = 0;
             continue;
         }
-        if (atomic_load_explicit(&st->out_pos, memory_order_relaxed) >= end)
+        if (atomic_load_explicit(&in->out_pos, memory_order_relaxed) >= end)
             break;                      /* only tombstones were left */
         if (spin++ < 64)
             seda__cpu_relax();
         else
             sched_yield();
     }
-    seda__inbox_held_sync(st);
+    held_sync(in);
 }
 
-/* Append env at the tail, after everything queued (mu held, room under
- * the capacity already checked).  Returns through the inbox when it has
- * a free slot, else through q after spilling the inbox into it. */
-void seda__inbox_append_locked(struct seda_stage_s *st, seda_env_t *env)
+/* Append env at the tail, after everything queued (guarded, room under
+ * the capacity already checked): through the inbox when it has a free
+ * slot, else through q after spilling the inbox into it. */
+static void append_locked(struct seda_inbox *in, seda_env_t *env)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    uint64_t slots = (uint64_t)st->inbox_mask + 1;
-    uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
+    HELD(in);
+    uint64_t slots = (uint64_t)in->mask + 1;
+    uint64_t t = atomic_load_explicit(&in->in_pos, memory_order_relaxed);
     for (;;) {
-        uint64_t out = atomic_load_explicit(&st->out_pos,
+        uint64_t out = atomic_load_explicit(&in->out_pos,
                                             memory_order_relaxed);
         if (t - out >= slots) {
-            inbox_spill(st);
-            seda__queue_push(&st->q, env);
-            seda__inbox_held_sync(st);
+            inbox_spill(in);
+            seda__queue_push(&in->q, env);
+            held_sync(in);
             return;
         }
-        if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,
+        if (atomic_compare_exchange_weak_explicit(&in->in_pos, &t, t + 1,
                                                   memory_order_seq_cst,
                                                   memory_order_relaxed))
             break;
     }
-    st->in_other++;
-    seda__inbox_store(st, t, env);
+    in->in_other++;
+    seda__inbox_store(in, t, env);
 }
 
-bool seda__stage_ready(struct seda_stage_s *st, uint32_t n)
+bool seda__inbox_ready(struct seda_inbox *in, uint32_t n)
 {
-    if (atomic_load_explicit(&st->held, memory_order_relaxed))
+    if (atomic_load_explicit(&in->held, memory_order_relaxed))
         return true;
-    if (n == 0 || n > st->inbox_mask + 1)
-        n = st->inbox_mask + 1;
-    uint64_t out = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
-    return atomic_load_explicit(&st->inbox[(out + n - 1) & st->inbox_mask],
+    if (n == 0 || n > in->mask + 1)
+        n = in->mask + 1;
+    uint64_t out = atomic_load_explicit(&in->out_pos, memory_order_relaxed);
+    return atomic_load_explicit(&in->slot[(out + n - 1) & in->mask],
                                 memory_order_relaxed) != NULL;
 }
 
 /* Pop up to n from q's front; what it takes counts off the head items
- * first (mu held). */
-static uint32_t q_pop(struct seda_stage_s *st, seda_env_t **out, uint32_t n)
+ * first (guarded). */
+static uint32_t q_pop(struct seda_inbox *in, seda_env_t **out, uint32_t n)
 {
-    uint32_t got = seda__queue_pop_many(&st->q, (void **)out, n);
-    st->q_head_n -= got < st->q_head_n ? got : st->q_head_n;
+    uint32_t got = seda__queue_pop_many(&in->q, (void **)out, n);
+    in->q_head_n -= got < in->q_head_n ? got : in->q_head_n;
     return got;
 }
 
 /* The oldest normal-priority envelope (q's spill part, then the inbox),
- * without taking it; NULL when there is none ready (mu held, no head
+ * without taking it; NULL when there is none ready (guarded, no head
  * items in q). */
-static seda_env_t *normal_peek(struct seda_stage_s *st)
+static seda_env_t *normal_peek(struct seda_inbox *in)
 {
-    if (seda__queue_count(&st->q))
-        return st->q.slot[st->q.head];
-    seda__inbox_skip_tombstones(st);
-    uint64_t pos = atomic_load_explicit(&st->out_pos, memory_order_relaxed);
-    return atomic_load_explicit(&st->inbox[pos & st->inbox_mask],
+    if (seda__queue_count(&in->q))
+        return in->q.slot[in->q.head];
+    skip_tombstones(in);
+    uint64_t pos = atomic_load_explicit(&in->out_pos, memory_order_relaxed);
+    return atomic_load_explicit(&in->slot[pos & in->mask],
                                 memory_order_acquire);
 }
 
@@ -237,22 +306,22 @@ static seda_env_t *lane_peek(struct seda_queue *q)
     return seda__queue_count(q) ? q->slot[q->head] : NULL;
 }
 
-/* The priority order (mu held): head items; then an envelope waiting
- * longer than starve_after while a higher lane has work (the oldest such);
+/* The priority order (guarded): head items; then an envelope waiting
+ * longer than starve_ns while a higher lane has work (the oldest such);
  * then high, normal, low. */
-static uint32_t take_lanes(struct seda_stage_s *st, seda_env_t **out,
+static uint32_t take_lanes(struct seda_inbox *in, seda_env_t **out,
                            uint32_t n)
 {
     uint32_t got = 0;
-    int64_t old = seda__clock_ns() - st->starve_ns;
+    int64_t old = seda__clock_ns() - in->starve_ns;
     while (got < n) {
-        if (st->q_head_n) {
-            got += q_pop(st, out + got, 1);
+        if (in->q_head_n) {
+            got += q_pop(in, out + got, 1);
             continue;
         }
-        seda_env_t *h = lane_peek(&st->q_high);
-        seda_env_t *m = normal_peek(st);
-        seda_env_t *l = lane_peek(&st->q_low);
+        seda_env_t *h = lane_peek(&in->q_high);
+        seda_env_t *m = normal_peek(in);
+        seda_env_t *l = lane_peek(&in->q_low);
         int lane = h ? 0 : m ? 1 : l ? 2 : -1;
         if (lane < 0)
             break;
@@ -263,81 +332,87 @@ static uint32_t take_lanes(struct seda_stage_s *st, seda_env_t **out,
             (lane == 0 || l->enq_ts < m->enq_ts))
             lane = 2;
         if (lane == 0) {
-            out[got++] = seda__queue_pop(&st->q_high);
+            out[got++] = seda__queue_pop(&in->q_high);
         } else if (lane == 2) {
-            out[got++] = seda__queue_pop(&st->q_low);
-        } else if (seda__queue_count(&st->q)) {
-            got += q_pop(st, out + got, 1);
-        } else if (inbox_take(st, out + got, 1) == 1) {
+            out[got++] = seda__queue_pop(&in->q_low);
+        } else if (seda__queue_count(&in->q)) {
+            got += q_pop(in, out + got, 1);
+        } else if (inbox_take(in, out + got, 1) == 1) {
             got++;
         } else {
             break;                      /* a publisher is mid-way */
         }
     }
-    seda__inbox_held_sync(st);
+    held_sync(in);
     return got;
 }
 
-uint32_t seda__stage_take(struct seda_stage_s *st, seda_env_t **out,
+uint32_t seda__inbox_take(struct seda_inbox *in, seda_env_t **out,
                           uint32_t n)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    if (SEDA__UNLIKELY(st->lanes))
-        return take_lanes(st, out, n);
+    HELD(in);
+    if (SEDA__UNLIKELY(in->lanes))
+        return take_lanes(in, out, n);
     uint32_t got = 0;
-    if (seda__queue_count(&st->q)) {
-        got = q_pop(st, out, n);
-        seda__inbox_held_sync(st);
+    if (seda__queue_count(&in->q)) {
+        got = q_pop(in, out, n);
+        held_sync(in);
     }
     if (got < n)
-        got += inbox_take(st, out + got, n - got);
+        got += inbox_take(in, out + got, n - got);
     return got;
 }
 
-int seda__inbox_lane_push(struct seda_stage_s *st, seda_env_t *env)
+/* Queue env (high or low priority) in its lane, allocating the lane on
+ * first use (guarded, room under the capacity checked).  0 or
+ * SEDA_ENOMEM (nothing queued). */
+static int lane_push(struct seda_inbox *in, seda_env_t *env, uint32_t slots)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    struct seda_queue *q = env->prio == SEDA_PRIO_HIGH ? &st->q_high
-                                                      : &st->q_low;
-    if (!q->slot) {
-        uint64_t slots = (uint64_t)st->capacity +
-                         (uint64_t)st->concurrency * (uint64_t)st->bus->batch;
-        if (seda__queue_init(q, (uint32_t)slots) != 0)
-            return SEDA_ENOMEM;
-    }
+    struct seda_queue *q = env->prio == SEDA_PRIO_HIGH ? &in->q_high
+                                                      : &in->q_low;
+    if (!q->slot && seda__queue_init(q, slots) != 0)
+        return SEDA_ENOMEM;
     if (seda__queue_room(q) == 0 &&
         seda__queue_reserve(q, q->mask + 2) != 0)
         return SEDA_ENOMEM;
     seda__queue_push(q, env);
-    st->lanes = true;
-    seda__inbox_held_sync(st);
+    in->lanes = true;
+    held_sync(in);
     return 0;
 }
 
-seda_env_t *seda__inbox_evict(struct seda_stage_s *st)
+void seda__inbox_push(struct seda_inbox *in, seda_env_t *env,
+                      uint32_t lane_slots)
 {
-    SEDA__ASSERT_HELD(&st->mu);
+    HELD(in);
+    if (env->prio == SEDA_PRIO_NORMAL || lane_push(in, env, lane_slots) != 0)
+        append_locked(in, env);
+}
+
+seda_env_t *seda__inbox_evict(struct seda_inbox *in)
+{
+    HELD(in);
     seda_env_t *e = NULL;
-    if (!st->lanes)
-        return seda__inbox_take_all(st, &e, 1) ? e : NULL;
+    if (!in->lanes)
+        return seda__inbox_take_all(in, &e, 1) ? e : NULL;
     /* Lowest priority first: low, normal, high, then the head items. */
-    if ((e = seda__queue_pop(&st->q_low)) == NULL &&
-        seda__queue_count(&st->q) > st->q_head_n) {
+    if ((e = seda__queue_pop(&in->q_low)) == NULL &&
+        seda__queue_count(&in->q) > in->q_head_n) {
         /* The oldest spilled normal envelope, behind the head items. */
-        uint32_t i = (st->q.head + st->q_head_n) & st->q.mask;
-        e = st->q.slot[i];
-        for (uint32_t k = st->q_head_n; k + 1 < st->q.count; k++)
-            st->q.slot[(st->q.head + k) & st->q.mask] =
-                st->q.slot[(st->q.head + k + 1) & st->q.mask];
-        st->q.count--;
+        uint32_t i = (in->q.head + in->q_head_n) & in->q.mask;
+        e = in->q.slot[i];
+        for (uint32_t k = in->q_head_n; k + 1 < in->q.count; k++)
+            in->q.slot[(in->q.head + k) & in->q.mask] =
+                in->q.slot[(in->q.head + k + 1) & in->q.mask];
+        in->q.count--;
     }
     if (!e) {
         for (unsigned spin = 0; !e; spin++) {
-            if (inbox_take(st, &e, 1) == 1)
+            if (inbox_take(in, &e, 1) == 1)
                 break;
             e = NULL;
-            if (atomic_load_explicit(&st->in_pos, memory_order_acquire) ==
-                atomic_load_explicit(&st->out_pos, memory_order_relaxed))
+            if (atomic_load_explicit(&in->in_pos, memory_order_acquire) ==
+                atomic_load_explicit(&in->out_pos, memory_order_relaxed))
                 break;                  /* the inbox is empty */
             if (spin < 64)
                 seda__cpu_relax();
@@ -346,50 +421,52 @@ seda_env_t *seda__inbox_evict(struct seda_stage_s *st)
         }
     }
     if (!e)
-        e = seda__queue_pop(&st->q_high);
-    if (!e && (e = seda__queue_pop(&st->q)) != NULL && st->q_head_n)
-        st->q_head_n--;
-    seda__inbox_held_sync(st);
+        e = seda__queue_pop(&in->q_high);
+    if (!e && (e = seda__queue_pop(&in->q)) != NULL && in->q_head_n)
+        in->q_head_n--;
+    held_sync(in);
     return e;
 }
 
-/* Put env back at the head (mu held; q has room by construction: see
+/* Put env back at the head (guarded; q has room by construction: see
  * seda__queue_reserve calls). */
-void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
+void seda__inbox_push_head(struct seda_inbox *in, seda_env_t *env)
 {
-    SEDA__ASSERT_HELD(&st->mu);
-    seda__queue_push_front(&st->q, env);
-    st->q_head_n++;
-    seda__inbox_held_sync(st);
+    HELD(in);
+    seda__queue_push_front(&in->q, env);
+    in->q_head_n++;
+    held_sync(in);
+}
+
+int seda__inbox_push_front(struct seda_inbox *in, seda_env_t **envs, int n,
+                           uint32_t slots)
+{
+    HELD(in);
+    uint64_t need = (uint64_t)seda__queue_count(&in->q) + (uint64_t)n +
+                    (uint64_t)slots;
+    if (need > UINT32_MAX / 2 ||
+        seda__queue_reserve(&in->q, (uint32_t)need) != 0)
+        return SEDA_ENOMEM;
+    for (int i = n - 1; i >= 0; i--)
+        seda__inbox_push_head(in, envs[i]);
+    return 0;
 }
 
 /* Take everything queued right now, waiting out publishers mid-way
- * (mu held; used where the count must reach zero: sweeps). */
-uint32_t seda__inbox_take_all(struct seda_stage_s *st, seda_env_t **out,
+ * (guarded; used where the count must reach zero: sweeps). */
+uint32_t seda__inbox_take_all(struct seda_inbox *in, seda_env_t **out,
                               uint32_t n)
 {
-    uint32_t got = seda__stage_take(st, out, n);
+    uint32_t got = seda__inbox_take(in, out, n);
     /* A publisher holding a ticket stores its envelope (or a tombstone)
      * shortly; that needs no lock. */
     for (unsigned spin = 0;
-         got == 0 && seda__stage_qcount(st) > (uint32_t)st->reserved; spin++) {
+         got == 0 && seda__inbox_count(in) > (uint32_t)in->reserved; spin++) {
         if (spin < 64)
             seda__cpu_relax();
         else
             sched_yield();
-        got = seda__stage_take(st, out, n);
+        got = seda__inbox_take(in, out, n);
     }
     return got;
-}
-
-uint32_t seda__stage_depth(struct seda_stage_s *st)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    return seda__stage_qcount(st) - (uint32_t)st->reserved;
-}
-
-seda_env_t *seda__stage_take_one(struct seda_stage_s *st)
-{
-    seda_env_t *e = NULL;
-    return seda__stage_take(st, &e, 1) ? e : NULL;
 }

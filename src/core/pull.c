@@ -36,17 +36,40 @@ struct seda_lease_s {
                                    it back); guarded by st->mu */
 };
 
+/* ---- the stage's side ---- */
+
+int seda__pull_init(struct seda_pull *p, int64_t ack_timeout_ns)
+{
+    if (seda__cond_init(&p->not_empty))
+        return SEDA_ENOMEM;
+    p->ack_timeout_ns = ack_timeout_ns;
+    return 0;
+}
+
+void seda__pull_free(struct seda_pull *p)
+{
+    pthread_cond_destroy(&p->not_empty);
+}
+
+void seda__pull_wake(struct seda_pull *p, bool all)
+{
+    if (all)
+        pthread_cond_broadcast(&p->not_empty);
+    else if (p->receivers > 0)
+        pthread_cond_signal(&p->not_empty);
+}
+
 static void unlink_lease(struct seda_stage_s *st, struct seda_lease_s *l)
 {
     SEDA__ASSERT_HELD(&st->mu);
     if (l->prev)
         l->prev->next = l->next;
     else
-        st->leases = l->next;
+        st->pl.leases = l->next;
     if (l->next)
         l->next->prev = l->prev;
     else
-        st->leases_tail = l->prev;
+        st->pl.leases_tail = l->prev;
     l->next = l->prev = NULL;
 }
 
@@ -55,14 +78,14 @@ int seda__lease_expire(struct seda_stage_s *st, int64_t now,
 {
     SEDA__ASSERT_HELD(&st->mu);
     int n = 0;
-    while (n < max && st->leases && st->leases->deadline <= now) {
-        struct seda_lease_s *l = st->leases;
+    while (n < max && st->pl.leases && st->pl.leases->deadline <= now) {
+        struct seda_lease_s *l = st->pl.leases;
         unlink_lease(st, l);
         /* An expiry is a nack: the holder's changes are undone. */
         seda__env_undo_finish(l->env, &l->undo, false);
         requeue[n++] = l->env;
         l->env = NULL;
-        st->in_flight--;
+        st->pl.leased--;
     }
     return n;
 }
@@ -72,17 +95,17 @@ int seda__lease_sweep(struct seda_stage_s *st)
     int swept = 0;
     for (;;) {
         seda__mutex_lock(&st->mu);
-        struct seda_lease_s *l = st->leases;
+        struct seda_lease_s *l = st->pl.leases;
         seda_env_t *env = NULL;
         if (l) {
             unlink_lease(st, l);
             env = l->env;
             l->env = NULL;
             seda__env_undo_finish(env, &l->undo, true);     /* frees it */
-            st->in_flight--;
-            st->c.dropped++;
+            st->pl.leased--;
+            st->stats.c.dropped++;
             if (!(env->flags & ENV_DEAD))
-                st->c.it_lost++;
+                st->stats.c.it_lost++;
         }
         seda__mutex_unlock(&st->mu);
         if (!env)
@@ -143,11 +166,11 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
         }
         /* Wake for the oldest lease's expiry too. */
         int64_t until = deadline;
-        if (st->leases && st->leases->deadline < until)
-            until = st->leases->deadline;
-        st->receivers++;
-        seda__cond_wait(&st->not_empty, &st->mu, until);
-        st->receivers--;
+        if (st->pl.leases && st->pl.leases->deadline < until)
+            until = st->pl.leases->deadline;
+        st->pl.receivers++;
+        seda__cond_wait(&st->pl.not_empty, &st->mu, until);
+        st->pl.receivers--;
     }
     if (rc) {
         seda__mutex_unlock(&st->mu);
@@ -155,31 +178,30 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
         seda__free(l);
         return rc;
     }
-    seda_env_t *env = seda__stage_take_one(st);
+    seda_env_t *env = NULL;
+    seda__inbox_take(&st->in, &env, 1);
     if (!env) {                         /* a publisher is mid-way */
         seda__mutex_unlock(&st->mu);
         seda__pool_block_end(loaned);
         seda__free(l);
         return seda_stage_receive(st, timeout, out);
     }
-    if (st->waiters > 0)
-        pthread_cond_broadcast(&st->not_full);
-    st->in_flight++;
+    if (st->adm.waiters > 0)
+        pthread_cond_broadcast(&st->adm.not_full);
+    st->pl.leased++;
     l->recv_ts = seda__clock_ns();
-    seda__mutex_lock(&st->hist_mu);
-    seda__hist_add(&st->sojourn, l->recv_ts > env->enq_ts
-                                     ? (uint64_t)(l->recv_ts - env->enq_ts)
-                                     : 0);
-    seda__mutex_unlock(&st->hist_mu);
+    seda__stats_latency_one(&st->stats, l->recv_ts > env->enq_ts
+                                            ? l->recv_ts - env->enq_ts : 0,
+                            -1);
     l->st = st;
     l->env = env;
-    l->deadline = seda__now_ns() + st->ack_timeout_ns;
-    l->prev = st->leases_tail;
-    if (st->leases_tail)
-        st->leases_tail->next = l;
+    l->deadline = seda__now_ns() + st->pl.ack_timeout_ns;
+    l->prev = st->pl.leases_tail;
+    if (st->pl.leases_tail)
+        st->pl.leases_tail->next = l;
     else
-        st->leases = l;
-    st->leases_tail = l;
+        st->pl.leases = l;
+    st->pl.leases_tail = l;
     seda__mutex_unlock(&st->mu);
     seda__pool_block_end(loaned);
     *out = l;
@@ -218,15 +240,13 @@ static seda_env_t *settle(seda_lease_t *l, bool ack, bool *late)
     if (env) {
         unlink_lease(st, l);
         l->env = NULL;
-        st->in_flight--;
+        st->pl.leased--;
         *late = seda__now_ns() >= l->deadline;
         /* A nack (a late ack is one) discards the holder's changes. */
         seda__env_undo_finish(env, &l->undo, ack && !*late);
         int64_t now = seda__clock_ns();
-        seda__mutex_lock(&st->hist_mu);
-        seda__hist_add(&st->service, now > l->recv_ts
-                                         ? (uint64_t)(now - l->recv_ts) : 0);
-        seda__mutex_unlock(&st->hist_mu);
+        seda__stats_latency_one(&st->stats, -1,
+                                now > l->recv_ts ? now - l->recv_ts : 0);
     }
     seda__mutex_unlock(&st->mu);
     seda__free(l);
@@ -248,7 +268,7 @@ int seda_lease_ack(seda_lease_t *l)
     tally.delivered = 1;
     seda__bus_route_ack(st, env, &tally);
     seda__mutex_lock(&st->mu);
-    seda__counters_fold(&st->c, &tally);
+    seda__stats_fold(&st->stats.c, &tally);
     seda__mutex_unlock(&st->mu);
     return 0;
 }

@@ -29,6 +29,7 @@
 #ifndef SEDA_REMOTE_HOOKS_H
 #define SEDA_REMOTE_HOOKS_H
 
+#include "door.h"
 #include "env.h"
 
 struct seda_stage_s;

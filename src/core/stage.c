@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stage.c -- a stage's admission control and the end of an envelope
- * (the queue is inbox.c; creation, tuning and stats are stage_conf.c;
- * the drain task drain.c).
+ * stage.c -- a stage's admission: the policy at a full queue, adaptive
+ * shedding, retry backoff, the payload check, tuning; and the end of an
+ * envelope (the queue is inbox.c, the drain task drain.c, the stage's
+ * making stage_new.c, its counters stats.c).
  *
  * DESIGN
  *   Admission (any thread) takes the stage lock once: room below capacity
@@ -34,8 +35,6 @@
 #include <string.h>
 
 #include "bus.h"
-#include "deliver.h"
-#include "inbox.h"
 #include "stage.h"
 
 
@@ -44,27 +43,8 @@
 void seda__stage_count_dropped(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);
-    st->c.dropped++;
+    st->stats.c.dropped++;
     seda__mutex_unlock(&st->mu);
-}
-
-void seda__counters_fold(struct stage_counters *into,
-                         const struct stage_counters *from)
-{
-    into->enqueued += from->enqueued;
-    into->delivered += from->delivered;
-    into->nacked += from->nacked;
-    into->dropped += from->dropped;
-    into->dead_lettered += from->dead_lettered;
-    into->errors += from->errors;
-    into->completed += from->completed;
-    into->invalid += from->invalid;
-    into->refused += from->refused;
-    into->shed += from->shed;
-    into->accepted += from->accepted;
-    into->it_dead += from->it_dead;
-    into->it_lost += from->it_lost;
-    into->it_remote += from->it_remote;
 }
 
 void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
@@ -79,7 +59,7 @@ void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
             c->it_lost++;
         if (!tally) {
             seda__mutex_lock(&st->mu);
-            seda__counters_fold(&st->c, &one);
+            seda__stats_fold(&st->stats.c, &one);
             seda__mutex_unlock(&st->mu);
         }
     }
@@ -105,6 +85,13 @@ static void end_dropped(seda_env_t *env)
 /* ---- admission ---- */
 
 
+/* A priority lane's size, allocated on first use (mu held). */
+static uint32_t lane_slots(struct seda_stage_s *st)
+{
+    return (uint32_t)seda__stage_slots(st, st->adm.capacity,
+                                       st->adm.concurrency);
+}
+
 /* Push env (lock held, room checked).  Returns true when the caller must
  * submit a drain task after unlocking. */
 static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
@@ -118,39 +105,38 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
     /* A lane that cannot be allocated leaves the envelope at normal
      * priority rather than refusing what the caller already owns (a
      * committed journal row, a hop). */
-    if (env->prio == SEDA_PRIO_NORMAL || seda__inbox_lane_push(st, env) != 0)
-        seda__inbox_append_locked(st, env);
-    st->c.enqueued++;
+    seda__inbox_push(&st->in, env, lane_slots(st));
+    st->stats.c.enqueued++;
     if (!hop)
-        st->c.accepted++;
+        st->stats.c.accepted++;
     if (st->pull) {
-        if (st->receivers > 0)
-            pthread_cond_signal(&st->not_empty);
+        seda__pull_wake(&st->pl, false);
         return false;
     }
-    int run = atomic_load_explicit(&st->running, memory_order_relaxed);
-    if (run < st->concurrency &&
-        seda__stage_want_task(st, run, seda__stage_depth(st))) {
-        atomic_store_explicit(&st->running, run + 1, memory_order_seq_cst);
-        return true;
-    }
-    return false;
-}
-
-void seda__stage_schedule(struct seda_stage_s *st)
-{
-    /* Inside a consumer call (a handler publishing) the worker may run on
-     * for long, or wait for the very task it queues: wake another. */
-    if (seda__pool_submit(st->bus->pool, seda__stage_drain, st,
-                          !seda__env_in_delivery()) != 0) {
-        /* Pool stopping: give the permit back; the bus sweeps the queue. */
-        seda__mutex_lock(&st->mu);
-        atomic_fetch_sub_explicit(&st->running, 1, memory_order_seq_cst);
-        seda__mutex_unlock(&st->mu);
-    }
+    return seda__drain_claim(&st->dr, st->adm.concurrency,
+                             seda__stage_depth(st), false);
 }
 
 static int shed_level_now(struct seda_stage_s *st);
+
+/* The policy switch, the one place it lives: what a full stage does with
+ * an offer.  A refusal (SEDA_EFULL, SEDA_EDROPPED), FULL_WAIT (block) or
+ * FULL_EVICT (drop_oldest, where the queue can evict its head; where it
+ * cannot, a remote stage's window, drop_oldest refuses as full). */
+enum { FULL_WAIT = 1, FULL_EVICT = 2 };
+static int full_answer(int policy, bool can_evict)
+{
+    switch (policy) {
+    case SEDA_POLICY_REJECT:
+        return SEDA_EFULL;
+    case SEDA_POLICY_DROP_NEWEST:
+        return SEDA_EDROPPED;
+    case SEDA_POLICY_DROP_OLDEST:
+        return can_evict ? FULL_EVICT : SEDA_EFULL;
+    default:
+        return FULL_WAIT;
+    }
+}
 
 /* Decide for one offered envelope with the lock held.  Returns 0 when
  * admitted (*nsched is raised by the drain tasks to start after unlocking:
@@ -166,53 +152,55 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
     if (env && env->prio == SEDA_PRIO_LOW && !hop)
-        st->low_offered++;              /* shedding looks at low traffic */
+        st->adm.low_offered++;              /* shedding looks at low traffic */
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
-    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
     if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
-            st->c.shed++;
-            st->c.dropped++;
+            st->stats.c.shed++;
+            st->stats.c.dropped++;
             return SEDA_ESHED;
         }
     }
-    if (seda__stage_qcount(st) < (uint32_t)st->capacity) {
-        if (env) {
+    if (seda__inbox_count(&st->in) < (uint32_t)st->adm.capacity) {
+        if (env)
             *nsched += push_locked(st, env, hop);
-        } else {
-            st->reserved++;             /* a slot held for a journal write */
-            seda__inbox_held_sync(st);
-        }
+        else
+            seda__inbox_reserve_slot(&st->in);  /* for a journal write */
         return 0;
     }
-    switch (st->policy) {
-    case SEDA_POLICY_REJECT:
-        st->c.dropped++;
-        return SEDA_EFULL;
-    case SEDA_POLICY_DROP_NEWEST:
-        st->c.dropped++;
-        return SEDA_EDROPPED;
-    case SEDA_POLICY_DROP_OLDEST: {
-        seda_env_t *old = seda__inbox_evict(st); /* NULL: only journal
-                                                    reservations held */
-        st->c.dropped++;
-        if (old && !(old->flags & ENV_DEAD))
-            st->c.it_lost++;
-        *victim = old;
-        if (env) {
-            *nsched += push_locked(st, env, hop);
-        } else {
-            st->reserved++;
-            seda__inbox_held_sync(st);
-        }
-        return 0;
+    int answer = full_answer(st->adm.policy, true);
+    if (answer < 0) {
+        st->stats.c.dropped++;
+        return answer;
     }
-    default:
+    if (answer == FULL_WAIT)
         return 1;
-    }
+    /* drop_oldest: evict the head (NULL: only journal reservations
+     * held), admit the new one. */
+    seda_env_t *old = seda__inbox_evict(&st->in);
+    st->stats.c.dropped++;
+    if (old && !(old->flags & ENV_DEAD))
+        st->stats.c.it_lost++;
+    *victim = old;
+    if (env)
+        *nsched += push_locked(st, env, hop);
+    else
+        seda__inbox_reserve_slot(&st->in);
+    return 0;
+}
+
+int seda__stage_full_answer(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    int answer = full_answer(st->adm.policy, false);
+    if (answer < 0)
+        st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
+    return answer == FULL_WAIT ? 0 : answer;
 }
 
 /* A worker routing a hop (not inside a consumer call, nor a batch
@@ -238,12 +226,12 @@ static bool help_drain(struct seda_stage_s *st)
         st->pull ||
         seda__pool_current_owner() != (void *)st->bus)
         return false;
-    if (!seda__pool_take(st->bus->pool, seda__stage_drain, st))
+    if (!seda__pool_take(st->bus->pool, seda__drain_run, st))
         return false;
     /* The task holds the permit it was scheduled with. */
     seda__mutex_unlock(&st->mu);
     tls_helping = true;
-    seda__stage_drain(st);
+    seda__drain_run(st);
     tls_helping = false;
     seda__mutex_lock(&st->mu);
     return true;
@@ -261,9 +249,9 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
         end = deadline_ns;
     /* Relaxed: a hint, re-checked under the lock.  Any drop below the
      * depth we found full means a drain task took a batch. */
-    unsigned full = seda__stage_qcount(st);
+    unsigned full = seda__inbox_count(&st->in);
     for (unsigned i = 1;; i++) {
-        if (seda__stage_qcount(st) < full)
+        if (seda__inbox_count(&st->in) < full)
             return;
         if (i < 64)
             seda__cpu_relax();
@@ -274,75 +262,52 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
     }
 }
 
-/* The lock-free publish path (see HOW IT WORKS in inbox.c).  Returns 0 when env was
- * admitted, 1 when the caller must take the locked path. */
+/* The lock-free publish path (see HOW IT WORKS in inbox.c).  Returns 0
+ * when env was admitted, 1 when the caller must take the locked path. */
 static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
 {
     struct seda_bus_s *b = st->bus;
     if (st->pull || env->prio != SEDA_PRIO_NORMAL)
         return 1;                       /* receivers need a signal; lanes
                                            are under the lock */
-    if (!hop && atomic_load_explicit(&st->shed_level, memory_order_relaxed))
+    if (!hop && atomic_load_explicit(&st->adm.shed_level,
+                                     memory_order_relaxed))
         return 1;                       /* shedding: the locked path says */
-    uint64_t cap = (uint64_t)atomic_load_explicit(&st->cap_fast,
+    uint64_t cap = (uint64_t)atomic_load_explicit(&st->adm.cap_fast,
                                                   memory_order_relaxed);
-    uint64_t t = atomic_load_explicit(&st->in_pos, memory_order_relaxed);
-    uint64_t out;
-    uint32_t held;
-    for (;;) {
-        /* Acquire: pairs with the taker's store of out_pos, after which
-         * the slots below it are clear.  A stale value only makes the
-         * stage look fuller than it is (the locked path then decides). */
-        out = atomic_load_explicit(&st->out_pos, memory_order_acquire);
-        held = atomic_load_explicit(&st->held, memory_order_relaxed);
-        if (t - out > st->inbox_mask || t - out + held >= cap)
-            return 1;                   /* inbox or stage full: locked path */
-        /* seq_cst: ordered before the reads of closed, stopping and
-         * running below (the Dekker pairings). */
-        if (atomic_compare_exchange_weak_explicit(&st->in_pos, &t, t + 1,
-                                                  memory_order_seq_cst,
-                                                  memory_order_relaxed))
-            break;
-    }
+    uint64_t t, depth;
+    if (!seda__inbox_claim(&st->in, cap, &t, &depth))
+        return 1;                       /* inbox or stage full */
+    /* The claim was seq_cst: ordered before these reads of closed,
+     * stopping and running (the Dekker pairings). */
     if ((!hop && atomic_load_explicit(&b->closed, memory_order_seq_cst)) ||
         atomic_load_explicit(&b->stopping, memory_order_seq_cst)) {
         /* Closing: the ticket cannot be given back.  Void it; a sweep that
          * follows the store of stopping waits for this slot to fill. */
-        seda__inbox_store(st, t, TOMBSTONE);
+        seda__inbox_store(&st->in, t, TOMBSTONE);
         seda__mutex_lock(&st->mu);
-        st->in_other++;                 /* not an admission */
-        /* A sweep may already be over (stopping): nobody else would
-         * skip it.  Skip the tombstones at the head; one behind a slot
-         * still empty is skipped by its own publisher, who stores after
-         * us and comes through here too. */
-        seda__inbox_skip_tombstones(st);
+        seda__inbox_voided(&st->in);
         seda__mutex_unlock(&st->mu);
         return 1;
     }
     env->at = st;
     if (hop) {
         env->enq_ts = seda__clock_ns();
-        atomic_fetch_add_explicit(&st->fast_hop, 1, memory_order_relaxed);
+        seda__inbox_count_hop(&st->in);
     }
-    seda__inbox_store(st, t, env);
+    seda__inbox_store(&st->in, t, env);
     SEDA__CHAOS();
-    /* Dekker pairing: in_pos++ above, then running here; a drain task
+    /* Dekker pairing: the ticket above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
-    int run = atomic_load_explicit(&st->running, memory_order_seq_cst);
-    if (run < atomic_load_explicit(&st->conc_fast, memory_order_relaxed) &&
-        seda__stage_want_task(st, run, t + 1 - out + held)) {
-        bool sched = false;
+    int run = seda__drain_running(&st->dr);
+    if (run < atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) &&
+        seda__drain_want_task(&st->dr, run, depth + 1)) {
         seda__mutex_lock(&st->mu);
-        run = atomic_load_explicit(&st->running, memory_order_relaxed);
-        if (run < st->concurrency &&
-            seda__stage_want_task(st, run, seda__stage_depth(st))) {
-            atomic_store_explicit(&st->running, run + 1,
-                                  memory_order_seq_cst);
-            sched = true;
-        }
+        bool sched = seda__drain_claim(&st->dr, st->adm.concurrency,
+                                       seda__stage_depth(st), false);
         seda__mutex_unlock(&st->mu);
         if (sched)
-            seda__stage_schedule(st);
+            seda__drain_schedule(st);
     }
     return 0;
 }
@@ -403,7 +368,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                      deadline_ns < seda__deadline(timeout);
         }
         if (seda__now_ns() >= deadline_ns) {
-            st->c.dropped++;
+            st->stats.c.dropped++;
             rc = SEDA_ETIMEDOUT;
             break;
         }
@@ -424,7 +389,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             continue;
         }
         if (!spun && (!loaned || !seda__batch_busy()) &&
-            atomic_load_explicit(&st->running, memory_order_relaxed) > 0) {
+            atomic_load_explicit(&st->dr.running, memory_order_relaxed) > 0) {
             /* A drain task is working on it: room usually appears within
              * a batch, so watch for it briefly (yielding the core after a
              * few rounds) instead of paying two kernel round trips (our
@@ -442,9 +407,9 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             seda__mutex_lock(&st->mu);
             continue;
         }
-        st->waiters++;
-        seda__cond_wait(&st->not_full, &st->mu, deadline_ns);
-        st->waiters--;
+        st->adm.waiters++;
+        seda__cond_wait(&st->adm.not_full, &st->mu, deadline_ns);
+        st->adm.waiters--;
         spun = false;
     }
     seda__mutex_unlock(&st->mu);
@@ -452,7 +417,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         report_hop_timeout(st, env, hop);   /* still counted as blocked */
     seda__pool_block_end(loaned);
     while (nsched-- > 0)
-        seda__stage_schedule(st);
+        seda__drain_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
             seda__store_forget(st, victim);
@@ -491,7 +456,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                          deadline_ns < seda__deadline(timeout);
             }
             if (seda__now_ns() >= deadline_ns) {
-                st->c.dropped++;
+                st->stats.c.dropped++;
                 *rc = SEDA_ETIMEDOUT;
                 break;
             }
@@ -499,7 +464,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
             if (nsched > 0) {
                 seda__mutex_unlock(&st->mu);
                 while (nsched > 0) {
-                    seda__stage_schedule(st);
+                    seda__drain_schedule(st);
                     nsched--;
                 }
                 seda__mutex_lock(&st->mu);
@@ -513,9 +478,9 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                 on_pool = loaned != NULL;
                 continue;
             }
-            st->waiters++;
-            seda__cond_wait(&st->not_full, &st->mu, deadline_ns);
-            st->waiters--;
+            st->adm.waiters++;
+            seda__cond_wait(&st->adm.not_full, &st->mu, deadline_ns);
+            st->adm.waiters--;
             continue;
         } else {
             *rc = r;
@@ -533,7 +498,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
         report_hop_timeout(st, NULL, false);
     seda__pool_block_end(loaned);
     while (nsched-- > 0)
-        seda__stage_schedule(st);
+        seda__drain_schedule(st);
     for (int i = 0; i < nv; i++)
         end_dropped(victims[i]);
     return done;
@@ -542,8 +507,8 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
 void seda__stage_wake(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);
-    pthread_cond_broadcast(&st->not_full);
-    pthread_cond_broadcast(&st->not_empty);
+    pthread_cond_broadcast(&st->adm.not_full);
+    seda__pull_wake(&st->pl, true);
     seda__mutex_unlock(&st->mu);
 }
 
@@ -555,14 +520,12 @@ int seda__stage_reserve(struct seda_stage_s *st, double timeout)
 void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
 {
     seda__mutex_lock(&st->mu);
-    assert(st->reserved > 0);
-    st->reserved--;
     /* The slot was counted when it was held; push_locked counts again. */
-    seda__inbox_held_sync(st);
+    seda__inbox_unreserve_slot(&st->in);
     bool sched = push_locked(st, env, false);
     seda__mutex_unlock(&st->mu);
     if (sched)
-        seda__stage_schedule(st);
+        seda__drain_schedule(st);
 }
 
 int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
@@ -570,45 +533,34 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
 {
     int nsched = 0;
     seda__mutex_lock(&st->mu);
-    uint64_t need = (uint64_t)seda__queue_count(&st->q) + (uint64_t)n +
-                    (uint64_t)st->capacity +
-                    (uint64_t)st->concurrency * (uint64_t)st->bus->batch;
-    if (need > UINT32_MAX / 2 ||
-        seda__queue_reserve(&st->q, (uint32_t)need) != 0) {
+    uint64_t slots = seda__stage_slots(st, st->adm.capacity,
+                                       st->adm.concurrency);
+    for (int i = 0; i < n; i++)
+        envs[i]->at = st;
+    if (slots > UINT32_MAX / 2 ||
+        seda__inbox_push_front(&st->in, envs, n, (uint32_t)slots) != 0) {
         seda__mutex_unlock(&st->mu);
         return SEDA_ENOMEM;
     }
-    for (int i = n - 1; i >= 0; i--) {
-        envs[i]->at = st;
-        seda__stage_push_head(st, envs[i]);
-    }
-    st->c.enqueued += (uint64_t)n;
-    st->c.accepted += (uint64_t)n;
-    if (st->pull) {
-        pthread_cond_broadcast(&st->not_empty);
-    } else {
-        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
-        while (run < st->concurrency &&
-               (uint32_t)run < seda__stage_qcount(st) - (uint32_t)st->reserved) {
-            run++;
-            nsched++;
-        }
-        atomic_store_explicit(&st->running, run, memory_order_seq_cst);
-    }
+    st->stats.c.enqueued += (uint64_t)n;
+    st->stats.c.accepted += (uint64_t)n;
+    if (st->pull)
+        seda__pull_wake(&st->pl, true);
+    else
+        nsched = seda__drain_claim_n(&st->dr, st->adm.concurrency,
+                                     seda__stage_depth(st));
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
-        seda__stage_schedule(st);
+        seda__drain_schedule(st);
     return 0;
 }
 
 void seda__stage_unreserve(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);
-    assert(st->reserved > 0);
-    st->reserved--;
-    seda__inbox_held_sync(st);
-    if (st->waiters > 0)
-        pthread_cond_broadcast(&st->not_full);
+    seda__inbox_unreserve_slot(&st->in);
+    if (st->adm.waiters > 0)
+        pthread_cond_broadcast(&st->adm.not_full);
     seda__mutex_unlock(&st->mu);
 }
 
@@ -634,41 +586,44 @@ static void retry_due(void *arg)
     struct seda_stage_s *st = env->at;
     bool sched = false;
     seda__mutex_lock(&st->mu);
-    st->delayed--;
+    st->adm.delayed--;
     env->enq_ts = seda__clock_ns();
     seda__stage_push_head(st, env);
-    if (st->pull) {
-        if (st->receivers > 0)
-            pthread_cond_signal(&st->not_empty);
-    } else {
-        int run = atomic_load_explicit(&st->running, memory_order_relaxed);
-        if (run < st->concurrency) {
-            atomic_store_explicit(&st->running, run + 1,
-                                  memory_order_seq_cst);
-            sched = true;
-        }
-    }
+    if (st->pull)
+        seda__pull_wake(&st->pl, false);
+    else
+        sched = seda__drain_claim(&st->dr, st->adm.concurrency,
+                                  seda__stage_depth(st), true);
     seda__mutex_unlock(&st->mu);
     if (sched)
-        seda__stage_schedule(st);
+        seda__drain_schedule(st);
 }
 
-int64_t seda__stage_retry_delay(struct seda_stage_s *st, int next)
+/* The backoff before retry attempt `next` (mu held). */
+static int64_t backoff_locked(struct seda_stage_s *st, int next)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    if (!(st->retry_backoff > 0))
+    if (!(st->adm.retry_backoff > 0))
         return 0;
     /* The first retry (attempts 2) waits backoff, each next one
      * multiplier times longer, up to max_backoff; jitter adds up to half
      * again, still within max_backoff. */
-    double d = st->retry_backoff;
-    for (int k = 2; k < next && d < st->retry_max; k++)
-        d *= st->retry_mult;
-    if (st->retry_jitter)
+    double d = st->adm.retry_backoff;
+    for (int k = 2; k < next && d < st->adm.retry_max; k++)
+        d *= st->adm.retry_mult;
+    if (st->adm.retry_jitter)
         d *= 1.0 + 0.5 * jitter01();
-    if (d > st->retry_max)
-        d = st->retry_max;
+    if (d > st->adm.retry_max)
+        d = st->adm.retry_max;
     return seda__secs_to_ns(d);
+}
+
+int64_t seda__stage_backoff_ns(struct seda_stage_s *st, int next)
+{
+    seda__mutex_lock(&st->mu);
+    int64_t d = backoff_locked(st, next);
+    seda__mutex_unlock(&st->mu);
+    return d;
 }
 
 bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
@@ -678,15 +633,15 @@ bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
     if (env->ext && env->ext->due) {
         due = env->ext->due;            /* journaled: the row says so */
         env->ext->due = 0;
-    } else if (st->retry_backoff > 0) {
-        due = seda__now_ns() + seda__stage_retry_delay(st, env->attempts);
+    } else if (st->adm.retry_backoff > 0) {
+        due = seda__now_ns() + backoff_locked(st, env->attempts);
     } else {
         return false;
     }
     env->at = st;
     if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
         return false;                   /* stopping, or out of memory */
-    st->delayed++;
+    st->adm.delayed++;
     return true;
 }
 
@@ -698,9 +653,9 @@ int seda__stage_requeue_later(struct seda_stage_s *st, seda_env_t *env)
     int rc = seda__pool_submit_at(st->bus->pool, due, retry_due, env);
     if (rc == 0) {
         env->ext->due = 0;
-        st->delayed++;
-        st->c.enqueued++;
-        st->c.accepted++;
+        st->adm.delayed++;
+        st->stats.c.enqueued++;
+        st->stats.c.accepted++;
     }
     seda__mutex_unlock(&st->mu);
     return rc;
@@ -714,10 +669,10 @@ void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
     seda_env_t *env = arg;
     struct seda_stage_s *st = env->at;
     seda__mutex_lock(&st->mu);
-    st->delayed--;
-    st->c.dropped++;
+    st->adm.delayed--;
+    st->stats.c.dropped++;
     if (!(env->flags & ENV_DEAD))
-        st->c.it_lost++;
+        st->stats.c.it_lost++;
     seda__mutex_unlock(&st->mu);
     end_dropped(env);
 }
@@ -736,55 +691,55 @@ void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
 /* Shedding at level ends (mu held); the stage stays armed. */
 static void shed_end(struct seda_stage_s *st, int level, int64_t now)
 {
-    st->shed_above_since = 0;
-    st->shed_rearm = level;
-    st->shed_rearm_until = now + SHED_REARM_INTERVALS * st->shed_interval_ns;
-    atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
+    st->adm.shed_above_since = 0;
+    st->adm.shed_rearm = level;
+    st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS * st->adm.shed_interval_ns;
+    atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
 }
 
 /* Shedding rises to level (mu held). */
 static void shed_rise(struct seda_stage_s *st, int level, int64_t now)
 {
-    st->shed_level_at = now;
-    atomic_store_explicit(&st->shed_level, level, memory_order_relaxed);
+    st->adm.shed_level_at = now;
+    atomic_store_explicit(&st->adm.shed_level, level, memory_order_relaxed);
 }
 
 void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
                              int64_t now)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    if (!st->shed_target_ns)
+    if (!st->adm.shed_target_ns)
         return;
-    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
-    if (least < st->shed_target_ns) {
+    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
+    if (least < st->adm.shed_target_ns) {
         /* An envelope started within target: the queue is good again. */
         if (level)
             shed_end(st, level, now);
         else
-            st->shed_above_since = 0;
+            st->adm.shed_above_since = 0;
         return;
     }
-    if (!level && st->shed_rearm && now < st->shed_rearm_until) {
+    if (!level && st->adm.shed_rearm && now < st->adm.shed_rearm_until) {
         /* Shedding ended a moment ago, and the queue is slow again. */
-        st->shed_rearm_until = now + SHED_REARM_INTERVALS *
-                                     st->shed_interval_ns;
-        shed_rise(st, st->shed_rearm, now);
+        st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS *
+                                     st->adm.shed_interval_ns;
+        shed_rise(st, st->adm.shed_rearm, now);
         return;
     }
-    if (!st->shed_above_since) {
-        st->shed_above_since = now;
-        st->shed_low_mark = st->low_offered;
+    if (!st->adm.shed_above_since) {
+        st->adm.shed_above_since = now;
+        st->adm.shed_low_mark = st->adm.low_offered;
         return;
     }
-    if (now - st->shed_above_since < st->shed_interval_ns)
+    if (now - st->adm.shed_above_since < st->adm.shed_interval_ns)
         return;
     /* Every start for a whole interval waited too long: refuse low
      * priority, and if that is not enough after another interval, normal
      * priority too -- at once when no low-priority publish came in that
      * interval (there is nothing to refuse first). */
     if (level == 0 ||
-        (level == 1 && now - st->shed_level_at >= st->shed_interval_ns)) {
-        shed_rise(st, level == 0 && st->low_offered == st->shed_low_mark
+        (level == 1 && now - st->adm.shed_level_at >= st->adm.shed_interval_ns)) {
+        shed_rise(st, level == 0 && st->adm.low_offered == st->adm.shed_low_mark
                           ? 2 : level + 1, now);
     }
 }
@@ -794,18 +749,18 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
  * time, ends it (the batches that would say so may never come). */
 static int shed_level_now(struct seda_stage_s *st)
 {
-    int level = atomic_load_explicit(&st->shed_level, memory_order_relaxed);
+    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
     if (!level)
         return 0;
-    if (!st->shed_target_ns) {
-        st->shed_above_since = 0;
-        atomic_store_explicit(&st->shed_level, 0, memory_order_relaxed);
+    if (!st->adm.shed_target_ns) {
+        st->adm.shed_above_since = 0;
+        atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
         return 0;
     }
-    uint64_t svc = atomic_load_explicit(&st->svc_ns, memory_order_relaxed);
+    uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
     uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc /
-                       (uint64_t)st->concurrency;
-    if (backlog < (uint64_t)st->shed_target_ns) {
+                       (uint64_t)st->adm.concurrency;
+    if (backlog < (uint64_t)st->adm.shed_target_ns) {
         shed_end(st, level, seda__clock_ns());
         return 0;
     }
@@ -818,16 +773,16 @@ void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
         env->attempts++;
         env->enq_ts = seda__clock_ns();
         seda__mutex_lock(&st->mu);
-        st->c.nacked++;
+        st->stats.c.nacked++;
         if (!seda__stage_retry_later(st, env))
             seda__stage_push_head(st, env);
-        if (st->pull && st->receivers > 0)
-            pthread_cond_signal(&st->not_empty);
+        if (st->pull)
+            seda__pull_wake(&st->pl, false);
         seda__mutex_unlock(&st->mu);
         return;
     }
     seda__mutex_lock(&st->mu);
-    st->c.nacked++;
+    st->stats.c.nacked++;
     seda__mutex_unlock(&st->mu);
     seda__bus_dead_letter(st, env, "max_attempts", NULL);
 }
@@ -840,14 +795,14 @@ int seda__stage_sweep(struct seda_stage_s *st)
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
-        uint32_t n = seda__inbox_take_all(st, chunk, 64);
+        uint32_t n = seda__inbox_take_all(&st->in, chunk, 64);
         for (uint32_t k = 0; k < n; k++) {
-            st->c.dropped++;
+            st->stats.c.dropped++;
             if (!(chunk[k]->flags & ENV_DEAD))
-                st->c.it_lost++;
+                st->stats.c.it_lost++;
         }
         if (n == 0)
-            atomic_store_explicit(&st->running, 0, memory_order_seq_cst);
+            seda__drain_reset(&st->dr);
         seda__mutex_unlock(&st->mu);
         if (n == 0)
             return swept;
@@ -865,18 +820,17 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         seda_env_t *requeue[64];
         seda__mutex_lock(&st->mu);
         int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
-        bool idle = st->leases == NULL;
-        *sum += st->c.enqueued + st->c.nacked + seda__stage_fast_all(st);
+        bool idle = seda__pull_settled(&st->pl);
+        *sum += st->stats.c.enqueued + st->stats.c.nacked + seda__inbox_fast_all(&st->in);
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < n; i++)
             seda__stage_nack(st, requeue[i]);
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
-    bool idle = atomic_load_explicit(&st->running, memory_order_seq_cst) == 0
-                && seda__stage_qcount(st) == (uint32_t)st->reserved &&
-                st->delayed == 0;
-    *sum += st->c.enqueued + seda__stage_fast_all(st);
+    bool idle = seda__drain_running(&st->dr) == 0 &&
+                seda__stage_depth(st) == 0 && st->adm.delayed == 0;
+    *sum += st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     seda__mutex_unlock(&st->mu);
     if (st->remote_ops && !st->remote_ops->idle(st, sum))
         idle = false;
@@ -895,12 +849,212 @@ void seda__stage_count_remote(struct seda_stage_s *st, int what)
 {
     seda__mutex_lock(&st->mu);
     if (what == SEDA__REMOTE_ACCEPTED) {
-        st->c.accepted++;
+        st->stats.c.accepted++;
     } else if (what == SEDA__REMOTE_HANDED) {
-        st->c.it_remote++;
+        st->stats.c.it_remote++;
     } else {
-        st->c.dropped++;
-        st->c.it_lost++;
+        st->stats.c.dropped++;
+        st->stats.c.it_lost++;
     }
     seda__mutex_unlock(&st->mu);
 }
+
+void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
+{
+    seda__inbox_push_head(&st->in, env);
+}
+
+/* ---- making and tuning admission ---- */
+
+int seda__stage_admission_init(struct seda_admission *a,
+                               const seda_stage_opts *o)
+{
+    if (seda__cond_init(&a->not_full))
+        return SEDA_ENOMEM;
+    a->capacity = o->capacity;
+    a->concurrency = o->concurrency;
+    a->policy = o->policy;
+    a->shed_target_ns = seda__secs_to_ns(o->shed_target);
+    a->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
+    a->retry_backoff = o->retry_backoff;
+    a->retry_max = o->retry_max_backoff;
+    a->retry_mult = o->retry_multiplier;
+    a->retry_jitter = o->retry_jitter;
+    atomic_init(&a->cap_fast, o->capacity);
+    atomic_init(&a->conc_fast, o->concurrency);
+    atomic_init(&a->shed_level, 0);
+    return 0;
+}
+
+void seda__stage_admission_free(struct seda_admission *a)
+{
+    pthread_cond_destroy(&a->not_full);
+}
+
+/* The admission options' ranges; 0, or -1 with why naming the field.
+ * A NaN fails every comparison, so each test is written to fail on it. */
+static int check_admission(double starve, double target, double interval,
+                           double backoff, double max_backoff, double mult,
+                           char *why, size_t n)
+{
+    if (!(starve > 0))
+        return snprintf(why, n, "starve_after must be > 0 (got %g)",
+                        starve), -1;
+    if (!(target >= 0))
+        return snprintf(why, n, "shed.target must be >= 0 (got %g)",
+                        target), -1;
+    if (target > 0 && !(interval > 0))
+        return snprintf(why, n, "shed.interval must be > 0 (got %g)",
+                        interval), -1;
+    if (!(backoff >= 0))
+        return snprintf(why, n, "retry.backoff must be >= 0 (got %g)",
+                        backoff), -1;
+    if (backoff > 0 && !(max_backoff >= backoff))
+        return snprintf(why, n, "retry.max_backoff must be >= "
+                        "retry.backoff (got %g < %g)", max_backoff,
+                        backoff), -1;
+    if (backoff > 0 && !(mult >= 1))
+        return snprintf(why, n, "retry.multiplier must be >= 1 (got %g)",
+                        mult), -1;
+    return 0;
+}
+
+int seda__stage_check_admission(const seda_stage_opts *o, unsigned what,
+                                char *why, size_t n)
+{
+    bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
+         starve = what & SEDA_TUNE_STARVE;
+    return check_admission(starve ? o->starve_after : 1,
+                           shed ? o->shed_target : 0,
+                           shed ? o->shed_interval : 0,
+                           retry ? o->retry_backoff : 0,
+                           retry ? o->retry_max_backoff : 0,
+                           retry ? o->retry_multiplier : 1, why, n);
+}
+
+#define FAIL(...) do { \
+        if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
+        return SEDA_EINVAL; \
+    } while (0)
+
+int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
+                    int policy, char *err, size_t errlen)
+{
+    const char *nm = st->name;
+    if (capacity > (1 << 26))
+        FAIL("stage '%s': capacity must be <= %d (got %d)", nm, 1 << 26,
+             capacity);
+    if (concurrency > 4096)
+        FAIL("stage '%s': concurrency must be <= 4096 (got %d)", nm,
+             concurrency);
+    if (policy >= 0 && !seda_policy_name(policy))
+        FAIL("stage '%s': unknown policy (%d)", nm, policy);
+    struct seda_bus_s *b = st->bus;
+    int nsched = 0;
+    seda__mutex_lock(&st->mu);
+    int cap = capacity > 0 ? capacity : st->adm.capacity;
+    int conc = concurrency > 0 ? concurrency : st->adm.concurrency;
+    uint64_t slots = seda__stage_slots(st, cap, conc);
+    /* The ring must also hold what is queued now plus what is in flight
+     * (a shrink below the current depth keeps everything). */
+    uint64_t need = (uint64_t)seda__stage_depth(st) +
+                    (uint64_t)st->dr.in_flight +
+                    (uint64_t)conc * (uint64_t)b->batch;
+    if (need > slots)
+        slots = need;
+    int rc = slots > UINT32_MAX / 2 ? SEDA_ENOMEM
+           : seda__inbox_reserve(&st->in, (uint32_t)slots);
+    if (rc == 0 && conc > st->adm.concurrency)
+        rc = seda__pool_reserve(b->pool, conc - st->adm.concurrency);
+    if (rc == 0) {
+        st->adm.capacity = cap;
+        st->adm.concurrency = conc;
+        if (policy >= 0)
+            st->adm.policy = policy;
+        atomic_store_explicit(&st->adm.cap_fast, cap, memory_order_relaxed);
+        atomic_store_explicit(&st->adm.conc_fast, conc, memory_order_relaxed);
+        if (!st->pull)
+            nsched = seda__drain_claim_n(&st->dr, conc,
+                                         seda__stage_depth(st));
+        pthread_cond_broadcast(&st->adm.not_full);
+    }
+    seda__mutex_unlock(&st->mu);
+    if (rc) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': out of memory", nm);
+        return rc;
+    }
+    while (nsched-- > 0)
+        seda__drain_schedule(st);
+    return 0;
+}
+
+int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
+                              unsigned what, char *err, size_t errlen)
+{
+    char why[160];
+    bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
+         starve = what & SEDA_TUNE_STARVE;
+    if (seda__stage_check_admission(o, what, why, sizeof why) != 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "stage '%s': %s", st->name, why);
+        return SEDA_EINVAL;
+    }
+    seda__mutex_lock(&st->mu);
+    if (shed) {
+        st->adm.shed_target_ns = seda__secs_to_ns(o->shed_target);
+        st->adm.shed_interval_ns = seda__secs_to_ns(o->shed_interval);
+        st->adm.shed_above_since = 0;
+        st->adm.shed_rearm = 0;                /* a new rule starts afresh */
+        if (o->shed_target == 0)
+            atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
+    }
+    if (retry) {
+        st->adm.retry_backoff = o->retry_backoff;
+        st->adm.retry_max = o->retry_max_backoff;
+        st->adm.retry_mult = o->retry_multiplier;
+        st->adm.retry_jitter = o->retry_jitter;
+    }
+    if (starve)
+        seda__inbox_set_starve(&st->in, seda__secs_to_ns(o->starve_after));
+    seda__mutex_unlock(&st->mu);
+    return 0;
+}
+
+void seda_stage_count_refused(seda_stage_t *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->stats.c.refused++;
+    st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
+}
+
+void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
+{
+    atomic_store_explicit(&st->check_ud, ud, memory_order_relaxed);
+    /* Release: pairs with the acquire in seda__stage_check; check_ud is
+     * visible to whoever sees fn. */
+    atomic_store_explicit(&st->check, fn, memory_order_release);
+}
+
+static _Thread_local char tls_check_error[256];
+
+const char *seda_last_check_error(void) { return tls_check_error; }
+
+int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
+                      char *err, size_t errlen)
+{
+    seda_check_fn fn = atomic_load_explicit(&st->check,
+                                            memory_order_acquire);
+    if (!fn)
+        return 0;
+    void *ud = atomic_load_explicit(&st->check_ud, memory_order_relaxed);
+    if (fn(env, ud, err, errlen) == 0)
+        return 0;
+    snprintf(tls_check_error, sizeof tls_check_error, "%s", err);
+    seda__mutex_lock(&st->mu);
+    st->stats.c.invalid++;
+    seda__mutex_unlock(&st->mu);
+    return SEDA_ETYPE;
+}
+

@@ -17,14 +17,14 @@
 #ifndef SEDA_STORE_H
 #define SEDA_STORE_H
 
+#include "door.h"
 #include "env.h"
 
 struct seda_stage_s;
 struct seda_bus_s;
 
-/* A drain batch's routing decisions, written by the store in one commit
- * before any of them takes effect (drain.c). */
-enum { DR_ACK, DR_RETRY, DR_DEAD_MAX, DR_DEAD_NOCONS };
+/* A drain batch's routing decisions (DR_* of tally.h) are written by the
+ * store in one commit before any of them takes effect (deliver.c). */
 
 struct seda__store_ops {
     /* Publish envs[0..n) into durable stage st: hold slots, write them in

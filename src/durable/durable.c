@@ -36,7 +36,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/bus.h"
+#include "core/door.h"
+#include "core/store.h"
 #include "journal.h"
 
 /* ---- records ---- */
@@ -138,7 +139,7 @@ static bool keep_dead(const struct seda_stage_s *st, const seda_env_t *env)
 {
     const char *from = seda_env_header(env, "x-dead-from");
     return seda_env_header(env, "x-dead-reason") && from &&
-           strcmp(from, st->name) != 0;
+           strcmp(from, seda_stage_name(st)) != 0;
 }
 
 static void report_io(struct seda_stage_s *st, const char *what, int rc)
@@ -166,7 +167,7 @@ int seda_bus_open_journal(seda_bus_t *b, char *err, size_t errlen)
     if (!seda__bus_store(b)) {
         struct seda_journal *j;
         char e[512];
-        rc = seda__journal_open(b->data_dir, !b->sync_normal, &j, e,
+        rc = seda__journal_open(seda__bus_data_dir(b), !seda__bus_sync_normal(b), &j, e,
                                 sizeof e);
         if (rc == 0)
             seda__bus_set_store(b, &journal_ops, j);
@@ -177,17 +178,10 @@ int seda_bus_open_journal(seda_bus_t *b, char *err, size_t errlen)
     return rc;
 }
 
-/* The public stage constructor: the core's, with the journal as the store
- * of a durable stage. */
-int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
-                   seda_stage_t **out, char *err, size_t errlen)
-{
-    return seda__stage_add(b, o, out, err, errlen, seda_bus_open_journal);
-}
 
 static struct seda_journal *journal_of(struct seda_stage_s *st)
 {
-    return seda__bus_store(st->bus);
+    return seda__bus_store(seda__stage_bus(st));
 }
 
 void seda_bus_journal_stats(seda_bus_t *b, seda_journal_stats *out)
@@ -223,12 +217,12 @@ static int durable_publish(struct seda_stage_s *st, seda_env_t **envs,
     if (!recs || !rbs || !dup)
         r = SEDA_ENOMEM;
     for (; r == 0 && built < held; built++)
-        r = build_rec(envs[built], st->name, seda_env_attempts(envs[built]),
+        r = build_rec(envs[built], seda_stage_name(st), seda_env_attempts(envs[built]),
                       0, NULL, &rbs[built], &recs[built]);
     if (r == 0 && held > 0)
         r = seda__journal_insert(journal_of(st), recs, held,
-                                 st->durable == SEDA_EXACTLY_ONCE
-                                     ? st->dedup_window : 0, dup);
+                                 seda__stage_durability(st) == SEDA_EXACTLY_ONCE
+                                     ? seda__stage_dedup_window(st) : 0, dup);
     int accepted = 0;
     for (int i = 0; i < held; i++) {
         bool ok = r == 0 && !dup[i] &&
@@ -265,7 +259,7 @@ static int durable_enter(struct seda_stage_s *to, seda_env_t *env)
 {
     seda_jrec rec;
     struct recbuf rb;
-    int rc = build_rec(env, to->name, seda_env_attempts(env), 0, NULL, &rb,
+    int rc = build_rec(env, seda_stage_name(to), seda_env_attempts(env), 0, NULL, &rb,
                        &rec);
     if (rc == 0)
         rc = seda__journal_insert(journal_of(to), &rec, 1, 0, NULL);
@@ -282,7 +276,7 @@ static int durable_move(struct seda_stage_s *from, struct seda_stage_s *to,
 {
     seda_jop op = { .op = SEDA_JOP_MOVE };
     struct recbuf rb;
-    int rc = build_rec(env, to->name, 1, skip_slip, NULL, &rb, &op.rec);
+    int rc = build_rec(env, seda_stage_name(to), 1, skip_slip, NULL, &rb, &op.rec);
     if (rc == 0)
         rc = seda__journal_apply(journal_of(from), &op, 1);
     recbuf_free(&rb);
@@ -316,7 +310,7 @@ static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
 static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                          const int *res, int n)
 {
-    struct seda_bus_s *b = st->bus;
+    struct seda_bus_s *b = seda__stage_bus(st);
     struct seda_journal *j = journal_of(st);
     if (!j || n == 0)
         return;
@@ -332,9 +326,7 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
             /* The retry's attempt and, with a backoff, when it is due
              * (drawn once here: the timer uses the same), so a restart
              * honours both. */
-            seda__mutex_lock(&st->mu);
-            int64_t delay = seda__stage_retry_delay(st, env->attempts + 1);
-            seda__mutex_unlock(&st->mu);
+            int64_t delay = seda__stage_backoff_ns(st, env->attempts + 1);
             env->ext->due = delay > 0 ? seda__now_ns() + delay : 0;
             ops[nops].op = SEDA_JOP_RETRY;
             ops[nops].rec = (seda_jrec){
@@ -366,16 +358,17 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                 reason = "no_such_stage";
         }
         if (reason) {
-            const char *dlq = st->dead_letter ? st->dead_letter
-                                              : b->dead_letter;
-            to = dlq && strcmp(dlq, st->name) != 0
+            const char *dlq = seda__stage_dead_letter(st)
+                                  ? seda__stage_dead_letter(st)
+                                  : seda__bus_dead_letter_name(b);
+            to = dlq && strcmp(dlq, seda_stage_name(st)) != 0
                      ? seda__bus_hop_target(st, env, dlq) : NULL;
         }
-        if (to && to->durable) {
+        if (to && seda__stage_durability(to)) {
             const char *extra[] = { "x-dead-reason", reason, "x-dead-from",
-                                    st->name, NULL };
+                                    seda_stage_name(st), NULL };
             ops[nops].op = SEDA_JOP_MOVE;
-            if (build_rec(env, to->name, 1,
+            if (build_rec(env, seda_stage_name(to), 1,
                           reason ? seda_env_slip_count(env) : 1,
                           reason ? extra : NULL, &rbs[nops],
                           &ops[nops].rec) != 0)
@@ -608,17 +601,17 @@ static int replay_one(const seda_jrec *rec, void *ud)
 
 int seda_stage_replay(seda_stage_t *st)
 {
-    if (!st->durable)
+    if (!seda__stage_durability(st))
         return 0;
     struct seda_journal *j = journal_of(st);
     if (!j)
         return SEDA_EINVAL;
     struct replay_ctx c = { .st = st };
-    int rc = seda__journal_replay(j, st->name, replay_one, &c);
+    int rc = seda__journal_replay(j, seda_stage_name(st), replay_one, &c);
     if (rc == 0)
         rc = c.rc;
     if (rc == 0 && c.n > 0)
-        seda__bus_replay_begins(st->bus);
+        seda__bus_replay_begins(seda__stage_bus(st));
     int later = 0;
     if (rc == 0 && c.delayed > 0) {
         /* Retries not yet due wait out the rest of their backoff on a
@@ -639,9 +632,9 @@ int seda_stage_replay(seda_stage_t *st)
     if (c.quarantined > 0)
         fprintf(stderr, "seda: stage '%s': replay: %d malformed journal "
                 "row%s quarantined, %d envelope%s replayed (seda-lua dlq "
-                "%s quarantine lists them)\n", st->name, c.quarantined,
+                "%s quarantine lists them)\n", seda_stage_name(st), c.quarantined,
                 c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
-                rc == 0 && c.n + later == 1 ? "" : "s", st->bus->data_dir);
+                rc == 0 && c.n + later == 1 ? "" : "s", seda__bus_data_dir(seda__stage_bus(st)));
     if (rc != 0) {
         for (int i = 0; i < c.n; i++)
             seda__env_free(c.envs[i]);

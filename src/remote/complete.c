@@ -209,7 +209,7 @@ static void fire(struct rcomp_entry *e, int outcome, const struct rw_done *d)
         seda__env_free(env);
     } else {
         fprintf(stderr, "seda: remote stage '%s': out of memory ending an "
-                "on_complete callback; it is lost\n", rs->st->name);
+                "on_complete callback; it is lost\n", seda_stage_name(rs->st));
     }
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
     if (atomic_fetch_sub_explicit(&rs->awaiting, 1,

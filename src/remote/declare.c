@@ -30,7 +30,7 @@ void seda_remote_opts_init(seda_remote_opts *o)
 
 bool seda_stage_is_remote(const seda_stage_t *st)
 {
-    return st->remote_ops == &seda__rstage_ops;
+    return seda__stage_is_remote(st, &seda__rstage_ops);
 }
 
 /* ---- what the connection dispatches ---- */
@@ -275,10 +275,10 @@ fail_quiet:
 int seda_remote_consume(seda_stage_t *st)
 {
     if (!seda_stage_is_remote(st) ||
-        atomic_load_explicit(&st->nconsumers, memory_order_acquire) == 0 ||
-        !((struct rstage *)st->remote)->consume)
+        seda__stage_consumer_count(st) == 0 ||
+        !((struct rstage *)seda__stage_remote_ctx(st))->consume)
         return SEDA_EINVAL;
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     atomic_store_explicit(&rs->consuming, true, memory_order_release);
     seda__rfeed_request(rs);
     return 0;
@@ -288,7 +288,7 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
 {
     if (!seda_stage_is_remote(st))
         return SEDA_EINVAL;
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     memset(out, 0, sizeof *out);
     snprintf(out->state, sizeof out->state, "%s",
              seda__rconn_state(rs->conn));

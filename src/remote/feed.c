@@ -53,7 +53,7 @@ void seda__rfeed_request(struct rstage *rs)
         atomic_load_explicit(&rs->closing, memory_order_acquire) ||
         seda_bus_closed(rs->bus) || !seda__rconn_up(rs->conn))
         return;
-    int cap = atomic_load_explicit(&rs->st->cap_fast, memory_order_relaxed);
+    int cap = seda__stage_capacity(rs->st);
     int chunk = chunk_of(cap);
     struct rreq send[8];
     int ns = 0;
@@ -132,7 +132,7 @@ void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
         !(status == 409 && desc && (strstr(desc, "Shutdown") ||
                                     strstr(desc, "Leadership"))))
         seda__rconn_report(rs->conn, "stage '%s': a pull request ended with "
-                           "%d %s", rs->st->name, status, desc ? desc : "");
+                           "%d %s", seda_stage_name(rs->st), status, desc ? desc : "");
     seda__rfeed_request(rs);
 }
 

@@ -134,23 +134,24 @@ int seda__rpub_reserve(struct rstage *rs, int64_t deadline_ns)
     seda__mutex_lock(&rs->pmu);
     for (;;) {
         if (atomic_load_explicit(&rs->closing, memory_order_acquire) ||
-            atomic_load_explicit(&rs->bus->stopping, memory_order_acquire)) {
+            seda__bus_stopping(rs->bus)) {
             rc = SEDA_ECLOSED;
             break;
         }
-        int cap = atomic_load_explicit(&st->cap_fast, memory_order_relaxed);
+        int cap = seda__stage_capacity(st);
         if (rs->inflight + rs->reserved < cap) {
             rs->reserved++;
             break;
         }
         seda__mutex_unlock(&rs->pmu);
-        seda__mutex_lock(&st->mu);
-        int policy = st->policy;
-        seda__mutex_unlock(&st->mu);
-        if (policy != SEDA_POLICY_BLOCK || seda__now_ns() >= deadline_ns) {
-            rc = policy == SEDA_POLICY_DROP_NEWEST ? SEDA_EDROPPED
-               : policy == SEDA_POLICY_BLOCK ? SEDA_ETIMEDOUT : SEDA_EFULL;
+        /* The stage's policy decides (and counts a refusal); a block
+         * policy waits for room until the deadline. */
+        rc = seda__stage_full_answer(st);
+        if (rc == 0 && seda__now_ns() >= deadline_ns) {
+            rc = SEDA_ETIMEDOUT;
             seda__stage_count_dropped(st);
+        }
+        if (rc != 0) {
             seda__mutex_lock(&rs->pmu);
             break;
         }
@@ -163,7 +164,7 @@ int seda__rpub_reserve(struct rstage *rs, int64_t deadline_ns)
         }
         seda__mutex_lock(&rs->pmu);
         if (rs->inflight + rs->reserved <
-            atomic_load_explicit(&st->cap_fast, memory_order_relaxed))
+            seda__stage_capacity(st))
             continue;
         rs->waiters++;
         seda__cond_wait(&rs->room, &rs->pmu, deadline_ns);

@@ -33,7 +33,7 @@
 
 #include <nats/nats.h>
 
-#include "core/bus.h"
+#include "core/door.h"
 #include "core/remote.h"
 #include "seda_remote.h"
 #include "wire.h"

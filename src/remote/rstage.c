@@ -168,7 +168,7 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
 static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     if (!seda__rconn_up(rs->conn)) {
         seda__stage_count_dropped(st);      /* a refusal, as any other */
         return SEDA_EUNAVAIL;
@@ -213,7 +213,7 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
         /* Settling an accepted message may take longer than the wait for
          * room: a hop gets the stage's publish timeout too. */
         int64_t settle = seda__now_ns() +
-                         seda__secs_to_ns(st->publish_timeout);
+                         seda__secs_to_ns(seda__stage_publish_timeout(st));
         bool user_dup = !hop && rhop == 1 && env->ext && env->ext->id;
         rc = seda__rpub_send(rs, msg, n, settle > deadline ? settle
                                                           : deadline,
@@ -283,7 +283,7 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
             seda__rcomp_cancel(rs->conn, m->rid, m->serial, SEDA_DROPPED);
         if (m->ctx && m->ctx->origin) {
             struct rw_done d = { .outcome = SEDA_DROPPED, .id = m->rid,
-                                 .stage = st->name };
+                                 .stage = seda_stage_name(st) };
             seda__rcomp_send(rs, m->ctx->origin, &d);
         }
         snprintf(msg, sizeof msg, "a message was given up and counted "
@@ -301,16 +301,13 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
  * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
 {
-    seda__mutex_lock(&st->mu);
-    int64_t d = seda__stage_retry_delay(st, attempts + 1);
-    seda__mutex_unlock(&st->mu);
-    return d;
+    return seda__stage_backoff_ns(st, attempts + 1);
 }
 
 static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
                           struct stage_counters *tally)
 {
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     struct rctx *ctx = env->done == seda__rctx_done ? env->done_ud : NULL;
     char *reply = ctx ? ctx->reply : NULL;
     if (ctx)
@@ -351,7 +348,7 @@ static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
 
 static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
 {
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     seda__mutex_lock(&rs->pmu);
     bool idle = rs->inflight == 0 && rs->reserved == 0;
     seda__mutex_unlock(&rs->pmu);
@@ -380,7 +377,7 @@ void seda__rstage_free(struct rstage *rs)
 
 static void remote_close(struct seda_stage_s *st)
 {
-    struct rstage *rs = st->remote;
+    struct rstage *rs = seda__stage_remote_ctx(st);
     atomic_store_explicit(&rs->closing, true, memory_order_release);
     seda__rconn_detach(rs->conn, rs->sid);   /* no more callbacks */
     seda__rstage_intake_flush(rs);           /* nothing left gathered */
@@ -428,7 +425,7 @@ void seda__rctx_done(seda_env_t *env, int outcome, void *ud)
             .nh = nh, .hdr = hdr, .payload = p, .plen = plen,
         };
         if (!d.stage)
-            d.stage = rs->st->name;
+            d.stage = seda_stage_name(rs->st);
         seda__rcomp_send(rs, ctx->origin, &d);
         if (hdr != small)
             seda__free(hdr);

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats.h -- what a stage counts and remembers (stats.c): its counters,
+ * latency histograms, delivery-rate samples, the recent-errors ring and
+ * the rate limiter of its error reports; and the snapshot that
+ * seda_stage_stats_get reads out of every part of the stage.
+ *
+ * Locking:
+ *   c, rate[], rate_n, rate_head: guarded by the stage's mu.  c is a
+ *   tally: core files that hold mu add to it (a drain task folds a
+ *   batch's tally in at once: seda__stats_fold); only stats.c reads it.
+ *   hist_mu guards sojourn and service; report_mu the rate limiter;
+ *   errs_mu the ring.  All three are leaf locks (taken after mu, never
+ *   two at once).
+ */
+#ifndef SEDA_STATS_H
+#define SEDA_STATS_H
+
+#include "hist.h"
+#include "seda_int.h"
+#include "tally.h"
+
+struct seda_stage_s;
+
+struct seda__err {
+    char *msg;                  /* owned copy (cut at SEDA_ERROR_MSG_MAX),
+                                   or NULL: no memory to keep it */
+    int64_t first_ns;           /* wall clock of its first occurrence */
+    int64_t last_ns;            /* wall clock of its latest */
+    uint64_t repeats;           /* occurrences folded into this entry */
+};
+
+struct seda_stats {
+    _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
+    struct {
+        int64_t t;              /* clock ns */
+        uint64_t delivered;     /* c.delivered then */
+    } rate[64];                 /* samples >= 100 ms apart; guarded by mu */
+    int rate_n;                 /* samples stored (<= 64); guarded by mu */
+    int rate_head;              /* next slot; guarded by mu */
+    seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock */
+    struct seda_hist sojourn;   /* admission -> handler start; hist_mu */
+    struct seda_hist service;   /* handler run time; hist_mu */
+    seda__mutex_t report_mu;    /* guards the three below; a leaf lock */
+    int64_t report_window;      /* start of the current second */
+    int report_lines;           /* lines in this window */
+    uint64_t report_suppressed; /* lines not printed */
+    seda__mutex_t errs_mu;      /* guards errs and errs_n; a leaf lock */
+    struct seda__err errs[SEDA_ERRORS_KEPT]; /* [0] the newest */
+    int errs_n;                 /* entries kept */
+};
+
+SEDA__API void seda__stats_init(struct seda_stats *s);
+/* Free; prints a last window's count of suppressed reports for `name`. */
+SEDA__API void seda__stats_free(struct seda_stats *s, const char *name);
+
+/* Add tally into the counters (the stage's mu held, or a tally of one's
+ * own). */
+SEDA__API void seda__stats_fold(struct stage_counters *into,
+                                const struct stage_counters *from);
+
+/* Latency samples, ns (negative counts as 0): a batch of n pairs, or one
+ * sojourn or one service alone (< 0: none).  Take hist_mu. */
+SEDA__API void seda__stats_latency(struct seda_stats *s,
+                                   const int64_t *sojourn,
+                                   const int64_t *service, int n);
+SEDA__API void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
+                                       int64_t service);
+
+/* Record a delivery-rate sample at most every 100 ms (mu held). */
+SEDA__API void seda__stats_rate_sample(struct seda_stats *s, int64_t now);
+
+#endif /* SEDA_STATS_H */
