@@ -412,12 +412,8 @@ typedef int (*seda_check_fn)(const seda_env_t *env, void *ud, char *err,
 /* Install st's admission check (NULL removes it).  Every publish and hop
  * into st runs it first: a refused publish returns SEDA_ETYPE, a refused
  * hop is dead-lettered with reason "type"; both count in the stage's
- * `invalid`.  Set it before publishing to the stage.  Any thread. */
+ * `invalid`.  A publisher reads the reason through seda_publish_opts.why.  Set it before publishing to the stage.  Any thread. */
 void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud);
-
-/* The reason the calling thread's last SEDA_ETYPE refusal gave ("" if
- * none).  Thread-local storage; valid until the thread's next publish. */
-const char *seda_last_check_error(void);
 
 /* Pointer slot for whoever drives the stage (the Lua layer keeps its
  * handler table here).  Set it before publishing.  Any thread. */
@@ -513,6 +509,10 @@ typedef struct seda_publish_opts {
                                      elsewhere SEDA_EINVAL), or NULL for
                                      a fresh one */
     int priority;                 /* enum seda_priority (normal) */
+    char *why;                    /* optional, the caller's: a SEDA_ETYPE
+                                     refusal writes the stage check's
+                                     reason here (cut to whylen - 1) */
+    size_t whylen;
 } seda_publish_opts;
 
 /* Fill o (the caller's) with the defaults (no sender, headers, slip or

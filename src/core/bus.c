@@ -550,6 +550,13 @@ static int check_id(const struct seda_stage_s *st,
                ? SEDA_EINVAL : 0;
 }
 
+/* A check's refusal, to the publisher's buffer if it gave one. */
+static void tell_why(const seda_publish_opts *opts, const char *why)
+{
+    if (opts && opts->why && opts->whylen)
+        snprintf(opts->why, opts->whylen, "%s", why);
+}
+
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
                        const seda_publish_opts *opts)
 {
@@ -566,6 +573,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     char why[256];
     if ((rc = seda__stage_check(st, env, why, sizeof why)) != 0) {
+        tell_why(opts, why);
         env->done = NULL;
         seda__env_free(env);
         return rc;
@@ -637,6 +645,7 @@ int seda_publish_many(seda_bus_t *b, const char *to,
         if (!envs[built])
             break;
         if ((rc = seda__stage_check(st, envs[built], why, sizeof why))) {
+            tell_why(opts, why);
             envs[built]->done = NULL;
             seda__env_free(envs[built]);
             break;

@@ -37,6 +37,13 @@ struct seda_consumers {
 SEDA__API int seda__consumers_add(struct seda_stage_s *st, seda_consumer_fn fn,
                                   seda_batch_fn bfn, void *ud);
 
+/* No consumers yet. */
+static inline void seda__consumers_init(struct seda_consumers *c)
+{
+    atomic_init(&c->n, 0);
+    atomic_init(&c->rr, 0);
+}
+
 /* Consumers so far (acquire). */
 static inline int seda__consumers_count(struct seda_consumers *c)
 {

@@ -53,12 +53,11 @@
  * faster than its producer, taking whatever is there at once settles
  * into batches of a few envelopes and a contended lock on every publish.
  * Costs at most GATHER_NS of latency.  It watches the inbox slot the
- * half batch would end at (seda__stage_ready), not the count: reading
+ * half batch would end at (seda__inbox_ready), not the count: reading
  * the line publishers write on every publish would cost each of them a
  * cache-line round trip.  Only for a stage with one permit: one with
  * several has several publishers as a rule, and on a small machine the
- * spin takes the core they need (cap8 on 2 cores: +3-5% for a C
- * consumer, +8-16% for a Lua handler without it, bench --quick A/B). */
+ * spin takes the core they need. */
 static void gather(struct seda_stage_s *st, unsigned depth)
 {
     unsigned want =
@@ -105,11 +104,97 @@ static bool linger(struct seda_stage_s *st)
     }
 }
 
+/* How many envelopes this task takes now (mu held): the take limit, and
+ * with several drain tasks a fair share of what is queued, so a burst of
+ * slow envelopes is spread over them (the publishers start one per free
+ * permit for slow work: "Extra drain tasks" above) instead of being
+ * handled one after another by the first. */
+static uint32_t fair_share(struct seda_stage_s *st)
+{
+    uint32_t want = seda__drain_take_limit(&st->dr, (uint32_t)st->bus->batch);
+    if (st->adm.concurrency <= 1)
+        return want;
+    /* Tasks to share with: those queued or running, or, for work slow
+     * enough to want more, as many as the permits allow (a publisher
+     * counts its envelope before it starts the task for it). */
+    uint32_t depth = seda__stage_depth(st);
+    uint32_t tasks = (uint32_t)atomic_load_explicit(&st->dr.running,
+                                                    memory_order_relaxed);
+    bool slow = seda__drain_want_task(&st->dr, (int)tasks, depth);
+    if (slow) {
+        tasks = (uint32_t)st->adm.concurrency;
+        if (tasks > depth)
+            tasks = depth;
+        if (tasks == 0)
+            tasks = 1;
+    }
+    /* For slow work the share also caps a lone task at what it counted:
+     * publishers add without the lock, and an envelope that lands between
+     * the count and the take belongs to the task its publisher is
+     * starting, not to this one. */
+    if (tasks > 1 || slow) {
+        uint32_t share = (depth + tasks - 1) / tasks;
+        if (share < want)
+            want = share > 0 ? share : 1;
+    }
+    return want;
+}
+
+/* The handling time the publishers weigh extra tasks by: a moving
+ * average over batches, per envelope, of the batch's n service times.
+ * The batch's slowest is left out when there are others: a task
+ * preempted in the middle of one envelope (three threads on two cores)
+ * is not a slow handler.  No lock: see drain.h. */
+static void svc_update(struct seda_drain *d, const int64_t *service, int n)
+{
+    if (n <= 0)
+        return;
+    int64_t sum = 0, top = 0;
+    for (int k = 0; k < n; k++) {
+        int64_t v = service[k] > 0 ? service[k] : 0;
+        sum += v;
+        if (v > top)
+            top = v;
+    }
+    uint64_t per = n > 1 ? (uint64_t)(sum - top) / (uint64_t)(n - 1) + 1
+                         : (uint64_t)sum + 1;
+    uint64_t old = atomic_load_explicit(&d->svc_ns, memory_order_relaxed);
+    uint64_t avg = old ? (old * 7 + per) / 8 : per;
+    atomic_store_explicit(&d->svc_ns,
+                          (unsigned)(avg < UINT32_MAX ? avg : UINT32_MAX),
+                          memory_order_relaxed);
+}
+
+/* After a batch (mu held, may drop and retake it): free permits and work
+ * this task should not do alone (it shed its batch, or the handling time
+ * says so) get a task each, up to what is queued beyond what this task
+ * will take next. */
+static void spread(struct seda_stage_s *st, bool shed)
+{
+    if (st->adm.concurrency <= 1 ||
+        atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
+        return;
+    int tasks = atomic_load_explicit(&st->dr.running, memory_order_relaxed);
+    int nsched = 0;
+    uint32_t depth = seda__stage_depth(st);
+    while (tasks < st->adm.concurrency && (uint32_t)(nsched + 1) < depth &&
+           (shed || seda__drain_want_task(&st->dr, tasks, depth))) {
+        tasks++;
+        nsched++;
+    }
+    if (nsched > 0) {
+        atomic_store_explicit(&st->dr.running, tasks, memory_order_seq_cst);
+        seda__mutex_unlock(&st->mu);
+        while (nsched-- > 0)
+            seda__drain_schedule(st);
+        seda__mutex_lock(&st->mu);
+    }
+}
+
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
  * held. */
 static void run_batch(struct seda_stage_s *st)
 {
-    struct seda_bus_s *b = st->bus;
     seda_env_t *batch[SEDA_MAX_BATCH];
     seda_env_t *retry[SEDA_MAX_BATCH];
     int64_t sojourn[SEDA_MAX_BATCH], service[SEDA_MAX_BATCH];
@@ -117,38 +202,7 @@ static void run_batch(struct seda_stage_s *st)
     struct stage_counters tally = { 0 };
 
     seda__mutex_lock(&st->mu);
-    /* With several drain tasks, take a fair share of what is queued, so
-     * a burst of slow envelopes is spread over them (the publishers
-     * start one per free permit for slow work: see "Extra drain tasks"
-     * in inbox.c) instead of being handled one after another by the
-     * first. */
-    uint32_t want = seda__drain_take_limit(&st->dr, (uint32_t)b->batch);
-    if (st->adm.concurrency > 1) {
-        /* Tasks to share with: those queued or running, or, for work slow
-         * enough to want more, as many as the permits allow (a publisher
-         * counts its envelope before it starts the task for it). */
-        uint32_t depth = seda__stage_depth(st);
-        uint32_t tasks = (uint32_t)atomic_load_explicit(&st->dr.running,
-                                                        memory_order_relaxed);
-        bool slow = seda__drain_want_task(&st->dr, (int)tasks, depth);
-        if (slow) {
-            tasks = (uint32_t)st->adm.concurrency;
-            if (tasks > depth)
-                tasks = depth;
-            if (tasks == 0)
-                tasks = 1;
-        }
-        /* For slow work the share also caps a lone task at what it
-         * counted: publishers add without the lock, and an envelope that
-         * lands between the count and the take belongs to the task its
-         * publisher is starting, not to this one. */
-        if (tasks > 1 || slow) {
-            uint32_t share = (depth + tasks - 1) / tasks;
-            if (share < want)
-                want = share > 0 ? share : 1;
-        }
-    }
-    int n = (int)seda__inbox_take(&st->in, batch, want);
+    int n = (int)seda__inbox_take(&st->in, batch, fair_share(st));
     st->dr.in_flight += n;
     if (st->adm.waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->adm.not_full);
@@ -167,34 +221,11 @@ static void run_batch(struct seda_stage_s *st)
     seda__batch_run(&bt);
     int i = bt.i, nretry = bt.nretry;
     int64_t t = bt.t;
-    bool shed = bt.shed;
 
     /* Latency samples under their own lock, so the stage lock (which
-     * publishers want) is held only for the counters below; the same pass
-     * sums the handling times (and finds the slowest) for svc_ns. */
-    int64_t sum = 0, top = 0;
-    for (int k = 0; k < i; k++) {
-        int64_t v = service[k] > 0 ? service[k] : 0;
-        sum += v;
-        if (v > top)
-            top = v;
-    }
+     * publishers want) is held only for the counters below. */
     seda__stats_latency(&st->stats, sojourn, service, i);
-    if (i > 0) {
-        /* The handling time the publishers weigh extra tasks by: a
-         * moving average over batches, per envelope.  The batch's slowest
-         * is left out when there are others: a task preempted in the
-         * middle of one envelope (three threads on two cores) is not a
-         * slow handler. */
-        uint64_t per = i > 1 ? (uint64_t)(sum - top) / (uint64_t)(i - 1) + 1
-                             : (uint64_t)sum + 1;
-        uint64_t old = atomic_load_explicit(&st->dr.svc_ns,
-                                            memory_order_relaxed);
-        uint64_t avg = old ? (old * 7 + per) / 8 : per;
-        atomic_store_explicit(&st->dr.svc_ns,
-                              (unsigned)(avg < UINT32_MAX ? avg : UINT32_MAX),
-                              memory_order_relaxed);
-    }
+    svc_update(&st->dr, service, i);
 
     /* Shedding looks at the shortest wait of the batch: CoDel's "every
      * envelope that started in the interval waited longer than target"
@@ -219,27 +250,7 @@ static void run_batch(struct seda_stage_s *st)
         seda__stats_rate_sample(&st->stats, t);
         seda__stage_shed_update(st, least, t);
     }
-    if (st->adm.concurrency > 1 && !atomic_load_explicit(&b->stopping,
-                                                     memory_order_relaxed)) {
-        /* Free permits and work this task should not do alone (it shed
-         * its batch, or the handling time says so): a task for each, up
-         * to what is queued beyond what this task will take next. */
-        int tasks = atomic_load_explicit(&st->dr.running, memory_order_relaxed);
-        int nsched = 0;
-        uint32_t depth = seda__stage_depth(st);
-        while (tasks < st->adm.concurrency && (uint32_t)(nsched + 1) < depth &&
-               (shed || seda__drain_want_task(&st->dr, tasks, depth))) {
-            tasks++;
-            nsched++;
-        }
-        if (nsched > 0) {
-            atomic_store_explicit(&st->dr.running, tasks, memory_order_seq_cst);
-            seda__mutex_unlock(&st->mu);
-            while (nsched-- > 0)
-                seda__drain_schedule(st);
-            seda__mutex_lock(&st->mu);
-        }
-    }
+    spread(st, bt.shed);
 }
 
 /* ---- permits ---- */

@@ -68,6 +68,14 @@ static inline int seda__drain_running(struct seda_drain *d)
     return atomic_load_explicit(&d->running, memory_order_seq_cst);
 }
 
+/* A stage's drain state before its first task. */
+static inline void seda__drain_init(struct seda_drain *d)
+{
+    atomic_init(&d->running, 0);
+    atomic_init(&d->svc_ns, 0);
+    d->in_flight = 0;
+}
+
 /* Guarded: with `depth` queued, take a permit for one more task when
  * fewer than `concurrency` run and the work wants it (seda__drain_want_task;
  * force: whenever a permit is free).  True when the caller must submit

@@ -395,12 +395,8 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
              * few rounds) instead of paying two kernel round trips (our
              * sleep, its wake-up) per batch.  On a loan, only for a plain
              * consumer: a C consumer refills a batch's room in
-             * microseconds (fan-out of 4 x 100 000 into capacity 64, C, 2
-             * workers: 6.2-6.7 M/s spinning first against 1.3 M/s
-             * sleeping at once), while inside a batch consumer's call (a
-             * Lua handler) the drain needs the core this spin would take
-             * (the same fan-out in Lua: 3.8 M/s sleeping at once against
-             * 1.3-1.7 M/s spinning first, medians of 15). */
+             * microseconds, while inside a batch consumer's call (a Lua
+             * handler) the drain needs the core this spin would take. */
             spun = true;
             seda__mutex_unlock(&st->mu);
             wait_for_room(st, deadline_ns);
@@ -1037,10 +1033,6 @@ void seda_stage_set_check(seda_stage_t *st, seda_check_fn fn, void *ud)
     atomic_store_explicit(&st->check, fn, memory_order_release);
 }
 
-static _Thread_local char tls_check_error[256];
-
-const char *seda_last_check_error(void) { return tls_check_error; }
-
 int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
                       char *err, size_t errlen)
 {
@@ -1051,7 +1043,6 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
     void *ud = atomic_load_explicit(&st->check_ud, memory_order_relaxed);
     if (fn(env, ud, err, errlen) == 0)
         return 0;
-    snprintf(tls_check_error, sizeof tls_check_error, "%s", err);
     seda__mutex_lock(&st->mu);
     st->stats.c.invalid++;
     seda__mutex_unlock(&st->mu);

@@ -99,11 +99,9 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->pull = o->pull;
     st->durable = o->durable;
     st->dedup_window = o->dedup_window;
-    atomic_init(&st->cons.n, 0);
-    atomic_init(&st->cons.rr, 0);
+    seda__consumers_init(&st->cons);
+    seda__drain_init(&st->dr);
     atomic_init(&st->userdata, NULL);
-    atomic_init(&st->dr.svc_ns, 0);
-    atomic_init(&st->dr.running, 0);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
     seda__stats_init(&st->stats);

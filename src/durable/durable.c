@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * durable.c -- durable stages: the glue between the bus and its journal
- * (src/journal.c, one SQLite database per bus).
+ * (journal.c, one SQLite database per bus).
  *
  * DESIGN
  *   A journaled envelope carries its row key (env->ext->jkey).  The rules:

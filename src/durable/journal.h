@@ -141,7 +141,7 @@ typedef struct seda_jop {
     const char *reason;         /* QUARANTINE: why (stored with the row) */
 } seda_jop;
 
-/* The SQLite VFS the journal opens its database with (src/walvfs.c): the
+/* The SQLite VFS the journal opens its database with (walvfs.c): the
  * default one, with each WAL transaction written in one system call. */
 #define SEDA_JOURNAL_VFS "seda-wal"
 

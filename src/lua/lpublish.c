@@ -173,7 +173,10 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     int pidx = first + 1, oidx = first + 2;
     lua_settop(L, oidx);
     seda_publish_opts o;
+    char why[256] = "";
     int cbidx = parse_opts(L, oidx, &o, main, "publish");
+    o.why = why;
+    o.whylen = sizeof why;
     seda_stage_t *st = seda_bus_stage(lb->bus, to);
     if (!st) {
         lua_pushboolean(L, 0);
@@ -187,7 +190,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     /* The stage's admit rule, before anything is made. */
     struct lstage *ls = seda_stage_userdata(st);
     if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
-        char why[256];
+        char rwhy[256];
         int hidx = 0;
         if (lua_istable(L, oidx) &&
             lua_getfield(L, oidx, "headers") == LUA_TTABLE)
@@ -195,9 +198,9 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         else if (lua_istable(L, oidx))
             lua_pop(L, 1);
         if (seda__l_admit(L, ls, ac, to, pidx, hidx, o.sender, &o.priority,
-                          why, sizeof why) != 0) {
+                          rwhy, sizeof rwhy) != 0) {
             lua_pushboolean(L, 0);
-            lua_pushstring(L, why);
+            lua_pushstring(L, rwhy);
             return 2;
         }
     }
@@ -230,7 +233,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         if (rc == SEDA_EINVAL && o.id)
             id_misuse(L, to);
         lua_pushboolean(L, 0);
-        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+        lua_pushstring(L, rc == SEDA_ETYPE ? why
                                            : seda_strerror(rc));
         return 2;
     }
@@ -422,7 +425,10 @@ int seda__l_bus_publish_many(lua_State *L)
     seda__l_bound_completions(L, u->lb);
     lua_settop(L, 4);
     seda_publish_opts o;
+    char why[256] = "";
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
+    o.why = why;
+    o.whylen = sizeof why;
     const char *to = lua_tostring(L, 2);
     int n = (int)lua_rawlen(L, 3);
     seda_stage_t *st = seda_bus_stage(u->lb->bus, to);
@@ -505,7 +511,7 @@ int seda__l_bus_publish_many(lua_State *L)
         id_misuse(L, to);
     lua_pushinteger(L, done);
     if (rc) {
-        lua_pushstring(L, rc == SEDA_ETYPE ? seda_last_check_error()
+        lua_pushstring(L, rc == SEDA_ETYPE ? why
                                            : seda_strerror(rc));
         return 2;
     }

@@ -2,7 +2,7 @@
 /*
  * test_stage_errors.c -- the recent-errors ring of a stage
  * (seda_stage_report keeps what it reports; seda_stage_errors reads it;
- * src/core/stage_conf.c), and the latency sums the stats carry for
+ * src/core/stats.c), and the latency sums the stats carry for
  * Prometheus summaries.
  *
  * The binary installs a counting allocator before anything else
