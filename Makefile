@@ -146,9 +146,18 @@ $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
+# The C examples use the core alone: libseda.a links without SQLite (the
+# journal is pulled in only by a program that names a durable function).
 $(B)/examples/%: examples/%.c $(LIBSEDA)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) $(SQLITE_LIBS) $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
+
+# The proof of that, run by make test: the core and seda.h only, against
+# libseda.a with -lpthread -lm and nothing else.
+LINK_CORE := $(B)/tests/core/link_core
+$(LINK_CORE): tests/core/link_core.c $(LIBSEDA)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
 
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
@@ -197,8 +206,8 @@ $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSEDA
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
-test: layers all $(TEST_BIN)
-	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN) $(EXAMPLES)
+test: layers all $(TEST_BIN) $(LINK_CORE)
+	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN) $(EXAMPLES) $(LINK_CORE)
 
 # The layers depend on each other one way (core <- durable <- lua <- cli):
 # fails on an include that runs upward; the self-test plants some.

@@ -425,7 +425,12 @@ void *seda_stage_userdata(const seda_stage_t *st);
 /* Open the bus's journal now (otherwise the first durable stage opens
  * it), so a corrupt, locked or unwritable data_dir fails early.  Returns 0
  * or a negative code with err naming the path and the problem.  Any
- * thread. */
+ * thread.
+ * Linking: the journal (and with it SQLite, -lsqlite3) is part of a
+ * program linked with libseda.a only when the program names a durable
+ * function such as this one; a program that names none links with
+ * -lpthread -lm alone, and seda_stage_add refuses its durable stages
+ * with SEDA_EINVAL and a message that says so. */
 int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
 
 /* Requeue what a durable stage had journaled and not finished when the
