@@ -172,6 +172,9 @@ typedef void (*seda_done_fn)(seda_env_t *env, int outcome, void *ud);
  * the same thread as it exits. */
 typedef void *(*seda_worker_start_fn)(int index, void *ud);
 typedef void (*seda_worker_stop_fn)(int index, void *data, void *ud);
+/* The mail hook: runs on a regular worker that seda_worker_wake woke,
+ * before it takes its next task, with its data and the hooks' ud. */
+typedef void (*seda_worker_mail_fn)(int index, void *data, void *ud);
 
 /* ---- bus ---- */
 
@@ -182,7 +185,8 @@ typedef struct seda_bus_opts {
     const char *dead_letter;   /* bus-wide dead-letter stage, or NULL */
     seda_worker_start_fn worker_start;  /* optional */
     seda_worker_stop_fn worker_stop;    /* optional */
-    void *worker_ud;           /* passed to both hooks */
+    seda_worker_mail_fn worker_mail;    /* optional */
+    void *worker_ud;           /* passed to the hooks */
     const char *data_dir;      /* journal directory ("./seda-data") */
     bool sync_normal;          /* journal: no fsync per commit (default:
                                   fsync, survives power loss) */
@@ -361,6 +365,49 @@ seda_env_t *seda_batch_next(seda_batch_t *batch);
  * seda_env_fail was called on it), false nacks.  A call with nothing to
  * settle does nothing.  Only inside the batch call, on its thread. */
 void seda_batch_result(seda_batch_t *batch, bool ok);
+
+/* ---- suspended calls ----
+ *
+ * A batch consumer whose handler must wait (on the network) without
+ * holding its worker suspends the envelope out: it leaves the batch
+ * unsettled, keeps a permit of its stage (so concurrency bounds a stage's
+ * calls in flight, suspended or not) and counts in the stage's suspended;
+ * the batch goes on with the next envelope.  Later, on any thread, the
+ * holder settles it as seda_batch_result would have: routing, retries,
+ * dead letters and the done callback are the same.  While it runs again
+ * (a resumed call), the holder brackets that run with enter and leave on
+ * the running thread, so what the call changes is undone by a nack and
+ * seda_env_fail applies to it.
+ */
+typedef struct seda_pending_s seda_pending_t;
+
+/* Suspend the envelope out (taken by seda_batch_next, not settled).
+ * Returns the handle, or NULL when this batch cannot suspend -- a stage
+ * with several consumers (one envelope a call), a durable stage, or no
+ * memory -- and then the envelope is still out and is settled as usual.
+ * On the batch's thread, inside the batch call. */
+seda_pending_t *seda_batch_suspend(seda_batch_t *batch);
+
+/* The envelope of a suspended call (lent to the holder until settled). */
+seda_env_t *seda_pending_env(seda_pending_t *p);
+
+/* Bracket a run of the suspended call on the calling thread. */
+void seda_pending_enter(seda_pending_t *p);
+void seda_pending_leave(seda_pending_t *p);
+
+/* Settle it: ok true acks (unless seda_env_fail was called in one of its
+ * runs), false nacks; its permit is given back (or passed to a drain task
+ * for what is queued).  Frees p.  Any thread, outside enter/leave, no
+ * seda lock held; once per handle.  After the bus began to stop, an
+ * envelope whose call acks is routed as any hop then (refused hops are
+ * dead-lettered); seda_pending_drop ends one without running it. */
+void seda_pending_settle(seda_pending_t *p, bool ok);
+
+/* End a suspended call that will not run again (its state is going away:
+ * shutdown_now, a worker that stops): counted dropped, its done callback
+ * fires with SEDA_DROPPED, the permit is given back.  Frees p.  Any
+ * thread. */
+void seda_pending_drop(seda_pending_t *p);
 
 /* Change a running stage: capacity and concurrency (> 0) and policy
  * (enum seda_policy); a value < 0 (or 0 for the counts) leaves that setting
@@ -635,6 +682,18 @@ void seda_env_fail(seda_env_t *env, const char *msg);
 int seda_worker_index(void);
 void *seda_worker_data(void);
 
+/* A regular pool worker as a handle another thread can wake: the calling
+ * worker's, or NULL off the pool and on a loan thread (whose thread may
+ * end with its loan).  Valid until that worker's stop hook returns.
+ * Any thread; cannot fail. */
+typedef struct seda_worker_s seda_worker_t;
+seda_worker_t *seda_worker_self(void);
+
+/* Have w run the bus's worker_mail hook soon: before its next task, woken
+ * if it sleeps (a call already running finishes first).  Several wakes
+ * before it runs make one run.  Any thread; never blocks for long. */
+void seda_worker_wake(seda_worker_t *w);
+
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts
  * in the stage's errors, and keeps msg (copied) in the stage's recent-errors
@@ -697,6 +756,9 @@ typedef struct seda_stage_stats {
     uint64_t refused;          /* refused by an admit rule (Lua `admit`) */
     uint64_t shed;             /* publishes refused by adaptive shedding */
     int delayed;               /* retries waiting out their backoff */
+    int suspended;             /* handler calls suspended (waiting on the
+                                  network, seda_batch_suspend): counted in
+                                  in_flight, holding a permit, no worker */
     int shedding;              /* 0 no, 1 refusing low, 2 low and normal */
     int depth_high, depth_low; /* queued at high and low priority */
     uint64_t handed_off;       /* itineraries that left this process here
@@ -729,6 +791,7 @@ typedef struct seda_bus_stats {
     int stages;
     bool paused, closed;
     int workers_loaned;        /* loan threads in service now */
+    int suspended;             /* handler calls suspended, all stages */
     uint64_t loans;            /* loans started so far */
     int loans_peak;            /* the most loan threads in service at once */
     int max_loans;             /* the bound on workers_loaned */

@@ -214,6 +214,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
                             opts->worker_start,
                             opts->worker_stop,
                             opts->worker_ud, b, &b->pool);
+    if (rc == 0 && opts->worker_mail)
+        seda__pool_set_mail(b->pool, opts->worker_mail);
     if (rc) {
         if (cvs) {
             pthread_cond_destroy(&b->idle_cv);
@@ -946,6 +948,7 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
         out->dead_lettered += st->stats.c.it_dead;
         out->dropped += st->stats.c.it_lost;
         out->handed_off += st->stats.c.it_remote;
+        out->suspended += st->dr.suspended;
         seda__mutex_unlock(&st->mu);
     }
     uint64_t ended = out->completed + out->dead_lettered + out->dropped +

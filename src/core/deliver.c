@@ -259,7 +259,8 @@ void seda__batch_run(struct seda_batch_s *b)
              * state (a Lua state) is then free, so it may run that
              * stage's drain task itself (help_drain in stage.c). */
             for (int k = n0; k < b->i; k++)
-                route(st, b->env[k], b->res[k], b, b->t);
+                if (b->res[k] != DR_SUSPENDED)
+                    route(st, b->env[k], b->res[k], b, b->t);
         }
     } else {
         /* On a copy that does not escape, so the compiler keeps the
@@ -311,4 +312,141 @@ void seda_batch_result(seda_batch_t *b, bool ok)
     }
     ok = seda__env_delivery_end(b->env[b->i], ok);
     settle(b, ok ? DELIVER_ACK : DELIVER_NACK);
+}
+
+/* ---- suspended calls ----
+ *
+ * HOW IT WORKS
+ *   A suspended call holds a permit of its stage, as a drain task does:
+ *   `running` counts both.  At suspension the call takes a free permit
+ *   (running + 1), or, when every permit is taken, the drain task's own:
+ *   the task cuts its batch (the rest go back to the head) and ends
+ *   without giving it back (gave_permit).  At settle the call gives its
+ *   permit back as a drain task that ends does -- or hands it to a new
+ *   drain task when envelopes are queued -- with the same Dekker check
+ *   against the lock-free publish path.  So a stage never runs more than
+ *   `concurrency` calls, suspended or not, and a queued envelope always
+ *   has a task or a permit on its way back.
+ */
+
+struct seda_pending_s {
+    struct seda_stage_s *st;    /* immutable */
+    seda_env_t *env;            /* the call's envelope; immutable */
+    int64_t start;              /* clock at the handler's start */
+    int64_t sojourn;            /* its queue wait, ns */
+    bool failed;                /* seda_env_fail called in a run */
+    struct seda__undo undo;     /* what its runs changed (a nack puts it
+                                   back) */
+};
+
+seda_pending_t *seda_batch_suspend(seda_batch_t *b)
+{
+    if (!b->open || b->single)
+        return NULL;
+    struct seda_stage_s *st = b->st;
+    if (st->durable)
+        return NULL;
+    struct seda_pending_s *p = seda__calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    int i = b->i;
+    p->st = st;
+    p->env = b->env[i];
+    p->start = b->t;
+    p->sojourn = b->sojourn[i];
+    seda__env_suspend(p->env, &p->undo, &p->failed);
+    seda__mutex_lock(&st->mu);
+    if (!seda__drain_claim(&st->dr, st->adm.concurrency, 0, true)) {
+        b->gave_permit = true;          /* the task's permit is the call's */
+        b->cut = true;
+    }
+    st->dr.suspended++;
+    seda__mutex_unlock(&st->mu);
+    b->res[i] = DR_SUSPENDED;
+    b->service[i] = -1;
+    b->open = false;
+    b->i = i + 1;
+    b->t = seda__clock_ns();
+    return p;
+}
+
+seda_env_t *seda_pending_env(seda_pending_t *p)
+{
+    return p->env;
+}
+
+void seda_pending_enter(seda_pending_t *p)
+{
+    seda__env_resume_begin(p->env, &p->undo, p->failed);
+}
+
+void seda_pending_leave(seda_pending_t *p)
+{
+    p->failed = seda__env_resume_end();
+}
+
+/* The call is over (mu not held): its permit back, or to a drain task
+ * for what is queued; counts folded in. */
+static void pending_end(struct seda_stage_s *st,
+                        const struct stage_counters *tally)
+{
+    bool sched = false, idle = false;
+    seda__mutex_lock(&st->mu);
+    seda__stats_fold(&st->stats.c, tally);
+    st->dr.suspended--;
+    sched = seda__drain_release(&st->dr, &st->in, st->adm.concurrency,
+                                seda__bus_stopping(st->bus), &idle);
+    seda__mutex_unlock(&st->mu);
+    if (sched)
+        seda__drain_schedule(st);
+    else if (idle)
+        seda__bus_idle_notify(st->bus);
+}
+
+void seda_pending_settle(seda_pending_t *p, bool ok)
+{
+    struct seda_stage_s *st = p->st;
+    seda_env_t *env = p->env;
+    ok = ok && !p->failed;
+    seda__env_undo_finish(env, &p->undo, ok);
+    int64_t end = seda__clock_ns();
+    seda__stats_latency_one(&st->stats, p->sojourn,
+                            end > p->start ? end - p->start : 0);
+    int res = ok ? DR_ACK
+            : seda__consumers_count(&st->cons) == 0 ? DR_DEAD_NOCONS
+            : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
+    struct stage_counters tally = { 0 };
+    seda__free(p);
+    if (res == DR_RETRY && !st->remote_ops) {
+        /* To the head of the queue (or its backoff timer), as a drain
+         * task's retry goes. */
+        begin_retry(env, &tally, end);
+        seda__mutex_lock(&st->mu);
+        if (!seda__stage_retry_later(st, env))
+            seda__stage_push_head(st, env);
+        seda__mutex_unlock(&st->mu);
+    } else {
+        struct seda_batch_s b = { .st = st, .tally = &tally };
+        route(st, env, res, &b, end);
+    }
+    pending_end(st, &tally);
+}
+
+void seda_pending_drop(seda_pending_t *p)
+{
+    struct seda_stage_s *st = p->st;
+    seda_env_t *env = p->env;
+    seda__env_undo_finish(env, &p->undo, false);
+    seda__free(p);
+    struct stage_counters tally = { 0 };
+    tally.dropped++;
+    if (!(env->flags & ENV_DEAD))
+        tally.it_lost++;
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, SEDA_DROPPED, env->done_ud);
+    }
+    seda__env_free(env);
+    pending_end(st, &tally);
 }

@@ -53,6 +53,10 @@ static inline int seda__consumers_count(struct seda_consumers *c)
 /* The largest batch a drain task takes (seda_bus_opts.batch <= 256). */
 #define SEDA_MAX_BATCH 256
 
+/* A batch entry that left the batch suspended (seda_batch_suspend): not
+ * routed, not counted here; its service time is -1. */
+#define DR_SUSPENDED 16
+
 /*
  * A delivery session.  Two kinds:
  *   - a drain batch (single false): envelopes env[0..n), delivered in
@@ -73,6 +77,9 @@ struct seda_batch_s {
     bool later;                 /* in: retries wait on a backoff timer */
     bool defer;                 /* settled envelopes are routed after the
                                    batch consumer's call, not at once */
+    bool gave_permit;           /* out: a suspended call took the drain
+                                   task's own permit (none was free): the
+                                   task ends without giving it back */
     int n;                      /* in: envelopes taken */
     int i;                      /* the one out (open) or next; out: how
                                    many were delivered (the rest, i..n,

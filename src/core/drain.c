@@ -150,12 +150,19 @@ static void svc_update(struct seda_drain *d, const int64_t *service, int n)
     if (n <= 0)
         return;
     int64_t sum = 0, top = 0;
+    int m = 0;
     for (int k = 0; k < n; k++) {
-        int64_t v = service[k] > 0 ? service[k] : 0;
+        if (service[k] < 0)
+            continue;                   /* suspended */
+        int64_t v = service[k];
         sum += v;
         if (v > top)
             top = v;
+        m++;
     }
+    if (m == 0)
+        return;
+    n = m;
     uint64_t per = n > 1 ? (uint64_t)(sum - top) / (uint64_t)(n - 1) + 1
                          : (uint64_t)sum + 1;
     uint64_t old = atomic_load_explicit(&d->svc_ns, memory_order_relaxed);
@@ -193,7 +200,7 @@ static void spread(struct seda_stage_s *st, bool shed)
 
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
  * held. */
-static void run_batch(struct seda_stage_s *st)
+static void run_batch(struct seda_stage_s *st, bool *gave_permit)
 {
     seda_env_t *batch[SEDA_MAX_BATCH];
     seda_env_t *retry[SEDA_MAX_BATCH];
@@ -220,12 +227,13 @@ static void run_batch(struct seda_stage_s *st)
     };
     seda__batch_run(&bt);
     int i = bt.i, nretry = bt.nretry;
+    *gave_permit = bt.gave_permit;
     int64_t t = bt.t;
 
     /* Latency samples under their own lock, so the stage lock (which
      * publishers want) is held only for the counters below. */
     seda__stats_latency(&st->stats, sojourn, service, i);
-    svc_update(&st->dr, service, i);
+    svc_update(&st->dr, service, i);    /* both skip suspended calls */
 
     /* Shedding looks at the shortest wait of the batch: CoDel's "every
      * envelope that started in the interval waited longer than target"
@@ -280,6 +288,26 @@ int seda__drain_claim_n(struct seda_drain *d, int concurrency,
     return n;
 }
 
+bool seda__drain_release(struct seda_drain *d, struct seda_inbox *in,
+                         int concurrency, bool stopping, bool *idle)
+{
+    *idle = false;
+    if (!stopping && seda__inbox_depth(in) > 0)
+        return true;                    /* the permit goes on as a task */
+    /* Give it back, then look once more (seq_cst, the Dekker pairing with
+     * the lock-free publish path, as at the end of a drain task). */
+    atomic_fetch_sub_explicit(&d->running, 1, memory_order_seq_cst);
+    if (!stopping && seda__inbox_depth(in) > 0 &&
+        atomic_load_explicit(&d->running, memory_order_relaxed) <
+            concurrency) {
+        atomic_fetch_add_explicit(&d->running, 1, memory_order_seq_cst);
+        return true;
+    }
+    *idle = atomic_load_explicit(&d->running, memory_order_relaxed) == 0 &&
+            seda__inbox_depth(in) == 0;
+    return false;
+}
+
 void seda__drain_reset(struct seda_drain *d)
 {
     atomic_store_explicit(&d->running, 0, memory_order_seq_cst);
@@ -305,7 +333,14 @@ void seda__drain_run(void *arg)
     struct seda_stage_s *st = arg;
     struct seda_bus_s *b = st->bus;
     for (;;) {
-        run_batch(st);                  /* returns holding st->mu */
+        bool gave = false;
+        run_batch(st, &gave);           /* returns holding st->mu */
+        if (gave) {
+            /* A suspended call holds this task's permit now; it gives it
+             * back (or starts a task) when it is settled. */
+            seda__mutex_unlock(&st->mu);
+            return;
+        }
         bool stopping = atomic_load_explicit(&b->stopping,
                                              memory_order_acquire);
         uint32_t depth = seda__stage_depth(st);

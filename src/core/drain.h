@@ -17,6 +17,7 @@
 #ifndef SEDA_DRAIN_H
 #define SEDA_DRAIN_H
 
+#include "inbox.h"
 #include "seda_int.h"
 
 struct seda_stage_s;
@@ -25,6 +26,8 @@ struct seda_drain {
     _Alignas(64) atomic_int running;/* tasks queued or running: see above */
     atomic_uint svc_ns;         /* ns per envelope, relaxed: see above */
     int in_flight;              /* taken, not settled; guarded */
+    int suspended;              /* calls suspended, each holding a permit
+                                   counted in running; guarded */
 };
 
 /* Whether a publisher that found `run` drain tasks queued or running
@@ -74,6 +77,7 @@ static inline void seda__drain_init(struct seda_drain *d)
     atomic_init(&d->running, 0);
     atomic_init(&d->svc_ns, 0);
     d->in_flight = 0;
+    d->suspended = 0;
 }
 
 /* Guarded: with `depth` queued, take a permit for one more task when
@@ -88,6 +92,15 @@ SEDA__API bool seda__drain_claim(struct seda_drain *d, int concurrency,
  * concurrency, a replay, a shutdown).  Returns how many to submit. */
 SEDA__API int seda__drain_claim_n(struct seda_drain *d, int concurrency,
                                   uint32_t depth);
+
+/* Guarded: a permit comes back from a call that ended, with in the
+ * stage's queue.  True when it goes on as a new drain task (what is
+ * queued needs one: submit it after unlocking); otherwise it is given
+ * back, with the Dekker check against the lock-free publish path, and
+ * *idle says whether the stage has nothing left (notify the bus). */
+SEDA__API bool seda__drain_release(struct seda_drain *d,
+                                   struct seda_inbox *in, int concurrency,
+                                   bool stopping, bool *idle);
 
 /* Guarded: a swept stage runs no task. */
 SEDA__API void seda__drain_reset(struct seda_drain *d);

@@ -12,6 +12,7 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <assert.h>
 #include <string.h>
 
 #include "bus.h"
@@ -452,6 +453,40 @@ bool seda__env_delivery_end(seda_env_t *env, bool acked)
                        (env->ext && env->ext->slip_saved)))
         seda__env_undo_finish(env, &tls_call_undo, acked);
     return acked;
+}
+
+void seda__env_suspend(seda_env_t *env, struct seda__undo *u, bool *failed)
+{
+    assert(env == tls_delivering);
+    *failed = tls_failed;
+    *u = tls_call_undo;
+    u->reuse = false;                   /* its buffer is u's now */
+    tls_call_undo.payload = tls_call_undo.hdrs = false;
+    tls_call_undo.pay = NULL;
+    tls_call_undo.cap = 0;
+    tls_call_undo.saved = NULL;
+    tls_delivering = NULL;
+    tls_failed = false;
+    tls_undo_env = NULL;
+}
+
+void seda__env_resume_begin(seda_env_t *env, struct seda__undo *u,
+                            bool failed)
+{
+    tls_delivering = env;
+    tls_failed = failed;
+    tls_undo_env = env;
+    tls_undo = u;
+}
+
+bool seda__env_resume_end(void)
+{
+    bool failed = tls_failed;
+    tls_delivering = NULL;
+    tls_failed = false;
+    tls_undo_env = NULL;
+    tls_undo = &tls_call_undo;
+    return failed;
 }
 
 void seda__env_slip_clear(seda_env_t *env)

@@ -157,6 +157,17 @@ SEDA__API void seda__env_undo_track(seda_env_t *env, struct seda__undo *u);
 SEDA__API void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u,
                                      bool keep);
 
+/* A consumer call's envelope leaves the call unsettled (suspended): what
+ * the thread recorded for it moves into *u (which owns it from here, not
+ * reused) and *failed (seda_env_fail was called), and the thread is out
+ * of the delivery.  resume_begin/end bracket a later run of it on some
+ * thread, recording into u; end returns whether it failed meanwhile. */
+SEDA__API void seda__env_suspend(seda_env_t *env, struct seda__undo *u,
+                                 bool *failed);
+SEDA__API void seda__env_resume_begin(seda_env_t *env, struct seda__undo *u,
+                                      bool failed);
+SEDA__API bool seda__env_resume_end(void);
+
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);
 

@@ -63,7 +63,7 @@ struct timed {
     void *arg;
 };
 
-struct worker {
+struct seda_worker_s {
     struct seda_pool *pool;     /* immutable */
     int index;                  /* immutable */
     int slot;                   /* loan slot, or -1 (regular); immutable */
@@ -72,6 +72,9 @@ struct worker {
     bool parked;                /* on the idle stack; guarded by pool mu */
     bool spare;                 /* loan thread waiting to be lent again;
                                    guarded by pool mu */
+    bool mail;                  /* woken to run the mail hook before its
+                                   next task (seda_worker_wake); guarded
+                                   by pool mu */
 };
 
 /* A loan slot: at most one thread at a time, and the worker data it
@@ -106,7 +109,8 @@ struct seda_pool {
     uint32_t count;             /* guarded by mu */
     uint32_t reserved;          /* slots promised; guarded by mu */
     int idle;                   /* sleeping workers; guarded by mu */
-    struct worker **parked;     /* idle stack, most recent last; mu */
+    seda_worker_mail_fn mail_fn;/* the mail hook; guarded by mu */
+    struct seda_worker_s **parked;     /* idle stack, most recent last; mu */
     int parked_cap;             /* room in parked; guarded by mu */
     atomic_uint pending;        /* mirror of count for spinners: written
                                    under mu (release), read without it
@@ -133,7 +137,7 @@ struct seda_pool {
     uint64_t loans;             /* loans started so far */
     struct loan_slot *slots;    /* nslots entries */
     int nslots;
-    struct worker **spares;     /* retired loan threads, nslots room */
+    struct seda_worker_s **spares;     /* retired loan threads, nslots room */
     int nspare;
     /* Timed tasks (seda__pool_submit_at), all guarded by mu: a min-heap by
      * due time.  Workers run a due one before the ring's next task, and
@@ -141,7 +145,7 @@ struct seda_pool {
     struct timed *timers;       /* ntimers entries, heap-ordered */
     int ntimers;
     int cap_timers;
-    struct worker **workers;    /* cap entries; guarded by resize_mu */
+    struct seda_worker_s **workers;    /* cap entries; guarded by resize_mu */
     int cap;                    /* guarded by resize_mu */
     seda_worker_start_fn start;
     seda_worker_stop_fn stop;
@@ -213,7 +217,7 @@ static int64_t spin_for_work(struct seda_pool *p)
 }
 
 /* Take w off the idle stack (mu held). */
-static void unpark(struct seda_pool *p, struct worker *w)
+static void unpark(struct seda_pool *p, struct seda_worker_s *w)
 {
     for (int i = 0; i < p->idle; i++) {
         if (p->parked[i] == w) {
@@ -229,7 +233,7 @@ static void unpark(struct seda_pool *p, struct worker *w)
 /* Wake the most recently parked worker (mu held). */
 static void wake_one(struct seda_pool *p)
 {
-    struct worker *w = p->parked[--p->idle];
+    struct seda_worker_s *w = p->parked[--p->idle];
     w->parked = false;
     pthread_cond_signal(&w->cv);
 }
@@ -293,7 +297,7 @@ static bool timer_due(const struct seda_pool *p)
     return p->ntimers && seda__now_ns() >= p->timers[0].due;
 }
 
-static _Thread_local struct worker *tls_worker;
+static _Thread_local struct seda_worker_s *tls_worker;
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
 
@@ -305,7 +309,7 @@ static bool loan_excess(const struct seda_pool *p)
 
 /* Whether w must stop taking tasks (mu held): the pool stops, a shrink
  * retired it, or it is a loan thread no longer needed. */
-static bool must_leave(const struct seda_pool *p, const struct worker *w)
+static bool must_leave(const struct seda_pool *p, const struct seda_worker_s *w)
 {
     if (atomic_load_explicit(&p->stopping, memory_order_acquire))
         return true;
@@ -315,7 +319,7 @@ static bool must_leave(const struct seda_pool *p, const struct worker *w)
 /* A loan thread whose loan ended waits as a spare (mu held) until it is
  * lent again (true), or LOAN_KEEP_NS pass or the pool stops (false: it
  * exits). */
-static bool loan_retire(struct seda_pool *p, struct worker *w)
+static bool loan_retire(struct seda_pool *p, struct seda_worker_s *w)
 {
     p->lent--;
     w->spare = true;
@@ -347,7 +351,7 @@ static int parked_room(struct seda_pool *p)
     if (p->idle < p->parked_cap)
         return 0;
     int cap = p->parked_cap ? p->parked_cap * 2 : 8;
-    struct worker **pk = seda__realloc(p->parked, sizeof *pk * (size_t)cap);
+    struct seda_worker_s **pk = seda__realloc(p->parked, sizeof *pk * (size_t)cap);
     if (!pk)
         return SEDA_ENOMEM;
     p->parked = pk;
@@ -357,7 +361,7 @@ static int parked_room(struct seda_pool *p)
 
 static void *worker_main(void *arg)
 {
-    struct worker *w = arg;
+    struct seda_worker_s *w = arg;
     struct seda_pool *p = w->pool;
     tls_worker = w;
     if (w->slot < 0) {
@@ -374,7 +378,8 @@ static void *worker_main(void *arg)
             idle_at = spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
-        while (p->count == 0 && !must_leave(p, w) && !timer_due(p)) {
+        while (p->count == 0 && !must_leave(p, w) && !timer_due(p) &&
+               !w->mail) {
             if (parked_room(p) != 0) {
                 /* No memory to park: look again in a millisecond. */
                 int64_t soon = seda__now_ns() + 1000000;
@@ -390,6 +395,17 @@ static void *worker_main(void *arg)
             seda__cond_wait(&w->cv, &p->mu, next_due(p));
             if (w->parked)
                 unpark(p, w);           /* woken by a broadcast or due */
+        }
+        if (w->mail && p->mail_fn &&
+            !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+            /* Mail first: what it resumes holds its stage's permit and
+             * goes before new work (seda_worker_wake). */
+            seda_worker_mail_fn fn = p->mail_fn;
+            w->mail = false;
+            seda__mutex_unlock(&p->mu);
+            fn(w->index, tls_data, p->ud);
+            seda__mutex_lock(&p->mu);
+            continue;
         }
         if (must_leave(p, w)) {
             if (atomic_load_explicit(&p->stopping, memory_order_acquire))
@@ -464,7 +480,7 @@ static void *worker_main(void *arg)
 static int start_workers(struct seda_pool *p, int from, int to)
 {
     if (to > p->cap) {
-        struct worker **w = seda__realloc(p->workers,
+        struct seda_worker_s **w = seda__realloc(p->workers,
                                           sizeof *w * (size_t)to);
         if (!w)
             return SEDA_ENOMEM;
@@ -472,7 +488,7 @@ static int start_workers(struct seda_pool *p, int from, int to)
         /* The idle stack holds at most every worker; grown under mu
          * since sleepers reach it. */
         seda__mutex_lock(&p->mu);
-        struct worker **pk = to <= p->parked_cap ? p->parked
+        struct seda_worker_s **pk = to <= p->parked_cap ? p->parked
                              : seda__realloc(p->parked,
                                              sizeof *pk * (size_t)to);
         if (pk && to > p->parked_cap) {
@@ -485,7 +501,7 @@ static int start_workers(struct seda_pool *p, int from, int to)
         p->cap = to;
     }
     for (int i = from; i < to; i++) {
-        struct worker *w = seda__calloc(1, sizeof *w);
+        struct seda_worker_s *w = seda__calloc(1, sizeof *w);
         if (!w)
             return SEDA_ENOMEM;
         if (seda__cond_init(&w->cv) != 0) {
@@ -539,7 +555,7 @@ static int slots_grow(struct seda_pool *p, int max)
         return SEDA_ENOMEM;
     p->slots = sl;
     memset(&sl[p->nslots], 0, sizeof *sl * (size_t)(max - p->nslots));
-    struct worker **sp = seda__realloc(p->spares, sizeof *sp * (size_t)max);
+    struct seda_worker_s **sp = seda__realloc(p->spares, sizeof *sp * (size_t)max);
     if (!sp)
         return SEDA_ENOMEM;
     p->spares = sp;
@@ -694,7 +710,7 @@ static void loan_start(struct seda_pool *p, int k)
     seda__mutex_unlock(&p->mu);
     if (join)
         pthread_join(old, NULL);        /* it exited: quick */
-    struct worker *w = stop ? NULL : seda__calloc(1, sizeof *w);
+    struct seda_worker_s *w = stop ? NULL : seda__calloc(1, sizeof *w);
     pthread_t tid;
     if (w && seda__cond_init(&w->cv) == 0) {
         w->pool = p;
@@ -737,7 +753,7 @@ struct seda_pool *seda__pool_block_begin(void)
         wake_one(p);
     if (p->lent < p->blocked && p->lent < p->max_loans) {
         if (p->nspare > 0) {
-            struct worker *w = p->spares[--p->nspare];
+            struct seda_worker_s *w = p->spares[--p->nspare];
             w->spare = false;
             pthread_cond_signal(&w->cv);
             lend(p);
@@ -773,7 +789,7 @@ void seda__pool_block_end(struct seda_pool *p)
         /* A loan thread asleep on the idle stack retires now; one that is
          * running retires when its task returns. */
         for (int i = p->idle - 1; i >= 0; i--) {
-            struct worker *w = p->parked[i];
+            struct seda_worker_s *w = p->parked[i];
             if (w->slot >= 0) {
                 unpark(p, w);
                 pthread_cond_signal(&w->cv);
@@ -968,9 +984,34 @@ void *seda__pool_current_owner(void)
 
 int seda_worker_index(void) { return tls_worker ? tls_worker->index : -1; }
 
+seda_worker_t *seda_worker_self(void)
+{
+    struct seda_worker_s *w = tls_worker;
+    return w && w->slot < 0 ? w : NULL;
+}
+
+void seda_worker_wake(seda_worker_t *w)
+{
+    struct seda_pool *p = w->pool;
+    seda__mutex_lock(&p->mu);
+    w->mail = true;
+    if (w->parked) {
+        unpark(p, w);
+        pthread_cond_signal(&w->cv);
+    }
+    seda__mutex_unlock(&p->mu);
+}
+
+void seda__pool_set_mail(struct seda_pool *p, seda_worker_mail_fn fn)
+{
+    seda__mutex_lock(&p->mu);
+    p->mail_fn = fn;
+    seda__mutex_unlock(&p->mu);
+}
+
 void *seda_worker_data(void)
 {
-    struct worker *w = tls_worker;
+    struct seda_worker_s *w = tls_worker;
     if (SEDA__UNLIKELY(w && !tls_data_set)) {
         /* A loan thread's first use: the data its slot kept, else new. */
         struct seda_pool *p = w->pool;

@@ -107,6 +107,11 @@ SEDA__API bool seda__pool_stopping(const struct seda_pool *p);
 /* Stop if needed and free.  NULL is a no-op. */
 SEDA__API void seda__pool_free(struct seda_pool *p);
 
+/* Install the mail hook regular workers run when seda_worker_wake wakes
+ * them (before their next task), with the pool's ud.  Any thread. */
+SEDA__API void seda__pool_set_mail(struct seda_pool *p,
+                                   seda_worker_mail_fn fn);
+
 SEDA__API int seda__pool_size(const struct seda_pool *p);
 
 /* Tasks queued and not yet taken (relaxed; a hint for lingering drains). */

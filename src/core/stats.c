@@ -64,8 +64,10 @@ void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
 {
     seda__mutex_lock(&s->hist_mu);
     for (int k = 0; k < n; k++) {
+        if (service[k] < 0)
+            continue;                   /* suspended: counted at settle */
         seda__hist_add(&s->sojourn, nonneg(sojourn[k]));
-        seda__hist_add(&s->service, nonneg(service[k]));
+        seda__hist_add(&s->service, (uint64_t)service[k]);
     }
     seda__mutex_unlock(&s->hist_mu);
 }
@@ -291,10 +293,15 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
      * being handled; the bus's in_system counts it.  A pull stage's are
      * its leases. */
     out->in_flight = st->pull ? st->pl.leased : st->dr.in_flight;
+    out->suspended = st->dr.suspended;
     if (!st->pull) {
-        int run = atomic_load_explicit(&st->dr.running, memory_order_relaxed);
+        /* Drain tasks hold the permits suspended calls do not. */
+        int run = atomic_load_explicit(&st->dr.running,
+                                       memory_order_relaxed) -
+                  st->dr.suspended;
         if (out->in_flight > run)
             out->in_flight = run;
+        out->in_flight += st->dr.suspended;
     }
     out->enqueued = st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     out->delivered = st->stats.c.delivered;
