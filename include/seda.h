@@ -689,6 +689,16 @@ void *seda_worker_data(void);
 typedef struct seda_worker_s seda_worker_t;
 seda_worker_t *seda_worker_self(void);
 
+/* Managed blocking (the pool's loans, as for a publish that waits for
+ * room): a consumer about to make a call that blocks its thread (a C
+ * library, a socket) brackets it with these, and while it waits the pool
+ * lends a thread within max_loans so the stages keep draining.  begin
+ * returns a token for end (NULL off the pool, when no loan can be had,
+ * or once the pool stops; end(NULL) is a no-op).  Hold no seda lock
+ * around either. */
+void *seda_block_begin(void);
+void seda_block_end(void *token);
+
 /* Have w run the bus's worker_mail hook soon: before its next task, woken
  * if it sleeps (a call already running finishes first).  Several wakes
  * before it runs make one run.  Any thread; never blocks for long. */

@@ -1002,6 +1002,16 @@ void seda_worker_wake(seda_worker_t *w)
     seda__mutex_unlock(&p->mu);
 }
 
+void *seda_block_begin(void)
+{
+    return seda__pool_block_begin();
+}
+
+void seda_block_end(void *token)
+{
+    seda__pool_block_end(token);
+}
+
 void seda__pool_set_mail(struct seda_pool *p, seda_worker_mail_fn fn)
 {
     seda__mutex_lock(&p->mu);

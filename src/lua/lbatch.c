@@ -86,7 +86,14 @@ static void env_settle(lua_State *L, struct lworker *w, bool ok)
     w->token = 0;
     le->decoded = le->decoded_table = le->payload_set =
         le->headers_loaded = false;
-    seda_batch_result(w->bt, ok);
+    if (w->cur) {
+        /* A suspended call that ran again: lsuspend.c settles it once its
+         * coroutine is done. */
+        w->cur->settled = true;
+        w->cur->ok = ok;
+    } else {
+        seda_batch_result(w->bt, ok);
+    }
     if (w->mem_limit && w->mem_used > w->mem_limit / 2)
         lua_gc(L, LUA_GCCOLLECT);
     atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
@@ -149,13 +156,34 @@ static inline void env_returned(lua_State *L, struct lworker *w, int res)
 
 /* ---- the trampoline ---- */
 
-/* run(h), under the batch's lua_pcall: hand the batch's envelopes to the
+static int run_loop(lua_State *L, struct lworker *w);
+
+/* Where a handler call that waited (lsuspend.c) continues once it
+ * returns: settle it, and end -- the batch it came from went on without
+ * it -- or, in a batch that never suspended, go on with the batch. */
+static int run_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    struct lworker *w = worker_of(L);
+    env_returned(L, w, 2);
+    lua_settop(L, 1);
+    if (w->cur)
+        return 0;
+    return run_loop(L, w);
+}
+
+/* run(h), in the batch's coroutine: hand the batch's envelopes to the
  * handler h one by one, settling each with what it returned.  Returns
  * when the batch is over, or when new code must be loaded first
  * (w->reload).  Upvalue 1: the lenv userdata. */
 static int l_run(lua_State *L)
 {
-    struct lworker *w = worker_of(L);
+    return run_loop(L, worker_of(L));
+}
+
+static int run_loop(lua_State *L, struct lworker *w)
+{
     for (;;) {
         /* Acquire: pairs with the release in reload; the new sources are
          * visible (and copied under ls->mu anyway). */
@@ -170,7 +198,7 @@ static int l_run(lua_State *L)
         env_start(w, env);
         lua_pushvalue(L, 1);
         lua_pushlightuserdata(L, (void *)w->token);
-        lua_call(L, 1, 1);
+        lua_callk(L, 1, 1, 0, run_k);
         env_returned(L, w, 2);
         lua_settop(L, 1);
     }
@@ -183,6 +211,13 @@ void seda__lw_push_trampoline(lua_State *L)
 }
 
 /* ---- runaway handlers ---- */
+
+static void timeout_hook(lua_State *L, lua_Debug *ar);
+
+void seda__lw_timeout_hook(lua_State *co)
+{
+    lua_sethook(co, timeout_hook, LUA_MASKCOUNT, 1000);
+}
 
 static void timeout_hook(lua_State *L, lua_Debug *ar)
 {
@@ -266,13 +301,31 @@ void seda__lw_batch(seda_batch_t *bt, void *ud)
                            own timeouts), so no hook */
     w->timeout = timeout;
     for (;;) {
+        lua_State *co = seda__lw_co_take(w);    /* anchored on L's stack */
+        if (!co) {
+            fail_all(bt, "out of memory");
+            break;
+        }
         if (timeout > 0)
-            lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1000);
+            lua_sethook(co, timeout_hook, LUA_MASKCOUNT, 1000);
         w->reload = false;
+        w->bco = co;
         lua_pushvalue(L, SLOT_TRAMP);
         lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
-        int rc = lua_pcall(L, 1, 0, SLOT_MSGH);
+        lua_xmove(L, co, 2);
+        int nres;
+        int rc = lua_resume(co, L, 1, &nres);
+        w->bco = NULL;
+        if (rc == LUA_YIELD && w->yielded) {
+            /* A handler waits (lsuspend.c): the coroutine is its call's
+             * now; on with the rest of the batch in another. */
+            w->yielded = NULL;
+            lua_settop(L, SLOT_TRAMP);
+            continue;
+        }
         if (rc == LUA_OK) {
+            seda__lw_co_give(w, co, false);
+            lua_settop(L, SLOT_TRAMP);
             if (!w->reload)
                 break;
             if (!code_ready(w, ls, c, lc->index)) {
@@ -282,12 +335,21 @@ void seda__lw_batch(seda_batch_t *bt, void *ud)
             continue;
         }
         /* An error: it belongs to the envelope out (see HOW AN ERROR IS
-         * HANDLED above), which nacks with it; then on with the rest. */
-        const char *msg = lua_tostring(L, -1);
+         * HANDLED above), which nacks with it; then on with the rest.  A
+         * yield of the handler's own (coroutine.yield outside a coroutine
+         * it made) is one too: nothing would resume it. */
         char buf[2048];
-        snprintf(buf, sizeof buf, "handler error: %s",
-                 msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
-                                              : "(no message)");
+        if (rc == LUA_YIELD) {
+            snprintf(buf, sizeof buf, "handler error: a handler yielded "
+                     "outside a coroutine of its own");
+        } else {
+            seda__lw_co_error(L, co);
+            const char *msg = lua_tostring(L, -1);
+            snprintf(buf, sizeof buf, "handler error: %s",
+                     msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
+                                                  : "(no message)");
+        }
+        seda__lw_co_give(w, co, true);
         lua_settop(L, SLOT_TRAMP);
         if (rc == LUA_ERRMEM)
             lua_gc(L, LUA_GCCOLLECT);
@@ -300,8 +362,6 @@ void seda__lw_batch(seda_batch_t *bt, void *ud)
         seda_env_fail(w->le->env, buf);
         env_settle(L, w, false);
     }
-    if (timeout > 0)
-        lua_sethook(L, NULL, 0, 0);
     lua_settop(L, SLOT_TRAMP);
     w->bt = NULL;
     w->bls = NULL;

@@ -459,6 +459,7 @@ static int l_bus_new(lua_State *L)
     lua_pop(L, 1);
     o.worker_start = seda__lw_start;
     o.worker_stop = seda__lw_stop;
+    o.worker_mail = seda__lw_mail;
     o.worker_ud = lb;
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)

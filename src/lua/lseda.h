@@ -261,6 +261,7 @@ SEDA__API extern bool (*seda__l_interrupt_pending)(lua_State *L);
 /* The hooks the bus is created with: one Lua state per pool thread. */
 SEDA__API void *seda__lw_start(int index, void *ud);
 SEDA__API void seda__lw_stop(int index, void *data, void *ud);
+SEDA__API void seda__lw_mail(int index, void *data, void *ud);
 
 /* A state that allocates and collects the way handlers' states do (the
  * per-state small-block allocator, generational collection, no memory

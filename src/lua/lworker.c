@@ -245,6 +245,18 @@ int seda__l_msghandler(lua_State *L)
  * starts with. */
 static const char g_base_modules;
 
+/* The registry key of a worker state's struct lworker (a light
+ * userdata): what tells a worker's state from the main state. */
+static const char g_worker_key;
+
+struct lworker *seda__lw_worker(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &g_worker_key);
+    struct lworker *w = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return w;
+}
+
 /* Build the state; the caller checks for NULL.  Runs the setup under
  * lua_pcall so an allocation failure is an error, not an abort. */
 static int setup(lua_State *L)
@@ -307,6 +319,8 @@ static int setup(lua_State *L)
     }
     lua_rawsetp(L, LUA_REGISTRYINDEX, &g_base_modules);
     lua_settop(L, 0);
+    lua_pushlightuserdata(L, w);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &g_worker_key);
 
     lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
     struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
@@ -335,6 +349,7 @@ static struct lworker *worker_alloc(struct lbus *lb, int index)
         free(w);
         return NULL;
     }
+    seda__lw_calls_init(w);
     *(struct lworker **)lua_getextraspace(w->L) = w;
     return w;
 }
@@ -411,6 +426,7 @@ static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
         fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
                 index, lua_tostring(w->L, -1));
         lua_close(w->L);
+        seda__lw_calls_free(w);
         small_free_all(w);
         free(w);
         return NULL;
@@ -440,7 +456,9 @@ static void worker_free(struct lworker *w)
         return;
     if (w->registered)
         worker_unregister(w->lb, w);
+    seda__lw_calls_end(w);
     lua_close(w->L);
+    seda__lw_calls_free(w);
     seda__wbuf_free(&w->wb);            /* through l_alloc: before below */
     small_free_all(w);
     for (int i = 0; i < w->nws; i++)

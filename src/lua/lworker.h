@@ -6,6 +6,8 @@
 #ifndef SEDA_LWORKER_H
 #define SEDA_LWORKER_H
 
+#include <pthread.h>
+
 #include <lua.h>
 
 #include "lseda.h"
@@ -39,6 +41,8 @@ struct small_block {
     struct small_block *next;
 };
 
+struct lcall;
+
 struct lworker {
     lua_State *L;
     struct lbus *lb;
@@ -64,12 +68,40 @@ struct lworker {
     struct wstage *bws;         /* this worker's view of its code */
     int bindex;                 /* which of the stage's handlers */
     bool reload;                /* the trampoline stopped for new code */
+    /* Suspended calls (lsuspend.c).  Owner thread only, but the mailbox. */
+    seda_worker_t *self;        /* the pool worker that owns this state,
+                                   NULL for a loan's or a scratch state */
+    lua_State *bco;             /* the coroutine running the batch now */
+    struct lcall *cur;          /* the suspended call running again now */
+    struct lcall *yielded;      /* set by seda__lw_wait as it yields */
+    struct lcall *susp;         /* every suspended call of this state */
+    int nsusp;                  /* how many */
+    int *co_free;               /* registry refs of idle coroutines */
+    int nco_free, co_cap;
+    pthread_mutex_t mail_mu;    /* guards mail and mail_cv's predicate */
+    pthread_cond_t mail_cv;     /* a stopping worker waits here */
+    struct lcall *mail;         /* calls whose wait ended; mail_mu */
     /* The envelope's field names as interned in this state (anchored in
      * the registry): env_index compares a key's address, not its bytes. */
     const char *k_payload, *k_headers, *k_id, *k_to, *k_sender, *k_slip,
         *k_attempts, *k_forward, *k_published_at;
     struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
+};
+
+/* One wait of a handler call (seda__lw_wait): made by the waiting C
+ * function as a userdata on the call's stack (so it lives as long as the
+ * wait), handed to whatever ends the wait, which calls seda__lw_wake once.
+ * Locking: mu guards done and call. */
+struct lwait {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* a blocked waiter sleeps here */
+    bool done;                  /* the wait ended (wake was called) */
+    struct lcall *call;         /* the suspended call to resume, or NULL:
+                                   the waiter blocks on cv */
+    void (*cancel)(void *op);   /* ends the wait early (any thread; the
+                                   wake still comes), or NULL */
+    void *op;                   /* its argument */
 };
 
 /* The envelope userdata handed to handlers. */
@@ -112,6 +144,82 @@ SEDA__API struct wstage *seda__lw_wstage(struct lworker *w,
                                          struct lstage *ls);
 SEDA__API void seda__lw_refresh(struct lworker *w, struct lstage *ls,
                                 struct wstage *c);
+
+/* ---- suspended calls (lsuspend.c) ---- */
+
+/* A handler call suspended on a wait: its coroutine, the core's handle,
+ * and the handler's view of its envelope while other envelopes use the
+ * state's lenv.  Owned by its state's thread, but mail_next (the
+ * mailbox's, guarded by w->mail_mu). */
+struct lcall {
+    struct lcall *next;         /* w->calls */
+    struct lcall *mail_next;    /* w->mail; guarded by w->mail_mu */
+    struct lworker *w;
+    lua_State *co;              /* the call's coroutine */
+    int co_ref;                 /* its registry anchor */
+    seda_pending_t *p;          /* the core's handle */
+    struct lwait *wait;         /* the wait it is suspended on */
+    bool suspended;             /* waiting now (not running) */
+    /* The view saved while suspended (struct lenv's, user values in the
+     * registry table uv_ref). */
+    seda_env_t *env;
+    bool decoded, decoded_table, payload_set, headers_loaded;
+    int uv_ref;
+    uintptr_t token;
+    int64_t deadline;
+    double timeout;
+    struct lstage *ls;          /* its stage */
+    int bindex;                 /* which of the stage's handlers */
+    /* The run that just ended settled it (lbatch.c): with what. */
+    bool settled, ok;
+};
+
+/* Make a wait on L's stack (a userdata with a __gc that ends it) and
+ * return it.  Raises on memory errors. */
+SEDA__API struct lwait *seda__lw_wait_new(lua_State *L);
+
+/* Wait for wt to end (seda__lw_wake), then continue with k(L, status,
+ * ctx) and return what it returns.  In a handler call on a worker that
+ * can suspend it, the call is suspended: its worker goes on with other
+ * envelopes, and the call resumes on this state when the wait ends.
+ * Elsewhere (the main state, a loan's state, a stage with several
+ * handlers, a durable stage, inside a coroutine of the handler's own)
+ * the thread blocks, with a loan when it is a pool worker. */
+SEDA__API int seda__lw_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
+                            lua_KFunction k);
+
+/* Seconds left before the running handler call's handler_timeout (a
+ * wait should end by then), or -1 when it has none or L runs no handler
+ * call. */
+SEDA__API double seda__lw_wait_budget(lua_State *L);
+
+/* The worker state L belongs to (any of its coroutines), or NULL for a
+ * state that is not a worker's (the main state). */
+SEDA__API struct lworker *seda__lw_worker(lua_State *L);
+
+/* Arm the handler_timeout hook on coroutine co (lbatch.c). */
+SEDA__API void seda__lw_timeout_hook(lua_State *co);
+
+/* End wt's wait: resume its call or wake its waiter.  Any thread, once
+ * per wait. */
+SEDA__API void seda__lw_wake(struct lwait *wt);
+
+/* The worker hooks of suspended calls: run the calls whose wait ended
+ * (the bus's worker_mail hook), and end the state's calls as its worker
+ * stops (finished when the bus still runs -- a pool that shrinks --,
+ * cancelled and dropped when the bus stops). */
+SEDA__API void seda__lw_calls_end(struct lworker *w);
+SEDA__API void seda__lw_calls_init(struct lworker *w);
+SEDA__API void seda__lw_calls_free(struct lworker *w);
+
+/* A coroutine to run a batch or a call in (reused), and giving it back
+ * (reset when it ended in an error).  NULL when out of memory. */
+SEDA__API lua_State *seda__lw_co_take(struct lworker *w);
+SEDA__API void seda__lw_co_give(struct lworker *w, lua_State *co, bool reset);
+
+/* The message of an error that ended coroutine co, with its traceback,
+ * pushed on L. */
+SEDA__API void seda__lw_co_error(lua_State *L, lua_State *co);
 
 /* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
 SEDA__API void seda__lw_push_trampoline(lua_State *L);

@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lsuspend.c -- handler calls that wait without holding their worker.
+ *
+ * Every batch of handler calls runs in a coroutine of the worker's state
+ * (lbatch.c), reused from batch to batch.  A C function that must wait
+ * (seda.sleep, an HTTP request, a cosocket read: lio.c) makes a wait
+ * (struct lwait), starts its operation with the wait as the callback's
+ * argument, and calls seda__lw_wait.  There:
+ *
+ *   - In a handler call on a regular worker whose batch can suspend (the
+ *     stage's only handler, not durable), the core takes the envelope out
+ *     of the batch unsettled (seda_batch_suspend: it keeps a permit of its
+ *     stage, not the worker), the handler's view of its envelope is saved
+ *     into a struct lcall, and the coroutine yields.  lbatch.c sees the
+ *     yield, leaves the coroutine to the call and goes on with the batch
+ *     in a fresh coroutine.  When the operation ends, on whatever thread,
+ *     seda__lw_wake posts the call to its worker's mailbox and wakes the
+ *     worker (seda_worker_wake), which runs seda__lw_mail before its next
+ *     task: the view is put back, the coroutine resumed (the waiting
+ *     function's continuation reads the result), and when the handler
+ *     returns the call is settled as a batch's envelope would be.
+ *   - Anywhere else the thread blocks on the wait's condition variable,
+ *     with a loan when it is a pool worker (seda_block_begin): the main
+ *     state, a loan's state (its thread may end with the loan), a stage
+ *     with several handlers, a durable stage, a coroutine of the
+ *     handler's own.
+ *
+ *   HOW THE RACES ARE CLOSED
+ *   The operation may end before the coroutine has yielded.  The wait's
+ *   mutex orders the two: seda__lw_wait records the call in wt->call and
+ *   reads done under it; wake sets done and reads call under it.
+ *   Whichever comes second posts the call.  Posting only queues it: the
+ *   worker resumes it from its mail hook, after the batch call that is
+ *   yielding it returned, so a coroutine is never resumed before it has
+ *   yielded.
+ *
+ *   Stopping: a worker that stops while its state has suspended calls
+ *   either finishes them (a pool that shrinks: it keeps serving its
+ *   mailbox until none is left) or, when the bus stops, cancels their
+ *   waits, waits for each wake (so no operation still refers to a wait),
+ *   and drops them (counted dropped, their done callbacks fire) without
+ *   running them again.
+ *
+ * Threads: everything but seda__lw_wake runs on the thread that owns the
+ * worker's state.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <lauxlib.h>
+
+#include "lworker.h"
+
+/* ---- coroutines ---- */
+
+lua_State *seda__lw_co_take(struct lworker *w)
+{
+    lua_State *L = w->L;
+    if (!lua_checkstack(L, 2))
+        return NULL;
+    if (w->nco_free > 0) {
+        int ref = w->co_free[--w->nco_free];
+        lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+        luaL_unref(L, LUA_REGISTRYINDEX, ref);
+        return lua_tothread(L, -1);
+    }
+    return lua_newthread(L);            /* raises only on memory errors */
+}
+
+void seda__lw_co_give(struct lworker *w, lua_State *co, bool reset)
+{
+    lua_State *L = w->L;
+    if (reset) {
+        /* Ended in an error (or a stray yield): close what it holds and
+         * let the collector have it.  Not reused: an error raised in a
+         * hook (handler_timeout's) leaves the thread's hooks disabled. */
+        lua_resetthread(co);
+        return;
+    }
+    lua_settop(co, 0);
+    lua_sethook(co, NULL, 0, 0);
+    if (w->nco_free == w->co_cap) {
+        int cap = w->co_cap ? w->co_cap * 2 : 8;
+        int *n = realloc(w->co_free, sizeof *n * (size_t)cap);
+        if (!n)
+            return;                     /* not kept: collected */
+        w->co_free = n;
+        w->co_cap = cap;
+    }
+    lua_pushthread(co);
+    lua_xmove(co, L, 1);
+    w->co_free[w->nco_free++] = luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* The message of an error object (at 1), as the message handler words
+ * it: a string, its __tostring, or its type. */
+static int error_text(lua_State *L)
+{
+    if (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER) {
+        lua_tostring(L, 1);
+        lua_settop(L, 1);
+        return 1;
+    }
+    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING)
+        return 1;
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    return 1;
+}
+
+void seda__lw_co_error(lua_State *L, lua_State *co)
+{
+    /* The object's __tostring may raise: word it in a protected call on
+     * L (co is dead), and read the traceback off co's stack. */
+    lua_pushcfunction(L, error_text);
+    lua_xmove(co, L, 1);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK || lua_type(L, -1) != LUA_TSTRING) {
+        lua_pop(L, 1);
+        lua_pushliteral(L, "(error object is not a string)");
+    }
+    luaL_traceback(L, co, lua_tostring(L, -1), 0);
+    lua_remove(L, -2);
+    /* A handler's traceback ends in the batch trampoline, a C function
+     * (lbatch.c) that says nothing to its reader. */
+    size_t len;
+    const char *tb = lua_tolstring(L, -1, &len);
+    static const char tail[] = "\n\t[C]: in ?";
+    if (len >= sizeof tail - 1 &&
+        memcmp(tb + len - (sizeof tail - 1), tail, sizeof tail - 1) == 0) {
+        lua_pushlstring(L, tb, len - (sizeof tail - 1));
+        lua_remove(L, -2);
+    }
+}
+
+/* ---- waits ---- */
+
+static int wait_gc(lua_State *L)
+{
+    struct lwait *wt = lua_touserdata(L, 1);
+    pthread_mutex_destroy(&wt->mu);
+    pthread_cond_destroy(&wt->cv);
+    return 0;
+}
+
+static const char WAIT_MT[] = "seda.wait";
+
+struct lwait *seda__lw_wait_new(lua_State *L)
+{
+    struct lwait *wt = lua_newuserdatauv(L, sizeof *wt, 0);
+    memset(wt, 0, sizeof *wt);
+    pthread_mutex_init(&wt->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&wt->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (luaL_newmetatable(L, WAIT_MT)) {
+        lua_pushcfunction(L, wait_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    return wt;
+}
+
+/* Post c to its worker's mailbox and wake the worker. */
+static void mail_post(struct lcall *c)
+{
+    struct lworker *w = c->w;
+    pthread_mutex_lock(&w->mail_mu);
+    c->mail_next = w->mail;
+    w->mail = c;
+    pthread_cond_broadcast(&w->mail_cv);
+    pthread_mutex_unlock(&w->mail_mu);
+    seda_worker_wake(w->self);
+}
+
+void seda__lw_wake(struct lwait *wt)
+{
+    pthread_mutex_lock(&wt->mu);
+    wt->done = true;
+    struct lcall *c = wt->call;
+    if (!c)
+        pthread_cond_signal(&wt->cv);
+    pthread_mutex_unlock(&wt->mu);
+    if (c)
+        mail_post(c);
+}
+
+/* Whether wt ended (takes its mutex; mail_mu may be held). */
+static bool wait_done(struct lwait *wt)
+{
+    pthread_mutex_lock(&wt->mu);
+    bool done = wt->done;
+    pthread_mutex_unlock(&wt->mu);
+    return done;
+}
+
+/* Block until wt ends (a loan covers a pool worker meanwhile). */
+static void wait_blocking(struct lwait *wt)
+{
+    void *loan = seda_block_begin();
+    pthread_mutex_lock(&wt->mu);
+    while (!wt->done)
+        pthread_cond_wait(&wt->cv, &wt->mu);
+    pthread_mutex_unlock(&wt->mu);
+    seda_block_end(loan);
+}
+
+/* Save the handler's view of its envelope into c and clear the state's
+ * (another envelope uses it next). */
+static void view_save(struct lworker *w, struct lcall *c)
+{
+    lua_State *L = w->L;
+    struct lenv *le = w->le;
+    c->env = le->env;
+    c->decoded = le->decoded;
+    c->decoded_table = le->decoded_table;
+    c->payload_set = le->payload_set;
+    c->headers_loaded = le->headers_loaded;
+    c->token = w->token;
+    c->deadline = w->deadline;
+    c->timeout = w->timeout;
+    if (c->uv_ref == LUA_NOREF || c->uv_ref == 0) {
+        lua_createtable(L, 2, 0);
+        c->uv_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->uv_ref);
+    lua_getiuservalue(L, SLOT_ENV, 1);
+    lua_rawseti(L, -2, 1);
+    lua_getiuservalue(L, SLOT_ENV, 2);
+    lua_rawseti(L, -2, 2);
+    lua_pop(L, 1);
+    le->env = NULL;
+    le->decoded = le->decoded_table = le->payload_set =
+        le->headers_loaded = false;
+    w->token = 0;
+}
+
+/* Put c's view back into the state's lenv. */
+static void view_restore(struct lworker *w, struct lcall *c)
+{
+    lua_State *L = w->L;
+    struct lenv *le = w->le;
+    le->env = c->env;
+    le->decoded = c->decoded;
+    le->decoded_table = c->decoded_table;
+    le->payload_set = c->payload_set;
+    le->headers_loaded = c->headers_loaded;
+    w->token = c->token;
+    w->deadline = c->deadline;
+    w->timeout = c->timeout;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->uv_ref);
+    lua_rawgeti(L, -1, 1);
+    lua_setiuservalue(L, SLOT_ENV, 1);
+    lua_rawgeti(L, -1, 2);
+    lua_setiuservalue(L, SLOT_ENV, 2);
+    lua_pop(L, 1);
+}
+
+/* The call L's running coroutine can be suspended as (made for a batch's
+ * call on its first wait), or NULL when it must block. */
+static struct lcall *call_for(lua_State *L, struct lworker *w)
+{
+    if (!w || !w->self)
+        return NULL;                    /* main, loan or scratch state */
+    if (w->cur)
+        return w->cur->co == L ? w->cur : NULL;
+    if (!w->bt || w->bco != L || !w->le->env)
+        return NULL;                    /* not the batch's handler call */
+    struct lcall *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    seda_pending_t *p = seda_batch_suspend(w->bt);
+    if (!p) {
+        free(c);
+        return NULL;
+    }
+    c->w = w;
+    c->co = L;
+    c->p = p;
+    c->uv_ref = LUA_NOREF;
+    c->ls = w->bls;
+    c->bindex = w->bindex;
+    /* Anchor the coroutine: the batch goes on without it. */
+    lua_pushthread(L);
+    lua_xmove(L, w->L, 1);
+    c->co_ref = luaL_ref(w->L, LUA_REGISTRYINDEX);
+    c->next = w->susp;
+    w->susp = c;
+    w->nsusp++;
+    return c;
+}
+
+int seda__lw_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
+                  lua_KFunction k)
+{
+    struct lworker *w = seda__lw_worker(L);
+    struct lcall *c = lua_isyieldable(L) ? call_for(L, w) : NULL;
+    if (!c) {
+        wait_blocking(wt);
+        return k(L, LUA_OK, ctx);
+    }
+    view_save(w, c);
+    c->wait = wt;
+    c->suspended = true;
+    w->yielded = c;
+    pthread_mutex_lock(&wt->mu);
+    wt->call = c;
+    bool done = wt->done;
+    pthread_mutex_unlock(&wt->mu);
+    if (done)
+        mail_post(c);                   /* resumed after this batch call */
+    return lua_yieldk(L, 0, ctx, k);
+}
+
+/* ---- running calls again ---- */
+
+/* Unlink c from w's calls and free it (its coroutine given back). */
+static void call_free(struct lworker *w, struct lcall *c, bool reset)
+{
+    for (struct lcall **pp = &w->susp; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    w->nsusp--;
+    lua_State *L = w->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->co_ref);
+    lua_pop(L, 1);
+    seda__lw_co_give(w, c->co, reset);  /* anchored anew in the pool */
+    luaL_unref(L, LUA_REGISTRYINDEX, c->co_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, c->uv_ref);
+    free(c);
+}
+
+/* Resume c (its wait ended) until it waits again or ends; settle it when
+ * it ends. */
+static void call_resume(struct lworker *w, struct lcall *c)
+{
+    lua_State *L = w->L;
+    c->suspended = false;
+    c->settled = false;
+    view_restore(w, c);
+    w->cur = c;
+    w->bls = c->ls;
+    w->bws = seda__lw_wstage(w, c->ls);
+    w->bindex = c->bindex;
+    seda_pending_enter(c->p);
+    if (w->timeout > 0)
+        seda__lw_timeout_hook(c->co);
+    int nres;
+    int rc = lua_resume(c->co, L, 0, &nres);
+    bool reset = false;
+    if (rc == LUA_YIELD && w->yielded == c) {
+        w->yielded = NULL;
+        seda_pending_leave(c->p);       /* waits again */
+        w->cur = NULL;
+        w->bls = NULL;
+        w->bws = NULL;
+        return;
+    }
+    if (rc != LUA_OK) {
+        /* An error (or a yield of the handler's own, which nothing will
+         * resume): the call nacks with it. */
+        if (rc == LUA_YIELD)
+            lua_pushliteral(L, "handler error: a handler yielded outside a "
+                               "coroutine of its own");
+        else
+            seda__lw_co_error(L, c->co);
+        char buf[2048];
+        snprintf(buf, sizeof buf, "%s%s", rc == LUA_YIELD ? "" :
+                 "handler error: ", lua_tostring(L, -1));
+        lua_pop(L, 1);
+        if (!c->settled && w->le->env)
+            seda_env_fail(w->le->env, buf);
+        c->ok = false;
+        reset = true;
+    } else if (!c->settled) {
+        c->ok = false;                  /* returned without a result */
+    }
+    lua_settop(c->co, 0);
+    seda_pending_leave(c->p);
+    w->le->env = NULL;
+    w->le->decoded = w->le->decoded_table = w->le->payload_set =
+        w->le->headers_loaded = false;
+    w->token = 0;
+    w->cur = NULL;
+    w->bls = NULL;
+    w->bws = NULL;
+    seda_pending_t *p = c->p;
+    bool ok = c->ok;
+    call_free(w, c, reset);
+    seda_pending_settle(p, ok);
+}
+
+double seda__lw_wait_budget(lua_State *L)
+{
+    struct lworker *w = seda__lw_worker(L);
+    if (!w || !(w->timeout > 0) || !w->le->env)
+        return -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    double left = (double)(w->deadline - now) / 1e9;
+    return left > 0 ? left : 0;
+}
+
+/* Take the mailbox (mail_mu). */
+static struct lcall *mail_take(struct lworker *w)
+{
+    pthread_mutex_lock(&w->mail_mu);
+    struct lcall *m = w->mail;
+    w->mail = NULL;
+    pthread_mutex_unlock(&w->mail_mu);
+    /* Posted newest first: resume in the order the waits ended. */
+    struct lcall *r = NULL;
+    while (m) {
+        struct lcall *n = m->mail_next;
+        m->mail_next = r;
+        r = m;
+        m = n;
+    }
+    return r;
+}
+
+void seda__lw_mail(int index, void *data, void *ud)
+{
+    (void)index;
+    (void)ud;
+    struct lworker *w = data;
+    if (!w)
+        return;
+    struct lcall *c = mail_take(w);
+    while (c) {
+        struct lcall *n = c->mail_next;
+        call_resume(w, c);
+        c = n;
+    }
+}
+
+void seda__lw_calls_init(struct lworker *w)
+{
+    pthread_mutex_init(&w->mail_mu, NULL);
+    pthread_cond_init(&w->mail_cv, NULL);
+    w->self = seda_worker_self();
+}
+
+void seda__lw_calls_end(struct lworker *w)
+{
+    if (w->nsusp == 0)
+        return;
+    if (!seda_bus_closed(w->lb->bus)) {
+        /* A pool that shrinks: finish them here. */
+        while (w->nsusp > 0) {
+            pthread_mutex_lock(&w->mail_mu);
+            while (!w->mail)
+                pthread_cond_wait(&w->mail_cv, &w->mail_mu);
+            pthread_mutex_unlock(&w->mail_mu);
+            seda__lw_mail(w->index, w, NULL);
+        }
+        return;
+    }
+    /* The bus stops: end every wait, wait for each wake, drop them. */
+    for (struct lcall *c = w->susp; c; c = c->next)
+        if (c->wait && c->wait->cancel)
+            c->wait->cancel(c->wait->op);
+    for (struct lcall *c = w->susp; c; c = c->next) {
+        /* Its wake posts it (mail_cv broadcast after done is set). */
+        pthread_mutex_lock(&w->mail_mu);
+        while (!wait_done(c->wait))
+            pthread_cond_wait(&w->mail_cv, &w->mail_mu);
+        pthread_mutex_unlock(&w->mail_mu);
+    }
+    (void)mail_take(w);                 /* posted; not run again */
+    while (w->susp) {
+        struct lcall *c = w->susp;
+        seda_pending_t *p = c->p;
+        call_free(w, c, true);
+        seda_pending_drop(p);
+    }
+}
+
+void seda__lw_calls_free(struct lworker *w)
+{
+    free(w->co_free);
+    w->co_free = NULL;
+    pthread_mutex_destroy(&w->mail_mu);
+    pthread_cond_destroy(&w->mail_cv);
+}
