@@ -26,9 +26,7 @@
 #include "families.h"
 #include "harness.h"
 #include "seda_lua.h"
-
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 /* ---- codec ---- */
 

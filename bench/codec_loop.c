@@ -40,8 +40,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 static double now_ns(void)
 {

@@ -38,9 +38,7 @@
 
 #include "harness.h"
 #include "seda_lua.h"
-
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 /* ---- buses under test ---- */
 

@@ -50,8 +50,8 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
 #include "seda.h"
+#include "seda_lua_admin.h"
 
 #define MAX_CLIENTS 64
 #define OUT_SOFT (1u << 20)         /* above this much unsent output, a

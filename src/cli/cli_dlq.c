@@ -49,8 +49,9 @@
 #include <lualib.h>
 
 #include "cli.h"
-#include "durable/journal.h"
-#include "lua/lcodec.h"
+#include "durable/journal_admin.h"
+#include "seda.h"
+#include "seda_lua_admin.h"
 
 int seda_cli_dlq(int argc, char **argv);
 

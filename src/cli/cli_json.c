@@ -30,7 +30,7 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
+#include "seda_lua.h"
 
 #define MAX_DEPTH 16            /* deeper tables are written as null */
 
@@ -292,18 +292,18 @@ static int build_stats(lua_State *L)
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, list, i);
         int bi = lua_gettop(L);
-        struct lbusud *u = luaL_testudata(L, bi, LSEDA_BUS_MT);
+        seda_bus_t *bus = seda_lua_tobus(L, bi);
         call_method(L, bi, "stats");
-        if (!u || !u->lb || !u->lb->bus || !lua_istable(L, -1)) {
+        if (!bus || !lua_istable(L, -1)) {
             lua_settop(L, list);        /* closed meanwhile: skipped */
             continue;
         }
         snprintf(num, sizeof num, "%s{\"index\":%lld,\"order\":[",
                  written++ ? "," : "", (long long)i);
         adds(b, num);
-        int ns = seda_bus_stage_count(u->lb->bus);
+        int ns = seda_bus_stage_count(bus);
         for (int k = 0; k < ns; k++) {
-            seda_stage_t *st = seda_bus_stage_at(u->lb->bus, k);
+            seda_stage_t *st = seda_bus_stage_at(bus, k);
             if (!st)
                 break;
             if (k)

@@ -28,8 +28,8 @@
 #include <lualib.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
 #include "seda_lua.h"
+#include "seda_lua_admin.h"
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";

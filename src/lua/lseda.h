@@ -245,31 +245,12 @@ SEDA__API void seda__l_lstage_free(struct lstage *ls);
 
 /* ---- lworker.c ---- */
 
-/* The message handler every protected call uses: the error (or its
- * __tostring, or a note of its type) with a traceback. */
-SEDA__API int seda__l_msghandler(lua_State *L);
-
-/* For a program hosting the main state (seda-lua's REPL): how many
- * on_complete callbacks are running on it now (an interrupt waits until
- * they return: it stops the command, never a callback), and a check that
- * bus:wait() makes between waits, returning true to give up waiting (an
- * interrupt is pending; the caller then sees it at its next
- * instruction).  Main thread only. */
-SEDA__API extern int seda__l_callback_depth;
-SEDA__API extern bool (*seda__l_interrupt_pending)(lua_State *L);
+/* Also seda__l_msghandler, seda__lw_newstate and seda__lw_closestate, in
+ * seda_lua_admin.h (the tools use them). */
 
 /* The hooks the bus is created with: one Lua state per pool thread. */
 SEDA__API void *seda__lw_start(int index, void *ud);
 SEDA__API void seda__lw_stop(int index, void *data, void *ud);
-
-/* A state that allocates and collects the way handlers' states do (the
- * per-state small-block allocator, generational collection, no memory
- * limit), with nothing loaded: for benchmarks and tests that measure what
- * handlers get.  Returns NULL when out of memory.  Close it with
- * seda__lw_closestate() (which accepts NULL), never lua_close.  Any
- * thread; the state then belongs to that thread. */
-SEDA__API lua_State *seda__lw_newstate(void);
-SEDA__API void seda__lw_closestate(lua_State *L);
 
 /* The memory of lb's live worker and loan states (bytes allocated by
  * each, as of the end of its last handler call) with their indices
@@ -305,6 +286,9 @@ SEDA__API void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen,
 SEDA__API void seda__l_src_free(struct lsrc *s, int n);
 
 /* ---- lcallback.c ---- */
+
+/* Also seda__l_callback_depth and seda__l_interrupt_pending, in
+ * seda_lua_admin.h (for seda-lua's REPL). */
 
 /* The core's done callback for envelopes published with on_complete
  * (ud: the struct lcb): any thread, no Lua; queues a completion. */
