@@ -14,6 +14,8 @@
  *                  (cli_page.html) on libmicrohttpd
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
+ *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
+ *                  journal
  *
  * Everything here runs on the main thread, the only one that touches the
  * main lua_State.
@@ -166,7 +168,13 @@ void cli_control_handle(struct pollfd *fds, int n);
 void cli_control_close(void);
 /* Periodic: close control clients idle for longer than --idle-timeout. */
 void cli_control_tick(double now);
+
+/* cli_attach.c */
 int cli_attach(const char *path);
+
+/* cli_dlq.c: `seda-lua dlq DATA_DIR ...` with argv[0] "dlq"; returns the
+ * exit status (0, 1 error, 2 usage). */
+int cli_dlq(int argc, char **argv);
 
 /* cli_watch.c */
 int cli_watch_start(void);
