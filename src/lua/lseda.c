@@ -347,6 +347,118 @@ static lua_Integer opt_range(lua_State *L, const char *k, lua_Integer def,
     return v;
 }
 
+/* The C bus's options of the table at 1 into o (initialised); the
+ * strings o points to stay on the stack.  Raises naming the option. */
+static void bus_opts(lua_State *L, seda_bus_opts *o)
+{
+    lua_getfield(L, 1, "workers");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || w <= 0 || w > 1024)
+            luaL_error(L, "bus: workers must be an integer in 1..1024");
+        o->workers = (int)w;
+    }
+    lua_getfield(L, 1, "max_loans");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer m = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || m < 0 || m > SEDA_MAX_LOANS)
+            luaL_error(L, "bus: max_loans must be an integer in 0..%d",
+                       SEDA_MAX_LOANS);
+        o->max_loans = m == 0 ? -1 : (int)m;    /* C: -1 means none */
+    }
+    lua_getfield(L, 1, "batch");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer b = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || b <= 0 || b > 256)
+            luaL_error(L, "bus: batch must be an integer in 1..256");
+        o->batch = (int)b;
+    }
+    lua_getfield(L, 1, "hop_timeout");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+            luaL_error(L, "bus: hop_timeout must be a number >= 0");
+        o->hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "dead_letter");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            !seda__l_valid_name(lua_tostring(L, -1)))
+            luaL_error(L, "bus: dead_letter must be a stage name");
+        o->dead_letter = lua_tostring(L, -1);
+    }
+    lua_getfield(L, 1, "data_dir");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
+            luaL_error(L, "bus: data_dir must be a directory path");
+        o->data_dir = lua_tostring(L, -1);
+    }
+    lua_getfield(L, 1, "sync");
+    if (!lua_isnil(L, -1)) {
+        const char *sy = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
+            luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
+        o->sync_normal = strcmp(sy, "normal") == 0;
+    }
+}
+
+/* The Lua-level bus options: memory_limit (bytes per worker state) and
+ * max_pending_callbacks.  Raises naming the option. */
+static void bus_lua_opts(lua_State *L, size_t *memory_limit,
+                         int *max_pending_cb)
+{
+    *memory_limit = (size_t)256 << 20;
+    lua_getfield(L, 1, "memory_limit");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+            luaL_error(L, "bus: memory_limit must be a number of bytes > 0");
+        *memory_limit = (size_t)lua_tonumber(L, -1);
+    }
+    *max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
+                                     DEF_MAX_PENDING_CB, 1,
+                                     MAX_PENDING_CB_MAX);
+}
+
+/* A new struct lbus for the bus userdata u (its fields, and the package
+ * paths worker states copy), before the C bus exists.  Raises when out
+ * of memory. */
+static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
+                             size_t memory_limit, int max_pending_cb,
+                             size_t max_payload)
+{
+    struct lbus *lb = calloc(1, sizeof *lb);
+    if (!lb)
+        luaL_error(L, "bus: out of memory");
+    pthread_mutex_init(&lb->mu, NULL);
+    pthread_cond_init(&lb->cv, NULL);
+    u->lb = lb;
+    lb->loop = seda__l_loop_ref(L);
+    lb->memory_limit = memory_limit;
+    lb->max_pending_cb = max_pending_cb;
+    atomic_init(&lb->npending_cb, 0);
+    /* Before the pool starts: worker states read it as they are made. */
+    lb->max_payload = max_payload;
+    u->wb.limit = lb->max_payload;
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "path");
+        lb->package_path = dupstr(lua_tostring(L, -1));
+        lua_getfield(L, -2, "cpath");
+        lb->package_cpath = dupstr(lua_tostring(L, -1));
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    return lb;
+}
+
+/* seda.bus(opts): a new bus object, registered in the state's list of
+ * buses.  Raises on a bad option or when the bus cannot start. */
 static int l_bus_new(lua_State *L)
 {
     lua_settop(L, 1);
@@ -358,74 +470,10 @@ static int l_bus_new(lua_State *L)
     seda__l_check_keys(L, 1, bus_keys, "bus");
     seda_bus_opts o;
     seda_bus_opts_init(&o);
-    lua_getfield(L, 1, "workers");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || w <= 0 || w > 1024)
-            return luaL_error(L, "bus: workers must be an integer in "
-                              "1..1024");
-        o.workers = (int)w;
-    }
-    lua_getfield(L, 1, "max_loans");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer m = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || m < 0 || m > SEDA_MAX_LOANS)
-            return luaL_error(L, "bus: max_loans must be an integer in "
-                              "0..%d", SEDA_MAX_LOANS);
-        o.max_loans = m == 0 ? -1 : (int)m;     /* C: -1 means none */
-    }
-    lua_getfield(L, 1, "batch");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer b = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || b <= 0 || b > 256)
-            return luaL_error(L, "bus: batch must be an integer in 1..256");
-        o.batch = (int)b;
-    }
-    lua_getfield(L, 1, "hop_timeout");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
-            return luaL_error(L, "bus: hop_timeout must be a number >= 0");
-        o.hop_timeout = lua_tonumber(L, -1);
-    }
-    lua_getfield(L, 1, "dead_letter");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TSTRING ||
-            !seda__l_valid_name(lua_tostring(L, -1)))
-            return luaL_error(L, "bus: dead_letter must be a stage name");
-        o.dead_letter = lua_tostring(L, -1);
-    }
-    lua_getfield(L, 1, "data_dir");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
-            return luaL_error(L, "bus: data_dir must be a directory path");
-        o.data_dir = lua_tostring(L, -1);
-    }
-    lua_getfield(L, 1, "sync");
-    if (!lua_isnil(L, -1)) {
-        const char *sy = lua_tostring(L, -1);
-        if (lua_type(L, -1) != LUA_TSTRING ||
-            (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
-            return luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
-        o.sync_normal = strcmp(sy, "normal") == 0;
-    }
-    size_t memory_limit = (size_t)256 << 20;
-    lua_getfield(L, 1, "memory_limit");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
-            return luaL_error(L, "bus: memory_limit must be a number of "
-                              "bytes > 0");
-        memory_limit = (size_t)lua_tonumber(L, -1);
-    }
-
-    int max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
-                                        DEF_MAX_PENDING_CB, 1,
-                                        MAX_PENDING_CB_MAX);
+    bus_opts(L, &o);
+    size_t memory_limit;
+    int max_pending_cb;
+    bus_lua_opts(L, &memory_limit, &max_pending_cb);
     o.max_payload = (size_t)opt_range(L, "max_payload",
                                       (lua_Integer)SEDA_MAX_PAYLOAD_DEFAULT,
                                       1, (lua_Integer)UINT32_MAX);
@@ -435,28 +483,8 @@ static int l_bus_new(lua_State *L)
     u->tag = &seda__l_bus_tag;
     luaL_setmetatable(L, LSEDA_BUS_MT);
     int ud = lua_gettop(L);
-    struct lbus *lb = calloc(1, sizeof *lb);
-    if (!lb)
-        return luaL_error(L, "bus: out of memory");
-    pthread_mutex_init(&lb->mu, NULL);
-    pthread_cond_init(&lb->cv, NULL);
-    u->lb = lb;
-    lb->loop = seda__l_loop_ref(L);
-    lb->memory_limit = memory_limit;
-    lb->max_pending_cb = max_pending_cb;
-    atomic_init(&lb->npending_cb, 0);
-    /* Before the pool starts: worker states read it as they are made. */
-    lb->max_payload = o.max_payload;
-    u->wb.limit = lb->max_payload;
-    lua_getglobal(L, "package");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "path");
-        lb->package_path = dupstr(lua_tostring(L, -1));
-        lua_getfield(L, -2, "cpath");
-        lb->package_cpath = dupstr(lua_tostring(L, -1));
-        lua_pop(L, 2);
-    }
-    lua_pop(L, 1);
+    struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
+                               o.max_payload);
     o.worker_start = seda__lw_start;
     o.worker_stop = seda__lw_stop;
     o.worker_ud = lb;
