@@ -51,6 +51,23 @@ bool seda__l_valid_name(const char *s)
     return n <= SEDA_NAME_MAX;
 }
 
+void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
+                        const char *what)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option keys must be strings", what);
+        const char *k = lua_tostring(L, -1);
+        int i = 0;
+        while (keys[i] && strcmp(keys[i], k) != 0)
+            i++;
+        if (!keys[i])
+            luaL_error(L, "%s: unknown option '%s'", what, k);
+    }
+}
+
 static char *dupstr(const char *s)
 {
     return s ? strdup(s) : NULL;

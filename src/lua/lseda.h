@@ -198,7 +198,7 @@ struct lbusud {
     struct ladmit_cache ac;     /* main-state admit rules */
 };
 
-/* ---- lseda.c (shared helpers) ---- */
+/* ---- lseda.c (shared helpers, payloads) ---- */
 
 /* The address a bus object's tag holds. */
 SEDA__API extern const char seda__l_bus_tag;
@@ -209,6 +209,26 @@ SEDA__API struct lbusud *seda__l_check_bus(lua_State *L);
 /* Raise "<what>: unknown option 'k'" for a key of table t not in keys. */
 SEDA__API void seda__l_check_keys(lua_State *L, int t,
                                   const char *const *keys, const char *what);
+
+/* Push a payload as a Lua value: a string for raw bytes, the decoded value
+ * otherwise (through the key cache at index kci when it is not 0, see
+ * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
+SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
+                                    int kind, int kci);
+
+/* Encode the value at idx as a payload into wb (strings go raw: *p points
+ * into the Lua string, valid while it stays on the stack).  Returns 0, or
+ * -1 with err naming the path; a payload over wb->limit (the bus's
+ * max_payload) gives "too_large: ..." with wb->over set, one that passes
+ * a worker's memory_limit "payload: not enough memory: ...".  A buffer
+ * grown past SEDA_WBUF_KEEP for an earlier payload is freed first. */
+#define SEDA_WBUF_KEEP (64 * 1024)
+SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
+                                     const void **p, size_t *len, int *kind,
+                                     char *err, size_t errlen);
+
+/* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
+SEDA__API bool seda__l_valid_name(const char *s);
 
 /* ---- lstage.c ---- */
 
@@ -388,30 +408,12 @@ SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                               seda_wbuf *wb, struct ladmit_cache *ac,
                               bool main);
 
+/* ---- lstats.c ---- */
+
 /* Push bus:stats() (all stages) or one stage's table (name != NULL; nil
  * and "no_such_stage" when unknown).  Returns how many values it pushed. */
 SEDA__API int seda__l_push_stats(lua_State *L, struct lbus *lb,
                                  const char *name);
-
-/* Push a payload as a Lua value: a string for raw bytes, the decoded value
- * otherwise (through the key cache at index kci when it is not 0, see
- * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
-SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
-                                    int kind, int kci);
-
-/* Encode the value at idx as a payload into wb (strings go raw: *p points
- * into the Lua string, valid while it stays on the stack).  Returns 0, or
- * -1 with err naming the path; a payload over wb->limit (the bus's
- * max_payload) gives "too_large: ..." with wb->over set, one that passes
- * a worker's memory_limit "payload: not enough memory: ...".  A buffer
- * grown past SEDA_WBUF_KEEP for an earlier payload is freed first. */
-#define SEDA_WBUF_KEEP (64 * 1024)
-SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
-                                     const void **p, size_t *len, int *kind,
-                                     char *err, size_t errlen);
-
-/* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
-SEDA__API bool seda__l_valid_name(const char *s);
 
 /* ---- lerrors.c ---- */
 
