@@ -323,7 +323,7 @@ int bench_encode_table(const char *expr, unsigned char *buf, size_t cap,
     memcpy(buf, b.p, b.len);
     *len = b.len;
 out:
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     lua_close(L);
     return rc;
 }

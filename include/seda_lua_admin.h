@@ -50,12 +50,12 @@ enum { SEDA_WBUF_OVER_LIMIT = 1, SEDA_WBUF_OVER_MEMORY = 2 };
 
 /* Frees b->p (through b->alloc when set) and empties *b, keeping limit
  * and alloc.  Accepts NULL and an all-zero buffer.  Cannot fail. */
-SEDA__API void seda__wbuf_free(seda_wbuf *b);
+SEDA__API void seda__codec_wbuf_free(seda_wbuf *b);
 
 /* Encodes the Lua value at stack index idx and appends the bytes to b.
  * b->len is not reset: set it to 0 first to reuse the buffer.  The buffer
  * grows by doubling (malloc/realloc); the caller owns it and frees it with
- * seda__wbuf_free().
+ * seda__codec_wbuf_free().
  *
  * Returns 0 on success.  Returns -1 when the value holds a function,
  * userdata, thread, cyclic table, or nests deeper than
@@ -101,14 +101,14 @@ SEDA__API int seda__codec_decode(lua_State *L, const void *p, size_t len,
  * per-state small-block allocator, generational collection, no memory
  * limit), with nothing loaded: for benchmarks and tests that measure what
  * handlers get.  Returns NULL when out of memory.  Close it with
- * seda__lw_closestate() (which accepts NULL), never lua_close.  Any
+ * seda__l_worker_closestate() (which accepts NULL), never lua_close.  Any
  * thread; the state then belongs to that thread. */
-SEDA__API lua_State *seda__lw_newstate(void);
-SEDA__API void seda__lw_closestate(lua_State *L);
+SEDA__API lua_State *seda__l_worker_newstate(void);
+SEDA__API void seda__l_worker_closestate(lua_State *L);
 
 /* The message handler every protected call uses: the error (or its
  * __tostring, or a note of its type) with a traceback. */
-SEDA__API int seda__l_msghandler(lua_State *L);
+SEDA__API int seda__l_worker_msghandler(lua_State *L);
 
 /* ---- hosting the main state (src/lua/lcallback.c) ---- */
 
@@ -119,6 +119,6 @@ SEDA__API int seda__l_msghandler(lua_State *L);
  * interrupt is pending; the caller then sees it at its next
  * instruction).  Main thread only. */
 SEDA__API extern int seda__l_callback_depth;
-SEDA__API extern bool (*seda__l_interrupt_pending)(lua_State *L);
+SEDA__API extern bool (*seda__l_callback_interrupt_pending)(lua_State *L);
 
 #endif /* SEDA_LUA_ADMIN_H */

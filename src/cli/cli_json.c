@@ -34,7 +34,7 @@
 
 #define MAX_DEPTH 16            /* deeper tables are written as null */
 
-void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n)
+void cli_json_add(struct cli_jbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
@@ -57,7 +57,7 @@ void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n)
 
 static void adds(struct cli_jbuf *b, const char *s)
 {
-    cli_jbuf_add(b, s, strlen(s));
+    cli_json_add(b, s, strlen(s));
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
@@ -96,7 +96,7 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 void cli_json_string(struct cli_jbuf *b, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
-    cli_jbuf_add(b, "\"", 1);
+    cli_json_add(b, "\"", 1);
     size_t i = 0;
     while (i < n) {
         unsigned char c = u[i];
@@ -104,30 +104,30 @@ void cli_json_string(struct cli_jbuf *b, const char *s, size_t n)
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
-            cli_jbuf_add(b, esc, 2);
+            cli_json_add(b, esc, 2);
             i++;
         } else if (c == '\n') {
-            cli_jbuf_add(b, "\\n", 2);
+            cli_json_add(b, "\\n", 2);
             i++;
         } else if (c == '\t') {
-            cli_jbuf_add(b, "\\t", 2);
+            cli_json_add(b, "\\t", 2);
             i++;
         } else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            cli_jbuf_add(b, esc, 6);
+            cli_json_add(b, esc, 6);
             i++;
         } else {
             size_t l = utf8_len(u + i, n - i);
             if (l == 0) {
-                cli_jbuf_add(b, "\\ufffd", 6);
+                cli_json_add(b, "\\ufffd", 6);
                 i++;
             } else {
-                cli_jbuf_add(b, s + i, l);
+                cli_json_add(b, s + i, l);
                 i += l;
             }
         }
     }
-    cli_jbuf_add(b, "\"", 1);
+    cli_json_add(b, "\"", 1);
 }
 
 static void json_number(struct cli_jbuf *b, lua_State *L, int idx)

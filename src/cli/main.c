@@ -154,8 +154,8 @@ static int option_arg(const char *a, const char *v)
         }
     } else if (strcmp(a, "--idle-timeout") == 0) {
         char *end;
-        cli_idle_timeout = strtod(v, &end);
-        if (*end || end == v || !(cli_idle_timeout >= 0)) {
+        cli_control_idle_timeout = strtod(v, &end);
+        if (*end || end == v || !(cli_control_idle_timeout >= 0)) {
             fprintf(stderr, "%s: --idle-timeout: not a number of seconds "
                     ">= 0: '%s'\n", progname, v);
             return 1;

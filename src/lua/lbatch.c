@@ -23,7 +23,7 @@
  *
  *   HOW AN ERROR IS HANDLED
  *   An error in a handler unwinds through the trampoline to the one
- *   lua_pcall in seda__lw_batch, whose message handler added the
+ *   lua_pcall in seda__l_batch_consume, whose message handler added the
  *   traceback.  The envelope that was out (w->le->env) is settled there as
  *   a nack carrying the message, and the trampoline is entered again: it
  *   takes the next envelope, which, for a nack with attempts left, is the
@@ -92,14 +92,14 @@ static void env_settle(lua_State *L, struct lworker *w, bool ok)
     atomic_store_explicit(&w->mem_seen, w->mem_used, memory_order_relaxed);
 }
 
-/* Copy a changed payload or headers back (seda__lw_env_finish); false
+/* Copy a changed payload or headers back (seda__l_env_finish); false
  * after a failure, reported as the envelope's nack. */
 static __attribute__((noinline)) bool env_copy_back(lua_State *L,
                                                     struct lworker *w)
 {
     char err[1024];
-    if (seda__lw_env_finish(L, w, lua_upvalueindex(1), w->bls->nsrc, err,
-                            sizeof err) == 0)
+    if (seda__l_env_finish(L, w, lua_upvalueindex(1), w->bls->nsrc, err,
+                           sizeof err) == 0)
         return true;
     char buf[2048];
     lua_Debug ar;
@@ -176,7 +176,7 @@ static int l_run(lua_State *L)
     }
 }
 
-void seda__lw_push_trampoline(lua_State *L)
+void seda__l_batch_push_trampoline(lua_State *L)
 {
     lua_pushvalue(L, SLOT_ENV);         /* setup's stack is the state's */
     lua_pushcclosure(L, l_run, 1);
@@ -219,18 +219,18 @@ static bool code_ready(struct lworker *w, struct lstage *ls,
     /* Acquire: pairs with the release in reload (and roll back); the new
      * sources are visible (and copied under ls->mu anyway). */
     if (c->version != atomic_load_explicit(&ls->gen, memory_order_acquire)) {
-        seda__lw_refresh(w, ls, c);
+        seda__l_worker_refresh(w, ls, c);
         /* A load that failed took the stage back to its previous code (a
          * new generation): load that now, so that this envelope is
          * handled, also by a worker that had no code yet.  Once. */
         if (c->version != atomic_load_explicit(&ls->gen,
                                                memory_order_acquire))
-            seda__lw_refresh(w, ls, c);
+            seda__l_worker_refresh(w, ls, c);
     }
     return index < c->n;
 }
 
-void seda__lw_batch(seda_batch_t *bt, void *ud)
+void seda__l_batch_consume(seda_batch_t *bt, void *ud)
 {
     struct lconsumer *lc = ud;
     struct lstage *ls = lc->ls;
@@ -247,7 +247,7 @@ void seda__lw_batch(seda_batch_t *bt, void *ud)
         return;
     }
     lua_State *L = w->L;
-    struct wstage *c = seda__lw_wstage(w, ls);
+    struct wstage *c = seda__l_worker_wstage(w, ls);
     if (!c) {
         fail_all(bt, "out of memory");
         return;

@@ -66,7 +66,7 @@ static inline uint64_t seda__ld64(const unsigned char *p)
 /* Frees b's storage if it is over keep bytes (a big payload's buffer is
  * not kept for the next, small, one).  b->len must be 0 or the bytes
  * unneeded. */
-SEDA__API void seda__wbuf_trim(seda_wbuf *b, size_t keep);
+SEDA__API void seda__codec_wbuf_trim(seda_wbuf *b, size_t keep);
 
 /* Push L's key cache (the one seda__codec_decode keeps in the registry),
  * making it if L has none.  May raise a memory error.  For a caller that

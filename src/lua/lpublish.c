@@ -202,15 +202,15 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     o.kind = kind;
     struct lcb *cb = NULL;
     if (cbidx) {
-        cb = seda__l_cb_new(L, cbidx, 1);
-        o.done = seda__l_on_done;
+        cb = seda__l_callback_new(L, cbidx, 1);
+        o.done = seda__l_callback_on_done;
         o.done_ud = cb;
     }
     int rc = seda_stage_publish(st, p, len, &o);
-    seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
+    seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
     if (rc) {
         if (cb)
-            seda__l_cb_release(L, cb, 1);
+            seda__l_callback_release(L, cb, 1);
         if (rc == SEDA_EINVAL && o.id)
             id_misuse(L, to);
         lua_pushboolean(L, 0);
@@ -222,13 +222,13 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     return 1;
 }
 
-int seda__l_bus_publish_many(lua_State *L)
+int seda__l_publish_many(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     luaL_checkstring(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
-    seda__l_autostart(L, u->lb);
-    seda__l_bound_completions(L, u->lb);
+    seda__l_stage_autostart(L, u->lb);
+    seda__l_callback_bound(L, u->lb);
     lua_settop(L, 4);
     seda_publish_opts o;
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
@@ -293,8 +293,9 @@ int seda__l_bus_publish_many(lua_State *L)
             ps[i] = u->wb.p + offs[i];
     struct lcb *cb = NULL;
     if (cbidx && nenc > 0) {
-        cb = seda__l_cb_new(L, cbidx, nenc + 1);  /* +1: held until below */
-        o.done = seda__l_on_done;
+        /* +1: held until below. */
+        cb = seda__l_callback_new(L, cbidx, nenc + 1);
+        o.done = seda__l_callback_on_done;
         o.done_ud = cb;
     }
     int done = 0, rc = 0;
@@ -307,9 +308,9 @@ int seda__l_bus_publish_many(lua_State *L)
         done += seda_publish_many(u->lb->bus, to, ps + done, lens + done,
                                   k - done, &o, &rc);
     }
-    seda__wbuf_trim(&u->wb, SEDA_WBUF_KEEP);
+    seda__codec_wbuf_trim(&u->wb, SEDA_WBUF_KEEP);
     if (cb)
-        seda__l_cb_release(L, cb, nenc - done + 1);
+        seda__l_callback_release(L, cb, nenc - done + 1);
     if (rc == SEDA_EINVAL && o.id)
         id_misuse(L, to);
     lua_pushinteger(L, done);

@@ -392,8 +392,8 @@ static void lease_fill(lua_State *L, int obj, const struct lcopy *c)
     lua_setiuservalue(L, obj, 1);
 }
 
-int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
-                    int busidx)
+int seda__l_pull_receive(lua_State *L, struct lbus *lb, int first,
+                         seda_wbuf *wb, int busidx)
 {
     const char *name = luaL_checkstring(L, first);
     double timeout = luaL_optnumber(L, first + 1, 0);

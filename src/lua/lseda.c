@@ -1,19 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lseda.c -- the `seda` Lua module on the main state: buses, stages,
- * publishing, statistics, lifecycle, reload, and on_complete callbacks.
+ * lseda.c -- the `seda` Lua module on the main state: the module table,
+ * the bus object and its lifecycle, payloads, and the helpers the other
+ * binding files share; their methods are in their own files (stages and
+ * reload in lstage.c, publishing in lpublish.c, statistics in lstats.c,
+ * on_complete callbacks in lcallback.c).
  *
  * DESIGN
  *   A bus userdata owns a struct lbus (shared with the worker states) and
- *   the core bus.  Stages are declared here: options are checked, handler
- *   files are read and their top level run once in a scratch state (so a
- *   broken handler fails at bus:stage with file:line), and each handler
- *   becomes a batch consumer (seda__lw_batch) of the core stage.
+ *   the core bus.  Stages are declared in lstage.c: options are checked,
+ *   handler files are read and their top level run once in a scratch
+ *   state (so a broken handler fails at bus:stage with file:line), and
+ *   each handler becomes a batch consumer (seda__l_batch_consume) of the
+ *   core stage.
  *
  *   on_complete: the function is kept in the main registry; the envelope
- *   carries the reference.  When its itinerary ends, the core calls seda__l_on_done
- *   on whatever thread ended it; seda__l_on_done copies what the callback needs
- *   into a struct lcompletion and queues it on the lbus.  The main state
+ *   carries the reference.  When its itinerary ends, the core calls
+ *   seda__l_callback_on_done on whatever thread ended it, which copies
+ *   what the callback needs into a struct lcompletion and queues it on
+ *   the lbus (lcallback.c).  The main state
  *   runs the queue from bus:wait, bus:poll, bus:shutdown and the seda-lua
  *   run loop, so callbacks never run on a worker.
  *
@@ -105,11 +110,11 @@ int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
         return 0;
     }
     if (wb->len == 0)
-        seda__wbuf_trim(wb, SEDA_WBUF_KEEP);   /* a big one's buffer */
+        seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);  /* a big one's buffer */
     size_t start = wb->len;
     if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0) {
         if (start == 0)
-            seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
+            seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
         return -1;
     }
     *p = wb->p + start;
@@ -144,22 +149,22 @@ struct lbusud *seda__l_check_bus(lua_State *L)
 static int l_bus_publish(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    seda__l_autostart(L, u->lb);
-    seda__l_bound_completions(L, u->lb);
+    seda__l_stage_autostart(L, u->lb);
+    seda__l_callback_bound(L, u->lb);
     return seda__l_publish(L, u->lb, 2, &u->wb, &u->ac, true);
 }
 
 static int l_bus_receive(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    seda__l_autostart(L, u->lb);
-    return seda__l_receive(L, u->lb, 2, &u->wb, 1);
+    seda__l_stage_autostart(L, u->lb);
+    return seda__l_pull_receive(L, u->lb, 2, &u->wb, 1);
 }
 
 static int l_bus_stats(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    return seda__l_push_stats(L, u->lb, luaL_optstring(L, 2, NULL));
+    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
 }
 
 static int l_bus_pause(lua_State *L)
@@ -180,9 +185,9 @@ static int l_bus_poll(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (u->lb && u->lb->bus && !u->lb->shut)
-        seda__l_autostart(L, u->lb);
-    int ran = u->lb ? seda__l_run_completions(L, u->lb) : 0;
-    ran += seda__l_run_timers(L);
+        seda__l_stage_autostart(L, u->lb);
+    int ran = u->lb ? seda__l_callback_run(L, u->lb) : 0;
+    ran += seda__l_loop_run_timers(L);
     lua_pushinteger(L, ran);
     return 1;
 }
@@ -216,17 +221,17 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
 {
     double until = timeout < 0 ? 1e300 : seda_now() + timeout;
     for (;;) {
-        seda__l_run_completions(L, lb);
-        seda__l_run_timers(L);
+        seda__l_callback_run(L, lb);
+        seda__l_loop_run_timers(L);
         if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
-            !seda__l_completions_pending(lb))
+            !seda__l_callback_pending(lb))
             return true;
         if (seda_now() >= until)
             return false;
-        if (seda__l_interrupt_pending && seda__l_callback_depth == 0 &&
-            seda__l_interrupt_pending(L))
+        if (seda__l_callback_interrupt_pending && seda__l_callback_depth == 0 &&
+            seda__l_callback_interrupt_pending(L))
             return false;
-        wait_completion(lb, until, seda__l_next_timer(L));
+        wait_completion(lb, until, seda__l_loop_next_timer(L));
     }
 }
 
@@ -235,7 +240,7 @@ static int l_bus_wait(lua_State *L)
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, -1);
     if (!u->lb->shut)
-        seda__l_autostart(L, u->lb);
+        seda__l_stage_autostart(L, u->lb);
     lua_pushboolean(L, wait_idle(L, u->lb, t));
     return 1;
 }
@@ -267,8 +272,8 @@ static int l_bus_shutdown(lua_State *L)
     hold(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
     u->lb->shut = true;
-    seda__l_run_completions(L, u->lb);
-    seda__l_cb_flush();
+    seda__l_callback_run(L, u->lb);
+    seda__l_callback_flush();
     unregister_bus(L, 1);
     lua_pushboolean(L, rc == 0);
     return 1;
@@ -280,8 +285,8 @@ static int l_bus_shutdown_now(lua_State *L)
     hold(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
     u->lb->shut = true;
-    seda__l_run_completions(L, u->lb);
-    seda__l_cb_flush();
+    seda__l_callback_run(L, u->lb);
+    seda__l_callback_flush();
     unregister_bus(L, 1);
     return 0;
 }
@@ -298,11 +303,11 @@ static int l_bus_gc(lua_State *L)
     lb->bus = NULL;
     for (struct lcompletion *c = lb->chead, *next; c; c = next) {
         next = c->next;
-        seda__l_cb_release(L, c->cb, 1);
-        seda__l_completion_free(c);
+        seda__l_callback_release(L, c->cb, 1);
+        seda__l_callback_completion_free(c);
     }
     for (int i = 0; i < lb->nstages; i++)
-        seda__l_lstage_free(lb->stages[i]);
+        seda__l_stage_free(lb->stages[i]);
     free(lb->stages);
     free(lb->workers);
     seda__l_loop_release(lb->loop);
@@ -311,7 +316,7 @@ static int l_bus_gc(lua_State *L)
     pthread_cond_destroy(&lb->cv);
     pthread_mutex_destroy(&lb->mu);
     free(lb);
-    seda__wbuf_free(&u->wb);
+    seda__codec_wbuf_free(&u->wb);
     return 0;
 }
 
@@ -322,8 +327,8 @@ static int l_bus_close(lua_State *L)
         hold(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
         u->lb->shut = true;
-        seda__l_run_completions(L, u->lb);
-        seda__l_cb_flush();
+        seda__l_callback_run(L, u->lb);
+        seda__l_callback_flush();
         unregister_bus(L, 1);
     }
     return 0;
@@ -502,8 +507,8 @@ static int l_bus_new(lua_State *L)
     int ud = lua_gettop(L);
     struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
                                o.max_payload);
-    o.worker_start = seda__lw_start;
-    o.worker_stop = seda__lw_stop;
+    o.worker_start = seda__l_worker_start;
+    o.worker_stop = seda__l_worker_stop;
     o.worker_ud = lb;
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)
@@ -547,7 +552,7 @@ static int l_encode(lua_State *L)
     int rc = seda__codec_encode(L, 1, &wb, "payload", err, sizeof err);
     if (rc == 0)
         lua_pushlstring(L, (const char *)wb.p, wb.len);
-    seda__wbuf_free(&wb);
+    seda__codec_wbuf_free(&wb);
     if (rc != 0)
         return luaL_error(L, "%s", err);
     return 1;
@@ -579,9 +584,9 @@ int seda__l_run_all_completions(lua_State *L)
         lua_pop(L, 1);
         struct lbusud *u = lua_touserdata(L, -1);
         if (u->lb && u->lb->bus && !u->lb->shut)
-            seda__l_autostart(L, u->lb);
+            seda__l_stage_autostart(L, u->lb);
         if (u->lb)
-            ran += seda__l_run_completions(L, u->lb);
+            ran += seda__l_callback_run(L, u->lb);
     }
     lua_pop(L, 1);
     return ran;
@@ -646,23 +651,23 @@ static int l_buses(lua_State *L)
 }
 
 static const luaL_Reg bus_methods[] = {
-    { "handler_files", seda__l_bus_handler_files },
-    { "tune", seda__l_bus_tune },
+    { "handler_files", seda__l_stage_handler_files },
+    { "tune", seda__l_stage_tune },
     { "workers", l_bus_workers },
-    { "stage", seda__l_bus_stage },
+    { "stage", seda__l_stage_declare },
     { "publish", l_bus_publish },
-    { "publish_many", seda__l_bus_publish_many },
+    { "publish_many", seda__l_publish_many },
     { "receive", l_bus_receive },
     { "stats", l_bus_stats },
-    { "errors", seda__l_bus_errors },
+    { "errors", seda__l_errors },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },
     { "poll", l_bus_poll },
     { "shutdown", l_bus_shutdown },
     { "shutdown_now", l_bus_shutdown_now },
-    { "reload", seda__l_bus_reload },
-    { "start", seda__l_bus_start_method },
+    { "reload", seda__l_stage_reload },
+    { "start", seda__l_stage_start_method },
     { NULL, NULL }
 };
 
@@ -701,7 +706,7 @@ int luaopen_seda(lua_State *L)
     seda__l_loop_register(L);
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
-    seda__l_push_shared(L);
+    seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
     return 1;
 }

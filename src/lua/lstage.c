@@ -10,7 +10,7 @@
  *   main thread, or an inline function's bytecode), runs it once in a
  *   scratch state like a worker's so a broken handler fails at once with
  *   file:line, and only then creates the core stage and registers one C
- *   batch consumer per handler (seda__lw_batch).  Typed stages get their
+ *   batch consumer per handler (seda__l_batch_consume).  Typed stages get their
  *   schema compiled and installed as the stage's admission check; durable
  *   stages replay their journal after the consumers are in place.
  *
@@ -36,7 +36,7 @@
 
 /* ---- stages ---- */
 
-void seda__l_src_free(struct lsrc *s, int n)
+void seda__l_stage_src_free(struct lsrc *s, int n)
 {
     for (int i = 0; s && i < n; i++) {
         free(s[i].chunkname);
@@ -46,15 +46,15 @@ void seda__l_src_free(struct lsrc *s, int n)
     free(s);
 }
 
-void seda__l_lstage_free(struct lstage *ls)
+void seda__l_stage_free(struct lstage *ls)
 {
     if (!ls)
         return;
-    seda__l_src_free(ls->src, ls->nsrc);
-    seda__l_src_free(ls->prev, ls->nsrc);
+    seda__l_stage_src_free(ls->src, ls->nsrc);
+    seda__l_stage_src_free(ls->prev, ls->nsrc);
     free(ls->cons);
     free(ls->last_error);
-    seda__l_lsrc_free(ls->admit);
+    seda__l_admit_src_free(ls->admit);
     seda__schema_free(ls->accepts);
     pthread_mutex_destroy(&ls->mu);
     free(ls);
@@ -69,7 +69,7 @@ static bool file_exists(const char *path)
 }
 
 /* Read a whole file into malloc'd memory.  NULL on failure, with errno. */
-char *seda__l_read_file(const char *path, size_t *len)
+char *seda__l_stage_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -100,7 +100,7 @@ char *seda__l_read_file(const char *path, size_t *len)
 
 /* The directory of the Lua chunk that called us (level 1), with a trailing
  * slash, pushed as a string ("" when unknown). */
-void seda__l_push_caller_dir(lua_State *L)
+void seda__l_stage_caller_dir(lua_State *L)
 {
     lua_Debug ar;
     /* The nearest Lua function up the stack (bus:stage may be reached
@@ -154,15 +154,16 @@ static void resolve_handler(lua_State *L, const char *stage, const char *h,
 
 /* Build the source of a handler given at stack index idx (a file name or
  * a function) into *out.  Raises naming the stage and field. */
-void seda__l_build_src(lua_State *L, const char *stage, int idx,
-                       const char *field, const char *dir, struct lsrc *out)
+void seda__l_stage_build_src(lua_State *L, const char *stage, int idx,
+                             const char *field, const char *dir,
+                             struct lsrc *out)
 {
     memset(out, 0, sizeof *out);
     if (lua_type(L, idx) == LUA_TSTRING) {
         resolve_handler(L, stage, lua_tostring(L, idx), dir, field);
         const char *path = lua_tostring(L, -1);
         size_t len;
-        char *code = seda__l_read_file(path, &len);
+        char *code = seda__l_stage_read_file(path, &len);
         if (!code)
             luaL_error(L, "stage '%s': %s: cannot read '%s'", stage, field,
                        path);
@@ -288,7 +289,7 @@ static double opt_num(lua_State *L, int t, const char *stage, const char *k,
 static int srcs_gc(lua_State *L)
 {
     struct lstage **pls = lua_touserdata(L, 1);
-    seda__l_lstage_free(*pls);
+    seda__l_stage_free(*pls);
     *pls = NULL;
     return 0;
 }
@@ -390,7 +391,7 @@ static void stage_opts(lua_State *L, const char *name, seda_stage_opts *o)
 
     /* Shedding, retry backoff, starve_after (checked here, set by
      * seda_stage_add). */
-    seda__l_admission_opts(L, 2, name, o);
+    seda__l_admit_opts(L, 2, name, o);
 }
 
 /* How many handlers the stage has: pushes handler and handlers (indices
@@ -506,11 +507,11 @@ static void stage_handlers(lua_State *L, struct lbus *lb, struct lstage *ls,
             snprintf(field, sizeof field, "handlers[%d]", i + 1);
             lua_rawgeti(L, 8, i + 1);
         }
-        seda__l_build_src(L, name, lua_gettop(L), field,
-                          lua_tostring(L, 9), &ls->src[i]);
+        seda__l_stage_build_src(L, name, lua_gettop(L), field,
+                                lua_tostring(L, 9), &ls->src[i]);
         lua_pop(L, 1);
         char err[2048];
-        if (seda__lw_validate(lb, &ls->src[i], err, sizeof err) != 0)
+        if (seda__l_worker_validate(lb, &ls->src[i], err, sizeof err) != 0)
             luaL_error(L, "stage '%s': %s: %s", name, field, err);
     }
 }
@@ -544,7 +545,7 @@ static void stage_start(lua_State *L, struct lstage *ls, bool remote,
 {
     for (int i = 0; i < ls->nsrc; i++) {
         ls->cons[i] = (struct lconsumer){ ls, i };
-        seda_stage_consume_batch(ls->st, seda__lw_batch, &ls->cons[i]);
+        seda_stage_consume_batch(ls->st, seda__l_batch_consume, &ls->cons[i]);
     }
     if (remote && ls->nsrc > 0)
         seda_remote_consume(ls->st);    /* else this process publishes */
@@ -554,7 +555,7 @@ static void stage_start(lua_State *L, struct lstage *ls, bool remote,
         ls->replay_pending = true;
         if (ls->lb->start == START_DONE) {
             char rerr[256];
-            if (seda__l_bus_start_stage(ls, rerr, sizeof rerr) != 0)
+            if (seda__l_stage_replay(ls, rerr, sizeof rerr) != 0)
                 luaL_error(L, "%s", rerr);
         }
     }
@@ -563,7 +564,7 @@ static void stage_start(lua_State *L, struct lstage *ls, bool remote,
 /* bus:stage(opts): declare a stage.  Every option is checked and every
  * handler built and validated before the stage is added, so a raise
  * leaves nothing behind (the lstage is freed by its box's __gc). */
-int seda__l_bus_stage(lua_State *L)
+int seda__l_stage_declare(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;
@@ -576,7 +577,7 @@ int seda__l_bus_stage(lua_State *L)
     o.name = name;
     stage_opts(L, name, &o);                        /* 4, 5, 6 */
     int n = stage_handler_count(L, name, o.pull);   /* 7, 8 */
-    seda__l_push_caller_dir(L);                     /* 9 */
+    seda__l_stage_caller_dir(L);                    /* 9 */
     struct lstage **pls;
     struct lstage *ls = stage_new(L, lb, name, n, &pls);   /* 10 */
     stage_accepts(L, ls, name);
@@ -621,7 +622,7 @@ int seda__l_bus_stage(lua_State *L)
 
 /* ---- starting: the replay of durable stages ---- */
 
-int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
+int seda__l_stage_replay(struct lstage *ls, char *err, size_t errlen)
 {
     if (!ls->replay_pending)
         return 0;
@@ -635,7 +636,7 @@ int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
     return -1;
 }
 
-int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
+int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
 {
     if (lb->start != START_NOT_YET || !lb->bus)
         return 0;
@@ -649,7 +650,7 @@ int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
         struct lstage *ls = lb->stages[i];
         pthread_mutex_unlock(&lb->mu);
         char e[256];
-        if (seda__l_bus_start_stage(ls, e, sizeof e) != 0 && rc == 0) {
+        if (seda__l_stage_replay(ls, e, sizeof e) != 0 && rc == 0) {
             snprintf(err, errlen, "%s", e);
             rc = -1;
         }
@@ -657,25 +658,25 @@ int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
     return rc;
 }
 
-void seda__l_autostart(lua_State *L, struct lbus *lb)
+void seda__l_stage_autostart(lua_State *L, struct lbus *lb)
 {
     if (lb->start != START_NOT_YET)
         return;
     char err[256];
-    if (seda__l_bus_start(lb, err, sizeof err) != 0)
+    if (seda__l_stage_start_all(lb, err, sizeof err) != 0)
         luaL_error(L, "%s", err);
 }
 
 /* bus:start() -> true: replay the durable stages declared so far now,
  * rather than when the script's main chunk has run (or at the first
  * publish, receive, wait or poll).  Raises if a replay failed. */
-int seda__l_bus_start_method(lua_State *L)
+int seda__l_stage_start_method(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     if (u->lb->start == START_HELD)
         return luaL_error(L, "start: the bus is held (its program failed "
                           "before it started)");
-    seda__l_autostart(L, u->lb);
+    seda__l_stage_autostart(L, u->lb);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -701,7 +702,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         fresh[i].chunkname = strdup(s->chunkname);
         fresh[i].path = s->path ? strdup(s->path) : NULL;
         if (s->path) {
-            fresh[i].code = seda__l_read_file(s->path, &fresh[i].len);
+            fresh[i].code = seda__l_stage_read_file(s->path, &fresh[i].len);
             if (!fresh[i].code) {
                 snprintf(err, errlen, "cannot read '%s'", s->path);
                 rc = -1;
@@ -718,7 +719,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
     /* The admit rule is reloaded with the handlers (a file is re-read). */
     struct lsrc *admit = NULL;
     if (rc == 0 && ls->admit &&
-        !(admit = seda__l_lsrc_copy(ls->admit, true))) {
+        !(admit = seda__l_admit_src_copy(ls->admit, true))) {
         snprintf(err, errlen, ls->admit->path ? "admit: cannot read '%s'"
                                               : "admit: out of memory",
                  ls->admit->path);
@@ -726,9 +727,9 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
     }
     pthread_mutex_unlock(&ls->mu);
     for (int i = 0; i < ls->nsrc && rc == 0; i++)
-        rc = seda__lw_validate(lb, &fresh[i], err, errlen);
+        rc = seda__l_worker_validate(lb, &fresh[i], err, errlen);
     if (rc == 0 && admit &&
-        seda__lw_validate_admit(lb, admit, err, errlen) != 0) {
+        seda__l_worker_validate_admit(lb, admit, err, errlen) != 0) {
         char e2[2048];
         snprintf(e2, sizeof e2, "%s", err);
         snprintf(err, errlen, "admit: %.2000s", e2);
@@ -762,8 +763,8 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         ls->last_error = strdup(err);
     }
     pthread_mutex_unlock(&ls->mu);
-    seda__l_src_free(drop, ls->nsrc);
-    seda__l_lsrc_free(admit);
+    seda__l_stage_src_free(drop, ls->nsrc);
+    seda__l_admit_src_free(admit);
     return rc;
 }
 
@@ -796,12 +797,12 @@ void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen, int index,
         ls->last_error = strdup(buf);
     }
     pthread_mutex_unlock(&ls->mu);
-    seda__l_src_free(drop, ls->nsrc);
+    seda__l_stage_src_free(drop, ls->nsrc);
     if (said)
         seda_stage_report(ls->st, buf);
 }
 
-int seda__l_bus_reload(lua_State *L)
+int seda__l_stage_reload(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;
@@ -842,7 +843,7 @@ static const char *const tune_keys[] = {
 
 /* bus:tune(stage, {capacity=, concurrency=, policy=}) -> true; misuse
  * raises naming the stage and field. */
-int seda__l_bus_tune(lua_State *L)
+int seda__l_stage_tune(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     const char *name = luaL_checkstring(L, 2);
@@ -871,7 +872,7 @@ int seda__l_bus_tune(lua_State *L)
     if (!lua_isnil(L, -1)) {
         set_admit = true;
         if (!(lua_isboolean(L, -1) && !lua_toboolean(L, -1))) {
-            seda__l_push_caller_dir(L);
+            seda__l_stage_caller_dir(L);
             admit = seda__l_admit_src(L, u->lb, name, lua_gettop(L) - 1,
                                       lua_tostring(L, -1));
             lua_pop(L, 1);
@@ -880,9 +881,9 @@ int seda__l_bus_tune(lua_State *L)
     lua_pop(L, 1);
     /* admit is not anchored: nothing below may raise before it is
      * installed or freed. */
-    if (seda__l_tune_admission(L, 3, name, st, err, sizeof err) != 0 ||
+    if (seda__l_admit_tune(L, 3, name, st, err, sizeof err) != 0 ||
         seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0) {
-        seda__l_lsrc_free(admit);
+        seda__l_admit_src_free(admit);
         return luaL_error(L, "%s", err);
     }
     if (set_admit) {
@@ -896,14 +897,14 @@ int seda__l_bus_tune(lua_State *L)
         atomic_fetch_add_explicit(&ls->admit_version, 1,
                                   memory_order_release);
         pthread_mutex_unlock(&ls->mu);
-        seda__l_lsrc_free(old);
+        seda__l_admit_src_free(old);
     }
     lua_pushboolean(L, 1);
     return 1;
 }
 
 /* bus:handler_files() -> { stage = { path, ... } } (files only). */
-int seda__l_bus_handler_files(lua_State *L)
+int seda__l_stage_handler_files(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;

@@ -47,7 +47,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     set_int(L, "completed", (lua_Integer)s.completed);
     set_int(L, "invalid", (lua_Integer)s.invalid);
     set_int(L, "handed_off", (lua_Integer)s.handed_off);
-    if (seda__l_push_remote_stats(L, st))
+    if (seda__l_remote_push_stats(L, st))
         lua_setfield(L, -2, "remote");
     set_int(L, "refused", (lua_Integer)s.refused);
     set_int(L, "shed", (lua_Integer)s.shed);
@@ -106,7 +106,7 @@ static void push_worker_memory(lua_State *L, struct lbus *lb)
     for (;;) {              /* the arrays stay anchored on the stack */
         bytes = lua_newuserdatauv(L, sizeof *bytes * (size_t)max, 0);
         index = lua_newuserdatauv(L, sizeof *index * (size_t)max, 0);
-        n = seda__lw_memory(lb, bytes, index, max);
+        n = seda__l_worker_memory(lb, bytes, index, max);
         if (n <= max)
             break;
         lua_pop(L, 2);
@@ -127,7 +127,7 @@ static void push_worker_memory(lua_State *L, struct lbus *lb)
     lua_settop(L, tab);
 }
 
-int seda__l_push_stats(lua_State *L, struct lbus *lb, const char *name)
+int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
 {
     if (!lb->bus) {
         lua_pushnil(L);

@@ -91,29 +91,29 @@ static inline struct lworker *worker_of(lua_State *L)
 /* Install the envelope metatable on light userdata (the state's SLOT_ENV
  * lenv at stack index 2 is captured by its methods).  Runs in setup,
  * under lua_pcall. */
-SEDA__API void seda__lw_env_metatable(lua_State *L);
+SEDA__API void seda__l_env_metatable(lua_State *L);
 
 /* Intern the envelope's field names into w (runs in setup, under
  * lua_pcall). */
-SEDA__API void seda__lw_env_keys(lua_State *L, struct lworker *w);
+SEDA__API void seda__l_env_keys(lua_State *L, struct lworker *w);
 
 /* After an acking handler: copy its view of the envelope (w->le, whose
  * userdata is at le_idx) back into it when something changed and someone
  * will see it (the next hop, a completion callback, another pub/sub
  * consumer: nhandlers > 1).  Returns 0, or -1 with err (bad headers, a
  * payload that cannot be encoded).  Raises only a memory error. */
-SEDA__API int seda__lw_env_finish(lua_State *L, struct lworker *w,
-                                  int le_idx, int nhandlers, char *err,
-                                  size_t errlen);
+SEDA__API int seda__l_env_finish(lua_State *L, struct lworker *w,
+                                 int le_idx, int nhandlers, char *err,
+                                 size_t errlen);
 
 /* The worker's view of stage ls (NULL when out of memory), and bringing
  * it up to the stage's current code (lworker.c). */
-SEDA__API struct wstage *seda__lw_wstage(struct lworker *w,
-                                         struct lstage *ls);
-SEDA__API void seda__lw_refresh(struct lworker *w, struct lstage *ls,
-                                struct wstage *c);
+SEDA__API struct wstage *seda__l_worker_wstage(struct lworker *w,
+                                               struct lstage *ls);
+SEDA__API void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
+                                      struct wstage *c);
 
 /* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
-SEDA__API void seda__lw_push_trampoline(lua_State *L);
+SEDA__API void seda__l_batch_push_trampoline(lua_State *L);
 
 #endif /* SEDA_LWORKER_H */
