@@ -95,7 +95,7 @@ static inline double seda__journal_wall(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The SQLite VFS the journal opens its database with (src/walvfs.c): the
+/* The SQLite VFS the journal opens its database with (walvfs.c): the
  * default one, with each WAL transaction written in one system call. */
 #define SEDA_JOURNAL_VFS "seda-wal"
 

@@ -5,7 +5,7 @@
  * received envelope that the caller settles with env:ack() or env:nack().
  *
  * DESIGN
- *   The core lends the envelope through a lease (see src/pull.c).  At
+ *   The core lends the envelope through a lease (see src/core/pull.c).  At
  *   receive, everything the Lua object shows is copied out under the lease
  *   lock (id, to, sender, attempts, headers, slip, the payload bytes), so
  *   reading never races an expiry.  Changes (payload, headers, forward)

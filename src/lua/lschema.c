@@ -35,9 +35,9 @@
  *     twice is therefore refused as malformed, and a nil value counts as
  *     absent, so an accepted encoding always decodes to a conforming
  *     value.  Duplicates of keys outside the schema do not matter.
- *   - The wire constants repeat lcodec.c's (which keeps them static);
- *     tests/test_schema.c round-trips payloads through seda__codec_encode
- *     to keep the two in step.  The path notation of messages is
+ *   - The wire constants are lcodec.h's (SEDA_TAG_*), shared with the
+ *     codec; tests/lua/test_schema.c round-trips payloads through
+ *     seda__codec_encode to keep the two in step.  The path notation of messages is
  *     lpath.c's, shared with lcodec.c, so both print the same paths.
  *
  * Sections: schema tree, compiler, value checker, byte checker.

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_hist.c -- log-bucket latency histograms (src/hist.c). */
+/* test_hist.c -- log-bucket latency histograms (src/core/hist.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

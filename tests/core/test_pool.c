@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_pool.c -- the shared worker pool (src/pool.c). */
+/* test_pool.c -- the shared worker pool (src/core/pool.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* test_queue.c -- the bounded pointer ring (src/queue.c). */
+/* test_queue.c -- the bounded pointer ring (src/core/queue.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_journal.c -- the durable journal (src/journal.c): round trips,
+ * test_journal.c -- the durable journal (src/durable/journal.c): round trips,
  * hops, group commit, dedup, reopen, and the open/IO failures.
  *
  * Every test works in a fresh mkdtemp directory under /tmp that teardown

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_walvfs.c -- the WAL-buffering VFS (src/walvfs.c): what a commit
+ * test_walvfs.c -- the WAL-buffering VFS (src/durable/walvfs.c): what a commit
  * returned is in the file when the process dies right after, whatever the
  * transaction's size; a later reader without the shim sees every row.
  *

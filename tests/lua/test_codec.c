@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_codec.c -- cmocka tests for the payload codec (src/lcodec.c).
+ * test_codec.c -- cmocka tests for the payload codec (src/lua/lcodec.c).
  *
  * Pins down property C10 of the README's correctness table: every supported value survives
  * encode -> decode exactly, unsupported values and cycles fail with the
