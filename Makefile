@@ -98,15 +98,28 @@ LDLIBS  += -lm
 
 B       := build/$(V)
 
-# The layers (see src/README.md and `make layers`): core <- durable,
-# core <- remote, both <- lua <- cli.  libseda.a is core + durable (the C
-# API); libsedaremote.a the remote stages (NATS JetStream, links libnats);
+# The layers: src/layers is the rule (what each folder may include and
+# link; `make layers` checks it), and the list of layers is taken from it:
+# LAYER_SRC_<layer> is the .c files of src/<layer>/ (none when the folder
+# is not there yet).  libseda.a is core + durable (the C API);
+# libsedaremote.a the remote stages (NATS JetStream, links libnats);
 # libsedalua.a the Lua binding; seda-lua the program.
-CORE_SRC    := $(wildcard src/core/*.c)
-DURABLE_SRC := $(wildcard src/durable/*.c)
-REMOTE_SRC  := $(wildcard src/remote/*.c)
-LUA_SRC     := $(wildcard src/lua/*.c)
-CLI_SRC     := $(filter-out src/cli/main.c,$(wildcard src/cli/*.c))
+LAYERS := $(shell sed -n 's/^layer[[:space:]]\{1,\}\([a-z]\{1,\}\).*/\1/p' src/layers)
+# (bench is a layer of the top, not of src/: a layer named like a folder
+# of the top that src/ does not have.)
+SRC_LAYERS := $(foreach l,$(LAYERS),$(if $(wildcard src/$(l)/.),$(l),$(if $(wildcard $(l)/.),,$(l))))
+$(foreach l,$(SRC_LAYERS),$(eval LAYER_SRC_$(l) := $(wildcard src/$(l)/*.c)))
+NO_LAYER := $(filter-out $(SRC_LAYERS),$(patsubst src/%/,%,$(wildcard src/*/)))
+ifneq ($(NO_CONFIG),yes)
+ifneq ($(NO_LAYER),)
+$(error src/ has a folder that src/layers does not name: $(NO_LAYER))
+endif
+endif
+CORE_SRC    := $(LAYER_SRC_core)
+DURABLE_SRC := $(LAYER_SRC_durable)
+REMOTE_SRC  := $(LAYER_SRC_remote)
+LUA_SRC     := $(LAYER_SRC_lua)
+CLI_SRC     := $(filter-out src/cli/main.c,$(LAYER_SRC_cli))
 CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
 REMOTE_OBJ  := $(REMOTE_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
@@ -209,8 +222,9 @@ $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSEDA
 test: layers all $(TEST_BIN) $(LINK_CORE)
 	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN) $(EXAMPLES) $(LINK_CORE)
 
-# The layers depend on each other one way (core <- durable <- lua <- cli):
-# fails on an include that runs upward; the self-test plants some.
+# The layers depend on each other one way, as src/layers says: fails on
+# an include (or a require) the rule does not allow; the self-test plants
+# some.
 layers:
 	@sh scripts/layers.sh
 	@sh scripts/layers.sh --self-test

@@ -167,83 +167,82 @@ static void remove_tmpdir(void)
     rmdir(g_cfg.tmpdir);
 }
 
-int main(int argc, char **argv)
-{
-    const char *sel[32];
-    int nsel = 0;
-    const char *out = NULL, *handler = NULL, *windows = NULL;
+/* The command line's choices. */
+struct args {
+    const char *sel[32];        /* --config names, nsel of them */
+    int nsel;
+    const char *out, *handler, *windows;
+};
 
-    g_cfg.t0 = seda_now();
-    if (argc > 1 && strcmp(argv[1], "--remote-consumer") == 0)
-        return bench_remote_consumer(argc, argv);   /* remote.c */
-    if (argc > 1 && strcmp(argv[1], "--raw-consumer") == 0)
-        return bench_raw_consumer(argc, argv);      /* remote.c */
+/* Parse the command line into a (and g_cfg.quick).  Returns -1 to go on,
+ * or the exit status (--help, a bad argument). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *s = argv[i];
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             usage(stdout);
             return 0;
-        } else if (strcmp(a, "--quick") == 0) {
+        } else if (strcmp(s, "--quick") == 0) {
             g_cfg.quick = true;
-        } else if (strcmp(a, "--config") == 0 && i + 1 < argc) {
+        } else if (strcmp(s, "--config") == 0 && i + 1 < argc) {
             const char *c = argv[++i];
             bool ok = false;
             for (int k = 0; CONFIGS[k]; k++)
                 ok |= strcmp(CONFIGS[k], c) == 0;
-            if (!ok || nsel == 32) {
+            if (!ok || a->nsel == 32) {
                 fprintf(stderr, "bench: unknown config '%s'\n", c);
                 usage(stderr);
                 return 2;
             }
-            sel[nsel++] = c;
-        } else if (strcmp(a, "--handler") == 0 && i + 1 < argc) {
-            handler = argv[++i];
-            if (strcmp(handler, "c") != 0 && strcmp(handler, "lua") != 0) {
+            a->sel[a->nsel++] = c;
+        } else if (strcmp(s, "--handler") == 0 && i + 1 < argc) {
+            a->handler = argv[++i];
+            if (strcmp(a->handler, "c") != 0 &&
+                strcmp(a->handler, "lua") != 0) {
                 fprintf(stderr, "bench: --handler takes c or lua\n");
                 return 2;
             }
-        } else if (strcmp(a, "--out") == 0 && i + 1 < argc) {
-            out = argv[++i];
-        } else if (strcmp(a, "--windows") == 0 && i + 1 < argc) {
-            windows = argv[++i];
+        } else if (strcmp(s, "--out") == 0 && i + 1 < argc) {
+            a->out = argv[++i];
+        } else if (strcmp(s, "--windows") == 0 && i + 1 < argc) {
+            a->windows = argv[++i];
         } else {
-            fprintf(stderr, "bench: bad argument '%s'\n", a);
+            fprintf(stderr, "bench: bad argument '%s'\n", s);
             usage(stderr);
             return 2;
         }
     }
+    return -1;
+}
 
+/* The run's settings in g_cfg: the machine, the handlers wanted, windows
+ * and trial counts.  Returns 0, or 2 on a bad --windows. */
+static int configure(const struct args *a)
+{
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     g_cfg.cpus = cpus > 0 ? (int)cpus : 1;
     g_cfg.producers = g_cfg.cpus < 8 ? g_cfg.cpus : 8;
-    g_cfg.want_c = !handler || strcmp(handler, "c") == 0;
-    g_cfg.want_lua = !handler || strcmp(handler, "lua") == 0;
+    g_cfg.want_c = !a->handler || strcmp(a->handler, "c") == 0;
+    g_cfg.want_lua = !a->handler || strcmp(a->handler, "lua") == 0;
     g_cfg.calib_s = g_cfg.quick ? 0.3 : 2.0;
     g_cfg.window_s = g_cfg.quick ? 0.3 : 4.0;
     g_cfg.calib_runs = g_cfg.quick ? 1 : 2;
     g_cfg.sweep_trials = g_cfg.quick ? 1 : 2;
     g_cfg.fire_trials = g_cfg.quick ? 1 : 3;
     g_cfg.fire_total = 200000;
-    if (windows && sscanf(windows, "%lf,%lf", &g_cfg.calib_s,
-                          &g_cfg.window_s) != 2) {
+    if (a->windows && sscanf(a->windows, "%lf,%lf", &g_cfg.calib_s,
+                             &g_cfg.window_s) != 2) {
         fprintf(stderr, "bench: --windows takes CALIB,SWEEP seconds\n");
         return 2;
     }
+    return 0;
+}
 
-    static char tmpl[] = "/tmp/seda-bench-XXXXXX";
-    g_cfg.tmpdir = mkdtemp(tmpl);
-    if (!g_cfg.tmpdir || rec_init() != 0) {
-        fprintf(stderr, "bench: cannot set up (tmpdir or latency arrays)\n");
-        return 1;
-    }
-    if (seda_lua_preload("benchrec", luaopen_benchrec) != 0) {
-        fprintf(stderr, "bench: seda_lua_preload failed\n");
-        return 1;
-    }
-    g_bench_out = open_results(out);
-    bench_progress("cpus %d, producers P=%d%s", g_cfg.cpus, g_cfg.producers,
-                   g_cfg.quick ? ", quick" : "");
-
+/* Run the selected configs (all when none was selected), in the suite's
+ * order. */
+static void run_configs(const char *const *sel, int nsel)
+{
     bench_floors();
     static const char *const cap[] = { "cap1", "cap8", "cap1_smooth",
                                        NULL };
@@ -296,7 +295,37 @@ int main(int argc, char **argv)
         bench_admit();
     if (selected(sel, nsel, "remote"))
         bench_remote();
+}
 
+int main(int argc, char **argv)
+{
+    struct args a = { .nsel = 0 };
+
+    g_cfg.t0 = seda_now();
+    if (argc > 1 && strcmp(argv[1], "--remote-consumer") == 0)
+        return bench_remote_consumer(argc, argv);   /* remote.c */
+    if (argc > 1 && strcmp(argv[1], "--raw-consumer") == 0)
+        return bench_raw_consumer(argc, argv);      /* remote.c */
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (configure(&a) != 0)
+        return 2;
+
+    static char tmpl[] = "/tmp/seda-bench-XXXXXX";
+    g_cfg.tmpdir = mkdtemp(tmpl);
+    if (!g_cfg.tmpdir || rec_init() != 0) {
+        fprintf(stderr, "bench: cannot set up (tmpdir or latency arrays)\n");
+        return 1;
+    }
+    if (seda_lua_preload("benchrec", luaopen_benchrec) != 0) {
+        fprintf(stderr, "bench: seda_lua_preload failed\n");
+        return 1;
+    }
+    g_bench_out = open_results(a.out);
+    bench_progress("cpus %d, producers P=%d%s", g_cfg.cpus, g_cfg.producers,
+                   g_cfg.quick ? ", quick" : "");
+    run_configs(a.sel, a.nsel);
     remove_tmpdir();
     if (g_bench_out)
         fclose(g_bench_out);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * codec.c -- config `codec`: encode + decode of the 5-field record in one
- * lua_State set up as a worker's (seda__lw_newstate: the workers' small-
+ * lua_State set up as a worker's (seda__l_worker_newstate: the workers' small-
  * block allocator and generational collector), one output buffer reused,
  * the decoded copy dropped each round so the collector's work is counted --
  * what a hop costs a Lua handler.
@@ -26,9 +26,7 @@
 #include "families.h"
 #include "harness.h"
 #include "seda_lua.h"
-
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 /* ---- codec ---- */
 
@@ -37,7 +35,7 @@ void bench_codec(void)
     long iters = g_cfg.quick ? 100000 : 1000000;
     int trials = g_cfg.quick ? 1 : 3;
     /* A state like a handler's: the workers' allocator and collector. */
-    lua_State *L = seda__lw_newstate();
+    lua_State *L = seda__l_worker_newstate();
     seda_wbuf b = { 0 };
     char err[256];
     if (!L)
@@ -45,7 +43,7 @@ void bench_codec(void)
     if (luaL_dostring(L, "return {id = 12345, name = 'sensor-17', "
                          "value = 21.5, ok = true, tags = 'a,b'}") != 0) {
         fprintf(stderr, "bench: %s\n", lua_tostring(L, -1));
-        seda__lw_closestate(L);
+        seda__l_worker_closestate(L);
         return;
     }
     for (int t = 0; t < trials; t++) {
@@ -72,6 +70,6 @@ void bench_codec(void)
         row_end(&r);
     }
 out:
-    seda__wbuf_free(&b);
-    seda__lw_closestate(L);
+    seda__codec_wbuf_free(&b);
+    seda__l_worker_closestate(L);
 }

@@ -9,7 +9,7 @@
  *     codec_loop [iterations [state]]   (default 2000000, worker)
  *
  * state is how the lua_State is made:
- *   worker        (default) seda__lw_newstate(): the allocator and the
+ *   worker        (default) seda__l_worker_newstate(): the allocator and the
  *                 collector mode of the states Lua handlers run in
  *                 (lworker.c: per-state small-block free lists,
  *                 generational collection), plus the standard libraries;
@@ -40,8 +40,7 @@
 #include <lua.h>
 #include <lualib.h>
 
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 static double now_ns(void)
 {
@@ -56,7 +55,7 @@ int main(int argc, char **argv)
     const char *gc = argc > 2 ? argv[2] : "worker";
     int worker = strcmp(gc, "incremental") != 0 &&
                  strcmp(gc, "generational") != 0;
-    lua_State *L = worker ? seda__lw_newstate() : luaL_newstate();
+    lua_State *L = worker ? seda__l_worker_newstate() : luaL_newstate();
     seda_wbuf b = {0};
     char err[256];
     double best = 0;
@@ -92,9 +91,9 @@ int main(int argc, char **argv)
            "\"ns_per_roundtrip\":%.1f,\"bytes\":%zu,\"iterations\":%ld,"
            "\"gc\":\"%s\"}\n",
            best, b.len, iters, gc);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     if (worker)
-        seda__lw_closestate(L);
+        seda__l_worker_closestate(L);
     else
         lua_close(L);
     return 0;

@@ -146,6 +146,7 @@ struct dres {
     int last_err;
     double elapsed, window, drain_tail;
     int depth, workers;
+    int batch, capacity;        /* envelopes per publish call; stage's */
     bool drained;
     long journal_left;
     uint64_t dead, dropped;
@@ -154,10 +155,162 @@ struct dres {
     struct latency lat;
 };
 
+/* The producer (this thread): publish for r->window seconds from start
+ * into the first stage of in, r->batch envelopes a call, each call's time
+ * in pub (up to PUB_CAP); stops at the first failed publish. */
+static void dur_publish(struct inst *in, enum dkind kind, double start,
+                        struct dres *r, float *pub)
+{
+    int B = r->batch;
+    double bufs[DUR_BATCH];
+    const void *ps[DUR_BATCH];
+    size_t lens[DUR_BATCH];
+    for (int i = 0; i < B; i++) {
+        ps[i] = &bufs[i];
+        lens[i] = sizeof bufs[i];
+    }
+    static const char *const slip[] = { "d2", "d3", "d4" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.timeout = 30;
+    if (kind == D_PIPE) {
+        o.slip = slip;
+        o.nslip = 3;
+        o.done = dpipe_done;
+    }
+    seda_stage_t *st = in->st[0];
+    const char *to = seda_stage_name(st);
+    double deadline = start + r->window;
+    bench_sleep_until(start);
+    for (;;) {
+        double now = seda_now();
+        if (now >= deadline)
+            break;
+        for (int i = 0; i < B; i++)
+            bufs[i] = now;
+        int got, err = 0;
+        double t0 = seda_now();
+        if (B == 1) {
+            err = seda_stage_publish(st, &bufs[0], sizeof bufs[0], &o);
+            got = err == 0;
+        } else {
+            got = seda_publish_many(in->bus, to, ps, lens, B, &o, &err);
+        }
+        double t1 = seda_now();
+        if (r->calls < PUB_CAP)
+            pub[r->calls] = (float)((t1 - t0) * 1e6);
+        r->calls++;
+        r->total += got;
+        if (got < B) {
+            r->errors += B - got;
+            r->last_err = err;
+            break;
+        }
+    }
+}
+
+/* After the window: shut the instance down (bounded), and take what it
+ * delivered, its stats, the journal's leftover rows and the latencies
+ * into r; in is closed.  end: when publishing ended. */
+static void dur_finish(struct inst *in, enum dkind kind, const char *dir,
+                       double start, double end, struct dres *r)
+{
+    r->depth = inst_depth(in);
+    int rc = inst_shutdown(in, 60);
+    double t_done = seda_now();
+    r->drain_tail = t_done - end;
+    r->drained = rc == 0;
+    r->elapsed = t_done - start;
+    r->hops = inst_delivered(in);
+    r->delivered = kind == D_PIPE ? atomic_load(&g_dp_done) : r->hops;
+    r->failed = atomic_load(&g_dp_failed);
+    seda_bus_stats bs;
+    seda_bus_stats_get(in->bus, &bs);
+    r->dead = bs.dead_lettered;
+    r->dropped = bs.dropped;
+    inst_close(in);
+    r->journal_left = journal_rows(dir);
+    rec_latency(&r->lat);
+}
+
+/* The publish-time ranks of the first calls (pub, sorted here). */
+static void dur_publish_ranks(float *pub, struct dres *r)
+{
+    size_t np = r->calls < PUB_CAP ? r->calls : PUB_CAP;
+    qsort(pub, np, sizeof *pub, cmp_float);
+    r->pub_p50 = rank(pub, np, 0.5);
+    r->pub_p99 = rank(pub, np, 0.99);
+    r->pub_p999 = rank(pub, np, 0.999);
+    r->pub_max = np ? pub[np - 1] : NAN;
+}
+
+/* The trial's row, and its progress line. */
+static void dur_row(enum dkind kind, const char *sync, int trial,
+                    const struct dres *r)
+{
+    const char *config = DUR_CONFIGS[kind];
+    double thr = r->elapsed > 0 ? (double)r->delivered / r->elapsed : 0;
+    struct row w;
+    row_begin(&w, "lua", config);
+    row_str(&w, "sync", sync);
+    row_int(&w, "trial", trial);
+    row_int(&w, "producers", 1);
+    row_int(&w, "total", r->total);
+    row_int(&w, "delivered", r->delivered);
+    row_num(&w, "elapsed_ms", r->elapsed * 1e3, 0);
+    row_num(&w, "throughput_eps", thr, 0);
+    row_num(&w, "publish_p50_us", r->pub_p50, 2);
+    row_num(&w, "publish_p99_us", r->pub_p99, 2);
+    row_latency(&w, &r->lat);
+    row_bool(&w, "drained", r->drained);
+    row_str(&w, "durable", "at_least_once");
+    row_int(&w, "batch", r->batch);
+    row_int(&w, "publish_calls", (long long)r->calls);
+    row_num(&w, "publish_p999_us", r->pub_p999, 2);
+    row_num(&w, "publish_max_us", r->pub_max, 2);
+    row_int(&w, "capacity", r->capacity);
+    row_int(&w, "concurrency", 1);
+    row_num(&w, "window_ms", r->window * 1e3, 0);
+    row_int(&w, "end_of_window_depth", r->depth);
+    row_num(&w, "drain_tail_ms", r->drain_tail * 1e3, 0);
+    row_int(&w, "workers", r->workers);
+    row_str(&w, "latency", "array");
+    if (kind == D_PIPE) {
+        row_int(&w, "stages", 4);
+        row_num(&w, "itineraries_per_s", thr, 0);
+        row_num(&w, "handler_calls_per_s",
+                r->elapsed > 0 ? (double)r->hops / r->elapsed : 0, 0);
+        row_int(&w, "hops_delivered", r->hops);
+        row_str(&w, "latency_from", "published_at");
+        if (r->failed)
+            row_int(&w, "not_completed", r->failed);
+    }
+    row_str(&w, "floor", "lua_call");
+    double calls_s = r->elapsed > 0 ? (double)r->hops / r->elapsed : 0;
+    row_num(&w, "floor_ratio",
+            g_cfg.floor_lua > 0 ? calls_s / g_cfg.floor_lua : NAN, 4);
+    row_int(&w, "journal_rows_left", r->journal_left);
+    if (r->lat.n != (size_t)r->delivered)
+        row_int(&w, "samples", (long long)r->lat.n);
+    if (r->dead || r->dropped) {
+        row_int(&w, "dead_lettered", (long long)r->dead);
+        row_int(&w, "dropped", (long long)r->dropped);
+    }
+    if (r->delivered != r->total)
+        row_int(&w, "lost", r->total - r->delivered);
+    if (r->errors) {
+        row_int(&w, "publish_errors", r->errors);
+        row_str(&w, "publish_error", seda_strerror(r->last_err));
+    }
+    row_end(&w);
+    bench_progress("%s/%s trial %d: %.0f/s, publish p99 %.0f us, "
+                   "e2e p99 %.0f us%s", config, sync, trial, thr, r->pub_p99,
+                   r->lat.p99, r->drained ? "" : ", NOT DRAINED");
+}
+
 static void dur_trial(enum dkind kind, const char *hfile, bool full,
                       int trial)
 {
-    const char *config = DUR_CONFIGS[kind];
     const char *sync = full ? "full" : "normal";
     char dtmpl[] = "/tmp/seda-bench-dur-XXXXXX";
     char *dir = mkdtemp(dtmpl);
@@ -176,9 +329,9 @@ static void dur_trial(enum dkind kind, const char *hfile, bool full,
     atomic_store(&g_dp_done, 0);
     atomic_store(&g_dp_failed, 0);
     rec_reset();
-    int capacity = kind == D_PIPE ? 65536 : 1024;
-    if (inst_open(&in, true, chunk, hfile, kind == D_PIPE ? 4 : 1, capacity,
-                  1, NULL) != 0)
+    r.capacity = kind == D_PIPE ? 65536 : 1024;
+    if (inst_open(&in, true, chunk, hfile, kind == D_PIPE ? 4 : 1,
+                  r.capacity, 1, NULL) != 0)
         goto out_dir;
     pub = mmap(NULL, PUB_CAP * sizeof *pub, PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -188,137 +341,13 @@ static void dur_trial(enum dkind kind, const char *hfile, bool full,
         goto out_dir;
     }
     r.workers = seda_bus_workers(in.bus);
-
-    /* The producer: this thread. */
-    int B = kind == D_ONE ? 1 : DUR_BATCH;
-    double bufs[DUR_BATCH];
-    const void *ps[DUR_BATCH];
-    size_t lens[DUR_BATCH];
-    for (int i = 0; i < B; i++) {
-        ps[i] = &bufs[i];
-        lens[i] = sizeof bufs[i];
-    }
-    static const char *const slip[] = { "d2", "d3", "d4" };
-    seda_publish_opts o;
-    seda_publish_opts_init(&o);
-    o.timeout = 30;
-    if (kind == D_PIPE) {
-        o.slip = slip;
-        o.nslip = 3;
-        o.done = dpipe_done;
-    }
-    seda_stage_t *st = in.st[0];
-    const char *to = seda_stage_name(st);
+    r.batch = kind == D_ONE ? 1 : DUR_BATCH;
     r.window = g_cfg.quick ? 0.3 : 2.0;
-    double start = seda_now() + 0.01, deadline = start + r.window;
-    bench_sleep_until(start);
-    for (;;) {
-        double now = seda_now();
-        if (now >= deadline)
-            break;
-        for (int i = 0; i < B; i++)
-            bufs[i] = now;
-        int got, err = 0;
-        double t0 = seda_now();
-        if (B == 1) {
-            err = seda_stage_publish(st, &bufs[0], sizeof bufs[0], &o);
-            got = err == 0;
-        } else {
-            got = seda_publish_many(in.bus, to, ps, lens, B, &o, &err);
-        }
-        double t1 = seda_now();
-        if (r.calls < PUB_CAP)
-            pub[r.calls] = (float)((t1 - t0) * 1e6);
-        r.calls++;
-        r.total += got;
-        if (got < B) {
-            r.errors += B - got;
-            r.last_err = err;
-            break;
-        }
-    }
-    double end = seda_now();
-    r.depth = inst_depth(&in);
-    int rc = inst_shutdown(&in, 60);
-    double t_done = seda_now();
-    r.drain_tail = t_done - end;
-    r.drained = rc == 0;
-    r.elapsed = t_done - start;
-    r.hops = inst_delivered(&in);
-    r.delivered = kind == D_PIPE ? atomic_load(&g_dp_done) : r.hops;
-    r.failed = atomic_load(&g_dp_failed);
-    seda_bus_stats bs;
-    seda_bus_stats_get(in.bus, &bs);
-    r.dead = bs.dead_lettered;
-    r.dropped = bs.dropped;
-    inst_close(&in);
-    r.journal_left = journal_rows(dir);
-    rec_latency(&r.lat);
-
-    size_t np = r.calls < PUB_CAP ? r.calls : PUB_CAP;
-    qsort(pub, np, sizeof *pub, cmp_float);
-    r.pub_p50 = rank(pub, np, 0.5);
-    r.pub_p99 = rank(pub, np, 0.99);
-    r.pub_p999 = rank(pub, np, 0.999);
-    r.pub_max = np ? pub[np - 1] : NAN;
-
-    double thr = r.elapsed > 0 ? (double)r.delivered / r.elapsed : 0;
-    struct row w;
-    row_begin(&w, "lua", config);
-    row_str(&w, "sync", sync);
-    row_int(&w, "trial", trial);
-    row_int(&w, "producers", 1);
-    row_int(&w, "total", r.total);
-    row_int(&w, "delivered", r.delivered);
-    row_num(&w, "elapsed_ms", r.elapsed * 1e3, 0);
-    row_num(&w, "throughput_eps", thr, 0);
-    row_num(&w, "publish_p50_us", r.pub_p50, 2);
-    row_num(&w, "publish_p99_us", r.pub_p99, 2);
-    row_latency(&w, &r.lat);
-    row_bool(&w, "drained", r.drained);
-    row_str(&w, "durable", "at_least_once");
-    row_int(&w, "batch", B);
-    row_int(&w, "publish_calls", (long long)r.calls);
-    row_num(&w, "publish_p999_us", r.pub_p999, 2);
-    row_num(&w, "publish_max_us", r.pub_max, 2);
-    row_int(&w, "capacity", capacity);
-    row_int(&w, "concurrency", 1);
-    row_num(&w, "window_ms", r.window * 1e3, 0);
-    row_int(&w, "end_of_window_depth", r.depth);
-    row_num(&w, "drain_tail_ms", r.drain_tail * 1e3, 0);
-    row_int(&w, "workers", r.workers);
-    row_str(&w, "latency", "array");
-    if (kind == D_PIPE) {
-        row_int(&w, "stages", 4);
-        row_num(&w, "itineraries_per_s", thr, 0);
-        row_num(&w, "handler_calls_per_s",
-                r.elapsed > 0 ? (double)r.hops / r.elapsed : 0, 0);
-        row_int(&w, "hops_delivered", r.hops);
-        row_str(&w, "latency_from", "published_at");
-        if (r.failed)
-            row_int(&w, "not_completed", r.failed);
-    }
-    row_str(&w, "floor", "lua_call");
-    double calls_s = r.elapsed > 0 ? (double)r.hops / r.elapsed : 0;
-    row_num(&w, "floor_ratio",
-            g_cfg.floor_lua > 0 ? calls_s / g_cfg.floor_lua : NAN, 4);
-    row_int(&w, "journal_rows_left", r.journal_left);
-    if (r.lat.n != (size_t)r.delivered)
-        row_int(&w, "samples", (long long)r.lat.n);
-    if (r.dead || r.dropped) {
-        row_int(&w, "dead_lettered", (long long)r.dead);
-        row_int(&w, "dropped", (long long)r.dropped);
-    }
-    if (r.delivered != r.total)
-        row_int(&w, "lost", r.total - r.delivered);
-    if (r.errors) {
-        row_int(&w, "publish_errors", r.errors);
-        row_str(&w, "publish_error", seda_strerror(r.last_err));
-    }
-    row_end(&w);
-    bench_progress("%s/%s trial %d: %.0f/s, publish p99 %.0f us, "
-                   "e2e p99 %.0f us%s", config, sync, trial, thr, r.pub_p99,
-                   r.lat.p99, r.drained ? "" : ", NOT DRAINED");
+    double start = seda_now() + 0.01;
+    dur_publish(&in, kind, start, &r, pub);
+    dur_finish(&in, kind, dir, start, seda_now(), &r);
+    dur_publish_ranks(pub, &r);
+    dur_row(kind, sync, trial, &r);
     munmap(pub, PUB_CAP * sizeof *pub);
 out_dir:
     rm_tree(dir);

@@ -38,9 +38,7 @@
 
 #include "harness.h"
 #include "seda_lua.h"
-
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
+#include "seda_lua_admin.h"
 
 /* ---- buses under test ---- */
 
@@ -325,7 +323,7 @@ int bench_encode_table(const char *expr, unsigned char *buf, size_t cap,
     memcpy(buf, b.p, b.len);
     *len = b.len;
 out:
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     lua_close(L);
     return rc;
 }

@@ -27,9 +27,6 @@
 #include "harness.h"
 #include "seda_lua.h"
 
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
-
 /* ---- memory ---- */
 
 struct gate {

@@ -29,9 +29,6 @@
 #include "harness.h"
 #include "seda_lua.h"
 
-#include "lua/lcodec.h"
-#include "lua/lseda.h"
-
 /* ---- pipeline ---- */
 
 static const char PIPE_CHUNK[] =

@@ -560,11 +560,124 @@ static void raw_rate(const char *url, bool async, int consumers, bool pull,
 
 struct rtrial {
     long total, delivered, errors, republished, failed;
+    long stored;                /* JetStream acknowledged the publish */
     int last_err;
+    double start;               /* when publishing began */
     double elapsed, consumed_at, publish_end, window;
     bool drained;
     struct latency lat;
+    struct cpu_use cpu;         /* this process, consumers and server */
 };
+
+/* The producer (this thread): publish to st for r->window seconds from
+ * r->start; stops at the first failed publish. */
+static void rt_publish(seda_stage_t *st, struct rtrial *r)
+{
+    double deadline = r->start + r->window;
+    bench_sleep_until(r->start);
+    for (;;) {
+        double now = seda_now();
+        if (now >= deadline)
+            break;
+        int rc = seda_stage_publish(st, &now, sizeof now, NULL);
+        if (rc) {
+            r->errors++;
+            r->last_err = rc;
+            break;
+        }
+        r->total++;
+    }
+    r->publish_end = seda_now();
+}
+
+/* After publishing: wait until bus has stored everything, then (with
+ * consumers) until JetStream says nothing is pending or unacknowledged
+ * (at most 120 s); the stage's remote stats into r. */
+static void rt_settle(seda_bus_t *bus, seda_stage_t *st, int consumers,
+                      struct rtrial *r)
+{
+    /* Stored: nothing awaits an acknowledgement any more. */
+    seda_bus_wait_idle(bus, 60);
+    r->elapsed = seda_now() - r->start;
+    /* Consumed: JetStream says nothing is pending or unacknowledged. */
+    double give_up = seda_now() + (consumers ? 120 : 0);
+    seda_remote_stats rs;
+    for (;;) {
+        seda_remote_stats_get(st, &rs);
+        if ((rs.js_pending == 0 && rs.js_ack_pending == 0 &&
+             rs.js_age >= 0 && rs.js_age < 0.2 &&
+             seda_now() - rs.js_age > r->publish_end) ||
+            seda_now() > give_up)
+            break;
+        bench_sleep_until(seda_now() + 0.02);
+    }
+    r->drained = consumers ? rs.js_pending == 0 && rs.js_ack_pending == 0
+                           : rs.published == (uint64_t)r->total;
+    r->consumed_at = consumers ? seda_now() - rs.js_age : r->publish_end;
+    r->republished = (long)rs.republished;
+    r->failed = (long)rs.publish_failed;
+    r->stored = (long)rs.published;
+}
+
+/* The trial's row (raw, raw_pull, raw_alone: cnats's reference rates),
+ * and its progress line. */
+static void rt_row(const char *stream, bool lua, int consumers, int trial,
+                   const struct rtrial *r, double raw, double raw_pull,
+                   double raw_alone)
+{
+    double thr = r->elapsed > 0 ? (double)r->stored / r->elapsed : 0;
+    double consumed = r->consumed_at > r->start
+                          ? (double)r->delivered / (r->consumed_at - r->start)
+                          : 0;
+    struct row w;
+    row_begin(&w, lua ? "lua" : "c", "remote");
+    row_int(&w, "trial", trial);
+    row_int(&w, "producers", 1);
+    row_int(&w, "consumers", consumers);
+    row_int(&w, "concurrency", 1);
+    row_int(&w, "capacity", RB_CAP);
+    row_num(&w, "load_fraction", 0, 1);
+    row_int(&w, "total", r->total);
+    row_int(&w, "delivered", r->delivered);
+    row_num(&w, "elapsed_ms", r->elapsed * 1e3, 0);
+    row_num(&w, "throughput_eps", thr, 0);
+    row_latency(&w, &r->lat);
+    row_bool(&w, "drained", r->drained &&
+                            (consumers == 0 || r->delivered == r->total));
+    row_int(&w, "stored", r->stored);
+    row_num(&w, "raw_js_publish_eps", raw, 0);
+    row_num(&w, "raw_ratio", raw > 0 ? thr / raw : NAN, 3);
+    row_num(&w, "raw_js_publish_eps_alone", raw_alone, 0);
+    if (consumers) {
+        row_num(&w, "raw_js_publish_eps_pull", raw_pull, 0);
+        row_num(&w, "raw_ratio_pull", raw_pull > 0 ? thr / raw_pull : NAN, 3);
+        row_num(&w, "consumed_eps", consumed, 0);
+        row_num(&w, "drain_tail_ms", (r->consumed_at - r->publish_end) * 1e3,
+                0);
+    }
+    row_str(&w, "stream", stream);
+    row_str(&w, "latency", "array");
+    row_cpu(&w, &r->cpu, r->stored);
+    if (r->republished || r->failed) {
+        row_int(&w, "republished", r->republished);
+        row_int(&w, "publish_failed", r->failed);
+    }
+    if (r->lat.n != (size_t)r->delivered)
+        row_int(&w, "samples", (long long)r->lat.n);
+    if (consumers && r->delivered != r->total)
+        row_int(&w, "lost", r->total - r->delivered);
+    if (r->errors) {
+        row_int(&w, "publish_errors", r->errors);
+        row_str(&w, "publish_error", seda_strerror(r->last_err));
+    }
+    row_end(&w);
+    bench_progress("remote/%s %d consumer%s trial %d: %.0f/s stored "
+                   "(%.2f of raw %.0f/s), %.0f/s consumed, p50 %.0f us p99 "
+                   "%.0f us%s", lua ? "lua" : "c", consumers,
+                   consumers == 1 ? "" : "s", trial, thr,
+                   raw > 0 ? thr / raw : 0, raw, consumed, r->lat.p50,
+                   r->lat.p99, r->drained ? "" : ", NOT DRAINED");
+}
 
 static void run_trial(const char *url, bool lua, int consumers, int trial,
                       double raw, double raw_pull, double raw_alone)
@@ -576,8 +689,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     memset(&r, 0, sizeof r);
     struct cproc cp[2];
     memset(cp, 0, sizeof cp);
-    struct cpu_use cpu;
-    cpu_mark(&cpu, g_server_pid);
+    cpu_mark(&r.cpu, g_server_pid);
     /* The consumers first: they make the durable consumer. */
     for (int i = 0; i < consumers; i++)
         if (!cproc_start(&cp[i], url, stream, lua, i)) {
@@ -607,100 +719,17 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
         return;
     }
     r.window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
-    double start = seda_now() + 0.01, deadline = start + r.window;
-    bench_sleep_until(start);
-    for (;;) {
-        double now = seda_now();
-        if (now >= deadline)
-            break;
-        int rc = seda_stage_publish(st, &now, sizeof now, NULL);
-        if (rc) {
-            r.errors++;
-            r.last_err = rc;
-            break;
-        }
-        r.total++;
-    }
-    r.publish_end = seda_now();
-    /* Stored: nothing awaits an acknowledgement any more. */
-    seda_bus_wait_idle(bus, 60);
-    r.elapsed = seda_now() - start;
-    /* Consumed: JetStream says nothing is pending or unacknowledged. */
-    double give_up = seda_now() + (consumers ? 120 : 0);
-    seda_remote_stats rs;
-    for (;;) {
-        seda_remote_stats_get(st, &rs);
-        if ((rs.js_pending == 0 && rs.js_ack_pending == 0 &&
-             rs.js_age >= 0 && rs.js_age < 0.2 &&
-             seda_now() - rs.js_age > r.publish_end) ||
-            seda_now() > give_up)
-            break;
-        bench_sleep_until(seda_now() + 0.02);
-    }
-    r.drained = consumers ? rs.js_pending == 0 && rs.js_ack_pending == 0
-                          : rs.published == (uint64_t)r.total;
-    r.consumed_at = consumers ? seda_now() - rs.js_age : r.publish_end;
-    r.republished = (long)rs.republished;
-    r.failed = (long)rs.publish_failed;
-    long stored = (long)rs.published;
+    r.start = seda_now() + 0.01;
+    rt_publish(st, &r);
+    rt_settle(bus, st, consumers, &r);
     seda_bus_free(bus);
     for (int i = 0; i < consumers; i++) {
         long n = cproc_stop(&cp[i]);
         r.delivered += n > 0 ? n : 0;
     }
-    cpu_since(&cpu, g_server_pid);
+    cpu_since(&r.cpu, g_server_pid);
     merge_samples(cp, consumers, &r.lat);
-    double thr = r.elapsed > 0 ? (double)stored / r.elapsed : 0;
-    double consumed = r.consumed_at > start
-                          ? (double)r.delivered / (r.consumed_at - start) : 0;
-    struct row w;
-    row_begin(&w, lua ? "lua" : "c", "remote");
-    row_int(&w, "trial", trial);
-    row_int(&w, "producers", 1);
-    row_int(&w, "consumers", consumers);
-    row_int(&w, "concurrency", 1);
-    row_int(&w, "capacity", RB_CAP);
-    row_num(&w, "load_fraction", 0, 1);
-    row_int(&w, "total", r.total);
-    row_int(&w, "delivered", r.delivered);
-    row_num(&w, "elapsed_ms", r.elapsed * 1e3, 0);
-    row_num(&w, "throughput_eps", thr, 0);
-    row_latency(&w, &r.lat);
-    row_bool(&w, "drained", r.drained &&
-                            (consumers == 0 || r.delivered == r.total));
-    row_int(&w, "stored", stored);
-    row_num(&w, "raw_js_publish_eps", raw, 0);
-    row_num(&w, "raw_ratio", raw > 0 ? thr / raw : NAN, 3);
-    row_num(&w, "raw_js_publish_eps_alone", raw_alone, 0);
-    if (consumers) {
-        row_num(&w, "raw_js_publish_eps_pull", raw_pull, 0);
-        row_num(&w, "raw_ratio_pull", raw_pull > 0 ? thr / raw_pull : NAN, 3);
-        row_num(&w, "consumed_eps", consumed, 0);
-        row_num(&w, "drain_tail_ms", (r.consumed_at - r.publish_end) * 1e3,
-                0);
-    }
-    row_str(&w, "stream", stream);
-    row_str(&w, "latency", "array");
-    row_cpu(&w, &cpu, stored);
-    if (r.republished || r.failed) {
-        row_int(&w, "republished", r.republished);
-        row_int(&w, "publish_failed", r.failed);
-    }
-    if (r.lat.n != (size_t)r.delivered)
-        row_int(&w, "samples", (long long)r.lat.n);
-    if (consumers && r.delivered != r.total)
-        row_int(&w, "lost", r.total - r.delivered);
-    if (r.errors) {
-        row_int(&w, "publish_errors", r.errors);
-        row_str(&w, "publish_error", seda_strerror(r.last_err));
-    }
-    row_end(&w);
-    bench_progress("remote/%s %d consumer%s trial %d: %.0f/s stored "
-                   "(%.2f of raw %.0f/s), %.0f/s consumed, p50 %.0f us p99 "
-                   "%.0f us%s", lua ? "lua" : "c", consumers,
-                   consumers == 1 ? "" : "s", trial, thr,
-                   raw > 0 ? thr / raw : 0, raw, consumed, r.lat.p50,
-                   r.lat.p99, r.drained ? "" : ", NOT DRAINED");
+    rt_row(stream, lua, consumers, trial, &r, raw, raw_pull, raw_alone);
 }
 
 void bench_remote(void)

@@ -2,7 +2,7 @@
 -- operation features: the REPL helpers (stats, top, reload, tune, workers,
 -- errors, help), the stats table, tab completion and the --watch reload
 -- policy (the Prometheus exposition is lua/seda/metrics.lua).  Embedded into seda-lua at build time
--- (src/cli_lua.c) and run once on the main Lua state with one argument:
+-- (src/cli/cli_lua.c) and run once on the main Lua state with one argument:
 -- a table of C functions (C.write writes to the current output sink, C.top
 -- runs the live view).  Returns the module table M the C side calls into.
 

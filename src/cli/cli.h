@@ -14,9 +14,15 @@
  *                  (cli_page.html) on libmicrohttpd
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
+ *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
+ *                  journal
  *
  * Everything here runs on the main thread, the only one that touches the
  * main lua_State.
+ *
+ * NAMES: a function of cli_<name>.c is cli_<name>_* (cli_repl_start);
+ * cli_loop.c, which holds the shared state, has the plain cli_* names no
+ * other file's name begins (cli_run, cli_docall).
  */
 #ifndef SEDA_CLI_H
 #define SEDA_CLI_H
@@ -152,21 +158,27 @@ void cli_repl_input(void);              /* stdin is readable */
 void cli_repl_interrupt(void);          /* SIGINT at the prompt */
 bool cli_repl_tty(void);                /* reading a terminal (readline) */
 void cli_repl_end(void);
-void cli_top_local(double seconds);
+void cli_repl_top_local(double seconds);
 /* Shared by the local REPL and attach: readline completion setup. */
-char **cli_complete_list(const char *text, char **(*fetch)(const char *,
-                         bool in_string));
-void cli_history_path(char *buf, size_t n);
+char **cli_repl_complete_list(const char *text, char **(*fetch)(const char *,
+                              bool in_string));
+void cli_repl_history_path(char *buf, size_t n);
 
 /* cli_control.c */
-extern double cli_idle_timeout;         /* --idle-timeout seconds; 0 never */
+extern double cli_control_idle_timeout; /* --idle-timeout seconds; 0 never */
 int cli_control_listen(const char *path);
 int cli_control_fds(struct pollfd *fds, int max);
 void cli_control_handle(struct pollfd *fds, int n);
 void cli_control_close(void);
 /* Periodic: close control clients idle for longer than --idle-timeout. */
 void cli_control_tick(double now);
+
+/* cli_attach.c */
 int cli_attach(const char *path);
+
+/* cli_dlq.c: `seda-lua dlq DATA_DIR ...` with argv[0] "dlq"; returns the
+ * exit status (0, 1 error, 2 usage). */
+int cli_dlq(int argc, char **argv);
 
 /* cli_watch.c */
 int cli_watch_start(void);
@@ -201,7 +213,7 @@ struct cli_jbuf {
     size_t len, cap;
     bool oom;                   /* an append failed: the text is cut */
 };
-void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n);
+void cli_json_add(struct cli_jbuf *b, const char *s, size_t n);
 /* s[0..n) as a JSON string (invalid UTF-8 bytes become U+FFFD). */
 void cli_json_string(struct cli_jbuf *b, const char *s, size_t n);
 /* The Lua value at idx as JSON (a table with keys 1..n is an array,
@@ -221,6 +233,6 @@ extern const char cli_pretty_end[];
 /* Fill a unix socket address for path; -1 (reported, naming the path)
  * when it is too long. */
 struct sockaddr_un;
-int cli_fill_addr(struct sockaddr_un *a, const char *path);
+int cli_control_fill_addr(struct sockaddr_un *a, const char *path);
 
 #endif

@@ -338,13 +338,13 @@ static void attach_clear_line(void)
 static int attach_tty(void)
 {
     char hp[4096];
-    cli_history_path(hp, sizeof hp);
+    cli_repl_history_path(hp, sizeof hp);
     rl_readline_name = "seda-lua";
     rl_catch_signals = 0;               /* SIGINT is ours (attach_sigint) */
     stifle_history(1000);
     if (hp[0])
         read_history(hp);
-    cli_complete_list(NULL, fetch_remote);
+    cli_repl_complete_list(NULL, fetch_remote);
     rl_callback_handler_install(aprompt, on_attach_line);
     while (!adone) {
         if (a_intr) {
@@ -410,7 +410,7 @@ static int check_server(const char *path)
 int cli_attach(const char *path)
 {
     struct sockaddr_un a;
-    if (cli_fill_addr(&a, path) != 0)
+    if (cli_control_fill_addr(&a, path) != 0)
         return 1;
     afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof a) != 0) {

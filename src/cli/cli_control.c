@@ -50,8 +50,8 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
 #include "seda.h"
+#include "seda_lua_admin.h"
 
 #define MAX_CLIENTS 64
 #define OUT_SOFT (1u << 20)         /* above this much unsent output, a
@@ -60,7 +60,7 @@
 #define OUT_HARD (16u << 20)        /* truncate one reply above this */
 #define IN_CAP (2 * CLI_MAX_LINE + 65536)   /* buffered input, at most */
 
-double cli_idle_timeout = 600;      /* --idle-timeout; 0: never */
+double cli_control_idle_timeout = 600;  /* --idle-timeout; 0: never */
 
 struct client {
     int fd;
@@ -96,7 +96,7 @@ static int next_id = 1;
 
 /* ---- listening ---- */
 
-int cli_fill_addr(struct sockaddr_un *a, const char *path)
+int cli_control_fill_addr(struct sockaddr_un *a, const char *path)
 {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
@@ -112,7 +112,7 @@ int cli_fill_addr(struct sockaddr_un *a, const char *path)
 int cli_control_listen(const char *path)
 {
     struct sockaddr_un a;
-    if (cli_fill_addr(&a, path) != 0)
+    if (cli_control_fill_addr(&a, path) != 0)
         return 1;
     struct stat sb;
     if (lstat(path, &sb) == 0) {
@@ -793,17 +793,18 @@ void cli_control_handle(struct pollfd *fds, int n)
 
 void cli_control_tick(double now)
 {
-    if (lfd < 0 || !(cli_idle_timeout > 0))
+    if (lfd < 0 || !(cli_control_idle_timeout > 0))
         return;
     bool any = false;
     for (struct client *c = clients; c; c = c->next) {
         if (c->dead || c->busy || c == cur || unsent(c) > 0 ||
-            c->inoff < c->inlen || now - c->last_active < cli_idle_timeout)
+            c->inoff < c->inlen ||
+            now - c->last_active < cli_control_idle_timeout)
             continue;
         char m[160];
         int n = snprintf(m, sizeof m, "seda-lua: closing this control "
                          "connection: idle for %gs (--idle-timeout)\n",
-                         cli_idle_timeout);
+                         cli_control_idle_timeout);
         (void)!send(c->fd, m, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
         c->dead = true;
         any = true;

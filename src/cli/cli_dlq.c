@@ -30,7 +30,7 @@
  * so it works on a stopped bus's directory and says so when a running bus
  * holds it.  Rows are read with seda__journal_scan and written with
  * seda__journal_apply (seda.db is an ordinary SQLite database, see
- * src/journal.h, but the open journal holds it exclusively).
+ * src/durable/journal.h, but the open journal holds it exclusively).
  *
  * Exit status: 0 done, 1 error (no journal, in use, no such dead letter,
  * I/O), 2 usage.
@@ -49,10 +49,9 @@
 #include <lualib.h>
 
 #include "cli.h"
-#include "durable/journal.h"
-#include "lua/lcodec.h"
-
-int seda_cli_dlq(int argc, char **argv);
+#include "durable/journal_admin.h"
+#include "seda.h"
+#include "seda_lua_admin.h"
 
 static void dlq_usage(FILE *f)
 {
@@ -548,7 +547,7 @@ static int cmd_quarantine(struct seda_journal *j, const char *path)
     return 0;
 }
 
-int seda_cli_dlq(int argc, char **argv)
+int cli_dlq(int argc, char **argv)
 {
     if (argc < 3 || argc > 4) {
         dlq_usage(stderr);

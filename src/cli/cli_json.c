@@ -30,11 +30,11 @@
 #include <lua.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
+#include "seda_lua.h"
 
 #define MAX_DEPTH 16            /* deeper tables are written as null */
 
-void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n)
+void cli_json_add(struct cli_jbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
@@ -57,7 +57,7 @@ void cli_jbuf_add(struct cli_jbuf *b, const char *s, size_t n)
 
 static void adds(struct cli_jbuf *b, const char *s)
 {
-    cli_jbuf_add(b, s, strlen(s));
+    cli_json_add(b, s, strlen(s));
 }
 
 /* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
@@ -96,7 +96,7 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 void cli_json_string(struct cli_jbuf *b, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
-    cli_jbuf_add(b, "\"", 1);
+    cli_json_add(b, "\"", 1);
     size_t i = 0;
     while (i < n) {
         unsigned char c = u[i];
@@ -104,30 +104,30 @@ void cli_json_string(struct cli_jbuf *b, const char *s, size_t n)
         if (c == '"' || c == '\\') {
             esc[0] = '\\';
             esc[1] = (char)c;
-            cli_jbuf_add(b, esc, 2);
+            cli_json_add(b, esc, 2);
             i++;
         } else if (c == '\n') {
-            cli_jbuf_add(b, "\\n", 2);
+            cli_json_add(b, "\\n", 2);
             i++;
         } else if (c == '\t') {
-            cli_jbuf_add(b, "\\t", 2);
+            cli_json_add(b, "\\t", 2);
             i++;
         } else if (c < 0x20 || c == 0x7f) {
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            cli_jbuf_add(b, esc, 6);
+            cli_json_add(b, esc, 6);
             i++;
         } else {
             size_t l = utf8_len(u + i, n - i);
             if (l == 0) {
-                cli_jbuf_add(b, "\\ufffd", 6);
+                cli_json_add(b, "\\ufffd", 6);
                 i++;
             } else {
-                cli_jbuf_add(b, s + i, l);
+                cli_json_add(b, s + i, l);
                 i += l;
             }
         }
     }
-    cli_jbuf_add(b, "\"", 1);
+    cli_json_add(b, "\"", 1);
 }
 
 static void json_number(struct cli_jbuf *b, lua_State *L, int idx)
@@ -292,18 +292,18 @@ static int build_stats(lua_State *L)
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, list, i);
         int bi = lua_gettop(L);
-        struct lbusud *u = luaL_testudata(L, bi, LSEDA_BUS_MT);
+        seda_bus_t *bus = seda_lua_tobus(L, bi);
         call_method(L, bi, "stats");
-        if (!u || !u->lb || !u->lb->bus || !lua_istable(L, -1)) {
+        if (!bus || !lua_istable(L, -1)) {
             lua_settop(L, list);        /* closed meanwhile: skipped */
             continue;
         }
         snprintf(num, sizeof num, "%s{\"index\":%lld,\"order\":[",
                  written++ ? "," : "", (long long)i);
         adds(b, num);
-        int ns = seda_bus_stage_count(u->lb->bus);
+        int ns = seda_bus_stage_count(bus);
         for (int k = 0; k < ns; k++) {
-            seda_stage_t *st = seda_bus_stage_at(u->lb->bus, k);
+            seda_stage_t *st = seda_bus_stage_at(bus, k);
             if (!st)
                 break;
             if (k)

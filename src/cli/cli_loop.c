@@ -28,8 +28,8 @@
 #include <lualib.h>
 
 #include "cli.h"
-#include "lua/lseda.h"
 #include "seda_lua.h"
+#include "seda_lua_admin.h"
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";
@@ -59,7 +59,7 @@ int cli_msghandler(lua_State *L)
             return 1;
         }
     }
-    return seda__l_msghandler(L);
+    return seda__l_worker_msghandler(L);
 }
 
 /* Call the function below nargs arguments with a traceback handler.  On
@@ -131,7 +131,7 @@ static int c_top(lua_State *L)
             cli.sink->top(cli.sink->ud, secs);
         return 0;
     }
-    cli_top_local(secs);
+    cli_repl_top_local(secs);
     return 0;
 }
 
@@ -232,7 +232,7 @@ int cli_setup(lua_State *L)
     cli.mod_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     if (cli_metrics_setup(L) != 0)
         return 1;
-    seda__l_interrupt_pending = interrupt_pending;
+    seda__l_callback_interrupt_pending = interrupt_pending;
     if (cli_get_fn(L, "install")) {
         lua_pushglobaltable(L);
         if (cli_docall(L, 1, 0) != LUA_OK)
@@ -282,7 +282,7 @@ static void lstop(lua_State *L, lua_Debug *ar)
     luaL_error(L, "interrupted!");
 }
 
-/* bus:wait()'s check (seda__l_interrupt_pending): a local interrupt is
+/* bus:wait()'s check (seda__l_callback_interrupt_pending): a local interrupt is
  * armed, or the control client whose command runs asked for one. */
 static bool interrupt_pending(lua_State *L)
 {

@@ -45,7 +45,7 @@ bool cli_repl_tty(void)
     return active && use_rl;
 }
 
-void cli_history_path(char *buf, size_t n)
+void cli_repl_history_path(char *buf, size_t n)
 {
     const char *home = getenv("HOME");
     if (home && *home)
@@ -153,8 +153,8 @@ static char **attempted(const char *text, int start, int end)
 
 static char word_breaks[] = " \t\n\"'`@$><=;|&{(,)+-*/%^#~[]";
 
-char **cli_complete_list(const char *text, char **(*fetch)(const char *,
-                         bool in_string))
+char **cli_repl_complete_list(const char *text, char **(*fetch)(const char *,
+                              bool in_string))
 {
     /* Called once to install: text NULL. */
     (void)text;
@@ -226,12 +226,12 @@ void cli_repl_start(void)
     if (!use_rl)
         return;
     char hp[4096];
-    cli_history_path(hp, sizeof hp);
+    cli_repl_history_path(hp, sizeof hp);
     rl_readline_name = "seda-lua";
     stifle_history(1000);
     if (hp[0])
         read_history(hp);
-    cli_complete_list(NULL, fetch_local);
+    cli_repl_complete_list(NULL, fetch_local);
     rl_callback_handler_install(PROMPT1, on_line);
 }
 
@@ -322,7 +322,7 @@ void cli_repl_end(void)
         if (active)
             rl_callback_handler_remove();
         char hp[4096];
-        cli_history_path(hp, sizeof hp);
+        cli_repl_history_path(hp, sizeof hp);
         if (hp[0]) {
             write_history(hp);
             history_truncate_file(hp, 1000);
@@ -359,7 +359,7 @@ static bool draw_top(double secs)
     return true;
 }
 
-void cli_top_local(double secs)
+void cli_repl_top_local(double secs)
 {
     lua_State *L = cli.L;
     if (!isatty(0) || !isatty(1)) {

@@ -14,7 +14,7 @@
  * exits.  -i runs a REPL after the script.  With --serve or -i, a signal
  * that arrives while the script runs leads to the same drain once it
  * returns.  --watch, --control, --metrics and --http operate a running
- * pipeline (src/cli_*.c).
+ * pipeline (cli_*.c).
  */
 #include <errno.h>
 #include <limits.h>
@@ -30,8 +30,7 @@
 
 #include "cli.h"
 #include "seda.h"
-
-int luaopen_seda(lua_State *L);
+#include "seda_lua.h"
 
 static const char *progname = "seda-lua";
 static char *sdir;              /* directory of the script (--watch) */
@@ -141,15 +140,41 @@ static char *script_dir(const char *fname)
     return strdup(buf);
 }
 
-static int run(lua_State *L, int argc, char **argv)
+/* One option that takes an argument (a, with its argument v).  Returns
+ * -1 to go on, or the exit status after a bad value. */
+static int option_arg(const char *a, const char *v)
 {
-    struct opts o = { false, false, 0 };
-    cli.o.drain = 30.0;
-    luaL_openlibs(L);
-    luaL_requiref(L, "seda", luaopen_seda, 0);
-    lua_pop(L, 1);
+    if (strcmp(a, "--drain") == 0) {
+        char *end;
+        cli.o.drain = strtod(v, &end);
+        if (*end || cli.o.drain < 0) {
+            fprintf(stderr, "%s: --drain: not a number of seconds: '%s'\n",
+                    progname, v);
+            return 1;
+        }
+    } else if (strcmp(a, "--idle-timeout") == 0) {
+        char *end;
+        cli_control_idle_timeout = strtod(v, &end);
+        if (*end || end == v || !(cli_control_idle_timeout >= 0)) {
+            fprintf(stderr, "%s: --idle-timeout: not a number of seconds "
+                    ">= 0: '%s'\n", progname, v);
+            return 1;
+        }
+    } else if (strcmp(a, "--control") == 0) {
+        cli.o.control = v;
+    } else if (strcmp(a, "--metrics") == 0) {
+        cli.o.metrics = v;
+    } else if (strcmp(a, "--http") == 0) {
+        cli.o.http = v;
+    }
+    return -1;
+}
 
-    /* First pass: options that end the run at once, and the script. */
+/* The first pass over the command line: the options into o and cli.o
+ * (-e chunks are run later, in order), and the script's index.  Returns
+ * -1 to go on, or the exit status (-h, -v, a bad option). */
+static int parse_options(int argc, char **argv, struct opts *o)
+{
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -168,9 +193,9 @@ static int run(lua_State *L, int argc, char **argv)
             return 0;
         }
         if (strcmp(a, "-i") == 0) {
-            o.interactive = true;
+            o->interactive = true;
         } else if (strcmp(a, "--serve") == 0) {
-            o.serve = true;
+            o->serve = true;
         } else if (strcmp(a, "--watch") == 0) {
             cli.o.watch = true;
         } else if (has_arg(a)) {
@@ -179,30 +204,9 @@ static int run(lua_State *L, int argc, char **argv)
                 usage(stderr);
                 return 1;
             }
-            if (strcmp(a, "--drain") == 0) {
-                char *end;
-                cli.o.drain = strtod(argv[i + 1], &end);
-                if (*end || cli.o.drain < 0) {
-                    fprintf(stderr, "%s: --drain: not a number of seconds: "
-                            "'%s'\n", progname, argv[i + 1]);
-                    return 1;
-                }
-            } else if (strcmp(a, "--idle-timeout") == 0) {
-                char *end;
-                cli_idle_timeout = strtod(argv[i + 1], &end);
-                if (*end || end == argv[i + 1] ||
-                    !(cli_idle_timeout >= 0)) {
-                    fprintf(stderr, "%s: --idle-timeout: not a number of "
-                            "seconds >= 0: '%s'\n", progname, argv[i + 1]);
-                    return 1;
-                }
-            } else if (strcmp(a, "--control") == 0) {
-                cli.o.control = argv[i + 1];
-            } else if (strcmp(a, "--metrics") == 0) {
-                cli.o.metrics = argv[i + 1];
-            } else if (strcmp(a, "--http") == 0) {
-                cli.o.http = argv[i + 1];
-            }
+            int rc = option_arg(a, argv[i + 1]);
+            if (rc >= 0)
+                return rc;
             i++;
         } else {
             fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
@@ -211,26 +215,29 @@ static int run(lua_State *L, int argc, char **argv)
         }
     }
     if (i < argc)
-        o.script = i;
-    create_arg_table(L, argv, argc, o.script);
+        o->script = i;
+    return -1;
+}
 
+/* Whether the command line (before the script) has a -e chunk. */
+static bool has_e(int argc, char **argv, const struct opts *o)
+{
     bool ran_e = false;
-    for (int k = 1; k < (o.script ? o.script : argc); k++) {
+    for (int k = 1; k < (o->script ? o->script : argc); k++) {
         if (strcmp(argv[k], "-e") == 0)
             ran_e = true;
         if (has_arg(argv[k]))
             k++;
     }
-    bool tty_repl = !o.script && !o.interactive && !o.serve && !ran_e &&
-                    isatty(0);
-    if (tty_repl)
-        o.interactive = true;
+    return ran_e;
+}
 
-    if (cli_setup(L) != 0)
-        return 1;
-    cli.o.interactive = o.interactive;
-    cli.o.serve = o.serve;
-    bool live = o.interactive || o.serve;
+/* Settle the options that need --serve or -i (a live run) and start what
+ * a live run operates (control socket, HTTP, signals).  Returns 0, or 1
+ * (the exit status) when an option needs a live run or cannot start. */
+static int start_live(const struct opts *o)
+{
+    bool live = o->interactive || o->serve;
     if (!live && (cli.o.control || cli.o.http)) {
         fprintf(stderr, "%s: %s needs --serve or -i (a plain run "
                 "ends when its buses are idle)\n", progname,
@@ -255,11 +262,16 @@ static int run(lua_State *L, int argc, char **argv)
         cli_install_signals();
         cli.phase = CLI_SCRIPT;
     }
+    return 0;
+}
 
-    /* Second pass: run -e chunks in order.  After an error nothing else
-     * runs, but what was published is still drained. */
+/* The second pass: run the -e chunks in order.  Returns true when one
+ * failed (nothing after it runs). */
+static bool run_e_chunks(lua_State *L, int argc, char **argv,
+                         const struct opts *o)
+{
     bool failed = false;
-    for (int k = 1; k < (o.script ? o.script : argc) && !failed; k++) {
+    for (int k = 1; k < (o->script ? o->script : argc) && !failed; k++) {
         if (strcmp(argv[k], "-e") == 0) {
             if (luaL_loadbuffer(L, argv[k + 1], strlen(argv[k + 1]),
                                 "=(command line)") != LUA_OK) {
@@ -274,34 +286,72 @@ static int run(lua_State *L, int argc, char **argv)
             k++;
         }
     }
+    return failed;
+}
 
-    if (failed) {
-        /* nothing more */
-    } else if (o.script) {
-        const char *fname = argv[o.script];
-        if (strcmp(fname, "-") == 0 && strcmp(argv[o.script - 1], "--"))
+/* Load and run the file fname (NULL: standard input) with the n
+ * arguments at args.  Returns true when it failed. */
+static bool run_file(lua_State *L, const char *fname, char **args, int n)
+{
+    if (luaL_loadfile(L, fname) != LUA_OK) {
+        fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return true;
+    }
+    for (int k = 0; k < n; k++)
+        lua_pushstring(L, args[k]);
+    return cli_docall(L, n, 0) != LUA_OK;
+}
+
+/* Run the script (its arguments after it), or standard input when there
+ * is neither a script nor anything else to do.  Returns true when it
+ * failed. */
+static bool run_script(lua_State *L, int argc, char **argv,
+                       const struct opts *o, bool ran_e)
+{
+    if (o->script) {
+        const char *fname = argv[o->script];
+        if (strcmp(fname, "-") == 0 && strcmp(argv[o->script - 1], "--"))
             fname = NULL;                       /* stdin */
         sdir = script_dir(fname);
         cli.o.script_dir = sdir;
-        if (luaL_loadfile(L, fname) != LUA_OK) {
-            fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-            lua_pop(L, 1);
-            failed = true;
-        } else {
-            int n = 0;
-            for (int k = o.script + 1; k < argc; k++, n++)
-                lua_pushstring(L, argv[k]);
-            failed = cli_docall(L, n, 0) != LUA_OK;
-        }
-    } else if (!o.interactive && !o.serve && !ran_e) {
-        if (luaL_loadfile(L, NULL) != LUA_OK) {
-            fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
-            lua_pop(L, 1);
-            failed = true;
-        } else {
-            failed = cli_docall(L, 0, 0) != LUA_OK;
-        }
+        return run_file(L, fname, argv + o->script + 1,
+                        argc - (o->script + 1));
     }
+    if (!o->interactive && !o->serve && !ran_e)
+        return run_file(L, NULL, NULL, 0);
+    return false;
+}
+
+static int run(lua_State *L, int argc, char **argv)
+{
+    struct opts o = { false, false, 0 };
+    cli.o.drain = 30.0;
+    luaL_openlibs(L);
+    luaL_requiref(L, "seda", luaopen_seda, 0);
+    lua_pop(L, 1);
+
+    int rc = parse_options(argc, argv, &o);
+    if (rc >= 0)
+        return rc;
+    create_arg_table(L, argv, argc, o.script);
+    bool ran_e = has_e(argc, argv, &o);
+    if (!o.script && !o.interactive && !o.serve && !ran_e && isatty(0))
+        o.interactive = true;           /* a REPL on a terminal */
+
+    if (cli_setup(L) != 0)
+        return 1;
+    cli.o.interactive = o.interactive;
+    cli.o.serve = o.serve;
+    bool live = o.interactive || o.serve;
+    if (start_live(&o) != 0)
+        return 1;
+
+    /* After an error nothing else runs, but what was published is still
+     * drained. */
+    bool failed = run_e_chunks(L, argc, argv, &o);
+    if (!failed)
+        failed = run_script(L, argc, argv, &o, ran_e);
     cli.phase = CLI_IDLE;
     lua_sethook(L, NULL, 0, 0);         /* an interrupt that came too late */
     /* The program's stages are declared: its buses start (durable stages
@@ -326,12 +376,10 @@ static int run(lua_State *L, int argc, char **argv)
     return failed || fin < 0 ? 1 : 0;
 }
 
-int seda_cli_dlq(int argc, char **argv);
-
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "dlq") == 0)
-        return seda_cli_dlq(argc - 1, argv + 1);
+        return cli_dlq(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
         if (argc != 3) {
             fprintf(stderr, "usage: %s attach PATH\n", progname);

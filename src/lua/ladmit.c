@@ -218,7 +218,7 @@ int seda__l_admit_load(lua_State *L, const struct lsrc *s)
         }
         return 0;
     }
-    lua_pushcfunction(L, seda__l_msghandler);
+    lua_pushcfunction(L, seda__l_worker_msghandler);
     lua_insert(L, -2);
     rc = lua_pcall(L, 0, 1, -2);
     lua_remove(L, -2);                          /* the message handler */
@@ -360,7 +360,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
     uint64_t v = atomic_load_explicit(&ls->admit_version,
                                       memory_order_acquire);
     int si = (int)(ls->uid % LADMIT_SLOTS);
-    lua_pushcfunction(L, seda__l_msghandler);   /* top + 1 */
+    lua_pushcfunction(L, seda__l_worker_msghandler);  /* top + 1 */
     if (ac->ready && ac->slot[si].uid == ls->uid &&
         ac->slot[si].version == v) {
         /* The common case: three reads of the registry's array. */
@@ -459,7 +459,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
 
 /* ---- sources and options ---- */
 
-void seda__l_lsrc_free(struct lsrc *s)
+void seda__l_admit_src_free(struct lsrc *s)
 {
     if (!s)
         return;
@@ -469,7 +469,7 @@ void seda__l_lsrc_free(struct lsrc *s)
     free(s);
 }
 
-struct lsrc *seda__l_lsrc_copy(const struct lsrc *s, bool reread)
+struct lsrc *seda__l_admit_src_copy(const struct lsrc *s, bool reread)
 {
     struct lsrc *c = calloc(1, sizeof *c);
     if (!c)
@@ -478,13 +478,13 @@ struct lsrc *seda__l_lsrc_copy(const struct lsrc *s, bool reread)
     c->chunkname = strdup(s->chunkname);
     c->path = s->path ? strdup(s->path) : NULL;
     if (reread && s->path) {
-        c->code = seda__l_read_file(s->path, &c->len);
+        c->code = seda__l_stage_read_file(s->path, &c->len);
     } else if ((c->code = malloc(s->len ? s->len : 1)) != NULL) {
         memcpy(c->code, s->code, s->len);
         c->len = s->len;
     }
     if (!c->chunkname || !c->code || (s->path && !c->path)) {
-        seda__l_lsrc_free(c);
+        seda__l_admit_src_free(c);
         return NULL;
     }
     return c;
@@ -494,7 +494,7 @@ struct lsrc *seda__l_lsrc_copy(const struct lsrc *s, bool reread)
 static int src_gc(lua_State *L)
 {
     struct lsrc **p = lua_touserdata(L, 1);
-    seda__l_lsrc_free(*p);
+    seda__l_admit_src_free(*p);
     *p = NULL;
     return 0;
 }
@@ -511,9 +511,9 @@ struct lsrc *seda__l_admit_src(lua_State *L, struct lbus *lb,
     lua_setmetatable(L, -2);
     if (!(*box = calloc(1, sizeof **box)))
         luaL_error(L, "stage '%s': admit: out of memory", stage);
-    seda__l_build_src(L, stage, idx, "admit", dir ? dir : "", *box);
+    seda__l_stage_build_src(L, stage, idx, "admit", dir ? dir : "", *box);
     char err[2048];
-    if (seda__lw_validate_admit(lb, *box, err, sizeof err) != 0)
+    if (seda__l_worker_validate_admit(lb, *box, err, sizeof err) != 0)
         luaL_error(L, "stage '%s': admit: %s", stage, err);
     struct lsrc *s = *box;
     *box = NULL;
@@ -674,8 +674,8 @@ static void defaults(struct adm *a, const seda_stage_opts *o)
     a->starve_after = o->starve_after;
 }
 
-void seda__l_admission_opts(lua_State *L, int t, const char *stage,
-                            seda_stage_opts *o)
+void seda__l_admit_opts(lua_State *L, int t, const char *stage,
+                        seda_stage_opts *o)
 {
     struct adm a;
     char err[256];
@@ -692,8 +692,8 @@ void seda__l_admission_opts(lua_State *L, int t, const char *stage,
     /* The core checks the ranges (its message names the field). */
 }
 
-int seda__l_tune_admission(lua_State *L, int t, const char *stage,
-                           seda_stage_t *st, char *err, size_t errlen)
+int seda__l_admit_tune(lua_State *L, int t, const char *stage,
+                       seda_stage_t *st, char *err, size_t errlen)
 {
     (void)stage;
     seda_stage_opts o;

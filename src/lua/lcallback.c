@@ -6,10 +6,10 @@
  * DESIGN
  *   The function is kept in the main registry (struct lcb, shared by the
  *   envelopes of one publish_many); the envelope carries the reference.
- *   When its itinerary ends, the core calls seda__l_on_done on whatever
- *   thread ended it; it copies what the callback needs into a struct
+ *   When its itinerary ends, the core calls seda__l_callback_on_done on
+ *   whatever thread ended it; it copies what the callback needs into a struct
  *   lcompletion and queues it on the lbus.  The main state runs the queue
- *   (seda__l_run_completions) from bus:wait, bus:poll, bus:shutdown and
+ *   (seda__l_callback_run) from bus:wait, bus:poll, bus:shutdown and
  *   the seda-lua run loop, so callbacks never run on a worker; queueing
  *   one also signals the main state's wake descriptor (lloop.c), so a
  *   host's loop wakes for it.  Errors in a callback are reported with
@@ -17,7 +17,7 @@
  *
  *   The queue is bounded by the main state itself: bus:publish and
  *   publish_many first run the queued callbacks when more than
- *   max_pending_callbacks wait (seda__l_bound_completions), so a loop
+ *   max_pending_callbacks wait (seda__l_callback_bound), so a loop
  *   that publishes with on_complete and never polls keeps a bounded
  *   backlog (each waiting completion holds a copy of the envelope).
  */
@@ -29,7 +29,7 @@
 #include "lseda.h"
 /* ---- completions ---- */
 
-void seda__l_completion_free(struct lcompletion *c)
+void seda__l_callback_completion_free(struct lcompletion *c)
 {
     free(c->sender);
     for (int i = 0; i < 2 * c->nh; i++)
@@ -41,7 +41,7 @@ void seda__l_completion_free(struct lcompletion *c)
 
 /* Drop n references to cb; the last one releases the function.  Main
  * thread. */
-void seda__l_cb_release(lua_State *L, struct lcb *cb, int n)
+void seda__l_callback_release(lua_State *L, struct lcb *cb, int n)
 {
     cb->refs -= n;
     if (cb->refs <= 0) {
@@ -52,7 +52,7 @@ void seda__l_cb_release(lua_State *L, struct lcb *cb, int n)
 
 /* Make a callback record for the function at idx with `refs` references.
  * Raises on allocation failure (before anything is published). */
-struct lcb *seda__l_cb_new(lua_State *L, int idx, int refs)
+struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs)
 {
     struct lcb *cb = malloc(sizeof *cb);
     if (!cb)
@@ -64,7 +64,7 @@ struct lcb *seda__l_cb_new(lua_State *L, int idx, int refs)
 }
 
 /* The core's done callback: any thread, no Lua. */
-void seda__l_on_done(seda_env_t *env, int outcome, void *ud)
+void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud)
 {
     struct lstage *ls = seda_stage_userdata(seda_env_stage(env));
     struct lbus *lb = ls->lb;
@@ -169,14 +169,14 @@ static void cb_flush_locked(void)
     cb_suppressed = 0;
 }
 
-void seda__l_cb_flush(void)
+void seda__l_callback_flush(void)
 {
     pthread_mutex_lock(&cb_mu);
     cb_flush_locked();
     pthread_mutex_unlock(&cb_mu);
 }
 
-void seda__l_report_error(const char *what, const char *msg)
+void seda__l_callback_report_error(const char *what, const char *msg)
 {
     double now = seda_now();
     pthread_mutex_lock(&cb_mu);
@@ -195,12 +195,12 @@ void seda__l_report_error(const char *what, const char *msg)
 }
 
 int seda__l_callback_depth;                 /* main thread only */
-bool (*seda__l_interrupt_pending)(lua_State *L);
+bool (*seda__l_callback_interrupt_pending)(lua_State *L);
 
 /* Run every queued completion on the main state.  Returns how many
  * callbacks ran.  An error in a callback is printed with its
  * traceback (cb_report). */
-int seda__l_run_completions(lua_State *L, struct lbus *lb)
+int seda__l_callback_run(lua_State *L, struct lbus *lb)
 {
     int ran = 0;
     for (;;) {
@@ -216,7 +216,7 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
                                       memory_order_relaxed);
             if (c->outcome == SEDA_COMPLETED) {
                 int top = lua_gettop(L);
-                lua_pushcfunction(L, seda__l_msghandler);
+                lua_pushcfunction(L, seda__l_worker_msghandler);
                 lua_pushcfunction(L, call_completion);
                 lua_rawgeti(L, LUA_REGISTRYINDEX, c->cb->ref);
                 lua_pushlightuserdata(L, c);
@@ -224,13 +224,13 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
                 int rc = lua_pcall(L, 2, 0, top + 1);
                 seda__l_callback_depth--;
                 if (rc != LUA_OK)
-                    seda__l_report_error("on_complete",
-                                         lua_tostring(L, -1));
+                    seda__l_callback_report_error("on_complete",
+                                                  lua_tostring(L, -1));
                 lua_settop(L, top);
                 ran++;
             }
-            seda__l_cb_release(L, c->cb, 1);
-            seda__l_completion_free(c);
+            seda__l_callback_release(L, c->cb, 1);
+            seda__l_callback_completion_free(c);
             c = next;
         }
     }
@@ -240,15 +240,15 @@ int seda__l_run_completions(lua_State *L, struct lbus *lb)
  * with on_complete may run others, up to here). */
 #define CB_NEST_MAX 8
 
-void seda__l_bound_completions(lua_State *L, struct lbus *lb)
+void seda__l_callback_bound(lua_State *L, struct lbus *lb)
 {
     if (atomic_load_explicit(&lb->npending_cb, memory_order_relaxed) >
             lb->max_pending_cb &&
         seda__l_callback_depth < CB_NEST_MAX)
-        seda__l_run_completions(L, lb);
+        seda__l_callback_run(L, lb);
 }
 
-bool seda__l_completions_pending(struct lbus *lb)
+bool seda__l_callback_pending(struct lbus *lb)
 {
     pthread_mutex_lock(&lb->mu);
     bool any = lb->chead != NULL;

@@ -90,7 +90,7 @@ enum {
 
 /* ---- buffer ---- */
 
-void seda__wbuf_free(seda_wbuf *b)
+void seda__codec_wbuf_free(seda_wbuf *b)
 {
     if (b == NULL)
         return;
@@ -103,10 +103,10 @@ void seda__wbuf_free(seda_wbuf *b)
     b->cap = 0;
 }
 
-void seda__wbuf_trim(seda_wbuf *b, size_t keep)
+void seda__codec_wbuf_trim(seda_wbuf *b, size_t keep)
 {
     if (b && b->cap > keep)
-        seda__wbuf_free(b);
+        seda__codec_wbuf_free(b);
 }
 
 /* Grows b so that n more bytes fit.  Returns 0, or -1 with b unchanged
@@ -193,25 +193,25 @@ enum { PATH_ENDS = 8 };
 static COLD int fail(struct enc *e, int nsteps, const char *what)
 {
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, e->err, e->errlen);
-    seda__msgbuf_str(&m, e->root != NULL ? e->root : "payload");
+    seda__path_buf_init(&m, e->err, e->errlen);
+    seda__path_buf_str(&m, e->root != NULL ? e->root : "payload");
     for (int i = 0; i < nsteps; i++) {
         /* A deep path keeps its first and last steps. */
         if (nsteps > 3 * PATH_ENDS && i == PATH_ENDS) {
             char gap[48];
             snprintf(gap, sizeof gap, ".<%d more>",
                      nsteps - 2 * PATH_ENDS);
-            seda__msgbuf_str(&m, gap);
+            seda__path_buf_str(&m, gap);
             i = nsteps - PATH_ENDS - 1;
             continue;
         }
         if (e->steps[i].in_key)
-            seda__msgbuf_str(&m, "{key}");
+            seda__path_buf_str(&m, "{key}");
         else
             seda__path_key(&m, e->L, e->steps[i].key);
     }
-    seda__msgbuf_str(&m, ": ");
-    seda__msgbuf_str(&m, what);
+    seda__path_buf_str(&m, ": ");
+    seda__path_buf_str(&m, what);
     return -1;
 }
 
@@ -221,7 +221,7 @@ static COLD int fail_oom(struct enc *e)
 {
     struct seda_msgbuf m;
     char what[160];
-    seda__msgbuf_init(&m, e->err, e->errlen);
+    seda__path_buf_init(&m, e->err, e->errlen);
     if (e->b->over == SEDA_WBUF_OVER_LIMIT)
         snprintf(what, sizeof what, "too_large: the encoding passes "
                  "max_payload (%zu bytes)", e->b->limit);
@@ -231,7 +231,7 @@ static COLD int fail_oom(struct enc *e)
                  e->b->len);
     else
         snprintf(what, sizeof what, "out of memory");
-    seda__msgbuf_str(&m, what);
+    seda__path_buf_str(&m, what);
     return -1;
 }
 
@@ -561,10 +561,10 @@ static COLD int dfail(struct dec *d, const char *what)
 {
     struct seda_msgbuf m;
     char tmp[48];
-    seda__msgbuf_init(&m, d->err, d->errlen);
-    seda__msgbuf_str(&m, what);
+    seda__path_buf_init(&m, d->err, d->errlen);
+    seda__path_buf_str(&m, what);
     snprintf(tmp, sizeof tmp, " at byte %zu", (size_t)(d->p - d->start));
-    seda__msgbuf_str(&m, tmp);
+    seda__path_buf_str(&m, tmp);
     return -1;
 }
 

@@ -259,8 +259,8 @@ static int sync_headers(lua_State *L, seda_env_t *env, int le_idx,
     return 0;
 }
 
-int seda__lw_env_finish(lua_State *L, struct lworker *w, int le_idx,
-                        int nhandlers, char *err, size_t errlen)
+int seda__l_env_finish(lua_State *L, struct lworker *w, int le_idx,
+                       int nhandlers, char *err, size_t errlen)
 {
     struct lenv *le = w->le;
     seda_env_t *env = le->env;
@@ -288,7 +288,7 @@ int seda__lw_env_finish(lua_State *L, struct lworker *w, int le_idx,
         return -1;
     }
     int rc = seda_env_set_payload_kind(env, p, len, kind);
-    seda__wbuf_trim(&w->wb, SEDA_WBUF_KEEP);
+    seda__codec_wbuf_trim(&w->wb, SEDA_WBUF_KEEP);
     if (rc == SEDA_ETOOLARGE)
         SYNC_FAIL("too_large: the payload is %zu bytes, over max_payload",
                   len);
@@ -300,7 +300,7 @@ int seda__lw_env_finish(lua_State *L, struct lworker *w, int le_idx,
 
 /* ---- setup ---- */
 
-void seda__lw_env_keys(lua_State *L, struct lworker *w)
+void seda__l_env_keys(lua_State *L, struct lworker *w)
 {
     static const char *const names[] = {
         "payload", "headers", "id", "to", "sender", "slip", "attempts",
@@ -320,7 +320,7 @@ void seda__lw_env_keys(lua_State *L, struct lworker *w)
     luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-void seda__lw_env_metatable(lua_State *L)
+void seda__l_env_metatable(lua_State *L)
 {
     lua_pushlightuserdata(L, NULL);
     luaL_newmetatable(L, LSEDA_ENV_MT);

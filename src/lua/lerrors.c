@@ -113,7 +113,7 @@ static void push_entry(lua_State *L, const char *stage, const seda_error *e)
 /* bus:errors([stage]) -> list, newest first; nil, "no_such_stage" for a
  * stage the bus does not have.  Raises for a stage that is not a string
  * and on a closed bus. */
-int seda__l_bus_errors(lua_State *L)
+int seda__l_errors(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     const char *name = luaL_optstring(L, 2, NULL);

@@ -301,7 +301,7 @@ static int call_timer(lua_State *L)
 /* Run the timers due now that were scheduled before this call.  Returns
  * how many ran.  Errors are reported like on_complete's (rate-limited,
  * with a traceback).  Main thread. */
-int seda__l_run_timers(lua_State *L)
+int seda__l_loop_run_timers(lua_State *L)
 {
     struct lloop *lp = seda__l_loop(L);
     if (!lp || lp->n == 0)
@@ -312,7 +312,7 @@ int seda__l_run_timers(lua_State *L)
     while (lp->n > 0 && lp->heap[0]->due <= now && lp->heap[0]->seq < limit) {
         struct ltimer *t = lp->heap[0];
         int top = lua_gettop(L);
-        lua_pushcfunction(L, seda__l_msghandler);
+        lua_pushcfunction(L, seda__l_worker_msghandler);
         lua_pushcfunction(L, call_timer);
         lua_rawgeti(L, LUA_REGISTRYINDEX, t->fn_ref);
         lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);  /* alive below */
@@ -329,14 +329,14 @@ int seda__l_run_timers(lua_State *L)
         int rc = lua_pcall(L, 2, 0, top + 1);
         seda__l_callback_depth--;
         if (rc != LUA_OK)
-            seda__l_report_error("timer", lua_tostring(L, -1));
+            seda__l_callback_report_error("timer", lua_tostring(L, -1));
         lua_settop(L, top);
         ran++;
     }
     return ran;
 }
 
-double seda__l_next_timer(lua_State *L)
+double seda__l_loop_next_timer(lua_State *L)
 {
     struct lloop *lp = seda__l_loop(L);
     if (!lp || lp->n == 0)
@@ -355,7 +355,7 @@ int seda_lua_wakefd(lua_State *L)
 
 double seda_lua_next_timer(lua_State *L)
 {
-    return seda__l_next_timer(L);
+    return seda__l_loop_next_timer(L);
 }
 
 int seda_lua_run_pending(lua_State *L)
@@ -363,7 +363,7 @@ int seda_lua_run_pending(lua_State *L)
     struct lloop *lp = seda__l_loop(L);
     if (lp)
         loop_drain(lp);
-    return seda__l_run_all_completions(L) + seda__l_run_timers(L);
+    return seda__l_run_all_completions(L) + seda__l_loop_run_timers(L);
 }
 
 /* ---- the module's part ---- */

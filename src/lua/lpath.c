@@ -17,7 +17,7 @@
 
 /* ---- message buffer ---- */
 
-void seda__msgbuf_init(struct seda_msgbuf *m, char *buf, size_t cap)
+void seda__path_buf_init(struct seda_msgbuf *m, char *buf, size_t cap)
 {
     m->p = buf;
     m->n = 0;
@@ -26,7 +26,7 @@ void seda__msgbuf_init(struct seda_msgbuf *m, char *buf, size_t cap)
         buf[0] = '\0';
 }
 
-void seda__msgbuf_add(struct seda_msgbuf *m, const char *s, size_t len)
+void seda__path_buf_add(struct seda_msgbuf *m, const char *s, size_t len)
 {
     if (m->cap == 0)
         return;
@@ -38,9 +38,9 @@ void seda__msgbuf_add(struct seda_msgbuf *m, const char *s, size_t len)
     m->p[m->n] = '\0';
 }
 
-void seda__msgbuf_str(struct seda_msgbuf *m, const char *s)
+void seda__path_buf_str(struct seda_msgbuf *m, const char *s)
 {
-    seda__msgbuf_add(m, s, strlen(s));
+    seda__path_buf_add(m, s, strlen(s));
 }
 
 /* ---- path steps ---- */
@@ -73,37 +73,37 @@ void seda__path_name(struct seda_msgbuf *m, const char *s, size_t len)
 {
     enum { QUOTE_MAX = 32 };
     if (is_identifier(s, len)) {
-        seda__msgbuf_str(m, ".");
-        seda__msgbuf_add(m, s, len);
+        seda__path_buf_str(m, ".");
+        seda__path_buf_add(m, s, len);
         return;
     }
-    seda__msgbuf_str(m, "[\"");
+    seda__path_buf_str(m, "[\"");
     for (size_t i = 0; i < len && i < QUOTE_MAX; i++) {
         unsigned char c = (unsigned char)s[i];
         char tmp[8];
         if (c == '"' || c == '\\') {
             tmp[0] = '\\';
             tmp[1] = (char)c;
-            seda__msgbuf_add(m, tmp, 2);
+            seda__path_buf_add(m, tmp, 2);
         } else if (c == '\n') {
-            seda__msgbuf_str(m, "\\n");
+            seda__path_buf_str(m, "\\n");
         } else if (c < 0x20 || c >= 0x7f) {
             snprintf(tmp, sizeof tmp, "\\%u", (unsigned)c);
-            seda__msgbuf_str(m, tmp);
+            seda__path_buf_str(m, tmp);
         } else {
-            seda__msgbuf_add(m, (const char *)&c, 1);
+            seda__path_buf_add(m, (const char *)&c, 1);
         }
     }
     if (len > QUOTE_MAX)
-        seda__msgbuf_str(m, "...");
-    seda__msgbuf_str(m, "\"]");
+        seda__path_buf_str(m, "...");
+    seda__path_buf_str(m, "\"]");
 }
 
 void seda__path_int(struct seda_msgbuf *m, lua_Integer v)
 {
     char tmp[32];
     snprintf(tmp, sizeof tmp, "[" LUA_INTEGER_FMT "]", v);
-    seda__msgbuf_str(m, tmp);
+    seda__path_buf_str(m, tmp);
 }
 
 void seda__path_float(struct seda_msgbuf *m, double v)
@@ -114,9 +114,9 @@ void seda__path_float(struct seda_msgbuf *m, double v)
         snprintf(tmp, sizeof tmp, "%.17g", v);
     if (strpbrk(tmp, ".eEni") == NULL)
         strcat(tmp, ".0");
-    seda__msgbuf_str(m, "[");
-    seda__msgbuf_str(m, tmp);
-    seda__msgbuf_str(m, "]");
+    seda__path_buf_str(m, "[");
+    seda__path_buf_str(m, tmp);
+    seda__path_buf_str(m, "]");
 }
 
 void seda__path_key(struct seda_msgbuf *m, lua_State *L, int k)
@@ -135,10 +135,10 @@ void seda__path_key(struct seda_msgbuf *m, lua_State *L, int k)
             seda__path_float(m, (double)lua_tonumber(L, k));
         break;
     case LUA_TBOOLEAN:
-        seda__msgbuf_str(m, lua_toboolean(L, k) ? "[true]" : "[false]");
+        seda__path_buf_str(m, lua_toboolean(L, k) ? "[true]" : "[false]");
         break;
     default:
-        seda__msgbuf_str(m, "[{...}]"); /* a table used as a key */
+        seda__path_buf_str(m, "[{...}]"); /* a table used as a key */
         break;
     }
 }

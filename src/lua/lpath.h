@@ -40,16 +40,16 @@ struct seda_msgbuf {
 /* Starts an empty message in buf: buf[0] becomes NUL unless buf is NULL
  * or cap is 0, in which case every later append is a no-op.  buf is
  * borrowed and must outlive m.  Cannot fail. */
-SEDA__API void seda__msgbuf_init(struct seda_msgbuf *m, char *buf,
-                                 size_t cap);
+SEDA__API void seda__path_buf_init(struct seda_msgbuf *m, char *buf,
+                                   size_t cap);
 
 /* Appends s[0..len) (which may hold NULs), cut to what fits.  Cannot
  * fail. */
-SEDA__API void seda__msgbuf_add(struct seda_msgbuf *m, const char *s,
-                                size_t len);
+SEDA__API void seda__path_buf_add(struct seda_msgbuf *m, const char *s,
+                                  size_t len);
 
 /* Appends the C string s, cut to what fits.  Cannot fail. */
-SEDA__API void seda__msgbuf_str(struct seda_msgbuf *m, const char *s);
+SEDA__API void seda__path_buf_str(struct seda_msgbuf *m, const char *s);
 
 /* Appends the path step for the string key s[0..len): `.name` when it is
  * a Lua name (letters, digits, underscores, not starting with a digit,

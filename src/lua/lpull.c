@@ -5,7 +5,7 @@
  * received envelope that the caller settles with env:ack() or env:nack().
  *
  * DESIGN
- *   The core lends the envelope through a lease (see src/pull.c).  At
+ *   The core lends the envelope through a lease (see src/core/pull.c).  At
  *   receive, everything the Lua object shows is copied out under the lease
  *   lock (id, to, sender, attempts, headers, slip, the payload bytes), so
  *   reading never races an expiry.  Changes (payload, headers, forward)
@@ -268,14 +268,25 @@ static int lease_newindex(lua_State *L)
     return luaL_error(L, "envelope field '%s' cannot be set", k);
 }
 
-int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
-                    int busidx)
+/* A received envelope copied out of its lease (malloc'd; see
+ * lease_copy). */
+struct lcopy {
+    char id[SEDA_ID_MAX];
+    char to[SEDA_NAME_MAX + 1];
+    char *sender;               /* or NULL */
+    char *payload;
+    size_t plen;
+    int attempts;
+    int kind;                   /* payload kind */
+    int nh, ns;                 /* header pairs, slip entries */
+    char **strs;                /* 2 * nh header strings, then ns slip */
+};
+
+/* Push a new received-envelope object (its metatable made on first use)
+ * for the encode buffer wb, keeping the bus object at busidx (0: none)
+ * alive; its fields are empty.  Returns it. */
+static struct llease *lease_object(lua_State *L, seda_wbuf *wb, int busidx)
 {
-    const char *name = luaL_checkstring(L, first);
-    double timeout = luaL_optnumber(L, first + 1, 0);
-    seda_stage_t *st = seda_bus_stage(lb->bus, name);
-    if (!st)
-        return luaL_error(L, "receive: no such stage '%s'", name);
     if (luaL_newmetatable(L, LEASE_MT)) {
         lua_pushcfunction(L, lease_index);
         lua_setfield(L, -2, "__index");
@@ -287,8 +298,6 @@ int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
         lua_setfield(L, -2, "__name");
     }
     lua_pop(L, 1);
-    /* The object first, so the lease is owned by something collectable
-     * before any Lua call can raise. */
     struct llease *ll = lua_newuserdatauv(L, sizeof *ll, 6);
     memset(ll, 0, sizeof *ll);
     ll->wb = wb;
@@ -300,6 +309,101 @@ int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
     }
     lua_newtable(L);
     lua_setiuservalue(L, obj, 5);
+    return ll;
+}
+
+/* Copy the leased envelope into c under the lease lock (no Lua calls
+ * while it is held).  Returns false when the lease has expired (*expired
+ * set) or memory ran out; c then holds what was copied, for
+ * lcopy_free. */
+static bool lease_copy(seda_lease_t *lease, struct lcopy *c, bool *expired)
+{
+    bool ok = true;
+    seda_env_t *env = seda_lease_env(lease);
+    *expired = env == NULL;
+    if (!env)
+        return false;
+    seda_env_id(env, c->id);
+    snprintf(c->to, sizeof c->to, "%s", seda_env_to(env));
+    c->attempts = seda_env_attempts(env);
+    c->kind = seda_env_payload_kind(env);
+    const void *p = seda_env_payload(env, &c->plen);
+    c->payload = malloc(c->plen ? c->plen : 1);
+    ok &= c->payload != NULL;
+    if (c->payload)
+        memcpy(c->payload, p, c->plen);
+    if (seda_env_sender(env))
+        ok &= (c->sender = strdup(seda_env_sender(env))) != NULL;
+    c->nh = seda_env_header_count(env);
+    c->ns = seda_env_slip_count(env);
+    c->strs = calloc((size_t)(2 * c->nh + c->ns + 1), sizeof *c->strs);
+    ok &= c->strs != NULL;
+    for (int i = 0; c->strs && i < c->nh; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        ok &= (c->strs[2 * i] = strdup(k)) &&
+              (c->strs[2 * i + 1] = strdup(v));
+    }
+    for (int i = 0; c->strs && i < c->ns; i++)
+        ok &= (c->strs[2 * c->nh + i] = strdup(seda_env_slip_at(env, i)))
+              != NULL;
+    seda_lease_release_env(lease);
+    return ok;
+}
+
+static void lcopy_free(struct lcopy *c)
+{
+    free(c->payload);
+    free(c->sender);
+    for (int i = 0; c->strs && i < 2 * c->nh + c->ns; i++)
+        free(c->strs[i]);
+    free(c->strs);
+}
+
+/* Set the received-envelope object at obj's payload, headers and fields
+ * (user values 3, 2, 1) from c. */
+static void lease_fill(lua_State *L, int obj, const struct lcopy *c)
+{
+    lua_pushlstring(L, c->payload ? c->payload : "", c->plen);
+    lua_setiuservalue(L, obj, 3);
+    lua_createtable(L, 0, c->nh);
+    for (int i = 0; i < c->nh; i++) {
+        lua_pushstring(L, c->strs[2 * i + 1]);
+        lua_setfield(L, -2, c->strs[2 * i]);
+    }
+    lua_setiuservalue(L, obj, 2);
+    lua_createtable(L, 0, 6);
+    lua_pushstring(L, c->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, c->to);
+    lua_setfield(L, -2, "to");
+    if (c->sender) {
+        lua_pushstring(L, c->sender);
+        lua_setfield(L, -2, "sender");
+    }
+    lua_pushinteger(L, c->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_createtable(L, c->ns, 0);
+    for (int i = 0; i < c->ns; i++) {
+        lua_pushstring(L, c->strs[2 * c->nh + i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -2, "slip");
+    lua_setiuservalue(L, obj, 1);
+}
+
+int seda__l_pull_receive(lua_State *L, struct lbus *lb, int first,
+                         seda_wbuf *wb, int busidx)
+{
+    const char *name = luaL_checkstring(L, first);
+    double timeout = luaL_optnumber(L, first + 1, 0);
+    seda_stage_t *st = seda_bus_stage(lb->bus, name);
+    if (!st)
+        return luaL_error(L, "receive: no such stage '%s'", name);
+    /* The object first, so the lease is owned by something collectable
+     * before any Lua call can raise. */
+    struct llease *ll = lease_object(L, wb, busidx);
+    int obj = lua_gettop(L);
     seda_lease_t *lease;
     int rc = seda_stage_receive(st, timeout, &lease);
     if (rc == SEDA_EINVAL)
@@ -311,83 +415,21 @@ int seda__l_receive(lua_State *L, struct lbus *lb, int first, seda_wbuf *wb,
         return 2;
     }
     ll->lease = lease;
-    /* Copy out under the lease lock into malloc'd scratch (no Lua calls
-     * while it is held), then build the Lua values. */
-    char id[SEDA_ID_MAX];
-    char to[SEDA_NAME_MAX + 1];
-    char *sender = NULL, *payload = NULL;
-    size_t plen = 0;
-    int attempts = 0, nh = 0, ns = 0;
-    char **strs = NULL;
-    bool ok = true;
-    seda_env_t *env = seda_lease_env(lease);
-    if (env) {
-        seda_env_id(env, id);
-        snprintf(to, sizeof to, "%s", seda_env_to(env));
-        attempts = seda_env_attempts(env);
-        ll->kind = seda_env_payload_kind(env);
-        const void *p = seda_env_payload(env, &plen);
-        payload = malloc(plen ? plen : 1);
-        ok &= payload != NULL;
-        if (payload)
-            memcpy(payload, p, plen);
-        if (seda_env_sender(env))
-            ok &= (sender = strdup(seda_env_sender(env))) != NULL;
-        nh = seda_env_header_count(env);
-        ns = seda_env_slip_count(env);
-        strs = calloc((size_t)(2 * nh + ns + 1), sizeof *strs);
-        ok &= strs != NULL;
-        for (int i = 0; strs && i < nh; i++) {
-            const char *k, *v;
-            seda_env_header_at(env, i, &k, &v);
-            ok &= (strs[2 * i] = strdup(k)) && (strs[2 * i + 1] = strdup(v));
-        }
-        for (int i = 0; strs && i < ns; i++)
-            ok &= (strs[2 * nh + i] = strdup(seda_env_slip_at(env, i)))
-                  != NULL;
-        seda_lease_release_env(lease);
-    } else {
-        ok = false;
-    }
-    if (ok) {
-        lua_pushlstring(L, payload ? payload : "", plen);
-        lua_setiuservalue(L, obj, 3);
-        lua_createtable(L, 0, nh);
-        for (int i = 0; i < nh; i++) {
-            lua_pushstring(L, strs[2 * i + 1]);
-            lua_setfield(L, -2, strs[2 * i]);
-        }
-        lua_setiuservalue(L, obj, 2);
-        lua_createtable(L, 0, 6);
-        lua_pushstring(L, id);
-        lua_setfield(L, -2, "id");
-        lua_pushstring(L, to);
-        lua_setfield(L, -2, "to");
-        if (sender) {
-            lua_pushstring(L, sender);
-            lua_setfield(L, -2, "sender");
-        }
-        lua_pushinteger(L, attempts);
-        lua_setfield(L, -2, "attempts");
-        lua_createtable(L, ns, 0);
-        for (int i = 0; i < ns; i++) {
-            lua_pushstring(L, strs[2 * nh + i]);
-            lua_rawseti(L, -2, i + 1);
-        }
-        lua_setfield(L, -2, "slip");
-        lua_setiuservalue(L, obj, 1);
-    }
-    free(payload);
-    free(sender);
-    for (int i = 0; strs && i < 2 * nh + ns; i++)
-        free(strs[i]);
-    free(strs);
+    /* Copy out under the lease lock into malloc'd scratch, then build
+     * the Lua values. */
+    struct lcopy c = { .sender = NULL };
+    bool expired;
+    bool ok = lease_copy(lease, &c, &expired);
+    ll->kind = c.kind;
+    if (ok)
+        lease_fill(L, obj, &c);
+    lcopy_free(&c);
     if (!ok) {
         /* Expired already, or out of memory: hand it back. */
         ll->lease = NULL;
         seda_lease_nack(lease);
         lua_pushnil(L);
-        lua_pushstring(L, env ? "nomem" : "expired");
+        lua_pushstring(L, expired ? "expired" : "nomem");
         return 2;
     }
     lua_settop(L, obj);

@@ -112,7 +112,7 @@ static void set_s(lua_State *L, const char *k, const char *v)
     lua_setfield(L, -2, k);
 }
 
-bool seda__l_push_remote_stats(lua_State *L, seda_stage_t *st)
+bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st)
 {
     seda_remote_stats r;
     if (seda_remote_stats_get(st, &r) != 0)

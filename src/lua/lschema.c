@@ -35,9 +35,9 @@
  *     twice is therefore refused as malformed, and a nil value counts as
  *     absent, so an accepted encoding always decodes to a conforming
  *     value.  Duplicates of keys outside the schema do not matter.
- *   - The wire constants repeat lcodec.c's (which keeps them static);
- *     tests/test_schema.c round-trips payloads through seda__codec_encode
- *     to keep the two in step.  The path notation of messages is
+ *   - The wire constants are lcodec.h's (SEDA_TAG_*), shared with the
+ *     codec; tests/lua/test_schema.c round-trips payloads through
+ *     seda__codec_encode to keep the two in step.  The path notation of messages is
  *     lpath.c's, shared with lcodec.c, so both print the same paths.
  *
  * Sections: schema tree, compiler, value checker, byte checker.
@@ -175,7 +175,7 @@ static inline int bit_get(const bits_t *b, int i)
 static void msg_path(struct seda_msgbuf *m, const struct path *p)
 {
     if (p == NULL) {
-        seda__msgbuf_str(m, "type: payload");
+        seda__path_buf_str(m, "type: payload");
         return;
     }
     msg_path(m, p->up);
@@ -187,12 +187,12 @@ static int fail_type(char *err, size_t errlen, const struct path *p,
                      const struct node *n, const char *got)
 {
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, err, errlen);
+    seda__path_buf_init(&m, err, errlen);
     msg_path(&m, p);
-    seda__msgbuf_str(&m, ": expected ");
-    seda__msgbuf_str(&m, type_names[n->type]);
-    seda__msgbuf_str(&m, ", got ");
-    seda__msgbuf_str(&m, got);
+    seda__path_buf_str(&m, ": expected ");
+    seda__path_buf_str(&m, type_names[n->type]);
+    seda__path_buf_str(&m, ", got ");
+    seda__path_buf_str(&m, got);
     return -1;
 }
 
@@ -207,11 +207,11 @@ static int fail_missing(char *err, size_t errlen, const struct path *p,
             continue;
         struct path sub = {p, f};
         struct seda_msgbuf m;
-        seda__msgbuf_init(&m, err, errlen);
+        seda__path_buf_init(&m, err, errlen);
         msg_path(&m, &sub);
-        seda__msgbuf_str(&m, ": missing (expected ");
-        seda__msgbuf_str(&m, type_names[f->node.type]);
-        seda__msgbuf_str(&m, ")");
+        seda__path_buf_str(&m, ": missing (expected ");
+        seda__path_buf_str(&m, type_names[f->node.type]);
+        seda__path_buf_str(&m, ")");
         return -1;
     }
     return -1; /* not reached: the caller counted a missing field */
@@ -221,9 +221,9 @@ static int fail_missing(char *err, size_t errlen, const struct path *p,
 static int fail_plain(char *err, size_t errlen, const char *what)
 {
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, err, errlen);
-    seda__msgbuf_str(&m, "type: payload: ");
-    seda__msgbuf_str(&m, what);
+    seda__path_buf_init(&m, err, errlen);
+    seda__path_buf_str(&m, "type: payload: ");
+    seda__path_buf_str(&m, what);
     return -1;
 }
 
@@ -243,19 +243,19 @@ struct comp {
 /* Appends the path to m, ending in "..." when it was cut short. */
 static void msg_prefix(const struct comp *c, struct seda_msgbuf *m)
 {
-    seda__msgbuf_add(m, c->path.p, c->path.n);
+    seda__path_buf_add(m, c->path.p, c->path.n);
     if (c->path.n == sizeof c->pathbuf - 1)
-        seda__msgbuf_str(m, "...");
+        seda__path_buf_str(m, "...");
 }
 
 /* Writes "<path>: <what>" to c->err.  Returns -1. */
 static int cfail(struct comp *c, const char *what)
 {
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, c->err, c->errlen);
+    seda__path_buf_init(&m, c->err, c->errlen);
     msg_prefix(c, &m);
-    seda__msgbuf_str(&m, ": ");
-    seda__msgbuf_str(&m, what);
+    seda__path_buf_str(&m, ": ");
+    seda__path_buf_str(&m, what);
     return -1;
 }
 
@@ -274,11 +274,11 @@ static int compile_name(struct comp *c, const char *s, size_t len,
         }
     }
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, c->err, c->errlen);
+    seda__path_buf_init(&m, c->err, c->errlen);
     msg_prefix(c, &m);
-    seda__msgbuf_str(&m, ": unknown type '");
-    seda__msgbuf_add(&m, s, len);
-    seda__msgbuf_str(&m, "'");
+    seda__path_buf_str(&m, ": unknown type '");
+    seda__path_buf_add(&m, s, len);
+    seda__path_buf_str(&m, "'");
     return -1;
 }
 
@@ -388,8 +388,8 @@ struct seda_schema *seda__schema_compile(lua_State *L, int idx, bool strict,
         err[0] = '\0';
     if (c == NULL || s == NULL) {
         struct seda_msgbuf m;
-        seda__msgbuf_init(&m, err, errlen);
-        seda__msgbuf_str(&m, "accepts: out of memory");
+        seda__path_buf_init(&m, err, errlen);
+        seda__path_buf_str(&m, "accepts: out of memory");
         free(c);
         free(s);
         return NULL;
@@ -399,8 +399,8 @@ struct seda_schema *seda__schema_compile(lua_State *L, int idx, bool strict,
     c->errlen = errlen;
     c->strict = strict;
     c->depth = 0;
-    seda__msgbuf_init(&c->path, c->pathbuf, sizeof c->pathbuf);
-    seda__msgbuf_str(&c->path, "accepts");
+    seda__path_buf_init(&c->path, c->pathbuf, sizeof c->pathbuf);
+    seda__path_buf_str(&c->path, "accepts");
     int rc = compile_node(c, lua_absindex(L, idx), &s->root);
     free(c);
     if (rc != 0) {
@@ -462,10 +462,10 @@ static int vcheck_table(struct vchk *c, const struct node *n, int idx,
             }
         } else if (n->strict) {
             struct seda_msgbuf m;
-            seda__msgbuf_init(&m, c->err, c->errlen);
+            seda__path_buf_init(&m, c->err, c->errlen);
             msg_path(&m, p);
             seda__path_key(&m, L, top + 1);
-            seda__msgbuf_str(&m, ": unexpected field (strict)");
+            seda__path_buf_str(&m, ": unexpected field (strict)");
             lua_settop(L, top);
             return -1;
         }
@@ -754,10 +754,10 @@ static void msg_bkey(struct seda_msgbuf *m, const unsigned char *p)
         break;
     }
     case K_BOOL:
-        seda__msgbuf_str(m, tag == SEDA_TAG_TRUE ? "[true]" : "[false]");
+        seda__path_buf_str(m, tag == SEDA_TAG_TRUE ? "[true]" : "[false]");
         break;
     default:
-        seda__msgbuf_str(m, "[{...}]");
+        seda__path_buf_str(m, "[{...}]");
         break;
     }
 }
@@ -768,13 +768,13 @@ static int unexpected(struct bchk *r, const struct path *p,
                       const unsigned char *k, uint64_t i)
 {
     struct seda_msgbuf m;
-    seda__msgbuf_init(&m, r->err, r->errlen);
+    seda__path_buf_init(&m, r->err, r->errlen);
     msg_path(&m, p);
     if (k != NULL)
         msg_bkey(&m, k);
     else
         seda__path_int(&m, (lua_Integer)i);
-    seda__msgbuf_str(&m, ": unexpected field (strict)");
+    seda__path_buf_str(&m, ": unexpected field (strict)");
     return -1;
 }
 

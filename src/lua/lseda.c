@@ -1,19 +1,24 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lseda.c -- the `seda` Lua module on the main state: buses, stages,
- * publishing, statistics, lifecycle, reload, and on_complete callbacks.
+ * lseda.c -- the `seda` Lua module on the main state: the module table,
+ * the bus object and its lifecycle, payloads, and the helpers the other
+ * binding files share; their methods are in their own files (stages and
+ * reload in lstage.c, publishing in lpublish.c, statistics in lstats.c,
+ * on_complete callbacks in lcallback.c).
  *
  * DESIGN
  *   A bus userdata owns a struct lbus (shared with the worker states) and
- *   the core bus.  Stages are declared here: options are checked, handler
- *   files are read and their top level run once in a scratch state (so a
- *   broken handler fails at bus:stage with file:line), and each handler
- *   becomes a batch consumer (seda__lw_batch) of the core stage.
+ *   the core bus.  Stages are declared in lstage.c: options are checked,
+ *   handler files are read and their top level run once in a scratch
+ *   state (so a broken handler fails at bus:stage with file:line), and
+ *   each handler becomes a batch consumer (seda__l_batch_consume) of the
+ *   core stage.
  *
  *   on_complete: the function is kept in the main registry; the envelope
- *   carries the reference.  When its itinerary ends, the core calls seda__l_on_done
- *   on whatever thread ended it; seda__l_on_done copies what the callback needs
- *   into a struct lcompletion and queues it on the lbus.  The main state
+ *   carries the reference.  When its itinerary ends, the core calls
+ *   seda__l_callback_on_done on whatever thread ended it, which copies
+ *   what the callback needs into a struct lcompletion and queues it on
+ *   the lbus (lcallback.c).  The main state
  *   runs the queue from bus:wait, bus:poll, bus:shutdown and the seda-lua
  *   run loop, so callbacks never run on a worker.
  *
@@ -49,6 +54,23 @@ bool seda__l_valid_name(const char *s)
             return false;
     }
     return n <= SEDA_NAME_MAX;
+}
+
+void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
+                        const char *what)
+{
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "%s: option keys must be strings", what);
+        const char *k = lua_tostring(L, -1);
+        int i = 0;
+        while (keys[i] && strcmp(keys[i], k) != 0)
+            i++;
+        if (!keys[i])
+            luaL_error(L, "%s: unknown option '%s'", what, k);
+    }
 }
 
 static char *dupstr(const char *s)
@@ -88,11 +110,11 @@ int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
         return 0;
     }
     if (wb->len == 0)
-        seda__wbuf_trim(wb, SEDA_WBUF_KEEP);   /* a big one's buffer */
+        seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);  /* a big one's buffer */
     size_t start = wb->len;
     if (seda__codec_encode(L, idx, wb, "payload", err, errlen) != 0) {
         if (start == 0)
-            seda__wbuf_trim(wb, SEDA_WBUF_KEEP);
+            seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
         return -1;
     }
     *p = wb->p + start;
@@ -127,22 +149,22 @@ struct lbusud *seda__l_check_bus(lua_State *L)
 static int l_bus_publish(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    seda__l_autostart(L, u->lb);
-    seda__l_bound_completions(L, u->lb);
+    seda__l_stage_autostart(L, u->lb);
+    seda__l_callback_bound(L, u->lb);
     return seda__l_publish(L, u->lb, 2, &u->wb, &u->ac, true);
 }
 
 static int l_bus_receive(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    seda__l_autostart(L, u->lb);
-    return seda__l_receive(L, u->lb, 2, &u->wb, 1);
+    seda__l_stage_autostart(L, u->lb);
+    return seda__l_pull_receive(L, u->lb, 2, &u->wb, 1);
 }
 
 static int l_bus_stats(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
-    return seda__l_push_stats(L, u->lb, luaL_optstring(L, 2, NULL));
+    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
 }
 
 static int l_bus_pause(lua_State *L)
@@ -163,9 +185,9 @@ static int l_bus_poll(lua_State *L)
 {
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (u->lb && u->lb->bus && !u->lb->shut)
-        seda__l_autostart(L, u->lb);
-    int ran = u->lb ? seda__l_run_completions(L, u->lb) : 0;
-    ran += seda__l_run_timers(L);
+        seda__l_stage_autostart(L, u->lb);
+    int ran = u->lb ? seda__l_callback_run(L, u->lb) : 0;
+    ran += seda__l_loop_run_timers(L);
     lua_pushinteger(L, ran);
     return 1;
 }
@@ -199,17 +221,17 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
 {
     double until = timeout < 0 ? 1e300 : seda_now() + timeout;
     for (;;) {
-        seda__l_run_completions(L, lb);
-        seda__l_run_timers(L);
+        seda__l_callback_run(L, lb);
+        seda__l_loop_run_timers(L);
         if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
-            !seda__l_completions_pending(lb))
+            !seda__l_callback_pending(lb))
             return true;
         if (seda_now() >= until)
             return false;
-        if (seda__l_interrupt_pending && seda__l_callback_depth == 0 &&
-            seda__l_interrupt_pending(L))
+        if (seda__l_callback_interrupt_pending && seda__l_callback_depth == 0 &&
+            seda__l_callback_interrupt_pending(L))
             return false;
-        wait_completion(lb, until, seda__l_next_timer(L));
+        wait_completion(lb, until, seda__l_loop_next_timer(L));
     }
 }
 
@@ -218,7 +240,7 @@ static int l_bus_wait(lua_State *L)
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, -1);
     if (!u->lb->shut)
-        seda__l_autostart(L, u->lb);
+        seda__l_stage_autostart(L, u->lb);
     lua_pushboolean(L, wait_idle(L, u->lb, t));
     return 1;
 }
@@ -250,8 +272,8 @@ static int l_bus_shutdown(lua_State *L)
     hold(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
     u->lb->shut = true;
-    seda__l_run_completions(L, u->lb);
-    seda__l_cb_flush();
+    seda__l_callback_run(L, u->lb);
+    seda__l_callback_flush();
     unregister_bus(L, 1);
     lua_pushboolean(L, rc == 0);
     return 1;
@@ -263,8 +285,8 @@ static int l_bus_shutdown_now(lua_State *L)
     hold(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
     u->lb->shut = true;
-    seda__l_run_completions(L, u->lb);
-    seda__l_cb_flush();
+    seda__l_callback_run(L, u->lb);
+    seda__l_callback_flush();
     unregister_bus(L, 1);
     return 0;
 }
@@ -281,11 +303,11 @@ static int l_bus_gc(lua_State *L)
     lb->bus = NULL;
     for (struct lcompletion *c = lb->chead, *next; c; c = next) {
         next = c->next;
-        seda__l_cb_release(L, c->cb, 1);
-        seda__l_completion_free(c);
+        seda__l_callback_release(L, c->cb, 1);
+        seda__l_callback_completion_free(c);
     }
     for (int i = 0; i < lb->nstages; i++)
-        seda__l_lstage_free(lb->stages[i]);
+        seda__l_stage_free(lb->stages[i]);
     free(lb->stages);
     free(lb->workers);
     seda__l_loop_release(lb->loop);
@@ -294,7 +316,7 @@ static int l_bus_gc(lua_State *L)
     pthread_cond_destroy(&lb->cv);
     pthread_mutex_destroy(&lb->mu);
     free(lb);
-    seda__wbuf_free(&u->wb);
+    seda__codec_wbuf_free(&u->wb);
     return 0;
 }
 
@@ -305,8 +327,8 @@ static int l_bus_close(lua_State *L)
         hold(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
         u->lb->shut = true;
-        seda__l_run_completions(L, u->lb);
-        seda__l_cb_flush();
+        seda__l_callback_run(L, u->lb);
+        seda__l_callback_flush();
         unregister_bus(L, 1);
     }
     return 0;
@@ -347,6 +369,118 @@ static lua_Integer opt_range(lua_State *L, const char *k, lua_Integer def,
     return v;
 }
 
+/* The C bus's options of the table at 1 into o (initialised); the
+ * strings o points to stay on the stack.  Raises naming the option. */
+static void bus_opts(lua_State *L, seda_bus_opts *o)
+{
+    lua_getfield(L, 1, "workers");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || w <= 0 || w > 1024)
+            luaL_error(L, "bus: workers must be an integer in 1..1024");
+        o->workers = (int)w;
+    }
+    lua_getfield(L, 1, "max_loans");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer m = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || m < 0 || m > SEDA_MAX_LOANS)
+            luaL_error(L, "bus: max_loans must be an integer in 0..%d",
+                       SEDA_MAX_LOANS);
+        o->max_loans = m == 0 ? -1 : (int)m;    /* C: -1 means none */
+    }
+    lua_getfield(L, 1, "batch");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer b = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || b <= 0 || b > 256)
+            luaL_error(L, "bus: batch must be an integer in 1..256");
+        o->batch = (int)b;
+    }
+    lua_getfield(L, 1, "hop_timeout");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
+            luaL_error(L, "bus: hop_timeout must be a number >= 0");
+        o->hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "dead_letter");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            !seda__l_valid_name(lua_tostring(L, -1)))
+            luaL_error(L, "bus: dead_letter must be a stage name");
+        o->dead_letter = lua_tostring(L, -1);
+    }
+    lua_getfield(L, 1, "data_dir");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
+            luaL_error(L, "bus: data_dir must be a directory path");
+        o->data_dir = lua_tostring(L, -1);
+    }
+    lua_getfield(L, 1, "sync");
+    if (!lua_isnil(L, -1)) {
+        const char *sy = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING ||
+            (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
+            luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
+        o->sync_normal = strcmp(sy, "normal") == 0;
+    }
+}
+
+/* The Lua-level bus options: memory_limit (bytes per worker state) and
+ * max_pending_callbacks.  Raises naming the option. */
+static void bus_lua_opts(lua_State *L, size_t *memory_limit,
+                         int *max_pending_cb)
+{
+    *memory_limit = (size_t)256 << 20;
+    lua_getfield(L, 1, "memory_limit");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
+            luaL_error(L, "bus: memory_limit must be a number of bytes > 0");
+        *memory_limit = (size_t)lua_tonumber(L, -1);
+    }
+    *max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
+                                     DEF_MAX_PENDING_CB, 1,
+                                     MAX_PENDING_CB_MAX);
+}
+
+/* A new struct lbus for the bus userdata u (its fields, and the package
+ * paths worker states copy), before the C bus exists.  Raises when out
+ * of memory. */
+static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
+                             size_t memory_limit, int max_pending_cb,
+                             size_t max_payload)
+{
+    struct lbus *lb = calloc(1, sizeof *lb);
+    if (!lb)
+        luaL_error(L, "bus: out of memory");
+    pthread_mutex_init(&lb->mu, NULL);
+    pthread_cond_init(&lb->cv, NULL);
+    u->lb = lb;
+    lb->loop = seda__l_loop_ref(L);
+    lb->memory_limit = memory_limit;
+    lb->max_pending_cb = max_pending_cb;
+    atomic_init(&lb->npending_cb, 0);
+    /* Before the pool starts: worker states read it as they are made. */
+    lb->max_payload = max_payload;
+    u->wb.limit = lb->max_payload;
+    lua_getglobal(L, "package");
+    if (lua_istable(L, -1)) {
+        lua_getfield(L, -1, "path");
+        lb->package_path = dupstr(lua_tostring(L, -1));
+        lua_getfield(L, -2, "cpath");
+        lb->package_cpath = dupstr(lua_tostring(L, -1));
+        lua_pop(L, 2);
+    }
+    lua_pop(L, 1);
+    return lb;
+}
+
+/* seda.bus(opts): a new bus object, registered in the state's list of
+ * buses.  Raises on a bad option or when the bus cannot start. */
 static int l_bus_new(lua_State *L)
 {
     lua_settop(L, 1);
@@ -358,74 +492,10 @@ static int l_bus_new(lua_State *L)
     seda__l_check_keys(L, 1, bus_keys, "bus");
     seda_bus_opts o;
     seda_bus_opts_init(&o);
-    lua_getfield(L, 1, "workers");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer w = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || w <= 0 || w > 1024)
-            return luaL_error(L, "bus: workers must be an integer in "
-                              "1..1024");
-        o.workers = (int)w;
-    }
-    lua_getfield(L, 1, "max_loans");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer m = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || m < 0 || m > SEDA_MAX_LOANS)
-            return luaL_error(L, "bus: max_loans must be an integer in "
-                              "0..%d", SEDA_MAX_LOANS);
-        o.max_loans = m == 0 ? -1 : (int)m;     /* C: -1 means none */
-    }
-    lua_getfield(L, 1, "batch");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer b = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || b <= 0 || b > 256)
-            return luaL_error(L, "bus: batch must be an integer in 1..256");
-        o.batch = (int)b;
-    }
-    lua_getfield(L, 1, "hop_timeout");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
-            return luaL_error(L, "bus: hop_timeout must be a number >= 0");
-        o.hop_timeout = lua_tonumber(L, -1);
-    }
-    lua_getfield(L, 1, "dead_letter");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TSTRING ||
-            !seda__l_valid_name(lua_tostring(L, -1)))
-            return luaL_error(L, "bus: dead_letter must be a stage name");
-        o.dead_letter = lua_tostring(L, -1);
-    }
-    lua_getfield(L, 1, "data_dir");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TSTRING || !*lua_tostring(L, -1))
-            return luaL_error(L, "bus: data_dir must be a directory path");
-        o.data_dir = lua_tostring(L, -1);
-    }
-    lua_getfield(L, 1, "sync");
-    if (!lua_isnil(L, -1)) {
-        const char *sy = lua_tostring(L, -1);
-        if (lua_type(L, -1) != LUA_TSTRING ||
-            (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
-            return luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
-        o.sync_normal = strcmp(sy, "normal") == 0;
-    }
-    size_t memory_limit = (size_t)256 << 20;
-    lua_getfield(L, 1, "memory_limit");
-    if (!lua_isnil(L, -1)) {
-        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0))
-            return luaL_error(L, "bus: memory_limit must be a number of "
-                              "bytes > 0");
-        memory_limit = (size_t)lua_tonumber(L, -1);
-    }
-
-    int max_pending_cb = (int)opt_range(L, "max_pending_callbacks",
-                                        DEF_MAX_PENDING_CB, 1,
-                                        MAX_PENDING_CB_MAX);
+    bus_opts(L, &o);
+    size_t memory_limit;
+    int max_pending_cb;
+    bus_lua_opts(L, &memory_limit, &max_pending_cb);
     o.max_payload = (size_t)opt_range(L, "max_payload",
                                       (lua_Integer)SEDA_MAX_PAYLOAD_DEFAULT,
                                       1, (lua_Integer)UINT32_MAX);
@@ -435,31 +505,11 @@ static int l_bus_new(lua_State *L)
     u->tag = &seda__l_bus_tag;
     luaL_setmetatable(L, LSEDA_BUS_MT);
     int ud = lua_gettop(L);
-    struct lbus *lb = calloc(1, sizeof *lb);
-    if (!lb)
-        return luaL_error(L, "bus: out of memory");
-    pthread_mutex_init(&lb->mu, NULL);
-    pthread_cond_init(&lb->cv, NULL);
-    u->lb = lb;
-    lb->loop = seda__l_loop_ref(L);
-    lb->memory_limit = memory_limit;
-    lb->max_pending_cb = max_pending_cb;
-    atomic_init(&lb->npending_cb, 0);
-    /* Before the pool starts: worker states read it as they are made. */
-    lb->max_payload = o.max_payload;
-    u->wb.limit = lb->max_payload;
-    lua_getglobal(L, "package");
-    if (lua_istable(L, -1)) {
-        lua_getfield(L, -1, "path");
-        lb->package_path = dupstr(lua_tostring(L, -1));
-        lua_getfield(L, -2, "cpath");
-        lb->package_cpath = dupstr(lua_tostring(L, -1));
-        lua_pop(L, 2);
-    }
-    lua_pop(L, 1);
-    o.worker_start = seda__lw_start;
-    o.worker_stop = seda__lw_stop;
-    o.worker_mail = seda__lw_mail;
+    struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
+                               o.max_payload);
+    o.worker_start = seda__l_worker_start;
+    o.worker_stop = seda__l_worker_stop;
+    o.worker_mail = seda__l_suspend_mail;
     o.worker_ud = lb;
     int rc = seda_bus_new(&o, &lb->bus);
     if (rc)
@@ -503,7 +553,7 @@ static int l_encode(lua_State *L)
     int rc = seda__codec_encode(L, 1, &wb, "payload", err, sizeof err);
     if (rc == 0)
         lua_pushlstring(L, (const char *)wb.p, wb.len);
-    seda__wbuf_free(&wb);
+    seda__codec_wbuf_free(&wb);
     if (rc != 0)
         return luaL_error(L, "%s", err);
     return 1;
@@ -535,9 +585,9 @@ int seda__l_run_all_completions(lua_State *L)
         lua_pop(L, 1);
         struct lbusud *u = lua_touserdata(L, -1);
         if (u->lb && u->lb->bus && !u->lb->shut)
-            seda__l_autostart(L, u->lb);
+            seda__l_stage_autostart(L, u->lb);
         if (u->lb)
-            ran += seda__l_run_completions(L, u->lb);
+            ran += seda__l_callback_run(L, u->lb);
     }
     lua_pop(L, 1);
     return ran;
@@ -602,23 +652,23 @@ static int l_buses(lua_State *L)
 }
 
 static const luaL_Reg bus_methods[] = {
-    { "handler_files", seda__l_bus_handler_files },
-    { "tune", seda__l_bus_tune },
+    { "handler_files", seda__l_stage_handler_files },
+    { "tune", seda__l_stage_tune },
     { "workers", l_bus_workers },
-    { "stage", seda__l_bus_stage },
+    { "stage", seda__l_stage_declare },
     { "publish", l_bus_publish },
-    { "publish_many", seda__l_bus_publish_many },
+    { "publish_many", seda__l_publish_many },
     { "receive", l_bus_receive },
     { "stats", l_bus_stats },
-    { "errors", seda__l_bus_errors },
+    { "errors", seda__l_errors },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },
     { "poll", l_bus_poll },
     { "shutdown", l_bus_shutdown },
     { "shutdown_now", l_bus_shutdown_now },
-    { "reload", seda__l_bus_reload },
-    { "start", seda__l_bus_start_method },
+    { "reload", seda__l_stage_reload },
+    { "start", seda__l_stage_start_method },
     { NULL, NULL }
 };
 
@@ -657,7 +707,7 @@ int luaopen_seda(lua_State *L)
     seda__l_loop_register(L);
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
-    seda__l_push_shared(L);
+    seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
     return 1;
 }

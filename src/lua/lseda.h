@@ -4,6 +4,13 @@
  * state's module; lworker.c: per-worker states and Lua handlers; lshared.c:
  * seda.shared).  Like Lua's auxiliary library, these files use only the
  * public seda.h API of the core.
+ *
+ * NAMES: a function of l<name>.c is seda__l_<name>_* (or seda__l_<name>
+ * itself): seda__l_stage_declare is lstage.c's, seda__l_worker_start
+ * lworker.c's.  lseda.c, the module's own file, has the plain seda__l_*
+ * names no other file's name begins (seda__l_check_bus).  The leaf
+ * modules that know nothing of buses keep their own: seda__codec_*
+ * (lcodec.c), seda__schema_* (lschema.c), seda__path_* (lpath.c).
  */
 #ifndef SEDA_LSEDA_H
 #define SEDA_LSEDA_H
@@ -82,7 +89,7 @@ struct lstage {
     uint64_t uid;               /* unique in the process, never reused (a
                                    key for struct ladmit_cache); immutable */
     bool replay_pending;        /* durable, not replayed yet; main thread
-                                   only (see seda__l_bus_start) */
+                                   only (see seda__l_stage_start_all) */
 };
 
 /* An on_complete callback shared by the envelopes of one publish call.
@@ -198,7 +205,7 @@ struct lbusud {
     struct ladmit_cache ac;     /* main-state admit rules */
 };
 
-/* ---- lseda.c (shared helpers) ---- */
+/* ---- lseda.c (shared helpers, payloads) ---- */
 
 /* The address a bus object's tag holds. */
 SEDA__API extern const char seda__l_bus_tag;
@@ -210,67 +217,71 @@ SEDA__API struct lbusud *seda__l_check_bus(lua_State *L);
 SEDA__API void seda__l_check_keys(lua_State *L, int t,
                                   const char *const *keys, const char *what);
 
+/* Push a payload as a Lua value: a string for raw bytes, the decoded value
+ * otherwise (through the key cache at index kci when it is not 0, see
+ * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
+SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
+                                    int kind, int kci);
+
+/* Encode the value at idx as a payload into wb (strings go raw: *p points
+ * into the Lua string, valid while it stays on the stack).  Returns 0, or
+ * -1 with err naming the path; a payload over wb->limit (the bus's
+ * max_payload) gives "too_large: ..." with wb->over set, one that passes
+ * a worker's memory_limit "payload: not enough memory: ...".  A buffer
+ * grown past SEDA_WBUF_KEEP for an earlier payload is freed first. */
+#define SEDA_WBUF_KEEP (64 * 1024)
+SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
+                                     const void **p, size_t *len, int *kind,
+                                     char *err, size_t errlen);
+
+/* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
+SEDA__API bool seda__l_valid_name(const char *s);
+
 /* ---- lstage.c ---- */
 
 /* Build the source of a handler (or rule) given at stack index idx (a file
  * name, resolved against dir, or a function) into *out.  Raises naming
  * the stage and field. */
-SEDA__API void seda__l_build_src(lua_State *L, const char *stage, int idx,
-                                 const char *field, const char *dir,
-                                 struct lsrc *out);
+SEDA__API void seda__l_stage_build_src(lua_State *L, const char *stage, int idx,
+                                       const char *field, const char *dir,
+                                       struct lsrc *out);
 /* Push the directory of the calling chunk ("" when unknown). */
-SEDA__API void seda__l_push_caller_dir(lua_State *L);
+SEDA__API void seda__l_stage_caller_dir(lua_State *L);
 /* A whole file in malloc'd memory, or NULL. */
-SEDA__API char *seda__l_read_file(const char *path, size_t *len);
+SEDA__API char *seda__l_stage_read_file(const char *path, size_t *len);
 /* Start the bus (lb->start): replay every durable stage declared so far
  * and not replayed yet, in declaration order.  Returns 0, or -1 with err
  * naming the stage and why (the other stages still replayed).  A held or
  * started bus: 0 and nothing happens.  Main thread. */
-SEDA__API int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen);
-/* Replay one stage now if it waits to (0, or -1 with err). */
-SEDA__API int seda__l_bus_start_stage(struct lstage *ls, char *err,
+SEDA__API int seda__l_stage_start_all(struct lbus *lb, char *err,
                                       size_t errlen);
+/* Replay one stage now if it waits to (0, or -1 with err). */
+SEDA__API int seda__l_stage_replay(struct lstage *ls, char *err,
+                                   size_t errlen);
 
 /* The same as a Lua call on the bus at index 1 (bus:start()), raising on
  * failure; and the implicit start that publish, publish_many, receive,
  * wait and poll on the main state make (raising the same way). */
-SEDA__API int seda__l_bus_start_method(lua_State *L);
-SEDA__API void seda__l_autostart(lua_State *L, struct lbus *lb);
+SEDA__API int seda__l_stage_start_method(lua_State *L);
+SEDA__API void seda__l_stage_autostart(lua_State *L, struct lbus *lb);
 
-SEDA__API int seda__l_bus_stage(lua_State *L);
-SEDA__API int seda__l_bus_reload(lua_State *L);
-SEDA__API int seda__l_bus_tune(lua_State *L);
-SEDA__API int seda__l_bus_handler_files(lua_State *L);
-SEDA__API void seda__l_lstage_free(struct lstage *ls);
+SEDA__API int seda__l_stage_declare(lua_State *L);
+SEDA__API int seda__l_stage_reload(lua_State *L);
+SEDA__API int seda__l_stage_tune(lua_State *L);
+SEDA__API int seda__l_stage_handler_files(lua_State *L);
+SEDA__API void seda__l_stage_free(struct lstage *ls);
 
 /* ---- lworker.c ---- */
 
-/* The message handler every protected call uses: the error (or its
- * __tostring, or a note of its type) with a traceback. */
-SEDA__API int seda__l_msghandler(lua_State *L);
-
-/* For a program hosting the main state (seda-lua's REPL): how many
- * on_complete callbacks are running on it now (an interrupt waits until
- * they return: it stops the command, never a callback), and a check that
- * bus:wait() makes between waits, returning true to give up waiting (an
- * interrupt is pending; the caller then sees it at its next
- * instruction).  Main thread only. */
-SEDA__API extern int seda__l_callback_depth;
-SEDA__API extern bool (*seda__l_interrupt_pending)(lua_State *L);
+/* Also seda__l_worker_msghandler, seda__l_worker_newstate and
+ * seda__l_worker_closestate, in seda_lua_admin.h (the tools use them). */
 
 /* The hooks the bus is created with: one Lua state per pool thread. */
-SEDA__API void *seda__lw_start(int index, void *ud);
-SEDA__API void seda__lw_stop(int index, void *data, void *ud);
-SEDA__API void seda__lw_mail(int index, void *data, void *ud);
-
-/* A state that allocates and collects the way handlers' states do (the
- * per-state small-block allocator, generational collection, no memory
- * limit), with nothing loaded: for benchmarks and tests that measure what
- * handlers get.  Returns NULL when out of memory.  Close it with
- * seda__lw_closestate() (which accepts NULL), never lua_close.  Any
- * thread; the state then belongs to that thread. */
-SEDA__API lua_State *seda__lw_newstate(void);
-SEDA__API void seda__lw_closestate(lua_State *L);
+SEDA__API void *seda__l_worker_start(int index, void *ud);
+SEDA__API void seda__l_worker_stop(int index, void *data, void *ud);
+/* The bus's worker_mail hook: suspended calls whose wait ended run
+ * (lsuspend.c). */
+SEDA__API void seda__l_suspend_mail(int index, void *data, void *ud);
 
 /* The memory of lb's live worker and loan states (bytes allocated by
  * each, as of the end of its last handler call) with their indices
@@ -278,12 +289,12 @@ SEDA__API void seda__lw_closestate(lua_State *L);
  * order.  Returns how many; when that is more than max, nothing useful
  * was stored and the caller asks again with room for them.  Takes
  * lb->mu; any thread. */
-SEDA__API int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index,
-                              int max);
+SEDA__API int seda__l_worker_memory(struct lbus *lb, size_t *bytes, int *index,
+                                    int max);
 
 /* The batch consumer every Lua handler is registered as (lbatch.c; ud:
  * its struct lconsumer). */
-SEDA__API void seda__lw_batch(seda_batch_t *bt, void *ud);
+SEDA__API void seda__l_batch_consume(seda_batch_t *bt, void *ud);
 
 /* Load src into scratch states made as workers' are, one per worker
  * index a state may have (seda.worker = 0 .. workers-1, and the first
@@ -291,8 +302,8 @@ SEDA__API void seda__lw_batch(seda_batch_t *bt, void *ud);
  * level and init, and check that each yields a handler.  Returns 0, or
  * -1 with a message naming the index and file:line in err.  Main
  * thread. */
-SEDA__API int seda__lw_validate(struct lbus *lb, const struct lsrc *src,
-                                char *err, size_t errlen);
+SEDA__API int seda__l_worker_validate(struct lbus *lb, const struct lsrc *src,
+                                      char *err, size_t errlen);
 
 /* A worker (index) could not load generation gen of ls's code, which the
  * validation accepted: unless the code changed meanwhile, go back to the
@@ -303,31 +314,34 @@ SEDA__API void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen,
                                          int index, const char *msg);
 
 /* Free an array of n sources (NULL is fine). */
-SEDA__API void seda__l_src_free(struct lsrc *s, int n);
+SEDA__API void seda__l_stage_src_free(struct lsrc *s, int n);
 
 /* ---- lcallback.c ---- */
 
+/* Also seda__l_callback_depth and seda__l_callback_interrupt_pending, in
+ * seda_lua_admin.h (for seda-lua's REPL). */
+
 /* The core's done callback for envelopes published with on_complete
  * (ud: the struct lcb): any thread, no Lua; queues a completion. */
-SEDA__API void seda__l_on_done(seda_env_t *env, int outcome, void *ud);
+SEDA__API void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud);
 /* A callback record for the function at idx with `refs` references
  * (raises on allocation failure), and dropping n of them (the last one
  * releases the function).  Main thread. */
-SEDA__API struct lcb *seda__l_cb_new(lua_State *L, int idx, int refs);
-SEDA__API void seda__l_cb_release(lua_State *L, struct lcb *cb, int n);
-SEDA__API void seda__l_completion_free(struct lcompletion *c);
+SEDA__API struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs);
+SEDA__API void seda__l_callback_release(lua_State *L, struct lcb *cb, int n);
+SEDA__API void seda__l_callback_completion_free(struct lcompletion *c);
 /* Run the bus's queued completions on L; returns how many ran. */
-SEDA__API int seda__l_run_completions(lua_State *L, struct lbus *lb);
-SEDA__API bool seda__l_completions_pending(struct lbus *lb);
+SEDA__API int seda__l_callback_run(lua_State *L, struct lbus *lb);
+SEDA__API bool seda__l_callback_pending(struct lbus *lb);
 /* Run the queued completions when more than lb->max_pending_cb wait
  * (and callback runs are not nested too deep).  Main thread. */
-SEDA__API void seda__l_bound_completions(lua_State *L, struct lbus *lb);
+SEDA__API void seda__l_callback_bound(lua_State *L, struct lbus *lb);
 /* Print the count of suppressed callback errors, if any. */
-SEDA__API void seda__l_cb_flush(void);
+SEDA__API void seda__l_callback_flush(void);
 /* Report an error of a main-state callback ("on_complete", "timer") on
  * stderr as "seda: WHAT: MSG", at most 5 a second (the rest are counted
  * and the count said with the next report).  Any thread. */
-SEDA__API void seda__l_report_error(const char *what, const char *msg);
+SEDA__API void seda__l_callback_report_error(const char *what, const char *msg);
 /* Run the queued completions of every live bus of L; returns how many. */
 SEDA__API int seda__l_run_all_completions(lua_State *L);
 
@@ -348,9 +362,9 @@ SEDA__API void seda__l_loop_release(struct lloop *lp);
 SEDA__API void seda__l_loop_signal(struct lloop *lp);
 /* Run the due timers of L (those scheduled before the call); returns how
  * many ran.  Main thread. */
-SEDA__API int seda__l_run_timers(lua_State *L);
+SEDA__API int seda__l_loop_run_timers(lua_State *L);
 /* Seconds until L's next timer is due (0: due now), or -1 when none. */
-SEDA__API double seda__l_next_timer(lua_State *L);
+SEDA__API double seda__l_loop_next_timer(lua_State *L);
 
 /* ---- ladmit.c ---- */
 
@@ -376,26 +390,27 @@ SEDA__API struct lsrc *seda__l_admit_src(lua_State *L, struct lbus *lb,
                                          const char *dir);
 /* The shed, retry and starve_after options of the table at t into o;
  * raises naming the stage and field. */
-SEDA__API void seda__l_admission_opts(lua_State *L, int t, const char *stage,
-                                      seda_stage_opts *o);
+SEDA__API void seda__l_admit_opts(lua_State *L, int t, const char *stage,
+                                  seda_stage_opts *o);
 /* The same options given to bus:tune, applied to st: 0, or -1 with err
  * (nothing changed).  Never raises. */
-SEDA__API int seda__l_tune_admission(lua_State *L, int t, const char *stage,
-                                     seda_stage_t *st, char *err,
-                                     size_t errlen);
+SEDA__API int seda__l_admit_tune(lua_State *L, int t, const char *stage,
+                                 seda_stage_t *st, char *err,
+                                 size_t errlen);
 /* Free a source (NULL is fine); copy one (re-reading its file when
  * reread and it has one; NULL on failure). */
-SEDA__API void seda__l_lsrc_free(struct lsrc *s);
-SEDA__API struct lsrc *seda__l_lsrc_copy(const struct lsrc *s, bool reread);
+SEDA__API void seda__l_admit_src_free(struct lsrc *s);
+SEDA__API struct lsrc *seda__l_admit_src_copy(const struct lsrc *s,
+                                              bool reread);
 /* Load src in a scratch state like a worker's (0, or -1 with err). */
-SEDA__API int seda__lw_validate_admit(struct lbus *lb,
-                                      const struct lsrc *src, char *err,
-                                      size_t errlen);
+SEDA__API int seda__l_worker_validate_admit(struct lbus *lb,
+                                            const struct lsrc *src, char *err,
+                                            size_t errlen);
 
 /* ---- lpublish.c ---- */
 
 /* bus:publish_many(to, payloads, opts). */
-SEDA__API int seda__l_bus_publish_many(lua_State *L);
+SEDA__API int seda__l_publish_many(lua_State *L);
 
 /* Parse (to, payload, opts) at stack index `first` and publish.  Pushes
  * true, or false and a reason; raises on misuse.  on_complete is allowed
@@ -405,35 +420,17 @@ SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                               seda_wbuf *wb, struct ladmit_cache *ac,
                               bool main);
 
+/* ---- lstats.c ---- */
+
 /* Push bus:stats() (all stages) or one stage's table (name != NULL; nil
  * and "no_such_stage" when unknown).  Returns how many values it pushed. */
-SEDA__API int seda__l_push_stats(lua_State *L, struct lbus *lb,
+SEDA__API int seda__l_stats_push(lua_State *L, struct lbus *lb,
                                  const char *name);
-
-/* Push a payload as a Lua value: a string for raw bytes, the decoded value
- * otherwise (through the key cache at index kci when it is not 0, see
- * seda__codec_decode_kc).  Raises on a payload that cannot be decoded. */
-SEDA__API void seda__l_push_payload(lua_State *L, const void *p, size_t len,
-                                    int kind, int kci);
-
-/* Encode the value at idx as a payload into wb (strings go raw: *p points
- * into the Lua string, valid while it stays on the stack).  Returns 0, or
- * -1 with err naming the path; a payload over wb->limit (the bus's
- * max_payload) gives "too_large: ..." with wb->over set, one that passes
- * a worker's memory_limit "payload: not enough memory: ...".  A buffer
- * grown past SEDA_WBUF_KEEP for an earlier payload is freed first. */
-#define SEDA_WBUF_KEEP (64 * 1024)
-SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
-                                     const void **p, size_t *len, int *kind,
-                                     char *err, size_t errlen);
-
-/* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
-SEDA__API bool seda__l_valid_name(const char *s);
 
 /* ---- lerrors.c ---- */
 
 /* bus:errors([stage]): the recent errors, newest first. */
-SEDA__API int seda__l_bus_errors(lua_State *L);
+SEDA__API int seda__l_errors(lua_State *L);
 
 /* ---- lpull.c ---- */
 
@@ -441,8 +438,8 @@ SEDA__API int seda__l_bus_errors(lua_State *L);
  * received envelope, or nil and a reason ("timeout", "closed").  busidx:
  * the bus object's stack index (main state; it is kept alive by the
  * received envelope), or 0 in a worker. */
-SEDA__API int seda__l_receive(lua_State *L, struct lbus *lb, int first,
-                              seda_wbuf *wb, int busidx);
+SEDA__API int seda__l_pull_receive(lua_State *L, struct lbus *lb, int first,
+                                   seda_wbuf *wb, int busidx);
 
 /* ---- lremote.c ---- */
 
@@ -453,11 +450,11 @@ SEDA__API void seda__l_remote_opts(lua_State *L, int t, const char *stage,
                                    seda_remote_opts *ro);
 /* Push the `remote` table of a remote stage's stats; false (nothing
  * pushed) for another stage. */
-SEDA__API bool seda__l_push_remote_stats(lua_State *L, seda_stage_t *st);
+SEDA__API bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st);
 
 /* ---- lshared.c ---- */
 
 /* Push the process-wide seda.shared object. */
-SEDA__API void seda__l_push_shared(lua_State *L);
+SEDA__API void seda__l_shared_push(lua_State *L);
 
 #endif /* SEDA_LSEDA_H */

@@ -392,7 +392,7 @@ static int s_tostring(lua_State *L)
     return 1;
 }
 
-void seda__l_push_shared(lua_State *L)
+void seda__l_shared_push(lua_State *L)
 {
     static const luaL_Reg methods[] = {
         { "get", s_get }, { "set", s_set }, { "incr", s_incr },

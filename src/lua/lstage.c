@@ -10,7 +10,7 @@
  *   main thread, or an inline function's bytecode), runs it once in a
  *   scratch state like a worker's so a broken handler fails at once with
  *   file:line, and only then creates the core stage and registers one C
- *   batch consumer per handler (seda__lw_batch).  Typed stages get their
+ *   batch consumer per handler (seda__l_batch_consume).  Typed stages get their
  *   schema compiled and installed as the stage's admission check; durable
  *   stages replay their journal after the consumers are in place.
  *
@@ -36,7 +36,7 @@
 
 /* ---- stages ---- */
 
-void seda__l_src_free(struct lsrc *s, int n)
+void seda__l_stage_src_free(struct lsrc *s, int n)
 {
     for (int i = 0; s && i < n; i++) {
         free(s[i].chunkname);
@@ -46,15 +46,15 @@ void seda__l_src_free(struct lsrc *s, int n)
     free(s);
 }
 
-void seda__l_lstage_free(struct lstage *ls)
+void seda__l_stage_free(struct lstage *ls)
 {
     if (!ls)
         return;
-    seda__l_src_free(ls->src, ls->nsrc);
-    seda__l_src_free(ls->prev, ls->nsrc);
+    seda__l_stage_src_free(ls->src, ls->nsrc);
+    seda__l_stage_src_free(ls->prev, ls->nsrc);
     free(ls->cons);
     free(ls->last_error);
-    seda__l_lsrc_free(ls->admit);
+    seda__l_admit_src_free(ls->admit);
     seda__schema_free(ls->accepts);
     pthread_mutex_destroy(&ls->mu);
     free(ls);
@@ -69,7 +69,7 @@ static bool file_exists(const char *path)
 }
 
 /* Read a whole file into malloc'd memory.  NULL on failure, with errno. */
-char *seda__l_read_file(const char *path, size_t *len)
+char *seda__l_stage_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -100,7 +100,7 @@ char *seda__l_read_file(const char *path, size_t *len)
 
 /* The directory of the Lua chunk that called us (level 1), with a trailing
  * slash, pushed as a string ("" when unknown). */
-void seda__l_push_caller_dir(lua_State *L)
+void seda__l_stage_caller_dir(lua_State *L)
 {
     lua_Debug ar;
     /* The nearest Lua function up the stack (bus:stage may be reached
@@ -154,15 +154,16 @@ static void resolve_handler(lua_State *L, const char *stage, const char *h,
 
 /* Build the source of a handler given at stack index idx (a file name or
  * a function) into *out.  Raises naming the stage and field. */
-void seda__l_build_src(lua_State *L, const char *stage, int idx,
-                       const char *field, const char *dir, struct lsrc *out)
+void seda__l_stage_build_src(lua_State *L, const char *stage, int idx,
+                             const char *field, const char *dir,
+                             struct lsrc *out)
 {
     memset(out, 0, sizeof *out);
     if (lua_type(L, idx) == LUA_TSTRING) {
         resolve_handler(L, stage, lua_tostring(L, idx), dir, field);
         const char *path = lua_tostring(L, -1);
         size_t len;
-        char *code = seda__l_read_file(path, &len);
+        char *code = seda__l_stage_read_file(path, &len);
         if (!code)
             luaL_error(L, "stage '%s': %s: cannot read '%s'", stage, field,
                        path);
@@ -288,114 +289,125 @@ static double opt_num(lua_State *L, int t, const char *stage, const char *k,
 static int srcs_gc(lua_State *L)
 {
     struct lstage **pls = lua_touserdata(L, 1);
-    seda__l_lstage_free(*pls);
+    seda__l_stage_free(*pls);
     *pls = NULL;
     return 0;
 }
 
-int seda__l_bus_stage(lua_State *L)
+/* The stage's name (pushed: index 3), checked, with the option keys;
+ * raises when it is missing, malformed or taken. */
+static const char *stage_name(lua_State *L, struct lbus *lb)
 {
-    struct lbusud *u = seda__l_check_bus(L);
-    struct lbus *lb = u->lb;
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lua_settop(L, 2);
-
     lua_getfield(L, 2, "name");
     if (lua_isnil(L, -1))
-        return luaL_error(L, "stage: name is required");
+        luaL_error(L, "stage: name is required");
     if (lua_type(L, -1) != LUA_TSTRING)
-        return luaL_error(L, "stage: name must be a string");
+        luaL_error(L, "stage: name must be a string");
     const char *name = lua_tostring(L, -1);         /* 3 */
     if (!seda__l_valid_name(name))
-        return luaL_error(L, "stage '%s': name must be 1-%d characters of "
-                          "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
+        luaL_error(L, "stage '%s': name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
     seda__l_check_keys(L, 2, stage_keys,
                        lua_pushfstring(L, "stage '%s'", name));
     lua_pop(L, 1);
     if (seda_bus_stage(lb->bus, name))
-        return luaL_error(L, "stage '%s': name: a stage of that name "
-                          "already exists", name);
+        luaL_error(L, "stage '%s': name: a stage of that name already "
+                   "exists", name);
+    return name;
+}
 
-    seda_stage_opts o;
-    seda_stage_opts_init(&o);
-    o.name = name;
-    o.capacity = opt_int(L, 2, name, "capacity", o.capacity);
-    o.concurrency = opt_int(L, 2, name, "concurrency", o.concurrency);
-    o.max_attempts = opt_int(L, 2, name, "max_attempts", o.max_attempts);
-    o.publish_timeout = opt_num(L, 2, name, "publish_timeout",
-                                o.publish_timeout);
-    o.handler_timeout = opt_num(L, 2, name, "handler_timeout",
-                                o.handler_timeout);
-    o.ack_timeout = opt_num(L, 2, name, "ack_timeout", o.ack_timeout);
-    if (!(o.ack_timeout > 0))
-        return luaL_error(L, "stage '%s': ack_timeout must be > 0", name);
+/* The durable option into o->durable; raises on a bad value. */
+static void opt_durable(lua_State *L, const char *name, seda_stage_opts *o)
+{
     lua_getfield(L, 2, "durable");
     if (!lua_isnil(L, -1)) {
         const char *d = lua_tostring(L, -1);
         if (lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1))
-            o.durable = SEDA_AT_LEAST_ONCE;
+            o->durable = SEDA_AT_LEAST_ONCE;
         else if (lua_type(L, -1) == LUA_TSTRING &&
                  strcmp(d, "at_least_once") == 0)
-            o.durable = SEDA_AT_LEAST_ONCE;
+            o->durable = SEDA_AT_LEAST_ONCE;
         else if (lua_type(L, -1) == LUA_TSTRING &&
                  strcmp(d, "exactly_once") == 0)
-            o.durable = SEDA_EXACTLY_ONCE;
+            o->durable = SEDA_EXACTLY_ONCE;
         else if (!(lua_type(L, -1) == LUA_TBOOLEAN))
-            return luaL_error(L, "stage '%s': durable must be "
-                              "\"at_least_once\" or \"exactly_once\" "
-                              "(got %s)", name, d ? d : luaL_typename(L, -1));
+            luaL_error(L, "stage '%s': durable must be \"at_least_once\" "
+                       "or \"exactly_once\" (got %s)", name,
+                       d ? d : luaL_typename(L, -1));
     }
     lua_pop(L, 1);
-    o.dedup_window = opt_int(L, 2, name, "dedup_window", o.dedup_window);
+}
+
+/* The stage's own options (sizes, timeouts, durability, pull, policy,
+ * delivery, dead letters, admission) into o, which was initialised and
+ * named.  Pushes policy, delivery and dead_letter (indices 4, 5, 6: the
+ * strings o points to stay on the stack).  Raises naming the field. */
+static void stage_opts(lua_State *L, const char *name, seda_stage_opts *o)
+{
+    o->capacity = opt_int(L, 2, name, "capacity", o->capacity);
+    o->concurrency = opt_int(L, 2, name, "concurrency", o->concurrency);
+    o->max_attempts = opt_int(L, 2, name, "max_attempts", o->max_attempts);
+    o->publish_timeout = opt_num(L, 2, name, "publish_timeout",
+                                 o->publish_timeout);
+    o->handler_timeout = opt_num(L, 2, name, "handler_timeout",
+                                 o->handler_timeout);
+    o->ack_timeout = opt_num(L, 2, name, "ack_timeout", o->ack_timeout);
+    if (!(o->ack_timeout > 0))
+        luaL_error(L, "stage '%s': ack_timeout must be > 0", name);
+    opt_durable(L, name, o);
+    o->dedup_window = opt_int(L, 2, name, "dedup_window", o->dedup_window);
     lua_getfield(L, 2, "pull");
     if (!lua_isnil(L, -1)) {
         if (!lua_isboolean(L, -1))
-            return luaL_error(L, "stage '%s': pull must be a boolean", name);
-        o.pull = lua_toboolean(L, -1);
+            luaL_error(L, "stage '%s': pull must be a boolean", name);
+        o->pull = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     lua_getfield(L, 2, "policy");                   /* 4 */
     if (!lua_isnil(L, -1)) {
         const char *p = lua_tostring(L, -1);
         if (lua_type(L, -1) != LUA_TSTRING || seda_policy_parse(p) < 0)
-            return luaL_error(L, "stage '%s': policy must be one of block, "
-                              "reject, drop_newest, drop_oldest (got %s)",
-                              name, p ? p : luaL_typename(L, -1));
-        o.policy = seda_policy_parse(p);
+            luaL_error(L, "stage '%s': policy must be one of block, reject, "
+                       "drop_newest, drop_oldest (got %s)", name,
+                       p ? p : luaL_typename(L, -1));
+        o->policy = seda_policy_parse(p);
     }
     lua_getfield(L, 2, "delivery");                 /* 5 */
     if (!lua_isnil(L, -1)) {
         const char *d = lua_tostring(L, -1);
         if (lua_type(L, -1) != LUA_TSTRING || seda_delivery_parse(d) < 0)
-            return luaL_error(L, "stage '%s': delivery must be p2p or pubsub "
-                              "(got %s)", name, d ? d : luaL_typename(L, -1));
-        o.delivery = seda_delivery_parse(d);
+            luaL_error(L, "stage '%s': delivery must be p2p or pubsub "
+                       "(got %s)", name, d ? d : luaL_typename(L, -1));
+        o->delivery = seda_delivery_parse(d);
     }
     lua_getfield(L, 2, "dead_letter");              /* 6 */
     if (!lua_isnil(L, -1)) {
         if (lua_type(L, -1) != LUA_TSTRING ||
             !seda__l_valid_name(lua_tostring(L, -1)))
-            return luaL_error(L, "stage '%s': dead_letter must be a stage "
-                              "name", name);
-        o.dead_letter = lua_tostring(L, -1);
+            luaL_error(L, "stage '%s': dead_letter must be a stage name",
+                       name);
+        o->dead_letter = lua_tostring(L, -1);
     }
 
     /* Shedding, retry backoff, starve_after (checked here, set by
      * seda_stage_add). */
-    seda__l_admission_opts(L, 2, name, &o);
+    seda__l_admit_opts(L, 2, name, o);
+}
 
-    /* Handlers: build and validate every source before creating the
-     * stage, so a broken handler leaves nothing behind. */
+/* How many handlers the stage has: pushes handler and handlers (indices
+ * 7, 8) and checks that at most one is given, that handlers is an array
+ * of at most SEDA_MAX_CONSUMERS and that a pull stage has none. */
+static int stage_handler_count(lua_State *L, const char *name, bool pull)
+{
     lua_getfield(L, 2, "handler");                  /* 7 */
     lua_getfield(L, 2, "handlers");                 /* 8 */
     if (!lua_isnil(L, 7) && !lua_isnil(L, 8))
-        return luaL_error(L, "stage '%s': give handler or handlers, not "
-                          "both", name);
+        luaL_error(L, "stage '%s': give handler or handlers, not both",
+                   name);
     int n = 0;
     if (!lua_isnil(L, 8)) {
         if (!lua_istable(L, 8))
-            return luaL_error(L, "stage '%s': handlers must be an array",
-                              name);
+            luaL_error(L, "stage '%s': handlers must be an array", name);
         n = (int)lua_rawlen(L, 8);
         /* Every key 1..n: a key past the border ({a = f}, or a hole)
          * would be a consumer silently not made. */
@@ -404,31 +416,41 @@ int seda__l_bus_stage(lua_State *L)
             lua_Integer k = lua_isinteger(L, -2) ? lua_tointeger(L, -2) : 0;
             if (k < 1 || k > n) {
                 lua_pop(L, 1);
-                return luaL_error(L, "stage '%s': handlers must be an array "
-                                  "(found key %s)", name,
-                                  luaL_tolstring(L, -1, NULL));
+                luaL_error(L, "stage '%s': handlers must be an array "
+                           "(found key %s)", name,
+                           luaL_tolstring(L, -1, NULL));
             }
             lua_pop(L, 1);
         }
         if (n > SEDA_MAX_CONSUMERS)
-            return luaL_error(L, "stage '%s': handlers: at most %d", name,
-                              SEDA_MAX_CONSUMERS);
+            luaL_error(L, "stage '%s': handlers: at most %d", name,
+                       SEDA_MAX_CONSUMERS);
     } else if (!lua_isnil(L, 7)) {
         n = 1;
     }
-    if (o.pull && n > 0)
-        return luaL_error(L, "stage '%s': handler: a pull stage has no "
-                          "handlers (use bus:receive)", name);
-    seda__l_push_caller_dir(L);                             /* 9 */
+    if (pull && n > 0)
+        luaL_error(L, "stage '%s': handler: a pull stage has no handlers "
+                   "(use bus:receive)", name);
+    return n;
+}
+
+/* A new struct lstage for n handlers, held by a userdata pushed at index
+ * 10 (its __gc frees it unless the caller takes it: *box = NULL).
+ * Raises when out of memory. */
+static struct lstage *stage_new(lua_State *L, struct lbus *lb,
+                                const char *name, int n,
+                                struct lstage ***box)
+{
     struct lstage **pls = lua_newuserdatauv(L, sizeof *pls, 0); /* 10 */
     *pls = NULL;
     lua_createtable(L, 0, 1);
     lua_pushcfunction(L, srcs_gc);
     lua_setfield(L, -2, "__gc");
     lua_setmetatable(L, 10);
+    *box = pls;
     struct lstage *ls = calloc(1, sizeof *ls);
     if (!ls)
-        return luaL_error(L, "stage '%s': out of memory", name);
+        luaL_error(L, "stage '%s': out of memory", name);
     pthread_mutex_init(&ls->mu, NULL);
     *pls = ls;
     ls->lb = lb;
@@ -441,10 +463,19 @@ int seda__l_bus_stage(lua_State *L)
     ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
     ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
     if (!ls->src || !ls->cons)
-        return luaL_error(L, "stage '%s': out of memory", name);
+        luaL_error(L, "stage '%s': out of memory", name);
+    atomic_init(&ls->has_admit, false);
+    atomic_init(&ls->admit_version, 1);
+    return ls;
+}
+
+/* The typed-stage options (accepts, strict) compiled into ls->accepts;
+ * raises naming the stage. */
+static void stage_accepts(lua_State *L, struct lstage *ls, const char *name)
+{
     lua_getfield(L, 2, "strict");
     if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
-        return luaL_error(L, "stage '%s': strict must be a boolean", name);
+        luaL_error(L, "stage '%s': strict must be a boolean", name);
     bool strict = lua_toboolean(L, -1);
     lua_pop(L, 1);
     lua_getfield(L, 2, "accepts");
@@ -453,12 +484,21 @@ int seda__l_bus_stage(lua_State *L)
         ls->accepts = seda__schema_compile(L, lua_gettop(L), strict, serr,
                                            sizeof serr);
         if (!ls->accepts)
-            return luaL_error(L, "stage '%s': %s", name, serr);
+            luaL_error(L, "stage '%s': %s", name, serr);
     } else if (strict) {
-        return luaL_error(L, "stage '%s': strict needs accepts", name);
+        luaL_error(L, "stage '%s': strict needs accepts", name);
     }
     lua_pop(L, 1);
-    for (int i = 0; i < n; i++) {
+}
+
+/* Build every handler's source (handler at 7 or handlers at 8, files
+ * resolved against the directory at 9) and validate each in scratch
+ * states, before the stage exists: a broken handler leaves nothing
+ * behind.  Raises naming the stage and field. */
+static void stage_handlers(lua_State *L, struct lbus *lb, struct lstage *ls,
+                           const char *name)
+{
+    for (int i = 0; i < ls->nsrc; i++) {
         char field[32];
         if (lua_isnil(L, 8)) {
             snprintf(field, sizeof field, "handler");
@@ -467,16 +507,81 @@ int seda__l_bus_stage(lua_State *L)
             snprintf(field, sizeof field, "handlers[%d]", i + 1);
             lua_rawgeti(L, 8, i + 1);
         }
-        seda__l_build_src(L, name, lua_gettop(L), field,
-                          lua_tostring(L, 9), &ls->src[i]);
+        seda__l_stage_build_src(L, name, lua_gettop(L), field,
+                                lua_tostring(L, 9), &ls->src[i]);
         lua_pop(L, 1);
         char err[2048];
-        if (seda__lw_validate(lb, &ls->src[i], err, sizeof err) != 0)
-            return luaL_error(L, "stage '%s': %s: %s", name, field, err);
+        if (seda__l_worker_validate(lb, &ls->src[i], err, sizeof err) != 0)
+            luaL_error(L, "stage '%s': %s: %s", name, field, err);
     }
+}
 
-    atomic_init(&ls->has_admit, false);
-    atomic_init(&ls->admit_version, 1);
+/* Add ls to lb's stages (under lb->mu).  Returns false when out of
+ * memory (nothing changed). */
+static bool stage_store(struct lbus *lb, struct lstage *ls)
+{
+    pthread_mutex_lock(&lb->mu);
+    if (lb->nstages == lb->cap_stages) {
+        int cap = lb->cap_stages ? lb->cap_stages * 2 : 8;
+        struct lstage **a = realloc(lb->stages, sizeof *a * (size_t)cap);
+        if (a) {
+            lb->stages = a;
+            lb->cap_stages = cap;
+        }
+    }
+    bool stored = lb->nstages < lb->cap_stages;
+    if (stored)
+        lb->stages[lb->nstages++] = ls;
+    pthread_mutex_unlock(&lb->mu);
+    return stored;
+}
+
+/* The stage st was made for ls: its consumers (one per handler), a
+ * remote stage's consuming, and a durable stage's replay (now, if the
+ * bus has started; else with bus:start).  Raises when the replay
+ * fails. */
+static void stage_start(lua_State *L, struct lstage *ls, bool remote,
+                        bool durable)
+{
+    for (int i = 0; i < ls->nsrc; i++) {
+        ls->cons[i] = (struct lconsumer){ ls, i };
+        seda_stage_consume_batch(ls->st, seda__l_batch_consume, &ls->cons[i]);
+    }
+    if (remote && ls->nsrc > 0)
+        seda_remote_consume(ls->st);    /* else this process publishes */
+    if (durable) {
+        /* Before the bus starts, the replay waits (the stages its
+         * envelopes go to may be declared next); after, it runs now. */
+        ls->replay_pending = true;
+        if (ls->lb->start == START_DONE) {
+            char rerr[256];
+            if (seda__l_stage_replay(ls, rerr, sizeof rerr) != 0)
+                luaL_error(L, "%s", rerr);
+        }
+    }
+}
+
+/* bus:stage(opts): declare a stage.  Every option is checked and every
+ * handler built and validated before the stage is added, so a raise
+ * leaves nothing behind (the lstage is freed by its box's __gc). */
+int seda__l_stage_declare(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    struct lbus *lb = u->lb;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+
+    const char *name = stage_name(L, lb);           /* 3 */
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = name;
+    stage_opts(L, name, &o);                        /* 4, 5, 6 */
+    int n = stage_handler_count(L, name, o.pull);   /* 7, 8 */
+    seda__l_stage_caller_dir(L);                    /* 9 */
+    struct lstage **pls;
+    struct lstage *ls = stage_new(L, lb, name, n, &pls);   /* 10 */
+    stage_accepts(L, ls, name);
+    stage_handlers(L, lb, ls, name);
     lua_getfield(L, 2, "admit");
     if (!lua_isnil(L, -1))
         ls->admit = seda__l_admit_src(L, lb, name, lua_gettop(L),
@@ -508,44 +613,16 @@ int seda__l_bus_stage(lua_State *L)
     seda_stage_set_userdata(st, ls);
     if (ls->accepts)
         seda_stage_set_check(st, check_accepts, ls->accepts);
-    pthread_mutex_lock(&lb->mu);
-    if (lb->nstages == lb->cap_stages) {
-        int cap = lb->cap_stages ? lb->cap_stages * 2 : 8;
-        struct lstage **a = realloc(lb->stages, sizeof *a * (size_t)cap);
-        if (a) {
-            lb->stages = a;
-            lb->cap_stages = cap;
-        }
-    }
-    bool stored = lb->nstages < lb->cap_stages;
-    if (stored)
-        lb->stages[lb->nstages++] = ls;
-    pthread_mutex_unlock(&lb->mu);
-    if (!stored)
+    if (!stage_store(lb, ls))
         return luaL_error(L, "stage '%s': out of memory", name);
-    for (int i = 0; i < n; i++) {
-        ls->cons[i] = (struct lconsumer){ ls, i };
-        seda_stage_consume_batch(st, seda__lw_batch, &ls->cons[i]);
-    }
-    if (remote && n > 0)
-        seda_remote_consume(st);        /* else this process publishes */
-    if (o.durable) {
-        /* Before the bus starts, the replay waits (the stages its
-         * envelopes go to may be declared next); after, it runs now. */
-        ls->replay_pending = true;
-        if (lb->start == START_DONE) {
-            char rerr[256];
-            if (seda__l_bus_start_stage(ls, rerr, sizeof rerr) != 0)
-                return luaL_error(L, "%s", rerr);
-        }
-    }
+    stage_start(L, ls, remote, o.durable != 0);
     lua_pushstring(L, name);
     return 1;
 }
 
 /* ---- starting: the replay of durable stages ---- */
 
-int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
+int seda__l_stage_replay(struct lstage *ls, char *err, size_t errlen)
 {
     if (!ls->replay_pending)
         return 0;
@@ -559,7 +636,7 @@ int seda__l_bus_start_stage(struct lstage *ls, char *err, size_t errlen)
     return -1;
 }
 
-int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
+int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
 {
     if (lb->start != START_NOT_YET || !lb->bus)
         return 0;
@@ -573,7 +650,7 @@ int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
         struct lstage *ls = lb->stages[i];
         pthread_mutex_unlock(&lb->mu);
         char e[256];
-        if (seda__l_bus_start_stage(ls, e, sizeof e) != 0 && rc == 0) {
+        if (seda__l_stage_replay(ls, e, sizeof e) != 0 && rc == 0) {
             snprintf(err, errlen, "%s", e);
             rc = -1;
         }
@@ -581,25 +658,25 @@ int seda__l_bus_start(struct lbus *lb, char *err, size_t errlen)
     return rc;
 }
 
-void seda__l_autostart(lua_State *L, struct lbus *lb)
+void seda__l_stage_autostart(lua_State *L, struct lbus *lb)
 {
     if (lb->start != START_NOT_YET)
         return;
     char err[256];
-    if (seda__l_bus_start(lb, err, sizeof err) != 0)
+    if (seda__l_stage_start_all(lb, err, sizeof err) != 0)
         luaL_error(L, "%s", err);
 }
 
 /* bus:start() -> true: replay the durable stages declared so far now,
  * rather than when the script's main chunk has run (or at the first
  * publish, receive, wait or poll).  Raises if a replay failed. */
-int seda__l_bus_start_method(lua_State *L)
+int seda__l_stage_start_method(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     if (u->lb->start == START_HELD)
         return luaL_error(L, "start: the bus is held (its program failed "
                           "before it started)");
-    seda__l_autostart(L, u->lb);
+    seda__l_stage_autostart(L, u->lb);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -625,7 +702,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         fresh[i].chunkname = strdup(s->chunkname);
         fresh[i].path = s->path ? strdup(s->path) : NULL;
         if (s->path) {
-            fresh[i].code = seda__l_read_file(s->path, &fresh[i].len);
+            fresh[i].code = seda__l_stage_read_file(s->path, &fresh[i].len);
             if (!fresh[i].code) {
                 snprintf(err, errlen, "cannot read '%s'", s->path);
                 rc = -1;
@@ -642,7 +719,7 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
     /* The admit rule is reloaded with the handlers (a file is re-read). */
     struct lsrc *admit = NULL;
     if (rc == 0 && ls->admit &&
-        !(admit = seda__l_lsrc_copy(ls->admit, true))) {
+        !(admit = seda__l_admit_src_copy(ls->admit, true))) {
         snprintf(err, errlen, ls->admit->path ? "admit: cannot read '%s'"
                                               : "admit: out of memory",
                  ls->admit->path);
@@ -650,9 +727,9 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
     }
     pthread_mutex_unlock(&ls->mu);
     for (int i = 0; i < ls->nsrc && rc == 0; i++)
-        rc = seda__lw_validate(lb, &fresh[i], err, errlen);
+        rc = seda__l_worker_validate(lb, &fresh[i], err, errlen);
     if (rc == 0 && admit &&
-        seda__lw_validate_admit(lb, admit, err, errlen) != 0) {
+        seda__l_worker_validate_admit(lb, admit, err, errlen) != 0) {
         char e2[2048];
         snprintf(e2, sizeof e2, "%s", err);
         snprintf(err, errlen, "admit: %.2000s", e2);
@@ -686,8 +763,8 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
         ls->last_error = strdup(err);
     }
     pthread_mutex_unlock(&ls->mu);
-    seda__l_src_free(drop, ls->nsrc);
-    seda__l_lsrc_free(admit);
+    seda__l_stage_src_free(drop, ls->nsrc);
+    seda__l_admit_src_free(admit);
     return rc;
 }
 
@@ -720,12 +797,12 @@ void seda__l_stage_load_failed(struct lstage *ls, uint64_t gen, int index,
         ls->last_error = strdup(buf);
     }
     pthread_mutex_unlock(&ls->mu);
-    seda__l_src_free(drop, ls->nsrc);
+    seda__l_stage_src_free(drop, ls->nsrc);
     if (said)
         seda_stage_report(ls->st, buf);
 }
 
-int seda__l_bus_reload(lua_State *L)
+int seda__l_stage_reload(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;
@@ -766,7 +843,7 @@ static const char *const tune_keys[] = {
 
 /* bus:tune(stage, {capacity=, concurrency=, policy=}) -> true; misuse
  * raises naming the stage and field. */
-int seda__l_bus_tune(lua_State *L)
+int seda__l_stage_tune(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     const char *name = luaL_checkstring(L, 2);
@@ -795,7 +872,7 @@ int seda__l_bus_tune(lua_State *L)
     if (!lua_isnil(L, -1)) {
         set_admit = true;
         if (!(lua_isboolean(L, -1) && !lua_toboolean(L, -1))) {
-            seda__l_push_caller_dir(L);
+            seda__l_stage_caller_dir(L);
             admit = seda__l_admit_src(L, u->lb, name, lua_gettop(L) - 1,
                                       lua_tostring(L, -1));
             lua_pop(L, 1);
@@ -804,9 +881,9 @@ int seda__l_bus_tune(lua_State *L)
     lua_pop(L, 1);
     /* admit is not anchored: nothing below may raise before it is
      * installed or freed. */
-    if (seda__l_tune_admission(L, 3, name, st, err, sizeof err) != 0 ||
+    if (seda__l_admit_tune(L, 3, name, st, err, sizeof err) != 0 ||
         seda_stage_tune(st, cap, conc, pol, err, sizeof err) != 0) {
-        seda__l_lsrc_free(admit);
+        seda__l_admit_src_free(admit);
         return luaL_error(L, "%s", err);
     }
     if (set_admit) {
@@ -820,14 +897,14 @@ int seda__l_bus_tune(lua_State *L)
         atomic_fetch_add_explicit(&ls->admit_version, 1,
                                   memory_order_release);
         pthread_mutex_unlock(&ls->mu);
-        seda__l_lsrc_free(old);
+        seda__l_admit_src_free(old);
     }
     lua_pushboolean(L, 1);
     return 1;
 }
 
 /* bus:handler_files() -> { stage = { path, ... } } (files only). */
-int seda__l_bus_handler_files(lua_State *L)
+int seda__l_stage_handler_files(lua_State *L)
 {
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;

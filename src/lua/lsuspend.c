@@ -6,7 +6,7 @@
  * (lbatch.c), reused from batch to batch.  A C function that must wait
  * (seda.sleep, an HTTP request, a cosocket read: lio.c) makes a wait
  * (struct lwait), starts its operation with the wait as the callback's
- * argument, and calls seda__lw_wait.  There:
+ * argument, and calls seda__l_suspend_wait.  There:
  *
  *   - In a handler call on a regular worker whose batch can suspend (the
  *     stage's only handler, not durable), the core takes the envelope out
@@ -15,8 +15,8 @@
  *     into a struct lcall, and the coroutine yields.  lbatch.c sees the
  *     yield, leaves the coroutine to the call and goes on with the batch
  *     in a fresh coroutine.  When the operation ends, on whatever thread,
- *     seda__lw_wake posts the call to its worker's mailbox and wakes the
- *     worker (seda_worker_wake), which runs seda__lw_mail before its next
+ *     seda__l_suspend_wake posts the call to its worker's mailbox and wakes the
+ *     worker (seda_worker_wake), which runs seda__l_suspend_mail before its next
  *     task: the view is put back, the coroutine resumed (the waiting
  *     function's continuation reads the result), and when the handler
  *     returns the call is settled as a batch's envelope would be.
@@ -28,7 +28,7 @@
  *
  *   HOW THE RACES ARE CLOSED
  *   The operation may end before the coroutine has yielded.  The wait's
- *   mutex orders the two: seda__lw_wait records the call in wt->call and
+ *   mutex orders the two: seda__l_suspend_wait records the call in wt->call and
  *   reads done under it; wake sets done and reads call under it.
  *   Whichever comes second posts the call.  Posting only queues it: the
  *   worker resumes it from its mail hook, after the batch call that is
@@ -42,7 +42,7 @@
  *   and drops them (counted dropped, their done callbacks fire) without
  *   running them again.
  *
- * Threads: everything but seda__lw_wake runs on the thread that owns the
+ * Threads: everything but seda__l_suspend_wake runs on the thread that owns the
  * worker's state.
  */
 #include <stdio.h>
@@ -56,7 +56,7 @@
 
 /* ---- coroutines ---- */
 
-lua_State *seda__lw_co_take(struct lworker *w)
+lua_State *seda__l_suspend_co_take(struct lworker *w)
 {
     lua_State *L = w->L;
     if (!lua_checkstack(L, 2))
@@ -70,7 +70,7 @@ lua_State *seda__lw_co_take(struct lworker *w)
     return lua_newthread(L);            /* raises only on memory errors */
 }
 
-void seda__lw_co_give(struct lworker *w, lua_State *co, bool reset)
+void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool reset)
 {
     lua_State *L = w->L;
     if (reset) {
@@ -110,7 +110,7 @@ static int error_text(lua_State *L)
     return 1;
 }
 
-void seda__lw_co_error(lua_State *L, lua_State *co)
+void seda__l_suspend_co_error(lua_State *L, lua_State *co)
 {
     /* The object's __tostring may raise: word it in a protected call on
      * L (co is dead), and read the traceback off co's stack. */
@@ -146,7 +146,7 @@ static int wait_gc(lua_State *L)
 
 static const char WAIT_MT[] = "seda.wait";
 
-struct lwait *seda__lw_wait_new(lua_State *L)
+struct lwait *seda__l_suspend_wait_new(lua_State *L)
 {
     struct lwait *wt = lua_newuserdatauv(L, sizeof *wt, 0);
     memset(wt, 0, sizeof *wt);
@@ -176,7 +176,7 @@ static void mail_post(struct lcall *c)
     seda_worker_wake(w->self);
 }
 
-void seda__lw_wake(struct lwait *wt)
+void seda__l_suspend_wake(struct lwait *wt)
 {
     pthread_mutex_lock(&wt->mu);
     wt->done = true;
@@ -293,10 +293,10 @@ static struct lcall *call_for(lua_State *L, struct lworker *w)
     return c;
 }
 
-int seda__lw_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
+int seda__l_suspend_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
                   lua_KFunction k)
 {
-    struct lworker *w = seda__lw_worker(L);
+    struct lworker *w = seda__l_worker_of(L);
     struct lcall *c = lua_isyieldable(L) ? call_for(L, w) : NULL;
     if (!c) {
         wait_blocking(wt);
@@ -330,7 +330,7 @@ static void call_free(struct lworker *w, struct lcall *c, bool reset)
     lua_State *L = w->L;
     lua_rawgeti(L, LUA_REGISTRYINDEX, c->co_ref);
     lua_pop(L, 1);
-    seda__lw_co_give(w, c->co, reset);  /* anchored anew in the pool */
+    seda__l_suspend_co_give(w, c->co, reset);  /* anchored anew in the pool */
     luaL_unref(L, LUA_REGISTRYINDEX, c->co_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, c->uv_ref);
     free(c);
@@ -346,11 +346,11 @@ static void call_resume(struct lworker *w, struct lcall *c)
     view_restore(w, c);
     w->cur = c;
     w->bls = c->ls;
-    w->bws = seda__lw_wstage(w, c->ls);
+    w->bws = seda__l_worker_wstage(w, c->ls);
     w->bindex = c->bindex;
     seda_pending_enter(c->p);
     if (w->timeout > 0)
-        seda__lw_timeout_hook(c->co);
+        seda__l_batch_timeout_hook(c->co);
     int nres;
     int rc = lua_resume(c->co, L, 0, &nres);
     bool reset = false;
@@ -369,7 +369,7 @@ static void call_resume(struct lworker *w, struct lcall *c)
             lua_pushliteral(L, "handler error: a handler yielded outside a "
                                "coroutine of its own");
         else
-            seda__lw_co_error(L, c->co);
+            seda__l_suspend_co_error(L, c->co);
         char buf[2048];
         snprintf(buf, sizeof buf, "%s%s", rc == LUA_YIELD ? "" :
                  "handler error: ", lua_tostring(L, -1));
@@ -396,9 +396,9 @@ static void call_resume(struct lworker *w, struct lcall *c)
     seda_pending_settle(p, ok);
 }
 
-double seda__lw_wait_budget(lua_State *L)
+double seda__l_suspend_budget(lua_State *L)
 {
-    struct lworker *w = seda__lw_worker(L);
+    struct lworker *w = seda__l_worker_of(L);
     if (!w || !(w->timeout > 0) || !w->le->env)
         return -1;
     struct timespec ts;
@@ -426,7 +426,7 @@ static struct lcall *mail_take(struct lworker *w)
     return r;
 }
 
-void seda__lw_mail(int index, void *data, void *ud)
+void seda__l_suspend_mail(int index, void *data, void *ud)
 {
     (void)index;
     (void)ud;
@@ -441,14 +441,14 @@ void seda__lw_mail(int index, void *data, void *ud)
     }
 }
 
-void seda__lw_calls_init(struct lworker *w)
+void seda__l_suspend_init(struct lworker *w)
 {
     pthread_mutex_init(&w->mail_mu, NULL);
     pthread_cond_init(&w->mail_cv, NULL);
     w->self = seda_worker_self();
 }
 
-void seda__lw_calls_end(struct lworker *w)
+void seda__l_suspend_end(struct lworker *w)
 {
     if (w->nsusp == 0)
         return;
@@ -459,7 +459,7 @@ void seda__lw_calls_end(struct lworker *w)
             while (!w->mail)
                 pthread_cond_wait(&w->mail_cv, &w->mail_mu);
             pthread_mutex_unlock(&w->mail_mu);
-            seda__lw_mail(w->index, w, NULL);
+            seda__l_suspend_mail(w->index, w, NULL);
         }
         return;
     }
@@ -483,7 +483,7 @@ void seda__lw_calls_end(struct lworker *w)
     }
 }
 
-void seda__lw_calls_free(struct lworker *w)
+void seda__l_suspend_free(struct lworker *w)
 {
     free(w->co_free);
     w->co_free = NULL;

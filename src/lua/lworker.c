@@ -5,7 +5,7 @@
  * the handlers is lbatch.c's; the envelope they see, lenv.c's.
  *
  * DESIGN
- *   The bus is created with seda__lw_start/stop as its worker hooks, so
+ *   The bus is created with seda__l_worker_start/stop as its worker hooks, so
  *   every pool thread builds its own state (standard libraries, the
  *   worker-side `seda` global, the script's package.path) before it takes
  *   work, and closes it as it exits.  A state is only ever touched by its
@@ -124,8 +124,8 @@ static __attribute__((noinline)) void *l_alloc_slow(struct lworker *w,
 
 /* The state's lua_Alloc.  A new small block from its class's list and a
  * small block freed onto it are the cases that matter (a payload string,
- * a decoded table, per envelope): inline, with nothing to save, they
- * cost about 15 instructions instead of 60. */
+ * a decoded table, per envelope): they are inline, with nothing to save
+ * and no call into the general allocator. */
 static void *l_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 {
     struct lworker *w = ud;
@@ -196,13 +196,13 @@ static int w_publish(lua_State *L)
 static int w_receive(lua_State *L)
 {
     struct lworker *w = worker_of(L);
-    return seda__l_receive(L, w->lb, 1, &w->wb, 0);
+    return seda__l_pull_receive(L, w->lb, 1, &w->wb, 0);
 }
 
 static int w_stats(lua_State *L)
 {
     struct lworker *w = worker_of(L);
-    return seda__l_push_stats(L, w->lb, luaL_optstring(L, 1, NULL));
+    return seda__l_stats_push(L, w->lb, luaL_optstring(L, 1, NULL));
 }
 
 /* seda.timer / seda.every in a handler: timers belong to the main
@@ -219,7 +219,7 @@ static int w_now(lua_State *L)
     return 1;
 }
 
-int seda__l_msghandler(lua_State *L)
+int seda__l_worker_msghandler(lua_State *L)
 {
     const char *msg = lua_tostring(L, 1);
     if (msg == NULL) {
@@ -249,7 +249,7 @@ static const char g_base_modules;
  * userdata): what tells a worker's state from the main state. */
 static const char g_worker_key;
 
-struct lworker *seda__lw_worker(lua_State *L)
+struct lworker *seda__l_worker_of(lua_State *L)
 {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &g_worker_key);
     struct lworker *w = lua_touserdata(L, -1);
@@ -299,7 +299,7 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "every");
     lua_pushinteger(L, w->index);
     lua_setfield(L, -2, "worker");
-    seda__l_push_shared(L);
+    seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
     lua_pushvalue(L, -1);
     lua_setglobal(L, "seda");
@@ -322,15 +322,15 @@ static int setup(lua_State *L)
     lua_pushlightuserdata(L, w);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &g_worker_key);
 
-    lua_pushcfunction(L, seda__l_msghandler);      /* SLOT_MSGH */
+    lua_pushcfunction(L, seda__l_worker_msghandler);  /* SLOT_MSGH */
     struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
     memset(le, 0, sizeof *le);
     worker_of(L)->le = le;
 
     /* The envelope metatable, for every light userdata (see lenv.c). */
-    seda__lw_env_metatable(L);
-    seda__lw_env_keys(L, w);
-    seda__lw_push_trampoline(L);                    /* SLOT_TRAMP */
+    seda__l_env_metatable(L);
+    seda__l_env_keys(L, w);
+    seda__l_batch_push_trampoline(L);               /* SLOT_TRAMP */
     return 3;
 }
 
@@ -349,7 +349,7 @@ static struct lworker *worker_alloc(struct lbus *lb, int index)
         free(w);
         return NULL;
     }
-    seda__lw_calls_init(w);
+    seda__l_suspend_init(w);
     *(struct lworker **)lua_getextraspace(w->L) = w;
     return w;
 }
@@ -386,7 +386,7 @@ static void worker_unregister(struct lbus *lb, struct lworker *w)
     pthread_mutex_unlock(&lb->mu);
 }
 
-int seda__lw_memory(struct lbus *lb, size_t *bytes, int *index, int max)
+int seda__l_worker_memory(struct lbus *lb, size_t *bytes, int *index, int max)
 {
     int n = 0;
     pthread_mutex_lock(&lb->mu);
@@ -426,7 +426,7 @@ static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
         fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
                 index, lua_tostring(w->L, -1));
         lua_close(w->L);
-        seda__lw_calls_free(w);
+        seda__l_suspend_free(w);
         small_free_all(w);
         free(w);
         return NULL;
@@ -456,10 +456,10 @@ static void worker_free(struct lworker *w)
         return;
     if (w->registered)
         worker_unregister(w->lb, w);
-    seda__lw_calls_end(w);
+    seda__l_suspend_end(w);
     lua_close(w->L);
-    seda__lw_calls_free(w);
-    seda__wbuf_free(&w->wb);            /* through l_alloc: before below */
+    seda__l_suspend_free(w);
+    seda__codec_wbuf_free(&w->wb);      /* through l_alloc: before below */
     small_free_all(w);
     for (int i = 0; i < w->nws; i++)
         free(w->ws[i].ref);
@@ -467,7 +467,7 @@ static void worker_free(struct lworker *w)
     free(w);
 }
 
-lua_State *seda__lw_newstate(void)
+lua_State *seda__l_worker_newstate(void)
 {
     struct lworker *w = worker_alloc(NULL, -1);
     if (!w)
@@ -476,18 +476,18 @@ lua_State *seda__lw_newstate(void)
     return w->L;
 }
 
-void seda__lw_closestate(lua_State *L)
+void seda__l_worker_closestate(lua_State *L)
 {
     if (L)
         worker_free(worker_of(L));
 }
 
-void *seda__lw_start(int index, void *ud)
+void *seda__l_worker_start(int index, void *ud)
 {
     return worker_new(ud, index, false);
 }
 
-void seda__lw_stop(int index, void *data, void *ud)
+void seda__l_worker_stop(int index, void *data, void *ud)
 {
     (void)index;
     (void)ud;
@@ -590,7 +590,7 @@ static struct lsrc *snapshot_src(struct lstage *ls, uint64_t *gen)
     return c;
 }
 
-struct wstage *seda__lw_wstage(struct lworker *w, struct lstage *ls)
+struct wstage *seda__l_worker_wstage(struct lworker *w, struct lstage *ls)
 {
     if (ls->index >= w->nws) {
         int n = ls->index + 8;
@@ -632,7 +632,8 @@ static void forget_modules(lua_State *L)
 
 /* Bring c up to the stage's current code.  On failure the old handlers
  * (if any) stay and the error is reported once. */
-void seda__lw_refresh(struct lworker *w, struct lstage *ls, struct wstage *c)
+void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
+                            struct wstage *c)
 {
     lua_State *L = w->L;
     int top = lua_gettop(L);
@@ -694,8 +695,8 @@ static int validate_as(struct lbus *lb, const struct lsrc *src, int index,
     return rc;
 }
 
-int seda__lw_validate_admit(struct lbus *lb, const struct lsrc *src,
-                            char *err, size_t errlen)
+int seda__l_worker_validate_admit(struct lbus *lb, const struct lsrc *src,
+                                  char *err, size_t errlen)
 {
     struct lworker *w = worker_new(lb, -1, true);
     if (!w) {
@@ -709,8 +710,8 @@ int seda__lw_validate_admit(struct lbus *lb, const struct lsrc *src,
     return rc;
 }
 
-int seda__lw_validate(struct lbus *lb, const struct lsrc *src, char *err,
-                      size_t errlen)
+int seda__l_worker_validate(struct lbus *lb, const struct lsrc *src, char *err,
+                            size_t errlen)
 {
     /* Every index a worker state may have: the workers', and a loan
      * thread's (they differ only by their slot, from SEDA_LOAN_INDEX0). */

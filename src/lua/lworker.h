@@ -73,7 +73,7 @@ struct lworker {
                                    NULL for a loan's or a scratch state */
     lua_State *bco;             /* the coroutine running the batch now */
     struct lcall *cur;          /* the suspended call running again now */
-    struct lcall *yielded;      /* set by seda__lw_wait as it yields */
+    struct lcall *yielded;      /* set by seda__l_suspend_wait as it yields */
     struct lcall *susp;         /* every suspended call of this state */
     int nsusp;                  /* how many */
     int *co_free;               /* registry refs of idle coroutines */
@@ -89,9 +89,9 @@ struct lworker {
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
 
-/* One wait of a handler call (seda__lw_wait): made by the waiting C
+/* One wait of a handler call (seda__l_suspend_wait): made by the waiting C
  * function as a userdata on the call's stack (so it lives as long as the
- * wait), handed to whatever ends the wait, which calls seda__lw_wake once.
+ * wait), handed to whatever ends the wait, which calls seda__l_suspend_wake once.
  * Locking: mu guards done and call. */
 struct lwait {
     pthread_mutex_t mu;
@@ -123,27 +123,27 @@ static inline struct lworker *worker_of(lua_State *L)
 /* Install the envelope metatable on light userdata (the state's SLOT_ENV
  * lenv at stack index 2 is captured by its methods).  Runs in setup,
  * under lua_pcall. */
-SEDA__API void seda__lw_env_metatable(lua_State *L);
+SEDA__API void seda__l_env_metatable(lua_State *L);
 
 /* Intern the envelope's field names into w (runs in setup, under
  * lua_pcall). */
-SEDA__API void seda__lw_env_keys(lua_State *L, struct lworker *w);
+SEDA__API void seda__l_env_keys(lua_State *L, struct lworker *w);
 
 /* After an acking handler: copy its view of the envelope (w->le, whose
  * userdata is at le_idx) back into it when something changed and someone
  * will see it (the next hop, a completion callback, another pub/sub
  * consumer: nhandlers > 1).  Returns 0, or -1 with err (bad headers, a
  * payload that cannot be encoded).  Raises only a memory error. */
-SEDA__API int seda__lw_env_finish(lua_State *L, struct lworker *w,
-                                  int le_idx, int nhandlers, char *err,
-                                  size_t errlen);
+SEDA__API int seda__l_env_finish(lua_State *L, struct lworker *w,
+                                 int le_idx, int nhandlers, char *err,
+                                 size_t errlen);
 
 /* The worker's view of stage ls (NULL when out of memory), and bringing
  * it up to the stage's current code (lworker.c). */
-SEDA__API struct wstage *seda__lw_wstage(struct lworker *w,
-                                         struct lstage *ls);
-SEDA__API void seda__lw_refresh(struct lworker *w, struct lstage *ls,
-                                struct wstage *c);
+SEDA__API struct wstage *seda__l_worker_wstage(struct lworker *w,
+                                               struct lstage *ls);
+SEDA__API void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
+                                      struct wstage *c);
 
 /* ---- suspended calls (lsuspend.c) ---- */
 
@@ -176,52 +176,52 @@ struct lcall {
 
 /* Make a wait on L's stack (a userdata with a __gc that ends it) and
  * return it.  Raises on memory errors. */
-SEDA__API struct lwait *seda__lw_wait_new(lua_State *L);
+SEDA__API struct lwait *seda__l_suspend_wait_new(lua_State *L);
 
-/* Wait for wt to end (seda__lw_wake), then continue with k(L, status,
+/* Wait for wt to end (seda__l_suspend_wake), then continue with k(L, status,
  * ctx) and return what it returns.  In a handler call on a worker that
  * can suspend it, the call is suspended: its worker goes on with other
  * envelopes, and the call resumes on this state when the wait ends.
  * Elsewhere (the main state, a loan's state, a stage with several
  * handlers, a durable stage, inside a coroutine of the handler's own)
  * the thread blocks, with a loan when it is a pool worker. */
-SEDA__API int seda__lw_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
+SEDA__API int seda__l_suspend_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
                             lua_KFunction k);
 
 /* Seconds left before the running handler call's handler_timeout (a
  * wait should end by then), or -1 when it has none or L runs no handler
  * call. */
-SEDA__API double seda__lw_wait_budget(lua_State *L);
+SEDA__API double seda__l_suspend_budget(lua_State *L);
 
 /* The worker state L belongs to (any of its coroutines), or NULL for a
  * state that is not a worker's (the main state). */
-SEDA__API struct lworker *seda__lw_worker(lua_State *L);
+SEDA__API struct lworker *seda__l_worker_of(lua_State *L);
 
 /* Arm the handler_timeout hook on coroutine co (lbatch.c). */
-SEDA__API void seda__lw_timeout_hook(lua_State *co);
+SEDA__API void seda__l_batch_timeout_hook(lua_State *co);
 
 /* End wt's wait: resume its call or wake its waiter.  Any thread, once
  * per wait. */
-SEDA__API void seda__lw_wake(struct lwait *wt);
+SEDA__API void seda__l_suspend_wake(struct lwait *wt);
 
 /* The worker hooks of suspended calls: run the calls whose wait ended
  * (the bus's worker_mail hook), and end the state's calls as its worker
  * stops (finished when the bus still runs -- a pool that shrinks --,
  * cancelled and dropped when the bus stops). */
-SEDA__API void seda__lw_calls_end(struct lworker *w);
-SEDA__API void seda__lw_calls_init(struct lworker *w);
-SEDA__API void seda__lw_calls_free(struct lworker *w);
+SEDA__API void seda__l_suspend_end(struct lworker *w);
+SEDA__API void seda__l_suspend_init(struct lworker *w);
+SEDA__API void seda__l_suspend_free(struct lworker *w);
 
 /* A coroutine to run a batch or a call in (reused), and giving it back
  * (reset when it ended in an error).  NULL when out of memory. */
-SEDA__API lua_State *seda__lw_co_take(struct lworker *w);
-SEDA__API void seda__lw_co_give(struct lworker *w, lua_State *co, bool reset);
+SEDA__API lua_State *seda__l_suspend_co_take(struct lworker *w);
+SEDA__API void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool reset);
 
 /* The message of an error that ended coroutine co, with its traceback,
  * pushed on L. */
-SEDA__API void seda__lw_co_error(lua_State *L, lua_State *co);
+SEDA__API void seda__l_suspend_co_error(lua_State *L, lua_State *co);
 
 /* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
-SEDA__API void seda__lw_push_trampoline(lua_State *L);
+SEDA__API void seda__l_batch_push_trampoline(lua_State *L);
 
 #endif /* SEDA_LWORKER_H */

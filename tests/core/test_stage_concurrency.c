@@ -228,9 +228,9 @@ static void c7_round(int policy, int capacity, int per_producer,
 }
 
 /* The lock-free publish path vs a drain task giving its permit back (see
- * "HOW IT WORKS" in src/core/inbox.c): publish one envelope at a time after a
- * pause around the drain task's linger time (20 us), so publishes keep
- * landing while the task decides to stop.  A lost hand-off leaves an
+ * "HOW IT WORKS" in src/core/inbox.c): publish one envelope at a time
+ * after a pause around the drain task's linger time (20 us), so
+ * publishes keep landing while the task decides to stop.  A lost hand-off leaves an
  * envelope queued with no task: the wait for its delivery then fails by
  * deadline.  Two publishers race as well in the second half. */
 static tu_counter race_seen;

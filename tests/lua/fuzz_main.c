@@ -215,7 +215,7 @@ static int make_seeds(lua_State *L, struct seed *seeds)
         memcpy(seeds[n].p, b.p, b.len);
         seeds[n++].len = b.len;
     }
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     return n;
 }
 
@@ -393,7 +393,7 @@ int main(int argc, char **argv)
            now_s() - t0, (unsigned long long)seed);
     for (int i = 0; i < nseeds; i++)
         free(seeds[i].p);
-    seda__wbuf_free(&fresh);
+    seda__codec_wbuf_free(&fresh);
     lua_close(L);
     return 0;
 }

@@ -153,14 +153,14 @@ static int l_enc(lua_State *L)
     char err[1024];
     lua_settop(L, 1);
     if (seda__codec_encode(L, 1, &b, "payload", err, sizeof err) != 0) {
-        seda__wbuf_free(&b);
+        seda__codec_wbuf_free(&b);
         lua_pushnil(L);
         lua_pushstring(L, err);
         return 2;
     }
     luaL_checkstack(L, 1, NULL);
     lua_pushlstring(L, (const char *)b.p, b.len);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     return 1;
 }
 
@@ -185,15 +185,15 @@ static int l_rt(lua_State *L)
     char err[256];
     lua_settop(L, 1);
     if (seda__codec_encode(L, 1, &b, "payload", err, sizeof err) != 0) {
-        seda__wbuf_free(&b);
+        seda__codec_wbuf_free(&b);
         return luaL_error(L, "encode: %s", err);
     }
     if (lua_gettop(L) != 1) {
-        seda__wbuf_free(&b);
+        seda__codec_wbuf_free(&b);
         return luaL_error(L, "encode left the stack unbalanced");
     }
     int rc = seda__codec_decode(L, b.p, b.len, err, sizeof err);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     if (rc != 0)
         return luaL_error(L, "decode: %s", err);
     if (lua_gettop(L) != 2)
@@ -262,7 +262,7 @@ static void expect_error(lua_State *L, const char *expr, const char *root,
     assert_int_equal(b.len, 0);
     assert_string_equal(err, want);
     lua_settop(L, 0);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
 }
 
 /* Encodes the value of expr into b (which the caller frees). */
@@ -645,7 +645,7 @@ static void test_codec_error_message_truncated(void **state)
     assert_string_equal(err, "payload");
     assert_int_equal(seda__codec_encode(L, 1, &b, "payload", NULL, 0), -1);
     lua_settop(L, 0);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
 }
 
 static void test_codec_encode_failure_leaves_buffer_and_stack(void **state)
@@ -680,11 +680,11 @@ static void test_codec_encode_failure_leaves_buffer_and_stack(void **state)
     assert_int_equal(lua_gettop(L), 2);
     assert_int_equal(lua_tointeger(L, 2), 7);
     lua_settop(L, 0);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     assert_null(b.p);
     assert_int_equal(b.cap, 0);
-    seda__wbuf_free(&b);
-    seda__wbuf_free(NULL);
+    seda__codec_wbuf_free(&b);
+    seda__codec_wbuf_free(NULL);
 }
 
 static void test_codec_encode_out_of_memory(void **state)
@@ -744,7 +744,7 @@ static void test_codec_every_truncation_rejected(void **state)
         lua_settop(L, 0);
     }
     assert_int_equal(seda__codec_decode(L, NULL, 0, err, sizeof err), -1);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
 }
 
 static void test_codec_trailing_bytes_rejected(void **state)
@@ -762,7 +762,7 @@ static void test_codec_trailing_bytes_rejected(void **state)
     assert_int_equal(seda__codec_decode(L, b.p, b.len, err, sizeof err), -1);
     assert_non_null(strstr(err, "trailing bytes"));
     assert_int_equal(lua_gettop(L), 0);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
 }
 
 static void test_codec_bit_flips_never_crash(void **state)
@@ -790,8 +790,8 @@ static void test_codec_bit_flips_never_crash(void **state)
         }
         free(m);
     }
-    seda__wbuf_free(&b);
-    seda__wbuf_free(&again);
+    seda__codec_wbuf_free(&b);
+    seda__codec_wbuf_free(&again);
 }
 
 static uint64_t xorshift(uint64_t *s)

@@ -203,7 +203,7 @@ static void expect(lua_State *L, const struct seda_schema *s,
     rc = seda__schema_check_value(s, L, -1, err, sizeof err);
     verdict("check_value(decoded)", expr, rc, err, want);
 
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     lua_settop(L, top);
 }
 
@@ -631,7 +631,7 @@ static void test_schema_truncated_encodings_are_malformed(void **state)
         free(more);
     }
     expect_bytes(s, NULL, 0, MALFORMED);
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     seda__schema_free(s);
     seda__schema_free(any);
 }
@@ -720,7 +720,7 @@ static void test_schema_random_bytes_agree_with_decoder(void **state)
             cross_check(L, ss, nss, buf, n);
         }
     }
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     for (size_t i = 0; i < nss; i++)
         seda__schema_free(ss[i]);
 }
@@ -859,8 +859,8 @@ static void test_schema_checkers_do_not_allocate(void **state)
     assert_string_equal(err, "type: payload[1.25]: unexpected field (strict)");
 
     lua_pop(L, 2);
-    seda__wbuf_free(&ok);
-    seda__wbuf_free(&bad);
+    seda__codec_wbuf_free(&ok);
+    seda__codec_wbuf_free(&bad);
     seda__schema_free(s);
 #endif
 }
@@ -896,7 +896,7 @@ static void test_schema_messages_truncate_safely(void **state)
     assert_null(seda__schema_compile(L, 1, false, NULL, 0));
     assert_int_equal(seda__schema_check_value(s, L, 1, err, sizeof err), -1);
     assert_string_equal(err, "type: payload: expected table, got nil");
-    seda__wbuf_free(&b);
+    seda__codec_wbuf_free(&b);
     seda__schema_free(s);
     seda__schema_free(NULL);
 }
