@@ -120,14 +120,14 @@ static bool subject_ok(const char *s)
     return true;
 }
 
-int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
-                          const seda_remote_opts *ro, seda_stage_t **out,
-                          char *err, size_t errlen)
+/* Check a remote stage's options and name its consumer and subject (into
+ * the caller's buffers): 0, or a code with err written (naming the stage
+ * and field).  Reads the bus's registry; no lock held. */
+static int check_opts(seda_bus_t *bus, const seda_stage_opts *so,
+                      const seda_remote_opts *ro, const char *name,
+                      char consumer[SEDA_NAME_MAX + 8], char subject[200],
+                      char *err, size_t errlen)
 {
-    const char *name = so && so->name ? so->name : "?";
-    struct rstage *rs = NULL;
-    struct rconn *conn = NULL;
-    struct seda_stage_s *st = NULL;
     int rc = 0;
     if (!so || !ro)
         FAIL(SEDA_EINVAL, "options are required");
@@ -149,26 +149,24 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if (!js_name(stream))
         FAIL(SEDA_EINVAL, "stream must be 1-%d characters of "
              "[A-Za-z0-9_-] (got '%s')", SEDA_NAME_MAX, stream);
-    char consumer[SEDA_NAME_MAX + 8];
     if (ro->consumer) {
         if (!js_name(ro->consumer))
             FAIL(SEDA_EINVAL, "consumer must be 1-%d characters of "
                  "[A-Za-z0-9_-] (got '%s')", SEDA_NAME_MAX, ro->consumer);
-        snprintf(consumer, sizeof consumer, "%s", ro->consumer);
+        snprintf(consumer, SEDA_NAME_MAX + 8, "%s", ro->consumer);
     } else {
         char derived[SEDA_NAME_MAX + 1];
         seda__rsetup_name(name, derived);
-        snprintf(consumer, sizeof consumer, "seda_%.*s", SEDA_NAME_MAX - 5,
+        snprintf(consumer, SEDA_NAME_MAX + 8, "seda_%.*s", SEDA_NAME_MAX - 5,
                  derived);
     }
-    char subject[200];
     if (ro->subject) {
         if (!subject_ok(ro->subject))
             FAIL(SEDA_EINVAL, "subject must be a NATS subject without "
                  "wildcards or blanks (got '%.60s')", ro->subject);
-        snprintf(subject, sizeof subject, "%s", ro->subject);
+        snprintf(subject, 200, "%s", ro->subject);
     } else {
-        snprintf(subject, sizeof subject, "seda.%s.%s", stream, name);
+        snprintf(subject, 200, "seda.%s.%s", stream, name);
     }
     if (!(ro->ack_wait >= 0) || !(ro->connect_timeout >= 0) ||
         !(ro->dedup_window >= 0) || ro->max_ack_pending < 0)
@@ -179,6 +177,25 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if (seda_bus_closed(bus))
         FAIL(SEDA_ECLOSED, "the bus is closed");
 
+    return 0;
+fail:
+    return rc;
+}
+
+int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
+                          const seda_remote_opts *ro, seda_stage_t **out,
+                          char *err, size_t errlen)
+{
+    const char *name = so && so->name ? so->name : "?";
+    struct rstage *rs = NULL;
+    struct rconn *conn = NULL;
+    struct seda_stage_s *st = NULL;
+    int rc = 0;
+    char consumer[SEDA_NAME_MAX + 8], subject[200];
+    rc = check_opts(bus, so, ro, name, consumer, subject, err, errlen);
+    if (rc)
+        goto fail;
+    const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
     if ((rc = seda__rconn_get(bus, ro->url, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
