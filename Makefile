@@ -261,7 +261,10 @@ SEDA_VERSION := $(shell sed -n 's/^\#define SEDA_VERSION "\(.*\)"/\1/p' include/
 # seda.pc, relocatable (its prefix is found from where the file is, so a
 # DESTDIR-staged tree works as installed): both libraries are static, so
 # what they need from other libraries is in Requires.private /
-# Libs.private:  cc prog.c $$(pkg-config --cflags --libs --static seda)
+# Libs.private:  cc prog.c $$(pkg-config --cflags --libs --static seda).
+# libcurl is named by -lcurl, not required by name: `--static` would
+# pull in the private libraries of libcurl's own static build (nghttp2,
+# ssh2, ldap...), which Debian's libcurl4-openssl-dev does not install.
 $(B)/seda.pc: include/seda.h Makefile
 	@mkdir -p $(@D)
 	@{ echo 'prefix=$${pcfiledir}/../..'; \
@@ -269,13 +272,13 @@ $(B)/seda.pc: include/seda.h Makefile
 	   echo 'includedir=$${prefix}/include'; \
 	   echo; \
 	   echo "Name: seda"; \
-	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
+	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
 	   echo "Version: $(SEDA_VERSION)"; \
 	   echo "Requires: $(LUA_PC)"; \
-	   echo "Requires.private: sqlite3 $(NATS_PC) libcurl"; \
+	   echo "Requires.private: sqlite3 $(NATS_PC)"; \
 	   echo 'Cflags: -I$${includedir} -pthread'; \
 	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lsedaio -lseda'; \
-	   echo "Libs.private: -pthread -lm"; } >$@.tmp
+	   echo "Libs.private: -pthread -lm -lcurl"; } >$@.tmp
 	@mv $@.tmp $@
 
 install: all $(B)/seda.pc

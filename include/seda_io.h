@@ -28,8 +28,10 @@
  *   SEDA_IO_CANCELLED; if it completed first, the callback reports what
  *   happened and the cancel does nothing.
  *
- * A failed submission (a negative errno returned) has no effect: no op, no
- * callback.
+ * A submission that succeeds sets *opp before the callback can run (the
+ * callback may run before the submission returns).  A failed submission
+ * (a negative errno returned) has no effect: no op, no callback, *opp
+ * untouched.
  */
 #ifndef SEDA_IO_H
 #define SEDA_IO_H

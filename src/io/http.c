@@ -29,6 +29,7 @@
 #include <ctype.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -493,16 +494,14 @@ int seda_io_http_request(seda_io_loop_t *loop,
         return -ENOMEM;
     }
     double t = req->timeout;
-    r->timeout_ms = t > 0 ? (t * 1000 < 1 ? 1 : (long)(t > 1e8 ? 1e11 : t * 1000)) : 0;
+    if (t > 0)                  /* at least 1 ms; about 3 years at most */
+        r->timeout_ms = t >= 1e8 ? (long)1e11 : (long)ceil(t * 1000);
     r->max_size = req->max_size ? req->max_size : SEDA_IO_HTTP_MAX_SIZE_DEFAULT;
     r->follow = req->follow;
-    int rc = seda__io_submit(loop, &r->op, &http_kind, cb, ud);
-    if (rc != 0) {
+    int rc = seda__io_submit(loop, &r->op, &http_kind, cb, ud, opp);
+    if (rc != 0)
         http_destroy(&r->op);
-        return rc;
-    }
-    *opp = &r->op;
-    return 0;
+    return rc;
 }
 
 /* ---- accessors ---- */

@@ -94,12 +94,12 @@ struct seda_io_op_s {
 
 /* ---- loop.c ---- */
 
-/* Initialise OP's head and post its start; the op then holds two
- * references (owner, loop).  0, or -ECANCELED (the loop is stopping: OP is
- * untouched and the caller frees it).  Any thread. */
+/* Initialise OP's head, set *OPP and post its start; the op then holds
+ * two references (owner, loop).  0, or -ECANCELED (the loop is stopping:
+ * nothing posted, *OPP untouched, the caller frees OP).  Any thread. */
 SEDA__API int seda__io_submit(seda_io_loop_t *loop, seda_io_op_t *op,
                               const struct seda__io_kind *kind,
-                              seda_io_cb cb, void *ud);
+                              seda_io_cb cb, void *ud, seda_io_op_t **opp);
 
 /* Complete OP with STATUS and a printf-style message (NULL: none): set the
  * results final, run the callback, drop the loop's reference.  Loop thread

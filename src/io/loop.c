@@ -31,6 +31,7 @@
  *   and curl, runs the queue again and exits; the freeing thread joins it
  *   and runs what was posted meanwhile (closes from other threads).
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -116,25 +117,37 @@ const char *seda_io_strerror(int code)
 
 /* ---- the task queue ---- */
 
-void seda__io_post(seda_io_loop_t *loop, struct seda__io_task *t)
+/* Append T to the queue; whether it was empty.  mu held. */
+static bool enqueue_locked(seda_io_loop_t *loop, struct seda__io_task *t)
 {
     t->next = NULL;
-    pthread_mutex_lock(&loop->mu);
     bool was_empty = loop->qhead == NULL;
     if (loop->qtail)
         loop->qtail->next = t;
     else
         loop->qhead = t;
     loop->qtail = t;
+    return was_empty;
+}
+
+/* Wake the loop after a post to an empty queue.  The queue was empty, so
+ * the loop has taken (or will take) everything before; it reads the
+ * eventfd before taking the queue, so this write is seen by a later turn
+ * at worst. */
+static void wake(seda_io_loop_t *loop)
+{
+    uint64_t one = 1;
+    ssize_t w = write(loop->efd, &one, sizeof one);
+    (void)w;                    /* EAGAIN: the counter is already set */
+}
+
+void seda__io_post(seda_io_loop_t *loop, struct seda__io_task *t)
+{
+    pthread_mutex_lock(&loop->mu);
+    bool was_empty = enqueue_locked(loop, t);
     pthread_mutex_unlock(&loop->mu);
-    if (was_empty) {
-        /* The queue was empty, so the loop has taken (or will take) all
-         * before; it reads the eventfd before taking the queue, so this
-         * write is seen by a later turn at worst. */
-        uint64_t one = 1;
-        ssize_t w = write(loop->efd, &one, sizeof one);
-        (void)w;                /* EAGAIN: the counter is already set */
-    }
+    if (was_empty)
+        wake(loop);
 }
 
 /* Run everything posted so far (loop thread, or the freeing thread after
@@ -207,7 +220,8 @@ static void run_cancel(seda_io_loop_t *loop, struct seda__io_task *t)
 }
 
 int seda__io_submit(seda_io_loop_t *loop, seda_io_op_t *op,
-                    const struct seda__io_kind *kind, seda_io_cb cb, void *ud)
+                    const struct seda__io_kind *kind, seda_io_cb cb, void *ud,
+                    seda_io_op_t **opp)
 {
     op->kind = kind;
     op->loop = loop;
@@ -222,15 +236,19 @@ int seda__io_submit(seda_io_loop_t *loop, seda_io_op_t *op,
     op->anext = op->aprev = NULL;
     op->start_task.run = run_start;
     op->cancel_task.run = run_cancel;
+    /* Checked and queued under one lock: once seda_io_loop_free has set
+     * `stopping`, no submission gets in, and every one that got in is
+     * started (then cancelled) by the thread before it exits. */
     pthread_mutex_lock(&loop->mu);
     if (loop->stopping) {
         pthread_mutex_unlock(&loop->mu);
         return -ECANCELED;
     }
+    *opp = op;                  /* before the callback can run */
+    bool was_empty = enqueue_locked(loop, &op->start_task);
     pthread_mutex_unlock(&loop->mu);
-    /* A loop that starts stopping now still runs this start: the thread
-     * runs the queue dry before it cancels the active ops. */
-    seda__io_post(loop, &op->start_task);
+    if (was_empty)
+        wake(loop);
     return 0;
 }
 
@@ -459,12 +477,11 @@ void seda_io_loop_free(seda_io_loop_t *loop)
 {
     if (!loop)
         return;
+    assert(!seda_io_loop_is_current(loop));     /* would join itself */
     pthread_mutex_lock(&loop->mu);
     loop->stopping = true;
     pthread_mutex_unlock(&loop->mu);
-    uint64_t one = 1;
-    ssize_t w = write(loop->efd, &one, sizeof one);
-    (void)w;
+    wake(loop);
     pthread_join(loop->thread, NULL);
     /* Closes posted by other threads after the thread's last look. */
     current_loop = loop;

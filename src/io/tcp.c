@@ -537,14 +537,12 @@ static struct tcp_op *op_new(seda_io_tcp_t *s, enum what what, double timeout)
 static int submit(seda_io_tcp_t *s, struct tcp_op *r, seda_io_cb cb, void *ud,
                   seda_io_op_t **opp)
 {
-    int rc = seda__io_submit(s->loop, &r->op, &tcp_kind, cb, ud);
+    int rc = seda__io_submit(s->loop, &r->op, &tcp_kind, cb, ud, opp);
     if (rc != 0) {
         tcp_destroy(&r->op);
         atomic_store_explicit(&s->busy, false, memory_order_release);
-        return rc;
     }
-    *opp = &r->op;
-    return 0;
+    return rc;
 }
 
 int seda_io_tcp_connect(seda_io_tcp_t *s, const char *host, int port,

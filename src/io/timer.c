@@ -201,11 +201,8 @@ int seda_io_sleep(seda_io_loop_t *loop, double seconds, seda_io_cb cb,
         return -ENOMEM;
     s->due = seda__io_now() + (seconds > 0 ? (uint64_t)(seconds * 1e9) : 0);
     seda__io_timer_init(&s->timer, sleep_fire);
-    int rc = seda__io_submit(loop, &s->op, &sleep_kind, cb, ud);
-    if (rc != 0) {
+    int rc = seda__io_submit(loop, &s->op, &sleep_kind, cb, ud, opp);
+    if (rc != 0)
         free(s);
-        return rc;
-    }
-    *opp = &s->op;
-    return 0;
+    return rc;
 }
