@@ -3,7 +3,8 @@
  * test_http.c -- seda_io_http_request against a tiny HTTP/1.1 server of
  * the test's own (a thread per connection on 127.0.0.1, a free port):
  * GET and POST with headers and body echoed, response headers lower-cased
- * and joined, a timeout, a refused port, responses over max_size (by
+ * and joined, a timeout, a refused port, a connection closed without an
+ * answer, https to a plain server (tls), responses over max_size (by
  * Content-Length and chunked), keep-alive reuse (the server counts its
  * connections), 200 requests at once, cancel and loop free mid-request.
  */
@@ -95,6 +96,10 @@ static void respond(int fd, const char *method, const char *path,
                     const char *head, const char *body, size_t blen)
 {
     char val[256] = "";
+    if (strcmp(path, "/close") == 0) {
+        shutdown(fd, SHUT_RDWR);        /* no answer at all */
+        return;
+    }
     if (strcmp(path, "/hang") == 0) {
         /* Answer nothing; wait for the client to give up and close. */
         struct pollfd p = { .fd = fd, .events = POLLIN };
@@ -147,6 +152,12 @@ static void *conn_main(void *arg)
                 goto out;
             len += (size_t)n;
             buf[len] = '\0';
+            if (buf[0] == 0x16) {
+                /* A TLS ClientHello: answer in plain HTTP, as a server
+                 * that speaks no TLS would. */
+                write_fmt(c->fd, "HTTP/1.1 400 Bad Request\r\n\r\n");
+                goto out;
+            }
         }
         size_t hlen = (size_t)(end - buf) + 4;
         char cl[32] = "0";
@@ -410,6 +421,23 @@ static void test_http_refused(void **state)
     seda_io_op_free(op);
 }
 
+static void test_http_closed_and_tls(void **state)
+{
+    fixture_t *f = *state;
+    struct seda_io_http_req req = { .url = url(f, "/close"), .timeout = 5 };
+    seda_io_op_t *op = run(f, &req);
+    assert_int_equal(seda_io_op_status(op), SEDA_IO_CLOSED);
+    assert_true(strlen(seda_io_op_message(op)) > 0);
+    seda_io_op_free(op);
+    /* https to a server that speaks plain HTTP: the handshake fails. */
+    char u[64];
+    snprintf(u, sizeof u, "https://127.0.0.1:%d/", f->sv.port);
+    req.url = u;
+    op = run(f, &req);
+    assert_int_equal(seda_io_op_status(op), SEDA_IO_TLS);
+    seda_io_op_free(op);
+}
+
 static void test_http_too_large(void **state)
 {
     fixture_t *f = *state;
@@ -531,6 +559,7 @@ int main(void)
         T(test_http_post_with_body),
         T(test_http_timeout),
         T(test_http_refused),
+        T(test_http_closed_and_tls),
         T(test_http_too_large),
         T(test_http_keepalive_reuses_connection),
         T(test_http_many_concurrent),
