@@ -264,7 +264,8 @@ static void check_done(struct seda__io_http *h)
             seda__io_complete(&r->op, SEDA_IO_OK, NULL);
         } else {
             int st = map_error(r, rc);
-            const char *text = r->errbuf[0] ? r->errbuf : curl_easy_strerror(rc);
+            const char *text = r->errbuf[0] ? r->errbuf
+                                             : curl_easy_strerror(rc);
             if (st == SEDA_IO_TOO_LARGE)
                 seda__io_complete(&r->op, st, "response over %zu bytes",
                                   r->max_size);
@@ -313,7 +314,8 @@ static int add_header(struct http_op *r, const char *name, size_t nlen,
                       const char *val, size_t vlen)
 {
     for (size_t i = 0; i < r->nh; i++) {
-        if (strlen(r->hname[i]) == nlen && memcmp(r->hname[i], name, nlen) == 0) {
+        if (strlen(r->hname[i]) == nlen &&
+            memcmp(r->hname[i], name, nlen) == 0) {
             size_t old = strlen(r->hval[i]);
             char *v = realloc(r->hval[i], old + 2 + vlen + 1);
             if (!v)

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tcp.c -- TCP sockets for cosockets: connect, send and receive as ops of
- * the loop, with LuaSocket's receive patterns over a per-socket read
- * buffer.
+ * the loop (the receive patterns over the read buffer are tcp_recv.c's).
  *
  * DESIGN
  *   A socket (struct seda_io_tcp_s) is owned by one thread (its owner),
@@ -27,13 +26,6 @@
  *   op (if any) completes CANCELLED, the descriptor is closed and the
  *   socket's memory goes to the loop's graveyard (the watch is the
  *   socket's first member), freed after the current batch of events.
- *
- *   Receive patterns follow LuaSocket's buffer.c: a line ends at LF and
- *   every CR in it is dropped; "*a" reads to the peer's close and then
- *   succeeds if it read anything (else it is "closed"); n bytes are
- *   exactly n.  On an error or timeout what was
- *   taken toward the pattern is the op's data (LuaSocket's `partial`)
- *   and leaves the buffer.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,60 +40,14 @@
 #include <unistd.h>
 
 #include "io_int.h"
-
-#define READ_CHUNK 16384
-
-enum what { CONNECT, SEND, RECV };
-
-/*
- * Locking: see the DESIGN above.
- *   Immutable after seda_io_tcp_new: loop.
- *   Atomic: busy (acq_rel exchange by the owner at submission / release
- *   store by the loop thread before the op completes).
- *   Loop thread while an op is pending, the owner between ops: w (the
- *   descriptor), connected, eof, rbuf/rpos/rlen/rcap, op.
- */
-struct seda_io_tcp_s {
-    struct seda__io_watch w;        /* first: the graveyard frees it */
-    seda_io_loop_t *loop;
-    atomic_bool busy;               /* an op is pending */
-    bool connected;
-    bool eof;                       /* the peer closed its side */
-    char *rbuf;                     /* read buffer: [rpos, rlen) unread */
-    size_t rpos, rlen, rcap;
-    struct tcp_op *op;              /* the pending op, or NULL */
-    struct seda__io_task close_task;
-};
-
-struct tcp_op {
-    seda_io_op_t op;                /* first */
-    seda_io_tcp_t *s;               /* while pending */
-    enum what what;
-    uint64_t deadline;              /* ns; 0: none */
-    struct seda__io_timer timer;
-    /* connect */
-    char *host;
-    char port[8];
-    struct seda__io_resolve_job *job;   /* a lookup in progress */
-    struct addrinfo *ai, *ai_next;      /* addresses to try */
-    bool ai_owned;                      /* ai from a job (freeaddrinfo) */
-    int last_errno;
-    /* send */
-    char *data;
-    size_t len, sent;
-    /* receive */
-    enum seda_io_recv_mode mode;
-    size_t want;                    /* RECV_BYTES */
-    char *out;                      /* the result (NUL-terminated) */
-    size_t outlen;
-};
+#include "tcp.h"
 
 static const struct seda__io_kind tcp_kind;
 
 /* ---- ending an op ---- */
 
 /* Detach R from its socket and complete it (loop thread). */
-static void tcp_end(struct tcp_op *r, int status, const char *msg)
+void seda__io_tcp_end(struct tcp_op *r, int status, const char *msg)
 {
     seda_io_tcp_t *s = r->s;
     seda__io_timer_disarm(r->op.loop, &r->timer);
@@ -124,7 +70,7 @@ static void tcp_end(struct tcp_op *r, int status, const char *msg)
         seda__io_complete(&r->op, status, NULL);
 }
 
-static int errno_status(int e)
+int seda__io_tcp_errno_status(int e)
 {
     switch (e) {
     case ECONNREFUSED: return SEDA_IO_REFUSED;
@@ -133,124 +79,6 @@ static int errno_status(int e)
     case ECONNRESET:
     case ECONNABORTED: return SEDA_IO_CLOSED;
     default: return SEDA_IO_OTHER;
-    }
-}
-
-/* ---- receive ---- */
-
-/* Move what the pattern took so far out of the buffer into r->out; with
- * FINAL the op ends now (on an error: partial data).  Returns whether the
- * pattern is satisfied. */
-static bool take(struct tcp_op *r, bool final)
-{
-    seda_io_tcp_t *s = r->s;
-    const char *p = s->rbuf ? s->rbuf + s->rpos : "";
-    size_t avail = s->rlen - s->rpos;
-    size_t use = avail;
-    bool satisfied = false;
-    if (r->mode == SEDA_IO_RECV_LINE) {
-        const char *nl = memchr(p, '\n', avail);
-        if (nl) {
-            use = (size_t)(nl - p) + 1;
-            satisfied = true;
-        }
-    } else if (r->mode == SEDA_IO_RECV_BYTES) {
-        size_t need = r->want - r->outlen;
-        if (avail >= need) {
-            use = need;
-            satisfied = true;
-        }
-    }
-    if (!satisfied && !final && r->mode != SEDA_IO_RECV_BYTES)
-        return false;           /* lines and "*a": take once at the end */
-    if (!satisfied && !final)
-        use = avail;            /* bytes: collect as they come */
-    char *o = realloc(r->out, r->outlen + use + 1);
-    if (!o)
-        return false;           /* the timer still ends the op */
-    r->out = o;
-    for (size_t i = 0; i < use; i++) {
-        if (r->mode == SEDA_IO_RECV_LINE && (p[i] == '\r' || p[i] == '\n'))
-            continue;           /* LuaSocket drops every CR */
-        o[r->outlen++] = p[i];
-    }
-    o[r->outlen] = '\0';
-    s->rpos += use;
-    if (s->rpos == s->rlen)
-        s->rpos = s->rlen = 0;
-    return satisfied;
-}
-
-/* Read what the socket has into the buffer: 0 (EAGAIN), 1 (EOF) or a
- * positive errno. */
-static int fill(seda_io_tcp_t *s)
-{
-    for (;;) {
-        if (s->rpos > 0 && s->rpos == s->rlen)
-            s->rpos = s->rlen = 0;
-        if (s->rcap - s->rlen < READ_CHUNK) {
-            if (s->rpos > 0) {
-                memmove(s->rbuf, s->rbuf + s->rpos, s->rlen - s->rpos);
-                s->rlen -= s->rpos;
-                s->rpos = 0;
-            }
-            if (s->rcap - s->rlen < READ_CHUNK) {
-                size_t cap = s->rcap ? s->rcap * 2 : READ_CHUNK * 2;
-                char *b = realloc(s->rbuf, cap);
-                if (!b)
-                    return ENOMEM;
-                s->rbuf = b;
-                s->rcap = cap;
-            }
-        }
-        ssize_t n = recv(s->w.fd, s->rbuf + s->rlen, s->rcap - s->rlen, 0);
-        if (n > 0) {
-            s->rlen += (size_t)n;
-            if ((size_t)n < READ_CHUNK)
-                return 0;       /* most likely drained: let epoll say */
-            continue;
-        }
-        if (n == 0) {
-            s->eof = true;
-            return 1;
-        }
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return 0;
-        return errno;
-    }
-}
-
-static void recv_progress(struct tcp_op *r)
-{
-    seda_io_tcp_t *s = r->s;
-    for (;;) {
-        if (r->mode != SEDA_IO_RECV_ALL && take(r, false)) {
-            tcp_end(r, SEDA_IO_OK, NULL);
-            return;
-        }
-        if (s->eof) {
-            take(r, true);
-            /* LuaSocket's recvall: "*a" succeeds when it read something
-             * before the close, else it is closed (with "" partial). */
-            if (r->mode == SEDA_IO_RECV_ALL && r->outlen > 0)
-                tcp_end(r, SEDA_IO_OK, NULL);
-            else
-                tcp_end(r, SEDA_IO_CLOSED, "closed");
-            return;
-        }
-        size_t before = s->rlen - s->rpos;
-        int rc = fill(s);
-        if (rc > 1) {
-            take(r, true);
-            tcp_end(r, errno_status(rc), strerror(rc));
-            return;
-        }
-        if (rc == 0 && s->rlen - s->rpos == before) {
-            seda__io_watch_set(s->loop, &s->w, EPOLLIN);
-            return;             /* wait for more */
-        }
     }
 }
 
@@ -273,11 +101,11 @@ static void send_progress(struct tcp_op *r)
             return;
         }
         int e = n < 0 ? errno : EPIPE;
-        tcp_end(r, errno_status(e), errno_status(e) == SEDA_IO_CLOSED
-                                    ? "closed" : strerror(e));
+        int st = seda__io_tcp_errno_status(e);
+        seda__io_tcp_end(r, st, st == SEDA_IO_CLOSED ? "closed" : strerror(e));
         return;
     }
-    tcp_end(r, SEDA_IO_OK, NULL);
+    seda__io_tcp_end(r, SEDA_IO_OK, NULL);
 }
 
 /* ---- connect ---- */
@@ -295,8 +123,8 @@ static void close_fd(seda_io_tcp_t *s)
 static void connect_fail(struct tcp_op *r)
 {
     int e = r->last_errno ? r->last_errno : ECONNREFUSED;
-    tcp_end(r, errno_status(e), e == ECONNREFUSED ? "connection refused"
-                                                  : strerror(e));
+    seda__io_tcp_end(r, seda__io_tcp_errno_status(e),
+                     e == ECONNREFUSED ? "connection refused" : strerror(e));
 }
 
 /* Try the addresses from ai_next on until one connects or is in progress. */
@@ -307,8 +135,8 @@ static void connect_next(struct tcp_op *r)
         struct addrinfo *a = r->ai_next;
         r->ai_next = a->ai_next;
         close_fd(s);
-        int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                        0);
+        int fd = socket(a->ai_family,
+                        SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             r->last_errno = errno;
             continue;
@@ -318,7 +146,7 @@ static void connect_next(struct tcp_op *r)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
             s->connected = true;
-            tcp_end(r, SEDA_IO_OK, NULL);
+            seda__io_tcp_end(r, SEDA_IO_OK, NULL);
             return;
         }
         if (errno == EINPROGRESS) {
@@ -343,7 +171,7 @@ static void connect_progress(struct tcp_op *r)
         err = errno;
     if (err == 0) {
         s->connected = true;
-        tcp_end(r, SEDA_IO_OK, NULL);
+        seda__io_tcp_end(r, SEDA_IO_OK, NULL);
         return;
     }
     r->last_errno = err;
@@ -363,7 +191,7 @@ static void on_resolved(seda_io_loop_t *loop, struct seda__io_resolve_job *j)
         char msg[300];
         snprintf(msg, sizeof msg, "%s: %s", r->host, gai_strerror(j->gai));
         seda__io_resolve_free(j);
-        tcp_end(r, SEDA_IO_DNS, msg);
+        seda__io_tcp_end(r, SEDA_IO_DNS, msg);
         return;
     }
     r->ai = r->ai_next = j->res;
@@ -389,7 +217,7 @@ static void on_event(seda_io_loop_t *loop, struct seda__io_watch *w,
     switch (r->what) {
     case CONNECT: connect_progress(r); break;
     case SEND: send_progress(r); break;
-    case RECV: recv_progress(r); break;
+    case RECV: seda__io_tcp_recv_progress(r); break;
     }
 }
 
@@ -399,10 +227,10 @@ static void on_deadline(seda_io_loop_t *loop, struct seda__io_timer *t)
     struct tcp_op *r = (struct tcp_op *)((char *)t -
                                          offsetof(struct tcp_op, timer));
     if (r->what == RECV && r->s)
-        take(r, true);
+        seda__io_tcp_take(r, true);
     if (r->what == CONNECT && r->s)
         close_fd(r->s);
-    tcp_end(r, SEDA_IO_TIMEOUT, "timeout");
+    seda__io_tcp_end(r, SEDA_IO_TIMEOUT, "timeout");
 }
 
 static void tcp_start(seda_io_op_t *op)
@@ -412,7 +240,7 @@ static void tcp_start(seda_io_op_t *op)
     s->op = r;
     if (r->deadline &&
         seda__io_timer_arm(op->loop, &r->timer, r->deadline) != 0) {
-        tcp_end(r, SEDA_IO_OTHER, "out of memory");
+        seda__io_tcp_end(r, SEDA_IO_OTHER, "out of memory");
         return;
     }
     switch (r->what) {
@@ -439,14 +267,14 @@ static void tcp_start(seda_io_op_t *op)
             }
         }
         seda__io_resolve_free(j);
-        tcp_end(r, SEDA_IO_OTHER, "cannot start a name lookup");
+        seda__io_tcp_end(r, SEDA_IO_OTHER, "cannot start a name lookup");
         return;
     }
     case SEND:
         send_progress(r);
         return;
     case RECV:
-        recv_progress(r);
+        seda__io_tcp_recv_progress(r);
         return;
     }
 }
@@ -455,10 +283,10 @@ static void tcp_cancel(seda_io_op_t *op)
 {
     struct tcp_op *r = (struct tcp_op *)op;
     if (r->what == RECV && r->s)
-        take(r, true);
+        seda__io_tcp_take(r, true);
     if (r->what == CONNECT && r->s)
         close_fd(r->s);
-    tcp_end(r, SEDA_IO_CANCELLED, NULL);
+    seda__io_tcp_end(r, SEDA_IO_CANCELLED, NULL);
 }
 
 static void tcp_destroy(seda_io_op_t *op)
