@@ -33,7 +33,7 @@
 #include "lio.h"
 
 #define LOOP_KEY "seda.io.loop"     /* registry: the loop userdata */
-#define LOOP_MT "seda.io.loop"
+#define LOOP_MT "seda.io.loopbox"   /* its metatable (another key) */
 
 #define HTTP_TIMEOUT_DEFAULT 30.0   /* seconds, when none is given */
 
@@ -45,7 +45,7 @@ struct lio_loop {
 
 static int loop_gc(lua_State *L)
 {
-    struct lio_loop *ll = luaL_checkudata(L, 1, LOOP_MT);
+    struct lio_loop *ll = lua_touserdata(L, 1);
     seda_io_loop_free(ll->loop);
     ll->loop = NULL;
     return 0;
