@@ -166,8 +166,9 @@ const char *seda_io_http_body(const seda_io_op_t *op, size_t *len);
 
 /* How seda_io_tcp_receive reads (LuaSocket's patterns). */
 enum seda_io_recv_mode {
-    SEDA_IO_RECV_LINE = 1,      /* "*l": up to LF, without the LF and a CR
-                                   before it */
+    SEDA_IO_RECV_LINE = 1,      /* "*l": up to LF, without the LF and
+                                   without any CR (LuaSocket drops every
+                                   CR of a line, not only the last) */
     SEDA_IO_RECV_ALL = 2,       /* "*a": until the peer closes (then OK,
                                    or CLOSED when nothing came) */
     SEDA_IO_RECV_BYTES = 3,     /* exactly n bytes */
