@@ -257,7 +257,9 @@ function M.format_stats()
       local r = rate1(e.bus, name, s, now)
       rows[#rows + 1] = {
         name, num(s.depth) .. "/" .. num(s.capacity),
-        num(s.in_flight) .. "/" .. num(s.concurrency), num(r),
+        num(s.in_flight) .. "/" .. num(s.concurrency) ..
+          ((s.suspended or 0) > 0 and " (" .. num(s.suspended) .. " susp)"
+            or ""), num(r),
         num(s.delivered), num(s.nacked), num(s.dropped), num(s.dead_lettered),
         num(s.shed) .. ((s.shedding or 0) > 0 and "*" or ""), num(s.delayed),
         dur(s.sojourn_p99), dur(s.service_p99),
@@ -310,7 +312,9 @@ function M.format_stats()
       num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped),
       (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
-        or "", num(bs.in_system), num(bs.callbacks_pending), journal,
+        or "", num(bs.in_system), num(bs.callbacks_pending) ..
+        ((bs.suspended or 0) > 0 and " suspended=" .. num(bs.suspended)
+          or ""), journal,
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)
@@ -580,6 +584,12 @@ The buses keep running while you type.
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
                              handle: handle:cancel()
+  seda.sleep(seconds)        wait (here: blocks the prompt; in a handler it
+                             will suspend it)
+  seda.http.request{url=, method=, headers=, body=, timeout=, max_size=,
+                    follow=} -> {status=, headers=, body=} or nil, err
+  seda.socket.tcp()          a LuaSocket-style TCP object: connect, send,
+                             receive, settimeout, close, setkeepalive...
   help()                     this text
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
 concurrency (the permits); rate/s deliveries per second over the last

@@ -58,6 +58,8 @@ local STAGE_METRICS = {
   { "shedding", "gauge", "Adaptive shedding now: 0 no, 1 refusing low " ..
     "priority, 2 low and normal.", "shedding" },
   { "delayed", "gauge", "Retries waiting out their backoff.", "delayed" },
+  { "suspended", "gauge", "Handler calls suspended on a network wait " ..
+    "(holding a concurrency slot, no worker).", "suspended" },
   { "completed_total", "counter", "Itineraries that completed at the " ..
     "stage (their last hop acked there).", "completed" },
   { "depth_high", "gauge", "Envelopes waiting at high priority.",
@@ -78,6 +80,8 @@ local BUS_METRICS = {
     "swept by a shutdown.", "dropped" },
   { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
   { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
+  { "suspended", "gauge", "Handler calls suspended on a network wait, " ..
+    "all stages.", "suspended" },
   { "workers_loaned", "gauge", "Loan threads in service now (standing in " ..
     "for workers blocked inside handlers).", "workers_loaned" },
   { "loans_total", "counter", "Loans started (a worker blocked inside a " ..

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lio.h"
 #include "lschema.h"
 #include "lseda.h"
 #include "seda_lua.h"
@@ -301,6 +302,8 @@ static int l_bus_gc(lua_State *L)
     u->lb = NULL;
     seda_bus_free(lb->bus);             /* joins the workers */
     lb->bus = NULL;
+    seda_io_loop_free(lb->io);          /* after the workers' calls ended */
+    lb->io = NULL;
     for (struct lcompletion *c = lb->chead, *next; c; c = next) {
         next = c->next;
         seda__l_callback_release(L, c->cb, 1);
@@ -705,6 +708,7 @@ int luaopen_seda(lua_State *L)
     seda__l_loop_open(L);
     luaL_newlib(L, module_funcs);
     seda__l_loop_register(L);
+    seda__l_io_register(L);     /* sleep, http, socket (lio.c) */
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
     seda__l_shared_push(L);

@@ -23,6 +23,7 @@
 
 #include "lcodec.h"
 #include "seda.h"
+#include "seda_io.h"
 #include "seda_remote.h"
 
 #ifndef SEDA__API
@@ -170,6 +171,8 @@ struct lbus {
     char *package_cpath;
     bool shut;                  /* main thread only: shutdown done */
     int start;                  /* main thread only: START_* */
+    seda_io_loop_t *io;         /* the bus's I/O loop for its worker states,
+                                   made on first use; guarded by mu */
 };
 
 /* When a bus's durable stages replay (lbus.start). */

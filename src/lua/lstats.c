@@ -52,6 +52,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     set_int(L, "refused", (lua_Integer)s.refused);
     set_int(L, "shed", (lua_Integer)s.shed);
     set_int(L, "delayed", s.delayed);
+    set_int(L, "suspended", s.suspended);
     set_int(L, "shedding", s.shedding);
     set_int(L, "depth_high", s.depth_high);
     set_int(L, "depth_low", s.depth_low);
@@ -173,6 +174,7 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "in_system", (lua_Integer)b.in_system);
     set_int(L, "workers", b.workers);
     set_int(L, "workers_loaned", b.workers_loaned);
+    set_int(L, "suspended", b.suspended);
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);

@@ -4,41 +4,42 @@
  *
  * Every batch of handler calls runs in a coroutine of the worker's state
  * (lbatch.c), reused from batch to batch.  A C function that must wait
- * (seda.sleep, an HTTP request, a cosocket read: lio.c) makes a wait
- * (struct lwait), starts its operation with the wait as the callback's
- * argument, and calls seda__l_suspend_wait.  There:
+ * (seda.sleep, an HTTP request, a cosocket read: lio.c) asks
+ * seda__l_suspend_begin whether the running call can be suspended:
  *
  *   - In a handler call on a regular worker whose batch can suspend (the
  *     stage's only handler, not durable), the core takes the envelope out
  *     of the batch unsettled (seda_batch_suspend: it keeps a permit of its
- *     stage, not the worker), the handler's view of its envelope is saved
- *     into a struct lcall, and the coroutine yields.  lbatch.c sees the
- *     yield, leaves the coroutine to the call and goes on with the batch
- *     in a fresh coroutine.  When the operation ends, on whatever thread,
- *     seda__l_suspend_wake posts the call to its worker's mailbox and wakes the
- *     worker (seda_worker_wake), which runs seda__l_suspend_mail before its next
+ *     stage, not the worker), and the function arms its operation to post
+ *     the call when it ends, then seda__l_suspend_yield saves the
+ *     handler's view of its envelope into the struct lcall and the
+ *     coroutine yields.  lbatch.c sees the yield, leaves the coroutine to
+ *     the call and goes on with the batch in a fresh coroutine.  When the
+ *     operation ends, on whatever thread, seda__l_suspend_post queues the
+ *     call in its worker's mailbox and wakes the worker
+ *     (seda_worker_wake), which runs seda__l_suspend_mail before its next
  *     task: the view is put back, the coroutine resumed (the waiting
  *     function's continuation reads the result), and when the handler
  *     returns the call is settled as a batch's envelope would be.
- *   - Anywhere else the thread blocks on the wait's condition variable,
- *     with a loan when it is a pool worker (seda_block_begin): the main
- *     state, a loan's state (its thread may end with the loan), a stage
- *     with several handlers, a durable stage, a coroutine of the
- *     handler's own.
+ *   - Anywhere else (begin returns NULL) the function blocks, with a loan
+ *     when it runs on a pool worker: the main state, a loan's state (its
+ *     thread may end with the loan), a stage with several handlers, a
+ *     durable stage, a coroutine of the handler's own.
  *
- *   HOW THE RACES ARE CLOSED
- *   The operation may end before the coroutine has yielded.  The wait's
- *   mutex orders the two: seda__l_suspend_wait records the call in wt->call and
- *   reads done under it; wake sets done and reads call under it.
- *   Whichever comes second posts the call.  Posting only queues it: the
- *   worker resumes it from its mail hook, after the batch call that is
- *   yielding it returned, so a coroutine is never resumed before it has
- *   yielded.
+ *   A post only queues the call: the worker resumes it from its mail
+ *   hook, after the batch call that is yielding it returned, so a
+ *   coroutine is never resumed before it has yielded, even when the
+ *   operation ends first.
+ *
+ *   handler_timeout covers the wait: a waiting function caps its
+ *   operation's timeout at what is left (seda__l_suspend_budget), and a
+ *   call whose deadline passed while it waited is not run again: it nacks
+ *   with "handler timeout".
  *
  *   Stopping: a worker that stops while its state has suspended calls
  *   either finishes them (a pool that shrinks: it keeps serving its
  *   mailbox until none is left) or, when the bus stops, cancels their
- *   waits, waits for each wake (so no operation still refers to a wait),
+ *   waits, waits for each post (so no operation still refers to a call),
  *   and drops them (counted dropped, their done callbacks fire) without
  *   running them again.
  *
@@ -53,6 +54,13 @@
 #include <lauxlib.h>
 
 #include "lworker.h"
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* ---- coroutines ---- */
 
@@ -136,36 +144,13 @@ void seda__l_suspend_co_error(lua_State *L, lua_State *co)
 
 /* ---- waits ---- */
 
-static int wait_gc(lua_State *L)
+/* Whether c's wait ended (any thread). */
+static bool wait_ended(struct lcall *c)
 {
-    struct lwait *wt = lua_touserdata(L, 1);
-    pthread_mutex_destroy(&wt->mu);
-    pthread_cond_destroy(&wt->cv);
-    return 0;
+    return c->ended(c->wait_arg);
 }
 
-static const char WAIT_MT[] = "seda.wait";
-
-struct lwait *seda__l_suspend_wait_new(lua_State *L)
-{
-    struct lwait *wt = lua_newuserdatauv(L, sizeof *wt, 0);
-    memset(wt, 0, sizeof *wt);
-    pthread_mutex_init(&wt->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&wt->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (luaL_newmetatable(L, WAIT_MT)) {
-        lua_pushcfunction(L, wait_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
-    return wt;
-}
-
-/* Post c to its worker's mailbox and wake the worker. */
-static void mail_post(struct lcall *c)
+void seda__l_suspend_post(struct lcall *c)
 {
     struct lworker *w = c->w;
     pthread_mutex_lock(&w->mail_mu);
@@ -174,38 +159,6 @@ static void mail_post(struct lcall *c)
     pthread_cond_broadcast(&w->mail_cv);
     pthread_mutex_unlock(&w->mail_mu);
     seda_worker_wake(w->self);
-}
-
-void seda__l_suspend_wake(struct lwait *wt)
-{
-    pthread_mutex_lock(&wt->mu);
-    wt->done = true;
-    struct lcall *c = wt->call;
-    if (!c)
-        pthread_cond_signal(&wt->cv);
-    pthread_mutex_unlock(&wt->mu);
-    if (c)
-        mail_post(c);
-}
-
-/* Whether wt ended (takes its mutex; mail_mu may be held). */
-static bool wait_done(struct lwait *wt)
-{
-    pthread_mutex_lock(&wt->mu);
-    bool done = wt->done;
-    pthread_mutex_unlock(&wt->mu);
-    return done;
-}
-
-/* Block until wt ends (a loan covers a pool worker meanwhile). */
-static void wait_blocking(struct lwait *wt)
-{
-    void *loan = seda_block_begin();
-    pthread_mutex_lock(&wt->mu);
-    while (!wt->done)
-        pthread_cond_wait(&wt->cv, &wt->mu);
-    pthread_mutex_unlock(&wt->mu);
-    seda_block_end(loan);
 }
 
 /* Save the handler's view of its envelope into c and clear the state's
@@ -259,10 +212,11 @@ static void view_restore(struct lworker *w, struct lcall *c)
     lua_pop(L, 1);
 }
 
-/* The call L's running coroutine can be suspended as (made for a batch's
- * call on its first wait), or NULL when it must block. */
-static struct lcall *call_for(lua_State *L, struct lworker *w)
+struct lcall *seda__l_suspend_begin(lua_State *L)
 {
+    if (!lua_isyieldable(L))
+        return NULL;
+    struct lworker *w = seda__l_worker_of(L);
     if (!w || !w->self)
         return NULL;                    /* main, loan or scratch state */
     if (w->cur)
@@ -293,25 +247,17 @@ static struct lcall *call_for(lua_State *L, struct lworker *w)
     return c;
 }
 
-int seda__l_suspend_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
-                  lua_KFunction k)
+int seda__l_suspend_yield(lua_State *L, struct lcall *c,
+                          void (*cancel)(void *), bool (*ended)(void *),
+                          void *arg, lua_KContext ctx, lua_KFunction k)
 {
-    struct lworker *w = seda__l_worker_of(L);
-    struct lcall *c = lua_isyieldable(L) ? call_for(L, w) : NULL;
-    if (!c) {
-        wait_blocking(wt);
-        return k(L, LUA_OK, ctx);
-    }
+    struct lworker *w = c->w;
     view_save(w, c);
-    c->wait = wt;
+    c->cancel = cancel;
+    c->ended = ended;
+    c->wait_arg = arg;
     c->suspended = true;
     w->yielded = c;
-    pthread_mutex_lock(&wt->mu);
-    wt->call = c;
-    bool done = wt->done;
-    pthread_mutex_unlock(&wt->mu);
-    if (done)
-        mail_post(c);                   /* resumed after this batch call */
     return lua_yieldk(L, 0, ctx, k);
 }
 
@@ -349,10 +295,21 @@ static void call_resume(struct lworker *w, struct lcall *c)
     w->bws = seda__l_worker_wstage(w, c->ls);
     w->bindex = c->bindex;
     seda_pending_enter(c->p);
-    if (w->timeout > 0)
-        seda__l_batch_timeout_hook(c->co);
-    int nres;
-    int rc = lua_resume(c->co, L, 0, &nres);
+    int nres, rc;
+    if (w->timeout > 0 && now_ns() >= w->deadline) {
+        /* handler_timeout covers the wait: the call is over (the wait
+         * itself ended no later than the deadline: seda__l_suspend_budget
+         * capped it).  Not run again. */
+        lua_pushfstring(L, "handler timeout (%f s) while waiting",
+                        w->timeout);
+        rc = LUA_ERRRUN;
+    } else {
+        if (w->timeout > 0)
+            seda__l_batch_timeout_hook(c->co);
+        rc = lua_resume(c->co, L, 0, &nres);
+        if (rc != LUA_OK && rc != LUA_YIELD)
+            seda__l_suspend_co_error(L, c->co);
+    }
     bool reset = false;
     if (rc == LUA_YIELD && w->yielded == c) {
         w->yielded = NULL;
@@ -366,13 +323,10 @@ static void call_resume(struct lworker *w, struct lcall *c)
         /* An error (or a yield of the handler's own, which nothing will
          * resume): the call nacks with it. */
         if (rc == LUA_YIELD)
-            lua_pushliteral(L, "handler error: a handler yielded outside a "
-                               "coroutine of its own");
-        else
-            seda__l_suspend_co_error(L, c->co);
+            lua_pushliteral(L, "a handler yielded outside a coroutine of "
+                               "its own");
         char buf[2048];
-        snprintf(buf, sizeof buf, "%s%s", rc == LUA_YIELD ? "" :
-                 "handler error: ", lua_tostring(L, -1));
+        snprintf(buf, sizeof buf, "handler error: %s", lua_tostring(L, -1));
         lua_pop(L, 1);
         if (!c->settled && w->le->env)
             seda_env_fail(w->le->env, buf);
@@ -401,10 +355,7 @@ double seda__l_suspend_budget(lua_State *L)
     struct lworker *w = seda__l_worker_of(L);
     if (!w || !(w->timeout > 0) || !w->le->env)
         return -1;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    double left = (double)(w->deadline - now) / 1e9;
+    double left = (double)(w->deadline - now_ns()) / 1e9;
     return left > 0 ? left : 0;
 }
 
@@ -463,14 +414,16 @@ void seda__l_suspend_end(struct lworker *w)
         }
         return;
     }
-    /* The bus stops: end every wait, wait for each wake, drop them. */
+    /* The bus stops: end every wait, wait for each post (so nothing
+     * still refers to a call), drop them. */
     for (struct lcall *c = w->susp; c; c = c->next)
-        if (c->wait && c->wait->cancel)
-            c->wait->cancel(c->wait->op);
+        if (c->suspended && c->cancel)
+            c->cancel(c->wait_arg);
     for (struct lcall *c = w->susp; c; c = c->next) {
-        /* Its wake posts it (mail_cv broadcast after done is set). */
+        if (!c->suspended)
+            continue;
         pthread_mutex_lock(&w->mail_mu);
-        while (!wait_done(c->wait))
+        while (!wait_ended(c))
             pthread_cond_wait(&w->mail_cv, &w->mail_mu);
         pthread_mutex_unlock(&w->mail_mu);
     }

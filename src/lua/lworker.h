@@ -89,21 +89,6 @@ struct lworker {
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
 
-/* One wait of a handler call (seda__l_suspend_wait): made by the waiting C
- * function as a userdata on the call's stack (so it lives as long as the
- * wait), handed to whatever ends the wait, which calls seda__l_suspend_wake once.
- * Locking: mu guards done and call. */
-struct lwait {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;          /* a blocked waiter sleeps here */
-    bool done;                  /* the wait ended (wake was called) */
-    struct lcall *call;         /* the suspended call to resume, or NULL:
-                                   the waiter blocks on cv */
-    void (*cancel)(void *op);   /* ends the wait early (any thread; the
-                                   wake still comes), or NULL */
-    void *op;                   /* its argument */
-};
-
 /* The envelope userdata handed to handlers. */
 struct lenv {
     seda_env_t *env;            /* NULL outside a handler call */
@@ -158,7 +143,9 @@ struct lcall {
     lua_State *co;              /* the call's coroutine */
     int co_ref;                 /* its registry anchor */
     seda_pending_t *p;          /* the core's handle */
-    struct lwait *wait;         /* the wait it is suspended on */
+    void (*cancel)(void *);     /* ends its wait early */
+    bool (*ended)(void *);      /* whether its wait ended */
+    void *wait_arg;             /* their argument */
     bool suspended;             /* waiting now (not running) */
     /* The view saved while suspended (struct lenv's, user values in the
      * registry table uv_ref). */
@@ -174,19 +161,26 @@ struct lcall {
     bool settled, ok;
 };
 
-/* Make a wait on L's stack (a userdata with a __gc that ends it) and
- * return it.  Raises on memory errors. */
-SEDA__API struct lwait *seda__l_suspend_wait_new(lua_State *L);
+/* The running handler call as one that can be suspended, made on its
+ * first wait (seda_batch_suspend takes its envelope out of the batch), or
+ * NULL where the caller must block instead: the main state, a loan's
+ * state (its thread may end with the loan), a stage with several
+ * handlers, a durable stage, a coroutine of the handler's own. */
+SEDA__API struct lcall *seda__l_suspend_begin(lua_State *L);
 
-/* Wait for wt to end (seda__l_suspend_wake), then continue with k(L, status,
- * ctx) and return what it returns.  In a handler call on a worker that
- * can suspend it, the call is suspended: its worker goes on with other
- * envelopes, and the call resumes on this state when the wait ends.
- * Elsewhere (the main state, a loan's state, a stage with several
- * handlers, a durable stage, inside a coroutine of the handler's own)
- * the thread blocks, with a loan when it is a pool worker. */
-SEDA__API int seda__l_suspend_wait(lua_State *L, struct lwait *wt, lua_KContext ctx,
-                            lua_KFunction k);
+/* Suspend c until seda__l_suspend_post(c), then continue with
+ * k(L, LUA_YIELD, ctx).  The waiter armed what posts it first (it may
+ * already have: a post only queues c; it runs after this batch call
+ * returns).  cancel(arg) ends the wait early and ended(arg) says whether
+ * the post came (a worker that stops uses both; any thread).  Yields. */
+SEDA__API int seda__l_suspend_yield(lua_State *L, struct lcall *c,
+                                    void (*cancel)(void *),
+                                    bool (*ended)(void *), void *arg,
+                                    lua_KContext ctx, lua_KFunction k);
+
+/* Queue c to run again on its worker (which is woken).  Any thread, once
+ * per wait. */
+SEDA__API void seda__l_suspend_post(struct lcall *c);
 
 /* Seconds left before the running handler call's handler_timeout (a
  * wait should end by then), or -1 when it has none or L runs no handler
@@ -199,10 +193,6 @@ SEDA__API struct lworker *seda__l_worker_of(lua_State *L);
 
 /* Arm the handler_timeout hook on coroutine co (lbatch.c). */
 SEDA__API void seda__l_batch_timeout_hook(lua_State *co);
-
-/* End wt's wait: resume its call or wake its waiter.  Any thread, once
- * per wait. */
-SEDA__API void seda__l_suspend_wake(struct lwait *wt);
 
 /* The worker hooks of suspended calls: run the calls whose wait ended
  * (the bus's worker_mail hook), and end the state's calls as its worker
