@@ -294,13 +294,15 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
     w->bls = ls;
     w->bws = c;
     w->bindex = lc->index;
+    /* blocking = true: the whole batch runs with the worker lent. */
+    void *loan = ls->blocking ? seda_block_begin() : NULL;
     double timeout = seda_stage_handler_timeout(ls->st);
     if (timeout >= 1e9)
         timeout = 0;    /* 31 years or inf: never fires (as the runtime's
                            own timeouts), so no hook */
     w->timeout = timeout;
     for (;;) {
-        lua_State *co = seda__l_suspend_co_take(w);    /* anchored on L's stack */
+        lua_State *co = seda__l_suspend_co_take(w);    /* in SLOT_CO */
         if (!co) {
             fail_all(bt, "out of memory");
             break;
@@ -319,12 +321,12 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
             /* A handler waits (lsuspend.c): the coroutine is its call's
              * now; on with the rest of the batch in another. */
             w->yielded = NULL;
-            lua_settop(L, SLOT_TRAMP);
+            lua_settop(L, SLOT_CO);
             continue;
         }
         if (rc == LUA_OK) {
-            seda__l_suspend_co_give(w, co, false);
-            lua_settop(L, SLOT_TRAMP);
+            lua_settop(co, 0);          /* stays in SLOT_CO for the next */
+            lua_settop(L, SLOT_CO);
             if (!w->reload)
                 break;
             if (!code_ready(w, ls, c, lc->index)) {
@@ -348,8 +350,8 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
                      msg ? msg : rc == LUA_ERRMEM ? "not enough memory"
                                                   : "(no message)");
         }
-        seda__l_suspend_co_give(w, co, true);
-        lua_settop(L, SLOT_TRAMP);
+        seda__l_suspend_co_give(w, co, true);   /* SLOT_CO: nil */
+        lua_settop(L, SLOT_CO);
         if (rc == LUA_ERRMEM)
             lua_gc(L, LUA_GCCOLLECT);
         if (!w->le->env) {
@@ -361,7 +363,8 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
         seda_env_fail(w->le->env, buf);
         env_settle(L, w, false);
     }
-    lua_settop(L, SLOT_TRAMP);
+    lua_settop(L, SLOT_CO);
+    seda_block_end(loan);
     w->bt = NULL;
     w->bls = NULL;
     w->bws = NULL;

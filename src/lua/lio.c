@@ -475,4 +475,6 @@ void seda__l_io_register(lua_State *L)
     lua_setfield(L, -2, "http");
     seda__l_io_push_socket(L);
     lua_setfield(L, -2, "socket");
+    lua_pushcfunction(L, seda__l_suspend_blocking);
+    lua_setfield(L, -2, "blocking");
 }

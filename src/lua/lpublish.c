@@ -157,7 +157,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     int pidx = first + 1, oidx = first + 2;
     lua_settop(L, oidx);
     seda_publish_opts o;
-    char why[256] = "";
+    char why[256];                  /* written on a SEDA_ETYPE refusal */
+    why[0] = '\0';
     int cbidx = parse_opts(L, oidx, &o, main, "publish");
     o.why = why;
     o.whylen = sizeof why;
@@ -234,7 +235,8 @@ int seda__l_publish_many(lua_State *L)
     seda__l_callback_bound(L, u->lb);
     lua_settop(L, 4);
     seda_publish_opts o;
-    char why[256] = "";
+    char why[256];                  /* written on a SEDA_ETYPE refusal */
+    why[0] = '\0';
     int cbidx = parse_opts(L, 4, &o, true, "publish_many");
     o.why = why;
     o.whylen = sizeof why;

@@ -91,6 +91,8 @@ struct lstage {
                                    key for struct ladmit_cache); immutable */
     bool replay_pending;        /* durable, not replayed yet; main thread
                                    only (see seda__l_stage_start_all) */
+    bool blocking;              /* every handler call runs with its worker
+                                   lent (seda_block_begin); immutable */
 };
 
 /* An on_complete callback shared by the envelopes of one publish call.

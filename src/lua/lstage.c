@@ -238,7 +238,7 @@ static const char *const stage_keys[] = {
     "policy", "max_attempts", "dead_letter", "publish_timeout",
     "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
     "durable", "dedup_window", "admit", "shed", "retry", "starve_after",
-    "remote", NULL
+    "remote", "blocking", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -581,6 +581,11 @@ int seda__l_stage_declare(lua_State *L)
     struct lstage **pls;
     struct lstage *ls = stage_new(L, lb, name, n, &pls);   /* 10 */
     stage_accepts(L, ls, name);
+    lua_getfield(L, 2, "blocking");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+        luaL_error(L, "stage '%s': blocking must be a boolean", name);
+    ls->blocking = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     stage_handlers(L, lb, ls, name);
     lua_getfield(L, 2, "admit");
     if (!lua_isnil(L, -1))

@@ -64,32 +64,72 @@ static int64_t now_ns(void)
 
 /* ---- coroutines ---- */
 
+static int new_thread(lua_State *L)
+{
+    lua_newthread(L);
+    return 1;
+}
+
 lua_State *seda__l_suspend_co_take(struct lworker *w)
 {
     lua_State *L = w->L;
-    if (!lua_checkstack(L, 2))
-        return NULL;
+    lua_State *co = lua_tothread(L, SLOT_CO);
+    if (co)
+        return co;
     if (w->nco_free > 0) {
         int ref = w->co_free[--w->nco_free];
         lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
         luaL_unref(L, LUA_REGISTRYINDEX, ref);
-        return lua_tothread(L, -1);
+    } else {
+        /* Outside any protected call here: make it in one. */
+        lua_pushcfunction(L, new_thread);
+        if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+            lua_pop(L, 1);
+            return NULL;
+        }
     }
-    return lua_newthread(L);            /* raises only on memory errors */
+    co = lua_tothread(L, -1);
+    lua_replace(L, SLOT_CO);
+    return co;
+}
+
+/* Take the coroutine in SLOT_CO out of it: a suspended call keeps it
+ * (anchored by the returned registry ref). */
+static int co_detach(struct lworker *w)
+{
+    lua_State *L = w->L;
+    lua_pushvalue(L, SLOT_CO);
+    int ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    lua_pushnil(L);
+    lua_replace(L, SLOT_CO);
+    return ref;
 }
 
 void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool reset)
 {
     lua_State *L = w->L;
+    bool in_slot = lua_tothread(L, SLOT_CO) == co;
     if (reset) {
         /* Ended in an error (or a stray yield): close what it holds and
          * let the collector have it.  Not reused: an error raised in a
          * hook (handler_timeout's) leaves the thread's hooks disabled. */
         lua_resetthread(co);
+        if (in_slot) {
+            lua_pushnil(L);
+            lua_replace(L, SLOT_CO);
+        }
         return;
     }
     lua_settop(co, 0);
     lua_sethook(co, NULL, 0, 0);
+    if (in_slot)
+        return;
+    if (lua_isnil(L, SLOT_CO)) {
+        lua_pushthread(co);
+        lua_xmove(co, L, 1);
+        lua_replace(L, SLOT_CO);
+        return;
+    }
     if (w->nco_free == w->co_cap) {
         int cap = w->co_cap ? w->co_cap * 2 : 8;
         int *n = realloc(w->co_free, sizeof *n * (size_t)cap);
@@ -223,6 +263,9 @@ struct lcall *seda__l_suspend_begin(lua_State *L)
         return w->cur->co == L ? w->cur : NULL;
     if (!w->bt || w->bco != L || !w->le->env)
         return NULL;                    /* not the batch's handler call */
+    if (w->bls && w->bls->blocking)
+        return NULL;                    /* blocking = true: its worker is
+                                           lent for the whole call */
     struct lcall *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
@@ -237,10 +280,8 @@ struct lcall *seda__l_suspend_begin(lua_State *L)
     c->uv_ref = LUA_NOREF;
     c->ls = w->bls;
     c->bindex = w->bindex;
-    /* Anchor the coroutine: the batch goes on without it. */
-    lua_pushthread(L);
-    lua_xmove(L, w->L, 1);
-    c->co_ref = luaL_ref(w->L, LUA_REGISTRYINDEX);
+    /* The coroutine is the call's now: the batch goes on in another. */
+    c->co_ref = co_detach(w);
     c->next = w->susp;
     w->susp = c;
     w->nsusp++;
@@ -274,9 +315,7 @@ static void call_free(struct lworker *w, struct lcall *c, bool reset)
     }
     w->nsusp--;
     lua_State *L = w->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->co_ref);
-    lua_pop(L, 1);
-    seda__l_suspend_co_give(w, c->co, reset);  /* anchored anew in the pool */
+    seda__l_suspend_co_give(w, c->co, reset);   /* anchored anew, or let go */
     luaL_unref(L, LUA_REGISTRYINDEX, c->co_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, c->uv_ref);
     free(c);
@@ -357,6 +396,17 @@ double seda__l_suspend_budget(lua_State *L)
         return -1;
     double left = (double)(w->deadline - now_ns()) / 1e9;
     return left > 0 ? left : 0;
+}
+
+int seda__l_suspend_blocking(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    void *loan = seda_block_begin();
+    int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    seda_block_end(loan);
+    if (rc != LUA_OK)
+        return lua_error(L);
+    return lua_gettop(L);
 }
 
 /* Take the mailbox (mail_mu). */

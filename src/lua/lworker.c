@@ -333,7 +333,8 @@ static int setup(lua_State *L)
     seda__l_env_metatable(L);
     seda__l_env_keys(L, w);
     seda__l_batch_push_trampoline(L);               /* SLOT_TRAMP */
-    return 3;
+    lua_pushnil(L);                                 /* SLOT_CO */
+    return 4;
 }
 
 /* A bare worker: its state allocates through l_alloc and its extra space
@@ -424,7 +425,7 @@ static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
         return NULL;
     lua_pushcfunction(w->L, setup);
     lua_pushlightuserdata(w->L, w);
-    if (lua_pcall(w->L, 1, SLOT_TRAMP, 0) != LUA_OK) {
+    if (lua_pcall(w->L, 1, SLOT_CO, 0) != LUA_OK) {
         fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
                 index, lua_tostring(w->L, -1));
         lua_close(w->L);

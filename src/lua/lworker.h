@@ -16,6 +16,9 @@
 #define SLOT_MSGH 1             /* the message handler (traceback) */
 #define SLOT_ENV 2              /* the struct lenv userdata */
 #define SLOT_TRAMP 3            /* the batch trampoline (lbatch.c) */
+#define SLOT_CO 4               /* the coroutine batches run in, kept from
+                                   batch to batch; nil when a suspended
+                                   call took it (lsuspend.c) */
 
 /* A worker's view of one stage's handlers. */
 struct wstage {
@@ -178,6 +181,11 @@ SEDA__API int seda__l_suspend_yield(lua_State *L, struct lcall *c,
                                     bool (*ended)(void *), void *arg,
                                     lua_KContext ctx, lua_KFunction k);
 
+/* seda.blocking(fn, ...): fn(...) with the worker lent (a loan covers
+ * it, as for any managed block); returns fn's results, raises its
+ * error. */
+SEDA__API int seda__l_suspend_blocking(lua_State *L);
+
 /* Queue c to run again on its worker (which is woken).  Any thread, once
  * per wait. */
 SEDA__API void seda__l_suspend_post(struct lcall *c);
@@ -202,8 +210,10 @@ SEDA__API void seda__l_suspend_end(struct lworker *w);
 SEDA__API void seda__l_suspend_init(struct lworker *w);
 SEDA__API void seda__l_suspend_free(struct lworker *w);
 
-/* A coroutine to run a batch or a call in (reused), and giving it back
- * (reset when it ended in an error).  NULL when out of memory. */
+/* The coroutine to run a batch in (SLOT_CO, made when empty: a
+ * suspended call took the last; NULL when out of memory), and giving a
+ * coroutine back when a call that had one is over (reset, and not kept,
+ * when it ended in an error). */
 SEDA__API lua_State *seda__l_suspend_co_take(struct lworker *w);
 SEDA__API void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool reset);
 
