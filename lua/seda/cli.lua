@@ -585,14 +585,17 @@ The buses keep running while you type.
   seda.every(interval, fn)   ... every interval seconds; both return a
                              handle: handle:cancel()
   seda.sleep(seconds)        wait (here: blocks the prompt; in a handler it
-                             will suspend it)
+                             suspends the call: its worker serves others)
   seda.http.request{url=, method=, headers=, body=, timeout=, max_size=,
                     follow=} -> {status=, headers=, body=} or nil, err
   seda.socket.tcp()          a LuaSocket-style TCP object: connect, send,
                              receive, settimeout, close, setkeepalive...
+  seda.blocking(fn, ...)     fn(...) with the worker lent (a blocking C
+                             call); stage option blocking = true for all
   help()                     this text
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
-concurrency (the permits); rate/s deliveries per second over the last
+concurrency (the permits), "(n susp)" of them suspended on a network
+wait; rate/s deliveries per second over the last
 second; shed publishes refused by adaptive shedding ("*": shedding now);
 dly retries waiting out their backoff; sojourn99 queue wait (admitted ->
 handler start) and service99 handler run time, p99 of the recent window;
