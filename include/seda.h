@@ -193,6 +193,8 @@ typedef struct seda_bus_opts {
     int max_loans;             /* loan threads at most (0: 4 * workers,
                                   following seda_bus_set_workers; -1: no
                                   loans at all) */
+    double stats_window;       /* seconds the latency quantiles of
+                                  seda_stage_stats cover (0: 10) */
     size_t max_payload;        /* bytes a payload may have, at publish and
                                   when a consumer sets one (0: the default,
                                   SEDA_MAX_PAYLOAD_DEFAULT; at most
@@ -776,9 +778,13 @@ typedef struct seda_stage_stats {
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,
-     * service = handler run time. */
+     * service = handler run time; quantiles and maxima over the recent
+     * window (the last `window` seconds: the bus's stats_window), with
+     * window_count samples in it. */
     double sojourn_p50, sojourn_p99, sojourn_p999, sojourn_max;
     double service_p50, service_p99, service_p999, service_max;
+    double window;             /* seconds the figures above cover */
+    uint64_t window_count;     /* samples in that window */
     /* Every sample so far (since the stage was added): how many, and
      * their sum in microseconds.  A sojourn and a service sample are
      * taken per handler call (retries included), or per receipt and
@@ -811,6 +817,15 @@ typedef struct seda_bus_stats {
  * totals sum the stages, so they are exact at any quiet moment.  Any
  * thread; cannot fail. */
 void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out);
+
+/* A stage's latency since it was made as a cumulative histogram, for
+ * exposition (Prometheus _bucket): cum[i] = samples of at most le[i]
+ * seconds (to the buckets' 1/16 resolution; le[i] = INFINITY: all), for
+ * which = SEDA_HIST_SOJOURN or SEDA_HIST_SERVICE; *count and *sum (in
+ * seconds) if not NULL.  0 or SEDA_EINVAL.  Any thread. */
+enum { SEDA_HIST_SOJOURN = 1, SEDA_HIST_SERVICE = 2 };
+int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
+                         int n, uint64_t *cum, uint64_t *count, double *sum);
 void seda_bus_stats_get(seda_bus_t *bus, seda_bus_stats *out);
 
 #ifdef __cplusplus

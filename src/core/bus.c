@@ -169,7 +169,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
-        opts->max_payload > UINT32_MAX ||
+        opts->max_payload > UINT32_MAX || !(opts->stats_window >= 0) ||
+        opts->stats_window > 86400 ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -179,6 +180,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->workers = workers;
     b->batch = opts->batch;
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
+    b->stats_window_ns = seda__secs_to_ns(opts->stats_window > 0
+                                              ? opts->stats_window : 10.0);
     b->sync_normal = opts->sync_normal;
     b->max_payload = opts->max_payload ? opts->max_payload
                                        : SEDA_MAX_PAYLOAD_DEFAULT;

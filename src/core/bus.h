@@ -31,6 +31,7 @@ struct registry {
  *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
+ *   stats_window_ns,
  *   dead_letter, data_dir, sync_normal, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
@@ -41,6 +42,7 @@ struct seda_bus_s {
     int workers;
     int batch;
     int64_t hop_timeout_ns;
+    int64_t stats_window_ns;    /* what latency quantiles cover */
     char *dead_letter;          /* owned, or NULL */
     atomic_bool paused;
     atomic_bool closed;         /* no new publishes */

@@ -14,11 +14,18 @@
 
 /* ---- making ---- */
 
-void seda__stats_init(struct seda_stats *s)
+int seda__stats_init(struct seda_stats *s, int64_t window_ns)
 {
+    /* Large and mostly untouched (a slot is written only when samples
+     * land in it): calloc's pages stay unbacked until then. */
+    if (!(s->win = seda__calloc(1, sizeof *s->win)))
+        return SEDA_ENOMEM;
+    int64_t slot = window_ns / SEDA_WINDOW_SLOTS;
+    s->win->slot_ns = slot > 0 ? slot : 1;
     seda__mutex_init(&s->hist_mu);
     seda__mutex_init(&s->report_mu);
     seda__mutex_init(&s->errs_mu);
+    return 0;
 }
 
 void seda__stats_free(struct seda_stats *s, const char *name)
@@ -31,6 +38,7 @@ void seda__stats_free(struct seda_stats *s, const char *name)
     for (int i = 0; i < s->errs_n; i++)
         seda__free(s->errs[i].msg);
     seda__mutex_destroy(&s->errs_mu);
+    seda__free(s->win);
 }
 
 /* ---- counters, latency, rate ---- */
@@ -59,15 +67,47 @@ static inline uint64_t nonneg(int64_t v)
     return v > 0 ? (uint64_t)v : 0;
 }
 
+/* ---- the recent window ----
+ *
+ * HOW IT WORKS
+ *   Time is cut in periods of slot_ns (window / 10).  Period p's samples
+ *   go into slot p % 10, which is cleared first when it still holds an
+ *   older period.  A read merges the slots whose period is one of the
+ *   last ten, the current one included: a window of 10 s covers the last
+ *   9 to 10 s.  Example, slot_ns 1 s: a sample at t = 23.4 s lands in
+ *   slot 3 (period 23); a read at t = 31.2 s merges periods 22..31, so it
+ *   still sees it, and one at t = 33.0 s (periods 24..33) no longer does.
+ */
+
+/* The slot for now's period, cleared when it held an older one (hist_mu
+ * held). */
+static int window_slot(struct seda_window *w, int64_t now)
+{
+    int64_t p = now / w->slot_ns + 1;   /* + 1: 0 means "none yet" */
+    int k = (int)(p % SEDA_WINDOW_SLOTS);
+    if (w->epoch[k] != p) {
+        memset(&w->sojourn[k], 0, sizeof w->sojourn[k]);
+        memset(&w->service[k], 0, sizeof w->service[k]);
+        w->epoch[k] = p;
+    }
+    return k;
+}
+
 void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
                          const int64_t *service, int n)
 {
+    int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
-    for (int k = 0; k < n; k++) {
-        if (service[k] < 0)
+    int k = window_slot(s->win, now);
+    struct seda_hist *wso = &s->win->sojourn[k], *wsv = &s->win->service[k];
+    for (int i = 0; i < n; i++) {
+        if (service[i] < 0)
             continue;                   /* suspended: counted at settle */
-        seda__hist_add(&s->sojourn, nonneg(sojourn[k]));
-        seda__hist_add(&s->service, (uint64_t)service[k]);
+        uint64_t so = nonneg(sojourn[i]), sv = (uint64_t)service[i];
+        seda__hist_add(&s->sojourn, so);
+        seda__hist_add(&s->service, sv);
+        seda__hist_add(wso, so);
+        seda__hist_add(wsv, sv);
     }
     seda__mutex_unlock(&s->hist_mu);
 }
@@ -75,12 +115,34 @@ void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
 void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
                              int64_t service)
 {
+    int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
-    if (sojourn >= 0)
+    int k = window_slot(s->win, now);
+    if (sojourn >= 0) {
         seda__hist_add(&s->sojourn, (uint64_t)sojourn);
-    if (service >= 0)
+        seda__hist_add(&s->win->sojourn[k], (uint64_t)sojourn);
+    }
+    if (service >= 0) {
         seda__hist_add(&s->service, (uint64_t)service);
+        seda__hist_add(&s->win->service[k], (uint64_t)service);
+    }
     seda__mutex_unlock(&s->hist_mu);
+}
+
+/* Merge the window's slots of the last SEDA_WINDOW_SLOTS periods into
+ * *so and *sv (hist_mu held). */
+static void window_merge(struct seda_window *w, int64_t now,
+                         struct seda_hist *so, struct seda_hist *sv)
+{
+    memset(so, 0, sizeof *so);
+    memset(sv, 0, sizeof *sv);
+    int64_t p = now / w->slot_ns + 1;
+    for (int k = 0; k < SEDA_WINDOW_SLOTS; k++) {
+        if (w->epoch[k] == 0 || w->epoch[k] <= p - SEDA_WINDOW_SLOTS)
+            continue;
+        seda__hist_merge(so, &w->sojourn[k]);
+        seda__hist_merge(sv, &w->service[k]);
+    }
 }
 
 void seda__stats_rate_sample(struct seda_stats *s, int64_t now)
@@ -227,6 +289,26 @@ void seda_errors_free(seda_error *errs)
 
 /* ---- error reports ---- */
 
+int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
+                         int n, uint64_t *cum, uint64_t *count, double *sum)
+{
+    if (n < 0 || (n > 0 && (!le || !cum)) ||
+        (which != SEDA_HIST_SOJOURN && which != SEDA_HIST_SERVICE))
+        return SEDA_EINVAL;
+    struct seda_stats *s = &st->stats;
+    seda__mutex_lock(&s->hist_mu);
+    const struct seda_hist *h = which == SEDA_HIST_SOJOURN ? &s->sojourn
+                                                          : &s->service;
+    for (int i = 0; i < n; i++)
+        cum[i] = seda__hist_count_le(h, le[i]);
+    if (count)
+        *count = h->count;
+    if (sum)
+        *sum = (double)h->sum / 1e9;
+    seda__mutex_unlock(&s->hist_mu);
+    return 0;
+}
+
 void seda_stage_report(seda_stage_t *st, const char *msg)
 {
     int64_t now = seda__now_ns();
@@ -332,15 +414,22 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
         }
     }
     seda__mutex_unlock(&st->mu);
+    /* Quantiles and maxima over the recent window; counts and sums since
+     * the stage was made (a Prometheus summary's _count and _sum). */
+    static _Thread_local struct seda_hist wso, wsv;    /* 9 KiB: off the
+                                                         stack */
     seda__mutex_lock(&st->stats.hist_mu);
-    out->sojourn_p50 = seda__hist_quantile(&st->stats.sojourn, 0.50) / 1e3;
-    out->sojourn_p99 = seda__hist_quantile(&st->stats.sojourn, 0.99) / 1e3;
-    out->sojourn_p999 = seda__hist_quantile(&st->stats.sojourn, 0.999) / 1e3;
-    out->sojourn_max = (double)st->stats.sojourn.max / 1e3;
-    out->service_p50 = seda__hist_quantile(&st->stats.service, 0.50) / 1e3;
-    out->service_p99 = seda__hist_quantile(&st->stats.service, 0.99) / 1e3;
-    out->service_p999 = seda__hist_quantile(&st->stats.service, 0.999) / 1e3;
-    out->service_max = (double)st->stats.service.max / 1e3;
+    window_merge(st->stats.win, seda__clock_ns(), &wso, &wsv);
+    out->window = (double)(st->stats.win->slot_ns * SEDA_WINDOW_SLOTS) / 1e9;
+    out->sojourn_p50 = seda__hist_quantile(&wso, 0.50) / 1e3;
+    out->sojourn_p99 = seda__hist_quantile(&wso, 0.99) / 1e3;
+    out->sojourn_p999 = seda__hist_quantile(&wso, 0.999) / 1e3;
+    out->sojourn_max = (double)wso.max / 1e3;
+    out->service_p50 = seda__hist_quantile(&wsv, 0.50) / 1e3;
+    out->service_p99 = seda__hist_quantile(&wsv, 0.99) / 1e3;
+    out->service_p999 = seda__hist_quantile(&wsv, 0.999) / 1e3;
+    out->service_max = (double)wsv.max / 1e3;
+    out->window_count = wso.count;
     out->sojourn_count = st->stats.sojourn.count;
     out->sojourn_sum = (double)st->stats.sojourn.sum / 1e3;
     out->service_count = st->stats.service.count;

@@ -30,6 +30,19 @@ struct seda__err {
     uint64_t repeats;           /* occurrences folded into this entry */
 };
 
+/* The recent window of latency samples: SEDA_WINDOW_SLOTS histograms,
+ * each holding one slot_ns period (the window / SEDA_WINDOW_SLOTS),
+ * reused round robin; quantiles merge the slots of the last window.
+ * Guarded by hist_mu. */
+#define SEDA_WINDOW_SLOTS 10
+struct seda_window {
+    int64_t slot_ns;            /* one slot's period; immutable */
+    int64_t epoch[SEDA_WINDOW_SLOTS]; /* the period (clock / slot_ns) each
+                                   slot holds; 0: none yet */
+    struct seda_hist sojourn[SEDA_WINDOW_SLOTS];
+    struct seda_hist service[SEDA_WINDOW_SLOTS];
+};
+
 struct seda_stats {
     _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     struct {
@@ -39,8 +52,11 @@ struct seda_stats {
     int rate_n;                 /* samples stored (<= 64); guarded by mu */
     int rate_head;              /* next slot; guarded by mu */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock */
-    struct seda_hist sojourn;   /* admission -> handler start; hist_mu */
-    struct seda_hist service;   /* handler run time; hist_mu */
+    struct seda_hist sojourn;   /* admission -> handler start, since the
+                                   stage was made; hist_mu */
+    struct seda_hist service;   /* handler run time, likewise; hist_mu */
+    struct seda_window *win;    /* the recent window; hist_mu (the pointer
+                                   is immutable) */
     seda__mutex_t report_mu;    /* guards the three below; a leaf lock */
     int64_t report_window;      /* start of the current second */
     int report_lines;           /* lines in this window */
@@ -50,7 +66,9 @@ struct seda_stats {
     int errs_n;                 /* entries kept */
 };
 
-SEDA__API void seda__stats_init(struct seda_stats *s);
+/* 0 or SEDA_ENOMEM.  window_ns: the recent window latency quantiles
+ * cover. */
+SEDA__API int seda__stats_init(struct seda_stats *s, int64_t window_ns);
 /* Free; prints a last window's count of suppressed reports for `name`. */
 SEDA__API void seda__stats_free(struct seda_stats *s, const char *name);
 

@@ -348,7 +348,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    NULL
+    "stats_window", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -409,6 +409,14 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
         if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
             luaL_error(L, "bus: hop_timeout must be a number >= 0");
         o->hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "stats_window");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0) ||
+            lua_tonumber(L, -1) > 86400)
+            luaL_error(L, "bus: stats_window must be a number of seconds in "
+                       "(0, 86400]");
+        o->stats_window = lua_tonumber(L, -1);
     }
     lua_getfield(L, 1, "dead_letter");
     if (!lua_isnil(L, -1)) {

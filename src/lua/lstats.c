@@ -72,6 +72,9 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         lua_pushnumber(L, latv[i]);
         lua_setfield(L, -2, lat[i]);
     }
+    lua_pushnumber(L, s.window);
+    lua_setfield(L, -2, "window");
+    set_int(L, "window_count", (lua_Integer)s.window_count);
     set_int(L, "sojourn_count", (lua_Integer)s.sojourn_count);
     lua_pushnumber(L, s.sojourn_sum);
     lua_setfield(L, -2, "sojourn_sum");
