@@ -12,8 +12,8 @@
 #   make run        build and run examples/pipeline.lua
 #   make run-remote two processes sharing a remote stage (examples/remote/,
 #                   a private nats-server)
-#   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h,
-#                   libseda.a, libsedalua.a, libsedaremote.a, seda.pc
+#   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h, seda_io.h,
+#                   libseda.a, libsedalua.a, libsedaremote.a, libsedaio.a, seda.pc
 #                   (pkg-config) and share/doc/seda-lua/reference.md under
 #                   PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
@@ -60,7 +60,9 @@ $(CONFIG): scripts/deps.sh
 	  echo "MHD_CFLAGS := $$(pc --cflags libmicrohttpd)"; \
 	  echo "MHD_LIBS := $$(pc --libs libmicrohttpd)"; \
 	  echo "NATS_CFLAGS := $$(pc --cflags $(NATS_PC))"; \
-	  echo "NATS_LIBS := $$(pc --libs $(NATS_PC))"; } >$@.tmp
+	  echo "NATS_LIBS := $$(pc --libs $(NATS_PC))"; \
+	  echo "CURL_CFLAGS := $$(pc --cflags libcurl)"; \
+	  echo "CURL_LIBS := $$(pc --libs libcurl)"; } >$@.tmp
 	@mv $@.tmp $@
 
 # make deps: the packages now (and the flags again).
@@ -103,6 +105,7 @@ B       := build/$(V)
 # LAYER_SRC_<layer> is the .c files of src/<layer>/ (none when the folder
 # is not there yet).  libseda.a is core + durable (the C API);
 # libsedaremote.a the remote stages (NATS JetStream, links libnats);
+# libsedaio.a the I/O loop (timers, HTTP on libcurl, TCP sockets);
 # libsedalua.a the Lua binding; seda-lua the program.
 LAYERS := $(shell sed -n 's/^layer[[:space:]]\{1,\}\([a-z]\{1,\}\).*/\1/p' src/layers)
 # (bench is a layer of the top, not of src/: a layer named like a folder
@@ -118,14 +121,17 @@ endif
 CORE_SRC    := $(LAYER_SRC_core)
 DURABLE_SRC := $(LAYER_SRC_durable)
 REMOTE_SRC  := $(LAYER_SRC_remote)
+IO_SRC      := $(LAYER_SRC_io)
 LUA_SRC     := $(LAYER_SRC_lua)
 CLI_SRC     := $(filter-out src/cli/main.c,$(LAYER_SRC_cli))
 CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
 REMOTE_OBJ  := $(REMOTE_SRC:src/%.c=$(B)/src/%.o)
+IO_OBJ      := $(IO_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
 CLI_OBJ     := $(CLI_SRC:src/%.c=$(B)/src/%.o)
 LIBSEDA  := $(B)/libseda.a
 LIBSREMOTE := $(B)/libsedaremote.a
+LIBSIO   := $(B)/libsedaio.a
 LIBSLUA  := $(B)/libsedalua.a
 
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -135,7 +141,7 @@ SEDA_SO  := $(B)/seda.so
 
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
-ALL := $(LIBSEDA) $(LIBSREMOTE) $(EXAMPLES)
+ALL := $(LIBSEDA) $(LIBSREMOTE) $(LIBSIO) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
@@ -154,6 +160,11 @@ $(B)/src/%.o: src/%.c
 $(B)/src/remote/%.o: src/remote/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
+
+# The io layer is the one that includes <curl/curl.h>.
+$(B)/src/io/%.o: src/io/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
 
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
@@ -186,13 +197,17 @@ $(LIBSREMOTE): $(REMOTE_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
+$(LIBSIO): $(IO_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
 $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSEDA)
-	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
+	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
@@ -211,11 +226,11 @@ $(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
 
-$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
+$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
+$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -271,7 +286,10 @@ SEDA_VERSION := $(shell sed -n 's/^\#define SEDA_VERSION "\(.*\)"/\1/p' include/
 # seda.pc, relocatable (its prefix is found from where the file is, so a
 # DESTDIR-staged tree works as installed): both libraries are static, so
 # what they need from other libraries is in Requires.private /
-# Libs.private:  cc prog.c $$(pkg-config --cflags --libs --static seda)
+# Libs.private:  cc prog.c $$(pkg-config --cflags --libs --static seda).
+# libcurl is named by -lcurl, not required by name: `--static` would
+# pull in the private libraries of libcurl's own static build (nghttp2,
+# ssh2, ldap...), which Debian's libcurl4-openssl-dev does not install.
 $(B)/seda.pc: include/seda.h Makefile
 	@mkdir -p $(@D)
 	@{ echo 'prefix=$${pcfiledir}/../..'; \
@@ -279,13 +297,13 @@ $(B)/seda.pc: include/seda.h Makefile
 	   echo 'includedir=$${prefix}/include'; \
 	   echo; \
 	   echo "Name: seda"; \
-	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
+	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
 	   echo "Version: $(SEDA_VERSION)"; \
 	   echo "Requires: $(LUA_PC)"; \
 	   echo "Requires.private: sqlite3 $(NATS_PC)"; \
 	   echo 'Cflags: -I$${includedir} -pthread'; \
-	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lseda'; \
-	   echo "Libs.private: -pthread -lm"; } >$@.tmp
+	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lsedaio -lseda'; \
+	   echo "Libs.private: -pthread -lm -lcurl"; } >$@.tmp
 	@mv $@.tmp $@
 
 install: all $(B)/seda.pc
@@ -295,8 +313,9 @@ install: all $(B)/seda.pc
 	install -m 0755 $(SEDA_LUA) $(DESTDIR)$(PREFIX)/bin/seda-lua
 	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
 	install -m 0644 include/seda.h include/seda_lua.h include/seda_remote.h \
+	    include/seda_io.h \
 	    $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) \
+	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) \
 	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(B)/seda.pc $(DESTDIR)$(PC_DIR)/seda.pc
 	install -d $(DESTDIR)$(DOC_DIR)
@@ -307,6 +326,8 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/include/seda.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_lua.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_remote.h \
+	    $(DESTDIR)$(PREFIX)/include/seda_io.h \
+	    $(DESTDIR)$(PREFIX)/lib/libsedaio.a \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaremote.a \
 	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(DOC_DIR)/reference.md
@@ -327,8 +348,8 @@ BENCH_SRC := $(filter-out bench/codec_loop.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
-$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(LDLIBS) -o $@
+$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.

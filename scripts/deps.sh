@@ -19,12 +19,18 @@ have_pc sqlite3 || need="$need libsqlite3-dev"
 have_pc readline || need="$need libreadline-dev"
 have_pc libmicrohttpd || need="$need libmicrohttpd-dev"   # seda-lua --http
 have_pc libnats || need="$need libnats-dev"            # remote stages
+have_pc libcurl || need="$need libcurl4-openssl-dev"   # seda.http (src/io)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
     need="$need nats-server"                           # their tests, bench
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)
 command -v lua5.4 >/dev/null 2>&1 || need="$need lua5.4"
 command -v sqlite3 >/dev/null 2>&1 || need="$need sqlite3"   # journal checks in tests
 command -v socat >/dev/null 2>&1 || need="$need socat"     # control-socket clients in tests
+# tests/lua/test_io.lua: a real Redis through Debian's LuaSocket client
+# (lua-redis), an HTTP helper on LuaSocket (lua-socket).
+command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
+[ -e /usr/share/lua/5.1/redis.lua ] || need="$need lua-redis"
+dpkg -s lua-socket >/dev/null 2>&1 || need="$need lua-socket"
 for extra in "$@"; do
     case "$extra" in
         *:*) pc=${extra%%:*}; pkg=${extra#*:}

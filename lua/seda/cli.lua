@@ -580,6 +580,12 @@ The buses keep running while you type.
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
                              handle: handle:cancel()
+  seda.sleep(seconds)        wait (here: blocks the prompt; in a handler it
+                             will suspend it)
+  seda.http.request{url=, method=, headers=, body=, timeout=, max_size=,
+                    follow=} -> {status=, headers=, body=} or nil, err
+  seda.socket.tcp()          a LuaSocket-style TCP object: connect, send,
+                             receive, settimeout, close, setkeepalive...
   help()                     this text
 Columns: depth/cap queue depth and capacity; inflt envelopes being handled /
 concurrency (the permits); rate/s deliveries per second over the last

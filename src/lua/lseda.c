@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "lio.h"
 #include "lschema.h"
 #include "lseda.h"
 #include "seda_lua.h"
@@ -705,6 +706,7 @@ int luaopen_seda(lua_State *L)
     seda__l_loop_open(L);
     luaL_newlib(L, module_funcs);
     seda__l_loop_register(L);
+    seda__l_io_register(L);     /* sleep, http, socket (lio.c) */
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
     seda__l_shared_push(L);

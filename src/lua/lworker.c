@@ -38,6 +38,7 @@
 
 #include <lualib.h>
 
+#include "lio.h"
 #include "lworker.h"
 #include "seda_lua.h"
 
@@ -301,6 +302,7 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "worker");
     seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
+    seda__l_io_register(L);     /* sleep, http, socket (lio.c) */
     lua_pushvalue(L, -1);
     lua_setglobal(L, "seda");
     /* require "seda" inside a handler gives the same table. */

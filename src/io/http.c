@@ -1,0 +1,548 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * http.c -- the HTTP client op (seda_io_http_request) on libcurl's multi
+ * interface, driven by the loop's epoll.
+ *
+ * DESIGN
+ *   One CURLM per loop, made on the first request (a loop that never does
+ *   HTTP never touches curl's multi).  Its connection cache is where
+ *   keep-alive connections wait between requests: an easy handle is
+ *   removed and cleaned up when its request is done, its connection stays
+ *   in the multi for the next request to the same host.
+ *
+ *   curl tells the loop what to watch (CURLMOPT_SOCKETFUNCTION: a struct
+ *   sock per socket, registered with curl_multi_assign, released through
+ *   the loop's graveyard so a fetched event never reaches freed memory)
+ *   and when to wake it (CURLMOPT_TIMERFUNCTION: one internal timer).  An
+ *   event or the timer calls curl_multi_socket_action, then finished
+ *   transfers are read (curl_multi_info_read) and their ops complete.
+ *   Never is curl called from inside one of its own callbacks.
+ *
+ *   The response: the header callback starts a fresh header list at each
+ *   status line (a 100 Continue or a followed redirect leaves only the
+ *   last response's headers), lower-cases names and joins repeats with
+ *   ", ".  The body is limited twice: CURLOPT_MAXFILESIZE refuses a
+ *   Content-Length over max_size before a byte is read, and the write
+ *   callback stops a body that grows past it.  Loop thread only, except
+ *   the submission (which copies the request) and the accessors.
+ */
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "io_int.h"
+
+/* The loop's curl (loop thread only). */
+struct seda__io_http {
+    CURLM *multi;
+    struct seda__io_timer timer;    /* curl's timeout */
+    seda_io_loop_t *loop;
+};
+
+/* A socket curl asked to watch. */
+struct sock {
+    struct seda__io_watch w;        /* first: released watches are freed */
+    struct seda__io_http *h;
+};
+
+struct http_op {
+    seda_io_op_t op;                /* first */
+    CURL *easy;                     /* while running */
+    struct curl_slist *hdrs;        /* request headers */
+    char *method;
+    char *url;
+    char *body;                     /* request body, or NULL */
+    size_t body_len;
+    long timeout_ms;                /* 0: none */
+    size_t max_size;
+    int follow;
+    int status;                     /* HTTP status */
+    char **hname, **hval;           /* response headers */
+    size_t nh, hcap;
+    char *rbody;                    /* response body (NUL-terminated) */
+    size_t rlen, rcap;
+    bool too_large;                 /* the write callback refused */
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+/* ---- global init ---- */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;          /* written once, under global_once */
+
+static void global_init(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+int seda__io_http_global_init(void)
+{
+    pthread_once(&global_once, global_init);
+    return global_rc == CURLE_OK ? 0 : -ENOMEM;
+}
+
+/* ---- driving curl ---- */
+
+static void check_done(struct seda__io_http *h);
+
+static void on_sock_event(seda_io_loop_t *loop, struct seda__io_watch *w,
+                          uint32_t ev)
+{
+    (void)loop;
+    struct sock *sk = (struct sock *)w;
+    struct seda__io_http *h = sk->h;
+    int flags = 0;
+    if (ev & EPOLLIN)
+        flags |= CURL_CSELECT_IN;
+    if (ev & EPOLLOUT)
+        flags |= CURL_CSELECT_OUT;
+    if (ev & (EPOLLERR | EPOLLHUP))
+        flags |= CURL_CSELECT_ERR;
+    int running;
+    curl_multi_socket_action(h->multi, w->fd, flags, &running);
+    check_done(h);
+}
+
+static int on_socket(CURL *e, curl_socket_t s, int what, void *userp,
+                     void *socketp)
+{
+    (void)e;
+    struct seda__io_http *h = userp;
+    struct sock *sk = socketp;
+    if (what == CURL_POLL_REMOVE) {
+        if (sk) {
+            curl_multi_assign(h->multi, s, NULL);
+            seda__io_watch_release(h->loop, &sk->w);
+        }
+        return 0;
+    }
+    if (!sk) {
+        sk = calloc(1, sizeof *sk);
+        if (!sk)
+            return -1;          /* curl fails the transfer */
+        sk->w.fd = s;
+        sk->w.fn = on_sock_event;
+        sk->h = h;
+        curl_multi_assign(h->multi, s, sk);
+    }
+    uint32_t ev = 0;
+    if (what & CURL_POLL_IN)
+        ev |= EPOLLIN;
+    if (what & CURL_POLL_OUT)
+        ev |= EPOLLOUT;
+    return seda__io_watch_set(h->loop, &sk->w, ev) == 0 ? 0 : -1;
+}
+
+static void on_timer_fire(seda_io_loop_t *loop, struct seda__io_timer *t)
+{
+    (void)loop;
+    struct seda__io_http *h = (struct seda__io_http *)((char *)t -
+                                  offsetof(struct seda__io_http, timer));
+    int running;
+    curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    check_done(h);
+}
+
+static int on_timer(CURLM *m, long timeout_ms, void *userp)
+{
+    (void)m;
+    struct seda__io_http *h = userp;
+    if (timeout_ms < 0) {
+        seda__io_timer_disarm(h->loop, &h->timer);
+        return 0;
+    }
+    uint64_t due = seda__io_now() + (uint64_t)timeout_ms * 1000000u;
+    return seda__io_timer_arm(h->loop, &h->timer, due) == 0 ? 0 : -1;
+}
+
+static struct seda__io_http *http_of(seda_io_loop_t *loop)
+{
+    struct seda__io_http **slot = seda__io_http_slot(loop);
+    if (*slot)
+        return *slot;
+    struct seda__io_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->multi = curl_multi_init();
+    if (!h->multi) {
+        free(h);
+        return NULL;
+    }
+    h->loop = loop;
+    seda__io_timer_init(&h->timer, on_timer_fire);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
+    *slot = h;
+    return h;
+}
+
+void seda__io_http_free(seda_io_loop_t *loop)
+{
+    struct seda__io_http **slot = seda__io_http_slot(loop);
+    struct seda__io_http *h = *slot;
+    if (!h)
+        return;
+    /* Every transfer is done (the loop cancelled them): this closes the
+     * cached connections, whose sockets curl reports removed. */
+    curl_multi_cleanup(h->multi);
+    seda__io_timer_disarm(loop, &h->timer);
+    free(h);
+    *slot = NULL;
+}
+
+/* ---- results ---- */
+
+static int map_error(struct http_op *r, CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        return SEDA_IO_TIMEOUT;
+    case CURLE_COULDNT_CONNECT:
+        return SEDA_IO_REFUSED;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+        return SEDA_IO_DNS;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_USE_SSL_FAILED:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+        return SEDA_IO_TLS;
+    case CURLE_FILESIZE_EXCEEDED:
+        return SEDA_IO_TOO_LARGE;
+    case CURLE_WRITE_ERROR:
+        return r->too_large ? SEDA_IO_TOO_LARGE : SEDA_IO_OTHER;
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+        return SEDA_IO_CLOSED;
+    default:
+        return SEDA_IO_OTHER;
+    }
+}
+
+static void finish_easy(struct http_op *r)
+{
+    struct seda__io_http *h = *seda__io_http_slot(r->op.loop);
+    curl_multi_remove_handle(h->multi, r->easy);
+    curl_easy_cleanup(r->easy);
+    r->easy = NULL;
+}
+
+static void check_done(struct seda__io_http *h)
+{
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(h->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *easy = m->easy_handle;
+        CURLcode rc = m->data.result;
+        struct http_op *r = NULL;
+        curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&r);
+        long code = 0;
+        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &code);
+        r->status = (int)code;
+        finish_easy(r);         /* m is invalid from here */
+        if (rc == CURLE_OK) {
+            seda__io_complete(&r->op, SEDA_IO_OK, NULL);
+        } else {
+            int st = map_error(r, rc);
+            const char *text = r->errbuf[0] ? r->errbuf
+                                             : curl_easy_strerror(rc);
+            if (st == SEDA_IO_TOO_LARGE)
+                seda__io_complete(&r->op, st, "response over %zu bytes",
+                                  r->max_size);
+            else
+                seda__io_complete(&r->op, st, "%s", text);
+        }
+    }
+}
+
+/* ---- callbacks of a transfer ---- */
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+    struct http_op *r = ud;
+    size_t len = size * n;
+    if (len > r->max_size - r->rlen) {
+        r->too_large = true;
+        return 0;
+    }
+    if (r->rlen + len + 1 > r->rcap) {
+        size_t cap = r->rcap ? r->rcap : 1024;
+        while (cap < r->rlen + len + 1)
+            cap *= 2;
+        char *b = realloc(r->rbody, cap);
+        if (!b)
+            return 0;
+        r->rbody = b;
+        r->rcap = cap;
+    }
+    memcpy(r->rbody + r->rlen, p, len);
+    r->rlen += len;
+    r->rbody[r->rlen] = '\0';
+    return len;
+}
+
+static void clear_headers(struct http_op *r)
+{
+    for (size_t i = 0; i < r->nh; i++) {
+        free(r->hname[i]);
+        free(r->hval[i]);
+    }
+    r->nh = 0;
+}
+
+static int add_header(struct http_op *r, const char *name, size_t nlen,
+                      const char *val, size_t vlen)
+{
+    for (size_t i = 0; i < r->nh; i++) {
+        if (strlen(r->hname[i]) == nlen &&
+            memcmp(r->hname[i], name, nlen) == 0) {
+            size_t old = strlen(r->hval[i]);
+            char *v = realloc(r->hval[i], old + 2 + vlen + 1);
+            if (!v)
+                return -1;
+            memcpy(v + old, ", ", 2);
+            memcpy(v + old + 2, val, vlen);
+            v[old + 2 + vlen] = '\0';
+            r->hval[i] = v;
+            return 0;
+        }
+    }
+    if (r->nh == r->hcap) {
+        size_t cap = r->hcap ? 2 * r->hcap : 16;
+        char **a = realloc(r->hname, cap * sizeof *a);
+        if (!a)
+            return -1;
+        r->hname = a;
+        char **b = realloc(r->hval, cap * sizeof *b);
+        if (!b)
+            return -1;
+        r->hval = b;
+        r->hcap = cap;
+    }
+    char *n = strndup(name, nlen);
+    char *v = strndup(val, vlen);
+    if (!n || !v) {
+        free(n);
+        free(v);
+        return -1;
+    }
+    r->hname[r->nh] = n;
+    r->hval[r->nh] = v;
+    r->nh++;
+    return 0;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+    struct http_op *r = ud;
+    size_t len = size * n;
+    if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
+        clear_headers(r);       /* a new response begins */
+        return len;
+    }
+    const char *colon = memchr(p, ':', len);
+    if (!colon)
+        return len;             /* the blank line, or junk */
+    size_t nlen = (size_t)(colon - p);
+    const char *v = colon + 1;
+    const char *end = p + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' ||
+                       end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    for (size_t i = 0; i < nlen; i++)
+        p[i] = (char)tolower((unsigned char)p[i]);
+    return add_header(r, p, nlen, v, (size_t)(end - v)) == 0 ? len : 0;
+}
+
+/* ---- the op ---- */
+
+static void http_start(seda_io_op_t *op)
+{
+    struct http_op *r = (struct http_op *)op;
+    struct seda__io_http *h = http_of(op->loop);
+    CURL *e = h ? curl_easy_init() : NULL;
+    if (!e) {
+        seda__io_complete(op, SEDA_IO_OTHER, "out of memory (curl)");
+        return;
+    }
+    r->easy = e;
+    curl_easy_setopt(e, CURLOPT_URL, r->url);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)r);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    if (strcmp(r->method, "HEAD") == 0)
+        curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    else if (strcmp(r->method, "GET") != 0 || r->body)
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, r->method);
+    if (r->body || strcmp(r->method, "POST") == 0 ||
+        strcmp(r->method, "PUT") == 0 || strcmp(r->method, "PATCH") == 0) {
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)r->body_len);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, r->body ? r->body : "");
+    }
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+    if (r->timeout_ms > 0)
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, r->timeout_ms);
+    if (r->follow) {
+        curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
+    }
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)r->max_size);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
+    CURLMcode mc = curl_multi_add_handle(h->multi, e);
+    if (mc != CURLM_OK) {
+        curl_easy_cleanup(e);
+        r->easy = NULL;
+        seda__io_complete(op, SEDA_IO_OTHER, "%s", curl_multi_strerror(mc));
+    }
+}
+
+static void http_cancel(seda_io_op_t *op)
+{
+    struct http_op *r = (struct http_op *)op;
+    if (r->easy)
+        finish_easy(r);
+    seda__io_complete(op, SEDA_IO_CANCELLED, NULL);
+}
+
+static void http_destroy(seda_io_op_t *op)
+{
+    struct http_op *r = (struct http_op *)op;
+    curl_slist_free_all(r->hdrs);
+    free(r->method);
+    free(r->url);
+    free(r->body);
+    clear_headers(r);
+    free(r->hname);
+    free(r->hval);
+    free(r->rbody);
+    free(r);
+}
+
+static const struct seda__io_kind http_kind = {
+    .name = "http",
+    .start = http_start,
+    .cancel = http_cancel,
+    .destroy = http_destroy,
+};
+
+int seda_io_http_request(seda_io_loop_t *loop,
+                         const struct seda_io_http_req *req,
+                         seda_io_cb cb, void *ud, seda_io_op_t **opp)
+{
+    if (!req || !req->url)
+        return -EINVAL;
+    for (size_t i = 0; i < req->nheaders; i++)
+        if (!req->headers[i] || !strchr(req->headers[i], ':') ||
+            strpbrk(req->headers[i], "\r\n"))
+            return -EINVAL;
+    struct http_op *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->method = strdup(req->method ? req->method : "GET");
+    r->url = strdup(req->url);
+    bool ok = r->method && r->url;
+    if (ok && req->body) {
+        r->body = malloc(req->body_len + 1);
+        ok = r->body != NULL;
+        if (ok) {
+            memcpy(r->body, req->body, req->body_len);
+            r->body[req->body_len] = '\0';
+            r->body_len = req->body_len;
+        }
+    }
+    for (size_t i = 0; ok && i < req->nheaders; i++) {
+        struct curl_slist *l = curl_slist_append(r->hdrs, req->headers[i]);
+        ok = l != NULL;
+        if (ok)
+            r->hdrs = l;
+    }
+    if (ok) {
+        /* No "Expect: 100-continue" wait before a body. */
+        struct curl_slist *l = curl_slist_append(r->hdrs, "Expect:");
+        ok = l != NULL;
+        if (ok)
+            r->hdrs = l;
+    }
+    if (!ok) {
+        http_destroy(&r->op);
+        return -ENOMEM;
+    }
+    double t = req->timeout;
+    if (t > 0)                  /* at least 1 ms; about 3 years at most */
+        r->timeout_ms = t >= 1e8 ? (long)1e11 : (long)ceil(t * 1000);
+    r->max_size = req->max_size ? req->max_size : SEDA_IO_HTTP_MAX_SIZE_DEFAULT;
+    r->follow = req->follow;
+    int rc = seda__io_submit(loop, &r->op, &http_kind, cb, ud, opp);
+    if (rc != 0)
+        http_destroy(&r->op);
+    return rc;
+}
+
+/* ---- accessors ---- */
+
+static const struct http_op *as_http(const seda_io_op_t *op)
+{
+    return op->kind == &http_kind ? (const struct http_op *)op : NULL;
+}
+
+int seda_io_http_status(const seda_io_op_t *op)
+{
+    const struct http_op *r = as_http(op);
+    return r ? r->status : 0;
+}
+
+size_t seda_io_http_nheaders(const seda_io_op_t *op)
+{
+    const struct http_op *r = as_http(op);
+    return r ? r->nh : 0;
+}
+
+int seda_io_http_header(const seda_io_op_t *op, size_t i, const char **name,
+                        const char **value)
+{
+    const struct http_op *r = as_http(op);
+    if (!r || i >= r->nh)
+        return -EINVAL;
+    *name = r->hname[i];
+    *value = r->hval[i];
+    return 0;
+}
+
+const char *seda_io_http_body(const seda_io_op_t *op, size_t *len)
+{
+    const struct http_op *r = as_http(op);
+    if (!r || !r->rbody) {
+        *len = 0;
+        return "";
+    }
+    *len = r->rlen;
+    return r->rbody;
+}
