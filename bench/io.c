@@ -73,7 +73,8 @@
  * drain_tail_ms, drained, request_p50_us, request_p99_us,
  * request_p999_us, request_max_us, latency_from_request,
  * handler_concurrency_peak, and when there was one, first_error,
- * publish_errors and publish_error.
+ * publish_errors and publish_error; seda_http and openresty rows:
+ * x_luasocket, their rate over the same round's luasocket rate.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -661,8 +662,16 @@ struct io_ctx {
     int trial_s;                /* the window */
 };
 
+/* The ratio of a rate to the same round's luasocket rate (the target:
+ * seda_http >= 50). */
+static void row_ratio(struct row *r, double thr, double sock)
+{
+    if (sock > 0)
+        row_num(r, "x_luasocket", thr / sock, 2);
+}
+
 static void row_wrk(struct io_ctx *c, const char *variant, int trial,
-                    const struct wrk_res *w, int secs)
+                    const struct wrk_res *w, int secs, double sock)
 {
     struct row r;
     row_begin(&r, strcmp(variant, "openresty") == 0 ? "lua" : "none", "io");
@@ -674,6 +683,7 @@ static void row_wrk(struct io_ctx *c, const char *variant, int trial,
     row_num(&r, "throughput_eps", thr, 0);
     row_latency(&r, &w->lat);
     row_str(&r, "latency_from", "wrk");
+    row_ratio(&r, thr, sock);
     row_int(&r, "errors", w->connect + w->read + w->write + w->timeout);
     row_int(&r, "status_other", w->status);
     row_int(&r, "connections", IO_WRK_CONNS);
@@ -730,10 +740,12 @@ static void io_done(seda_env_t *env, int outcome, void *ud)
     sem_post(&t->window);
 }
 
-static void io_bus_trial(struct io_ctx *c, const char *variant, int trial,
-                         struct io_trial *t)
+/* One trial of ours or of the luasocket anchor; returns its rate (0 when
+ * it did not run).  sock: the round's luasocket rate, for seda_http. */
+static double io_bus_trial(struct io_ctx *c, const char *variant, int trial,
+                           struct io_trial *t, double sock)
 {
-    bool sock = strcmp(variant, "luasocket") == 0;
+    bool sock_variant = strcmp(variant, "luasocket") == 0;
     benchio_reset();
     atomic_store(&t->e2e.n, 0);
     atomic_store(&t->in_window, 0);
@@ -741,11 +753,11 @@ static void io_bus_trial(struct io_ctx *c, const char *variant, int trial,
     atomic_store(&t->not_acked, 0);
     sem_init(&t->window, 0, IO_INFLIGHT);
     struct inst in;
-    if (inst_open(&in, true, IO_CHUNK, sock ? c->h_sock : c->h_seda, 1,
+    if (inst_open(&in, true, IO_CHUNK, sock_variant ? c->h_sock : c->h_seda, 1,
                   IO_CAP, IO_CONC, NULL) != 0) {
         fprintf(stderr, "bench: io: %s: the bus did not start\n", variant);
         sem_destroy(&t->window);
-        return;
+        return 0;
     }
     seda_stage_t *st = in.st[0];
     seda_publish_opts po;
@@ -806,6 +818,8 @@ static void io_bus_trial(struct io_ctx *c, const char *variant, int trial,
     row_num(&r, "throughput_eps", thr, 0);
     row_latency(&r, &e2e);
     row_str(&r, "latency_from", "publish_to_complete");
+    if (!sock_variant)
+        row_ratio(&r, thr, sock);
     row_int(&r, "errors", fails + not_acked);
     row_int(&r, "status_2xx", atomic_load(&g_status[2]));
     row_int(&r, "status_3xx", atomic_load(&g_status[3]));
@@ -814,7 +828,7 @@ static void io_bus_trial(struct io_ctx *c, const char *variant, int trial,
     row_str(&r, "upstream", c->upstream);
     row_str(&r, "server", c->server);
     char client[200];
-    if (sock)
+    if (sock_variant)
         snprintf(client, sizeof client, "LuaSocket (lua-socket %s), raw "
                  "socket.tcp() GET, keep-alive per worker state, blocking",
                  c->v.luasocket);
@@ -850,6 +864,7 @@ static void io_bus_trial(struct io_ctx *c, const char *variant, int trial,
                    "%ld errors%s", variant, trial, thr, e2e.p50, e2e.p99,
                    req.p50, peak, fails + not_acked,
                    drc == 0 ? "" : ", NOT DRAINED");
+    return thr;
 }
 
 /* ---- the config ---- */
@@ -860,13 +875,13 @@ static void io_rounds(struct io_ctx *c, struct io_trial *t, int rounds)
     struct wrk_res w;
     int up_s = g_cfg.quick ? 1 : 3;
     if (wrk_run(c->wrk_script, c->up.port, IO_WRK_CONNS, up_s, &w))
-        row_wrk(c, "upstream_wrk", 1, &w, up_s);
+        row_wrk(c, "upstream_wrk", 1, &w, up_s, 0);
     for (int round = 1; round <= rounds; round++) {
-        io_bus_trial(c, "luasocket", round, t);
-        io_bus_trial(c, "seda_http", round, t);
+        double sock = io_bus_trial(c, "luasocket", round, t, 0);
+        io_bus_trial(c, "seda_http", round, t, sock);
         if (wrk_run(c->wrk_script, c->front.port, IO_WRK_CONNS, c->trial_s,
                     &w))
-            row_wrk(c, "openresty", round, &w, c->trial_s);
+            row_wrk(c, "openresty", round, &w, c->trial_s, sock);
     }
 }
 
