@@ -484,12 +484,28 @@ void seda__bus_replay_begins(struct seda_bus_s *b)
         ;
 }
 
+/* A declared stage is ready for a replayed hop once it can take it: it
+ * has a consumer (a declaration adds its consumers right after it
+ * registers the stage), or it needs none (pull, remote). */
+static bool stage_ready(struct seda_stage_s *to)
+{
+    return to->pull || to->remote_ops ||
+           seda__consumers_count(&to->cons) > 0;
+}
+
+void seda__bus_wake_hops(struct seda_bus_s *b)
+{
+    seda__mutex_lock(&b->mu);
+    pthread_cond_broadcast(&b->stage_cv);
+    seda__mutex_unlock(&b->mu);
+}
+
 struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
                                           seda_env_t *env, const char *name)
 {
     struct seda_bus_s *b = st->bus;
     struct seda_stage_s *to = seda__bus_lookup(b, name);
-    if (to || !(env->flags & ENV_REPLAYED))
+    if ((to && stage_ready(to)) || !(env->flags & ENV_REPLAYED))
         return to;
     int64_t until = atomic_load_explicit(&b->replay_until,
                                          memory_order_relaxed);
@@ -505,7 +521,7 @@ struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
     seda_stage_report(st, msg);
     struct seda_pool *loaned = seda__pool_block_begin();
     seda__mutex_lock(&b->mu);
-    while (!(to = seda__bus_lookup(b, name)) &&
+    while (!((to = seda__bus_lookup(b, name)) && stage_ready(to)) &&
            !atomic_load_explicit(&b->stopping, memory_order_acquire) &&
            seda__now_ns() < until)
         seda__cond_wait(&b->stage_cv, &b->mu, until);

@@ -73,4 +73,8 @@ struct seda_bus_s {
 
 
 
+/* A stage got a consumer: replayed hops waiting for it may go on (takes
+ * b->mu; call with no stage lock held). */
+SEDA__API void seda__bus_wake_hops(struct seda_bus_s *b);
+
 #endif /* SEDA_BUS_H */
