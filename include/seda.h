@@ -193,6 +193,9 @@ typedef struct seda_bus_opts {
     int max_loans;             /* loan threads at most (0: 4 * workers,
                                   following seda_bus_set_workers; -1: no
                                   loans at all) */
+    int dead_letter_keep;      /* dead letters each stage keeps for
+                                  seda_stage_dead_letters (0: 100; -1:
+                                  none) */
     double stats_window;       /* seconds the latency quantiles of
                                   seda_stage_stats cover (0: 10) */
     size_t max_payload;        /* bytes a payload may have, at publish and
@@ -745,6 +748,38 @@ int seda_stage_errors(seda_stage_t *st, seda_error **out);
 
 /* Free what seda_stage_errors returned (NULL is a no-op).  Any thread. */
 void seda_errors_free(seda_error *errs);
+
+/* ---- dead letters ----
+ *
+ * A dead letter carries why, as headers added when it is sent to its
+ * dead-letter stage: x-dead-reason (max_attempts, no_consumers,
+ * no_such_stage, hop_refused, type, ...), x-dead-from (the stage),
+ * x-dead-error (the first line of the last error reported for it with
+ * seda_env_fail, when there was one), x-dead-attempts, x-dead-at (the
+ * wall-clock time, RFC 3339) and, for no_such_stage, x-dead-stage (the
+ * missing name).  Each stage also keeps its last dead letters
+ * (seda_bus_opts.dead_letter_keep, default 100), whether or not a
+ * dead-letter stage took them. */
+typedef struct seda_dead_letter {
+    char id[SEDA_ID_MAX];      /* the envelope's id */
+    char reason[32];           /* x-dead-reason */
+    char missing[SEDA_NAME_MAX + 1]; /* no_such_stage: the name; else "" */
+    const char *error;         /* x-dead-error, or NULL */
+    int attempts;
+    double at;                 /* seconds since the epoch */
+    const void *payload;       /* its first bytes (at most 256) */
+    size_t payload_len;        /* how many of them */
+    size_t payload_size;       /* the whole payload's size */
+    int kind;                  /* the payload's kind */
+    int nheaders;              /* its headers (the x-dead-* ones too) */
+    const char *const *headers;/* key, value, key, value, ... */
+} seda_dead_letter;
+
+/* The stage's kept dead letters, newest first: returns n (0..keep) and
+ * sets *out to an array of n (one allocation: free it with
+ * seda_dead_letters_free), or SEDA_ENOMEM.  Any thread. */
+int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out);
+void seda_dead_letters_free(seda_dead_letter *dl);
 
 /* ---- statistics ---- */
 

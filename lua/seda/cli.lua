@@ -556,6 +556,42 @@ function G.errors(stage)
   end
 end
 
+-- dlq([stage]): the dead letters each stage keeps (bus:dead_letters()),
+-- newest first, each with why: reason, the last error, attempts, when,
+-- and the missing stage of a no_such_stage.  Prints; returns nothing.
+function G.dlq(stage)
+  if stage ~= nil and type(stage) ~= "string" then
+    fail("dlq: stage name must be a string")
+  end
+  local list = {}
+  if stage then
+    local b, name = resolve(stage)
+    if not b then fail("dlq: no such stage '" .. stage .. "'") end
+    list[1] = { b, name }
+  else
+    for _, b in ipairs(buses()) do list[#list + 1] = { b } end
+  end
+  local n = 0
+  for i, x in ipairs(list) do
+    local ok, dls = pcall(x[1].dead_letters, x[1], x[2])
+    for _, d in ipairs(ok and dls or {}) do
+      n = n + 1
+      local p = d.payload ~= nil and M.pretty(d.payload)
+                or fmt("%q", d.payload_preview or "")
+      if #p > 100 then p = p:sub(1, 97) .. "..." end
+      out(fmt("%s%s %s %s  %s attempts=%d%s%s\n  payload %s\n",
+              #list > 1 and fmt("bus %d: ", i) or "", d.stage, d.id,
+              when(d.at), d.reason, d.attempts,
+              d.missing and " stage=" .. d.missing or "",
+              d.error and "\n  error " .. d.error or "", p))
+    end
+  end
+  if n == 0 then
+    out(stage and ("no dead letters in stage '" .. stage .. "'\n")
+        or "no dead letters\n")
+  end
+end
+
 local HELP = [[
 seda-lua REPL -- Lua statements and expressions (=expr prints too); results
 are pretty-printed (tables as indented key = value, cut when deep or long).
@@ -576,6 +612,8 @@ The buses keep running while you type.
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
+  dlq([stage])               the dead letters kept per stage, newest first,
+                             with why (reason, last error, attempts, when)
   errors([stage])            the recent errors (handler errors with their
                              tracebacks, hop timeouts...), newest first: the
                              last 32 distinct ones per stage, repeats folded

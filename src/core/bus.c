@@ -29,6 +29,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bus.h"
@@ -170,6 +171,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
         opts->max_payload > UINT32_MAX || !(opts->stats_window >= 0) ||
+        opts->dead_letter_keep < -1 || opts->dead_letter_keep > 100000 ||
         opts->stats_window > 86400 ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
@@ -182,6 +184,9 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
     b->stats_window_ns = seda__secs_to_ns(opts->stats_window > 0
                                               ? opts->stats_window : 10.0);
+    b->dead_letter_keep = opts->dead_letter_keep == 0 ? 100
+                        : opts->dead_letter_keep < 0 ? 0
+                        : opts->dead_letter_keep;
     b->sync_normal = opts->sync_normal;
     b->max_payload = opts->max_payload ? opts->max_payload
                                        : SEDA_MAX_PAYLOAD_DEFAULT;
@@ -721,7 +726,9 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     }
     struct seda_stage_s *to = seda__bus_hop_target(st, env, next);
     if (!to) {
-        seda__bus_dead_letter(st, env, "no_such_stage", tally);
+        char missing[SEDA_NAME_MAX + 1];
+        snprintf(missing, sizeof missing, "%s", next);
+        seda__bus_dead_letter_to(st, env, "no_such_stage", missing, tally);
         return;
     }
     /* The journal follows the envelope: a durable next stage gets the row
@@ -764,8 +771,47 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     seda__bus_dead_letter(st, env, "hop_refused", tally);
 }
 
+/* Seconds since the epoch, now. */
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The x-dead-* headers on env. */
+static void dead_headers(struct seda_stage_s *st, seda_env_t *env,
+                         const char *reason, const char *missing, double at)
+{
+    seda_env_set_header(env, "x-dead-reason", reason);
+    seda_env_set_header(env, "x-dead-from", st->name);
+    const char *err = seda__env_last_error(env);
+    if (err)
+        seda_env_set_header(env, "x-dead-error", err);
+    char num[32];
+    snprintf(num, sizeof num, "%d", env->attempts);
+    seda_env_set_header(env, "x-dead-attempts", num);
+    time_t secs = (time_t)at;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char when[40];
+    size_t k = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, sizeof when - k, ".%03dZ",
+             (int)((at - (double)secs) * 1000) % 1000);
+    seda_env_set_header(env, "x-dead-at", when);
+    if (missing)
+        seda_env_set_header(env, "x-dead-stage", missing);
+}
+
 void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
                            const char *reason, struct stage_counters *tally)
+{
+    seda__bus_dead_letter_to(st, env, reason, NULL, tally);
+}
+
+void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
+                              const char *reason, const char *missing,
+                              struct stage_counters *tally)
 {
     struct seda_bus_s *b = st->bus;
     struct stage_counters one = { 0 };
@@ -805,10 +851,12 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
     }
     bool jdone = env->flags & ENV_JDONE;
     env->flags &= (uint8_t)~ENV_JDONE;
+    /* Why, on the envelope (best effort: out of memory still delivers)
+     * and in the stage's ring. */
+    double at = wall_now();
+    dead_headers(st, env, reason, missing, at);
+    seda__stats_dead(&st->stats, env, reason, missing, at);
     if (to) {
-        /* Headers are best effort: out of memory still delivers. */
-        seda_env_set_header(env, "x-dead-reason", reason);
-        seda_env_set_header(env, "x-dead-from", st->name);
         seda__env_slip_clear(env);
         env->attempts = 1;
         env->acked = 0;

@@ -43,6 +43,7 @@ struct seda_bus_s {
     int batch;
     int64_t hop_timeout_ns;
     int64_t stats_window_ns;    /* what latency quantiles cover */
+    int dead_letter_keep;       /* dead letters each stage keeps */
     char *dead_letter;          /* owned, or NULL */
     atomic_bool paused;
     atomic_bool closed;         /* no new publishes */

@@ -736,6 +736,7 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->ext->slip_prev);
         seda__free(env->ext->id);
         seda__free(env->ext->to);
+        seda__free(env->ext->last_error);
         seda__free(env->ext);
     }
     env_release(env);
@@ -857,10 +858,36 @@ int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
     return seda_env_set_payload_kind(env, p, len, 0);
 }
 
+/* Keep msg's first line (at most ERR_KEEP bytes) as env's last error;
+ * out of memory keeps none. */
+#define ERR_KEEP 200
+static void keep_error(seda_env_t *env, const char *msg)
+{
+    struct env_ext *x = ext_of(env);
+    if (!x)
+        return;
+    size_t n = strcspn(msg, "\n");
+    if (n > ERR_KEEP)
+        n = ERR_KEEP;
+    char *c = seda__malloc(n + 1);
+    if (!c)
+        return;
+    memcpy(c, msg, n);
+    c[n] = '\0';
+    seda__free(x->last_error);
+    x->last_error = c;
+}
+
+const char *seda__env_last_error(const seda_env_t *env)
+{
+    return env->ext ? env->ext->last_error : NULL;
+}
+
 void seda_env_fail(seda_env_t *env, const char *msg)
 {
     if (env == tls_delivering)
         tls_failed = true;
+    keep_error(env, msg ? msg : "consumer failed");
     if (env->at)
         seda_stage_report(env->at, msg ? msg : "consumer failed");
 }

@@ -104,7 +104,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     atomic_init(&st->userdata, NULL);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
-    if (seda__stats_init(&st->stats, bus->stats_window_ns) != 0) {
+    if (seda__stats_init(&st->stats, bus->stats_window_ns,
+                         bus->dead_letter_keep) != 0) {
         seda__pull_free(&st->pl);
         seda__stage_admission_free(&st->adm);
         goto oom_in;

@@ -14,8 +14,10 @@
 
 /* ---- making ---- */
 
-int seda__stats_init(struct seda_stats *s, int64_t window_ns)
+int seda__stats_init(struct seda_stats *s, int64_t window_ns, int dead_keep)
 {
+    s->dl_keep = dead_keep > 0 ? dead_keep : 0;
+    seda__mutex_init(&s->dl_mu);
     /* Large and mostly untouched (a slot is written only when samples
      * land in it): calloc's pages stay unbacked until then. */
     if (!(s->win = seda__calloc(1, sizeof *s->win)))
@@ -39,6 +41,10 @@ void seda__stats_free(struct seda_stats *s, const char *name)
         seda__free(s->errs[i].msg);
     seda__mutex_destroy(&s->errs_mu);
     seda__free(s->win);
+    for (int i = 0; s->dl && i < s->dl_keep; i++)
+        seda__free(s->dl[i].blob);
+    seda__free(s->dl);
+    seda__mutex_destroy(&s->dl_mu);
 }
 
 /* ---- counters, latency, rate ---- */
@@ -285,6 +291,139 @@ int seda_stage_errors(seda_stage_t *st, seda_error **out)
 void seda_errors_free(seda_error *errs)
 {
     seda__free(errs);
+}
+
+/* ---- dead letters ----
+ *
+ * The last dl_keep dead letters of the stage, oldest overwritten first.
+ * A record is one allocation (seda__dead's blob) so that copying one out
+ * is one memcpy and a pointer fix-up.
+ */
+
+#define DEAD_PAYLOAD_KEEP 256
+
+void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
+                      const char *reason, const char *missing, double at)
+{
+    if (s->dl_keep == 0)
+        return;
+    const char *err = seda__env_last_error(env);
+    size_t plen;
+    const void *p = seda_env_payload(env, &plen);
+    size_t pkeep = plen < DEAD_PAYLOAD_KEEP ? plen : DEAD_PAYLOAD_KEEP;
+    int nh = seda_env_header_count(env);
+    size_t len = (size_t)nh * 2 * sizeof(char *) + (err ? strlen(err) + 1 : 0)
+                 + pkeep;
+    for (int i = 0; i < nh; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        len += strlen(k) + strlen(v) + 2;
+    }
+    char *blob = seda__malloc(len ? len : 1);
+    if (!blob)
+        return;
+    struct seda__dead r;
+    memset(&r, 0, sizeof r);
+    r.blob = blob;
+    r.blob_len = len;
+    seda_env_id(env, r.d.id);
+    snprintf(r.d.reason, sizeof r.d.reason, "%s", reason);
+    if (missing)
+        snprintf(r.d.missing, sizeof r.d.missing, "%s", missing);
+    r.d.attempts = seda_env_attempts(env);
+    r.d.at = at;
+    r.d.kind = seda_env_payload_kind(env);
+    r.d.payload_size = plen;
+    r.d.nheaders = nh;
+    const char **hv = (const char **)(void *)blob;
+    char *q = blob + (size_t)nh * 2 * sizeof(char *);
+    r.d.headers = hv;
+    if (err) {
+        size_t n = strlen(err) + 1;
+        memcpy(q, err, n);
+        r.d.error = q;
+        q += n;
+    }
+    if (pkeep)
+        memcpy(q, p, pkeep);
+    r.d.payload = q;
+    r.d.payload_len = pkeep;
+    q += pkeep;
+    for (int i = 0; i < nh; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
+        memcpy(q, k, kn);
+        hv[2 * i] = q;
+        q += kn;
+        memcpy(q, v, vn);
+        hv[2 * i + 1] = q;
+        q += vn;
+    }
+    char *drop = NULL;
+    seda__mutex_lock(&s->dl_mu);
+    if (!s->dl)
+        s->dl = seda__calloc((size_t)s->dl_keep, sizeof *s->dl);
+    if (s->dl) {
+        drop = s->dl[s->dl_head].blob;
+        s->dl[s->dl_head] = r;
+        s->dl_head = (s->dl_head + 1) % s->dl_keep;
+        if (s->dl_n < s->dl_keep)
+            s->dl_n++;
+    } else {
+        drop = blob;
+    }
+    seda__mutex_unlock(&s->dl_mu);
+    seda__free(drop);
+}
+
+/* Move a pointer of a record into its copy at base. */
+static const void *relocate(const void *ptr, const char *from, char *to)
+{
+    return ptr ? to + ((const char *)ptr - from) : NULL;
+}
+
+int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out)
+{
+    struct seda_stats *s = &st->stats;
+    *out = NULL;
+    seda__mutex_lock(&s->dl_mu);
+    int n = s->dl_n;
+    if (n == 0) {
+        seda__mutex_unlock(&s->dl_mu);
+        return 0;
+    }
+    size_t bytes = (size_t)n * sizeof(seda_dead_letter);
+    for (int i = 0; i < n; i++)
+        bytes += (s->dl[i].blob_len + 7) & ~(size_t)7;
+    seda_dead_letter *a = seda__malloc(bytes);     /* leaf lock: fine */
+    if (!a) {
+        seda__mutex_unlock(&s->dl_mu);
+        return SEDA_ENOMEM;
+    }
+    char *q = (char *)(a + n);
+    for (int i = 0; i < n; i++) {
+        /* Newest first. */
+        const struct seda__dead *r =
+            &s->dl[(s->dl_head - 1 - i + 2 * s->dl_keep) % s->dl_keep];
+        a[i] = r->d;
+        memcpy(q, r->blob, r->blob_len);
+        a[i].error = relocate(r->d.error, r->blob, q);
+        a[i].payload = relocate(r->d.payload, r->blob, q);
+        const char **hv = (const char **)(void *)q;
+        for (int k = 0; k < 2 * r->d.nheaders; k++)
+            hv[k] = relocate(r->d.headers[k], r->blob, q);
+        a[i].headers = r->d.nheaders ? hv : NULL;
+        q += (r->blob_len + 7) & ~(size_t)7;
+    }
+    seda__mutex_unlock(&s->dl_mu);
+    *out = a;
+    return n;
+}
+
+void seda_dead_letters_free(seda_dead_letter *dl)
+{
+    seda__free(dl);
 }
 
 /* ---- error reports ---- */

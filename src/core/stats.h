@@ -16,6 +16,7 @@
 #ifndef SEDA_STATS_H
 #define SEDA_STATS_H
 
+#include "env.h"
 #include "hist.h"
 #include "seda_int.h"
 #include "tally.h"
@@ -43,6 +44,15 @@ struct seda_window {
     struct seda_hist service[SEDA_WINDOW_SLOTS];
 };
 
+/* One kept dead letter: the public record, its pointers into blob (one
+ * allocation: the headers' pointer array, then the error, the payload's
+ * first bytes and the header strings). */
+struct seda__dead {
+    seda_dead_letter d;
+    char *blob;                 /* owned */
+    size_t blob_len;
+};
+
 struct seda_stats {
     _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     struct {
@@ -64,11 +74,17 @@ struct seda_stats {
     seda__mutex_t errs_mu;      /* guards errs and errs_n; a leaf lock */
     struct seda__err errs[SEDA_ERRORS_KEPT]; /* [0] the newest */
     int errs_n;                 /* entries kept */
+    seda__mutex_t dl_mu;        /* guards dl, dl_n, dl_head; a leaf lock */
+    struct seda__dead *dl;      /* ring of dl_keep, made on first use */
+    int dl_keep;                /* its size (0: keep none); immutable */
+    int dl_n;                   /* entries in it */
+    int dl_head;                /* the next slot to write */
 };
 
 /* 0 or SEDA_ENOMEM.  window_ns: the recent window latency quantiles
  * cover. */
-SEDA__API int seda__stats_init(struct seda_stats *s, int64_t window_ns);
+SEDA__API int seda__stats_init(struct seda_stats *s, int64_t window_ns,
+                               int dead_keep);
 /* Free; prints a last window's count of suppressed reports for `name`. */
 SEDA__API void seda__stats_free(struct seda_stats *s, const char *name);
 
@@ -84,6 +100,14 @@ SEDA__API void seda__stats_latency(struct seda_stats *s,
                                    const int64_t *service, int n);
 SEDA__API void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
                                        int64_t service);
+
+/* Keep a dead letter of env (headers already added) in the ring: the
+ * reason, the missing stage's name for no_such_stage (or NULL), the
+ * wall-clock time in seconds.  Best effort: out of memory keeps none.
+ * Takes dl_mu. */
+SEDA__API void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
+                                const char *reason, const char *missing,
+                                double at);
 
 /* Record a delivery-rate sample at most every 100 ms (mu held). */
 SEDA__API void seda__stats_rate_sample(struct seda_stats *s, int64_t now);

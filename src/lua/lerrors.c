@@ -158,3 +158,145 @@ int seda__l_errors(lua_State *L)
     }
     return 1;
 }
+
+/* ---- dead letters ---- */
+
+static int dead_box_gc(lua_State *L)
+{
+    seda_dead_letter **box = lua_touserdata(L, 1);
+    seda_dead_letters_free(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* Push one dead letter as a table: id, stage, reason, error, attempts,
+ * at, missing (no_such_stage), headers, and payload (decoded when all of
+ * it was kept and decodes) or payload_preview (its first bytes) with
+ * payload_size. */
+static void push_dead(lua_State *L, const char *stage,
+                      const seda_dead_letter *d)
+{
+    lua_createtable(L, 0, 10);
+    lua_pushstring(L, d->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, stage);
+    lua_setfield(L, -2, "stage");
+    lua_pushstring(L, d->reason);
+    lua_setfield(L, -2, "reason");
+    if (d->error) {
+        lua_pushstring(L, d->error);
+        lua_setfield(L, -2, "error");
+    }
+    if (d->missing[0]) {
+        lua_pushstring(L, d->missing);
+        lua_setfield(L, -2, "missing");
+    }
+    lua_pushinteger(L, d->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_pushnumber(L, d->at);
+    lua_setfield(L, -2, "at");
+    lua_pushinteger(L, (lua_Integer)d->payload_size);
+    lua_setfield(L, -2, "payload_size");
+    bool whole = d->payload_len == d->payload_size;
+    if (whole && d->kind == 0) {
+        lua_pushlstring(L, d->payload, d->payload_len);
+        lua_setfield(L, -2, "payload");
+    } else if (whole) {
+        char err[128];
+        int top = lua_gettop(L);
+        if (seda__codec_decode(L, d->payload, d->payload_len, err,
+                               sizeof err) == 0)
+            lua_setfield(L, -2, "payload");
+        else
+            lua_settop(L, top);
+    }
+    if (!whole || d->kind != 0) {
+        lua_pushlstring(L, d->payload, d->payload_len);
+        lua_setfield(L, -2, "payload_preview");
+    }
+    lua_createtable(L, 0, d->nheaders);
+    for (int i = 0; i < d->nheaders; i++) {
+        lua_pushstring(L, d->headers[2 * i + 1]);
+        lua_setfield(L, -2, d->headers[2 * i]);
+    }
+    lua_setfield(L, -2, "headers");
+}
+
+/* Push stage st's kept dead letters onto the array at the top (from n + 1
+ * on); returns the new count.  Raises only on memory errors. */
+static int push_stage_dead(lua_State *L, seda_stage_t *st, int n)
+{
+    seda_dead_letter *a;
+    int m = seda_stage_dead_letters(st, &a);
+    if (m <= 0)
+        return n;
+    /* Anchor the array for the pushes below (they may raise). */
+    seda_dead_letter **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = a;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, dead_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    for (int i = 0; i < m; i++) {
+        push_dead(L, seda_stage_name(st), &a[i]);
+        lua_rawseti(L, -3, ++n);
+    }
+    seda_dead_letters_free(a);
+    *box = NULL;
+    lua_pop(L, 1);
+    return n;
+}
+
+/* Sort the array at index t (n entries) by field at, descending: an
+ * insertion sort (a few hundred entries at most: stages x keep). */
+static void sort_by_at(lua_State *L, int t, int n)
+{
+    for (int i = 2; i <= n; i++) {
+        lua_rawgeti(L, t, i);                   /* the one to place */
+        lua_getfield(L, -1, "at");
+        double at = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        int k = i;
+        while (k > 1) {
+            lua_rawgeti(L, t, k - 1);
+            lua_getfield(L, -1, "at");
+            double prev = lua_tonumber(L, -1);
+            lua_pop(L, 1);
+            if (prev >= at) {
+                lua_pop(L, 1);
+                break;
+            }
+            lua_rawseti(L, t, k);               /* shift it up */
+            k--;
+        }
+        lua_rawseti(L, t, k);
+    }
+}
+
+int seda__l_errors_dead_letters(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_optstring(L, 2, NULL);
+    seda_bus_t *bus = u->lb->bus;
+    lua_settop(L, 2);
+    lua_newtable(L);
+    if (name) {
+        seda_stage_t *st = seda_bus_stage(bus, name);
+        if (!st) {
+            lua_pushnil(L);
+            lua_pushliteral(L, "no_such_stage");
+            return 2;
+        }
+        push_stage_dead(L, st, 0);
+        return 1;
+    }
+    int n = 0;
+    for (int k = 0; k < seda_bus_stage_count(bus); k++) {
+        seda_stage_t *st = seda_bus_stage_at(bus, k);
+        if (st)
+            n = push_stage_dead(L, st, n);
+    }
+    /* Newest first across stages (each stage's are already). */
+    sort_by_at(L, 3, n);
+    return 1;
+}

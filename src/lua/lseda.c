@@ -348,7 +348,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", NULL
+    "stats_window", "dead_letter_keep", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -409,6 +409,16 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
         if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
             luaL_error(L, "bus: hop_timeout must be a number >= 0");
         o->hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "dead_letter_keep");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer k = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : -1;
+        if (!isint || k < 0 || k > 100000)
+            luaL_error(L, "bus: dead_letter_keep must be an integer in "
+                       "0..100000");
+        o->dead_letter_keep = k == 0 ? -1 : (int)k;
     }
     lua_getfield(L, 1, "stats_window");
     if (!lua_isnil(L, -1)) {
@@ -672,6 +682,7 @@ static const luaL_Reg bus_methods[] = {
     { "receive", l_bus_receive },
     { "stats", l_bus_stats },
     { "errors", seda__l_errors },
+    { "dead_letters", seda__l_errors_dead_letters },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },

@@ -436,6 +436,8 @@ SEDA__API int seda__l_stats_push(lua_State *L, struct lbus *lb,
 
 /* bus:errors([stage]): the recent errors, newest first. */
 SEDA__API int seda__l_errors(lua_State *L);
+/* bus:dead_letters([stage]): the kept dead letters, newest first. */
+SEDA__API int seda__l_errors_dead_letters(lua_State *L);
 
 /* ---- lpull.c ---- */
 
