@@ -775,6 +775,14 @@ typedef struct seda_dead_letter {
     const char *const *headers;/* key, value, key, value, ... */
 } seda_dead_letter;
 
+/* Dead-letter reasons as seda_stage_stats.dead_by_reason counts them;
+ * seda_dead_reason_name(i) is the word (x-dead-reason), NULL past the
+ * last.  Reasons of other layers count as "other". */
+enum { SEDA_DEAD_MAX_ATTEMPTS, SEDA_DEAD_NO_CONSUMERS, SEDA_DEAD_NO_SUCH_STAGE,
+       SEDA_DEAD_HOP_REFUSED, SEDA_DEAD_TYPE, SEDA_DEAD_OTHER,
+       SEDA_DEAD_REASONS };
+const char *seda_dead_reason_name(int reason);
+
 /* The stage's kept dead letters, newest first: returns n (0..keep) and
  * sets *out to an array of n (one allocation: free it with
  * seda_dead_letters_free), or SEDA_ENOMEM.  Any thread. */
@@ -803,6 +811,7 @@ typedef struct seda_stage_stats {
     uint64_t refused;          /* refused by an admit rule (Lua `admit`) */
     uint64_t shed;             /* publishes refused by adaptive shedding */
     int delayed;               /* retries waiting out their backoff */
+    uint64_t dead_by_reason[6];/* dead_lettered by reason (SEDA_DEAD_*) */
     int suspended;             /* handler calls suspended (waiting on the
                                   network, seda_batch_suspend): counted in
                                   in_flight, holding a permit, no worker */

@@ -817,6 +817,7 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
     struct stage_counters one = { 0 };
     struct stage_counters *c = tally ? tally : &one;
     c->dead_lettered++;
+    c->dead_by[seda__stats_dead_reason(reason)]++;
     if (!(env->flags & ENV_DEAD)) {
         c->it_dead++;
         env->flags |= ENV_DEAD;

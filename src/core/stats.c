@@ -66,6 +66,8 @@ void seda__stats_fold(struct stage_counters *into,
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
     into->it_remote += from->it_remote;
+    for (int k = 0; k < SEDA__DEAD_N; k++)
+        into->dead_by[k] += from->dead_by[k];
 }
 
 static inline uint64_t nonneg(int64_t v)
@@ -291,6 +293,25 @@ int seda_stage_errors(seda_stage_t *st, seda_error **out)
 void seda_errors_free(seda_error *errs)
 {
     seda__free(errs);
+}
+
+static const char *const dead_names[] = {
+    "max_attempts", "no_consumers", "no_such_stage", "hop_refused", "type",
+    "other",
+};
+
+const char *seda_dead_reason_name(int reason)
+{
+    return reason >= 0 && reason < SEDA_DEAD_REASONS ? dead_names[reason]
+                                                     : NULL;
+}
+
+int seda__stats_dead_reason(const char *reason)
+{
+    for (int k = 0; k < SEDA_DEAD_REASONS - 1; k++)
+        if (strcmp(reason, dead_names[k]) == 0)
+            return k;
+    return SEDA_DEAD_OTHER;
 }
 
 /* ---- dead letters ----
@@ -540,6 +561,8 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->depth_high = (int)seda__queue_count(&st->in.q_high);
     out->depth_low = (int)seda__queue_count(&st->in.q_low);
     out->handed_off = st->stats.c.it_remote;
+    for (int k = 0; k < SEDA__DEAD_N && k < SEDA_DEAD_REASONS; k++)
+        out->dead_by_reason[k] = st->stats.c.dead_by[k];
     /* Rate over the newest sample and the oldest within 5 s of now. */
     int64_t now = seda__clock_ns();
     uint64_t d_now = st->stats.c.delivered;

@@ -109,6 +109,9 @@ SEDA__API void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
                                 const char *reason, const char *missing,
                                 double at);
 
+/* The SEDA_DEAD_* index of a reason word. */
+SEDA__API int seda__stats_dead_reason(const char *reason);
+
 /* Record a delivery-rate sample at most every 100 ms (mu held). */
 SEDA__API void seda__stats_rate_sample(struct seda_stats *s, int64_t now);
 

@@ -348,7 +348,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", "dead_letter_keep", NULL
+    "stats_window", "dead_letter_keep", "name", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -500,6 +500,38 @@ static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
     return lb;
 }
 
+/* The bus's name: the option (checked: a stage-like name no live bus
+ * has), or busN, N counting the process's buses from 1.  Raises naming
+ * the option. */
+static void bus_name(lua_State *L, struct lbus *lb)
+{
+    static atomic_int made;             /* relaxed: a counter only */
+    int n = atomic_fetch_add_explicit(&made, 1, memory_order_relaxed) + 1;
+    lua_getfield(L, 1, "name");
+    if (lua_isnil(L, -1)) {
+        snprintf(lb->name, sizeof lb->name, "bus%d", n);
+        lua_pop(L, 1);
+        return;
+    }
+    size_t len;
+    const char *nm = lua_tolstring(L, -1, &len);
+    if (lua_type(L, -1) != LUA_TSTRING || strlen(nm) != len ||
+        !seda__l_valid_name(nm))
+        luaL_error(L, "bus: name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-]", SEDA_NAME_MAX);
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        struct lbusud *o = luaL_testudata(L, -1, LSEDA_BUS_MT);
+        if (o && o->lb && !o->lb->shut && strcmp(o->lb->name, nm) == 0)
+            luaL_error(L, "bus: name '%s' is taken by a live bus", nm);
+    }
+    lua_pop(L, 1);
+    snprintf(lb->name, sizeof lb->name, "%s", nm);
+    lua_pop(L, 1);
+}
+
 /* seda.bus(opts): a new bus object, registered in the state's list of
  * buses.  Raises on a bad option or when the bus cannot start. */
 static int l_bus_new(lua_State *L)
@@ -528,6 +560,7 @@ static int l_bus_new(lua_State *L)
     int ud = lua_gettop(L);
     struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
                                o.max_payload);
+    bus_name(L, lb);
     o.worker_start = seda__l_worker_start;
     o.worker_stop = seda__l_worker_stop;
     o.worker_mail = seda__l_suspend_mail;
@@ -683,6 +716,7 @@ static const luaL_Reg bus_methods[] = {
     { "stats", l_bus_stats },
     { "errors", seda__l_errors },
     { "dead_letters", seda__l_errors_dead_letters },
+    { "histogram", seda__l_stats_histogram },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },
@@ -698,6 +732,7 @@ static const luaL_Reg module_funcs[] = {
     { "bus", l_bus_new },
     { "buses", l_buses },
     { "now", l_now },
+    { "process", seda__l_stats_process },
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },

@@ -152,6 +152,8 @@ struct lloop {
 struct lworker;
 struct lbus {
     seda_bus_t *bus;            /* NULL once freed */
+    char name[SEDA_NAME_MAX + 1];/* stable: the name option, or busN in
+                                   creation order; immutable */
     struct lloop *loop;         /* a reference to the main state's loop,
                                    or NULL; released with the lbus */
     pthread_mutex_t mu;
@@ -431,6 +433,9 @@ SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
  * and "no_such_stage" when unknown).  Returns how many values it pushed. */
 SEDA__API int seda__l_stats_push(lua_State *L, struct lbus *lb,
                                  const char *name);
+/* bus:histogram(stage, kind, bounds) and seda.process() (exposition). */
+SEDA__API int seda__l_stats_histogram(lua_State *L);
+SEDA__API int seda__l_stats_process(lua_State *L);
 
 /* ---- lerrors.c ---- */
 

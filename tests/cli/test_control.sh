@@ -82,15 +82,18 @@ check "five concurrent clients each get their own answer" $allok
 
 # Prometheus text: the metrics request and the --metrics file.
 out=$(ask "$S" metrics)
-check "metrics: delivered counter" contains "$out" 'seda_stage_delivered_total{stage="parse"} 10'
+check "metrics: delivered counter" contains "$out" 'seda_stage_delivered_total{bus="bus1",stage="parse"} 10'
 check "metrics: TYPE line" contains "$out" '# TYPE seda_stage_delivered_total counter'
 check "metrics: HELP line" contains "$out" '# HELP seda_stage_depth'
-check "metrics: depth gauge" contains "$out" 'seda_stage_depth{stage="parse"} 0'
-check "metrics: bus in_system" contains "$out" 'seda_bus_in_system 0'
-check "metrics: latency quantile" contains "$out" 'seda_stage_service_seconds{stage="parse",quantile="0.99"}'
+check "metrics: depth gauge" contains "$out" 'seda_stage_depth{bus="bus1",stage="parse"} 0'
+check "metrics: bus in_system" contains "$out" 'seda_bus_in_system{bus="bus1"} 0'
+check "metrics: latency histogram" contains "$out" 'seda_stage_service_seconds_bucket{bus="bus1",stage="parse",le="+Inf"} 10'
+check "metrics: dead letters by reason" contains "$out" 'seda_stage_dead_lettered_total{bus="bus1",stage="parse",reason="hop_refused"} 0'
+check "metrics: build info" contains "$out" 'seda_build_info{version="'
+check "metrics: process figures" contains "$out" 'process_resident_memory_bytes '
 bad=$(printf '%s\n' "$out" | grep -v '^#' | grep -Ev '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+(Inf|NaN)?$' | head -3)
 check "metrics: every sample line well formed ($bad)" [ -z "$bad" ]
-check "--metrics file written" wait_until "$DEADLINE" grep -q 'seda_stage_delivered_total{stage="parse"} 10' "$M"
+check "--metrics file written" wait_until "$DEADLINE" grep -q 'seda_stage_delivered_total{bus="bus1",stage="parse"} 10' "$M"
 check "--metrics file is replaced atomically (no .tmp left)" [ ! -e "$M.tmp" ]
 
 # Refusals: a live socket, a regular file.

@@ -117,8 +117,8 @@ else
     cat "$D/promtool.out"
     fail "promtool check metrics rejects /metrics"
 fi
-# Every family has HELP and TYPE; every summary has _sum and _count for
-# each stage it has quantiles for.
+# Every family has HELP and TYPE; every histogram has _sum and _count for
+# each stage it has buckets for, and a +Inf bucket equal to _count.
 python3 - "$D/metrics" >"$D/families.out" 2>&1 <<'EOF'
 import re, sys
 help_, type_, samples = {}, {}, []
@@ -135,36 +135,40 @@ for line in open(sys.argv[1]):
 bad = 0
 for name, labels, v in samples:
     fam = name
-    base = re.sub(r'_(sum|count)$', '', name)
-    if type_.get(base) == "summary":
+    base = re.sub(r'_(sum|count|bucket)$', '', name)
+    if type_.get(base) == "histogram":
         fam = base
     if fam not in help_ or fam not in type_:
         print("no HELP/TYPE for", name); bad = 1
 for fam, t in type_.items():
-    if t != "summary": continue
-    stages = {re.search(r'stage="([^"]*)"', l).group(1) for n, l, v in samples if n == fam}
-    for s in stages:
+    if t != "histogram": continue
+    stages = {re.search(r'bus="([^"]*)",stage="([^"]*)"', l).groups() for n, l, v in samples if n == fam + "_bucket"}
+    for b, s in stages:
+        sel = 'bus="%s",stage="%s"' % (b, s)
         for suf in ("_sum", "_count"):
-            if not any(n == fam + suf and 'stage="%s"' % s in l for n, l, v in samples):
-                print("summary", fam, "has no", suf, "for", s); bad = 1
-    if not stages: print("summary", fam, "has no samples"); bad = 1
+            if not any(n == fam + suf and sel in l for n, l, v in samples):
+                print("histogram", fam, "has no", suf, "for", s); bad = 1
+        inf = [v for n, l, v in samples if n == fam + "_bucket" and sel in l and 'le="+Inf"' in l]
+        cnt = [v for n, l, v in samples if n == fam + "_count" and sel in l]
+        if inf != cnt: print("histogram", fam, s, "+Inf", inf, "!= count", cnt); bad = 1
+    if not stages: print("histogram", fam, "has no samples"); bad = 1
 sys.exit(bad)
 EOF
 rc=$?
 [ "$rc" = 0 ] || cat "$D/families.out"
-check "every family has HELP and TYPE; summaries have _sum and _count" [ "$rc" = 0 ]
+check "every family has HELP and TYPE; histograms have _sum, _count and +Inf" [ "$rc" = 0 ]
 check "sojourn's HELP says admission -> handler start" \
     grep -q '^# HELP seda_stage_sojourn_seconds Time from admission to the stage to the start of its handler' "$D/metrics"
 check "in_flight's HELP says envelopes being handled" \
     grep -q '^# HELP seda_stage_in_flight Envelopes being handled' "$D/metrics"
-check "the summary count is the sample count" \
-    grep -q '^seda_stage_service_seconds_count{bus="2",stage="q1"} 7$' "$D/metrics"
+check "the histogram count is the sample count" \
+    grep -q '^seda_stage_service_seconds_count{bus="bus2",stage="q1"} 7$' "$D/metrics"
 check "admission figures are metrics (shed, refused, delayed)" eval \
-    "grep -q '^seda_stage_shed_total{bus=\"1\",stage=\"zulu\"} 0$' '$D/metrics' &&
+    "grep -q '^seda_stage_shed_total{bus=\"bus1\",stage=\"zulu\"} 0$' '$D/metrics' &&
      grep -q '^# TYPE seda_stage_refused_total counter$' '$D/metrics' &&
      grep -q '^# TYPE seda_stage_delayed gauge$' '$D/metrics'"
 check "the last error's time is a metric" \
-    grep -q '^seda_stage_last_error_timestamp_seconds{bus="1",stage="alpha"} [0-9]*\.[0-9]*$' "$D/metrics"
+    grep -q '^seda_stage_last_error_timestamp_seconds{bus="bus1",stage="alpha"} [0-9]*\.[0-9]*$' "$D/metrics"
 
 # ---- /stats.json ----------------------------------------------------------
 C -D "$D/jh" -o "$D/stats.json" "$URL/stats.json"
