@@ -709,6 +709,21 @@ void seda_block_end(void *token);
  * before it runs make one run.  Any thread; never blocks for long. */
 void seda_worker_wake(seda_worker_t *w);
 
+/* ---- the log ----
+ *
+ * Events go to stderr one line each: an RFC 3339 time, a level, the
+ * stage when there is one, the message (a traceback folded into the line
+ * with " | ", control bytes written as \xNN).  SEDA_LOG_JSON makes each
+ * line one JSON object {"time", "level", "stage", "msg"}. */
+enum { SEDA_LOG_DEBUG, SEDA_LOG_INFO, SEDA_LOG_WARN, SEDA_LOG_ERROR };
+enum { SEDA_LOG_TEXT, SEDA_LOG_JSON };
+void seda_log_set_format(int format);   /* process-wide; any thread */
+int seda_log_format(void);
+/* "debug", "info", "warn", "error"; NULL for another level. */
+const char *seda_log_level_name(int level);
+/* Write one event (stage may be NULL).  Any thread; never blocks long. */
+void seda_log_write(int level, const char *stage, const char *msg);
+
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts
  * in the stage's errors, and keeps msg (copied) in the stage's recent-errors

@@ -74,9 +74,16 @@ static void usage(FILE *f)
         " a port\n"
         "                  alone listens on 127.0.0.1, port 0 on any free "
         "one\n"
+        "  --log-format text|json  the event log on stderr: one line per "
+        "event\n"
+        "                  (time, level, stage, message), or one JSON object"
+        " per\n"
+        "                  line (default text)\n"
         "  -v, --version   print the version and exit\n"
         "  -h, --help      print this help and exit\n"
-        "  --              stop handling options\n"
+        "  --              stop handling options (options that take a "
+        "value also\n"
+        "                  take it as --opt=value)\n"
         "  -               run the script read from standard input\n"
         "\n"
         "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
@@ -86,7 +93,7 @@ static void usage(FILE *f)
         "malformed and set aside.\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
-        "workers(n) metrics() errors([stage]) help(); timers:\n"
+        "workers(n) metrics() errors([stage]) dlq([stage]) help(); timers:\n"
         "seda.timer(delay, fn), seda.every(interval, fn).  Every option,\n"
         "statistic and reason\n"
         "code: docs/reference.md (installed as share/doc/seda-lua/).\n"
@@ -124,7 +131,8 @@ static bool has_arg(const char *a)
 {
     return strcmp(a, "-e") == 0 || strcmp(a, "--drain") == 0 ||
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
-           strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0;
+           strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0 ||
+           strcmp(a, "--log-format") == 0;
 }
 
 static char *script_dir(const char *fname)
@@ -166,6 +174,14 @@ static int option_arg(const char *a, const char *v)
         cli.o.metrics = v;
     } else if (strcmp(a, "--http") == 0) {
         cli.o.http = v;
+    } else if (strcmp(a, "--log-format") == 0) {
+        if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
+            fprintf(stderr, "%s: --log-format: 'text' or 'json', not '%s'\n",
+                    progname, v);
+            return 1;
+        }
+        seda_log_set_format(strcmp(v, "json") == 0 ? SEDA_LOG_JSON
+                                                   : SEDA_LOG_TEXT);
     }
     return -1;
 }
@@ -198,6 +214,20 @@ static int parse_options(int argc, char **argv, struct opts *o)
             o->serve = true;
         } else if (strcmp(a, "--watch") == 0) {
             cli.o.watch = true;
+        } else if (a[1] == '-' && strchr(a, '=')) {
+            /* --opt=value */
+            char name[32];
+            size_t k = (size_t)(strchr(a, '=') - a);
+            snprintf(name, sizeof name, "%.*s", (int)k, a);
+            if (k >= sizeof name || !has_arg(name)) {
+                fprintf(stderr, "%s: unrecognized option '%s'\n", progname,
+                        a);
+                usage(stderr);
+                return 1;
+            }
+            int rc = option_arg(name, a + k + 1);
+            if (rc >= 0)
+                return rc;
         } else if (has_arg(a)) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);

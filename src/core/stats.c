@@ -32,9 +32,12 @@ int seda__stats_init(struct seda_stats *s, int64_t window_ns, int dead_keep)
 
 void seda__stats_free(struct seda_stats *s, const char *name)
 {
-    if (s->report_suppressed)           /* the last window's count */
-        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
-                name, (unsigned long long)s->report_suppressed);
+    if (s->report_suppressed) {         /* the last window's count */
+        char line[96];
+        snprintf(line, sizeof line, "%llu similar errors suppressed",
+                 (unsigned long long)s->report_suppressed);
+        seda_log_write(SEDA_LOG_WARN, name, line);
+    }
     seda__mutex_destroy(&s->hist_mu);
     seda__mutex_destroy(&s->report_mu);
     for (int i = 0; i < s->errs_n; i++)
@@ -492,11 +495,14 @@ void seda_stage_report(seda_stage_t *st, const char *msg)
     seda__mutex_lock(&st->mu);
     st->stats.c.errors++;
     seda__mutex_unlock(&st->mu);
-    if (suppressed)
-        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
-                st->name, (unsigned long long)suppressed);
+    if (suppressed) {
+        char line[96];
+        snprintf(line, sizeof line, "%llu similar errors suppressed",
+                 (unsigned long long)suppressed);
+        seda_log_write(SEDA_LOG_WARN, st->name, line);
+    }
     if (print)
-        fprintf(stderr, "seda: stage '%s': %s\n", st->name, msg);
+        seda_log_write(SEDA_LOG_ERROR, st->name, msg);
 }
 
 /* ---- stats ---- */

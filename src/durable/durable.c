@@ -629,12 +629,16 @@ int seda_stage_replay(seda_stage_t *st)
     }
     if (rc == 0)
         rc = seda__stage_requeue_front(st, c.envs, c.n);
-    if (c.quarantined > 0)
-        fprintf(stderr, "seda: stage '%s': replay: %d malformed journal "
-                "row%s quarantined, %d envelope%s replayed (seda-lua dlq "
-                "%s quarantine lists them)\n", seda_stage_name(st), c.quarantined,
-                c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
-                rc == 0 && c.n + later == 1 ? "" : "s", seda__bus_data_dir(seda__stage_bus(st)));
+    if (c.quarantined > 0) {
+        char line[512];
+        snprintf(line, sizeof line, "replay: %d malformed journal row%s "
+                 "quarantined, %d envelope%s replayed (seda-lua dlq %s "
+                 "quarantine lists them)", c.quarantined,
+                 c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
+                 rc == 0 && c.n + later == 1 ? "" : "s",
+                 seda__bus_data_dir(seda__stage_bus(st)));
+        seda_log_write(SEDA_LOG_WARN, seda_stage_name(st), line);
+    }
     if (rc != 0) {
         for (int i = 0; i < c.n; i++)
             seda__env_free(c.envs[i]);

@@ -300,3 +300,27 @@ int seda__l_errors_dead_letters(lua_State *L)
     sort_by_at(L, 3, n);
     return 1;
 }
+
+/* ---- seda.log ---- */
+
+/* seda.log(level, ...): one event on the log (stderr): level "debug",
+ * "info", "warn" or "error", the values as print would join them, and,
+ * in a handler, its stage.  Raises on an unknown level. */
+int seda__l_errors_log(lua_State *L)
+{
+    static const char *const levels[] = { "debug", "info", "warn", "error",
+                                          NULL };
+    int level = luaL_checkoption(L, 1, NULL, levels);
+    int n = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 2; i <= n; i++) {
+        if (i > 2)
+            luaL_addchar(&b, ' ');
+        luaL_tolstring(L, i, NULL);
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    seda_log_write(level, seda__l_log_stage(L), lua_tostring(L, -1));
+    return 0;
+}

@@ -733,6 +733,7 @@ static const luaL_Reg module_funcs[] = {
     { "buses", l_buses },
     { "now", l_now },
     { "process", seda__l_stats_process },
+    { "log", seda__l_errors_log },
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },

@@ -250,6 +250,12 @@ static const char g_base_modules;
  * userdata): what tells a worker's state from the main state. */
 static const char g_worker_key;
 
+const char *seda__l_log_stage(lua_State *L)
+{
+    struct lworker *w = seda__l_worker_of(L);
+    return w && w->bls ? seda_stage_name(w->bls->st) : NULL;
+}
+
 struct lworker *seda__l_worker_of(lua_State *L)
 {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &g_worker_key);
@@ -294,6 +300,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "receive");
     lua_pushcfunction(L, w_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, seda__l_errors_log);
+    lua_setfield(L, -2, "log");
     lua_pushcfunction(L, w_timer);
     lua_setfield(L, -2, "timer");
     lua_pushcfunction(L, w_timer);
