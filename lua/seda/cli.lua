@@ -556,6 +556,57 @@ function G.errors(stage)
   end
 end
 
+-- json(...): its arguments as one line of JSON (one value, or an array of
+-- several): what `seda-lua attach --json SOCK 'expr'` prints.
+local function to_json(v, seen)
+  local t = type(v)
+  if v == nil then return "null" end
+  if t == "boolean" then return tostring(v) end
+  if t == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    if v ~= v or v == math.huge or v == -math.huge then return "null" end
+    return fmt("%.17g", v)
+  end
+  if t == "string" then
+    return '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+      local b = c:byte()
+      if c == '"' then return '\\"' elseif c == "\\" then return "\\\\"
+      elseif c == "\n" then return "\\n" elseif c == "\t" then return "\\t"
+      elseif b < 32 or b == 127 then return fmt("\\u%04x", b) end
+      return c
+    end) .. '"'
+  end
+  if t == "table" then
+    seen = seen or {}
+    if seen[v] then return '"(cycle)"' end
+    seen[v] = true
+    local n = #v
+    local count = 0
+    for _ in pairs(v) do count = count + 1 end
+    local parts = {}
+    if n > 0 and count == n then
+      for i = 1, n do parts[i] = to_json(v[i], seen) end
+      seen[v] = nil
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      parts[#parts + 1] = to_json(tostring(k)) .. ":" .. to_json(v[k], seen)
+    end
+    seen[v] = nil
+    return "{" .. table.concat(parts, ",") .. "}"
+  end
+  return to_json(tostring(v))
+end
+M.to_json = to_json
+
+function G.json(...)
+  local n = select("#", ...)
+  out((n == 1 and to_json((...)) or to_json({ ... })) .. "\n")
+end
+
 -- dlq([stage]): the dead letters each stage keeps (bus:dead_letters()),
 -- newest first, each with why: reason, the last error, attempts, when,
 -- and the missing stage of a no_such_stage.  Prints; returns nothing.

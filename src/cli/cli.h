@@ -174,7 +174,7 @@ void cli_control_close(void);
 void cli_control_tick(double now);
 
 /* cli_attach.c */
-int cli_attach(const char *path);
+int cli_attach(const char *path, const char *expr, bool json);
 
 /* cli_dlq.c: `seda-lua dlq DATA_DIR ...` with argv[0] "dlq"; returns the
  * exit status (0, 1 error, 2 usage). */

@@ -39,7 +39,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: %s [options] [script [args]]\n"
-        "       %s attach PATH\n"
+        "       %s attach [--json] PATH ['command']\n"
         "       %s dlq DATA_DIR list|show ID|replay ID|purge|quarantine\n"
         "Run a seda-lua pipeline script: run it, wait until its buses are\n"
         "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
@@ -86,7 +86,9 @@ static void usage(FILE *f)
         "                  take it as --opt=value)\n"
         "  -               run the script read from standard input\n"
         "\n"
-        "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
+        "attach PATH: a REPL connected to the seda-lua listening on PATH;\n"
+        "with a command, run it, print its output and exit 0 (1 when it\n"
+        "raised); --json prints its results as JSON.\n"
         "dlq DATA_DIR ...: inspect and replay the dead letters in a stopped\n"
         "bus's journal (queued, and done: kept after their dead-letter stage\n"
         "handled them); quarantine lists the journal rows a replay found\n"
@@ -411,11 +413,18 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "dlq") == 0)
         return cli_dlq(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
-        if (argc != 3) {
-            fprintf(stderr, "usage: %s attach PATH\n", progname);
+        bool json = false;
+        int k = 2;
+        if (k < argc && strcmp(argv[k], "--json") == 0) {
+            json = true;
+            k++;
+        }
+        if (argc - k < 1 || argc - k > 2 || (json && argc - k != 2)) {
+            fprintf(stderr, "usage: %s attach [--json] PATH ['command']\n",
+                    progname);
             return 1;
         }
-        return cli_attach(argv[2]);
+        return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);
     }
     lua_State *L = luaL_newstate();
     if (!L) {

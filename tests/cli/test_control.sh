@@ -24,6 +24,21 @@ check "expressions, statements and chunks" \
     [ "$(printf '%s' "$out" | head -5 | tr '\n' '|')" = "2|6|5|1;2;|control:1: boom-marker|" ]
 check "an error goes back to the client and the session goes on" contains "$out" "still"
 
+# One command: attach SOCK 'expr' prints and exits 0, or 1 when it raised;
+# --json prints results as JSON.
+out=$(timeout 20 "$SEDA" attach "$S" 'print(B:stats("parse").capacity)' 2>&1 </dev/null)
+rc=$?
+check "attach SOCK 'expr' runs it and exits 0 (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = 1024 ]
+out=$(timeout 20 "$SEDA" attach "$S" 'error("one-shot-marker")' 2>&1 </dev/null)
+rc=$?
+check "a command that raises exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... and says why" contains "$out" "one-shot-marker"
+out=$(timeout 20 "$SEDA" attach --json "$S" 'B:stats("parse").delivered, { ok = true }' 2>&1 </dev/null)
+check "--json prints results as JSON ($out)" [ "$out" = '[10,{"ok":true}]' ]
+out=$(timeout 20 "$SEDA" attach "$S" 'for i = 1, 2 do' 2>&1 </dev/null)
+rc=$?
+check "an unfinished command exits 1 (rc $rc)" [ "$rc" = 1 ]
+
 # Isolation: a client's globals are its own.
 mkfifo "$D/fifo"
 timeout 30 "$SEDA" attach "$S" <"$D/fifo" >"$D/a.out" 2>&1 &
@@ -140,4 +155,16 @@ out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" 2>&1 </dev/null)
 rc=$?
 check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
 check "and says why ($out)" contains "$out" "cannot connect"
+
+# attach to a socket that is not seda-lua's.
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
+c, _ = s.accept(); time.sleep(8)' "$D/other.sock" &
+PYP=$!
+wait_until "$DEADLINE" [ -S "$D/other.sock" ]
+out=$(timeout 20 "$SEDA" attach "$D/other.sock" 'print(1)' 2>&1 </dev/null)
+rc=$?
+kill "$PYP" 2>/dev/null
+check "attach to another program's socket fails (rc $rc)" [ "$rc" = 1 ]
+check "and says it is not seda-lua's ($out)" contains "$out" "not a seda-lua control socket"
 finish
