@@ -100,4 +100,29 @@ T.test("the dead-letter ring keeps the last dead_letter_keep, discarded ones too
   off:shutdown(5)
 end)
 
+T.test("init runs exactly once per state that handles envelopes (check states run the top level only)", function()
+  local dir = T.tmpdir()
+  local f = T.write(dir .. "/h.lua", [[
+seda.shared:incr("init.top", 1)
+return { handle = function(env) seda.shared:incr("init.handled", 1) end,
+         init = function(i) seda.shared:incr("init.n", 1); seda.shared:incr("init.w" .. i, 1) end }
+]])
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "s", concurrency = 2, handler = f }
+  T.eq(seda.shared:get("init.n"), nil, "no init at declaration (checks run the top level only)")
+  T.ok((seda.shared:get("init.top") or 0) >= 1, "the top level was checked")
+  -- Keep both workers busy at once so each loads the code.
+  bus:stage{ name = "gate", concurrency = 2, handler = function(env) seda.sleep(0.05); seda.publish("s", env.payload) end }
+  for i = 1, 40 do bus:publish("gate", i) end
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("init.handled"), 40, "all handled")
+  local n = seda.shared:get("init.n")
+  T.ok(n == (seda.shared:get("init.w0") or 0) + (seda.shared:get("init.w1") or 0), "counted per worker")
+  T.ok(n >= 1 and n <= 2, "once per worker state that handled envelopes (" .. n .. ")")
+  T.ok((seda.shared:get("init.w0") or 0) <= 1 and (seda.shared:get("init.w1") or 0) <= 1, "never twice in one state")
+  bus:shutdown(5)
+  os.remove(f)
+  os.remove(dir)
+end)
+
 T.done()
