@@ -709,6 +709,37 @@ void seda_block_end(void *token);
  * before it runs make one run.  Any thread; never blocks for long. */
 void seda_worker_wake(seda_worker_t *w);
 
+/* ---- live taps ----
+ *
+ * A tap copies the envelopes entering a stage (id, headers, the first 128
+ * bytes of the payload) into a bounded ring its reader empties; a reader
+ * slower than the traffic loses copies (counted), never slows the stage.
+ * With no tap open a stage pays one relaxed load per admission. */
+typedef struct seda_tap_s seda_tap_t;
+typedef struct seda_tap_entry {
+    char id[SEDA_ID_MAX];
+    double at;                 /* seda_now() when it entered */
+    int attempts;
+    int kind;                  /* the payload's kind */
+    const void *payload;       /* its first bytes */
+    size_t payload_len;        /* how many */
+    size_t payload_size;       /* the whole payload's size */
+    int nheaders;
+    const char *const *headers;/* key, value, ... */
+    void *priv;                /* the copy: seda_tap_entry_free */
+} seda_tap_entry;
+
+/* Open a tap of `capacity` copies on st: 0, SEDA_EINVAL or SEDA_ENOMEM.
+ * Close it (any thread, once) before the bus is freed. */
+int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out);
+/* Take up to max copies, waiting up to timeout seconds for the first;
+ * returns how many (free each with seda_tap_entry_free); *missed (if not
+ * NULL) the copies lost so far.  One reader at a time per tap. */
+int seda_tap_read(seda_tap_t *tap, seda_tap_entry *out, int max,
+                  double timeout, uint64_t *missed);
+void seda_tap_entry_free(seda_tap_entry *e);
+void seda_tap_close(seda_tap_t *tap);
+
 /* ---- the log ----
  *
  * Events go to stderr one line each: an RFC 3339 time, a level, the

@@ -607,6 +607,28 @@ function G.json(...)
   out((n == 1 and to_json((...)) or to_json({ ... })) .. "\n")
 end
 
+-- tap(stage [, n [, secs]]): print the next n (10) envelopes entering a
+-- stage ("name#N" as stats() names it), as they enter, waiting up to secs
+-- (10) in all.  Watching costs the stage nothing when nobody taps.
+function G.tap(stage, n, secs)
+  if type(stage) ~= "string" then fail("tap: stage name must be a string") end
+  local b, name = resolve(stage)
+  if not b then fail("tap: no such stage '" .. stage .. "'") end
+  local got, missed = b:tap(name, n or 10, secs or 10)
+  for _, e in ipairs(got) do
+    local h = {}
+    for k, v in pairs(e.headers) do h[#h + 1] = k .. "=" .. v end
+    table.sort(h)
+    local p = e.payload ~= nil and M.pretty(e.payload)
+              or fmt("%q", e.payload_preview or "")
+    if #p > 100 then p = p:sub(1, 97) .. "..." end
+    out(fmt("%s %s attempt %d%s  %s\n", name, e.id, e.attempts,
+            #h > 0 and " {" .. table.concat(h, ", ") .. "}" or "", p))
+  end
+  if #got == 0 then out("nothing entered '" .. name .. "'\n") end
+  if missed > 0 then out(fmt("(%d missed: shown slower than they came)\n", missed)) end
+end
+
 -- dlq([stage]): the dead letters each stage keeps (bus:dead_letters()),
 -- newest first, each with why: reason, the last error, attempts, when,
 -- and the missing stage of a no_such_stage.  Prints; returns nothing.
@@ -663,6 +685,7 @@ The buses keep running while you type.
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
+  tap(stage, [n], [secs])    print the next n envelopes entering stage, live
   dlq([stage])               the dead letters kept per stage, newest first,
                              with why (reason, last error, attempts, when)
   errors([stage])            the recent errors (handler errors with their

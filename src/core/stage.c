@@ -102,6 +102,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
      * journal commit) starts its clock now, not when it was made.  (The
      * lock-free path admits right after the envelope is made.) */
     env->enq_ts = seda__clock_ns();
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
     /* A lane that cannot be allocated leaves the envelope at normal
      * priority rather than refusing what the caller already owns (a
      * committed journal row, a hop). */
@@ -295,6 +297,8 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         env->enq_ts = seda__clock_ns();
         seda__inbox_count_hop(&st->in);
     }
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
     seda__inbox_store(&st->in, t, env);
     SEDA__CHAOS();
     /* Dekker pairing: the ticket above, then running here; a drain task

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "lseda.h"
+#include "seda_lua.h"
 
 #define BOX_MT "seda.errors_box"
 
@@ -323,4 +324,97 @@ int seda__l_errors_log(lua_State *L)
     luaL_pushresult(&b);
     seda_log_write(level, seda__l_log_stage(L), lua_tostring(L, -1));
     return 0;
+}
+
+/* ---- live taps ---- */
+
+static int tap_box_gc(lua_State *L)
+{
+    seda_tap_t **box = lua_touserdata(L, 1);
+    seda_tap_close(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* bus:tap(stage, n [, seconds]) -> entries, missed: the next n envelopes
+ * entering stage (id, at, attempts, headers, payload (decoded when all of
+ * it was copied) or payload_preview, payload_size), waiting up to
+ * seconds (default 10) in all; fewer when time runs out.  nil,
+ * "no_such_stage" for an unknown stage; raises on bad arguments. */
+int seda__l_errors_tap(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_checkstring(L, 2);
+    lua_Integer n = luaL_optinteger(L, 3, 10);
+    double secs = luaL_optnumber(L, 4, 10);
+    luaL_argcheck(L, n > 0 && n <= 10000, 3, "1..10000 envelopes");
+    luaL_argcheck(L, secs >= 0, 4, "seconds >= 0");
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, name);
+    if (!st) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "no_such_stage");
+        return 2;
+    }
+    seda_tap_t **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, tap_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    if (seda_tap_open(st, (int)(n < 1024 ? n : 1024), box) != 0)
+        return luaL_error(L, "tap: out of memory");
+    lua_createtable(L, (int)n, 0);
+    int got = 0;
+    uint64_t missed = 0;
+    double until = seda_now() + secs;
+    while (got < n) {
+        double left = until - seda_now();
+        if (left < 0)
+            break;
+        seda_tap_entry e[16];
+        /* In slices, running the main state's timers and callbacks
+         * between them (a script's timers may be what feeds the stage). */
+        int k = seda_tap_read(*box, e, n - got < 16 ? (int)(n - got) : 16,
+                              left < 0.05 ? left : 0.05, &missed);
+        for (int i = 0; i < k; i++) {
+            lua_createtable(L, 0, 8);
+            lua_pushstring(L, e[i].id);
+            lua_setfield(L, -2, "id");
+            lua_pushnumber(L, e[i].at);
+            lua_setfield(L, -2, "at");
+            lua_pushinteger(L, e[i].attempts);
+            lua_setfield(L, -2, "attempts");
+            lua_pushinteger(L, (lua_Integer)e[i].payload_size);
+            lua_setfield(L, -2, "payload_size");
+            bool whole = e[i].payload_len == e[i].payload_size;
+            int top = lua_gettop(L);
+            char err[64];
+            if (whole && e[i].kind == 0)
+                lua_pushlstring(L, e[i].payload, e[i].payload_len);
+            else if (!whole || seda__codec_decode(L, e[i].payload,
+                                                  e[i].payload_len, err,
+                                                  sizeof err) != 0)
+                lua_settop(L, top);
+            if (lua_gettop(L) > top) {
+                lua_setfield(L, -2, "payload");
+            } else {
+                lua_pushlstring(L, e[i].payload, e[i].payload_len);
+                lua_setfield(L, -2, "payload_preview");
+            }
+            lua_createtable(L, 0, e[i].nheaders);
+            for (int h = 0; h < e[i].nheaders; h++) {
+                lua_pushstring(L, e[i].headers[2 * h + 1]);
+                lua_setfield(L, -2, e[i].headers[2 * h]);
+            }
+            lua_setfield(L, -2, "headers");
+            lua_rawseti(L, -2, ++got);
+            seda_tap_entry_free(&e[i]);
+        }
+        if (k == 0)
+            seda_lua_run_pending(L);
+    }
+    seda_tap_close(*box);
+    *box = NULL;
+    lua_pushinteger(L, (lua_Integer)missed);
+    return 2;
 }

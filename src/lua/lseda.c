@@ -717,6 +717,7 @@ static const luaL_Reg bus_methods[] = {
     { "errors", seda__l_errors },
     { "dead_letters", seda__l_errors_dead_letters },
     { "histogram", seda__l_stats_histogram },
+    { "tap", seda__l_errors_tap },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },

@@ -443,6 +443,8 @@ SEDA__API int seda__l_stats_process(lua_State *L);
 SEDA__API int seda__l_errors(lua_State *L);
 /* bus:dead_letters([stage]): the kept dead letters, newest first. */
 SEDA__API int seda__l_errors_dead_letters(lua_State *L);
+/* bus:tap(stage, n [, seconds]): the next n envelopes entering stage. */
+SEDA__API int seda__l_errors_tap(lua_State *L);
 /* seda.log(level, ...) (main state and workers). */
 SEDA__API int seda__l_errors_log(lua_State *L);
 /* The stage of the handler call L runs, or NULL (lworker.c). */

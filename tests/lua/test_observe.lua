@@ -125,4 +125,29 @@ return { handle = function(env) seda.shared:incr("init.handled", 1) end,
   os.remove(dir)
 end)
 
+T.test("a live tap shows the envelopes entering a stage as they enter", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "dst", handler = function(env) end }
+  bus:stage{ name = "src", handler = function(env)
+    seda.sleep(0.2)                        -- the tap opens meanwhile
+    for i = 1, 5 do seda.publish("dst", { n = i }, { headers = { who = "src" } }) end
+  end }
+  bus:publish("src", 1)
+  local got, missed = bus:tap("dst", 5, 10)
+  T.eq(#got, 5, "five seen")
+  T.eq(missed, 0, "none missed")
+  T.eq(got[1].payload.n, 1, "the payload, decoded")
+  T.eq(got[5].payload.n, 5, "in order")
+  T.eq(got[1].headers.who, "src", "headers")
+  T.ok(type(got[1].id) == "string" and #got[1].id > 0, "the id")
+  T.idle(bus, 10)
+  local none = bus:tap("dst", 1, 0.1)
+  T.eq(#none, 0, "nothing enters: nothing seen, within the time given")
+  local a, why = bus:tap("nope", 1, 0)
+  T.eq(a, nil, "unknown stage")
+  T.eq(why, "no_such_stage", "says why")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
 T.done()
