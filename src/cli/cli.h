@@ -191,6 +191,9 @@ void cli_watch_stop(void);
 /* Run lua/seda/metrics.lua (embedded) on the cli.lua module: M.metrics.
  * 0, or 1 (reported). */
 int cli_metrics_setup(lua_State *L);
+/* Whether --metrics PATH can be written (writes it once, empty): 0, or 1
+ * after saying why not on stderr. */
+int cli_metrics_check(const char *path);
 void cli_metrics_tick(double now, bool force);
 
 /* cli_http.c: the endpoint's limits */

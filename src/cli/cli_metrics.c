@@ -105,6 +105,18 @@ static const char *write_atomically(const char *path, const char *s,
     return err ? why : NULL;
 }
 
+int cli_metrics_check(const char *path)
+{
+    /* Written once now (an empty exposition is a valid one): a path that
+     * cannot be written fails the start, as a bad --http does. */
+    const char *why = write_atomically(path, "", 0);
+    if (!why)
+        return 0;
+    fprintf(stderr, "%s: --metrics: cannot write '%s': %s\n", cli_progname,
+            path, why);
+    return 1;
+}
+
 void cli_metrics_tick(double now, bool force)
 {
     if (!force && now - last < PERIOD)

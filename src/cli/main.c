@@ -285,6 +285,8 @@ static int start_live(const struct opts *o)
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }
+    if (live && cli.o.metrics && cli_metrics_check(cli.o.metrics) != 0)
+        return 1;                       /* a --metrics PATH never written */
     if (live && cli_start() != 0)       /* e.g. --control PATH refused */
         return 1;
     /* From here a signal no longer kills a live run: during the script

@@ -22,10 +22,11 @@
  *   sojourn_p99 and service_p99 in seconds, rate, ... from one stats
  *   snapshot taken on first access).  A view kept past its call raises.
  *
- *   Results: true or nothing admits; "low" (or "normal") admits at that
- *   priority if it is lower; false, reason refuses (publish returns false,
- *   reason; counted in the stage's refused and dropped).  An error, or
- *   any other result, refuses with "admit_error" and is reported with its
+ *   Results: true or nothing admits; "low" admits at low priority; false,
+ *   reason refuses (publish returns false, reason; counted in the stage's
+ *   refused and dropped; a NUL in the reason is written \0).  An error,
+ *   or any other result ("high" and "normal" too: a rule may only lower
+ *   a priority), refuses with "admit_error" and is reported with its
  *   traceback like a handler error (rate-limited).
  */
 #include <stdio.h>
@@ -426,20 +427,28 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
                                      lua_toboolean(L, -2))) {
         out = 0;
     } else if (lua_isboolean(L, -2)) {
-        const char *r = lua_tostring(L, -1);
-        snprintf(reason, rlen, "%s", r && *r ? r : "refused");
+        size_t rl = 0;
+        const char *r = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_tolstring(L, -1, &rl) : NULL;
+        if (r && rl) {
+            /* A NUL in the reason would cut it: write it \0. */
+            size_t k = 0;
+            for (size_t i = 0; i < rl && k + 3 < rlen; i++) {
+                if (r[i] == '\0') {
+                    reason[k++] = '\\';
+                    reason[k++] = '0';
+                } else {
+                    reason[k++] = r[i];
+                }
+            }
+            reason[k] = '\0';
+        } else {
+            snprintf(reason, rlen, "refused");
+        }
         out = 1;
     } else if (lua_type(L, -2) == LUA_TSTRING &&
-               (strcmp(lua_tostring(L, -2), "low") == 0 ||
-                strcmp(lua_tostring(L, -2), "normal") == 0 ||
-                strcmp(lua_tostring(L, -2), "high") == 0)) {
-        /* Lower only: rank high 2, normal 1, low 0. */
-        static const int rank[] = { 1, 2, 0 };
-        const char *r = lua_tostring(L, -2);
-        int want = r[0] == 'l' ? SEDA_PRIO_LOW
-                 : r[0] == 'n' ? SEDA_PRIO_NORMAL : SEDA_PRIO_HIGH;
-        if (rank[want] < rank[*prio])
-            *prio = want;
+               strcmp(lua_tostring(L, -2), "low") == 0) {
+        *prio = SEDA_PRIO_LOW;          /* a rule only lowers */
         out = 0;
     } else {
         char msg[160];
@@ -595,6 +604,10 @@ static int parse(lua_State *L, int t, const char *stage, struct adm *a,
             num_field(L, o, stage, "shed", "interval", &a->interval, err,
                       errlen) < 0)
             r = -1;
+        else if (!(a->interval > 0))
+            r = -1, snprintf(err, errlen, "stage '%s': shed.interval must "
+                             "be a number > 0 (seconds; got %g)", stage,
+                             a->interval);
         else if (!(a->target > 0))
             r = -1, snprintf(err, errlen, "stage '%s': shed.target must be "
                              "a number > 0 (seconds)", stage);

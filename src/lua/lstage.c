@@ -303,7 +303,11 @@ static const char *stage_name(lua_State *L, struct lbus *lb)
         luaL_error(L, "stage: name is required");
     if (lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "stage: name must be a string");
-    const char *name = lua_tostring(L, -1);         /* 3 */
+    size_t len;
+    const char *name = lua_tolstring(L, -1, &len);  /* 3 */
+    if (strlen(name) != len)
+        luaL_error(L, "stage '%s\\0...': name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-] (it holds a NUL)", name, SEDA_NAME_MAX);
     if (!seda__l_valid_name(name))
         luaL_error(L, "stage '%s': name must be 1-%d characters of "
                    "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);

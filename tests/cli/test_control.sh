@@ -156,6 +156,13 @@ rc=$?
 check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
 check "and says why ($out)" contains "$out" "cannot connect"
 
+# A --metrics path that cannot be written stops the start (as a bad --http).
+out=$(timeout 20 "$SEDA" --serve --metrics "$D/no/such/dir/m.prom" -e 'print("started")' 2>&1 </dev/null)
+rc=$?
+check "a bad --metrics path fails the start (rc $rc)" [ "$rc" = 1 ]
+check "... naming the path ($out)" contains "$out" "cannot write '$D/no/such/dir/m.prom'"
+check "... before the script ran" sh -c "! printf '%s' \"\$1\" | grep -q started" _ "$out"
+
 # attach to a socket that is not seda-lua's.
 python3 -c 'import socket, sys, time
 s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
