@@ -76,6 +76,9 @@ struct lstage {
     uint64_t version;           /* the version src is (what stats show:
                                    1, +1 per reload); guarded by mu */
     uint64_t prev_version;      /* prev's; guarded by mu */
+    uint64_t max_version;       /* the highest version given so far (a
+                                   rolled-back one is never reused);
+                                   guarded by mu */
     char *last_error;           /* last reload error; guarded by mu */
     atomic_uint_fast64_t gen;   /* code generation: +1 whenever src
                                    changes (reload or roll back); workers

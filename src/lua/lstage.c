@@ -464,6 +464,7 @@ static struct lstage *stage_new(lua_State *L, struct lbus *lb,
     ls->nsrc = n;
     atomic_init(&ls->gen, 1);
     ls->version = 1;
+    ls->max_version = 1;
     ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
     ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
     if (!ls->src || !ls->cons)
@@ -764,7 +765,9 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
             atomic_fetch_add_explicit(&ls->admit_version, 1,
                                       memory_order_release);
         }
-        ls->version++;
+        /* Monotonic: a version number names one code, even after a roll
+         * back (the next reload gets a number never used). */
+        ls->version = ++ls->max_version;
         ls->reloads++;
         /* Release: pairs with the acquire in lbatch.c. */
         atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);
