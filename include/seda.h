@@ -129,6 +129,13 @@ const char *seda_delivery_name(int delivery);
 
 #define SEDA_NAME_MAX        64   /* longest stage name */
 #define SEDA_MAX_CONSUMERS   64   /* consumers per stage */
+#define SEDA_HEADERS_MAX    1024  /* headers an envelope may carry */
+#define SEDA_HEADER_KEY_MAX 256   /* bytes of a header's name */
+#define SEDA_HEADER_VALUE_MAX 65536 /* bytes of a header's value; and a
+                                     publish's payload plus its headers
+                                     (names and values) stay within the
+                                     bus's max_payload: past any of these
+                                     SEDA_ETOOLARGE */
 #define SEDA_ID_MAX         128   /* buffer size for seda_env_id(); custom
                                      ids are at most SEDA_ID_MAX-1 bytes */
 #define SEDA_MAX_LOANS     4096   /* highest max_loans */
@@ -901,6 +908,9 @@ typedef struct seda_bus_stats {
     uint64_t loans;            /* loans started so far */
     int loans_peak;            /* the most loan threads in service at once */
     int max_loans;             /* the bound on workers_loaned */
+    uint64_t waits_uncovered;  /* waits inside handlers (a full stage, a
+                                  receive) no loan covered: max_loans was
+                                  reached, so each held its worker */
 } seda_bus_stats;
 
 /* Snapshots.  Each stage's figures are read under its lock briefly; the bus

@@ -314,7 +314,8 @@ function M.format_stats()
       (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
         or "", num(bs.in_system), num(bs.callbacks_pending) ..
         ((bs.suspended or 0) > 0 and " suspended=" .. num(bs.suspended)
-          or ""), journal,
+          or "") .. ((bs.waits_uncovered or 0) > 0 and " uncovered_waits=" ..
+          num(bs.waits_uncovered) or ""), journal,
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)

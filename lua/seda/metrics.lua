@@ -83,6 +83,9 @@ local BUS_METRICS = {
   { "loans_total", "counter", "Loans started (a worker blocked inside a " ..
     "handler while a loan thread ran for it).", "loans" },
   { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
+  { "waits_uncovered_total", "counter", "Waits inside handlers no loan " ..
+    "covered (max_loans reached): each held its worker.",
+    "waits_uncovered" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
   { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
     "main state.", "callbacks_pending" },

@@ -583,6 +583,18 @@ static void tell_why(const seda_publish_opts *opts, const char *why)
         snprintf(opts->why, opts->whylen, "%s", why);
 }
 
+/* A publish's size as max_payload counts it: the payload and its
+ * headers' names and values. */
+static size_t publish_size(size_t len, const seda_publish_opts *opts)
+{
+    if (!opts || opts->nheaders <= 0 || !opts->headers)
+        return len;
+    for (int i = 0; i < 2 * opts->nheaders; i++)
+        if (opts->headers[i])
+            len += strlen(opts->headers[i]);
+    return len;
+}
+
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
                        const seda_publish_opts *opts)
 {
@@ -592,7 +604,7 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
-    if (len > b->max_payload)
+    if (len > b->max_payload || publish_size(len, opts) > b->max_payload)
         return SEDA_ETOOLARGE;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
@@ -663,7 +675,8 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     int built = 0, rc = 0;
     char why[256];
     for (; built < n; built++) {
-        if (lens[built] > b->max_payload) {
+        if (lens[built] > b->max_payload ||
+            publish_size(lens[built], opts) > b->max_payload) {
             rc = SEDA_ETOOLARGE;
             break;
         }
@@ -1028,4 +1041,5 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     out->closed = seda_bus_closed(b);
     seda__pool_loan_stats(b->pool, &out->workers_loaned, &out->loans,
                           &out->loans_peak, &out->max_loans);
+    out->waits_uncovered = seda__pool_uncovered(b->pool);
 }

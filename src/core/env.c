@@ -578,6 +578,9 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
 {
     if (!key)
         return SEDA_EINVAL;
+    if (strlen(key) > SEDA_HEADER_KEY_MAX ||
+        (value && strlen(value) > SEDA_HEADER_VALUE_MAX))
+        return SEDA_ETOOLARGE;
     if (undo_save_headers(env) != 0)
         return SEDA_ENOMEM;
     struct env_hdrs *h = HDRS(env);
@@ -601,6 +604,10 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
         seda__free(h->kv[i].value);
         h->kv[i].value = v;
         return 0;
+    }
+    if (h && h->n >= SEDA_HEADERS_MAX) {
+        seda__free(v);
+        return SEDA_ETOOLARGE;
     }
     char *k = seda__strdup(key);
     if (!k) {
@@ -652,6 +659,10 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 *rc = SEDA_EINVAL;
                 return NULL;
             }
+        if (opts->nheaders > SEDA_HEADERS_MAX) {
+            *rc = SEDA_ETOOLARGE;
+            return NULL;
+        }
         if (opts->priority < SEDA_PRIO_NORMAL ||
             opts->priority > SEDA_PRIO_LOW) {
             *rc = SEDA_EINVAL;
@@ -697,10 +708,18 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
         if (opts->sender && (!ext_of(e) ||
                              !(e->ext->sender = seda__strdup(opts->sender))))
             goto oom;
-        for (int i = 0; i < opts->nheaders; i++)
-            if (seda_env_set_header(e, opts->headers[2 * i],
-                                    opts->headers[2 * i + 1]))
+        for (int i = 0; i < opts->nheaders; i++) {
+            int r = seda_env_set_header(e, opts->headers[2 * i],
+                                        opts->headers[2 * i + 1]);
+            if (r == SEDA_ETOOLARGE) {
+                e->done = NULL;
+                seda__env_free(e);
+                *rc = r;
+                return NULL;
+            }
+            if (r)
                 goto oom;
+        }
         if (opts->nslip > 0 &&
             (!ext_of(e) ||
              !(e->ext->slip = slip_build(opts->slip, opts->nslip, NULL))))

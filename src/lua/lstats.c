@@ -192,6 +192,7 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "workers", b.workers);
     set_int(L, "workers_loaned", b.workers_loaned);
     set_int(L, "suspended", b.suspended);
+    set_int(L, "waits_uncovered", (lua_Integer)b.waits_uncovered);
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);
