@@ -513,6 +513,16 @@ int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
  * for one stage. */
 int seda_stage_replay(seda_stage_t *st);
 
+/* The journal's live rows for stages bus does not declare (left by an
+ * earlier program, or moved there by `seda-lua dlq replay`): cb(stage,
+ * rows, ud) once per such stage.  They wait: a bus that declares the
+ * stage replays them.  Returns 0, or a negative code (none called).
+ * Any thread; reads the whole journal. */
+int seda_bus_journal_orphans(seda_bus_t *bus,
+                             void (*cb)(const char *stage, long long rows,
+                                        void *ud),
+                             void *ud);
+
 /* What the journal found when it opened, and since. */
 typedef struct seda_journal_stats {
     bool open;                    /* the bus has a journal */

@@ -646,6 +646,18 @@ int seda__l_stage_replay(struct lstage *ls, char *err, size_t errlen)
     return -1;
 }
 
+/* A journal row for a stage this bus does not declare waits: say so. */
+static void orphan_said(const char *stage, long long rows, void *ud)
+{
+    (void)ud;
+    char line[256];
+    snprintf(line, sizeof line, "the journal holds %lld envelope%s for this "
+             "stage, which this bus does not declare: they wait until a "
+             "bus declares it (seda-lua dlq lists them)", rows,
+             rows == 1 ? "" : "s");
+    seda_log_write(SEDA_LOG_WARN, stage, line);
+}
+
 int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
 {
     if (lb->start != START_NOT_YET || !lb->bus)
@@ -665,6 +677,7 @@ int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
             rc = -1;
         }
     }
+    seda_bus_journal_orphans(lb->bus, orphan_said, NULL);
     return rc;
 }
 
