@@ -604,7 +604,9 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
-    if (len > b->max_payload || publish_size(len, opts) > b->max_payload)
+    if (len > b->max_payload ||
+        (opts && opts->nheaders > 0 &&
+         publish_size(len, opts) > b->max_payload))
         return SEDA_ETOOLARGE;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)

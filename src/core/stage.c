@@ -51,15 +51,17 @@ void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
                    struct stage_counters *tally)
 {
     if (!(env->flags & ENV_DEAD)) {
-        struct stage_counters one = { 0 };
-        struct stage_counters *c = tally ? tally : &one;
-        if (outcome == SEDA_COMPLETED)
-            c->completed++;
-        else if (outcome == SEDA_DROPPED)
-            c->it_lost++;
-        if (!tally) {
+        if (tally) {
+            if (outcome == SEDA_COMPLETED)
+                tally->completed++;
+            else if (outcome == SEDA_DROPPED)
+                tally->it_lost++;
+        } else {
             seda__mutex_lock(&st->mu);
-            seda__stats_fold(&st->stats.c, &one);
+            if (outcome == SEDA_COMPLETED)
+                st->stats.c.completed++;
+            else if (outcome == SEDA_DROPPED)
+                st->stats.c.it_lost++;
             seda__mutex_unlock(&st->mu);
         }
     }

@@ -90,13 +90,21 @@ static inline uint64_t nonneg(int64_t v)
  *   still sees it, and one at t = 33.0 s (periods 24..33) no longer does.
  */
 
-/* The slot for now's period, cleared when it held an older one (hist_mu
- * held). */
-static int window_slot(struct seda_window *w, int64_t now)
+/* The slot for now's period (hist_mu held).  One that held an older
+ * period is folded into the lifetime histograms first, then cleared:
+ * each sample is added once, to its slot, and reaches the lifetime
+ * histograms when its slot is reused (readers of the lifetime figures
+ * add the slots not folded yet: lifetime_merge). */
+static int window_slot(struct seda_stats *s, int64_t now)
 {
+    struct seda_window *w = s->win;
     int64_t p = now / w->slot_ns + 1;   /* + 1: 0 means "none yet" */
     int k = (int)(p % SEDA_WINDOW_SLOTS);
     if (w->epoch[k] != p) {
+        if (w->epoch[k]) {
+            seda__hist_merge(&s->sojourn, &w->sojourn[k]);
+            seda__hist_merge(&s->service, &w->service[k]);
+        }
         memset(&w->sojourn[k], 0, sizeof w->sojourn[k]);
         memset(&w->service[k], 0, sizeof w->service[k]);
         w->epoch[k] = p;
@@ -104,21 +112,33 @@ static int window_slot(struct seda_window *w, int64_t now)
     return k;
 }
 
+/* The lifetime histograms: what recycled slots folded in plus the slots
+ * still live (hist_mu held). */
+static void lifetime_merge(struct seda_stats *s, struct seda_hist *so,
+                           struct seda_hist *sv)
+{
+    *so = s->sojourn;
+    *sv = s->service;
+    for (int k = 0; k < SEDA_WINDOW_SLOTS; k++) {
+        if (!s->win->epoch[k])
+            continue;
+        seda__hist_merge(so, &s->win->sojourn[k]);
+        seda__hist_merge(sv, &s->win->service[k]);
+    }
+}
+
 void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
                          const int64_t *service, int n)
 {
     int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
-    int k = window_slot(s->win, now);
+    int k = window_slot(s, now);
     struct seda_hist *wso = &s->win->sojourn[k], *wsv = &s->win->service[k];
     for (int i = 0; i < n; i++) {
         if (service[i] < 0)
             continue;                   /* suspended: counted at settle */
-        uint64_t so = nonneg(sojourn[i]), sv = (uint64_t)service[i];
-        seda__hist_add(&s->sojourn, so);
-        seda__hist_add(&s->service, sv);
-        seda__hist_add(wso, so);
-        seda__hist_add(wsv, sv);
+        seda__hist_add(wso, nonneg(sojourn[i]));
+        seda__hist_add(wsv, (uint64_t)service[i]);
     }
     seda__mutex_unlock(&s->hist_mu);
 }
@@ -128,15 +148,11 @@ void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
 {
     int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
-    int k = window_slot(s->win, now);
-    if (sojourn >= 0) {
-        seda__hist_add(&s->sojourn, (uint64_t)sojourn);
+    int k = window_slot(s, now);
+    if (sojourn >= 0)
         seda__hist_add(&s->win->sojourn[k], (uint64_t)sojourn);
-    }
-    if (service >= 0) {
-        seda__hist_add(&s->service, (uint64_t)service);
+    if (service >= 0)
         seda__hist_add(&s->win->service[k], (uint64_t)service);
-    }
     seda__mutex_unlock(&s->hist_mu);
 }
 
@@ -459,9 +475,10 @@ int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
         (which != SEDA_HIST_SOJOURN && which != SEDA_HIST_SERVICE))
         return SEDA_EINVAL;
     struct seda_stats *s = &st->stats;
+    static _Thread_local struct seda_hist lso, lsv;    /* off the stack */
     seda__mutex_lock(&s->hist_mu);
-    const struct seda_hist *h = which == SEDA_HIST_SOJOURN ? &s->sojourn
-                                                          : &s->service;
+    lifetime_merge(s, &lso, &lsv);
+    const struct seda_hist *h = which == SEDA_HIST_SOJOURN ? &lso : &lsv;
     for (int i = 0; i < n; i++)
         cum[i] = seda__hist_count_le(h, le[i]);
     if (count)
@@ -584,10 +601,11 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     seda__mutex_unlock(&st->mu);
     /* Quantiles and maxima over the recent window; counts and sums since
      * the stage was made (a Prometheus summary's _count and _sum). */
-    static _Thread_local struct seda_hist wso, wsv;    /* 9 KiB: off the
-                                                         stack */
+    static _Thread_local struct seda_hist wso, wsv, lso, lsv; /* 18 KiB:
+                                                         off the stack */
     seda__mutex_lock(&st->stats.hist_mu);
     window_merge(st->stats.win, seda__clock_ns(), &wso, &wsv);
+    lifetime_merge(&st->stats, &lso, &lsv);
     out->window = (double)(st->stats.win->slot_ns * SEDA_WINDOW_SLOTS) / 1e9;
     out->sojourn_p50 = seda__hist_quantile(&wso, 0.50) / 1e3;
     out->sojourn_p99 = seda__hist_quantile(&wso, 0.99) / 1e3;
@@ -598,9 +616,9 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->service_p999 = seda__hist_quantile(&wsv, 0.999) / 1e3;
     out->service_max = (double)wsv.max / 1e3;
     out->window_count = wso.count;
-    out->sojourn_count = st->stats.sojourn.count;
-    out->sojourn_sum = (double)st->stats.sojourn.sum / 1e3;
-    out->service_count = st->stats.service.count;
-    out->service_sum = (double)st->stats.service.sum / 1e3;
+    out->sojourn_count = lso.count;
+    out->sojourn_sum = (double)lso.sum / 1e3;
+    out->service_count = lsv.count;
+    out->service_sum = (double)lsv.sum / 1e3;
     seda__mutex_unlock(&st->stats.hist_mu);
 }

@@ -63,7 +63,9 @@ struct seda_stats {
     int rate_head;              /* next slot; guarded by mu */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock */
     struct seda_hist sojourn;   /* admission -> handler start, since the
-                                   stage was made; hist_mu */
+                                   stage was made, but for the samples
+                                   still in the window's live slots (see
+                                   window_slot in stats.c); hist_mu */
     struct seda_hist service;   /* handler run time, likewise; hist_mu */
     struct seda_window *win;    /* the recent window; hist_mu (the pointer
                                    is immutable) */
