@@ -70,10 +70,15 @@ static void usage(FILE *f)
         "                  second (with --serve or -i)\n"
         "  --http [ADDR:]PORT  serve a live status page (/), /metrics "
         "(Prometheus)\n"
-        "                  and /stats.json over HTTP (with --serve or -i);"
-        " a port\n"
-        "                  alone listens on 127.0.0.1, port 0 on any free "
-        "one\n"
+        "                  /stats.json and /dlq.json over HTTP (with --serve"
+        " or -i),\n"
+        "                  answered while the script is busy; a port alone"
+        "\n"
+        "                  listens on 127.0.0.1, port 0 on any free one\n"
+        "  --http-host NAME[,NAME]  host names --http answers for besides "
+        "IP\n"
+        "                  addresses and localhost (others get 403: DNS "
+        "rebinding)\n"
         "  --log-format text|json  the event log on stderr: one line per "
         "event\n"
         "                  (time, level, stage, message), or one JSON object"
@@ -134,6 +139,7 @@ static bool has_arg(const char *a)
     return strcmp(a, "-e") == 0 || strcmp(a, "--drain") == 0 ||
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
            strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0 ||
+           strcmp(a, "--http-host") == 0 ||
            strcmp(a, "--log-format") == 0;
 }
 
@@ -176,6 +182,17 @@ static int option_arg(const char *a, const char *v)
         cli.o.metrics = v;
     } else if (strcmp(a, "--http") == 0) {
         cli.o.http = v;
+    } else if (strcmp(a, "--http-host") == 0) {
+        size_t n = strlen(v);
+        if (n == 0 || v[strspn(v, "abcdefghijklmnopqrstuvwxyz"
+                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-,")] ||
+            v[0] == ',' || v[n - 1] == ',' || strstr(v, ",,")) {
+            fprintf(stderr, "%s: --http-host: host names separated by "
+                    "commas (letters, digits, '.' and '-'), not '%s'\n",
+                    progname, v);
+            return 1;
+        }
+        cli.o.http_hosts = v;
     } else if (strcmp(a, "--log-format") == 0) {
         if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
             fprintf(stderr, "%s: --log-format: 'text' or 'json', not '%s'\n",
@@ -401,6 +418,7 @@ static int run(lua_State *L, int argc, char **argv)
         cli_run();
     }
     cli_control_close();
+    cli_observe_stop();
     cli_http_stop();                    /* (after a script error too) */
 
     /* A normal end (and the end of -i) waits until the buses are idle;
@@ -436,6 +454,7 @@ int main(int argc, char **argv)
     cli.L = L;
     int rc = run(L, argc, argv);
     cli_stop_all();
+    cli_observe_close();
     cli.L = NULL;
     lua_close(L);
     cli.o.script_dir = NULL;

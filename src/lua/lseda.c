@@ -162,12 +162,6 @@ static int l_bus_receive(lua_State *L)
     return seda__l_pull_receive(L, u->lb, 2, &u->wb, 1);
 }
 
-static int l_bus_stats(lua_State *L)
-{
-    struct lbusud *u = check_bus(L);
-    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
-}
-
 static int l_bus_pause(lua_State *L)
 {
     seda_bus_pause(check_bus(L)->lb->bus);
@@ -257,6 +251,9 @@ static void hold(struct lbus *lb)
 
 static void unregister_bus(lua_State *L, int idx)
 {
+    struct lbusud *u = lua_touserdata(L, idx);
+    if (u && u->lb)
+        seda__l_observe_remove(u->lb);
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     if (lua_istable(L, -1)) {
         lua_pushvalue(L, idx);
@@ -300,6 +297,7 @@ static int l_bus_gc(lua_State *L)
     if (!lb)
         return 0;
     u->lb = NULL;
+    seda__l_observe_remove(lb);         /* before anything is freed */
     seda_bus_free(lb->bus);             /* joins the workers */
     lb->bus = NULL;
     seda_io_loop_free(lb->io);          /* after the workers' calls ended */
@@ -579,6 +577,7 @@ static int l_bus_new(lua_State *L)
     lua_pushboolean(L, 1);
     lua_rawset(L, -3);
     lua_pop(L, 1);
+    seda__l_observe_add(lb);
     lua_pushvalue(L, ud);
     return 1;
 }
@@ -713,7 +712,7 @@ static const luaL_Reg bus_methods[] = {
     { "publish", l_bus_publish },
     { "publish_many", seda__l_publish_many },
     { "receive", l_bus_receive },
-    { "stats", l_bus_stats },
+    { "stats", seda__l_stats },
     { "errors", seda__l_errors },
     { "dead_letters", seda__l_errors_dead_letters },
     { "histogram", seda__l_stats_histogram },

@@ -439,6 +439,15 @@ SEDA__API int seda__l_stats_push(lua_State *L, struct lbus *lb,
 /* bus:histogram(stage, kind, bounds) and seda.process() (exposition). */
 SEDA__API int seda__l_stats_histogram(lua_State *L);
 SEDA__API int seda__l_stats_process(lua_State *L);
+/* bus:stats([stage]) (lstats.c). */
+SEDA__API int seda__l_stats(lua_State *L);
+
+/* The live buses an observer state sees (lobserve.c): a bus joins when
+ * made and leaves at its shutdown's end or when collected (idempotent).
+ * Main thread; takes the observers' mutex, so never with another lock
+ * held. */
+SEDA__API void seda__l_observe_add(struct lbus *lb);
+SEDA__API void seda__l_observe_remove(struct lbus *lb);
 
 /* ---- lerrors.c ---- */
 

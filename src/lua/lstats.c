@@ -210,6 +210,13 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     return 1;
 }
 
+/* bus:stats([stage]) */
+int seda__l_stats(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
+}
+
 /* ---- histograms and the process, for exposition ---- */
 
 /* bus:histogram(stage, "sojourn" | "service", bounds) -> cum, count, sum:
