@@ -17,7 +17,7 @@
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
- *                  journal
+ *                  journal, or of a live process (--control PATH)
  *
  * Everything here runs on the main thread, the only one that touches the
  * main lua_State, except the observer (cli_observe.c) and what it drives:
@@ -180,9 +180,20 @@ void cli_control_tick(double now);
 
 /* cli_attach.c */
 int cli_attach(const char *path, const char *expr, bool json);
+/* One command for another subcommand (`who` begins its messages, e.g.
+ * "seda-lua dlq"): connect to the control socket at path as attach does (the same
+ * checks: the server's uid, its greeting), send line (one line of Lua,
+ * without its newline) and hand back the output: *out (malloc'd,
+ * NUL-terminated or NULL when empty; the caller frees it) and *outlen;
+ * *did_raise when the command raised (the output is then its error).
+ * Returns 0, or 1 after saying on stderr why not, naming path (cannot
+ * connect, not a seda-lua control socket, refused, connection closed). */
+int cli_attach_collect(const char *path, const char *who, const char *line,
+                       char **out, size_t *outlen, bool *did_raise);
 
-/* cli_dlq.c: `seda-lua dlq DATA_DIR ...` with argv[0] "dlq"; returns the
- * exit status (0, 1 error, 2 usage). */
+/* cli_dlq.c: `seda-lua dlq DATA_DIR ...` and `seda-lua dlq --control PATH
+ * ...` with argv[0] "dlq"; returns the exit status (0, 1 error, 2
+ * usage). */
 int cli_dlq(int argc, char **argv);
 
 /* cli_watch.c */
@@ -244,6 +255,8 @@ struct cli_jbuf {
     bool oom;                   /* an append failed: the text is cut */
 };
 void cli_json_add(struct cli_jbuf *b, const char *s, size_t n);
+/* Length of the valid UTF-8 sequence at s (n > 0 bytes left), or 0. */
+size_t cli_json_utf8_len(const unsigned char *s, size_t n);
 /* s[0..n) as a JSON string (invalid UTF-8 bytes become U+FFFD). */
 void cli_json_string(struct cli_jbuf *b, const char *s, size_t n);
 /* The Lua value at idx as JSON (a table with keys 1..n is an array,

@@ -4,7 +4,9 @@
  * seda-lua's control socket (the protocol is described in
  * cli_control.c).  On a terminal it uses readline's callback interface,
  * so a reply and Ctrl-C can arrive while a line is being edited; from a
- * pipe it sends each line and prints the reply.
+ * pipe it sends each line and prints the reply.  cli_attach_collect runs
+ * one command over the same connection code for other subcommands
+ * (`seda-lua dlq --control PATH`) and hands its output back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +35,8 @@ static size_t alen, acap;
 static bool atty;               /* readline on a terminal */
 static bool gave_up;            /* left a request the server never ended */
 static bool raised;             /* the last command raised (status 'E') */
+static char awho[64];           /* what messages begin with: "seda-lua:
+                                 * attach", or the caller's */
 
 /* SIGINT in the client (written by the handler, reset by the main code):
  * while a request is out it sends 0x03, which interrupts the request on
@@ -250,11 +254,11 @@ static const char *after(const char *status)
 {
     if (!status) {
         if (gave_up)
-            fprintf(stderr, "\n%s: attach: no answer to the interrupt; "
-                    "leaving\n", cli_progname);
+            fprintf(stderr, "\n%s: no answer to the interrupt; leaving\n",
+                    awho);
         else
-            fprintf(stderr, "%s%s: attach: connection closed\n",
-                    atty ? "\n" : "", cli_progname);
+            fprintf(stderr, "%s%s: connection closed\n",
+                    atty ? "\n" : "", awho);
         return NULL;
     }
     if (status[0] == '!')               /* refused, the reason said */
@@ -394,67 +398,147 @@ static int check_server(const char *path)
     struct ucred cr;
     socklen_t len = sizeof cr;
     if (getsockopt(afd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) {
-        fprintf(stderr, "%s: attach: '%s': cannot check who runs the "
-                "server (%s); refusing to talk to it\n", cli_progname, path,
-                strerror(errno));
+        fprintf(stderr, "%s: '%s': cannot check who runs the server (%s); "
+                "refusing to talk to it\n", awho, path, strerror(errno));
         return 1;
     }
     uid_t me = getuid();
     if (cr.uid == me || cr.uid == 0)
         return 0;
     struct passwd *pw = getpwuid(cr.uid);
-    fprintf(stderr, "%s: attach: refusing '%s': the process listening "
+    fprintf(stderr, "%s: refusing '%s': the process listening "
             "there (pid %ld) runs as uid %ld%s%s%s, not as you (uid %ld) or "
-            "root; it would see everything you type\n", cli_progname, path,
+            "root; it would see everything you type\n", awho, path,
             (long)cr.pid, (long)cr.uid, pw ? " (" : "", pw ? pw->pw_name : "",
             pw ? ")" : "", (long)me);
     return 1;
 }
 
-int cli_attach(const char *path, const char *expr, bool json)
+/* Connect to the control socket at path and read the server's greeting
+ * into *greet (its status into *st).  Returns 0, or 1 after saying on
+ * stderr why not, naming path: it cannot be reached, it is no seda-lua's
+ * control socket, or the server refused the connection. */
+static int attach_open(const char *path, struct collect *greet,
+                       const char **st)
 {
     struct sockaddr_un a;
     if (cli_control_fill_addr(&a, path) != 0)
         return 1;
     afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof a) != 0) {
-        fprintf(stderr, "%s: attach: cannot connect to '%s': %s\n",
-                cli_progname, path, strerror(errno));
+        int e = errno;
+        struct stat sb;
+        if (e == ECONNREFUSED && stat(path, &sb) == 0 &&
+            !S_ISSOCK(sb.st_mode))
+            fprintf(stderr, "%s: cannot connect to '%s': it is not a "
+                    "socket (seda-lua --control PATH makes one)\n",
+                    awho, path);
+        else
+            fprintf(stderr, "%s: cannot connect to '%s': %s\n",
+                    awho, path, strerror(e));
+        if (afd >= 0)
+            close(afd);
+        afd = -1;
         return 1;
     }
     if (check_server(path) != 0) {
         close(afd);
+        afd = -1;
         return 1;
     }
     signal(SIGPIPE, SIG_IGN);
+    /* The greeting (a banner) is shown on a terminal only; a refusal
+     * (status '!', e.g. too many clients) is said either way.  A peer
+     * that says nothing in 5 s, or closes, is no seda-lua. */
+    struct timeval tv = { 5, 0 }, none = { 0, 0 };
+    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    *st = read_reply(collect_emit, greet);
+    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (!*st) {
+        fprintf(stderr, "%s: '%s' is not a seda-lua control socket "
+                "(no greeting from it)\n", awho, path);
+    } else if ((*st)[0] == '!') {
+        if (greet->s && *greet->s)
+            fputs(greet->s, stderr);
+        else
+            fprintf(stderr, "%s: the server refused the connection\n",
+                    awho);
+    } else {
+        return 0;
+    }
+    free(greet->s);
+    greet->s = NULL;
+    close(afd);
+    afd = -1;
+    return 1;
+}
+
+int cli_attach_collect(const char *path, const char *who, const char *line,
+                       char **out, size_t *outlen, bool *did_raise)
+{
+    snprintf(awho, sizeof awho, "%s", who);
+    *out = NULL;
+    *outlen = 0;
+    *did_raise = false;
+    struct collect greet = { 0 };
+    const char *st;
+    if (attach_open(path, &greet, &st) != 0)
+        return 1;
+    free(greet.s);
+    int rc = 1;
+    size_t n = strlen(line);
+    char *req = malloc(n + 2);
+    struct collect col = { 0 };
+    if (!req) {
+        fprintf(stderr, "%s: out of memory\n", awho);
+    } else {
+        memcpy(req, line, n);
+        req[n] = '\n';
+        raised = false;
+        if (send_all(req, n + 1) != 0)
+            st = NULL;
+        else
+            st = read_reply(collect_emit, &col);
+        if (!st) {
+            fprintf(stderr, "%s: '%s': connection closed before the "
+                    "answer\n", awho, path);
+        } else if (st[0] == '+') {
+            fprintf(stderr, "%s: the command sent to '%s' is not a "
+                    "whole command\n", awho, path);
+        } else if (st[0] == '!') {
+            fprintf(stderr, "%s", col.s && *col.s ? col.s
+                    : "the server refused the command\n");
+        } else {
+            *did_raise = st[0] == 'E';
+            *out = col.s;
+            *outlen = col.n;
+            col.s = NULL;
+            rc = 0;
+        }
+    }
+    free(req);
+    free(col.s);
+    free(abuf);
+    abuf = NULL;
+    alen = acap = 0;
+    close(afd);
+    afd = -1;
+    return rc;
+}
+
+int cli_attach(const char *path, const char *expr, bool json)
+{
+    snprintf(awho, sizeof awho, "%s: attach", cli_progname);
+    struct collect greet = { 0 };
+    const char *st;
+    if (attach_open(path, &greet, &st) != 0)
+        return 1;
     atty = isatty(0) && isatty(1);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = attach_sigint;      /* no SA_RESTART: see read_reply */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
-    struct collect greet = { 0 };
-    /* The greeting (a banner) is shown on a terminal only; a refusal
-     * (status '!', e.g. too many clients) is said either way.  A peer
-     * that says nothing in 5 s, or closes, is no seda-lua. */
-    struct timeval tv = { 5, 0 }, none = { 0, 0 };
-    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    const char *st = read_reply(collect_emit, &greet);
-    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    if (!st) {
-        fprintf(stderr, "%s: attach: '%s' is not a seda-lua control socket "
-                "(no greeting from it)\n", cli_progname, path);
-        free(greet.s);
-        close(afd);
-        return 1;
-    }
-    if (st && st[0] == '!') {
-        fprintf(stderr, "%s", greet.s && *greet.s ? greet.s
-                : "seda-lua: attach: the server refused the connection\n");
-        free(greet.s);
-        close(afd);
-        return 1;
-    }
     if (atty && greet.s && !expr) {
         fputs(greet.s, stdout);
         fflush(stdout);
@@ -477,8 +561,8 @@ int cli_attach(const char *path, const char *expr, bool json)
         free(req);
         rc = !p || raised ? 1 : 0;
         if (p && strcmp(p, ">> ") == 0) {
-            fprintf(stderr, "%s: attach: '%s' is not a whole command\n",
-                    cli_progname, expr);
+            fprintf(stderr, "%s: '%s' is not a whole command\n",
+                    awho, expr);
             rc = 1;
         }
     } else if (atty) {

@@ -2,7 +2,10 @@
 /*
  * cli_dlq.c -- `seda-lua dlq DATA_DIR list|show ID|replay ID|purge|
  * quarantine`: inspect and replay the dead letters a stopped bus left in
- * its journal, and list the rows its replay quarantined.
+ * its journal, and list the rows its replay quarantined; and
+ * `seda-lua dlq --control PATH [list [STAGE]] [--json]`: the dead letters
+ * the live buses of a running seda-lua keep (bus:dead_letters()), read
+ * through its control socket (see "live" below).
  *
  *   list        one line per dead letter (tab-separated, after a header
  *               line): id, stage, x-dead-from, x-dead-reason, attempts,
@@ -33,9 +36,11 @@
  * src/durable/journal.h, but the open journal holds it exclusively).
  *
  * Exit status: 0 done, 1 error (no journal, in use, no such dead letter,
- * I/O), 2 usage.
+ * I/O; live: cannot connect, not a seda-lua control socket, no such
+ * stage), 2 usage.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,7 +61,8 @@
 static void dlq_usage(FILE *f)
 {
     fprintf(f,
-        "usage: seda-lua dlq DATA_DIR list\n"
+        "usage: seda-lua dlq --control SOCK [list [STAGE]] [--json]\n"
+        "       seda-lua dlq DATA_DIR list\n"
         "       seda-lua dlq DATA_DIR show ID\n"
         "       seda-lua dlq DATA_DIR replay ID\n"
         "       seda-lua dlq DATA_DIR purge\n"
@@ -78,7 +84,18 @@ static void dlq_usage(FILE *f)
         "              stage, reason, id, payload bytes (the rows, byte for\n"
         "              byte, are in the quarantine table of seda.db)\n"
         "Dead letters sent to a durable dead-letter stage stay on disk: while\n"
-        "they wait there, and once its handler is done with them (done).\n");
+        "they wait there, and once its handler is done with them (done).\n"
+        "\n"
+        "--control SOCK reads a running seda-lua instead (the socket of its\n"
+        "--control SOCK, as attach): the dead letters each stage of its live\n"
+        "buses keeps (bus:dead_letters(), dead_letter_keep per stage), one\n"
+        "tab-separated line each after a header line: BUS STAGE ID REASON\n"
+        "DETAIL (the missing stage of no_such_stage, x-dead-detail) ATTEMPTS\n"
+        "DEAD_AT (x-dead-at, UTC) ERROR (x-dead-error) PAYLOAD (a preview);\n"
+        "newest first per bus.  list STAGE: that stage's only.  --json: one\n"
+        "JSON document, as /dlq.json: {version, now, buses: [{name,\n"
+        "dead_letters}]}.  Exit 1 when SOCK cannot be reached or is no\n"
+        "seda-lua control socket, or no live bus has STAGE.\n");
 }
 
 /* ---- one row, owned copies ---- */
@@ -393,6 +410,190 @@ static void show_row(FILE *f, const struct drow *r)
     fputc('\n', f);
 }
 
+
+/* ---- live: the dead letters a running seda-lua keeps ---- */
+
+/* The command sent to the control socket: one line of Lua (the protocol
+ * runs a line at a time; no "--" comments, they would swallow the rest),
+ * called with the stage name or nil.  It uses only what any seda-lua with
+ * bus:dead_letters() has (seda.buses(), bus:stats().name, and json() for
+ * --json), so a newer client reads an older server.  It raises, before writing
+ * anything, when a stage was asked for and no live bus has it. */
+static const char live_pick[] =
+    "local sel, found = {}, stage == nil "
+    "for _, b in ipairs(seda.buses()) do "
+    "  local ok, dl = pcall(b.dead_letters, b, stage) "
+    "  if ok and dl then "
+    "    local sok, st = pcall(b.stats, b) "
+    "    found = true "
+    "    sel[#sel + 1] = { sok and type(st) == 'table' and st.name or '?', "
+    "                      dl } "
+    "  end "
+    "end "
+    "if not found then "
+    "  error(\"no stage '\" .. stage .. \"' in any live bus\", 0) "
+    "end ";
+
+static const char live_text[] =
+    "(function(stage) "
+    "local fmt = string.format "
+    "local function f(s) "
+    "  s = tostring(s or ''):gsub('[\\t\\r\\n]', ' ') "
+    "  return s == '' and '-' or s "
+    "end "
+    "local function q(s) return (fmt('%q', s):gsub('\\\\\\n', '\\\\n')) end "
+    "local function v(x, d) "
+    "  local t = type(x) "
+    "  if t == 'string' then return q(x) end "
+    "  if t ~= 'table' then return tostring(x) end "
+    "  if d > 2 then return '{...}' end "
+    "  local p, n, ks = {}, #x, {} "
+    "  for i = 1, math.min(n, 20) do p[#p + 1] = v(x[i], d + 1) end "
+    "  for k in pairs(x) do "
+    "    if not (math.type(k) == 'integer' and k >= 1 and k <= n) then "
+    "      ks[#ks + 1] = k "
+    "    end "
+    "  end "
+    "  table.sort(ks, function(a, b) return tostring(a) < tostring(b) end) "
+    "  for i = 1, math.min(#ks, 20) do "
+    "    local k = ks[i] "
+    "    p[#p + 1] = (type(k) == 'string' and k:match('^[%a_][%w_]*$') and k "
+    "                 or '[' .. v(k, d + 1) .. ']') .. ' = ' .. v(x[k], d + 1) "
+    "  end "
+    "  return '{' .. table.concat(p, ', ') .. '}' "
+    "end "
+    "%PICK%"
+    "local rows = {} "
+    "for _, e in ipairs(sel) do "
+    "  for _, d in ipairs(e[2]) do "
+    "    local h = d.headers or {} "
+    "    local p "
+    "    if d.payload ~= nil then p = v(d.payload, 0) "
+    "    else "
+    "      local pv = d.payload_preview or '' "
+    "      p = q(pv) .. ((d.payload_size or 0) > #pv and '...' or '') "
+    "    end "
+    "    if #p > 100 then p = p:sub(1, 97) .. '...' end "
+    "    rows[#rows + 1] = table.concat({ f(e[1]), f(d.stage), f(d.id), "
+    "      f(d.reason), f(d.missing or h['x-dead-detail']), "
+    "      f(d.attempts), "
+    "      f(h['x-dead-at'] or (d.at and os.date('!%Y-%m-%dT%H:%M:%SZ', "
+    "                                            math.floor(d.at)))), "
+    "      f(d.error), f(p) }, '\\t') .. '\\n' "
+    "  end "
+    "end "
+    "io.write('BUS\\tSTAGE\\tID\\tREASON\\tDETAIL\\tATTEMPTS\\tDEAD_AT\\t"
+    "ERROR\\tPAYLOAD\\n', table.concat(rows)) "
+    "end)";
+
+/* --json: the document /dlq.json serves, written in pieces: json() (the
+ * REPL's, as attach --json) for every value, so the bytes are JSON's; it
+ * ends each value with a newline, which the client removes (a JSON string
+ * never holds a raw newline: json() escapes control characters), and it
+ * passes bytes >= 0x80 through, which the client makes valid UTF-8 (an
+ * invalid byte becomes U+FFFD, as in /dlq.json): a payload_preview holds
+ * binary bytes.  An empty list is written as [] (json() would say {}). */
+static const char live_json[] =
+    "(function(stage) "
+    "%PICK%"
+    "io.write('{\"version\":') json(seda.version) "
+    "io.write(',\"now\":') json(seda.now()) "
+    "io.write(',\"buses\":[') "
+    "for i, e in ipairs(sel) do "
+    "  io.write(i > 1 and ',' or '', '{\"name\":') json(e[1]) "
+    "  io.write(',\"dead_letters\":') "
+    "  if #e[2] > 0 then json(e[2]) else io.write('[]') end "
+    "  io.write('}') "
+    "end "
+    "io.write(']}') "
+    "end)";
+
+/* A stage name as seda accepts one (below): checked before it goes into
+ * the command as a Lua string literal. */
+static bool stage_name_ok(const char *s);
+
+/* tmpl with %PICK% replaced by live_pick, then "(ARG)": ARG the stage as
+ * a Lua string, or nil.  NULL when out of memory. */
+static char *live_command(const char *tmpl, const char *stage)
+{
+    const char *mark = strstr(tmpl, "%PICK%");
+    size_t n = strlen(tmpl) + strlen(live_pick) +
+               (stage ? strlen(stage) : 0) + 16;
+    char *cmd = malloc(n);
+    if (!cmd || !mark) {
+        free(cmd);
+        return NULL;
+    }
+    snprintf(cmd, n, "%.*s%s%s(%s%s%s)", (int)(mark - tmpl), tmpl, live_pick,
+             mark + 6, stage ? "'" : "", stage ? stage : "nil",
+             stage ? "'" : "");
+    return cmd;
+}
+
+static int cli_dlq_live(const char *sock, const char *stage, bool json)
+{
+    char *cmd = live_command(json ? live_json : live_text, stage);
+    if (!cmd) {
+        fprintf(stderr, "seda-lua dlq: out of memory\n");
+        return 1;
+    }
+    char *out;
+    size_t n;
+    bool raised;
+    int rc = cli_attach_collect(sock, "seda-lua dlq", cmd, &out, &n, &raised);
+    free(cmd);
+    if (rc != 0)
+        return 1;
+    if (raised) {
+        /* The command's error (no such stage, or what the server said),
+         * without the server's traceback. */
+        char *tb = out ? strstr(out, "\nstack traceback:") : NULL;
+        if (tb)
+            n = (size_t)(tb - out);
+        while (n && out[n - 1] == '\n')
+            n--;
+        fprintf(stderr, "seda-lua dlq: %s: %.*s\n", sock, (int)n,
+                n ? out : "the command failed");
+        free(out);
+        return 1;
+    }
+    if (json) {
+        const unsigned char *u = (const unsigned char *)out;
+        for (size_t i = 0; i < n;) {
+            size_t l = u[i] == '\n' ? 1 : cli_json_utf8_len(u + i, n - i);
+            if (l == 0)
+                fputs("\xef\xbf\xbd", stdout);           /* U+FFFD */
+            else if (u[i] != '\n')
+                fwrite(u + i, 1, l, stdout);
+            i += l ? l : 1;
+        }
+        putchar('\n');
+    } else if (n) {
+        fwrite(out, 1, n, stdout);
+    }
+    free(out);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "seda-lua dlq: writing the output: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* A usage error (exit 2): what is wrong, then the usage. */
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("seda-lua dlq: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs("\n", stderr);
+    dlq_usage(stderr);
+    return 2;
+}
+
 /* ---- commands ---- */
 
 static int cmd_list(struct drow *rows, int n)
@@ -569,14 +770,79 @@ static int cmd_quarantine(struct seda_journal *j, const char *path)
     return 0;
 }
 
+/* `seda-lua dlq --control SOCK [list [STAGE]] [--json]` (the options in
+ * any place after "dlq") or `seda-lua dlq DATA_DIR ...`, which takes
+ * neither option.  A bad combination is a usage error (2) naming what is
+ * wrong. */
 int cli_dlq(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4) {
+    const char *sock = NULL;
+    bool json = false;
+    const char *pos[4];
+    int npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            dlq_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
+        } else if (strcmp(a, "--control") == 0 ||
+                   strncmp(a, "--control=", 10) == 0) {
+            if (sock)
+                return usage_error("--control given twice");
+            if (a[9] == '=')
+                sock = a + 10;
+            else if (i + 1 < argc)
+                sock = argv[++i];
+            else
+                return usage_error("--control needs the socket path "
+                                   "(SOCK)");
+            if (!*sock)
+                return usage_error("--control needs the socket path "
+                                   "(SOCK), not an empty one");
+        } else if (strncmp(a, "--", 2) == 0) {
+            return usage_error("unknown option '%s'", a);
+        } else if (npos < 4) {
+            pos[npos++] = a;
+        } else {
+            return usage_error("too many arguments (from '%s')", a);
+        }
+    }
+    if (sock) {
+        if (npos == 0)
+            return cli_dlq_live(sock, NULL, json);
+        if (strcmp(pos[0], "list") != 0) {
+            bool journal = strcmp(pos[0], "show") == 0 ||
+                           strcmp(pos[0], "replay") == 0 ||
+                           strcmp(pos[0], "purge") == 0 ||
+                           strcmp(pos[0], "quarantine") == 0;
+            if (journal)
+                return usage_error("'%s' works on a stopped bus's journal "
+                                   "(seda-lua dlq DATA_DIR ...), not with "
+                                   "--control; a live process: list [STAGE]",
+                                   pos[0]);
+            return usage_error("with --control the command is list "
+                               "[STAGE], not '%s' (and no DATA_DIR: that "
+                               "form reads a stopped bus's journal)", pos[0]);
+        }
+        if (npos > 2)
+            return usage_error("list takes one STAGE at most ('%s' is one "
+                               "too many)", pos[2]);
+        if (npos == 2 && !stage_name_ok(pos[1]))
+            return usage_error("'%s' is not a stage name (1-64 characters "
+                               "of A-Z a-z 0-9 _ . : -)", pos[1]);
+        return cli_dlq_live(sock, npos == 2 ? pos[1] : NULL, json);
+    }
+    if (json)
+        return usage_error("--json goes with --control SOCK (a live "
+                           "process); the DATA_DIR forms print text");
+    if (npos < 2 || npos > 3) {
         dlq_usage(stderr);
         return 2;
     }
-    const char *dir = argv[1], *cmd = argv[2], *id = argc == 4 ? argv[3]
-                                                               : NULL;
+    const char *dir = pos[0], *cmd = pos[1], *id = npos == 3 ? pos[2]
+                                                              : NULL;
     bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
     bool replay = strcmp(cmd, "replay") == 0;
     bool purge = strcmp(cmd, "purge") == 0;

@@ -60,8 +60,7 @@ static void adds(struct cli_jbuf *b, const char *s)
     cli_json_add(b, s, strlen(s));
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0. */
-static size_t utf8_len(const unsigned char *s, size_t n)
+size_t cli_json_utf8_len(const unsigned char *s, size_t n)
 {
     unsigned c = s[0];
     size_t len;
@@ -117,7 +116,7 @@ void cli_json_string(struct cli_jbuf *b, const char *s, size_t n)
             cli_json_add(b, esc, 6);
             i++;
         } else {
-            size_t l = utf8_len(u + i, n - i);
+            size_t l = cli_json_utf8_len(u + i, n - i);
             if (l == 0) {
                 cli_json_add(b, "\\ufffd", 6);
                 i++;

@@ -41,6 +41,7 @@ static void usage(FILE *f)
         "usage: %s [options] [script [args]]\n"
         "       %s attach [--json] PATH ['command']\n"
         "       %s dlq DATA_DIR list|show ID|replay ID|purge|quarantine\n"
+        "       %s dlq --control PATH [list [STAGE]] [--json]\n"
         "Run a seda-lua pipeline script: run it, wait until its buses are\n"
         "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
         "Durable stages replay what a previous run left once the script\n"
@@ -98,6 +99,9 @@ static void usage(FILE *f)
         "bus's journal (queued, and done: kept after their dead-letter stage\n"
         "handled them); quarantine lists the journal rows a replay found\n"
         "malformed and set aside.\n"
+        "dlq --control PATH [list [STAGE]] [--json]: the dead letters the live\n"
+        "buses of the seda-lua listening on PATH keep (bus:dead_letters()):\n"
+        "bus, stage, id, reason, attempts, time, error, payload preview.\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
         "workers(n) metrics() errors([stage]) dlq([stage]) help(); timers:\n"
@@ -107,7 +111,7 @@ static void usage(FILE *f)
         "A process that consumes remote stages (bus:stage{remote = {url =\n"
         "...}} with a handler: NATS JetStream) runs with --serve: their\n"
         "streams may have work whenever it is idle.\n",
-        progname, progname, progname);
+        progname, progname, progname, progname);
 }
 
 /* ---- main ---- */
