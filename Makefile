@@ -47,6 +47,9 @@ else
 Q   := @
 say  = printf '  %-6s %s\n' '$(1)' '$(2)';
 endif
+ifneq ($(findstring s,$(firstword -$(MAKEFLAGS))),)
+say  =
+endif
 
 .DEFAULT_GOAL := all
 
