@@ -21,6 +21,9 @@
 #                   share/doc/seda-lua/reference.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
+#   make rock       what `luarocks make` builds and installs (the rockspec:
+#                   seda-scm-1.rockspec; install-rock into ROCK_LIBDIR and
+#                   ROCK_LUADIR)
 #   make clean
 #
 # Build lines are short (`CC src/core/bus.c`); VERBOSE=1 shows the full
@@ -417,6 +420,17 @@ uninstall:
 	    $(addprefix $(DESTDIR)$(LUA_LMOD_DIR)/seda/,$(notdir $(INSTALL_LUA))) \
 	    $(DESTDIR)$(DOC_DIR)/reference.md
 	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/seda 2>/dev/null
+
+# luarocks make (seda-scm-1.rockspec): seda.so and the Lua modules into
+# a rocks tree, whose directories LuaRocks passes as ROCK_LIBDIR (the C
+# modules) and ROCK_LUADIR (the Lua ones).
+.PHONY: rock install-rock
+rock: $(SEDA_SO)
+
+install-rock: $(SEDA_SO)
+	install -d $(ROCK_LIBDIR) $(ROCK_LUADIR)/seda
+	install -m 0755 $(SEDA_SO) $(ROCK_LIBDIR)/seda.so
+	install -m 0644 $(INSTALL_LUA) $(ROCK_LUADIR)/seda/
 
 clean:
 	rm -rf build
