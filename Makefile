@@ -10,15 +10,24 @@
 #   make soak       the mixed pipeline for SOAK_SECONDS (600) under a
 #                   control client: loss, stalls, memory growth
 #   make run        build and run examples/pipeline.lua
+#   make serve      build and serve examples/service.lua, a long-running
+#                   pipeline, with its live page on http://localhost:8080/
 #   make run-remote two processes sharing a remote stage (examples/remote/,
 #                   a private nats-server)
 #   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h, seda_io.h,
-#                   libseda.a, libsedalua.a, libsedaremote.a, libsedaio.a, seda.pc
-#                   (pkg-config) and share/doc/seda-lua/reference.md under
-#                   PREFIX
+#                   libseda.a, libsedalua.a, libsedaremote.a, libsedaio.a,
+#                   libseda.so (.so.0, .so.0.1.0), seda.pc and seda-lua.pc
+#                   (pkg-config), the seda.test module, man seda-lua and
+#                   share/doc/seda-lua/reference.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
+#   make rock       what `luarocks make` builds and installs (the rockspec:
+#                   seda-scm-1.rockspec; install-rock into ROCK_LIBDIR and
+#                   ROCK_LUADIR)
 #   make clean
+#
+# Build lines are short (`CC src/core/bus.c`); VERBOSE=1 shows the full
+# commands.  (V is the variant: release, debug, asan, tsan.)
 #
 # Dependencies come from pkg-config.  The flags are read from
 # build/config.mk, which make generates (running scripts/deps.sh first,
@@ -31,6 +40,19 @@ PKG_CONFIG ?= pkg-config
 LUA_PC     ?= lua5.4
 NATS_PC    ?= libnats
 V          ?= release
+VERBOSE    ?=
+
+# Quiet build lines: $(Q) hides a command, $(call say,CC,file) names it.
+ifeq ($(VERBOSE),1)
+Q   :=
+say  =
+else
+Q   := @
+say  = printf '  %-6s %s\n' '$(1)' '$(2)';
+endif
+ifneq ($(findstring s,$(firstword -$(MAKEFLAGS))),)
+say  =
+endif
 
 .DEFAULT_GOAL := all
 
@@ -147,90 +169,116 @@ ALL += $(LIBSLUA)
 endif
 ALL += $(SEDA_LUA) $(SEDA_SO)
 
+# libseda.so: the C core (what libseda.a holds: core + durable) as a
+# shared library, libseda.so -> libseda.so.0 (the soname) -> libseda.so.
+# $(SEDA_VERSION).  It carries its own dependencies (SQLite, libm), so a
+# program links it with a plain `pkg-config --libs seda`.  Only the public
+# API is exported (internal functions are hidden), so the layers above
+# the core (libsedalua.a, libsedaremote.a) link the static libseda.a.
+SEDA_VERSION := $(shell sed -n 's/^\#define SEDA_VERSION "\(.*\)"/\1/p' include/seda.h)
+SO_MAJOR     := $(firstword $(subst ., ,$(SEDA_VERSION)))
+LIBSEDA_SOV  := $(B)/libseda.so.$(SEDA_VERSION)
+LIBSEDA_SO   := $(B)/libseda.so
+ZDEFS        := -Wl,-z,defs
+ALL += $(LIBSEDA_SOV) $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO)
+
 .PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak
+.PHONY: serve
 .SECONDARY:
 FUZZ_SECONDS ?= 60
 all: $(ALL)
 
 $(B)/src/%.o: src/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
 
 # The remote layer is the one that includes <nats/nats.h>.
 $(B)/src/remote/%.o: src/remote/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
 # The io layer is the one that includes <curl/curl.h>.
 $(B)/src/io/%.o: src/io/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
 
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) $(NATS_CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
 # The C examples use the core alone: libseda.a links without SQLite (the
 # journal is pulled in only by a program that names a durable function).
 $(B)/examples/%: examples/%.c $(LIBSEDA)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
 
 # The proof of that, run by make test: the core and seda.h only, against
 # libseda.a with -lpthread -lm and nothing else.
 LINK_CORE := $(B)/tests/core/link_core
 $(LINK_CORE): tests/core/link_core.c $(LIBSEDA)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(CFLAGS) $< $(LDFLAGS) $(LIBSEDA) -lpthread -lm -o $@
 
 $(B)/bench/%.o: bench/%.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(NATS_CFLAGS) -c $< -o $@
 
 $(LIBSEDA): $(CORE_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(LIBSREMOTE): $(REMOTE_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(LIBSIO): $(IO_OBJ)
 	@mkdir -p $(@D)
-	$(AR) rcs $@ $^
+	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
-	$(AR) rcs $@ $^
+	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
-$(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua lua/seda/pretty.lua
+$(B)/src/cli/cli_lua.o: src/cli/cli_lua.c lua/seda/cli.lua lua/seda/pretty.lua \
+                       lua/seda/test.lua
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' \
-	    -DCLI_PRETTY_FILE='"$(abspath lua/seda/pretty.lua)"' -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -DCLI_LUA_FILE='"$(abspath lua/seda/cli.lua)"' \
+	    -DCLI_PRETTY_FILE='"$(abspath lua/seda/pretty.lua)"' \
+	    -DCLI_TEST_FILE='"$(abspath lua/seda/test.lua)"' -c $< -o $@
 
 # So are lua/seda/metrics.lua (cli_metrics.c) and the status page
 # (cli_http.c).
 $(B)/src/cli/cli_metrics.o: src/cli/cli_metrics.c lua/seda/metrics.lua
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DCLI_METRICS_FILE='"$(abspath lua/seda/metrics.lua)"' -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -DCLI_METRICS_FILE='"$(abspath lua/seda/metrics.lua)"' -c $< -o $@
 
 $(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
+
+# (-z defs, where no sanitizer runtime is linked: every symbol it needs
+# is found in the libraries it names.)
+$(LIBSEDA_SOV): $(CORE_OBJ)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared \
+	    -Wl,-soname,libseda.so.$(SO_MAJOR) \
+	    $(if $(filter release debug,$(V)),$(ZDEFS)) $^ $(SQLITE_LIBS) \
+	    $(LDLIBS) -o $@
+$(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO): $(LIBSEDA_SOV)
+	$(Q)ln -sf $(notdir $<) $@
 
 $(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -269,6 +317,12 @@ tsan:
 run: all
 	$(SEDA_LUA) examples/pipeline.lua
 
+# A long-running pipeline fed by a timer, with the live status page on
+# http://localhost:8080/ (HTTP_PORT); Ctrl-C drains and stops it.
+HTTP_PORT ?= 8080
+serve: all
+	$(SEDA_LUA) --serve --http $(HTTP_PORT) examples/service.lua
+
 # Two worker processes share a remote stage over a private nats-server
 # (examples/remote/run.sh starts and stops it).
 run-remote: all
@@ -281,43 +335,71 @@ LUA_CMOD_DIR := $(PREFIX)/lib/lua/5.4
 
 PC_DIR := $(PREFIX)/lib/pkgconfig
 DOC_DIR := $(PREFIX)/share/doc/seda-lua
-SEDA_VERSION := $(shell sed -n 's/^\#define SEDA_VERSION "\(.*\)"/\1/p' include/seda.h)
+LUA_LMOD_DIR := $(PREFIX)/share/lua/5.4
+MAN1_DIR := $(PREFIX)/share/man/man1
 
-# seda.pc, relocatable (its prefix is found from where the file is, so a
-# DESTDIR-staged tree works as installed): both libraries are static, so
-# what they need from other libraries is in Requires.private /
-# Libs.private:  cc prog.c $$(pkg-config --cflags --libs --static seda).
-# libcurl is named by -lcurl, not required by name: `--static` would
-# pull in the private libraries of libcurl's own static build (nghttp2,
-# ssh2, ldap...), which Debian's libcurl4-openssl-dev does not install.
-$(B)/seda.pc: include/seda.h Makefile
-	@mkdir -p $(@D)
-	@{ echo 'prefix=$${pcfiledir}/../..'; \
+# seda.pc and seda-lua.pc, relocatable (their prefix is found from where
+# the file is, so a DESTDIR-staged tree works as installed).
+#
+# seda.pc is the C core: `cc prog.c $$(pkg-config --cflags --libs seda)`
+# links libseda.so, which carries its own dependencies; with --static,
+# libseda.a and what it needs (Requires.private / Libs.private).
+#
+# seda-lua.pc is everything above the core, for a C program that embeds
+# the Lua binding (seda_lua.h) or declares remote stages (seda_remote.h):
+# the static libsedalua.a, libsedaremote.a and libsedaio.a, which use the
+# core's internal functions and so link the static libseda.a (named by
+# path: -lseda would find libseda.so, which does not export them), and
+# their libraries in Requires / Libs, so a plain --libs works.  libcurl
+# is named by -lcurl, not required by name: `--static` would pull in the
+# private libraries of libcurl's own static build (nghttp2, ssh2,
+# ldap...), which Debian's libcurl4-openssl-dev does not install.
+PC_HEAD = echo 'prefix=$${pcfiledir}/../..'; \
 	   echo 'libdir=$${prefix}/lib'; \
 	   echo 'includedir=$${prefix}/include'; \
 	   echo; \
-	   echo "Name: seda"; \
-	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
 	   echo "Version: $(SEDA_VERSION)"; \
-	   echo "Requires: $(LUA_PC)"; \
-	   echo "Requires.private: sqlite3 $(NATS_PC)"; \
-	   echo 'Cflags: -I$${includedir} -pthread'; \
-	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lsedaio -lseda'; \
-	   echo "Libs.private: -pthread -lm -lcurl"; } >$@.tmp
+	   echo 'Cflags: -I$${includedir} -pthread'
+
+$(B)/seda.pc: include/seda.h Makefile
+	@mkdir -p $(@D)
+	@{ $(PC_HEAD); \
+	   echo "Name: seda"; \
+	   echo "Description: seda-lua's C core: a staged message bus (seda.h, libseda)"; \
+	   echo "Requires.private: sqlite3"; \
+	   echo 'Libs: -L$${libdir} -lseda'; \
+	   echo "Libs.private: -pthread -lm"; } >$@.tmp
 	@mv $@.tmp $@
 
-install: all $(B)/seda.pc
+$(B)/seda-lua.pc: include/seda.h Makefile
+	@mkdir -p $(@D)
+	@{ $(PC_HEAD); \
+	   echo "Name: seda-lua"; \
+	   echo "Description: seda-lua's embeddable Lua binding (seda_lua.h, libsedalua), remote stages (seda_remote.h, libsedaremote) and the I/O loop (seda_io.h, libsedaio), over the static C core"; \
+	   echo "Requires: $(LUA_PC) sqlite3 $(NATS_PC)"; \
+	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libseda.a -pthread -lm -lcurl'; } >$@.tmp
+	@mv $@.tmp $@
+
+INSTALL_LUA := lua/seda/test.lua
+
+install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUA_CMOD_DIR) \
 	    $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib \
-	    $(DESTDIR)$(PC_DIR)
+	    $(DESTDIR)$(PC_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/seda \
+	    $(DESTDIR)$(MAN1_DIR)
 	install -m 0755 $(SEDA_LUA) $(DESTDIR)$(PREFIX)/bin/seda-lua
 	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
+	install -m 0644 $(INSTALL_LUA) $(DESTDIR)$(LUA_LMOD_DIR)/seda/
 	install -m 0644 include/seda.h include/seda_lua.h include/seda_remote.h \
 	    include/seda_io.h \
 	    $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) \
 	    $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 $(B)/seda.pc $(DESTDIR)$(PC_DIR)/seda.pc
+	install -m 0755 $(LIBSEDA_SOV) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libseda.so.$(SEDA_VERSION) $(DESTDIR)$(PREFIX)/lib/libseda.so.$(SO_MAJOR)
+	ln -sf libseda.so.$(SO_MAJOR) $(DESTDIR)$(PREFIX)/lib/libseda.so
+	install -m 0644 $(B)/seda.pc $(B)/seda-lua.pc $(DESTDIR)$(PC_DIR)/
+	install -m 0644 docs/seda-lua.1 $(DESTDIR)$(MAN1_DIR)/seda-lua.1
 	install -d $(DESTDIR)$(DOC_DIR)
 	install -m 0644 docs/reference.md $(DESTDIR)$(DOC_DIR)/reference.md
 
@@ -330,8 +412,25 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/lib/libsedaio.a \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaremote.a \
-	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(DOC_DIR)/reference.md
-	-rmdir $(DESTDIR)$(DOC_DIR) 2>/dev/null
+	    $(DESTDIR)$(PREFIX)/lib/libseda.so \
+	    $(DESTDIR)$(PREFIX)/lib/libseda.so.$(SO_MAJOR) \
+	    $(DESTDIR)$(PREFIX)/lib/libseda.so.$(SEDA_VERSION) \
+	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(PC_DIR)/seda-lua.pc \
+	    $(DESTDIR)$(MAN1_DIR)/seda-lua.1 \
+	    $(addprefix $(DESTDIR)$(LUA_LMOD_DIR)/seda/,$(notdir $(INSTALL_LUA))) \
+	    $(DESTDIR)$(DOC_DIR)/reference.md
+	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/seda 2>/dev/null
+
+# luarocks make (seda-scm-1.rockspec): seda.so and the Lua modules into
+# a rocks tree, whose directories LuaRocks passes as ROCK_LIBDIR (the C
+# modules) and ROCK_LUADIR (the Lua ones).
+.PHONY: rock install-rock
+rock: $(SEDA_SO)
+
+install-rock: $(SEDA_SO)
+	install -d $(ROCK_LIBDIR) $(ROCK_LUADIR)/seda
+	install -m 0755 $(SEDA_SO) $(ROCK_LIBDIR)/seda.so
+	install -m 0644 $(INSTALL_LUA) $(ROCK_LUADIR)/seda/
 
 clean:
 	rm -rf build
@@ -349,7 +448,7 @@ BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
 $(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.

@@ -6,11 +6,12 @@
 --
 -- Run it with `make run` or `seda-lua examples/pipeline.lua [N]`.
 --
--- It opens with five tracebacks on stderr, on purpose: every 50th line
--- below is garbage, handlers/parse.lua raises on it, and each handler
--- error is reported with its traceback (five a second at most; the rest
--- are counted: "35 similar errors suppressed").  Those lines end in the
--- dlq stage as dead letters, which the summary counts.
+-- It opens with one traceback on stderr, on purpose: every 50th line
+-- below is garbage; handlers/parse.lua raises on the first (a handler
+-- error is reported with its traceback) and nacks the rest quietly,
+-- counting them.  Those lines end in the dlq stage as dead letters; the
+-- summary says how many.  (Every raised error is reported, at most five
+-- a second per stage, the rest counted: "35 similar errors suppressed".)
 local seda = require "seda"
 
 local N = tonumber(arg and arg[1]) or 2000
@@ -64,6 +65,8 @@ print(("orders %d, alerts %d, revenue %.2f"):format(
   (seda.shared:get("revenue_cents") or 0) / 100))
 print(("dead letters: max_attempts %d"):format(
   seda.shared:get("dead.max_attempts") or 0))
+print(("unparseable lines: %d, dead-lettered (the first reported above)")
+      :format(seda.shared:get("parse.unparseable") or 0))
 local regions = {}
 for r, n in pairs(by_region) do regions[#regions + 1] = r .. "=" .. n end
 table.sort(regions)

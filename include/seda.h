@@ -572,7 +572,8 @@ typedef struct seda_publish_opts {
     const char *sender;           /* optional */
     const char *const *headers;   /* key, value, key, value, ... */
     int nheaders;                 /* number of key/value pairs */
-    const char *const *slip;      /* further hops, in order */
+    const char *const *slip;      /* further hops, in order (NULL for
+                                     none: with nslip 0, SEDA_EINVAL) */
     int nslip;
     double timeout;               /* block wait; < 0: the stage's own */
     seda_done_fn done;            /* optional completion callback */
@@ -598,7 +599,7 @@ void seda_publish_opts_init(seda_publish_opts *o);
  * end it in exactly one outcome), or SEDA_ENOSTAGE, SEDA_EPAUSED,
  * SEDA_ECLOSED, SEDA_EFULL, SEDA_ETIMEDOUT, SEDA_EDROPPED, SEDA_EINVAL
  * (also: an id for an in-memory stage, a NULL array with a count > 0, a
- * negative count), SEDA_ETYPE (the stage's check refused it),
+ * slip array with nslip = 0, a negative count), SEDA_ETYPE (the stage's check refused it),
  * SEDA_ETOOLARGE (len over the bus's max_payload),
  * SEDA_ENOMEM, and for durable stages SEDA_EDUP and SEDA_EIO; on failure
  * done is not called.  Blocks only under the block

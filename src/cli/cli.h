@@ -275,6 +275,12 @@ extern const char cli_lua_src[];
 extern const char cli_lua_end[];
 extern const char cli_pretty_src[];
 extern const char cli_pretty_end[];
+extern const char cli_test_src[];
+extern const char cli_test_end[];
+
+/* Make `require "seda.test"` find the embedded lua/seda/test.lua
+ * (package.preload).  Cannot fail but for memory (raises). */
+void cli_preload_test(lua_State *L);
 
 /* Fill a unix socket address for path; -1 (reported, naming the path)
  * when it is too long. */

@@ -385,6 +385,7 @@ static int run(lua_State *L, int argc, char **argv)
     luaL_openlibs(L);
     luaL_requiref(L, "seda", luaopen_seda, 0);
     lua_pop(L, 1);
+    cli_preload_test(L);
 
     int rc = parse_options(argc, argv, &o);
     if (rc >= 0)

@@ -645,6 +645,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
     if (opts) {
         if (opts->nslip < 0 || opts->nheaders < 0 ||
             (opts->nslip > 0 && !opts->slip) ||
+            (opts->nslip == 0 && opts->slip) ||
             (opts->nheaders > 0 && !opts->headers)) {
             *rc = SEDA_EINVAL;
             return NULL;

@@ -97,7 +97,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
                            i + 1);
             slip[i] = lua_tostring(L, -1);      /* stays on the stack */
         }
-        o->slip = slip;
+        o->slip = n > 0 ? slip : NULL;  /* a slip without hops is none */
         o->nslip = n;
     }
     lua_getfield(L, oidx, "headers");

@@ -1,18 +1,24 @@
 #!/bin/sh
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
-# seda_remote.h, libseda.a, libsedalua.a, libsedaremote.a, seda.pc and
-# docs/reference.md land under PREFIX; the installed seda-lua runs a
-# script, the stock lua5.4 loads the installed seda.so from its default
-# module path layout, and a C program with a remote stage builds against
-# the installed headers and libraries.  From a clean clone of this
-# commit: the staged tree alone builds a C program embedding the Lua host
-# with `pkg-config --static seda`; make clean needs no dependency check,
-# and the flags are read only after scripts/deps.sh ran.
+# seda_remote.h, libseda.a, libseda.so (with its soname links),
+# libsedalua.a, libsedaremote.a, seda.pc, seda-lua.pc, the seda.test
+# module, the man page and docs/reference.md land under PREFIX; the
+# installed seda-lua runs a script, the stock lua5.4 loads the installed
+# seda.so (and seda.test) from its default module path layout, `man`
+# finds the page, a C program on the core builds with a plain
+# `pkg-config --cflags --libs seda` (libseda.so) and runs, and a C
+# program with a remote stage builds with `pkg-config seda-lua`.  From a
+# clean clone of this commit: the staged tree alone builds a C program
+# embedding the Lua host with `pkg-config seda-lua`; make clean needs no
+# dependency check, and the flags are read only after scripts/deps.sh
+# ran.
 . "$(dirname "$0")/lib.sh"
 
 FILES="bin/seda-lua lib/lua/5.4/seda.so include/seda.h include/seda_lua.h
        include/seda_remote.h lib/libseda.a lib/libsedalua.a
-       lib/libsedaremote.a lib/pkgconfig/seda.pc
+       lib/libsedaremote.a lib/pkgconfig/seda.pc lib/pkgconfig/seda-lua.pc
+       lib/libseda.so.0.1.0 lib/libseda.so.0 lib/libseda.so
+       share/lua/5.4/seda/test.lua share/man/man1/seda-lua.1
        share/doc/seda-lua/reference.md"
 R="$D/root"
 out=$(make -s ${V:+V=$V} install DESTDIR="$R" PREFIX=/usr/local 2>&1)
@@ -34,6 +40,82 @@ check "the installed seda-lua runs a script ($out)" contains "$out" "n=5"
 if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
     out=$(LUA_CPATH="$R/usr/local/lib/lua/5.4/?.so" lua5.4 "$D/s.lua" 2>&1)
     check "lua5.4 loads the installed seda.so ($out)" contains "$out" "n=5"
+    out=$(LUA_CPATH="$R/usr/local/lib/lua/5.4/?.so" \
+          LUA_PATH="$R/usr/local/share/lua/5.4/?.lua" lua5.4 -e '
+          local T = require "seda.test"
+          local r = T.call(function(env) env.payload = env.payload + 1 end, 41)
+          print("seda.test " .. tostring(r.ok) .. " " .. r.payload)' 2>&1)
+    check "lua5.4 requires the installed seda.test ($out)" \
+        [ "$out" = "seda.test true 42" ]
+fi
+check "the libseda.so links are libseda.so -> .so.0 -> .so.0.1.0" \
+    [ "$(readlink "$R/usr/local/lib/libseda.so")" = libseda.so.0 ] &&
+    [ "$(readlink "$R/usr/local/lib/libseda.so.0")" = libseda.so.0.1.0 ]
+out=$(readelf -d "$R/usr/local/lib/libseda.so.0.1.0" 2>&1)
+check "libseda.so's soname is libseda.so.0" \
+    contains "$out" "Library soname: [libseda.so.0]"
+check "... and it carries its own dependencies (sqlite3)" \
+    contains "$out" "libsqlite3.so"
+out=$(MANPATH="$R/usr/local/share/man" man -w seda-lua 2>&1)
+check "man seda-lua finds the installed page ($out)" \
+    [ "$out" = "$R/usr/local/share/man/man1/seda-lua.1" ]
+out=$(MANPATH="$R/usr/local/share/man" MANWIDTH=80 man seda-lua 2>/dev/null)
+check "... which renders" contains "$out" "seda-lua - run a staged message bus"
+
+# A C program on the core, built with a plain pkg-config (no --static):
+# it links libseda.so, and runs against the staged tree.
+cat >"$D/core.c" <<'C'
+#include <stdatomic.h>
+#include <stdio.h>
+#include <seda.h>
+
+static atomic_int seen;
+
+static bool consume(seda_env_t *env, void *ud)
+{
+    (void)env; (void)ud;
+    atomic_fetch_add(&seen, 1);
+    return true;
+}
+
+int main(void)
+{
+    seda_bus_t *bus;
+    if (seda_bus_new(NULL, &bus) != 0)
+        return 1;
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "s";
+    seda_stage_t *st;
+    char err[256];
+    if (seda_stage_add(bus, &so, &st, err, sizeof err) != 0 ||
+        seda_stage_consume(st, consume, NULL) < 0)
+        return 1;
+    for (int i = 0; i < 10; i++)
+        if (seda_publish(bus, "s", "x", 1, NULL) != 0)
+            return 1;
+    int rc = seda_bus_wait_idle(bus, 10);
+    printf("core %s seen=%d\n", SEDA_VERSION, atomic_load(&seen));
+    seda_bus_free(bus);
+    return rc;
+}
+C
+PCP="$R/usr/local/lib/pkgconfig"
+flags=$(PKG_CONFIG_PATH="$PCP" pkg-config --cflags --libs seda 2>&1)
+check "pkg-config --libs seda is the core alone ($flags)" \
+    sh -c "printf '%s' '$flags' | grep -q -- '-lseda' &&
+           ! printf '%s' '$flags' | grep -q -- 'lua'"
+check "... and seda.pc requires no lua5.4" \
+    sh -c "! grep -q lua5.4 '$PCP/seda.pc'"
+if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
+    out=$(cc "$D/core.c" -o "$D/core" $flags 2>&1)
+    check "a C program builds with a plain pkg-config --libs seda ($out)" \
+        [ -x "$D/core" ]
+    out=$(readelf -d "$D/core" 2>&1)
+    check "... linked to libseda.so.0" contains "$out" "[libseda.so.0]"
+    out=$(LD_LIBRARY_PATH="$R/usr/local/lib" "$D/core" 2>&1)
+    check "... and runs against the staged tree ($out)" \
+        [ "$out" = "core 0.1.0 seen=10" ]
 fi
 # A C program with a remote stage, built from what was installed: its
 # server does not answer, so declaring says "unavailable" and why.
@@ -52,9 +134,8 @@ printf '%s\n' \
     '    return rc == SEDA_EUNAVAIL ? 0 : 1;' \
     '}' >"$D/r.c"
 if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then
-    out=$(cc -I"$R/usr/local/include" "$D/r.c" -L"$R/usr/local/lib" \
-          -lsedaremote -lseda $(pkg-config --libs sqlite3 libnats) -lm \
-          -pthread -o "$D/r" 2>&1 && "$D/r" 2>&1)
+    out=$(cc "$D/r.c" $(PKG_CONFIG_PATH="$PCP" pkg-config --cflags --libs \
+          seda-lua) -o "$D/r" 2>&1 && "$D/r" 2>&1)
     check "a C program with a remote stage builds against the install ($out)" \
         contains "$out" "unavailable: stage 'r': remote: cannot connect"
 fi
@@ -152,10 +233,12 @@ int main(void)
     return 0;
 }
 C
-flags=$(PKG_CONFIG_PATH="$S/lib/pkgconfig" pkg-config --cflags --libs --static seda 2>&1)
-check "pkg-config finds the staged seda.pc ($flags)" contains "$flags" "-lsedalua -lsedaremote -lseda"
-check "... with its private requirements (sqlite3)" contains "$flags" "-lsqlite3"
+flags=$(PKG_CONFIG_PATH="$S/lib/pkgconfig" pkg-config --cflags --libs seda-lua 2>&1)
+check "pkg-config finds the staged seda-lua.pc ($flags)" \
+    sh -c "printf '%s' '$flags' | grep -q 'lib/libsedalua\.a .*lib/libsedaremote\.a .*lib/libseda\.a'"
+check "... with its requirements (sqlite3)" contains "$flags" "-lsqlite3"
 check "... and libnats (remote stages)" contains "$flags" "-lnats"
+check "... and lua5.4" contains "$flags" "-llua5.4"
 san=""
 case "${V:-release}" in
     asan) san="-fsanitize=address,undefined" ;;

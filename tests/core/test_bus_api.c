@@ -518,6 +518,31 @@ static void test_bus_max_payload_refuses_larger(void **state)
     free(p);
 }
 
+/* A slip array with no count is a caller's mistake, not "no slip": it is
+ * refused (SEDA_EINVAL) and nothing is accepted. */
+static void test_bus_publish_slip_without_count_is_einval(void **state)
+{
+    fx_t *f = *state;
+    fx_bus(f, 1, 0, NULL);
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = "s";
+    seda_stage_t *st = NULL;
+    assert_int_equal(seda_stage_add(f->bus, &so, &st, NULL, 0), 0);
+    static const char *const hops[] = { "s" };
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    po.slip = hops;
+    po.nslip = 0;
+    assert_int_equal(seda_publish(f->bus, "s", "x", 1, &po), SEDA_EINVAL);
+    assert_int_equal(seda_stage_publish(st, "x", 1, &po), SEDA_EINVAL);
+    seda_bus_stats bs;
+    seda_bus_stats_get(f->bus, &bs);
+    assert_int_equal(bs.accepted, 0);
+    po.slip = NULL;                     /* no slip at all: accepted */
+    assert_int_equal(seda_publish(f->bus, "s", "x", 1, &po), 0);
+}
+
 /* ==================================================================== */
 
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
@@ -537,6 +562,7 @@ int main(void)
         FX(test_bus_consumer_may_publish),
         FX(test_bus_worker_hooks),
         FX(test_bus_wait_idle_times_out_while_busy),
+        FX(test_bus_publish_slip_without_count_is_einval),
     };
     if (getenv("TEST_FILTER") != NULL)
         cmocka_set_test_filter(getenv("TEST_FILTER"));
