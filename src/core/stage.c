@@ -161,6 +161,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
             st->stats.c.shed++;
+            st->stats.c.shed_for++;
             st->stats.c.dropped++;
             return SEDA_ESHED;
         }
@@ -738,6 +739,33 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
         shed_rise(st, level == 0 && st->adm.low_offered == st->adm.shed_low_mark
                           ? 2 : level + 1, now);
     }
+}
+
+/* Shedding at the door (SPEC.md section 13): a new itinerary whose slip
+ * names st is refused while st sheds at its priority, as st would refuse
+ * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
+ * when st is shedding. */
+int seda__stage_door_shed(struct seda_stage_s *st, int prio)
+{
+    if (prio == SEDA_PRIO_HIGH ||
+        SEDA__LIKELY(!atomic_load_explicit(&st->adm.shed_level,
+                                           memory_order_relaxed)))
+        return 0;
+    seda__mutex_lock(&st->mu);
+    int level = shed_level_now(st);
+    bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
+    if (refuse)
+        st->stats.c.shed_for++;
+    seda__mutex_unlock(&st->mu);
+    return refuse ? SEDA_ESHED : 0;
+}
+
+void seda__stage_count_shed(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->stats.c.shed++;
+    st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
 }
 
 /* Shedding while the queue could not be slow (mu held): an empty queue,

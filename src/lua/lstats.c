@@ -51,6 +51,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         lua_setfield(L, -2, "remote");
     set_int(L, "refused", (lua_Integer)s.refused);
     set_int(L, "shed", (lua_Integer)s.shed);
+    set_int(L, "shed_for", (lua_Integer)s.shed_for);
     set_int(L, "delayed", s.delayed);
     set_int(L, "suspended", s.suspended);
     set_int(L, "shedding", s.shedding);
@@ -165,6 +166,8 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
         lua_setfield(L, -2, seda_stage_name(st));
     }
     lua_setfield(L, -2, "stages");
+    seda__l_http_push_stats(L, lb);
+    lua_setfield(L, -2, "listeners");
     push_worker_memory(L, lb);
     set_int(L, "accepted", (lua_Integer)b.accepted);
     set_int(L, "completed", (lua_Integer)b.completed);
