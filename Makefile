@@ -122,16 +122,19 @@ CORE_SRC    := $(LAYER_SRC_core)
 DURABLE_SRC := $(LAYER_SRC_durable)
 REMOTE_SRC  := $(LAYER_SRC_remote)
 IO_SRC      := $(LAYER_SRC_io)
+HTTP_SRC    := $(LAYER_SRC_http)
 LUA_SRC     := $(LAYER_SRC_lua)
 CLI_SRC     := $(filter-out src/cli/main.c,$(LAYER_SRC_cli))
 CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
 REMOTE_OBJ  := $(REMOTE_SRC:src/%.c=$(B)/src/%.o)
 IO_OBJ      := $(IO_SRC:src/%.c=$(B)/src/%.o)
+HTTP_OBJ    := $(HTTP_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
 CLI_OBJ     := $(CLI_SRC:src/%.c=$(B)/src/%.o)
 LIBSEDA  := $(B)/libseda.a
 LIBSREMOTE := $(B)/libsedaremote.a
 LIBSIO   := $(B)/libsedaio.a
+LIBSHTTP := $(B)/libsedahttp.a
 LIBSLUA  := $(B)/libsedalua.a
 
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -141,7 +144,7 @@ SEDA_SO  := $(B)/seda.so
 
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
-ALL := $(LIBSEDA) $(LIBSREMOTE) $(LIBSIO) $(EXAMPLES)
+ALL := $(LIBSEDA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
@@ -165,6 +168,11 @@ $(B)/src/remote/%.o: src/remote/%.c
 $(B)/src/io/%.o: src/io/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
+
+# The http layer is the one that includes <microhttpd.h> (with cli).
+$(B)/src/http/%.o: src/http/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(MHD_CFLAGS) -c $< -o $@
 
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
@@ -201,12 +209,17 @@ $(LIBSIO): $(IO_OBJ)
 	@mkdir -p $(@D)
 	$(AR) rcs $@ $^
 
+$(LIBSHTTP): $(HTTP_OBJ)
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
 $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
+$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
 	$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
@@ -226,11 +239,11 @@ $(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@
 
-$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(CORE_OBJ)
-	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(HTTP_OBJ) $(CORE_OBJ)
+	$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -348,8 +361,8 @@ BENCH_SRC := $(filter-out bench/codec_loop.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
-$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
+	$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.
