@@ -72,6 +72,7 @@ struct buf {
     unsigned char *p;
     size_t len, cap;
     bool failed;
+    bool borrowed;              /* p is the caller's (a stack array) */
 };
 
 static void put(struct buf *b, const void *d, size_t n)
@@ -82,11 +83,14 @@ static void put(struct buf *b, const void *d, size_t n)
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n)
             cap *= 2;
-        unsigned char *p = realloc(b->p, cap);
+        unsigned char *p = b->borrowed ? malloc(cap) : realloc(b->p, cap);
         if (!p) {
             b->failed = true;
             return;
         }
+        if (b->borrowed)
+            memcpy(p, b->p, b->len);
+        b->borrowed = false;
         b->p = p;
         b->cap = cap;
     }
@@ -755,8 +759,6 @@ static int door_admit(struct lhttp *h, struct lstage *ls,
     return rc;
 }
 
-static _Thread_local struct buf tls_buf;    /* a server thread's payloads */
-
 static void on_request(seda_http_req_t *req, void *ud)
 {
     struct lhttp *h = ud;
@@ -786,11 +788,13 @@ static void on_request(seda_http_req_t *req, void *ud)
             return;
         }
     }
-    struct buf *b = &tls_buf;
-    b->len = 0;
-    b->failed = false;
+    unsigned char small[4096];
+    struct buf bb = { small, 0, sizeof small, false, true };
+    struct buf *b = &bb;
     encode_request(b, req);
     if (b->failed) {
+        if (!b->borrowed)
+            free(b->p);
         answer_plain(req, 500, "out_of_memory");
         return;
     }
@@ -806,10 +810,8 @@ static void on_request(seda_http_req_t *req, void *ud)
     o.done = on_done;
     o.done_ud = req;
     int rc = seda_stage_publish(st, b->p, b->len, &o);
-    if (b->cap > 65536) {
+    if (!b->borrowed)
         free(b->p);
-        *b = (struct buf){ 0 };
-    }
     if (rc == 0)
         return;
     /* A full block-policy stage says "timeout" after no wait at all. */
@@ -1097,6 +1099,22 @@ int seda__l_http_listen(lua_State *L)
     if (rc)
         return luaL_error(L, "listen: %s", err);
     atomic_fetch_add_explicit(&open_listeners, 1, memory_order_relaxed);
+    /* Named by where it listens: a port alone or port 0 says which. */
+    const char *colon = strrchr(h->name, ':');
+    const char *close = strrchr(h->name, ']');
+    bool has_host = colon && (!close || colon > close);
+    if (!has_host || strcmp(colon, ":0") == 0) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "%.*s:%d",
+                 has_host ? (int)(colon - h->name) : 9,
+                 has_host ? h->name : "127.0.0.1",
+                 seda_http_server_port(h->srv));
+        char *n2 = strdup(nm);
+        if (n2) {
+            free(h->name);
+            h->name = n2;
+        }
+    }
 
     /* Made: the bus owns it now; the object is a handle. */
     u->h = NULL;

@@ -155,8 +155,10 @@ T.test("a string payload is a 200 text body", function()
 end)
 
 T.test("env:respond answers early and ends the itinerary", function()
+  T.ok(bus:wait(5))
   local before = bus:stats("store").delivered
   local s, h, b = http(port, "GET", "/orders?early=1&n=4")
+  T.ok(bus:wait(5))
   T.eq(s, 201)
   T.eq(h["x-early"], "yes")
   T.ok(b:find('"early":true', 1, true) and b:find('"n":4', 1, true), b)
@@ -431,8 +433,10 @@ T.test("several listeners per bus; each in stats()", function()
   local n = 0
   for _ in pairs(ls) do n = n + 1 end
   T.eq(n, 2)
+  local addr = l3:stats().address
+  T.eq(addr, "127.0.0.1:" .. l3:port(), "named by its address")
   l3:close()
-  T.eq(bus:stats().listeners["0"].open, false, "closed")
+  T.eq(bus:stats().listeners[addr].open, false, "closed")
 end)
 
 T.test("listen misuse raises naming the field", function()
