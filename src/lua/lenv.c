@@ -93,10 +93,11 @@ static int env_respond(lua_State *L)
         return luaL_typeerror(L, 3, "string or table");
     if (!lua_isnoneornil(L, 4))
         luaL_checktype(L, 4, LUA_TTABLE);
+    lua_settop(L, 4);                   /* the answer goes above */
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, status);
     lua_setfield(L, -2, "status");
-    if (bt != LUA_TNONE) {
+    if (bt != LUA_TNONE && bt != LUA_TNIL) {
         lua_pushvalue(L, 3);
         lua_setfield(L, -2, "body");
     }

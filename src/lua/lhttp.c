@@ -350,8 +350,12 @@ static void json_num(struct buf *b, const struct val *v)
         snprintf(n, sizeof n, "null");
     else if (v->f == floor(v->f) && fabs(v->f) < 1e15)
         snprintf(n, sizeof n, "%.0f", v->f);
-    else
-        snprintf(n, sizeof n, "%.17g", v->f);
+    else {
+        /* The shortest form that reads back the same. */
+        snprintf(n, sizeof n, "%.15g", v->f);
+        if (strtod(n, NULL) != v->f)
+            snprintf(n, sizeof n, "%.17g", v->f);
+    }
     put_cstr(b, n);
 }
 

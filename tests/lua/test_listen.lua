@@ -98,6 +98,8 @@ bus:stage{ name = "price", max_attempts = 1, concurrency = 64, handler = functio
     return env:respond(201, { early = true, n = p.n }, { ["X-Early"] = "yes" })
   end
   if p.query.fail then error("price failed on purpose") end
+  if p.query.bad then return env:respond(400, { error = "bad" }) end
+  if p.query.float then env.payload = { body = { x = 19.37, y = 0.1 + 0.2 } }; return env:respond(200, { x = 19.37, y = 1 / 3 }) end
   if p.query.sleep then seda.sleep(tonumber(p.query.sleep)) end
   p.price = p.n * 10
   env.payload = p
@@ -163,6 +165,16 @@ T.test("env:respond answers early and ends the itinerary", function()
   T.eq(h["x-early"], "yes")
   T.ok(b:find('"early":true', 1, true) and b:find('"n":4', 1, true), b)
   T.eq(bus:stats("store").delivered, before, "store never saw it")
+end)
+
+T.test("env:respond with a body alone; JSON numbers read back exactly", function()
+  local s, h, b = http(port, "GET", "/orders?bad=1")
+  T.eq(s, 400)
+  T.eq(b, '{"error":"bad"}')
+  s, h, b = http(port, "GET", "/orders?float=1")
+  T.eq(s, 200)
+  T.ok(b:find('"x":19.37', 1, true), b)
+  T.ok(b:find('"y":0.33333333333333331', 1, true) or b:find('"y":0.3333333333333333', 1, true), b)
 end)
 
 T.test("a dead letter is 500 with the reason", function()
