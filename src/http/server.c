@@ -664,7 +664,8 @@ static int listen_on(const char *addr, int *port, char *err, size_t errlen)
     int rc = parse_addr(addr, &ss, &sl, err, errlen);
     if (rc)
         return rc;
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    0);
     if (fd < 0) {
         rc = -errno;
         snprintf(err, errlen, "socket: %s", strerror(errno));
@@ -738,7 +739,7 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
     unsigned ct = (unsigned)ceil(o->client_timeout > 0 ? o->client_timeout
                                                        : 1);
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+                     MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_access, s,
         MHD_OPTION_LISTEN_SOCKET, fd,
