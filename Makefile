@@ -13,7 +13,8 @@
 #   make run-remote two processes sharing a remote stage (examples/remote/,
 #                   a private nats-server)
 #   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h, seda_io.h,
-#                   libseda.a, libsedalua.a, libsedaremote.a, libsedaio.a, seda.pc
+#                   seda_http.h, libseda.a, libsedalua.a, libsedaremote.a,
+#                   libsedaio.a, libsedahttp.a, seda.pc
 #                   (pkg-config) and share/doc/seda-lua/reference.md under
 #                   PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
@@ -310,13 +311,13 @@ $(B)/seda.pc: include/seda.h Makefile
 	   echo 'includedir=$${prefix}/include'; \
 	   echo; \
 	   echo "Name: seda"; \
-	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
+	   echo "Description: seda-lua, a staged message bus in C with Lua handlers: the C API (seda.h, libseda), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio), the HTTP server (seda_http.h, libsedahttp) and the embeddable Lua binding (seda_lua.h, libsedalua)"; \
 	   echo "Version: $(SEDA_VERSION)"; \
 	   echo "Requires: $(LUA_PC)"; \
 	   echo "Requires.private: sqlite3 $(NATS_PC)"; \
 	   echo 'Cflags: -I$${includedir} -pthread'; \
-	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lsedaio -lseda'; \
-	   echo "Libs.private: -pthread -lm -lcurl"; } >$@.tmp
+	   echo 'Libs: -L$${libdir} -lsedalua -lsedaremote -lsedaio -lsedahttp -lseda'; \
+	   echo "Libs.private: -pthread -lm -lcurl -lmicrohttpd"; } >$@.tmp
 	@mv $@.tmp $@
 
 install: all $(B)/seda.pc
@@ -326,9 +327,9 @@ install: all $(B)/seda.pc
 	install -m 0755 $(SEDA_LUA) $(DESTDIR)$(PREFIX)/bin/seda-lua
 	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
 	install -m 0644 include/seda.h include/seda_lua.h include/seda_remote.h \
-	    include/seda_io.h \
+	    include/seda_io.h include/seda_http.h \
 	    $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) \
+	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) \
 	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(B)/seda.pc $(DESTDIR)$(PC_DIR)/seda.pc
 	install -d $(DESTDIR)$(DOC_DIR)
@@ -340,7 +341,9 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/include/seda_lua.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_remote.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_io.h \
+	    $(DESTDIR)$(PREFIX)/include/seda_http.h \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaio.a \
+	    $(DESTDIR)$(PREFIX)/lib/libsedahttp.a \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaremote.a \
 	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(DOC_DIR)/reference.md
@@ -357,7 +360,7 @@ clean:
 # bench/run --help lists the options (--config, --handler, --quick).
 # bench/: the driver (bench.c), the harness (harness.c, recorder.c,
 # inst.c) and one file per config; codec_loop.c is a standalone tool.
-BENCH_SRC := $(filter-out bench/codec_loop.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/codec_loop.c bench/openloop.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
@@ -368,3 +371,10 @@ $(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBS
 # stdout carries nothing but the JSON rows.
 bench:
 	@V=$(V) BENCH_BIN=$(BENCH_BIN) sh bench/run
+
+# The open-loop HTTP client of the http_overload row (bench/http.sh), a
+# standalone tool with libc only.
+OPENLOOP := $(B)/bench/openloop
+$(OPENLOOP): bench/openloop.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(LDFLAGS) -o $@
