@@ -462,5 +462,59 @@ T.test("listen misuse raises naming the field", function()
   T.ok(not ok and err:find("bogus", 1, true), err)
 end)
 
+T.test("while the bus shuts down: no new connections, a request on an open one is 503 closed, in-flight work answered", function()
+  local b3 = seda.bus{ workers = 2 }
+  b3:stage{ name = "s", concurrency = 8, handler = function(env)
+    seda.sleep(tonumber(env.payload.query.t or "0"))
+    env.payload = "ok"
+  end }
+  local l4 = b3:listen{ http = 0, routes = { ["/s"] = { "s" } } }
+  local p4 = l4:port()
+  -- Another process keeps a connection open: one request now, another
+  -- 0.4 s later, during the shutdown below.
+  local script = os.tmpname()
+  local f = assert(io.open(script, "w"))
+  f:write(([[
+local socket = require "socket"
+local c = socket.tcp(); c:settimeout(5); assert(c:connect("127.0.0.1", %d))
+local function rq()
+  c:send("GET /s HTTP/1.1\r\nHost: t\r\n\r\n")
+  local line = c:receive("*l") or "none"
+  local reason, len = "-", 0
+  while true do
+    local h = c:receive("*l")
+    if not h or h == "" then break end
+    local k, v = h:match("^([^:]+):%%s*(.*)$")
+    if k and k:lower() == "seda-reason" then reason = v end
+    if k and k:lower() == "content-length" then len = tonumber(v) end
+  end
+  if len > 0 then c:receive(len) end
+  return line:match("%%d%%d%%d") .. " " .. reason
+end
+io.write(rq(), "\n"); io.flush()
+socket.sleep(0.4)
+io.write(rq(), "\n")
+]]):format(p4))
+  f:close()
+  local client = assert(io.popen("exec lua5.4 " .. sh_quote(script), "r"))
+  local first = client:read("l")
+  T.eq(first, "200 -", "the client's first request")
+  local slow = connect(p4)
+  slow:send(request_text("GET", "/s?t=0.8"))
+  socket.sleep(0.1)
+  local t0 = seda.now()
+  T.ok(b3:shutdown(5), "drained")
+  T.ok(seda.now() - t0 > 0.4, "the shutdown waited for the slow one")
+  local s, _, body = read_response(slow)
+  T.eq(s, 200, "in-flight work answered")
+  T.eq(body, "ok")
+  slow:close()
+  T.eq(client:read("l"), "503 closed", "a request during the drain")
+  client:close()
+  os.remove(script)
+  local c, err = socket.connect("127.0.0.1", p4)
+  T.eq(c, nil, "no new connections after (" .. tostring(err) .. ")")
+end)
+
 bus:shutdown(5)
 T.done()
