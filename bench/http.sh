@@ -15,6 +15,7 @@
 #                  shed = { target = 0.005 } on the stage, OpenResty as is
 #
 #   SEDA=build/release/seda-lua TRIALS=2 WORKERS=2 sh bench/http.sh
+#   ROWS=http_overload WORKERS=1 sh bench/http.sh     (one family)
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SEDA=${SEDA:-$ROOT/build/release/seda-lua}
@@ -135,7 +136,9 @@ wrk_row() {
         "${req:-0}" "${rps:-0}" "$(us "${p50:-0}")" "$(us "${p99:-0}")" "${non2xx:-0}" "${errs:-0}"
 }
 
-for t in $(seq "$TRIALS"); do
+ROWS=${ROWS:-http http_overload}
+case " $ROWS " in *" http "*) ;; *) TRIALS_HTTP=0 ;; esac
+for t in $(seq "${TRIALS_HTTP:-$TRIALS}"); do
     for h in light heavy; do
         wrk_row http "$h" openresty "$t" "http://127.0.0.1:$NP/$h" "$D/post.lua"
         wrk_row http "$h" seda-lua "$t" "http://127.0.0.1:$SP/$h" "$D/post.lua"
@@ -146,6 +149,7 @@ done
 capacity() {
     wrk -t1 -c64 -d3s "$1" 2>&1 | awk '/Requests\/sec/ {printf "%d", $2}'
 }
+case " $ROWS " in *" http_overload "*) ;; *) TRIALS=0 ;; esac
 for t in $(seq "$TRIALS"); do
     for srv in openresty seda-lua; do
         port=$NP; [ "$srv" = seda-lua ] && port=$SP

@@ -782,8 +782,14 @@ static int shed_level_now(struct seda_stage_s *st)
         return 0;
     }
     uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
-    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc /
-                       (uint64_t)st->adm.concurrency;
+    /* The queue drains at most as many at once as there are workers
+     * (and calls suspended on the network, which hold none): a
+     * concurrency over that does not make the backlog shorter. */
+    uint64_t par = (uint64_t)st->adm.concurrency;
+    int workers = seda__pool_size(st->bus->pool) + st->dr.suspended;
+    if (workers > 0 && (uint64_t)workers < par)
+        par = (uint64_t)workers;
+    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc / par;
     if (backlog < (uint64_t)st->adm.shed_target_ns) {
         shed_end(st, level, seda__clock_ns());
         return 0;
