@@ -565,7 +565,9 @@ static void on_log(void *cls, const char *fmt, va_list ap)
 
 #define REAP_NS 10000000        /* 10 ms */
 
-static void reap(seda_http_server_t *s, int64_t now)
+/* Every REAP_NS the waiting requests' deadlines; every tenth time the
+ * connections' (a walk of every open connection). */
+static void reap(seda_http_server_t *s, int64_t now, bool conns)
 {
     for (struct seda_http_req_s *r = s->waiting, *next; r; r = next) {
         next = r->wnext;
@@ -575,6 +577,8 @@ static void reap(seda_http_server_t *s, int64_t now)
         if (resp)
             answer_locked(s, r, resp, 504);
     }
+    if (!conns)
+        return;
     int64_t limit = secs_ns(s->o.client_timeout);
     for (struct hconn *h = s->conns; h; h = h->next) {
         if (h->busy || h->cut || h->fd < 0 || now - h->clock_ns < limit)
@@ -589,8 +593,9 @@ static void *reaper_main(void *arg)
 {
     seda_http_server_t *s = arg;
     pthread_mutex_lock(&s->mu);
+    unsigned tick = 0;
     while (!s->stop) {
-        reap(s, now_ns());
+        reap(s, now_ns(), tick++ % 10 == 0);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += REAP_NS;
