@@ -369,6 +369,15 @@ static enum MHD_Result queue_own(seda_http_server_t *s,
     return queue(r->conn, simple_response(status, reason), status);
 }
 
+static enum MHD_Result count_bytes(void *cls, enum MHD_ValueKind kind,
+                                   const char *key, const char *value)
+{
+    (void)kind;
+    size_t *n = cls;
+    *n += (key ? strlen(key) : 0) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload,
@@ -396,6 +405,16 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
         r->counted = true;
         pthread_mutex_unlock(&s->mu);
         *con_cls = r;
+        /* The request line and headers, as sent (about: the query is
+         * counted decoded); MHD's memory pool bounds them too. */
+        size_t hbytes = strlen(r->method) + strlen(r->path) + 12;
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_bytes, &hbytes);
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, count_bytes,
+                                  &hbytes);
+        if (hbytes > s->o.max_header) {
+            r->too_large = true;
+            return queue_own(s, r, 431, "header_too_large");
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                      "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
