@@ -9,8 +9,8 @@
  * "c" / "lua"), plus configs of our own: cap1_smooth, cap1_table, codec,
  * pipeline (Lua and C consumers),
  * reload, memory, durable1, durable_batch, durable_pipeline, count,
- * fanout, remote.  One JSON object per trial goes to stdout and to the results
- * file; progress goes to stderr.
+ * fanout, remote, io.  One JSON object per trial goes to stdout and to
+ * the results file; progress goes to stderr.
  *
  *     seda-bench [--config NAME]... [--handler c|lua] [--quick]
  *                [--out FILE] [--help]
@@ -55,6 +55,12 @@
  * Remote rows (remote, remote_raw; remote.c says more): consumers,
  * raw_js_publish_eps, raw_ratio, consumed_eps, stream; remote_raw: mode,
  * window, payload_bytes.
+ * io rows (io.c says more): variant ("seda_http", "luasocket",
+ * "openresty", "upstream_wrk"), requests, window_ms, latency_from,
+ * errors, status_2xx..status_5xx (wrk rows: status_other), upstream,
+ * server, client, connections or workers/concurrency/capacity/
+ * in_flight_max, request_p50_us.. (the GET alone, timed in the handler),
+ * handler_concurrency_peak, first_error.
  */
 #include <errno.h>
 #include <math.h>
@@ -82,7 +88,7 @@ static const char *const CONFIGS[] = {
     "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
     "durable_pipeline", "count", "fanout", "overload", "overload_slow",
-    "overload_smooth", "admit", "remote", NULL
+    "overload_smooth", "admit", "remote", "io", NULL
 };
 
 static void usage(FILE *f)
@@ -101,11 +107,19 @@ static void usage(FILE *f)
         "                  cap1_table codec\n"
         "                  pipeline reload memory durable1 durable_batch\n"
         "                  durable_pipeline count fanout overload\n"
-        "                  overload_slow overload_smooth admit remote\n"
+        "                  overload_slow overload_smooth admit remote io\n"
         "                  (default: all).\n"
         "                  remote starts its own nats-server and consumer\n"
         "                  processes (remote_raw rows are cnats's\n"
-        "                  own JetStream publish rate).  The\n"
+        "                  own JetStream publish rate).\n"
+        "                  io starts its own nginx servers (an upstream\n"
+        "                  answering after 5 ms; OpenResty's Lua module as\n"
+        "                  the anchor, driven by wrk): a Lua handler's\n"
+        "                  seda.http.request against LuaSocket's blocking\n"
+        "                  GET and OpenResty's cosocket; it installs nginx,\n"
+        "                  its echo and lua modules, wrk and lua-socket\n"
+        "                  through scripts/deps.sh when missing (Lua\n"
+        "                  rows; --quick: 1 s windows, one round).  The\n"
         "                  floors are measured in every run: stage rows\n"
         "                  report their throughput as a fraction of them.\n"
         "                  count is the hand-off check: a C consumer that\n"
@@ -295,6 +309,8 @@ static void run_configs(const char *const *sel, int nsel)
         bench_admit();
     if (selected(sel, nsel, "remote"))
         bench_remote();
+    if (g_cfg.want_lua && selected(sel, nsel, "io"))
+        bench_io();
 }
 
 int main(int argc, char **argv)

@@ -29,5 +29,8 @@ void bench_durable(const char *config);
 void bench_remote(void);
 int bench_remote_consumer(int argc, char **argv);
 int bench_raw_consumer(int argc, char **argv);
+/* io: a Lua handler's HTTP GET to a 5 ms upstream (nginx + echo), against
+ * LuaSocket and OpenResty (nginx + ngx_http_lua, driven by wrk). */
+void bench_io(void);
 
 #endif /* SEDA_BENCH_FAMILIES_H */

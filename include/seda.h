@@ -129,6 +129,13 @@ const char *seda_delivery_name(int delivery);
 
 #define SEDA_NAME_MAX        64   /* longest stage name */
 #define SEDA_MAX_CONSUMERS   64   /* consumers per stage */
+#define SEDA_HEADERS_MAX    1024  /* headers an envelope may carry */
+#define SEDA_HEADER_KEY_MAX 256   /* bytes of a header's name */
+#define SEDA_HEADER_VALUE_MAX 65536 /* bytes of a header's value; and a
+                                     publish's payload plus its headers
+                                     (names and values) stay within the
+                                     bus's max_payload: past any of these
+                                     SEDA_ETOOLARGE */
 #define SEDA_ID_MAX         128   /* buffer size for seda_env_id(); custom
                                      ids are at most SEDA_ID_MAX-1 bytes */
 #define SEDA_MAX_LOANS     4096   /* highest max_loans */
@@ -193,6 +200,11 @@ typedef struct seda_bus_opts {
     int max_loans;             /* loan threads at most (0: 4 * workers,
                                   following seda_bus_set_workers; -1: no
                                   loans at all) */
+    int dead_letter_keep;      /* dead letters each stage keeps for
+                                  seda_stage_dead_letters (0: 100; -1:
+                                  none) */
+    double stats_window;       /* seconds the latency quantiles of
+                                  seda_stage_stats cover (0: 10) */
     size_t max_payload;        /* bytes a payload may have, at publish and
                                   when a consumer sets one (0: the default,
                                   SEDA_MAX_PAYLOAD_DEFAULT; at most
@@ -501,6 +513,16 @@ int seda_bus_open_journal(seda_bus_t *bus, char *err, size_t errlen);
  * for one stage. */
 int seda_stage_replay(seda_stage_t *st);
 
+/* The journal's live rows for stages bus does not declare (left by an
+ * earlier program, or moved there by `seda-lua dlq replay`): cb(stage,
+ * rows, ud) once per such stage.  They wait: a bus that declares the
+ * stage replays them.  Returns 0, or a negative code (none called).
+ * Any thread; reads the whole journal. */
+int seda_bus_journal_orphans(seda_bus_t *bus,
+                             void (*cb)(const char *stage, long long rows,
+                                        void *ud),
+                             void *ud);
+
 /* What the journal found when it opened, and since. */
 typedef struct seda_journal_stats {
     bool open;                    /* the bus has a journal */
@@ -709,6 +731,52 @@ void seda_block_end(void *token);
  * before it runs make one run.  Any thread; never blocks for long. */
 void seda_worker_wake(seda_worker_t *w);
 
+/* ---- live taps ----
+ *
+ * A tap copies the envelopes entering a stage (id, headers, the first 128
+ * bytes of the payload) into a bounded ring its reader empties; a reader
+ * slower than the traffic loses copies (counted), never slows the stage.
+ * With no tap open a stage pays one relaxed load per admission. */
+typedef struct seda_tap_s seda_tap_t;
+typedef struct seda_tap_entry {
+    char id[SEDA_ID_MAX];
+    double at;                 /* seda_now() when it entered */
+    int attempts;
+    int kind;                  /* the payload's kind */
+    const void *payload;       /* its first bytes */
+    size_t payload_len;        /* how many */
+    size_t payload_size;       /* the whole payload's size */
+    int nheaders;
+    const char *const *headers;/* key, value, ... */
+    void *priv;                /* the copy: seda_tap_entry_free */
+} seda_tap_entry;
+
+/* Open a tap of `capacity` copies on st: 0, SEDA_EINVAL or SEDA_ENOMEM.
+ * Close it (any thread, once) before the bus is freed. */
+int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out);
+/* Take up to max copies, waiting up to timeout seconds for the first;
+ * returns how many (free each with seda_tap_entry_free); *missed (if not
+ * NULL) the copies lost so far.  One reader at a time per tap. */
+int seda_tap_read(seda_tap_t *tap, seda_tap_entry *out, int max,
+                  double timeout, uint64_t *missed);
+void seda_tap_entry_free(seda_tap_entry *e);
+void seda_tap_close(seda_tap_t *tap);
+
+/* ---- the log ----
+ *
+ * Events go to stderr one line each: an RFC 3339 time, a level, the
+ * stage when there is one, the message (a traceback folded into the line
+ * with " | ", control bytes written as \xNN).  SEDA_LOG_JSON makes each
+ * line one JSON object {"time", "level", "stage", "msg"}. */
+enum { SEDA_LOG_DEBUG, SEDA_LOG_INFO, SEDA_LOG_WARN, SEDA_LOG_ERROR };
+enum { SEDA_LOG_TEXT, SEDA_LOG_JSON };
+void seda_log_set_format(int format);   /* process-wide; any thread */
+int seda_log_format(void);
+/* "debug", "info", "warn", "error"; NULL for another level. */
+const char *seda_log_level_name(int level);
+/* Write one event (stage may be NULL).  Any thread; never blocks long. */
+void seda_log_write(int level, const char *stage, const char *msg);
+
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts
  * in the stage's errors, and keeps msg (copied) in the stage's recent-errors
@@ -749,6 +817,46 @@ int seda_stage_errors(seda_stage_t *st, seda_error **out);
 /* Free what seda_stage_errors returned (NULL is a no-op).  Any thread. */
 void seda_errors_free(seda_error *errs);
 
+/* ---- dead letters ----
+ *
+ * A dead letter carries why, as headers added when it is sent to its
+ * dead-letter stage: x-dead-reason (max_attempts, no_consumers,
+ * no_such_stage, hop_refused, type, ...), x-dead-from (the stage),
+ * x-dead-error (the first line of the last error reported for it with
+ * seda_env_fail, when there was one), x-dead-attempts, x-dead-at (the
+ * wall-clock time, RFC 3339) and, for no_such_stage, x-dead-stage (the
+ * missing name).  Each stage also keeps its last dead letters
+ * (seda_bus_opts.dead_letter_keep, default 100), whether or not a
+ * dead-letter stage took them. */
+typedef struct seda_dead_letter {
+    char id[SEDA_ID_MAX];      /* the envelope's id */
+    char reason[32];           /* x-dead-reason */
+    char missing[SEDA_NAME_MAX + 1]; /* no_such_stage: the name; else "" */
+    const char *error;         /* x-dead-error, or NULL */
+    int attempts;
+    double at;                 /* seconds since the epoch */
+    const void *payload;       /* its first bytes (at most 256) */
+    size_t payload_len;        /* how many of them */
+    size_t payload_size;       /* the whole payload's size */
+    int kind;                  /* the payload's kind */
+    int nheaders;              /* its headers (the x-dead-* ones too) */
+    const char *const *headers;/* key, value, key, value, ... */
+} seda_dead_letter;
+
+/* Dead-letter reasons as seda_stage_stats.dead_by_reason counts them;
+ * seda_dead_reason_name(i) is the word (x-dead-reason), NULL past the
+ * last.  Reasons of other layers count as "other". */
+enum { SEDA_DEAD_MAX_ATTEMPTS, SEDA_DEAD_NO_CONSUMERS, SEDA_DEAD_NO_SUCH_STAGE,
+       SEDA_DEAD_HOP_REFUSED, SEDA_DEAD_TYPE, SEDA_DEAD_OTHER,
+       SEDA_DEAD_REASONS };
+const char *seda_dead_reason_name(int reason);
+
+/* The stage's kept dead letters, newest first: returns n (0..keep) and
+ * sets *out to an array of n (one allocation: free it with
+ * seda_dead_letters_free), or SEDA_ENOMEM.  Any thread. */
+int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out);
+void seda_dead_letters_free(seda_dead_letter *dl);
+
 /* ---- statistics ---- */
 
 typedef struct seda_stage_stats {
@@ -774,6 +882,7 @@ typedef struct seda_stage_stats {
                                   because this stage (their first or one on
                                   their slip) was shedding (SPEC 13) */
     int delayed;               /* retries waiting out their backoff */
+    uint64_t dead_by_reason[6];/* dead_lettered by reason (SEDA_DEAD_*) */
     int suspended;             /* handler calls suspended (waiting on the
                                   network, seda_batch_suspend): counted in
                                   in_flight, holding a permit, no worker */
@@ -784,9 +893,13 @@ typedef struct seda_stage_stats {
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,
-     * service = handler run time. */
+     * service = handler run time; quantiles and maxima over the recent
+     * window (the last `window` seconds: the bus's stats_window), with
+     * window_count samples in it. */
     double sojourn_p50, sojourn_p99, sojourn_p999, sojourn_max;
     double service_p50, service_p99, service_p999, service_max;
+    double window;             /* seconds the figures above cover */
+    uint64_t window_count;     /* samples in that window */
     /* Every sample so far (since the stage was added): how many, and
      * their sum in microseconds.  A sojourn and a service sample are
      * taken per handler call (retries included), or per receipt and
@@ -813,12 +926,24 @@ typedef struct seda_bus_stats {
     uint64_t loans;            /* loans started so far */
     int loans_peak;            /* the most loan threads in service at once */
     int max_loans;             /* the bound on workers_loaned */
+    uint64_t waits_uncovered;  /* waits inside handlers (a full stage, a
+                                  receive) no loan covered: max_loans was
+                                  reached, so each held its worker */
 } seda_bus_stats;
 
 /* Snapshots.  Each stage's figures are read under its lock briefly; the bus
  * totals sum the stages, so they are exact at any quiet moment.  Any
  * thread; cannot fail. */
 void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out);
+
+/* A stage's latency since it was made as a cumulative histogram, for
+ * exposition (Prometheus _bucket): cum[i] = samples of at most le[i]
+ * seconds (to the buckets' 1/16 resolution; le[i] = INFINITY: all), for
+ * which = SEDA_HIST_SOJOURN or SEDA_HIST_SERVICE; *count and *sum (in
+ * seconds) if not NULL.  0 or SEDA_EINVAL.  Any thread. */
+enum { SEDA_HIST_SOJOURN = 1, SEDA_HIST_SERVICE = 2 };
+int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
+                         int n, uint64_t *cum, uint64_t *count, double *sum);
 void seda_bus_stats_get(seda_bus_t *bus, seda_bus_stats *out);
 
 #ifdef __cplusplus

@@ -33,6 +33,17 @@ seda_bus_t *seda_lua_tobus(lua_State *L, int idx);
  * thread-safe with bus creation. */
 int seda_lua_preload(const char *name, lua_CFunction open);
 
+/* Push a read-only module onto O, a Lua state of the caller's that is not
+ * the main state (a thread serving metrics, say): buses() lists a view of
+ * every live bus of the process in creation order, each with .name and
+ * the methods stats, errors, dead_letters and histogram as on the bus
+ * object (a view of a bus shut down since returns nil, "closed"); now(),
+ * process() and version as in the seda module.  The views never wait for
+ * the main state, so they answer while it is busy.  O may be used from
+ * any one thread at a time; several observer states may exist.  Raises
+ * only on allocation failure. */
+int seda_lua_open_observer(lua_State *O);
+
 /* ---- driving the main state from a host's event loop ----
  *
  * on_complete callbacks and timers (seda.timer, seda.every) run on the

@@ -314,7 +314,8 @@ function M.format_stats()
       (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
         or "", num(bs.in_system), num(bs.callbacks_pending) ..
         ((bs.suspended or 0) > 0 and " suspended=" .. num(bs.suspended)
-          or ""), journal,
+          or "") .. ((bs.waits_uncovered or 0) > 0 and " uncovered_waits=" ..
+          num(bs.waits_uncovered) or ""), journal,
       bs.paused and " paused" or "", bs.closed and " closed" or "")
     local cps = per_second(e.bus, now, bs.completed,
                            function(b) return b.completed end)
@@ -556,6 +557,115 @@ function G.errors(stage)
   end
 end
 
+-- json(...): its arguments as one line of JSON (one value, or an array of
+-- several): what `seda-lua attach --json SOCK 'expr'` prints.
+local function to_json(v, seen)
+  local t = type(v)
+  if v == nil then return "null" end
+  if t == "boolean" then return tostring(v) end
+  if t == "number" then
+    if math.type(v) == "integer" then return tostring(v) end
+    if v ~= v or v == math.huge or v == -math.huge then return "null" end
+    return fmt("%.17g", v)
+  end
+  if t == "string" then
+    return '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+      local b = c:byte()
+      if c == '"' then return '\\"' elseif c == "\\" then return "\\\\"
+      elseif c == "\n" then return "\\n" elseif c == "\t" then return "\\t"
+      elseif b < 32 or b == 127 then return fmt("\\u%04x", b) end
+      return c
+    end) .. '"'
+  end
+  if t == "table" then
+    seen = seen or {}
+    if seen[v] then return '"(cycle)"' end
+    seen[v] = true
+    local n = #v
+    local count = 0
+    for _ in pairs(v) do count = count + 1 end
+    local parts = {}
+    if n > 0 and count == n then
+      for i = 1, n do parts[i] = to_json(v[i], seen) end
+      seen[v] = nil
+      return "[" .. table.concat(parts, ",") .. "]"
+    end
+    local keys = {}
+    for k in pairs(v) do keys[#keys + 1] = k end
+    table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+    for _, k in ipairs(keys) do
+      parts[#parts + 1] = to_json(tostring(k)) .. ":" .. to_json(v[k], seen)
+    end
+    seen[v] = nil
+    return "{" .. table.concat(parts, ",") .. "}"
+  end
+  return to_json(tostring(v))
+end
+M.to_json = to_json
+
+function G.json(...)
+  local n = select("#", ...)
+  out((n == 1 and to_json((...)) or to_json({ ... })) .. "\n")
+end
+
+-- tap(stage [, n [, secs]]): print the next n (10) envelopes entering a
+-- stage ("name#N" as stats() names it), as they enter, waiting up to secs
+-- (10) in all.  Watching costs the stage nothing when nobody taps.
+function G.tap(stage, n, secs)
+  if type(stage) ~= "string" then fail("tap: stage name must be a string") end
+  local b, name = resolve(stage)
+  if not b then fail("tap: no such stage '" .. stage .. "'") end
+  local got, missed = b:tap(name, n or 10, secs or 10)
+  for _, e in ipairs(got) do
+    local h = {}
+    for k, v in pairs(e.headers) do h[#h + 1] = k .. "=" .. v end
+    table.sort(h)
+    local p = e.payload ~= nil and M.pretty(e.payload)
+              or fmt("%q", e.payload_preview or "")
+    if #p > 100 then p = p:sub(1, 97) .. "..." end
+    out(fmt("%s %s attempt %d%s  %s\n", name, e.id, e.attempts,
+            #h > 0 and " {" .. table.concat(h, ", ") .. "}" or "", p))
+  end
+  if #got == 0 then out("nothing entered '" .. name .. "'\n") end
+  if missed > 0 then out(fmt("(%d missed: shown slower than they came)\n", missed)) end
+end
+
+-- dlq([stage]): the dead letters each stage keeps (bus:dead_letters()),
+-- newest first, each with why: reason, the last error, attempts, when,
+-- and the missing stage of a no_such_stage.  Prints; returns nothing.
+function G.dlq(stage)
+  if stage ~= nil and type(stage) ~= "string" then
+    fail("dlq: stage name must be a string")
+  end
+  local list = {}
+  if stage then
+    local b, name = resolve(stage)
+    if not b then fail("dlq: no such stage '" .. stage .. "'") end
+    list[1] = { b, name }
+  else
+    for _, b in ipairs(buses()) do list[#list + 1] = { b } end
+  end
+  local n = 0
+  for i, x in ipairs(list) do
+    local ok, dls = pcall(x[1].dead_letters, x[1], x[2])
+    for _, d in ipairs(ok and dls or {}) do
+      n = n + 1
+      local p = d.payload ~= nil and M.pretty(d.payload)
+                or fmt("%q", d.payload_preview or "")
+      if #p > 100 then p = p:sub(1, 97) .. "..." end
+      out(fmt("%s%s %s %s  %s attempts=%d%s%s\n  payload %s\n",
+              #list > 1 and fmt("bus %d: ", i) or "", d.stage, d.id,
+              when(d.at), d.reason, d.attempts,
+              d.missing and " stage=" .. d.missing or "",
+              d.error and "\n  error " .. d.error or "", p))
+    end
+  end
+  if n == 0 then
+    out(stage and ("no dead letters in stage '" .. stage .. "'\n")
+        or "no dead letters\n")
+  end
+end
+
 local HELP = [[
 seda-lua REPL -- Lua statements and expressions (=expr prints too); results
 are pretty-printed (tables as indented key = value, cut when deep or long).
@@ -576,6 +686,9 @@ The buses keep running while you type.
   workers([n])               resize the worker pool of every bus (n nil:
                              print the sizes)
   metrics()                  the Prometheus text exposition (a string)
+  tap(stage, [n], [secs])    print the next n envelopes entering stage, live
+  dlq([stage])               the dead letters kept per stage, newest first,
+                             with why (reason, last error, attempts, when)
   errors([stage])            the recent errors (handler errors with their
                              tracebacks, hop timeouts...), newest first: the
                              last 32 distinct ones per stage, repeats folded

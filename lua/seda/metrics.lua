@@ -5,14 +5,16 @@
 -- Lua state with cli.lua's module table M, into which it puts M.metrics.
 --
 -- Every family has HELP and TYPE lines; the latency families are
--- summaries (quantiles, _sum in seconds, _count) over every sample since
--- the stage was declared.  With several live buses every sample carries a
--- bus="N" label (N as seda.buses() orders them, as /stats.json's index).
+-- histograms (_bucket{le=}, _sum in seconds, _count) of every sample since
+-- the stage was declared, so histogram_quantile() over rate() gives the
+-- quantiles of any window and processes can be aggregated.  Every sample
+-- carries bus="NAME" (the bus's stable name: its name option, or busN in
+-- creation order); dead letters and drops carry a reason.
 
 local M = ...
 local seda = require "seda"
 local fmt, concat = string.format, table.concat
-local snapshot, stage_names, rate_of = M.snapshot, M.stage_names, M.rate_of
+local snapshot, stage_names = M.snapshot, M.stage_names
 
 local function esc(v)
   return (tostring(v):gsub("[\\\"\n]", { ["\\"] = "\\\\", ['"'] = '\\"',
@@ -45,10 +47,6 @@ local STAGE_METRICS = {
     "nacked" },
   { "errors_total", "counter", "Errors reported for the stage (handler " ..
     "errors, hop timeouts, journal failures).", "errors" },
-  { "dropped_total", "counter", "Envelopes refused or evicted by the stage.",
-    "dropped" },
-  { "dead_lettered_total", "counter", "Envelopes dead-lettered by the stage.",
-    "dead_lettered" },
   { "invalid_total", "counter", "Publishes and hops refused by the stage's " ..
     "type check.", "invalid" },
   { "refused_total", "counter", "Publishes refused by the stage's admit " ..
@@ -68,8 +66,6 @@ local STAGE_METRICS = {
   { "depth_high", "gauge", "Envelopes waiting at high priority.",
     "depth_high" },
   { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
-  { "delivery_rate", "gauge",
-    "Acked deliveries per second over the last 5 seconds.", "rate" },
   { "handler_version", "gauge", "Version of the stage's handler code " ..
     "(1 at declaration, +1 per successful reload).", "version" },
 }
@@ -90,6 +86,9 @@ local BUS_METRICS = {
   { "loans_total", "counter", "Loans started (a worker blocked inside a " ..
     "handler while a loan thread ran for it).", "loans" },
   { "max_loans", "gauge", "The bound on workers_loaned.", "max_loans" },
+  { "waits_uncovered_total", "counter", "Waits inside handlers no loan " ..
+    "covered (max_loans reached): each held its worker.",
+    "waits_uncovered" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
   { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
     "main state.", "callbacks_pending" },
@@ -102,29 +101,31 @@ local BUS_METRICS = {
     "recovery dropped when the journal opened.", "wal_discarded_bytes" },
 }
 
-local QUANTILES = { { "0.5", "p50" }, { "0.99", "p99" }, { "0.999", "p999" } }
+-- Histogram bounds, seconds.
+local BOUNDS = { 0.00001, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
+                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                 math.huge }
+local DEAD_REASONS = { "max_attempts", "no_consumers", "no_such_stage",
+                       "hop_refused", "type", "other" }
 
 function M.metrics()
   local snap = snapshot()
-  local multi = #snap > 1
   local lines = {}
   local function add(s) lines[#lines + 1] = s end
   local function labels(e, stage, extra)
     local l = {}
-    if multi then l[#l + 1] = 'bus="' .. e.index .. '"' end
+    l[#l + 1] = 'bus="' .. esc(e.stats.name or e.index) .. '"'
     if stage then l[#l + 1] = 'stage="' .. esc(stage) .. '"' end
     if extra then l[#l + 1] = extra end
     if #l == 0 then return "" end
     return "{" .. concat(l, ",") .. "}"
   end
-  local now = seda.now()
   for _, m in ipairs(STAGE_METRICS) do
     local samples = {}
     for _, e in ipairs(snap) do
       for _, name in ipairs(stage_names(e.stats)) do
         local s = e.stats.stages[name]
         local v = s[m[4]]
-        if m[4] == "rate" then v = rate_of(e.bus, name, s, now) end
         if v ~= nil then
           samples[#samples + 1] = "seda_stage_" .. m[1] .. labels(e, name) ..
                                   " " .. pnum(v)
@@ -147,38 +148,63 @@ function M.metrics()
           (e.stats.stages[name].last_error and "1" or "0"))
     end
   end
-  -- Summaries over every sample since the stage was declared (the
-  -- histograms are never reset): quantiles (NaN before the first sample,
-  -- as Prometheus clients write them), _sum in seconds and _count.
+  -- Why envelopes left: dead letters and drops by reason.
+  local function family(name, typ, help, rows)
+    if #rows == 0 then return end
+    add("# HELP " .. name .. " " .. help)
+    add("# TYPE " .. name .. " " .. typ)
+    for _, r in ipairs(rows) do add(r) end
+  end
+  local dead, dropped = {}, {}
+  for _, e in ipairs(snap) do
+    for _, name in ipairs(stage_names(e.stats)) do
+      local s = e.stats.stages[name]
+      local by = s.dead_by_reason or {}
+      for _, r in ipairs(DEAD_REASONS) do
+        dead[#dead + 1] = "seda_stage_dead_lettered_total" ..
+          labels(e, name, 'reason="' .. r .. '"') .. " " .. pnum(by[r] or 0)
+      end
+      local shed, refused = s.shed or 0, s.refused or 0
+      local other = (s.dropped or 0) - shed - refused
+      for _, r in ipairs({ { "shed", shed }, { "refused", refused },
+                           { "full", other > 0 and other or 0 } }) do
+        dropped[#dropped + 1] = "seda_stage_dropped_total" ..
+          labels(e, name, 'reason="' .. r[1] .. '"') .. " " .. pnum(r[2])
+      end
+    end
+  end
+  family("seda_stage_dead_lettered_total", "counter", "Envelopes " ..
+    "dead-lettered by the stage, by reason (x-dead-reason).", dead)
+  family("seda_stage_dropped_total", "counter", "Envelopes the stage " ..
+    "refused or evicted, by reason: shed (adaptive shedding), refused (an " ..
+    "admit rule), full (the policy at a full queue: rejected, dropped, " ..
+    "evicted or timed out, and sweeps at shutdown).", dropped)
+  -- Latency histograms since the stage was declared (never reset).
   for _, kind in ipairs({ "service", "sojourn" }) do
     local samples = {}
+    local base = "seda_stage_" .. kind .. "_seconds"
     for _, e in ipairs(snap) do
       for _, name in ipairs(stage_names(e.stats)) do
-        local s = e.stats.stages[name]
-        local count = s[kind .. "_count"]
-        if count then
-          local base = "seda_stage_" .. kind .. "_seconds"
-          for _, q in ipairs(QUANTILES) do
-            local v = s[kind .. "_" .. q[2]]
-            samples[#samples + 1] = base ..
-              labels(e, name, 'quantile="' .. q[1] .. '"') .. " " ..
-              (count > 0 and v and pnum(v / 1e6) or "NaN")
+        local ok, cum, count, sum = pcall(e.bus.histogram, e.bus, name, kind,
+                                          BOUNDS)
+        if ok and cum then
+          for i, le in ipairs(BOUNDS) do
+            samples[#samples + 1] = base .. "_bucket" ..
+              labels(e, name, 'le="' .. (le == math.huge and "+Inf"
+                                         or pnum(le)) .. '"') ..
+              " " .. pnum(cum[i])
           end
           samples[#samples + 1] = base .. "_sum" .. labels(e, name) .. " " ..
-                                  pnum((s[kind .. "_sum"] or 0) / 1e6)
-          samples[#samples + 1] = base .. "_count" .. labels(e, name) .. " " ..
-                                  pnum(count)
+                                  pnum(sum)
+          samples[#samples + 1] = base .. "_count" .. labels(e, name) ..
+                                  " " .. pnum(count)
         end
       end
     end
-    if #samples > 0 then
-      add("# HELP seda_stage_" .. kind .. "_seconds " .. (kind == "service"
-        and "Handler run time per call, since the stage was declared."
-        or "Time from admission to the stage to the start of its " ..
-           "handler, since the stage was declared."))
-      add("# TYPE seda_stage_" .. kind .. "_seconds summary")
-      for _, s in ipairs(samples) do add(s) end
-    end
+    family(base, "histogram", kind == "service"
+      and "Handler run time per call, since the stage was declared."
+      or "Time from admission to the stage to the start of its handler, " ..
+         "since the stage was declared.", samples)
   end
   -- The newest recent error of each stage that has one (bus:errors()).
   local errs = {}
@@ -213,6 +239,16 @@ function M.metrics()
       for _, s in ipairs(samples) do add(s) end
     end
   end
+  -- Each worker state's Lua memory (as of its last handler call).
+  local mem = {}
+  for _, e in ipairs(snap) do
+    for i, v in ipairs(e.stats.worker_memory or {}) do
+      mem[#mem + 1] = "seda_worker_lua_memory_bytes" ..
+        labels(e, nil, 'worker="' .. (i - 1) .. '"') .. " " .. pnum(v)
+    end
+  end
+  family("seda_worker_lua_memory_bytes", "gauge", "Bytes the worker's Lua " ..
+    "state holds, as of the end of its last handler call.", mem)
   -- Listeners (bus:listen): requests, responses by class, connections,
   -- and the request latency over the stats window.
   local LISTENER = {
@@ -275,5 +311,30 @@ function M.metrics()
   add("# HELP seda_buses Live buses in the process.")
   add("# TYPE seda_buses gauge")
   add("seda_buses " .. #snap)
+  add("# HELP seda_build_info The seda-lua build (always 1).")
+  add("# TYPE seda_build_info gauge")
+  add('seda_build_info{version="' .. esc(seda.version or "?") ..
+      '",lua="' .. esc(_VERSION) .. '"} 1')
+  local p = seda.process and seda.process() or {}
+  local proc = {
+    { "process_resident_memory_bytes", "gauge", "Resident memory size in " ..
+      "bytes.", p.resident_memory_bytes },
+    { "process_virtual_memory_bytes", "gauge", "Virtual memory size in " ..
+      "bytes.", p.virtual_memory_bytes },
+    { "process_cpu_seconds_total", "counter", "Total user and system CPU " ..
+      "time spent in seconds.", p.cpu_seconds },
+    { "process_open_fds", "gauge", "Number of open file descriptors.",
+      p.open_fds },
+    { "process_max_fds", "gauge", "Maximum number of open file " ..
+      "descriptors.", p.max_fds },
+    { "process_start_time_seconds", "gauge", "Start time of the process " ..
+      "since unix epoch in seconds.", p.start_time_seconds },
+  }
+  for _, m in ipairs(proc) do
+    if m[4] then
+      local v = math.type(m[4]) == "float" and fmt("%.3f", m[4]) or pnum(m[4])
+      family(m[1], m[2], m[3], { m[1] .. " " .. v })
+    end
+  end
   return concat(lines, "\n") .. "\n"
 end

@@ -10,15 +10,19 @@
  *   cli_watch.c    --watch: inotify on the handler directories
  *   cli_metrics.c  the Prometheus exposition (lua/seda/metrics.lua
  *                  embedded) and --metrics: the text file
- *   cli_http.c     --http: /metrics, /stats.json and the status page
- *                  (cli_page.html) on libmicrohttpd
+ *   cli_http.c     --http: /metrics, /stats.json, /dlq.json and the
+ *                  status page (cli_page.html) on libmicrohttpd
+ *   cli_observe.c  the observer: a Lua state and a thread of their own
+ *                  that serve --http and write --metrics
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
  *                  journal
  *
  * Everything here runs on the main thread, the only one that touches the
- * main lua_State.
+ * main lua_State, except the observer (cli_observe.c) and what it drives:
+ * cli_http.c's serving and cli_metrics.c's file, on its thread and its
+ * own Lua state.
  *
  * NAMES: a function of cli_<name>.c is cli_<name>_* (cli_repl_start);
  * cli_loop.c, which holds the shared state, has the plain cli_* names no
@@ -45,6 +49,7 @@ struct cli_opts {
     const char *control;        /* --control PATH, or NULL */
     const char *metrics;        /* --metrics PATH, or NULL */
     const char *http;           /* --http [ADDR:]PORT, or NULL */
+    const char *http_hosts;     /* --http-host NAME[,NAME...], or NULL */
     const char *script_dir;     /* directory of the script, or NULL */
     double drain;               /* --drain seconds */
 };
@@ -174,7 +179,7 @@ void cli_control_close(void);
 void cli_control_tick(double now);
 
 /* cli_attach.c */
-int cli_attach(const char *path);
+int cli_attach(const char *path, const char *expr, bool json);
 
 /* cli_dlq.c: `seda-lua dlq DATA_DIR ...` with argv[0] "dlq"; returns the
  * exit status (0, 1 error, 2 usage). */
@@ -191,16 +196,41 @@ void cli_watch_stop(void);
 /* Run lua/seda/metrics.lua (embedded) on the cli.lua module: M.metrics.
  * 0, or 1 (reported). */
 int cli_metrics_setup(lua_State *L);
+/* The same onto the module table at the top of L (an observer state). */
+int cli_metrics_load(lua_State *L);
+/* Whether --metrics PATH can be written (writes it once, empty): 0, or 1
+ * after saying why not on stderr. */
+int cli_metrics_check(const char *path);
+/* Write the file when a period passed (or force), from the observer
+ * state: its thread, or the main one while that thread is not running. */
 void cli_metrics_tick(double now, bool force);
 
+/* cli_observe.c: the observer state, made when --http or --metrics asks
+ * (0, or 1 reported); its thread started after the program ran, stopped
+ * before the drain. */
+int cli_observe_open(void);
+int cli_observe_start(void);
+void cli_observe_stop(void);
+void cli_observe_close(void);
+/* The observer state, locked (NULL when there is none), and its release;
+ * cli_observe_fn pushes its cli.lua module's function name (true) or
+ * nothing (false). */
+lua_State *cli_observe_state(void);
+void cli_observe_release(void);
+bool cli_observe_fn(lua_State *L, const char *name);
+
 /* cli_http.c: the endpoint's limits */
-#define HTTP_CONN_LIMIT 256     /* connections at once (more are closed) */
-#define HTTP_TIMEOUT 10         /* seconds before an idle one is closed */
+#define HTTP_CONN_LIMIT 512     /* connections at once (more are closed) */
+#define HTTP_TIMEOUT 10         /* seconds a client has to send a whole
+                                   request (from its connection's start or
+                                   its previous answer) */
 /* Bind spec ("PORT", "ADDR:PORT", "[V6]:PORT"; a port alone is
  * 127.0.0.1) and start serving; prints where it listens.  0, or 1 when
  * refused (reported on stderr, naming the problem). */
 int cli_http_start(const char *spec);
 int cli_http_fd(void);                  /* for poll(), or -1 when off */
+/* cli_http_fd, cli_http_timeout and cli_http_run: the observer thread's
+ * (cli_observe.c) once it runs. */
 /* timeout_ms bounded by what MHD needs (connection timeouts, pending
  * data); < 0: none of ours. */
 int cli_http_timeout(int timeout_ms);
@@ -221,8 +251,11 @@ void cli_json_string(struct cli_jbuf *b, const char *s, size_t n);
 void cli_json_value(struct cli_jbuf *b, lua_State *L, int idx);
 void cli_json_array(struct cli_jbuf *b, lua_State *L, int idx, int depth);
 /* The /stats.json document (see cli_json.c) into b: 0, or -1 with the
- * error as b's text (b->oom: out of memory).  Main thread. */
+ * error as b's text (b->oom: out of memory).  On the observer state
+ * (its `seda` module's buses()). */
 int cli_json_stats(lua_State *L, struct cli_jbuf *b);
+/* The /dlq.json document likewise: every live bus's kept dead letters. */
+int cli_json_dlq(lua_State *L, struct cli_jbuf *b);
 
 /* cli_lua.c */
 extern const char cli_lua_src[];

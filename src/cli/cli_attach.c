@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <termios.h>
@@ -31,6 +32,7 @@ static char *abuf;              /* received, not yet consumed */
 static size_t alen, acap;
 static bool atty;               /* readline on a terminal */
 static bool gave_up;            /* left a request the server never ended */
+static bool raised;             /* the last command raised (status 'E') */
 
 /* SIGINT in the client (written by the handler, reset by the main code):
  * while a request is out it sends 0x03, which interrupts the request on
@@ -261,6 +263,8 @@ static const char *after(const char *status)
         remote_top(atof(status + 1));
         return "> ";
     }
+    if (status[0] == 'E')
+        raised = true;                  /* the command raised */
     return status[0] == '+' ? ">> " : "> ";
 }
 
@@ -407,7 +411,7 @@ static int check_server(const char *path)
     return 1;
 }
 
-int cli_attach(const char *path)
+int cli_attach(const char *path, const char *expr, bool json)
 {
     struct sockaddr_un a;
     if (cli_control_fill_addr(&a, path) != 0)
@@ -431,8 +435,19 @@ int cli_attach(const char *path)
     sigaction(SIGINT, &sa, NULL);
     struct collect greet = { 0 };
     /* The greeting (a banner) is shown on a terminal only; a refusal
-     * (status '!', e.g. too many clients) is said either way. */
+     * (status '!', e.g. too many clients) is said either way.  A peer
+     * that says nothing in 5 s, or closes, is no seda-lua. */
+    struct timeval tv = { 5, 0 }, none = { 0, 0 };
+    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     const char *st = read_reply(collect_emit, &greet);
+    setsockopt(afd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (!st) {
+        fprintf(stderr, "%s: attach: '%s' is not a seda-lua control socket "
+                "(no greeting from it)\n", cli_progname, path);
+        free(greet.s);
+        close(afd);
+        return 1;
+    }
     if (st && st[0] == '!') {
         fprintf(stderr, "%s", greet.s && *greet.s ? greet.s
                 : "seda-lua: attach: the server refused the connection\n");
@@ -440,7 +455,7 @@ int cli_attach(const char *path)
         close(afd);
         return 1;
     }
-    if (atty && greet.s) {
+    if (atty && greet.s && !expr) {
         fputs(greet.s, stdout);
         fflush(stdout);
     }
@@ -449,7 +464,24 @@ int cli_attach(const char *path)
     if (!aprompt)
         return 1;
     int rc = 0;
-    if (atty) {
+    if (expr) {
+        /* One command: its output, then exit 0, or 1 when it raised (or
+         * the connection closed).  --json prints its results as JSON. */
+        size_t n = strlen(expr);
+        char *req = malloc(n + 32);
+        if (!req)
+            return 1;
+        int k = json ? snprintf(req, n + 32, "json(%s)\n", expr)
+                     : snprintf(req, n + 32, "%s\n", expr);
+        const char *p = request(req, (size_t)k);
+        free(req);
+        rc = !p || raised ? 1 : 0;
+        if (p && strcmp(p, ">> ") == 0) {
+            fprintf(stderr, "%s: attach: '%s' is not a whole command\n",
+                    cli_progname, expr);
+            rc = 1;
+        }
+    } else if (atty) {
         rc = attach_tty();
     } else {
         char *line = NULL;

@@ -596,7 +596,8 @@ static void handle_line(struct client *c, const char *line, size_t len)
         } else if (c->top > 0) {
             out_end(c, 'T', c->top);
         } else {
-            out_end(c, '>', 0);
+            /* 'E': the command raised (attach SOCK 'expr' exits 1). */
+            out_end(c, r == CLI_EVAL_ERROR ? 'E' : '>', 0);
         }
         free(joined);
     }

@@ -435,6 +435,21 @@ static unsigned char *strip_dead(const struct drow *r, size_t *len)
     return out;
 }
 
+/* A stage name as seda accepts one: 1-SEDA_NAME_MAX characters of
+ * [A-Za-z0-9_.:-] (a header could say anything: "../../etc"). */
+static bool stage_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > SEDA_NAME_MAX)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9') || *p == '_' || *p == '.' ||
+              *p == ':' || *p == '-'))
+            return false;
+    return true;
+}
+
 static int cmd_replay(struct seda_journal *j, struct drow *rows, int n,
                       const char *id)
 {
@@ -452,6 +467,13 @@ static int cmd_replay(struct seda_journal *j, struct drow *rows, int n,
             fprintf(stderr, "seda-lua dlq: dead letter '%s' (key %lld) has "
                     "no x-dead-from header: cannot replay it\n", r->id,
                     (long long)r->key);
+            rc = -EINVAL;
+            break;
+        }
+        if (!stage_name_ok(from)) {
+            fprintf(stderr, "seda-lua dlq: dead letter '%s' (key %lld): its "
+                    "x-dead-from '%.80s' is not a stage name: not replayed\n",
+                    r->id, (long long)r->key, from);
             rc = -EINVAL;
             break;
         }

@@ -7,30 +7,32 @@
  *                table in declaration order, sparklines, loans, dead
  *                letters, the recent errors; it fetches /stats.json every
  *                second
- *   /metrics     the Prometheus text exposition (cli.lua's M.metrics)
+ *   /metrics     the Prometheus text exposition (lua/seda/metrics.lua)
  *   /stats.json  every live bus's stats and recent errors (cli_json.c)
+ *   /dlq.json    every live bus's kept dead letters, newest first
  *
  * GET and HEAD only (405 with an Allow header otherwise), 404 for any other
- * path, 400 for what MHD finds malformed; at most HTTP_CONN_LIMIT
- * connections at once, each closed after HTTP_TIMEOUT seconds idle.
+ * path, 400 for what MHD finds malformed, 403 for a Host header that is
+ * neither an IP address, localhost nor a name given with --http-host (a
+ * DNS-rebinding page in the operator's browser would send its own name);
+ * at most HTTP_CONN_LIMIT connections at once, each given HTTP_TIMEOUT
+ * seconds to send a whole request (from its start or its previous
+ * answer), however slowly its bytes drip.
  *
  * DESIGN
- *   The answers come from the main Lua state, which only the main thread
- *   may touch.  So MHD runs with no thread of its own ("external polling"
- *   on epoll): its epoll descriptor joins the run loop's poll()
- *   (cli_step), the poll's timeout is bounded by MHD_get_timeout, and
- *   MHD_run is called on the main thread after every poll; the request
- *   callback therefore runs on the main thread and may call Lua directly.
- *   The alternative -- MHD's own threads asking the main thread for a
- *   snapshot through a queue and a condition variable -- needs a hand-off
- *   protocol and still waits for the main thread, so it is no more live
- *   and is harder to get right.  The cost is the same in both designs:
- *   while the main thread runs the script or a long REPL command,
- *   requests wait (connections queue, nothing is refused).
- *   The listening socket is ours (bound in cli_http_start, before the
- *   script runs, so a port in use fails the start with a clear message;
- *   port 0 picks a free one), handed to MHD with MHD_OPTION_LISTEN_SOCKET;
- *   the address it listens on is printed on stderr.
+ *   The answers come from the observer (cli_observe.c): a Lua state of
+ *   its own whose `seda` module sees every live bus read-only, and a
+ *   thread that drives MHD ("external polling" on epoll: its poll() waits
+ *   on MHD's epoll descriptor, bounded by MHD_get_timeout, and MHD_run
+ *   follows every poll), so the request callback runs on that thread and
+ *   uses that state.  A main state busy with a script, a long REPL
+ *   command or a loop that never ends does not hold a scrape.  The
+ *   listening socket is ours (bound in cli_http_start on the main thread,
+ *   before the script runs, so a port in use fails the start with a clear
+ *   message; port 0 picks a free one), handed to MHD with
+ *   MHD_OPTION_LISTEN_SOCKET; the address it listens on is printed on
+ *   stderr.  MHD's own connection timeout is an idle one; the whole-
+ *   request clock is ours (struct conn, reap).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -67,13 +70,29 @@ __asm__(".section .rodata\n"
 extern const char cli_page_src[];
 extern const char cli_page_end[];
 
-/* Main thread only, like everything in cli (see cli.h). */
+/* Set up on the main thread (cli_http_start), then the observer
+ * thread's (cli_observe.c) until cli_http_stop, after it stopped. */
 static struct {
     struct MHD_Daemon *d;       /* NULL when --http is off */
     int epfd;                   /* MHD's epoll descriptor */
     bool in_run;                /* inside MHD_run (no re-entry) */
     char where[96];             /* "127.0.0.1:8080", as listening */
 } h = { .epfd = -1 };
+
+/* A connection's whole-request clock: MHD's own timeout is an idle one, so
+ * a client dripping a header line every few seconds would hold its
+ * connection forever (slowloris).  The clock runs from the connection's
+ * start or its previous answer; at HTTP_TIMEOUT the connection is shut
+ * down (cli_http_run).  The observer thread only (MHD's callbacks run
+ * in its MHD_run). */
+struct conn {
+    int fd;
+    double since;
+    bool cut;
+    struct conn *prev, *next;
+};
+static struct conn *conns;
+static unsigned long slow_cut;          /* connections cut so far */
 
 /* ---- the address ---- */
 
@@ -203,10 +222,12 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status,
 
 static enum MHD_Result serve_metrics(struct MHD_Connection *c)
 {
-    lua_State *L = cli.L;
-    int top = lua_gettop(L);
+    lua_State *L = cli_observe_state();
+    if (!L)
+        return reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                          "metrics: not available\n");
     enum MHD_Result ret;
-    if (!cli_get_fn(L, "metrics")) {
+    if (!cli_observe_fn(L, "metrics")) {
         ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
                          "metrics: not available\n");
     } else if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
@@ -220,18 +241,24 @@ static enum MHD_Result serve_metrics(struct MHD_Connection *c)
         ret = reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; "
                     "charset=utf-8", s, n, MHD_RESPMEM_MUST_COPY);
     }
-    lua_settop(L, top);
+    cli_observe_release();
     return ret;
 }
 
-static enum MHD_Result serve_stats(struct MHD_Connection *c)
+/* /stats.json and /dlq.json: build(L, b) on the observer state. */
+static enum MHD_Result serve_json(struct MHD_Connection *c, const char *what,
+                                  int (*build)(lua_State *, struct cli_jbuf *))
 {
     struct cli_jbuf b = { 0 };
     enum MHD_Result ret;
-    if (cli_json_stats(cli.L, &b) != 0) {
+    lua_State *L = cli_observe_state();
+    int rc = L ? build(L, &b) : -1;
+    if (L)
+        cli_observe_release();
+    if (rc != 0) {
         char buf[512];
-        snprintf(buf, sizeof buf, "stats.json: %s\n",
-                 b.oom ? "out of memory" : b.p ? b.p : "error");
+        snprintf(buf, sizeof buf, "%s: %s\n", what,
+                 b.oom ? "out of memory" : b.p ? b.p : "not available");
         ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, buf);
     } else {
         ret = reply(c, MHD_HTTP_OK, "application/json", b.p, b.len,
@@ -241,7 +268,44 @@ static enum MHD_Result serve_stats(struct MHD_Connection *c)
     return ret;
 }
 
-/* MHD's request callback: on the main thread (MHD_run in cli_http_run).
+/* Whether a request naming host (its Host header) may be answered: an IP
+ * address, localhost, or a name given with --http-host.  Any other name
+ * is what a DNS-rebinding page would send to reach a loopback endpoint
+ * from the operator's browser: refused. */
+static bool host_allowed(const char *host)
+{
+    char name[256];
+    const char *end;
+    if (host[0] == '[') {
+        end = strchr(host, ']');
+        if (!end)
+            return false;
+        host++;
+    } else {
+        end = strrchr(host, ':');
+        if (!end)
+            end = host + strlen(host);
+    }
+    size_t n = (size_t)(end - host);
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    unsigned char addr[16];
+    if (inet_pton(AF_INET, name, addr) == 1 ||
+        inet_pton(AF_INET6, name, addr) == 1 ||
+        strcasecmp(name, "localhost") == 0)
+        return true;
+    for (const char *p = cli.o.http_hosts; p && *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && strncasecmp(p, name, n) == 0)
+            return true;
+        p += k + (p[k] == ',');
+    }
+    return false;
+}
+
+/* MHD's request callback: on the observer thread (MHD_run in cli_http_run).
  * MHD calls it once when the headers are in (*con_cls NULL), then once per
  * piece of body, then once more with no data.  Any method but GET and HEAD
  * is refused at the first call, and so is a GET announcing a body (both
@@ -276,6 +340,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
                                      MHD_HTTP_HEADER_HOST))
         return reply_text(c, MHD_HTTP_BAD_REQUEST, "bad request: an "
                           "HTTP/1.1 request needs a Host header\n");
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_HOST);
+    if (host && !host_allowed(host)) {
+        char buf[384];
+        snprintf(buf, sizeof buf, "forbidden: Host '%.100s' is not this "
+                 "endpoint's: it answers for an IP address, localhost, or "
+                 "a name given with --http-host\n", host);
+        return reply_text(c, MHD_HTTP_FORBIDDEN, buf);
+    }
     if (*con_cls == NULL) {
         *con_cls = &headers_seen;
         return MHD_YES;
@@ -284,21 +357,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8",
                      cli_page_src, (size_t)(cli_page_end - cli_page_src),
                      MHD_RESPMEM_PERSISTENT);
-    bool metrics = strcmp(url, "/metrics") == 0;
-    if (metrics || strcmp(url, "/stats.json") == 0) {
-        /* An interrupt armed for a REPL command (cli_interrupt's hook) is
-         * that command's: set it aside while this runs Lua. */
-        lua_State *L = cli.L;
-        lua_Hook hook = lua_gethook(L);
-        int mask = lua_gethookmask(L), count = lua_gethookcount(L);
-        lua_sethook(L, NULL, 0, 0);
-        enum MHD_Result r = metrics ? serve_metrics(c) : serve_stats(c);
-        lua_sethook(L, hook, mask, count);
-        return r;
-    }
+    if (strcmp(url, "/metrics") == 0)
+        return serve_metrics(c);
+    if (strcmp(url, "/stats.json") == 0)
+        return serve_json(c, "stats.json", cli_json_stats);
+    if (strcmp(url, "/dlq.json") == 0)
+        return serve_json(c, "dlq.json", cli_json_dlq);
     char buf[256];
     snprintf(buf, sizeof buf, "not found: %.120s\nendpoints: / (status "
-             "page), /metrics, /stats.json\n", url);
+             "page), /metrics, /stats.json, /dlq.json\n", url);
     return reply_text(c, MHD_HTTP_NOT_FOUND, buf);
 }
 
@@ -332,6 +399,65 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     while (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
     fprintf(stderr, "%s: http: %s\n", cli_progname, buf);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+            c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        struct conn *k = calloc(1, sizeof *k);
+        if (!k || !ci) {
+            free(k);
+            return;                     /* untimed; MHD's idle timeout */
+        }
+        k->fd = ci->connect_fd;
+        k->since = cli_now();
+        k->next = conns;
+        if (conns)
+            conns->prev = k;
+        conns = k;
+        *socket_context = k;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        struct conn *k = *socket_context;
+        if (k->prev)
+            k->prev->next = k->next;
+        else
+            conns = k->next;
+        if (k->next)
+            k->next->prev = k->prev;
+        free(k);
+        *socket_context = NULL;
+    }
+}
+
+/* A request answered (or ended): its connection's clock starts again. */
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)con_cls;
+    (void)toe;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (ci && ci->socket_context)
+        ((struct conn *)ci->socket_context)->since = cli_now();
+}
+
+/* Shut down the connections past their whole-request deadline; MHD
+ * then sees them end and closes them. */
+static void reap(double now)
+{
+    for (struct conn *k = conns; k; k = k->next) {
+        if (!k->cut && now - k->since > HTTP_TIMEOUT) {
+            k->cut = true;
+            slow_cut++;
+            shutdown(k->fd, SHUT_RDWR);
+        }
+    }
 }
 
 /* ---- the loop's side ---- */
@@ -372,6 +498,9 @@ int cli_http_start(const char *spec)
                            (unsigned)HTTP_CONN_LIMIT,
                            MHD_OPTION_CONNECTION_TIMEOUT,
                            (unsigned)HTTP_TIMEOUT,
+                           MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+                           NULL,
+                           MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
                            MHD_OPTION_END);
     const union MHD_DaemonInfo *di = h.d ? MHD_get_daemon_info(
         h.d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
@@ -417,6 +546,7 @@ void cli_http_run(void)
         return;
     h.in_run = true;
     MHD_run(h.d);
+    reap(cli_now());
     h.in_run = false;
 }
 

@@ -270,6 +270,66 @@ static void call_method(lua_State *L, int idx, const char *name)
     }
 }
 
+/* A stage's name and its declaration index, for the order. */
+struct named {
+    lua_Integer index;
+    const char *name;
+};
+
+static int by_index(const void *pa, const void *pb)
+{
+    const struct named *a = pa, *b = pb;
+    if (a->index != b->index)
+        return a->index < b->index ? -1 : 1;
+    return strcmp(a->name, b->name);
+}
+
+/* The stage names of the stats table at idx in declaration order (each
+ * stage's index field), as a JSON array. */
+static void stage_order(struct cli_jbuf *b, lua_State *L, int idx)
+{
+    lua_getfield(L, idx, "stages");
+    int st = lua_gettop(L);
+    int n = 0;
+    if (lua_istable(L, st))
+        for (lua_pushnil(L); lua_next(L, st); lua_pop(L, 1))
+            n++;
+    struct named *a = lua_newuserdatauv(L, (size_t)n * sizeof *a + 1, 0);
+    int k = 0;
+    if (lua_istable(L, st)) {
+        for (lua_pushnil(L); lua_next(L, st) && k < n; lua_pop(L, 1)) {
+            if (lua_type(L, -2) != LUA_TSTRING || !lua_istable(L, -1))
+                continue;
+            lua_getfield(L, -1, "index");
+            a[k].index = lua_isinteger(L, -1) ? lua_tointeger(L, -1)
+                                              : LUA_MAXINTEGER;
+            lua_pop(L, 1);
+            a[k++].name = lua_tostring(L, -2);  /* a key: anchored */
+        }
+    }
+    qsort(a, (size_t)k, sizeof *a, by_index);
+    adds(b, "[");
+    for (int i = 0; i < k; i++) {
+        if (i)
+            adds(b, ",");
+        cli_json_string(b, a[i].name, strlen(a[i].name));
+    }
+    adds(b, "]");
+    lua_settop(L, st - 1);
+}
+
+/* Push the list of live buses (the `seda` module's buses()). */
+static int push_buses(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "seda");
+    lua_getfield(L, -1, "buses");
+    lua_call(L, 0, 1);
+    lua_replace(L, -3);
+    lua_pop(L, 1);
+    return lua_gettop(L);
+}
+
 /* lua_CFunction: build the document into the cli_jbuf given as a light
  * userdata (argument 1).  Raises on a Lua error (out of memory). */
 static int build_stats(lua_State *L)
@@ -282,36 +342,22 @@ static int build_stats(lua_State *L)
              "\"buses\":[", SEDA_VERSION,
              (double)ts.tv_sec + (double)ts.tv_nsec / 1e9, seda_now());
     adds(b, num);
-    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
-    lua_getfield(L, -1, "seda");
-    lua_getfield(L, -1, "buses");
-    lua_call(L, 0, 1);
-    int list = lua_gettop(L);
+    int list = push_buses(L);
     lua_Integer n = (lua_Integer)lua_rawlen(L, list);
     int written = 0;
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, list, i);
         int bi = lua_gettop(L);
-        seda_bus_t *bus = seda_lua_tobus(L, bi);
         call_method(L, bi, "stats");
-        if (!bus || !lua_istable(L, -1)) {
+        if (!lua_istable(L, -1)) {
             lua_settop(L, list);        /* closed meanwhile: skipped */
             continue;
         }
-        snprintf(num, sizeof num, "%s{\"index\":%lld,\"order\":[",
+        snprintf(num, sizeof num, "%s{\"index\":%lld,\"order\":",
                  written++ ? "," : "", (long long)i);
         adds(b, num);
-        int ns = seda_bus_stage_count(bus);
-        for (int k = 0; k < ns; k++) {
-            seda_stage_t *st = seda_bus_stage_at(bus, k);
-            if (!st)
-                break;
-            if (k)
-                adds(b, ",");
-            const char *nm = seda_stage_name(st);
-            cli_json_string(b, nm, strlen(nm));
-        }
-        adds(b, "],\"stats\":");
+        stage_order(b, L, lua_gettop(L));
+        adds(b, ",\"stats\":");
         cli_json_value(b, L, -1);
         adds(b, ",\"errors\":");
         call_method(L, bi, "errors");
@@ -326,18 +372,64 @@ static int build_stats(lua_State *L)
     return 0;
 }
 
-int cli_json_stats(lua_State *L, struct cli_jbuf *b)
+/* The /dlq.json document: every live bus's kept dead letters, newest
+ * first (bus:dead_letters()). */
+static int build_dlq(lua_State *L)
+{
+    struct cli_jbuf *b = lua_touserdata(L, 1);
+    char num[96];
+    snprintf(num, sizeof num, "{\"version\":\"%s\",\"now\":%.6f,"
+             "\"buses\":[", SEDA_VERSION, seda_now());
+    adds(b, num);
+    int list = push_buses(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+    int written = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, list, i);
+        int bi = lua_gettop(L);
+        call_method(L, bi, "dead_letters");
+        if (!lua_istable(L, -1)) {
+            lua_settop(L, list);
+            continue;
+        }
+        adds(b, written++ ? ",{\"name\":" : "{\"name\":");
+        lua_getfield(L, bi, "name");
+        size_t len;
+        const char *nm = lua_tolstring(L, -1, &len);
+        cli_json_string(b, nm ? nm : "", nm ? len : 0);
+        lua_pop(L, 1);
+        adds(b, ",\"dead_letters\":");
+        cli_json_array(b, L, -1, 0);
+        adds(b, "}");
+        lua_settop(L, list);
+    }
+    adds(b, "]}\n");
+    return 0;
+}
+
+static int build(lua_State *L, struct cli_jbuf *b, lua_CFunction fn,
+                 const char *what)
 {
     int top = lua_gettop(L);
-    lua_pushcfunction(L, build_stats);
+    lua_pushcfunction(L, fn);
     lua_pushlightuserdata(L, b);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
         b->len = 0;
         const char *m = lua_tostring(L, -1);
-        adds(b, m ? m : "error building /stats.json");
+        adds(b, m ? m : what);
         lua_settop(L, top);
         return -1;
     }
     lua_settop(L, top);
     return b->oom ? -1 : 0;
+}
+
+int cli_json_dlq(lua_State *L, struct cli_jbuf *b)
+{
+    return build(L, b, build_dlq, "error building /dlq.json");
+}
+
+int cli_json_stats(lua_State *L, struct cli_jbuf *b)
+{
+    return build(L, b, build_stats, "error building /stats.json");
 }

@@ -482,9 +482,6 @@ int cli_step(int timeout_ms, int extra_fd)
         wfd = n;
         fds[n++] = (struct pollfd){ .fd = cli_watch_fd(), .events = POLLIN };
     }
-    int hfd = cli_http_fd();
-    if (hfd >= 0)
-        fds[n++] = (struct pollfd){ .fd = hfd, .events = POLLIN };
     int cbase = n;
     n += cli_control_fds(fds + n, (int)(sizeof fds / sizeof fds[0]) - n);
     /* Sleep until the caller's timeout, the next timer or the periodic
@@ -499,10 +496,7 @@ int cli_step(int timeout_ms, int extra_fd)
         if (tm < ms)
             ms = (int)tm + (tm > (int)tm);      /* round up: due by then */
     }
-    if (hfd >= 0)
-        ms = cli_http_timeout(ms);      /* what MHD needs (timeouts, data) */
     int r = poll(fds, (nfds_t)n, ms);
-    cli_http_run();                     /* after every poll (MHD's rule) */
     int ready = 0;
     if (r > 0) {
         if (wfd >= 0 && fds[wfd].revents)
@@ -524,8 +518,6 @@ void cli_periodic(double now)
     static double last_sample;
     if (cli.o.watch)
         cli_watch_tick(now);
-    if (cli.o.metrics)
-        cli_metrics_tick(now, false);
     cli_control_tick(now);
     if (now - last_sample >= 0.25) {
         last_sample = now;
@@ -538,17 +530,19 @@ int cli_start(void)
 {
     if (cli.o.control && cli_control_listen(cli.o.control) != 0)
         return 1;
+    if ((cli.o.http || cli.o.metrics) && cli_observe_open() != 0)
+        return 1;
     if (cli.o.http && cli_http_start(cli.o.http) != 0)
         return 1;
-    return 0;
+    if (cli.o.metrics)
+        cli_metrics_tick(cli_now(), true);
+    return cli_observe_start();
 }
 
 int cli_run(void)
 {
     if (cli.o.watch && cli_watch_start() != 0)
         return 1;
-    if (cli.o.metrics)
-        cli_metrics_tick(cli_now(), true);
     cli.phase = CLI_LOOP;
     if (cli.o.interactive)
         cli_repl_start();
@@ -568,6 +562,7 @@ int cli_run(void)
     if (cli.o.interactive)
         cli_repl_end();
     cli_control_close();                /* clients see the end now */
+    cli_observe_stop();
     cli_http_stop();
     if (cli.stop)
         fprintf(stderr, "%s: signal received, draining\n", cli_progname);
@@ -609,6 +604,7 @@ void cli_banner(void)
 void cli_stop_all(void)
 {
     cli_control_close();
+    cli_observe_stop();
     cli_http_stop();
     cli_watch_stop();
 }

@@ -39,7 +39,7 @@ __asm__(".section .rodata\n"
 extern const char cli_metrics_src[];
 extern const char cli_metrics_end[];
 
-int cli_metrics_setup(lua_State *L)
+int cli_metrics_load(lua_State *L)
 {
     size_t len = (size_t)(cli_metrics_end - cli_metrics_src);
     if (luaL_loadbuffer(L, cli_metrics_src, len, "=[seda-lua metrics]") !=
@@ -48,8 +48,21 @@ int cli_metrics_setup(lua_State *L)
         lua_pop(L, 1);
         return 1;
     }
+    lua_pushvalue(L, -2);
+    if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return 1;
+    }
+    return 0;
+}
+
+int cli_metrics_setup(lua_State *L)
+{
     lua_rawgeti(L, LUA_REGISTRYINDEX, cli.mod_ref);
-    return cli_docall(L, 1, 0) != LUA_OK;
+    int rc = cli_metrics_load(L);
+    lua_pop(L, 1);
+    return rc;
 }
 
 #define PERIOD 1.0
@@ -105,20 +118,33 @@ static const char *write_atomically(const char *path, const char *s,
     return err ? why : NULL;
 }
 
+int cli_metrics_check(const char *path)
+{
+    /* Written once now (an empty exposition is a valid one): a path that
+     * cannot be written fails the start, as a bad --http does. */
+    const char *why = write_atomically(path, "", 0);
+    if (!why)
+        return 0;
+    fprintf(stderr, "%s: --metrics: cannot write '%s': %s\n", cli_progname,
+            path, why);
+    return 1;
+}
+
 void cli_metrics_tick(double now, bool force)
 {
     if (!force && now - last < PERIOD)
         return;
     last = now;
-    lua_State *L = cli.L;
-    if (!cli_get_fn(L, "metrics"))
+    lua_State *L = cli_observe_state();
+    if (!L)
         return;
-    if (lua_pcall(L, 0, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+    if (!cli_observe_fn(L, "metrics") || lua_pcall(L, 0, 1, 0) != LUA_OK ||
+        !lua_isstring(L, -1)) {
         if (!warned)
             fprintf(stderr, "%s: metrics: %s\n", cli_progname,
                     lua_tostring(L, -1));
         warned = true;
-        lua_pop(L, 1);
+        cli_observe_release();
         return;
     }
     size_t n;
@@ -132,5 +158,5 @@ void cli_metrics_tick(double now, bool force)
     } else {
         warned = false;
     }
-    lua_pop(L, 1);
+    cli_observe_release();
 }

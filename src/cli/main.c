@@ -40,7 +40,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: %s [options] [script [args]]\n"
-        "       %s attach PATH\n"
+        "       %s attach [--json] PATH ['command']\n"
         "       %s dlq DATA_DIR list|show ID|replay ID|purge|quarantine\n"
         "Run a seda-lua pipeline script: run it, wait until its buses are\n"
         "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
@@ -71,23 +71,37 @@ static void usage(FILE *f)
         "                  second (with --serve or -i)\n"
         "  --http [ADDR:]PORT  serve a live status page (/), /metrics "
         "(Prometheus)\n"
-        "                  and /stats.json over HTTP (with --serve or -i);"
-        " a port\n"
-        "                  alone listens on 127.0.0.1, port 0 on any free "
-        "one\n"
+        "                  /stats.json and /dlq.json over HTTP (with --serve"
+        " or -i),\n"
+        "                  answered while the script is busy; a port alone"
+        "\n"
+        "                  listens on 127.0.0.1, port 0 on any free one\n"
+        "  --http-host NAME[,NAME]  host names --http answers for besides "
+        "IP\n"
+        "                  addresses and localhost (others get 403: DNS "
+        "rebinding)\n"
+        "  --log-format text|json  the event log on stderr: one line per "
+        "event\n"
+        "                  (time, level, stage, message), or one JSON object"
+        " per\n"
+        "                  line (default text)\n"
         "  -v, --version   print the version and exit\n"
         "  -h, --help      print this help and exit\n"
-        "  --              stop handling options\n"
+        "  --              stop handling options (options that take a "
+        "value also\n"
+        "                  take it as --opt=value)\n"
         "  -               run the script read from standard input\n"
         "\n"
-        "attach PATH: a REPL connected to the seda-lua listening on PATH.\n"
+        "attach PATH: a REPL connected to the seda-lua listening on PATH;\n"
+        "with a command, run it, print its output and exit 0 (1 when it\n"
+        "raised); --json prints its results as JSON.\n"
         "dlq DATA_DIR ...: inspect and replay the dead letters in a stopped\n"
         "bus's journal (queued, and done: kept after their dead-letter stage\n"
         "handled them); quarantine lists the journal rows a replay found\n"
         "malformed and set aside.\n"
         "REPL commands: stats() top([secs]) reload([stage]) tune(stage, "
         "opts)\n"
-        "workers(n) metrics() errors([stage]) help(); timers:\n"
+        "workers(n) metrics() errors([stage]) dlq([stage]) help(); timers:\n"
         "seda.timer(delay, fn), seda.every(interval, fn).  Every option,\n"
         "statistic and reason\n"
         "code: docs/reference.md (installed as share/doc/seda-lua/).\n"
@@ -125,7 +139,9 @@ static bool has_arg(const char *a)
 {
     return strcmp(a, "-e") == 0 || strcmp(a, "--drain") == 0 ||
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
-           strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0;
+           strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0 ||
+           strcmp(a, "--http-host") == 0 ||
+           strcmp(a, "--log-format") == 0;
 }
 
 static char *script_dir(const char *fname)
@@ -167,6 +183,25 @@ static int option_arg(const char *a, const char *v)
         cli.o.metrics = v;
     } else if (strcmp(a, "--http") == 0) {
         cli.o.http = v;
+    } else if (strcmp(a, "--http-host") == 0) {
+        size_t n = strlen(v);
+        if (n == 0 || v[strspn(v, "abcdefghijklmnopqrstuvwxyz"
+                             "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-,")] ||
+            v[0] == ',' || v[n - 1] == ',' || strstr(v, ",,")) {
+            fprintf(stderr, "%s: --http-host: host names separated by "
+                    "commas (letters, digits, '.' and '-'), not '%s'\n",
+                    progname, v);
+            return 1;
+        }
+        cli.o.http_hosts = v;
+    } else if (strcmp(a, "--log-format") == 0) {
+        if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
+            fprintf(stderr, "%s: --log-format: 'text' or 'json', not '%s'\n",
+                    progname, v);
+            return 1;
+        }
+        seda_log_set_format(strcmp(v, "json") == 0 ? SEDA_LOG_JSON
+                                                   : SEDA_LOG_TEXT);
     }
     return -1;
 }
@@ -199,6 +234,20 @@ static int parse_options(int argc, char **argv, struct opts *o)
             o->serve = true;
         } else if (strcmp(a, "--watch") == 0) {
             cli.o.watch = true;
+        } else if (a[1] == '-' && strchr(a, '=')) {
+            /* --opt=value */
+            char name[32];
+            size_t k = (size_t)(strchr(a, '=') - a);
+            snprintf(name, sizeof name, "%.*s", (int)k, a);
+            if (k >= sizeof name || !has_arg(name)) {
+                fprintf(stderr, "%s: unrecognized option '%s'\n", progname,
+                        a);
+                usage(stderr);
+                return 1;
+            }
+            int rc = option_arg(name, a + k + 1);
+            if (rc >= 0)
+                return rc;
         } else if (has_arg(a)) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
@@ -254,6 +303,8 @@ static int start_live(const struct opts *o)
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }
+    if (live && cli.o.metrics && cli_metrics_check(cli.o.metrics) != 0)
+        return 1;                       /* a --metrics PATH never written */
     if (live && cli_start() != 0)       /* e.g. --control PATH refused */
         return 1;
     /* From here a signal no longer kills a live run: during the script
@@ -377,6 +428,7 @@ static int run(lua_State *L, int argc, char **argv)
         cli_run();
     }
     cli_control_close();
+    cli_observe_stop();
     cli_http_stop();                    /* (after a script error too) */
 
     /* A normal end (and the end of -i) waits until the buses are idle;
@@ -391,11 +443,18 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "dlq") == 0)
         return cli_dlq(argc - 1, argv + 1);
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
-        if (argc != 3) {
-            fprintf(stderr, "usage: %s attach PATH\n", progname);
+        bool json = false;
+        int k = 2;
+        if (k < argc && strcmp(argv[k], "--json") == 0) {
+            json = true;
+            k++;
+        }
+        if (argc - k < 1 || argc - k > 2 || (json && argc - k != 2)) {
+            fprintf(stderr, "usage: %s attach [--json] PATH ['command']\n",
+                    progname);
             return 1;
         }
-        return cli_attach(argv[2]);
+        return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);
     }
     lua_State *L = luaL_newstate();
     if (!L) {
@@ -405,6 +464,7 @@ int main(int argc, char **argv)
     cli.L = L;
     int rc = run(L, argc, argv);
     cli_stop_all();
+    cli_observe_close();
     cli.L = NULL;
     lua_close(L);
     cli.o.script_dir = NULL;

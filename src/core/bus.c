@@ -29,6 +29,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bus.h"
@@ -169,7 +170,9 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     if (workers < 0 || workers > 1024 || opts->batch <= 0 ||
         opts->batch > 256 || !(opts->hop_timeout >= 0) ||
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
-        opts->max_payload > UINT32_MAX ||
+        opts->max_payload > UINT32_MAX || !(opts->stats_window >= 0) ||
+        opts->dead_letter_keep < -1 || opts->dead_letter_keep > 100000 ||
+        opts->stats_window > 86400 ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -179,6 +182,11 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->workers = workers;
     b->batch = opts->batch;
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
+    b->stats_window_ns = seda__secs_to_ns(opts->stats_window > 0
+                                              ? opts->stats_window : 10.0);
+    b->dead_letter_keep = opts->dead_letter_keep == 0 ? 100
+                        : opts->dead_letter_keep < 0 ? 0
+                        : opts->dead_letter_keep;
     b->sync_normal = opts->sync_normal;
     b->max_payload = opts->max_payload ? opts->max_payload
                                        : SEDA_MAX_PAYLOAD_DEFAULT;
@@ -481,12 +489,28 @@ void seda__bus_replay_begins(struct seda_bus_s *b)
         ;
 }
 
+/* A declared stage is ready for a replayed hop once it can take it: it
+ * has a consumer (a declaration adds its consumers right after it
+ * registers the stage), or it needs none (pull, remote). */
+static bool stage_ready(struct seda_stage_s *to)
+{
+    return to->pull || to->remote_ops ||
+           seda__consumers_count(&to->cons) > 0;
+}
+
+void seda__bus_wake_hops(struct seda_bus_s *b)
+{
+    seda__mutex_lock(&b->mu);
+    pthread_cond_broadcast(&b->stage_cv);
+    seda__mutex_unlock(&b->mu);
+}
+
 struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
                                           seda_env_t *env, const char *name)
 {
     struct seda_bus_s *b = st->bus;
     struct seda_stage_s *to = seda__bus_lookup(b, name);
-    if (to || !(env->flags & ENV_REPLAYED))
+    if ((to && stage_ready(to)) || !(env->flags & ENV_REPLAYED))
         return to;
     int64_t until = atomic_load_explicit(&b->replay_until,
                                          memory_order_relaxed);
@@ -502,7 +526,7 @@ struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
     seda_stage_report(st, msg);
     struct seda_pool *loaned = seda__pool_block_begin();
     seda__mutex_lock(&b->mu);
-    while (!(to = seda__bus_lookup(b, name)) &&
+    while (!((to = seda__bus_lookup(b, name)) && stage_ready(to)) &&
            !atomic_load_explicit(&b->stopping, memory_order_acquire) &&
            seda__now_ns() < until)
         seda__cond_wait(&b->stage_cv, &b->mu, until);
@@ -582,6 +606,18 @@ static void tell_why(const seda_publish_opts *opts, const char *why)
         snprintf(opts->why, opts->whylen, "%s", why);
 }
 
+/* A publish's size as max_payload counts it: the payload and its
+ * headers' names and values. */
+static size_t publish_size(size_t len, const seda_publish_opts *opts)
+{
+    if (!opts || opts->nheaders <= 0 || !opts->headers)
+        return len;
+    for (int i = 0; i < 2 * opts->nheaders; i++)
+        if (opts->headers[i])
+            len += strlen(opts->headers[i]);
+    return len;
+}
+
 int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
                        const seda_publish_opts *opts)
 {
@@ -591,7 +627,9 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return rc;
     if ((!payload && len) || check_id(st, opts))
         return SEDA_EINVAL;
-    if (len > b->max_payload)
+    if (len > b->max_payload ||
+        (opts && opts->nheaders > 0 &&
+         publish_size(len, opts) > b->max_payload))
         return SEDA_ETOOLARGE;
     if ((rc = door_shed(b, st, opts)) != 0)
         return rc;
@@ -666,7 +704,8 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     int built = 0, rc = 0;
     char why[256];
     for (; built < n; built++) {
-        if (lens[built] > b->max_payload) {
+        if (lens[built] > b->max_payload ||
+            publish_size(lens[built], opts) > b->max_payload) {
             rc = SEDA_ETOOLARGE;
             break;
         }
@@ -729,7 +768,9 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     }
     struct seda_stage_s *to = seda__bus_hop_target(st, env, next);
     if (!to) {
-        seda__bus_dead_letter(st, env, "no_such_stage", tally);
+        char missing[SEDA_NAME_MAX + 1];
+        snprintf(missing, sizeof missing, "%s", next);
+        seda__bus_dead_letter_to(st, env, "no_such_stage", missing, tally);
         return;
     }
     /* The journal follows the envelope: a durable next stage gets the row
@@ -772,13 +813,53 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     seda__bus_dead_letter(st, env, "hop_refused", tally);
 }
 
+/* Seconds since the epoch, now. */
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The x-dead-* headers on env. */
+static void dead_headers(struct seda_stage_s *st, seda_env_t *env,
+                         const char *reason, const char *missing, double at)
+{
+    seda_env_set_header(env, "x-dead-reason", reason);
+    seda_env_set_header(env, "x-dead-from", st->name);
+    const char *err = seda__env_last_error(env);
+    if (err)
+        seda_env_set_header(env, "x-dead-error", err);
+    char num[32];
+    snprintf(num, sizeof num, "%d", env->attempts);
+    seda_env_set_header(env, "x-dead-attempts", num);
+    time_t secs = (time_t)at;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    char when[40];
+    size_t k = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + k, sizeof when - k, ".%03dZ",
+             (int)((at - (double)secs) * 1000) % 1000);
+    seda_env_set_header(env, "x-dead-at", when);
+    if (missing)
+        seda_env_set_header(env, "x-dead-stage", missing);
+}
+
 void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
                            const char *reason, struct stage_counters *tally)
+{
+    seda__bus_dead_letter_to(st, env, reason, NULL, tally);
+}
+
+void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
+                              const char *reason, const char *missing,
+                              struct stage_counters *tally)
 {
     struct seda_bus_s *b = st->bus;
     struct stage_counters one = { 0 };
     struct stage_counters *c = tally ? tally : &one;
     c->dead_lettered++;
+    c->dead_by[seda__stats_dead_reason(reason)]++;
     if (!(env->flags & ENV_DEAD)) {
         c->it_dead++;
         env->flags |= ENV_DEAD;
@@ -816,10 +897,12 @@ void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
     }
     bool jdone = env->flags & ENV_JDONE;
     env->flags &= (uint8_t)~ENV_JDONE;
+    /* Why, on the envelope (best effort: out of memory still delivers)
+     * and in the stage's ring. */
+    double at = wall_now();
+    dead_headers(st, env, reason, missing, at);
+    seda__stats_dead(&st->stats, env, reason, missing, at);
     if (to) {
-        /* Headers are best effort: out of memory still delivers. */
-        seda_env_set_header(env, "x-dead-reason", reason);
-        seda_env_set_header(env, "x-dead-from", st->name);
         seda__env_slip_clear(env);
         env->attempts = 1;
         env->acked = 0;
@@ -990,4 +1073,5 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     out->closed = seda_bus_closed(b);
     seda__pool_loan_stats(b->pool, &out->workers_loaned, &out->loans,
                           &out->loans_peak, &out->max_loans);
+    out->waits_uncovered = seda__pool_uncovered(b->pool);
 }

@@ -31,6 +31,7 @@ struct registry {
  *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
+ *   stats_window_ns,
  *   dead_letter, data_dir, sync_normal, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
@@ -41,6 +42,8 @@ struct seda_bus_s {
     int workers;
     int batch;
     int64_t hop_timeout_ns;
+    int64_t stats_window_ns;    /* what latency quantiles cover */
+    int dead_letter_keep;       /* dead letters each stage keeps */
     char *dead_letter;          /* owned, or NULL */
     atomic_bool paused;
     atomic_bool closed;         /* no new publishes */
@@ -70,5 +73,9 @@ struct seda_bus_s {
 
 
 
+
+/* A stage got a consumer: replayed hops waiting for it may go on (takes
+ * b->mu; call with no stage lock held). */
+SEDA__API void seda__bus_wake_hops(struct seda_bus_s *b);
 
 #endif /* SEDA_BUS_H */

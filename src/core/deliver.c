@@ -169,6 +169,7 @@ int seda__consumers_add(struct seda_stage_s *st, seda_consumer_fn fn,
      * drain task that sees the new count. */
     atomic_store_explicit(&c->n, n + 1, memory_order_release);
     seda__mutex_unlock(&st->mu);
+    seda__bus_wake_hops(st->bus);       /* replayed hops may wait for it */
     return n;
 }
 

@@ -89,6 +89,11 @@ SEDA__API void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
 SEDA__API void seda__bus_dead_letter(struct seda_stage_s *st,
                                      seda_env_t *env, const char *reason,
                                      struct stage_counters *tally);
+/* The same, naming the missing stage of a no_such_stage (x-dead-stage). */
+SEDA__API void seda__bus_dead_letter_to(struct seda_stage_s *st,
+                                        seda_env_t *env, const char *reason,
+                                        const char *missing,
+                                        struct stage_counters *tally);
 
 /* Deadline for a publish from the calling thread: the given one, capped
  * at hop_timeout when the caller is one of b's workers. */

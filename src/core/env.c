@@ -592,6 +592,9 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
 {
     if (!key)
         return SEDA_EINVAL;
+    if (strlen(key) > SEDA_HEADER_KEY_MAX ||
+        (value && strlen(value) > SEDA_HEADER_VALUE_MAX))
+        return SEDA_ETOOLARGE;
     if (undo_save_headers(env) != 0)
         return SEDA_ENOMEM;
     struct env_hdrs *h = HDRS(env);
@@ -615,6 +618,10 @@ int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
         seda__free(h->kv[i].value);
         h->kv[i].value = v;
         return 0;
+    }
+    if (h && h->n >= SEDA_HEADERS_MAX) {
+        seda__free(v);
+        return SEDA_ETOOLARGE;
     }
     char *k = seda__strdup(key);
     if (!k) {
@@ -666,6 +673,10 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 *rc = SEDA_EINVAL;
                 return NULL;
             }
+        if (opts->nheaders > SEDA_HEADERS_MAX) {
+            *rc = SEDA_ETOOLARGE;
+            return NULL;
+        }
         if (opts->priority < SEDA_PRIO_NORMAL ||
             opts->priority > SEDA_PRIO_LOW) {
             *rc = SEDA_EINVAL;
@@ -711,10 +722,18 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
         if (opts->sender && (!ext_of(e) ||
                              !(e->ext->sender = seda__strdup(opts->sender))))
             goto oom;
-        for (int i = 0; i < opts->nheaders; i++)
-            if (seda_env_set_header(e, opts->headers[2 * i],
-                                    opts->headers[2 * i + 1]))
+        for (int i = 0; i < opts->nheaders; i++) {
+            int r = seda_env_set_header(e, opts->headers[2 * i],
+                                        opts->headers[2 * i + 1]);
+            if (r == SEDA_ETOOLARGE) {
+                e->done = NULL;
+                seda__env_free(e);
+                *rc = r;
+                return NULL;
+            }
+            if (r)
                 goto oom;
+        }
         if (opts->nslip > 0 &&
             (!ext_of(e) ||
              !(e->ext->slip = slip_build(opts->slip, opts->nslip, NULL))))
@@ -750,6 +769,7 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->ext->slip_prev);
         seda__free(env->ext->id);
         seda__free(env->ext->to);
+        seda__free(env->ext->last_error);
         seda__free(env->ext);
     }
     env_release(env);
@@ -871,10 +891,36 @@ int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
     return seda_env_set_payload_kind(env, p, len, 0);
 }
 
+/* Keep msg's first line (at most ERR_KEEP bytes) as env's last error;
+ * out of memory keeps none. */
+#define ERR_KEEP 200
+static void keep_error(seda_env_t *env, const char *msg)
+{
+    struct env_ext *x = ext_of(env);
+    if (!x)
+        return;
+    size_t n = strcspn(msg, "\n");
+    if (n > ERR_KEEP)
+        n = ERR_KEEP;
+    char *c = seda__malloc(n + 1);
+    if (!c)
+        return;
+    memcpy(c, msg, n);
+    c[n] = '\0';
+    seda__free(x->last_error);
+    x->last_error = c;
+}
+
+const char *seda__env_last_error(const seda_env_t *env)
+{
+    return env->ext ? env->ext->last_error : NULL;
+}
+
 void seda_env_fail(seda_env_t *env, const char *msg)
 {
     if (env == tls_delivering)
         tls_failed = true;
+    keep_error(env, msg ? msg : "consumer failed");
     if (env->at)
         seda_stage_report(env->at, msg ? msg : "consumer failed");
 }

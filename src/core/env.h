@@ -56,6 +56,9 @@ struct env_ext {
                                    instead of at's (owned), or NULL: an
                                    itinerary that ended in another
                                    process, at a stage this bus lacks */
+    char *last_error;           /* the first line of the latest
+                                   seda_env_fail message (owned), or NULL:
+                                   what a dead letter says it died of */
     int64_t jkey;               /* journal row, or 0 when not journaled */
     int64_t due;                /* a journaled retry's due time (monotonic
                                    ns), written with its row before the
@@ -167,6 +170,9 @@ SEDA__API void seda__env_suspend(seda_env_t *env, struct seda__undo *u,
 SEDA__API void seda__env_resume_begin(seda_env_t *env, struct seda__undo *u,
                                       bool failed);
 SEDA__API bool seda__env_resume_end(void);
+
+/* The latest failure's message (first line), or NULL. */
+SEDA__API const char *seda__env_last_error(const seda_env_t *env);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

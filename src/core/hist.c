@@ -39,3 +39,33 @@ double seda__hist_quantile(const struct seda_hist *h, double q)
     }
     return (double)h->max;
 }
+
+void seda__hist_merge(struct seda_hist *into, const struct seda_hist *from)
+{
+    if (from->count == 0)
+        return;
+    for (int i = 0; i < SEDA_HIST_N; i++)
+        into->b[i] += from->b[i];
+    into->count += from->count;
+    into->sum += from->sum;
+    if (from->max > into->max)
+        into->max = from->max;
+}
+
+uint64_t seda__hist_count_le(const struct seda_hist *h, double le_seconds)
+{
+    if (!(le_seconds < 1e12))
+        return h->count;                /* +Inf (and NaN as +Inf) */
+    if (le_seconds < 0)
+        return 0;
+    double le = le_seconds * 1e9;
+    uint64_t n = 0;
+    for (int i = 0; i < SEDA_HIST_N; i++) {
+        uint64_t lo, hi;
+        seda__hist_bounds(i, &lo, &hi);
+        if ((double)hi > le)
+            break;
+        n += h->b[i];
+    }
+    return n;
+}

@@ -58,6 +58,16 @@ static inline void seda__hist_add(struct seda_hist *h, uint64_t v)
  * above max.  0 when empty. */
 SEDA__API double seda__hist_quantile(const struct seda_hist *h, double q);
 
+/* Add from's samples into into. */
+SEDA__API void seda__hist_merge(struct seda_hist *into,
+                                const struct seda_hist *from);
+
+/* Samples whose bucket lies wholly at or below le_seconds (a histogram's
+ * cumulative bucket, to the buckets' 1/16 resolution); every sample for
+ * +Inf. */
+SEDA__API uint64_t seda__hist_count_le(const struct seda_hist *h,
+                                       double le_seconds);
+
 /* Lower and upper bound of bucket i (for tests and exposition). */
 SEDA__API void seda__hist_bounds(int i, uint64_t *lo, uint64_t *hi);
 

@@ -135,6 +135,9 @@ struct seda_pool {
     int lent;                   /* loan threads in service */
     int lent_peak;              /* highest lent so far */
     uint64_t loans;             /* loans started so far */
+    uint64_t uncovered;         /* waits no loan covered (max_loans
+                                   reached): each can starve the stages
+                                   that need a worker; guarded by mu */
     struct loan_slot *slots;    /* nslots entries */
     int nslots;
     struct seda_worker_s **spares;     /* retired loan threads, nslots room */
@@ -770,6 +773,8 @@ struct seda_pool *seda__pool_block_begin(void)
             }
         }
     }
+    if (p->lent < p->blocked)
+        p->uncovered++;                 /* this wait holds a worker */
     seda__mutex_unlock(&p->mu);
     if (k >= 0) {
         seda__mutex_lock(&p->loan_mu);
@@ -798,6 +803,14 @@ void seda__pool_block_end(struct seda_pool *p)
         }
     }
     seda__mutex_unlock(&p->mu);
+}
+
+uint64_t seda__pool_uncovered(struct seda_pool *p)
+{
+    seda__mutex_lock(&p->mu);
+    uint64_t n = p->uncovered;
+    seda__mutex_unlock(&p->mu);
+    return n;
 }
 
 void seda__pool_loan_stats(struct seda_pool *p, int *lent, uint64_t *loans,

@@ -89,6 +89,8 @@ SEDA__API int seda__pool_idle(struct seda_pool *p);
 /* True when a worker waits without a loan because max_loans are in
  * service (for the message of a wait that timed out).  Takes mu. */
 SEDA__API bool seda__pool_loans_exhausted(struct seda_pool *p);
+/* Waits no loan covered so far (max_loans reached).  Takes mu. */
+SEDA__API uint64_t seda__pool_uncovered(struct seda_pool *p);
 
 /* Remove the queued task (fn, arg), if one is queued, so the caller can
  * run it itself.  Returns whether it did.  Takes pool->mu. */

@@ -20,6 +20,7 @@
  *   cleared and returns SEDA_ETIMEDOUT.  At shutdown every outstanding
  *   lease is swept the same way and its envelope counted dropped.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "bus.h"
@@ -120,6 +121,25 @@ int seda__lease_sweep(struct seda_stage_s *st)
     }
 }
 
+/* A handler waits in a receive with every loan in use: the stages that
+ * need a worker wait until it returns.  Say so, as a publish's wait does
+ * (reported on the stage received from; rate-limited there). */
+static void report_uncovered(struct seda_stage_s *st, struct seda_pool *p)
+{
+    int lent = 0, peak = 0, max = 0;
+    uint64_t loans = 0;
+    seda__pool_loan_stats(p, &lent, &loans, &peak, &max);
+    const seda_env_t *cur = seda__env_delivering();
+    const struct seda_stage_s *from = cur ? cur->at : NULL;
+    char msg[320];
+    snprintf(msg, sizeof msg, "a worker%s%s%s waits in receive here with "
+             "loans exhausted (%d of max_loans %d in use): stages that need "
+             "a worker wait until it returns; raise max_loans or workers",
+             from ? " of stage '" : "", from ? from->name : "",
+             from ? "'" : "", lent, max);
+    seda_stage_report(st, msg);
+}
+
 int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
 {
     if (!st->pull)
@@ -160,6 +180,8 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
              * so the stages feeding this one keep draining. */
             seda__mutex_unlock(&st->mu);
             loaned = seda__pool_block_begin();
+            if (loaned && seda__pool_loans_exhausted(loaned))
+                report_uncovered(st, loaned);
             seda__mutex_lock(&st->mu);
             on_pool = loaned != NULL;
             continue;

@@ -51,15 +51,17 @@ void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
                    struct stage_counters *tally)
 {
     if (!(env->flags & ENV_DEAD)) {
-        struct stage_counters one = { 0 };
-        struct stage_counters *c = tally ? tally : &one;
-        if (outcome == SEDA_COMPLETED)
-            c->completed++;
-        else if (outcome == SEDA_DROPPED)
-            c->it_lost++;
-        if (!tally) {
+        if (tally) {
+            if (outcome == SEDA_COMPLETED)
+                tally->completed++;
+            else if (outcome == SEDA_DROPPED)
+                tally->it_lost++;
+        } else {
             seda__mutex_lock(&st->mu);
-            seda__stats_fold(&st->stats.c, &one);
+            if (outcome == SEDA_COMPLETED)
+                st->stats.c.completed++;
+            else if (outcome == SEDA_DROPPED)
+                st->stats.c.it_lost++;
             seda__mutex_unlock(&st->mu);
         }
     }
@@ -102,6 +104,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
      * journal commit) starts its clock now, not when it was made.  (The
      * lock-free path admits right after the envelope is made.) */
     env->enq_ts = seda__clock_ns();
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
     /* A lane that cannot be allocated leaves the envelope at normal
      * priority rather than refusing what the caller already owns (a
      * committed journal row, a hop). */
@@ -296,6 +300,8 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         env->enq_ts = seda__clock_ns();
         seda__inbox_count_hop(&st->in);
     }
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
     seda__inbox_store(&st->in, t, env);
     SEDA__CHAOS();
     /* Dekker pairing: the ticket above, then running here; a drain task

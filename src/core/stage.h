@@ -11,6 +11,7 @@
  *   cons    the consumers (deliver.c)
  *   pl      a pull stage's receivers and leases (pull.c)
  *   stats   counters, histograms, rate, recent errors (stats.c)
+ *   taps    live taps (tap.c)
  *
  * and the settings every part reads, fixed at creation (stage_new.c).
  * Only core files include this header; the layers beside the core reach a
@@ -43,6 +44,7 @@
 #include "remote.h"
 #include "seda_int.h"
 #include "stats.h"
+#include "tap.h"
 #include "store.h"
 
 struct seda_bus_s;
@@ -119,6 +121,7 @@ struct seda_stage_s {
     struct seda_drain dr;       /* drain.c */
     struct seda_pull pl;        /* pull.c */
     struct seda_stats stats;    /* stats.c */
+    struct seda_taps taps;      /* tap.c */
 };
 
 /* ---- making (stage_new.c) ---- */

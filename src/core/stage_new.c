@@ -102,9 +102,15 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     seda__consumers_init(&st->cons);
     seda__drain_init(&st->dr);
     atomic_init(&st->userdata, NULL);
+    seda__taps_init(&st->taps);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
-    seda__stats_init(&st->stats);
+    if (seda__stats_init(&st->stats, bus->stats_window_ns,
+                         bus->dead_letter_keep) != 0) {
+        seda__pull_free(&st->pl);
+        seda__stage_admission_free(&st->adm);
+        goto oom_in;
+    }
     *out = st;
     return 0;
 oom_in:
@@ -128,6 +134,7 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__stage_admission_free(&st->adm);
     seda__pull_free(&st->pl);
     seda__stats_free(&st->stats, st->name);
+    seda__taps_free(&st->taps);
     seda__mutex_destroy(&st->mu);
     seda__free(st->dead_letter);
     seda__free(st->mem);

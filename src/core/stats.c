@@ -14,23 +14,40 @@
 
 /* ---- making ---- */
 
-void seda__stats_init(struct seda_stats *s)
+int seda__stats_init(struct seda_stats *s, int64_t window_ns, int dead_keep)
 {
+    s->dl_keep = dead_keep > 0 ? dead_keep : 0;
+    seda__mutex_init(&s->dl_mu);
+    /* Large and mostly untouched (a slot is written only when samples
+     * land in it): calloc's pages stay unbacked until then. */
+    if (!(s->win = seda__calloc(1, sizeof *s->win)))
+        return SEDA_ENOMEM;
+    int64_t slot = window_ns / SEDA_WINDOW_SLOTS;
+    s->win->slot_ns = slot > 0 ? slot : 1;
     seda__mutex_init(&s->hist_mu);
     seda__mutex_init(&s->report_mu);
     seda__mutex_init(&s->errs_mu);
+    return 0;
 }
 
 void seda__stats_free(struct seda_stats *s, const char *name)
 {
-    if (s->report_suppressed)           /* the last window's count */
-        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
-                name, (unsigned long long)s->report_suppressed);
+    if (s->report_suppressed) {         /* the last window's count */
+        char line[96];
+        snprintf(line, sizeof line, "%llu similar errors suppressed",
+                 (unsigned long long)s->report_suppressed);
+        seda_log_write(SEDA_LOG_WARN, name, line);
+    }
     seda__mutex_destroy(&s->hist_mu);
     seda__mutex_destroy(&s->report_mu);
     for (int i = 0; i < s->errs_n; i++)
         seda__free(s->errs[i].msg);
     seda__mutex_destroy(&s->errs_mu);
+    seda__free(s->win);
+    for (int i = 0; s->dl && i < s->dl_keep; i++)
+        seda__free(s->dl[i].blob);
+    seda__free(s->dl);
+    seda__mutex_destroy(&s->dl_mu);
 }
 
 /* ---- counters, latency, rate ---- */
@@ -53,6 +70,8 @@ void seda__stats_fold(struct stage_counters *into,
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
     into->it_remote += from->it_remote;
+    for (int k = 0; k < SEDA__DEAD_N; k++)
+        into->dead_by[k] += from->dead_by[k];
 }
 
 static inline uint64_t nonneg(int64_t v)
@@ -60,15 +79,67 @@ static inline uint64_t nonneg(int64_t v)
     return v > 0 ? (uint64_t)v : 0;
 }
 
+/* ---- the recent window ----
+ *
+ * HOW IT WORKS
+ *   Time is cut in periods of slot_ns (window / 10).  Period p's samples
+ *   go into slot p % 10, which is cleared first when it still holds an
+ *   older period.  A read merges the slots whose period is one of the
+ *   last ten, the current one included: a window of 10 s covers the last
+ *   9 to 10 s.  Example, slot_ns 1 s: a sample at t = 23.4 s lands in
+ *   slot 3 (period 23); a read at t = 31.2 s merges periods 22..31, so it
+ *   still sees it, and one at t = 33.0 s (periods 24..33) no longer does.
+ */
+
+/* The slot for now's period (hist_mu held).  One that held an older
+ * period is folded into the lifetime histograms first, then cleared:
+ * each sample is added once, to its slot, and reaches the lifetime
+ * histograms when its slot is reused (readers of the lifetime figures
+ * add the slots not folded yet: lifetime_merge). */
+static int window_slot(struct seda_stats *s, int64_t now)
+{
+    struct seda_window *w = s->win;
+    int64_t p = now / w->slot_ns + 1;   /* + 1: 0 means "none yet" */
+    int k = (int)(p % SEDA_WINDOW_SLOTS);
+    if (w->epoch[k] != p) {
+        if (w->epoch[k]) {
+            seda__hist_merge(&s->sojourn, &w->sojourn[k]);
+            seda__hist_merge(&s->service, &w->service[k]);
+        }
+        memset(&w->sojourn[k], 0, sizeof w->sojourn[k]);
+        memset(&w->service[k], 0, sizeof w->service[k]);
+        w->epoch[k] = p;
+    }
+    return k;
+}
+
+/* The lifetime histograms: what recycled slots folded in plus the slots
+ * still live (hist_mu held). */
+static void lifetime_merge(struct seda_stats *s, struct seda_hist *so,
+                           struct seda_hist *sv)
+{
+    *so = s->sojourn;
+    *sv = s->service;
+    for (int k = 0; k < SEDA_WINDOW_SLOTS; k++) {
+        if (!s->win->epoch[k])
+            continue;
+        seda__hist_merge(so, &s->win->sojourn[k]);
+        seda__hist_merge(sv, &s->win->service[k]);
+    }
+}
+
 void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
                          const int64_t *service, int n)
 {
+    int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
-    for (int k = 0; k < n; k++) {
-        if (service[k] < 0)
+    int k = window_slot(s, now);
+    struct seda_hist *wso = &s->win->sojourn[k], *wsv = &s->win->service[k];
+    for (int i = 0; i < n; i++) {
+        if (service[i] < 0)
             continue;                   /* suspended: counted at settle */
-        seda__hist_add(&s->sojourn, nonneg(sojourn[k]));
-        seda__hist_add(&s->service, (uint64_t)service[k]);
+        seda__hist_add(wso, nonneg(sojourn[i]));
+        seda__hist_add(wsv, (uint64_t)service[i]);
     }
     seda__mutex_unlock(&s->hist_mu);
 }
@@ -76,12 +147,30 @@ void seda__stats_latency(struct seda_stats *s, const int64_t *sojourn,
 void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
                              int64_t service)
 {
+    int64_t now = seda__clock_ns();
     seda__mutex_lock(&s->hist_mu);
+    int k = window_slot(s, now);
     if (sojourn >= 0)
-        seda__hist_add(&s->sojourn, (uint64_t)sojourn);
+        seda__hist_add(&s->win->sojourn[k], (uint64_t)sojourn);
     if (service >= 0)
-        seda__hist_add(&s->service, (uint64_t)service);
+        seda__hist_add(&s->win->service[k], (uint64_t)service);
     seda__mutex_unlock(&s->hist_mu);
+}
+
+/* Merge the window's slots of the last SEDA_WINDOW_SLOTS periods into
+ * *so and *sv (hist_mu held). */
+static void window_merge(struct seda_window *w, int64_t now,
+                         struct seda_hist *so, struct seda_hist *sv)
+{
+    memset(so, 0, sizeof *so);
+    memset(sv, 0, sizeof *sv);
+    int64_t p = now / w->slot_ns + 1;
+    for (int k = 0; k < SEDA_WINDOW_SLOTS; k++) {
+        if (w->epoch[k] == 0 || w->epoch[k] <= p - SEDA_WINDOW_SLOTS)
+            continue;
+        seda__hist_merge(so, &w->sojourn[k]);
+        seda__hist_merge(sv, &w->service[k]);
+    }
 }
 
 void seda__stats_rate_sample(struct seda_stats *s, int64_t now)
@@ -226,7 +315,180 @@ void seda_errors_free(seda_error *errs)
     seda__free(errs);
 }
 
+static const char *const dead_names[] = {
+    "max_attempts", "no_consumers", "no_such_stage", "hop_refused", "type",
+    "other",
+};
+
+const char *seda_dead_reason_name(int reason)
+{
+    return reason >= 0 && reason < SEDA_DEAD_REASONS ? dead_names[reason]
+                                                     : NULL;
+}
+
+int seda__stats_dead_reason(const char *reason)
+{
+    for (int k = 0; k < SEDA_DEAD_REASONS - 1; k++)
+        if (strcmp(reason, dead_names[k]) == 0)
+            return k;
+    return SEDA_DEAD_OTHER;
+}
+
+/* ---- dead letters ----
+ *
+ * The last dl_keep dead letters of the stage, oldest overwritten first.
+ * A record is one allocation (seda__dead's blob) so that copying one out
+ * is one memcpy and a pointer fix-up.
+ */
+
+#define DEAD_PAYLOAD_KEEP 256
+
+void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
+                      const char *reason, const char *missing, double at)
+{
+    if (s->dl_keep == 0)
+        return;
+    const char *err = seda__env_last_error(env);
+    size_t plen;
+    const void *p = seda_env_payload(env, &plen);
+    size_t pkeep = plen < DEAD_PAYLOAD_KEEP ? plen : DEAD_PAYLOAD_KEEP;
+    int nh = seda_env_header_count(env);
+    size_t len = (size_t)nh * 2 * sizeof(char *) + (err ? strlen(err) + 1 : 0)
+                 + pkeep;
+    for (int i = 0; i < nh; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        len += strlen(k) + strlen(v) + 2;
+    }
+    char *blob = seda__malloc(len ? len : 1);
+    if (!blob)
+        return;
+    struct seda__dead r;
+    memset(&r, 0, sizeof r);
+    r.blob = blob;
+    r.blob_len = len;
+    seda_env_id(env, r.d.id);
+    snprintf(r.d.reason, sizeof r.d.reason, "%s", reason);
+    if (missing)
+        snprintf(r.d.missing, sizeof r.d.missing, "%s", missing);
+    r.d.attempts = seda_env_attempts(env);
+    r.d.at = at;
+    r.d.kind = seda_env_payload_kind(env);
+    r.d.payload_size = plen;
+    r.d.nheaders = nh;
+    const char **hv = (const char **)(void *)blob;
+    char *q = blob + (size_t)nh * 2 * sizeof(char *);
+    r.d.headers = hv;
+    if (err) {
+        size_t n = strlen(err) + 1;
+        memcpy(q, err, n);
+        r.d.error = q;
+        q += n;
+    }
+    if (pkeep)
+        memcpy(q, p, pkeep);
+    r.d.payload = q;
+    r.d.payload_len = pkeep;
+    q += pkeep;
+    for (int i = 0; i < nh; i++) {
+        const char *k, *v;
+        seda_env_header_at(env, i, &k, &v);
+        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
+        memcpy(q, k, kn);
+        hv[2 * i] = q;
+        q += kn;
+        memcpy(q, v, vn);
+        hv[2 * i + 1] = q;
+        q += vn;
+    }
+    char *drop = NULL;
+    seda__mutex_lock(&s->dl_mu);
+    if (!s->dl)
+        s->dl = seda__calloc((size_t)s->dl_keep, sizeof *s->dl);
+    if (s->dl) {
+        drop = s->dl[s->dl_head].blob;
+        s->dl[s->dl_head] = r;
+        s->dl_head = (s->dl_head + 1) % s->dl_keep;
+        if (s->dl_n < s->dl_keep)
+            s->dl_n++;
+    } else {
+        drop = blob;
+    }
+    seda__mutex_unlock(&s->dl_mu);
+    seda__free(drop);
+}
+
+/* Move a pointer of a record into its copy at base. */
+static const void *relocate(const void *ptr, const char *from, char *to)
+{
+    return ptr ? to + ((const char *)ptr - from) : NULL;
+}
+
+int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out)
+{
+    struct seda_stats *s = &st->stats;
+    *out = NULL;
+    seda__mutex_lock(&s->dl_mu);
+    int n = s->dl_n;
+    if (n == 0) {
+        seda__mutex_unlock(&s->dl_mu);
+        return 0;
+    }
+    size_t bytes = (size_t)n * sizeof(seda_dead_letter);
+    for (int i = 0; i < n; i++)
+        bytes += (s->dl[i].blob_len + 7) & ~(size_t)7;
+    seda_dead_letter *a = seda__malloc(bytes);     /* leaf lock: fine */
+    if (!a) {
+        seda__mutex_unlock(&s->dl_mu);
+        return SEDA_ENOMEM;
+    }
+    char *q = (char *)(a + n);
+    for (int i = 0; i < n; i++) {
+        /* Newest first. */
+        const struct seda__dead *r =
+            &s->dl[(s->dl_head - 1 - i + 2 * s->dl_keep) % s->dl_keep];
+        a[i] = r->d;
+        memcpy(q, r->blob, r->blob_len);
+        a[i].error = relocate(r->d.error, r->blob, q);
+        a[i].payload = relocate(r->d.payload, r->blob, q);
+        const char **hv = (const char **)(void *)q;
+        for (int k = 0; k < 2 * r->d.nheaders; k++)
+            hv[k] = relocate(r->d.headers[k], r->blob, q);
+        a[i].headers = r->d.nheaders ? hv : NULL;
+        q += (r->blob_len + 7) & ~(size_t)7;
+    }
+    seda__mutex_unlock(&s->dl_mu);
+    *out = a;
+    return n;
+}
+
+void seda_dead_letters_free(seda_dead_letter *dl)
+{
+    seda__free(dl);
+}
+
 /* ---- error reports ---- */
+
+int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
+                         int n, uint64_t *cum, uint64_t *count, double *sum)
+{
+    if (n < 0 || (n > 0 && (!le || !cum)) ||
+        (which != SEDA_HIST_SOJOURN && which != SEDA_HIST_SERVICE))
+        return SEDA_EINVAL;
+    struct seda_stats *s = &st->stats;
+    static _Thread_local struct seda_hist lso, lsv;    /* off the stack */
+    seda__mutex_lock(&s->hist_mu);
+    lifetime_merge(s, &lso, &lsv);
+    const struct seda_hist *h = which == SEDA_HIST_SOJOURN ? &lso : &lsv;
+    for (int i = 0; i < n; i++)
+        cum[i] = seda__hist_count_le(h, le[i]);
+    if (count)
+        *count = h->count;
+    if (sum)
+        *sum = (double)h->sum / 1e9;
+    seda__mutex_unlock(&s->hist_mu);
+    return 0;
+}
 
 void seda_stage_report(seda_stage_t *st, const char *msg)
 {
@@ -251,11 +513,14 @@ void seda_stage_report(seda_stage_t *st, const char *msg)
     seda__mutex_lock(&st->mu);
     st->stats.c.errors++;
     seda__mutex_unlock(&st->mu);
-    if (suppressed)
-        fprintf(stderr, "seda: stage '%s': %llu similar errors suppressed\n",
-                st->name, (unsigned long long)suppressed);
+    if (suppressed) {
+        char line[96];
+        snprintf(line, sizeof line, "%llu similar errors suppressed",
+                 (unsigned long long)suppressed);
+        seda_log_write(SEDA_LOG_WARN, st->name, line);
+    }
     if (print)
-        fprintf(stderr, "seda: stage '%s': %s\n", st->name, msg);
+        seda_log_write(SEDA_LOG_ERROR, st->name, msg);
 }
 
 /* ---- stats ---- */
@@ -321,6 +586,8 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->depth_high = (int)seda__queue_count(&st->in.q_high);
     out->depth_low = (int)seda__queue_count(&st->in.q_low);
     out->handed_off = st->stats.c.it_remote;
+    for (int k = 0; k < SEDA__DEAD_N && k < SEDA_DEAD_REASONS; k++)
+        out->dead_by_reason[k] = st->stats.c.dead_by[k];
     /* Rate over the newest sample and the oldest within 5 s of now. */
     int64_t now = seda__clock_ns();
     uint64_t d_now = st->stats.c.delivered;
@@ -334,18 +601,26 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
         }
     }
     seda__mutex_unlock(&st->mu);
+    /* Quantiles and maxima over the recent window; counts and sums since
+     * the stage was made (a Prometheus summary's _count and _sum). */
+    static _Thread_local struct seda_hist wso, wsv, lso, lsv; /* 18 KiB:
+                                                         off the stack */
     seda__mutex_lock(&st->stats.hist_mu);
-    out->sojourn_p50 = seda__hist_quantile(&st->stats.sojourn, 0.50) / 1e3;
-    out->sojourn_p99 = seda__hist_quantile(&st->stats.sojourn, 0.99) / 1e3;
-    out->sojourn_p999 = seda__hist_quantile(&st->stats.sojourn, 0.999) / 1e3;
-    out->sojourn_max = (double)st->stats.sojourn.max / 1e3;
-    out->service_p50 = seda__hist_quantile(&st->stats.service, 0.50) / 1e3;
-    out->service_p99 = seda__hist_quantile(&st->stats.service, 0.99) / 1e3;
-    out->service_p999 = seda__hist_quantile(&st->stats.service, 0.999) / 1e3;
-    out->service_max = (double)st->stats.service.max / 1e3;
-    out->sojourn_count = st->stats.sojourn.count;
-    out->sojourn_sum = (double)st->stats.sojourn.sum / 1e3;
-    out->service_count = st->stats.service.count;
-    out->service_sum = (double)st->stats.service.sum / 1e3;
+    window_merge(st->stats.win, seda__clock_ns(), &wso, &wsv);
+    lifetime_merge(&st->stats, &lso, &lsv);
+    out->window = (double)(st->stats.win->slot_ns * SEDA_WINDOW_SLOTS) / 1e9;
+    out->sojourn_p50 = seda__hist_quantile(&wso, 0.50) / 1e3;
+    out->sojourn_p99 = seda__hist_quantile(&wso, 0.99) / 1e3;
+    out->sojourn_p999 = seda__hist_quantile(&wso, 0.999) / 1e3;
+    out->sojourn_max = (double)wso.max / 1e3;
+    out->service_p50 = seda__hist_quantile(&wsv, 0.50) / 1e3;
+    out->service_p99 = seda__hist_quantile(&wsv, 0.99) / 1e3;
+    out->service_p999 = seda__hist_quantile(&wsv, 0.999) / 1e3;
+    out->service_max = (double)wsv.max / 1e3;
+    out->window_count = wso.count;
+    out->sojourn_count = lso.count;
+    out->sojourn_sum = (double)lso.sum / 1e3;
+    out->service_count = lsv.count;
+    out->service_sum = (double)lsv.sum / 1e3;
     seda__mutex_unlock(&st->stats.hist_mu);
 }

@@ -16,6 +16,7 @@
 #ifndef SEDA_STATS_H
 #define SEDA_STATS_H
 
+#include "env.h"
 #include "hist.h"
 #include "seda_int.h"
 #include "tally.h"
@@ -30,6 +31,28 @@ struct seda__err {
     uint64_t repeats;           /* occurrences folded into this entry */
 };
 
+/* The recent window of latency samples: SEDA_WINDOW_SLOTS histograms,
+ * each holding one slot_ns period (the window / SEDA_WINDOW_SLOTS),
+ * reused round robin; quantiles merge the slots of the last window.
+ * Guarded by hist_mu. */
+#define SEDA_WINDOW_SLOTS 10
+struct seda_window {
+    int64_t slot_ns;            /* one slot's period; immutable */
+    int64_t epoch[SEDA_WINDOW_SLOTS]; /* the period (clock / slot_ns) each
+                                   slot holds; 0: none yet */
+    struct seda_hist sojourn[SEDA_WINDOW_SLOTS];
+    struct seda_hist service[SEDA_WINDOW_SLOTS];
+};
+
+/* One kept dead letter: the public record, its pointers into blob (one
+ * allocation: the headers' pointer array, then the error, the payload's
+ * first bytes and the header strings). */
+struct seda__dead {
+    seda_dead_letter d;
+    char *blob;                 /* owned */
+    size_t blob_len;
+};
+
 struct seda_stats {
     _Alignas(64) struct stage_counters c; /* guarded by mu; its own line */
     struct {
@@ -39,8 +62,13 @@ struct seda_stats {
     int rate_n;                 /* samples stored (<= 64); guarded by mu */
     int rate_head;              /* next slot; guarded by mu */
     seda__mutex_t hist_mu;      /* guards sojourn, service; a leaf lock */
-    struct seda_hist sojourn;   /* admission -> handler start; hist_mu */
-    struct seda_hist service;   /* handler run time; hist_mu */
+    struct seda_hist sojourn;   /* admission -> handler start, since the
+                                   stage was made, but for the samples
+                                   still in the window's live slots (see
+                                   window_slot in stats.c); hist_mu */
+    struct seda_hist service;   /* handler run time, likewise; hist_mu */
+    struct seda_window *win;    /* the recent window; hist_mu (the pointer
+                                   is immutable) */
     seda__mutex_t report_mu;    /* guards the three below; a leaf lock */
     int64_t report_window;      /* start of the current second */
     int report_lines;           /* lines in this window */
@@ -48,9 +76,17 @@ struct seda_stats {
     seda__mutex_t errs_mu;      /* guards errs and errs_n; a leaf lock */
     struct seda__err errs[SEDA_ERRORS_KEPT]; /* [0] the newest */
     int errs_n;                 /* entries kept */
+    seda__mutex_t dl_mu;        /* guards dl, dl_n, dl_head; a leaf lock */
+    struct seda__dead *dl;      /* ring of dl_keep, made on first use */
+    int dl_keep;                /* its size (0: keep none); immutable */
+    int dl_n;                   /* entries in it */
+    int dl_head;                /* the next slot to write */
 };
 
-SEDA__API void seda__stats_init(struct seda_stats *s);
+/* 0 or SEDA_ENOMEM.  window_ns: the recent window latency quantiles
+ * cover. */
+SEDA__API int seda__stats_init(struct seda_stats *s, int64_t window_ns,
+                               int dead_keep);
 /* Free; prints a last window's count of suppressed reports for `name`. */
 SEDA__API void seda__stats_free(struct seda_stats *s, const char *name);
 
@@ -66,6 +102,17 @@ SEDA__API void seda__stats_latency(struct seda_stats *s,
                                    const int64_t *service, int n);
 SEDA__API void seda__stats_latency_one(struct seda_stats *s, int64_t sojourn,
                                        int64_t service);
+
+/* Keep a dead letter of env (headers already added) in the ring: the
+ * reason, the missing stage's name for no_such_stage (or NULL), the
+ * wall-clock time in seconds.  Best effort: out of memory keeps none.
+ * Takes dl_mu. */
+SEDA__API void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
+                                const char *reason, const char *missing,
+                                double at);
+
+/* The SEDA_DEAD_* index of a reason word. */
+SEDA__API int seda__stats_dead_reason(const char *reason);
 
 /* Record a delivery-rate sample at most every 100 ms (mu held). */
 SEDA__API void seda__stats_rate_sample(struct seda_stats *s, int64_t now);

@@ -10,6 +10,9 @@
 
 #include <stdint.h>
 
+/* Dead-letter reasons counted apart (SEDA_DEAD_* of seda.h). */
+#define SEDA__DEAD_N 6
+
 struct stage_counters {
     uint64_t enqueued;          /* admissions */
     uint64_t delivered;         /* acks */
@@ -29,6 +32,7 @@ struct stage_counters {
     uint64_t it_lost;           /* itineraries evicted or swept here */
     uint64_t it_remote;         /* itineraries handed to JetStream here
                                    (a remote stage: remote.h) */
+    uint64_t dead_by[SEDA__DEAD_N]; /* dead_lettered by reason */
 };
 
 /* A delivery's result, as the drain task decides it and the layers that

@@ -629,12 +629,16 @@ int seda_stage_replay(seda_stage_t *st)
     }
     if (rc == 0)
         rc = seda__stage_requeue_front(st, c.envs, c.n);
-    if (c.quarantined > 0)
-        fprintf(stderr, "seda: stage '%s': replay: %d malformed journal "
-                "row%s quarantined, %d envelope%s replayed (seda-lua dlq "
-                "%s quarantine lists them)\n", seda_stage_name(st), c.quarantined,
-                c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
-                rc == 0 && c.n + later == 1 ? "" : "s", seda__bus_data_dir(seda__stage_bus(st)));
+    if (c.quarantined > 0) {
+        char line[512];
+        snprintf(line, sizeof line, "replay: %d malformed journal row%s "
+                 "quarantined, %d envelope%s replayed (seda-lua dlq %s "
+                 "quarantine lists them)", c.quarantined,
+                 c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
+                 rc == 0 && c.n + later == 1 ? "" : "s",
+                 seda__bus_data_dir(seda__stage_bus(st)));
+        seda_log_write(SEDA_LOG_WARN, seda_stage_name(st), line);
+    }
     if (rc != 0) {
         for (int i = 0; i < c.n; i++)
             seda__env_free(c.envs[i]);
@@ -643,4 +647,57 @@ int seda_stage_replay(seda_stage_t *st)
     }
     seda__free(c.envs);
     return c.n + later;
+}
+
+/* ---- rows for stages the bus does not declare ---- */
+
+struct orphans {
+    seda_bus_t *bus;
+    struct { char name[SEDA_NAME_MAX + 1]; long long n; } *v;
+    int n, cap;
+    bool oom;
+};
+
+static int orphan_row(const seda_jrec *rec, void *ud)
+{
+    struct orphans *o = ud;
+    if (!rec->stage || seda_bus_stage(o->bus, rec->stage))
+        return 0;
+    for (int i = 0; i < o->n; i++)
+        if (strcmp(o->v[i].name, rec->stage) == 0) {
+            o->v[i].n++;
+            return 0;
+        }
+    if (o->n == o->cap) {
+        int cap = o->cap ? o->cap * 2 : 8;
+        void *nv = seda__realloc(o->v, sizeof *o->v * (size_t)cap);
+        if (!nv) {
+            o->oom = true;
+            return 1;
+        }
+        o->v = nv;
+        o->cap = cap;
+    }
+    snprintf(o->v[o->n].name, sizeof o->v[o->n].name, "%s", rec->stage);
+    o->v[o->n++].n = 1;
+    return 0;
+}
+
+int seda_bus_journal_orphans(seda_bus_t *b,
+                             void (*cb)(const char *stage, long long rows,
+                                        void *ud),
+                             void *ud)
+{
+    struct seda_journal *j = seda__bus_store(b);
+    if (!j || !cb)
+        return j ? SEDA_EINVAL : 0;
+    struct orphans o = { .bus = b };
+    int rc = seda__journal_scan(j, "WHERE done_at IS NULL", NULL, orphan_row,
+                                &o);
+    if (rc == 0 && o.oom)
+        rc = SEDA_ENOMEM;
+    for (int i = 0; rc == 0 && i < o.n; i++)
+        cb(o.v[i].name, o.v[i].n, ud);
+    seda__free(o.v);
+    return rc < 0 ? rc : 0;
 }

@@ -22,10 +22,11 @@
  *   sojourn_p99 and service_p99 in seconds, rate, ... from one stats
  *   snapshot taken on first access).  A view kept past its call raises.
  *
- *   Results: true or nothing admits; "low" (or "normal") admits at that
- *   priority if it is lower; false, reason refuses (publish returns false,
- *   reason; counted in the stage's refused and dropped).  An error, or
- *   any other result, refuses with "admit_error" and is reported with its
+ *   Results: true or nothing admits; "low" admits at low priority; false,
+ *   reason refuses (publish returns false, reason; counted in the stage's
+ *   refused and dropped; a NUL in the reason is written \0).  An error,
+ *   or any other result ("high" and "normal" too: a rule may only lower
+ *   a priority), refuses with "admit_error" and is reported with its
  *   traceback like a handler error (rate-limited).
  */
 #include <stdio.h>
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "lseda.h"
+#include "lworker.h"
 
 /* Registry key of the state's admit table: { env view, stage view,
  * fns, vers }, where fns and vers hold each stage's compiled rule and its
@@ -325,6 +327,58 @@ void seda__l_admit_cache_free(lua_State *L, struct ladmit_cache *ac)
     memset(ac, 0, sizeof *ac);
 }
 
+/* ---- the bound on a rule on the main state ---- */
+
+#define RULE_LIMIT_S 0.5
+#define RULE_LIMIT_TEXT "0.5"
+#define RULE_MEM_LIMIT (64 << 20)
+
+struct rule_bound {
+    lua_Hook hook;              /* the state's hook before (a REPL's) */
+    int mask, count;
+};
+
+/* The rule being bounded on this thread (one main state a thread). */
+static _Thread_local struct {
+    double until;               /* seda_now() deadline */
+    size_t mem0;                /* KiB in use at the start */
+    bool tripped;
+} rule_now;
+
+static void rule_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    size_t kib = (size_t)lua_gc(L, LUA_GCCOUNT, 0);
+    if (seda_now() > rule_now.until) {
+        rule_now.tripped = true;
+        luaL_error(L, "admit rule ran past %s s (a rule must not wait or "
+                   "loop)", RULE_LIMIT_TEXT);
+    }
+    if (kib > rule_now.mem0 + RULE_MEM_LIMIT / 1024) {
+        rule_now.tripped = true;
+        luaL_error(L, "admit rule grew the state by more than %d MiB",
+                   RULE_MEM_LIMIT >> 20);
+    }
+}
+
+static void bound_begin(lua_State *L, struct rule_bound *b)
+{
+    b->hook = lua_gethook(L);
+    b->mask = lua_gethookmask(L);
+    b->count = lua_gethookcount(L);
+    rule_now.until = seda_now() + RULE_LIMIT_S;
+    rule_now.mem0 = (size_t)lua_gc(L, LUA_GCCOUNT, 0);
+    rule_now.tripped = false;
+    lua_sethook(L, rule_hook, LUA_MASKCOUNT, 1000);
+}
+
+static void bound_end(lua_State *L, struct rule_bound *b)
+{
+    lua_sethook(L, b->hook, b->mask, b->count);
+    if (rule_now.tripped)
+        lua_gc(L, LUA_GCCOLLECT);       /* what a runaway rule left */
+}
+
 /* Remember in ac the rule just found for ls at version v (at the top,
  * or none) and the views (the admit table at vi). */
 static void cache_put(lua_State *L, struct ladmit_cache *ac, int vi,
@@ -394,13 +448,11 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
     struct admit_call *c = lua_touserdata(L, top + 3);
     if (c->active) {
         /* A rule that publishes from inside a rule of this state: a
-         * nested call shares the views, so keep the outer one's. */
+         * nested call would share the views.  A misuse: it raises, so the
+         * outer rule fails once (one admit_error, one refusal counted). */
         lua_settop(L, top);
-        seda_stage_count_refused(ls->st);
-        report(ls, "error", "a rule may not publish into a stage that has "
-               "a rule of its own from within that rule");
-        snprintf(reason, rlen, "admit_error");
-        return 1;
+        return luaL_error(L, "a rule may not publish into a stage that has "
+                          "a rule of its own from within that rule");
     }
     lua_pushvalue(L, pidx);
     lua_setiuservalue(L, top + 3, 1);
@@ -415,7 +467,17 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
     c->sender = sender;
     c->prio = *prio;
     c->have_stats = false;
+    /* On the main state nothing else bounds a rule: a count hook stops
+     * one that runs past RULE_LIMIT_S or grows the state by more than
+     * RULE_MEM_LIMIT (a worker's rule runs inside its handler call,
+     * under handler_timeout and the state's memory_limit). */
+    struct rule_bound rb;
+    bool bound = seda__l_worker_of(L) == NULL;
+    if (bound)
+        bound_begin(L, &rb);
     int rc = lua_pcall(L, 2, 2, top + 1);
+    if (bound)
+        bound_end(L, &rb);
     c->active = false;
     int out = 0;
     if (rc != LUA_OK) {
@@ -426,20 +488,28 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
                                      lua_toboolean(L, -2))) {
         out = 0;
     } else if (lua_isboolean(L, -2)) {
-        const char *r = lua_tostring(L, -1);
-        snprintf(reason, rlen, "%s", r && *r ? r : "refused");
+        size_t rl = 0;
+        const char *r = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_tolstring(L, -1, &rl) : NULL;
+        if (r && rl) {
+            /* A NUL in the reason would cut it: write it \0. */
+            size_t k = 0;
+            for (size_t i = 0; i < rl && k + 3 < rlen; i++) {
+                if (r[i] == '\0') {
+                    reason[k++] = '\\';
+                    reason[k++] = '0';
+                } else {
+                    reason[k++] = r[i];
+                }
+            }
+            reason[k] = '\0';
+        } else {
+            snprintf(reason, rlen, "refused");
+        }
         out = 1;
     } else if (lua_type(L, -2) == LUA_TSTRING &&
-               (strcmp(lua_tostring(L, -2), "low") == 0 ||
-                strcmp(lua_tostring(L, -2), "normal") == 0 ||
-                strcmp(lua_tostring(L, -2), "high") == 0)) {
-        /* Lower only: rank high 2, normal 1, low 0. */
-        static const int rank[] = { 1, 2, 0 };
-        const char *r = lua_tostring(L, -2);
-        int want = r[0] == 'l' ? SEDA_PRIO_LOW
-                 : r[0] == 'n' ? SEDA_PRIO_NORMAL : SEDA_PRIO_HIGH;
-        if (rank[want] < rank[*prio])
-            *prio = want;
+               strcmp(lua_tostring(L, -2), "low") == 0) {
+        *prio = SEDA_PRIO_LOW;          /* a rule only lowers */
         out = 0;
     } else {
         char msg[160];
@@ -595,6 +665,10 @@ static int parse(lua_State *L, int t, const char *stage, struct adm *a,
             num_field(L, o, stage, "shed", "interval", &a->interval, err,
                       errlen) < 0)
             r = -1;
+        else if (!(a->interval > 0))
+            r = -1, snprintf(err, errlen, "stage '%s': shed.interval must "
+                             "be a number > 0 (seconds; got %g)", stage,
+                             a->interval);
         else if (!(a->target > 0))
             r = -1, snprintf(err, errlen, "stage '%s': shed.target must be "
                              "a number > 0 (seconds)", stage);

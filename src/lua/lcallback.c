@@ -163,9 +163,12 @@ static unsigned long cb_suppressed;
 
 static void cb_flush_locked(void)
 {
-    if (cb_suppressed)
-        fprintf(stderr, "seda: on_complete/timer: %lu similar errors "
-                "suppressed\n", cb_suppressed);
+    if (cb_suppressed) {
+        char line[96];
+        snprintf(line, sizeof line, "on_complete/timer: %lu similar errors "
+                 "suppressed", cb_suppressed);
+        seda_log_write(SEDA_LOG_WARN, NULL, line);
+    }
     cb_suppressed = 0;
 }
 
@@ -187,7 +190,9 @@ void seda__l_callback_report_error(const char *what, const char *msg)
     }
     if (cb_lines < 5) {
         cb_lines++;
-        fprintf(stderr, "seda: %s: %s\n", what, msg);
+        char line[4096];
+        snprintf(line, sizeof line, "%s: %s", what, msg);
+        seda_log_write(SEDA_LOG_ERROR, NULL, line);
     } else {
         cb_suppressed++;
     }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "lseda.h"
+#include "seda_lua.h"
 
 #define BOX_MT "seda.errors_box"
 
@@ -157,4 +158,263 @@ int seda__l_errors(lua_State *L)
         lua_rawseti(L, -2, k + 1);
     }
     return 1;
+}
+
+/* ---- dead letters ---- */
+
+static int dead_box_gc(lua_State *L)
+{
+    seda_dead_letter **box = lua_touserdata(L, 1);
+    seda_dead_letters_free(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* Push one dead letter as a table: id, stage, reason, error, attempts,
+ * at, missing (no_such_stage), headers, and payload (decoded when all of
+ * it was kept and decodes) or payload_preview (its first bytes) with
+ * payload_size. */
+static void push_dead(lua_State *L, const char *stage,
+                      const seda_dead_letter *d)
+{
+    lua_createtable(L, 0, 10);
+    lua_pushstring(L, d->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, stage);
+    lua_setfield(L, -2, "stage");
+    lua_pushstring(L, d->reason);
+    lua_setfield(L, -2, "reason");
+    if (d->error) {
+        lua_pushstring(L, d->error);
+        lua_setfield(L, -2, "error");
+    }
+    if (d->missing[0]) {
+        lua_pushstring(L, d->missing);
+        lua_setfield(L, -2, "missing");
+    }
+    lua_pushinteger(L, d->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_pushnumber(L, d->at);
+    lua_setfield(L, -2, "at");
+    lua_pushinteger(L, (lua_Integer)d->payload_size);
+    lua_setfield(L, -2, "payload_size");
+    bool whole = d->payload_len == d->payload_size;
+    if (whole && d->kind == 0) {
+        lua_pushlstring(L, d->payload, d->payload_len);
+        lua_setfield(L, -2, "payload");
+    } else if (whole) {
+        char err[128];
+        int top = lua_gettop(L);
+        if (seda__codec_decode(L, d->payload, d->payload_len, err,
+                               sizeof err) == 0)
+            lua_setfield(L, -2, "payload");
+        else
+            lua_settop(L, top);
+    }
+    if (!whole || d->kind != 0) {
+        lua_pushlstring(L, d->payload, d->payload_len);
+        lua_setfield(L, -2, "payload_preview");
+    }
+    lua_createtable(L, 0, d->nheaders);
+    for (int i = 0; i < d->nheaders; i++) {
+        lua_pushstring(L, d->headers[2 * i + 1]);
+        lua_setfield(L, -2, d->headers[2 * i]);
+    }
+    lua_setfield(L, -2, "headers");
+}
+
+/* Push stage st's kept dead letters onto the array at the top (from n + 1
+ * on); returns the new count.  Raises only on memory errors. */
+static int push_stage_dead(lua_State *L, seda_stage_t *st, int n)
+{
+    seda_dead_letter *a;
+    int m = seda_stage_dead_letters(st, &a);
+    if (m <= 0)
+        return n;
+    /* Anchor the array for the pushes below (they may raise). */
+    seda_dead_letter **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = a;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, dead_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    for (int i = 0; i < m; i++) {
+        push_dead(L, seda_stage_name(st), &a[i]);
+        lua_rawseti(L, -3, ++n);
+    }
+    seda_dead_letters_free(a);
+    *box = NULL;
+    lua_pop(L, 1);
+    return n;
+}
+
+/* Sort the array at index t (n entries) by field at, descending: an
+ * insertion sort (a few hundred entries at most: stages x keep). */
+static void sort_by_at(lua_State *L, int t, int n)
+{
+    for (int i = 2; i <= n; i++) {
+        lua_rawgeti(L, t, i);                   /* the one to place */
+        lua_getfield(L, -1, "at");
+        double at = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+        int k = i;
+        while (k > 1) {
+            lua_rawgeti(L, t, k - 1);
+            lua_getfield(L, -1, "at");
+            double prev = lua_tonumber(L, -1);
+            lua_pop(L, 1);
+            if (prev >= at) {
+                lua_pop(L, 1);
+                break;
+            }
+            lua_rawseti(L, t, k);               /* shift it up */
+            k--;
+        }
+        lua_rawseti(L, t, k);
+    }
+}
+
+int seda__l_errors_dead_letters(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_optstring(L, 2, NULL);
+    seda_bus_t *bus = u->lb->bus;
+    lua_settop(L, 2);
+    lua_newtable(L);
+    if (name) {
+        seda_stage_t *st = seda_bus_stage(bus, name);
+        if (!st) {
+            lua_pushnil(L);
+            lua_pushliteral(L, "no_such_stage");
+            return 2;
+        }
+        push_stage_dead(L, st, 0);
+        return 1;
+    }
+    int n = 0;
+    for (int k = 0; k < seda_bus_stage_count(bus); k++) {
+        seda_stage_t *st = seda_bus_stage_at(bus, k);
+        if (st)
+            n = push_stage_dead(L, st, n);
+    }
+    /* Newest first across stages (each stage's are already). */
+    sort_by_at(L, 3, n);
+    return 1;
+}
+
+/* ---- seda.log ---- */
+
+/* seda.log(level, ...): one event on the log (stderr): level "debug",
+ * "info", "warn" or "error", the values as print would join them, and,
+ * in a handler, its stage.  Raises on an unknown level. */
+int seda__l_errors_log(lua_State *L)
+{
+    static const char *const levels[] = { "debug", "info", "warn", "error",
+                                          NULL };
+    int level = luaL_checkoption(L, 1, NULL, levels);
+    int n = lua_gettop(L);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (int i = 2; i <= n; i++) {
+        if (i > 2)
+            luaL_addchar(&b, ' ');
+        luaL_tolstring(L, i, NULL);
+        luaL_addvalue(&b);
+    }
+    luaL_pushresult(&b);
+    seda_log_write(level, seda__l_log_stage(L), lua_tostring(L, -1));
+    return 0;
+}
+
+/* ---- live taps ---- */
+
+static int tap_box_gc(lua_State *L)
+{
+    seda_tap_t **box = lua_touserdata(L, 1);
+    seda_tap_close(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* bus:tap(stage, n [, seconds]) -> entries, missed: the next n envelopes
+ * entering stage (id, at, attempts, headers, payload (decoded when all of
+ * it was copied) or payload_preview, payload_size), waiting up to
+ * seconds (default 10) in all; fewer when time runs out.  nil,
+ * "no_such_stage" for an unknown stage; raises on bad arguments. */
+int seda__l_errors_tap(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_checkstring(L, 2);
+    lua_Integer n = luaL_optinteger(L, 3, 10);
+    double secs = luaL_optnumber(L, 4, 10);
+    luaL_argcheck(L, n > 0 && n <= 10000, 3, "1..10000 envelopes");
+    luaL_argcheck(L, secs >= 0, 4, "seconds >= 0");
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, name);
+    if (!st) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "no_such_stage");
+        return 2;
+    }
+    seda_tap_t **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, tap_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    if (seda_tap_open(st, (int)(n < 1024 ? n : 1024), box) != 0)
+        return luaL_error(L, "tap: out of memory");
+    lua_createtable(L, (int)n, 0);
+    int got = 0;
+    uint64_t missed = 0;
+    double until = seda_now() + secs;
+    while (got < n) {
+        double left = until - seda_now();
+        if (left < 0)
+            break;
+        seda_tap_entry e[16];
+        /* In slices, running the main state's timers and callbacks
+         * between them (a script's timers may be what feeds the stage). */
+        int k = seda_tap_read(*box, e, n - got < 16 ? (int)(n - got) : 16,
+                              left < 0.05 ? left : 0.05, &missed);
+        for (int i = 0; i < k; i++) {
+            lua_createtable(L, 0, 8);
+            lua_pushstring(L, e[i].id);
+            lua_setfield(L, -2, "id");
+            lua_pushnumber(L, e[i].at);
+            lua_setfield(L, -2, "at");
+            lua_pushinteger(L, e[i].attempts);
+            lua_setfield(L, -2, "attempts");
+            lua_pushinteger(L, (lua_Integer)e[i].payload_size);
+            lua_setfield(L, -2, "payload_size");
+            bool whole = e[i].payload_len == e[i].payload_size;
+            int top = lua_gettop(L);
+            char err[64];
+            if (whole && e[i].kind == 0)
+                lua_pushlstring(L, e[i].payload, e[i].payload_len);
+            else if (!whole || seda__codec_decode(L, e[i].payload,
+                                                  e[i].payload_len, err,
+                                                  sizeof err) != 0)
+                lua_settop(L, top);
+            if (lua_gettop(L) > top) {
+                lua_setfield(L, -2, "payload");
+            } else {
+                lua_pushlstring(L, e[i].payload, e[i].payload_len);
+                lua_setfield(L, -2, "payload_preview");
+            }
+            lua_createtable(L, 0, e[i].nheaders);
+            for (int h = 0; h < e[i].nheaders; h++) {
+                lua_pushstring(L, e[i].headers[2 * h + 1]);
+                lua_setfield(L, -2, e[i].headers[2 * h]);
+            }
+            lua_setfield(L, -2, "headers");
+            lua_rawseti(L, -2, ++got);
+            seda_tap_entry_free(&e[i]);
+        }
+        if (k == 0)
+            seda_lua_run_pending(L);
+    }
+    seda_tap_close(*box);
+    *box = NULL;
+    lua_pushinteger(L, (lua_Integer)missed);
+    return 2;
 }

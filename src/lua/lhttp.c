@@ -842,10 +842,15 @@ static void routes_free(struct lroute *r, int n)
 /* Stop and free h's server (its requests answered within grace). */
 static void close_server(struct lhttp *h, double grace)
 {
-    if (!h->srv)
-        return;
-    seda_http_server_free(h->srv, grace);
+    /* Detached under the bus's mutex: stats() may read it from a worker
+     * (seda.stats) or the observer thread. */
+    pthread_mutex_lock(&h->lb->mu);
+    seda_http_server_t *srv = h->srv;
     h->srv = NULL;
+    pthread_mutex_unlock(&h->lb->mu);
+    if (!srv)
+        return;
+    seda_http_server_free(srv, grace);
     atomic_fetch_sub_explicit(&open_listeners, 1, memory_order_relaxed);
     if (h->door) {
         seda__l_admit_cache_free(h->door, &h->ac);
@@ -891,12 +896,36 @@ static int l_listener_close(lua_State *L)
     return 0;
 }
 
-static void push_stats(lua_State *L, struct lhttp *h);
+/* A listener's figures, taken under the bus's mutex (the server cannot
+ * be freed meanwhile) and pushed after it is released. */
+struct lsnap {
+    char name[128];
+    int port;
+    bool open;
+    seda_http_stats st;
+};
+
+static void snap_locked(struct lhttp *h, struct lsnap *sn)
+{
+    memset(sn, 0, sizeof *sn);
+    snprintf(sn->name, sizeof sn->name, "%s", h->name);
+    if (h->srv) {
+        sn->open = true;
+        sn->port = seda_http_server_port(h->srv);
+        seda_http_server_stats(h->srv, &sn->st);
+    }
+}
+
+static void push_stats(lua_State *L, const struct lsnap *sn);
 
 static int l_listener_stats(lua_State *L)
 {
     struct lhttp *h = check_listener(L);
-    push_stats(L, h);
+    struct lsnap sn;
+    pthread_mutex_lock(&h->lb->mu);
+    snap_locked(h, &sn);
+    pthread_mutex_unlock(&h->lb->mu);
+    push_stats(L, &sn);
     return 1;
 }
 
@@ -920,16 +949,13 @@ static void set_int(lua_State *L, const char *k, lua_Integer v)
     lua_setfield(L, -2, k);
 }
 
-static void push_stats(lua_State *L, struct lhttp *h)
+static void push_stats(lua_State *L, const struct lsnap *sn)
 {
-    seda_http_stats s;
-    memset(&s, 0, sizeof s);
-    if (h->srv)
-        seda_http_server_stats(h->srv, &s);
+    const seda_http_stats s = sn->st;
     lua_createtable(L, 0, 16);
-    lua_pushstring(L, h->name);
+    lua_pushstring(L, sn->name);
     lua_setfield(L, -2, "address");
-    set_int(L, "port", h->srv ? seda_http_server_port(h->srv) : 0);
+    set_int(L, "port", sn->port);
     set_int(L, "requests", (lua_Integer)s.requests);
     lua_createtable(L, 0, 6);
     static const char *const cls[] = { "503", "1xx", "2xx", "3xx", "4xx",
@@ -948,22 +974,32 @@ static void push_stats(lua_State *L, struct lhttp *h)
     set_num(L, "latency_max", s.latency_max / 1e6);
     set_int(L, "latency_count", (lua_Integer)s.latency_count);
     set_num(L, "stats_window", 10);
-    lua_pushboolean(L, h->srv != NULL);
+    lua_pushboolean(L, sn->open);
     lua_setfield(L, -2, "open");
 }
 
 void seda__l_http_push_stats(lua_State *L, struct lbus *lb)
 {
-    lua_newtable(L);
+    /* Any thread (bus:stats, seda.stats in a handler, the observer):
+     * count, make room (which may raise) with no lock held, then copy
+     * under lb->mu and push after. */
+    int n = 0;
     pthread_mutex_lock(&lb->mu);
-    struct lhttp *list = lb->listeners;
+    for (struct lhttp *h = lb->listeners; h; h = h->next)
+        n++;
     pthread_mutex_unlock(&lb->mu);
-    /* The list only grows at its head, on this (the main) thread, and
-     * is freed by it: walking it unlocked is safe here. */
-    for (struct lhttp *h = list; h; h = h->next) {
-        push_stats(L, h);
-        lua_setfield(L, -2, h->name);
+    struct lsnap *sn = lua_newuserdatauv(L, sizeof *sn * (size_t)(n + 1), 0);
+    int k = 0;
+    pthread_mutex_lock(&lb->mu);
+    for (struct lhttp *h = lb->listeners; h && k < n; h = h->next)
+        snap_locked(h, &sn[k++]);
+    pthread_mutex_unlock(&lb->mu);
+    lua_createtable(L, 0, k);
+    for (int i = 0; i < k; i++) {
+        push_stats(L, &sn[i]);
+        lua_setfield(L, -2, sn[i].name);
     }
+    lua_remove(L, -2);                  /* the snapshots */
 }
 
 static const char *const listen_keys[] = {

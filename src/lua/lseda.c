@@ -162,12 +162,6 @@ static int l_bus_receive(lua_State *L)
     return seda__l_pull_receive(L, u->lb, 2, &u->wb, 1);
 }
 
-static int l_bus_stats(lua_State *L)
-{
-    struct lbusud *u = check_bus(L);
-    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
-}
-
 static int l_bus_pause(lua_State *L)
 {
     seda_bus_pause(check_bus(L)->lb->bus);
@@ -257,6 +251,9 @@ static void hold(struct lbus *lb)
 
 static void unregister_bus(lua_State *L, int idx)
 {
+    struct lbusud *u = lua_touserdata(L, idx);
+    if (u && u->lb)
+        seda__l_observe_remove(u->lb);
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     if (lua_istable(L, -1)) {
         lua_pushvalue(L, idx);
@@ -306,6 +303,7 @@ static int l_bus_gc(lua_State *L)
     if (!lb)
         return 0;
     u->lb = NULL;
+    seda__l_observe_remove(lb);         /* before anything is freed */
     seda__l_http_free_all(lb);          /* no request publishes after */
     seda_bus_free(lb->bus);             /* joins the workers */
     lb->bus = NULL;
@@ -357,7 +355,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    NULL
+    "stats_window", "dead_letter_keep", "name", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -418,6 +416,24 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
         if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
             luaL_error(L, "bus: hop_timeout must be a number >= 0");
         o->hop_timeout = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "dead_letter_keep");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer k = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : -1;
+        if (!isint || k < 0 || k > 100000)
+            luaL_error(L, "bus: dead_letter_keep must be an integer in "
+                       "0..100000");
+        o->dead_letter_keep = k == 0 ? -1 : (int)k;
+    }
+    lua_getfield(L, 1, "stats_window");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0) ||
+            lua_tonumber(L, -1) > 86400)
+            luaL_error(L, "bus: stats_window must be a number of seconds in "
+                       "(0, 86400]");
+        o->stats_window = lua_tonumber(L, -1);
     }
     lua_getfield(L, 1, "dead_letter");
     if (!lua_isnil(L, -1)) {
@@ -491,6 +507,38 @@ static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
     return lb;
 }
 
+/* The bus's name: the option (checked: a stage-like name no live bus
+ * has), or busN, N counting the process's buses from 1.  Raises naming
+ * the option. */
+static void bus_name(lua_State *L, struct lbus *lb)
+{
+    static atomic_int made;             /* relaxed: a counter only */
+    int n = atomic_fetch_add_explicit(&made, 1, memory_order_relaxed) + 1;
+    lua_getfield(L, 1, "name");
+    if (lua_isnil(L, -1)) {
+        snprintf(lb->name, sizeof lb->name, "bus%d", n);
+        lua_pop(L, 1);
+        return;
+    }
+    size_t len;
+    const char *nm = lua_tolstring(L, -1, &len);
+    if (lua_type(L, -1) != LUA_TSTRING || strlen(nm) != len ||
+        !seda__l_valid_name(nm))
+        luaL_error(L, "bus: name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-]", SEDA_NAME_MAX);
+    lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        lua_pop(L, 1);
+        struct lbusud *o = luaL_testudata(L, -1, LSEDA_BUS_MT);
+        if (o && o->lb && !o->lb->shut && strcmp(o->lb->name, nm) == 0)
+            luaL_error(L, "bus: name '%s' is taken by a live bus", nm);
+    }
+    lua_pop(L, 1);
+    snprintf(lb->name, sizeof lb->name, "%s", nm);
+    lua_pop(L, 1);
+}
+
 /* seda.bus(opts): a new bus object, registered in the state's list of
  * buses.  Raises on a bad option or when the bus cannot start. */
 static int l_bus_new(lua_State *L)
@@ -519,6 +567,7 @@ static int l_bus_new(lua_State *L)
     int ud = lua_gettop(L);
     struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
                                o.max_payload);
+    bus_name(L, lb);
     o.worker_start = seda__l_worker_start;
     o.worker_stop = seda__l_worker_stop;
     o.worker_mail = seda__l_suspend_mail;
@@ -537,6 +586,7 @@ static int l_bus_new(lua_State *L)
     lua_pushboolean(L, 1);
     lua_rawset(L, -3);
     lua_pop(L, 1);
+    seda__l_observe_add(lb);
     lua_pushvalue(L, ud);
     return 1;
 }
@@ -671,8 +721,11 @@ static const luaL_Reg bus_methods[] = {
     { "publish", l_bus_publish },
     { "publish_many", seda__l_publish_many },
     { "receive", l_bus_receive },
-    { "stats", l_bus_stats },
+    { "stats", seda__l_stats },
     { "errors", seda__l_errors },
+    { "dead_letters", seda__l_errors_dead_letters },
+    { "histogram", seda__l_stats_histogram },
+    { "tap", seda__l_errors_tap },
     { "pause", l_bus_pause },
     { "resume", l_bus_resume },
     { "wait", l_bus_wait },
@@ -689,6 +742,8 @@ static const luaL_Reg module_funcs[] = {
     { "bus", l_bus_new },
     { "buses", l_buses },
     { "now", l_now },
+    { "process", seda__l_stats_process },
+    { "log", seda__l_errors_log },
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },

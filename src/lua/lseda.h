@@ -76,6 +76,9 @@ struct lstage {
     uint64_t version;           /* the version src is (what stats show:
                                    1, +1 per reload); guarded by mu */
     uint64_t prev_version;      /* prev's; guarded by mu */
+    uint64_t max_version;       /* the highest version given so far (a
+                                   rolled-back one is never reused);
+                                   guarded by mu */
     char *last_error;           /* last reload error; guarded by mu */
     atomic_uint_fast64_t gen;   /* code generation: +1 whenever src
                                    changes (reload or roll back); workers
@@ -152,6 +155,8 @@ struct lloop {
 struct lworker;
 struct lbus {
     seda_bus_t *bus;            /* NULL once freed */
+    char name[SEDA_NAME_MAX + 1];/* stable: the name option, or busN in
+                                   creation order; immutable */
     struct lloop *loop;         /* a reference to the main state's loop,
                                    or NULL; released with the lbus */
     pthread_mutex_t mu;
@@ -450,11 +455,31 @@ SEDA__API int seda__l_publish(lua_State *L, struct lbus *lb, int first,
  * and "no_such_stage" when unknown).  Returns how many values it pushed. */
 SEDA__API int seda__l_stats_push(lua_State *L, struct lbus *lb,
                                  const char *name);
+/* bus:histogram(stage, kind, bounds) and seda.process() (exposition). */
+SEDA__API int seda__l_stats_histogram(lua_State *L);
+SEDA__API int seda__l_stats_process(lua_State *L);
+/* bus:stats([stage]) (lstats.c). */
+SEDA__API int seda__l_stats(lua_State *L);
+
+/* The live buses an observer state sees (lobserve.c): a bus joins when
+ * made and leaves at its shutdown's end or when collected (idempotent).
+ * Main thread; takes the observers' mutex, so never with another lock
+ * held. */
+SEDA__API void seda__l_observe_add(struct lbus *lb);
+SEDA__API void seda__l_observe_remove(struct lbus *lb);
 
 /* ---- lerrors.c ---- */
 
 /* bus:errors([stage]): the recent errors, newest first. */
 SEDA__API int seda__l_errors(lua_State *L);
+/* bus:dead_letters([stage]): the kept dead letters, newest first. */
+SEDA__API int seda__l_errors_dead_letters(lua_State *L);
+/* bus:tap(stage, n [, seconds]): the next n envelopes entering stage. */
+SEDA__API int seda__l_errors_tap(lua_State *L);
+/* seda.log(level, ...) (main state and workers). */
+SEDA__API int seda__l_errors_log(lua_State *L);
+/* The stage of the handler call L runs, or NULL (lworker.c). */
+SEDA__API const char *seda__l_log_stage(lua_State *L);
 
 /* ---- lpull.c ---- */
 

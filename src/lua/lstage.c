@@ -303,7 +303,11 @@ static const char *stage_name(lua_State *L, struct lbus *lb)
         luaL_error(L, "stage: name is required");
     if (lua_type(L, -1) != LUA_TSTRING)
         luaL_error(L, "stage: name must be a string");
-    const char *name = lua_tostring(L, -1);         /* 3 */
+    size_t len;
+    const char *name = lua_tolstring(L, -1, &len);  /* 3 */
+    if (strlen(name) != len)
+        luaL_error(L, "stage '%s\\0...': name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-] (it holds a NUL)", name, SEDA_NAME_MAX);
     if (!seda__l_valid_name(name))
         luaL_error(L, "stage '%s': name must be 1-%d characters of "
                    "[A-Za-z0-9_.:-]", name, SEDA_NAME_MAX);
@@ -460,6 +464,7 @@ static struct lstage *stage_new(lua_State *L, struct lbus *lb,
     ls->nsrc = n;
     atomic_init(&ls->gen, 1);
     ls->version = 1;
+    ls->max_version = 1;
     ls->src = calloc((size_t)(n ? n : 1), sizeof *ls->src);
     ls->cons = calloc((size_t)(n ? n : 1), sizeof *ls->cons);
     if (!ls->src || !ls->cons)
@@ -641,6 +646,18 @@ int seda__l_stage_replay(struct lstage *ls, char *err, size_t errlen)
     return -1;
 }
 
+/* A journal row for a stage this bus does not declare waits: say so. */
+static void orphan_said(const char *stage, long long rows, void *ud)
+{
+    (void)ud;
+    char line[256];
+    snprintf(line, sizeof line, "the journal holds %lld envelope%s for this "
+             "stage, which this bus does not declare: they wait until a "
+             "bus declares it (seda-lua dlq lists them)", rows,
+             rows == 1 ? "" : "s");
+    seda_log_write(SEDA_LOG_WARN, stage, line);
+}
+
 int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
 {
     if (lb->start != START_NOT_YET || !lb->bus)
@@ -660,6 +677,7 @@ int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
             rc = -1;
         }
     }
+    seda_bus_journal_orphans(lb->bus, orphan_said, NULL);
     return rc;
 }
 
@@ -760,7 +778,9 @@ static int reload_stage(struct lbus *lb, struct lstage *ls, char *err,
             atomic_fetch_add_explicit(&ls->admit_version, 1,
                                       memory_order_release);
         }
-        ls->version++;
+        /* Monotonic: a version number names one code, even after a roll
+         * back (the next reload gets a number never used). */
+        ls->version = ++ls->max_version;
         ls->reloads++;
         /* Release: pairs with the acquire in lbatch.c. */
         atomic_fetch_add_explicit(&ls->gen, 1, memory_order_release);

@@ -11,6 +11,10 @@
  *   handler versions, reloads, reload errors, under ls->mu); nothing
  *   here keeps state.
  */
+#include <dirent.h>
+#include <stdio.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +58,14 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     set_int(L, "shed_for", (lua_Integer)s.shed_for);
     set_int(L, "delayed", s.delayed);
     set_int(L, "suspended", s.suspended);
+    lua_createtable(L, 0, SEDA_DEAD_REASONS);
+    for (int k = 0; k < SEDA_DEAD_REASONS; k++) {
+        if (!s.dead_by_reason[k])
+            continue;
+        lua_pushinteger(L, (lua_Integer)s.dead_by_reason[k]);
+        lua_setfield(L, -2, seda_dead_reason_name(k));
+    }
+    lua_setfield(L, -2, "dead_by_reason");
     set_int(L, "shedding", s.shedding);
     set_int(L, "depth_high", s.depth_high);
     set_int(L, "depth_low", s.depth_low);
@@ -73,6 +85,9 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         lua_pushnumber(L, latv[i]);
         lua_setfield(L, -2, lat[i]);
     }
+    lua_pushnumber(L, s.window);
+    lua_setfield(L, -2, "window");
+    set_int(L, "window_count", (lua_Integer)s.window_count);
     set_int(L, "sojourn_count", (lua_Integer)s.sojourn_count);
     lua_pushnumber(L, s.sojourn_sum);
     lua_setfield(L, -2, "sojourn_sum");
@@ -169,6 +184,8 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     seda__l_http_push_stats(L, lb);
     lua_setfield(L, -2, "listeners");
     push_worker_memory(L, lb);
+    lua_pushstring(L, lb->name);
+    lua_setfield(L, -2, "name");
     set_int(L, "accepted", (lua_Integer)b.accepted);
     set_int(L, "completed", (lua_Integer)b.completed);
     set_int(L, "dead_lettered", (lua_Integer)b.dead_lettered);
@@ -178,6 +195,7 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "workers", b.workers);
     set_int(L, "workers_loaned", b.workers_loaned);
     set_int(L, "suspended", b.suspended);
+    set_int(L, "waits_uncovered", (lua_Integer)b.waits_uncovered);
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);
@@ -192,5 +210,136 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     lua_setfield(L, -2, "paused");
     lua_pushboolean(L, b.closed);
     lua_setfield(L, -2, "closed");
+    return 1;
+}
+
+/* bus:stats([stage]) */
+int seda__l_stats(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    return seda__l_stats_push(L, u->lb, luaL_optstring(L, 2, NULL));
+}
+
+/* ---- histograms and the process, for exposition ---- */
+
+/* bus:histogram(stage, "sojourn" | "service", bounds) -> cum, count, sum:
+ * cum[i] the samples of at most bounds[i] seconds since the stage was
+ * made (a Prometheus histogram's _bucket), count and sum (seconds).
+ * nil, "no_such_stage" for an unknown stage; raises on bad arguments. */
+int seda__l_stats_histogram(lua_State *L)
+{
+    struct lbusud *u = seda__l_check_bus(L);
+    const char *name = luaL_checkstring(L, 2);
+    const char *kind = luaL_checkstring(L, 3);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int which = strcmp(kind, "sojourn") == 0 ? SEDA_HIST_SOJOURN
+              : strcmp(kind, "service") == 0 ? SEDA_HIST_SERVICE : 0;
+    if (!which)
+        return luaL_argerror(L, 3, "\"sojourn\" or \"service\"");
+    int n = (int)lua_rawlen(L, 4);
+    if (n > 64)
+        return luaL_argerror(L, 4, "at most 64 bounds");
+    double le[64];
+    uint64_t cum[64];
+    for (int i = 0; i < n; i++) {
+        lua_rawgeti(L, 4, i + 1);
+        if (!lua_isnumber(L, -1))
+            return luaL_argerror(L, 4, "bounds must be numbers (seconds)");
+        le[i] = lua_tonumber(L, -1);
+        lua_pop(L, 1);
+    }
+    seda_stage_t *st = seda_bus_stage(u->lb->bus, name);
+    if (!st) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "no_such_stage");
+        return 2;
+    }
+    uint64_t count;
+    double sum;
+    seda_stage_histogram(st, which, le, n, cum, &count, &sum);
+    lua_createtable(L, n, 0);
+    for (int i = 0; i < n; i++) {
+        lua_pushinteger(L, (lua_Integer)cum[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_pushinteger(L, (lua_Integer)count);
+    lua_pushnumber(L, sum);
+    return 3;
+}
+
+/* seda.process() -> { resident_memory_bytes, cpu_seconds, open_fds,
+ * max_fds, start_time_seconds }: what Prometheus's process_* families
+ * carry, read from /proc and getrusage. */
+int seda__l_stats_process(lua_State *L)
+{
+    lua_createtable(L, 0, 5);
+    long page = sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long size, rss;
+        if (fscanf(f, "%lu %lu", &size, &rss) == 2) {
+            lua_pushinteger(L, (lua_Integer)rss * page);
+            lua_setfield(L, -2, "resident_memory_bytes");
+            lua_pushinteger(L, (lua_Integer)size * page);
+            lua_setfield(L, -2, "virtual_memory_bytes");
+        }
+        fclose(f);
+    }
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        lua_pushnumber(L, (double)ru.ru_utime.tv_sec +
+                              (double)ru.ru_utime.tv_usec / 1e6 +
+                              (double)ru.ru_stime.tv_sec +
+                              (double)ru.ru_stime.tv_usec / 1e6);
+        lua_setfield(L, -2, "cpu_seconds");
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        int n = 0;
+        for (struct dirent *e; (e = readdir(d)) != NULL;)
+            if (e->d_name[0] != '.')
+                n++;
+        closedir(d);
+        lua_pushinteger(L, n - 1);      /* less the one listing them */
+        lua_setfield(L, -2, "open_fds");
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        lua_pushinteger(L, (lua_Integer)rl.rlim_cur);
+        lua_setfield(L, -2, "max_fds");
+    }
+    /* Start time: the 22nd field of /proc/self/stat, in clock ticks
+     * after boot; boot time from /proc/stat's btime. */
+    double start = -1;
+    f = fopen("/proc/self/stat", "r");
+    if (f) {
+        char buf[1024];
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        buf[got] = '\0';
+        fclose(f);
+        const char *p = strrchr(buf, ')');
+        unsigned long long ticks = 0;
+        int field = 2;
+        for (; p && *p && field < 22; p++)
+            if (*p == ' ')
+                field++;
+        if (p && sscanf(p, "%llu", &ticks) == 1) {
+            FILE *s = fopen("/proc/stat", "r");
+            char line[256];
+            unsigned long long btime = 0;
+            while (s && fgets(line, sizeof line, s))
+                if (sscanf(line, "btime %llu", &btime) == 1)
+                    break;
+            if (s)
+                fclose(s);
+            long hz = sysconf(_SC_CLK_TCK);
+            if (btime && hz > 0)
+                start = (double)btime + (double)ticks / (double)hz;
+        }
+    }
+    if (start >= 0) {
+        lua_pushnumber(L, start);
+        lua_setfield(L, -2, "start_time_seconds");
+    }
     return 1;
 }

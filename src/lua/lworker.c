@@ -250,6 +250,12 @@ static const char g_base_modules;
  * userdata): what tells a worker's state from the main state. */
 static const char g_worker_key;
 
+const char *seda__l_log_stage(lua_State *L)
+{
+    struct lworker *w = seda__l_worker_of(L);
+    return w && w->bls ? seda_stage_name(w->bls->st) : NULL;
+}
+
 struct lworker *seda__l_worker_of(lua_State *L)
 {
     lua_rawgetp(L, LUA_REGISTRYINDEX, &g_worker_key);
@@ -294,6 +300,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "receive");
     lua_pushcfunction(L, w_now);
     lua_setfield(L, -2, "now");
+    lua_pushcfunction(L, seda__l_errors_log);
+    lua_setfield(L, -2, "log");
     lua_pushcfunction(L, w_timer);
     lua_setfield(L, -2, "timer");
     lua_pushcfunction(L, w_timer);
@@ -510,9 +518,11 @@ static void src_free(struct lsrc *s, int n)
 }
 
 /* Load one handler: leaves the handler function on the stack and returns
- * 0, or returns -1 leaving an error message.  Runs the chunk's top level
- * and the handler's init (when main is false). */
-static int load_one(struct lworker *w, const struct lsrc *s)
+ * 0, or returns -1 leaving an error message.  Runs the chunk's top level,
+ * and the handler's init when run_init (a state that will handle
+ * envelopes; a check state runs the top level only, so an init that
+ * opens a connection or registers somewhere does so once per worker). */
+static int load_one(struct lworker *w, const struct lsrc *s, bool run_init)
 {
     lua_State *L = w->L;
     int rc = luaL_loadbufferx(L, s->code, s->len, s->chunkname,
@@ -548,7 +558,9 @@ static int load_one(struct lworker *w, const struct lsrc *s)
             return -1;
         }
         lua_getfield(L, -2, "init");
-        if (lua_isfunction(L, -1)) {
+        if (lua_isfunction(L, -1) && !run_init) {
+            lua_pop(L, 1);                  /* a check state: not run */
+        } else if (lua_isfunction(L, -1)) {
             lua_pushinteger(L, w->index);
             if (lua_pcall(L, 1, 0, SLOT_MSGH) != LUA_OK)
                 return -1;
@@ -651,7 +663,7 @@ void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
     int *refs = calloc((size_t)ls->nsrc, sizeof *refs);
     int i = 0;
     for (; refs && i < ls->nsrc; i++) {
-        if (load_one(w, &src[i]) != 0)
+        if (load_one(w, &src[i], true) != 0)
             break;
         refs[i] = luaL_ref(L, LUA_REGISTRYINDEX);
     }
@@ -690,7 +702,7 @@ static int validate_as(struct lbus *lb, const struct lsrc *src, int index,
         snprintf(err, errlen, "cannot create a Lua state");
         return -1;
     }
-    int rc = load_one(w, src);
+    int rc = load_one(w, src, false);
     if (rc != 0)
         snprintf(err, errlen, "as worker %d (seda.worker = %d): %s", index,
                  index, lua_tostring(w->L, -1));

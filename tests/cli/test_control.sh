@@ -24,6 +24,21 @@ check "expressions, statements and chunks" \
     [ "$(printf '%s' "$out" | head -5 | tr '\n' '|')" = "2|6|5|1;2;|control:1: boom-marker|" ]
 check "an error goes back to the client and the session goes on" contains "$out" "still"
 
+# One command: attach SOCK 'expr' prints and exits 0, or 1 when it raised;
+# --json prints results as JSON.
+out=$(timeout 20 "$SEDA" attach "$S" 'print(B:stats("parse").capacity)' 2>&1 </dev/null)
+rc=$?
+check "attach SOCK 'expr' runs it and exits 0 (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = 1024 ]
+out=$(timeout 20 "$SEDA" attach "$S" 'error("one-shot-marker")' 2>&1 </dev/null)
+rc=$?
+check "a command that raises exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... and says why" contains "$out" "one-shot-marker"
+out=$(timeout 20 "$SEDA" attach --json "$S" 'B:stats("parse").delivered, { ok = true }' 2>&1 </dev/null)
+check "--json prints results as JSON ($out)" [ "$out" = '[10,{"ok":true}]' ]
+out=$(timeout 20 "$SEDA" attach "$S" 'for i = 1, 2 do' 2>&1 </dev/null)
+rc=$?
+check "an unfinished command exits 1 (rc $rc)" [ "$rc" = 1 ]
+
 # Isolation: a client's globals are its own.
 mkfifo "$D/fifo"
 timeout 30 "$SEDA" attach "$S" <"$D/fifo" >"$D/a.out" 2>&1 &
@@ -82,15 +97,18 @@ check "five concurrent clients each get their own answer" $allok
 
 # Prometheus text: the metrics request and the --metrics file.
 out=$(ask "$S" metrics)
-check "metrics: delivered counter" contains "$out" 'seda_stage_delivered_total{stage="parse"} 10'
+check "metrics: delivered counter" contains "$out" 'seda_stage_delivered_total{bus="bus1",stage="parse"} 10'
 check "metrics: TYPE line" contains "$out" '# TYPE seda_stage_delivered_total counter'
 check "metrics: HELP line" contains "$out" '# HELP seda_stage_depth'
-check "metrics: depth gauge" contains "$out" 'seda_stage_depth{stage="parse"} 0'
-check "metrics: bus in_system" contains "$out" 'seda_bus_in_system 0'
-check "metrics: latency quantile" contains "$out" 'seda_stage_service_seconds{stage="parse",quantile="0.99"}'
+check "metrics: depth gauge" contains "$out" 'seda_stage_depth{bus="bus1",stage="parse"} 0'
+check "metrics: bus in_system" contains "$out" 'seda_bus_in_system{bus="bus1"} 0'
+check "metrics: latency histogram" contains "$out" 'seda_stage_service_seconds_bucket{bus="bus1",stage="parse",le="+Inf"} 10'
+check "metrics: dead letters by reason" contains "$out" 'seda_stage_dead_lettered_total{bus="bus1",stage="parse",reason="hop_refused"} 0'
+check "metrics: build info" contains "$out" 'seda_build_info{version="'
+check "metrics: process figures" contains "$out" 'process_resident_memory_bytes '
 bad=$(printf '%s\n' "$out" | grep -v '^#' | grep -Ev '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+(Inf|NaN)?$' | head -3)
 check "metrics: every sample line well formed ($bad)" [ -z "$bad" ]
-check "--metrics file written" wait_until "$DEADLINE" grep -q 'seda_stage_delivered_total{stage="parse"} 10' "$M"
+check "--metrics file written" wait_until "$DEADLINE" grep -q 'seda_stage_delivered_total{bus="bus1",stage="parse"} 10' "$M"
 check "--metrics file is replaced atomically (no .tmp left)" [ ! -e "$M.tmp" ]
 
 # Refusals: a live socket, a regular file.
@@ -137,4 +155,23 @@ out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" 2>&1 </dev/null)
 rc=$?
 check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
 check "and says why ($out)" contains "$out" "cannot connect"
+
+# A --metrics path that cannot be written stops the start (as a bad --http).
+out=$(timeout 20 "$SEDA" --serve --metrics "$D/no/such/dir/m.prom" -e 'print("started")' 2>&1 </dev/null)
+rc=$?
+check "a bad --metrics path fails the start (rc $rc)" [ "$rc" = 1 ]
+check "... naming the path ($out)" contains "$out" "cannot write '$D/no/such/dir/m.prom'"
+check "... before the script ran" sh -c "! printf '%s' \"\$1\" | grep -q started" _ "$out"
+
+# attach to a socket that is not seda-lua's.
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)
+c, _ = s.accept(); time.sleep(8)' "$D/other.sock" &
+PYP=$!
+wait_until "$DEADLINE" [ -S "$D/other.sock" ]
+out=$(timeout 20 "$SEDA" attach "$D/other.sock" 'print(1)' 2>&1 </dev/null)
+rc=$?
+kill "$PYP" 2>/dev/null
+check "attach to another program's socket fails (rc $rc)" [ "$rc" = 1 ]
+check "and says it is not seda-lua's ($out)" contains "$out" "not a seda-lua control socket"
 finish

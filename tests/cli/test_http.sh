@@ -117,8 +117,8 @@ else
     cat "$D/promtool.out"
     fail "promtool check metrics rejects /metrics"
 fi
-# Every family has HELP and TYPE; every summary has _sum and _count for
-# each stage it has quantiles for.
+# Every family has HELP and TYPE; every histogram has _sum and _count for
+# each stage it has buckets for, and a +Inf bucket equal to _count.
 python3 - "$D/metrics" >"$D/families.out" 2>&1 <<'EOF'
 import re, sys
 help_, type_, samples = {}, {}, []
@@ -135,36 +135,40 @@ for line in open(sys.argv[1]):
 bad = 0
 for name, labels, v in samples:
     fam = name
-    base = re.sub(r'_(sum|count)$', '', name)
-    if type_.get(base) == "summary":
+    base = re.sub(r'_(sum|count|bucket)$', '', name)
+    if type_.get(base) == "histogram":
         fam = base
     if fam not in help_ or fam not in type_:
         print("no HELP/TYPE for", name); bad = 1
 for fam, t in type_.items():
-    if t != "summary": continue
-    stages = {re.search(r'stage="([^"]*)"', l).group(1) for n, l, v in samples if n == fam}
-    for s in stages:
+    if t != "histogram": continue
+    stages = {re.search(r'bus="([^"]*)",stage="([^"]*)"', l).groups() for n, l, v in samples if n == fam + "_bucket"}
+    for b, s in stages:
+        sel = 'bus="%s",stage="%s"' % (b, s)
         for suf in ("_sum", "_count"):
-            if not any(n == fam + suf and 'stage="%s"' % s in l for n, l, v in samples):
-                print("summary", fam, "has no", suf, "for", s); bad = 1
-    if not stages: print("summary", fam, "has no samples"); bad = 1
+            if not any(n == fam + suf and sel in l for n, l, v in samples):
+                print("histogram", fam, "has no", suf, "for", s); bad = 1
+        inf = [v for n, l, v in samples if n == fam + "_bucket" and sel in l and 'le="+Inf"' in l]
+        cnt = [v for n, l, v in samples if n == fam + "_count" and sel in l]
+        if inf != cnt: print("histogram", fam, s, "+Inf", inf, "!= count", cnt); bad = 1
+    if not stages: print("histogram", fam, "has no samples"); bad = 1
 sys.exit(bad)
 EOF
 rc=$?
 [ "$rc" = 0 ] || cat "$D/families.out"
-check "every family has HELP and TYPE; summaries have _sum and _count" [ "$rc" = 0 ]
+check "every family has HELP and TYPE; histograms have _sum, _count and +Inf" [ "$rc" = 0 ]
 check "sojourn's HELP says admission -> handler start" \
     grep -q '^# HELP seda_stage_sojourn_seconds Time from admission to the stage to the start of its handler' "$D/metrics"
 check "in_flight's HELP says envelopes being handled" \
     grep -q '^# HELP seda_stage_in_flight Envelopes being handled' "$D/metrics"
-check "the summary count is the sample count" \
-    grep -q '^seda_stage_service_seconds_count{bus="2",stage="q1"} 7$' "$D/metrics"
+check "the histogram count is the sample count" \
+    grep -q '^seda_stage_service_seconds_count{bus="bus2",stage="q1"} 7$' "$D/metrics"
 check "admission figures are metrics (shed, refused, delayed)" eval \
-    "grep -q '^seda_stage_shed_total{bus=\"1\",stage=\"zulu\"} 0$' '$D/metrics' &&
+    "grep -q '^seda_stage_shed_total{bus=\"bus1\",stage=\"zulu\"} 0$' '$D/metrics' &&
      grep -q '^# TYPE seda_stage_refused_total counter$' '$D/metrics' &&
      grep -q '^# TYPE seda_stage_delayed gauge$' '$D/metrics'"
 check "the last error's time is a metric" \
-    grep -q '^seda_stage_last_error_timestamp_seconds{bus="1",stage="alpha"} [0-9]*\.[0-9]*$' "$D/metrics"
+    grep -q '^seda_stage_last_error_timestamp_seconds{bus="bus1",stage="alpha"} [0-9]*\.[0-9]*$' "$D/metrics"
 
 # ---- /stats.json ----------------------------------------------------------
 C -D "$D/jh" -o "$D/stats.json" "$URL/stats.json"
@@ -253,11 +257,11 @@ def status(req):
     s.close()
     return d.split(b"\r\n")[0].decode()
 for req, want in [
-    (b"GET / HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", "400"),
+    (b"GET / HTTP/1.1\r\nHost: localhost\r\nno colon here\r\n\r\n", "400"),
     (b"GET /metrics HTTP/1.1\r\n\r\n", "400"),                 # no Host
-    (b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", "400"),
+    (b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\n\r\nhello", "400"),
     (b"GET /metrics HTTP/1.0\r\n\r\n", "200"),
-    (b"BREW /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "405"),
+    (b"BREW /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n", "405"),
 ]:
     got = status(req)
     if want not in got.split(" ")[1:2]:
@@ -266,7 +270,7 @@ for req, want in [
 s = socket.create_connection(("127.0.0.1", port), timeout=20)
 f = s.makefile("rb")
 for path in (b"/stats.json", b"/metrics"):
-    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     line = f.readline()
     n = 0
     while True:
@@ -284,7 +288,7 @@ check "malformed requests 400, BREW 405, HTTP/1.0 200, keep-alive" [ "$rc" = 0 ]
 
 # ---- bounded connections -----------------------------------------------------
 # 200 idle connections (half mid-request) are held while / and /stats.json
-# still answer; past the limit (256) a new connection waits unanswered
+# still answer; past the limit (512) a new connection waits unanswered
 # until others close; an idle connection is closed after the timeout
 # (10 s), not before 5.
 python3 - "$PORT" "$URL" >"$D/conn.out" 2>&1 <<'EOF'
@@ -296,7 +300,7 @@ def opened(n, partial):
     out = []
     for i in range(n):
         s = socket.create_connection(("127.0.0.1", port), timeout=20)
-        if partial and i % 2: s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        if partial and i % 2: s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n")
         out.append(s)
     return out
 def closed(s):            # EOF (or reset) already there, without waiting
@@ -313,10 +317,10 @@ for path in ("/", "/stats.json"):
     print(path, "answered in %.3fs with 200 idle connections" % (time.monotonic() - t0))
 n_closed = sum(closed(s) for s in idle)
 if n_closed: fail(n_closed, "of the 200 idle connections were closed")
-# Past the limit (256): 100 more, then a request on one more connection
+# Past the limit (512): 320 more, then a request on one more connection
 # gets no answer while they are all held (the server accepts no more; it
 # waits in the listen backlog) ...
-more = opened(100, False)
+more = opened(320, False)
 probe = socket.create_connection(("127.0.0.1", port), timeout=1)
 probe.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
 try:
@@ -348,6 +352,84 @@ EOF
 rc=$?
 cat "$D/conn.out" | sed 's/^/    /'
 check "200 idle connections held, limit and idle timeout enforced" [ "$rc" = 0 ]
+
+# ---- Host: DNS rebinding ---------------------------------------------------------
+hcode() { curl -s -o /dev/null -w '%{http_code}' -H "Host: $1" "$URL/metrics"; }
+check "Host: a foreign name is refused 403" [ "$(hcode "evil.example:$PORT")" = 403 ]
+check "... saying why" contains "$(curl -s -H 'Host: evil.example' "$URL/stats.json")" "is not this endpoint's"
+check "Host: localhost:PORT answers" [ "$(hcode "localhost:$PORT")" = 200 ]
+check "Host: an IPv4 address answers" [ "$(hcode "127.0.0.1:$PORT")" = 200 ]
+check "Host: an IPv6 address answers" [ "$(hcode "[::1]:$PORT")" = 200 ]
+
+# ---- /dlq.json: the kept dead letters of a live bus -------------------------------
+curl -s "$URL/dlq.json" >"$D/dlq.json"
+python3 - "$D/dlq.json" >"$D/dlq.out" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1])); bad = 0
+letters = [x for b in d["buses"] for x in b["dead_letters"]]
+q2 = [x for x in letters if x["stage"] == "q2"]
+print(len(letters), "dead letters;", [(x["stage"], x["reason"], x.get("error")) for x in letters][:4])
+if not q2: bad = 1; print("no dead letter of q2")
+for x in q2:
+    h = x["headers"]
+    if x["payload"] != 3 or "q2 says no" not in h.get("x-dead-error", "") or h.get("x-dead-from") != "q2" or not h.get("x-dead-at") or not h.get("x-dead-attempts"):
+        bad = 1; print("q2's dead letter lacks what it died of:", x)
+sys.exit(bad)
+EOF
+rc=$?
+sed 's/^/    /' "$D/dlq.out"
+check "/dlq.json lists the live bus's dead letters with the error, attempts, time and stage" [ "$rc" = 0 ]
+
+# ---- a busy main state does not hold a scrape ---------------------------------------
+# A command that keeps the main state busy for 6 s, through the control
+# socket; /metrics and /stats.json answer meanwhile (from the observer).
+ask "$S" 'local t = os.clock() while os.clock() - t < 6 do end' >/dev/null 2>&1 &
+BUSY=$!
+sleep 1
+t0=$(date +%s%N)
+mcode=$(curl -s -o "$D/busy.prom" -w '%{http_code}' --max-time 5 "$URL/metrics")
+t1=$(date +%s%N)
+scode=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/stats.json")
+echo "    /metrics answered $mcode in $(( (t1 - t0) / 1000000 )) ms while the main state was busy"
+check "/metrics answers while the main state runs a long command" [ "$mcode" = 200 ]
+check "... with the stages' figures" grep -q 'seda_stage_delivered_total{bus="bus1",stage="zulu"}' "$D/busy.prom"
+check "/stats.json answers too" [ "$scode" = 200 ]
+wait "$BUSY"
+
+# ---- slowloris: a whole-request deadline ----------------------------------------------
+# 300 connections each sending a header line every second never finish a
+# request: they take no answer from the others and are cut HTTP_TIMEOUT
+# (10 s) after they opened, though their bytes keep coming.
+python3 - "$PORT" "$URL" >"$D/slow.out" 2>&1 <<'EOF'
+import socket, subprocess, sys, time
+port, url = int(sys.argv[1]), sys.argv[2]; bad = 0
+conns = []
+for i in range(300):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n")
+    conns.append(s)
+t_open = time.monotonic()
+r = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{time_total}",
+                    "--max-time", "5", url + "/metrics"], capture_output=True, text=True)
+print("a scrape among 300 slow clients:", r.stdout)
+if not r.stdout.startswith("200"): bad = 1
+alive = list(conns); i = 0
+while alive and time.monotonic() - t_open < 20:
+    time.sleep(1); i += 1
+    for s in list(alive):
+        try:
+            s.sendall(b"X-Drip-%d: y\r\n" % i)
+        except OSError:
+            alive.remove(s)
+if alive: bad = 1; print(len(alive), "slow clients still connected after 20 s")
+el = time.monotonic() - t_open
+print("all 300 cut after %.1fs" % el)
+if el < 8: bad = 1; print("cut before the deadline")
+sys.exit(bad)
+EOF
+rc=$?
+sed 's/^/    /' "$D/slow.out"
+check "slow clients are cut at the whole-request deadline and hold no scrape" [ "$rc" = 0 ]
 
 # ---- the page in a real browser -----------------------------------------------
 # Chromium renders / under load; its virtual-time budget lets the page's

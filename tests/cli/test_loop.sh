@@ -63,7 +63,7 @@ line=$(grep "^order=" "$D/tlog")
 check "in due order, on the main state, never early ($line)" \
     [ "$line" = "order=abc ticks=5 worker=nil early=false" ]
 check "an error in a timer is reported with its traceback" \
-    grep -q "seda: timer: .*timer-marker" "$D/tlog"
+    grep -q " error timer: .*timer-marker" "$D/tlog"
 check "... with file:line" grep -q "timers.lua:9" "$D/tlog"
 stop_server
 check "the server exits 0 (got $SRC)" [ "$SRC" = 0 ]

@@ -214,13 +214,23 @@ function T.uniq(prefix)
   return (prefix or "k") .. "_" .. uniq
 end
 
--- Temporary directory (created with mkdir -p), removed by nobody: lives in
--- /tmp; tests use small files only.
+-- Temporary directory (mktemp -d under $TMPDIR or /tmp), removed with
+-- everything in it when the script ends (T.done).
+local tmpdirs = {}
 function T.tmpdir()
-  local base = os.tmpname()
-  os.remove(base)
-  assert(os.execute("mkdir -p '" .. base .. "'"), "mkdir failed")
+  local p = io.popen("mktemp -d \"${TMPDIR:-/tmp}/seda-test.XXXXXX\"")
+  local base = p:read("l")
+  p:close()
+  assert(base and #base > 0, "mktemp failed")
+  tmpdirs[#tmpdirs + 1] = base
   return base
+end
+
+local function remove_tmpdirs()
+  for _, d in ipairs(tmpdirs) do
+    if d:match("/seda%-test%.[%w]+$") then os.execute("rm -rf '" .. d .. "'") end
+  end
+  tmpdirs = {}
 end
 
 function T.write(path, text)
@@ -249,6 +259,8 @@ function T.test(name, fn)
 end
 
 function T.done()
+  pcall(cleanup)
+  remove_tmpdirs()
   print(string.format("%d passed, %d failed", T.passed, T.failed))
   io.stdout:flush()
   io.stderr:flush()

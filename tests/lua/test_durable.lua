@@ -352,6 +352,19 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.eq(code, 1, "show unknown id: " .. out)
   out, code = dlq_cli(dir, "show", "h1")
   T.eq(code, 1, "show a row that is not a dead letter: " .. out)
+  -- A dead letter whose x-dead-from is no stage name is never replayed.
+  if HAVE_SQLITE then
+    local saved = sqlite(dir .. "/seda.db", "SELECT hex(headers) FROM envelopes WHERE id = 'w4'")
+    sqlite(dir .. "/seda.db", "UPDATE envelopes SET headers = CAST(replace(CAST(headers AS TEXT), "
+           .. "'work', '../../etc') AS BLOB) WHERE id = 'w4'")
+    out, code = dlq_cli(dir, "replay", "w4")
+    T.eq(code, 1, "replay of a bad x-dead-from refused: " .. out)
+    T.contains(out, "is not a stage name", "says why")
+    T.eq(sqlite(dir .. "/seda.db", "SELECT stage FROM envelopes WHERE id = 'w4'"), "dlq\n",
+         "the row stays where it was")
+    sqlite(dir .. "/seda.db", "UPDATE envelopes SET headers = X'" .. saved:gsub("%s", "")
+           .. "' WHERE id = 'w4'")
+  end
   -- replay w3: back to "work", then a restart handles it there
   out, code = dlq_cli(dir, "replay", "w3")
   T.eq(code, 0, "replay exit: " .. out)

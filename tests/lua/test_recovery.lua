@@ -404,4 +404,32 @@ T.test("a new data_dir is private: 0700, journal files 0600", function()
   gc()
 end)
 
+T.test("a bus that does not declare a stage with journaled rows says they wait", function()
+  local dir = T.tmpdir() .. "/data"
+  journal(dir, "gone", 3, nil)
+  local script = T.write(T.tmpdir() .. "/o.lua", [[
+local seda = require "seda"
+local bus = seda.bus{ data_dir = ]] .. string.format("%q", dir) .. [[, workers = 1 }
+bus:stage{ name = "other", durable = "at_least_once", handler = function() end }
+bus:start()
+print("started")
+bus:shutdown(5)
+]])
+  local p = io.popen("'" .. BIN .. "' '" .. script .. "' 2>&1")
+  local out = p:read("a")
+  p:close()
+  T.contains(out, "started", "the bus started")
+  T.contains(out, "stage=gone", "names the stage")
+  T.contains(out, "holds 3 envelopes", "counts its rows")
+  T.contains(out, "does not declare", "says why they wait")
+  -- Declared, they replay (nothing was lost).
+  local b = seda.bus{ data_dir = dir, workers = 1 }
+  b:stage{ name = "gone", durable = "at_least_once", pull = true }
+  b:start()
+  T.eq(b:stats("gone").depth, 3, "replayed once declared")
+  free(b)
+  b = nil
+  gc()
+end)
+
 T.done()

@@ -9,8 +9,7 @@ local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "har
 local seda = require "seda"
 
 local natsd = T.dir .. "../remote/natsd.sh"
-local dir = os.tmpname()
-os.remove(dir)
+local dir = T.tmpdir() .. "/nats"
 local function sh(cmd)
   local p = io.popen(cmd)
   local out = p:read("a")
@@ -150,7 +149,7 @@ T.test("the REPL's stats() shows a remote stage and JetStream's counts", functio
     while arg[i - 1] do i = i - 1 end
     if arg[i] then exe = arg[i] end
   end
-  local f = os.tmpname()
+  local f = T.tmpdir() .. "/script.lua"
   local h = assert(io.open(f, "w"))
   h:write([[
 local seda = require "seda"

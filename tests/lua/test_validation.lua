@@ -149,4 +149,27 @@ T.test("C5 the bus still works after rejected configurations", function()
   bus:shutdown(5)
 end)
 
+T.test("validation names the field at fault: shed.interval, a NUL in a name, rule results", function()
+  local bus = T.bus{ workers = 1 }
+  T.raises(function() bus:stage{ name = "a", handler = function() end, shed = { interval = 0 } } end,
+           "shed.interval", "shed.interval must be")
+  T.raises(function() bus:stage{ name = "a", handler = function() end, shed = {} } end,
+           "shed.target", "shed.target must be")
+  T.raises(function() bus:stage{ name = "a\0b", handler = function() end } end,
+           "a NUL", "holds a NUL")
+  T.eq(bus:stats("a"), nil, "nothing declared")
+  bus:stage{ name = "r", admit = function(env, st) return env.payload end, handler = function() end }
+  for _, p in ipairs{ "high", "normal", "medium" } do
+    local ok, why = bus:publish("r", p)
+    T.eq(ok, false, p .. " is no rule result")
+    T.eq(why, "admit_error", p .. ": admit_error")
+  end
+  T.eq(bus:publish("r", "low"), true, "low lowers the priority")
+  bus:stage{ name = "r2", admit = function(env, st) return false, "no\0way" end, handler = function() end }
+  local ok, why = bus:publish("r2", 1)
+  T.eq(ok, false, "refused")
+  T.eq(why, "no\\0way", "a NUL in the reason is shown, not a cut")
+  bus:shutdown(5)
+end)
+
 T.done()

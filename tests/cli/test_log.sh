@@ -1,0 +1,55 @@
+#!/bin/sh
+# The event log (stderr): one line per event with an RFC 3339 time, a
+# level and the stage, tracebacks folded into the line, control bytes
+# escaped (a payload cannot retitle the terminal or clear it);
+# --log-format json makes each line a JSON object; seda.log for handlers;
+# options take --opt=value too.
+. "$(dirname "$0")/lib.sh"
+
+cat >"$D/log.lua" <<'LUA'
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "s", handler = function(env)
+  if env.payload == "boom" then error("bad \27]0;title\7 and \27[2J\rfake") end
+  seda.log("warn", "handled", env.payload)
+end }
+bus:publish("s", "boom")
+bus:publish("s", "fine")
+bus:wait()
+seda.log("info", "main state")
+LUA
+
+"$SEDA" "$D/log.lua" 2>"$D/text.err" >/dev/null
+RC=$?
+check "runs (exit $RC)" [ "$RC" = 0 ]
+check "a handler error is one line with time, level and stage" \
+    grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z error stage=s handler error: .*log\.lua:4: bad .* \| stack traceback:' "$D/text.err"
+check "no raw escape, bell or carriage return reaches the terminal" \
+    sh -c "! grep -q \"\$(printf '\\033')\" '$D/text.err' && ! grep -q \"\$(printf '\\007')\" '$D/text.err' && ! grep -q \"\$(printf '\\r')\" '$D/text.err'"
+check "they are shown escaped" grep -q 'bad \\x1b\]0;title\\x07 and \\x1b\[2J\\rfake' "$D/text.err"
+check "seda.log in a handler names its stage" grep -qE ' warn stage=s handled fine$' "$D/text.err"
+check "seda.log on the main state has none" grep -qE ' info main state$' "$D/text.err"
+lines=$(wc -l <"$D/text.err")
+check "one line per event ($lines)" [ "$lines" = 3 ]
+
+"$SEDA" --log-format=json "$D/log.lua" 2>"$D/json.err" >/dev/null
+bad=0
+while IFS= read -r l; do
+    printf '%s\n' "$l" | python3 -m json.tool >/dev/null 2>&1 || bad=$((bad + 1))
+done <"$D/json.err"
+check "--log-format=json: every line parses as JSON ($bad bad)" [ "$bad" = 0 ]
+check "--log-format=json: the fields" python3 - "$D/json.err" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+err = [r for r in rows if r["level"] == "error"][0]
+assert err["stage"] == "s" and "stack traceback" in err["msg"] and "\x1b" in err["msg"], err
+assert set(err) == {"time", "level", "stage", "msg"}, err
+assert any(r["level"] == "info" and "stage" not in r for r in rows), rows
+PY
+"$SEDA" --log-format yaml -e '' 2>"$D/bad.err"
+RC=$?
+check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
+check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
+out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
+check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
+finish
