@@ -43,6 +43,40 @@ wait "$SPID"; rc=$?
 check "... with status 0" [ "$rc" = 0 ]
 check "new connections are refused after" eval '! curl -s -m 2 -o /dev/null "http://127.0.0.1:$P/s"'
 
+# ---- the listener in --http's /stats.json and /metrics (the observer
+# thread reads bus:stats() while requests are served) ----
+P=$(free_port); H=$(free_port)
+cat >"$D/obs.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "a", handler = function(env)
+  env.payload = { listeners = (function()
+    local n = 0
+    for _ in pairs(seda.stats().listeners) do n = n + 1 end
+    return n
+  end)() }
+end }
+bus:listen{ http = $P, routes = { ["GET /a"] = { "a" } } }
+EOF
+"$SEDA" --serve --http "127.0.0.1:$H" "$D/obs.lua" >"$D/obs.out" 2>"$D/obs.err" &
+HPID=$!
+PIDS="$PIDS $HPID"
+hup() { curl -s -o /dev/null "http://127.0.0.1:$P/a"; }
+check "a listener beside --http" wait_until 10 hup
+out=$(curl -s "http://127.0.0.1:$P/a")
+check "seda.stats() in a handler lists the listener" [ "$out" = '{"listeners":1}' ]
+i=0; while [ $i -lt 50 ]; do curl -s -o /dev/null "http://127.0.0.1:$P/a" & i=$((i + 1)); done
+metrics=$(curl -s "http://127.0.0.1:$H/metrics")
+wait_bg() { for j in $(jobs -p); do [ "$j" = "$HPID" ] || wait "$j"; done; }
+wait_bg
+json=$(curl -s "http://127.0.0.1:$H/stats.json")
+check "/stats.json has the listener" contains "$json" "\"127.0.0.1:$P\""
+check "/metrics has its requests" contains "$(curl -s "http://127.0.0.1:$H/metrics")" "seda_http_requests_total{"
+check "/metrics has responses by class" contains "$metrics" 'class="2xx"'
+kill -TERM "$HPID"
+hgone() { ! kill -0 "$HPID" 2>/dev/null; }
+check "it stops on SIGTERM" wait_until 10 hgone
+
 # ---- examples/orders ----
 P=$(free_port)
 "$SEDA" "$ROOT/examples/orders/service.lua" "$P" >"$D/oout" 2>"$D/oerr" &
