@@ -54,8 +54,10 @@ struct lhttp {
     char *name;                 /* the address given */
     int nroutes;
     struct lroute *routes;
-    lua_State *door;            /* for admit rules; server thread only */
-    struct ladmit_cache ac;     /* the door state's */
+    pthread_mutex_t door_mu;    /* guards door and ac: with threads > 1
+                                   several server threads may admit */
+    lua_State *door;            /* for admit rules; guarded by door_mu */
+    struct ladmit_cache ac;     /* the door state's; guarded by door_mu */
     struct lhttp *next;         /* lb's list; guarded by lb->mu */
 };
 
@@ -737,9 +739,11 @@ static int door_admit(struct lhttp *h, struct lstage *ls,
                       const seda_http_req_t *r, const char *to, int *prio,
                       char *why)
 {
+    pthread_mutex_lock(&h->door_mu);
     if (!h->door) {
         h->door = seda__l_worker_newstate();
         if (!h->door) {
+            pthread_mutex_unlock(&h->door_mu);
             snprintf(why, 200, "admit_error");
             return -1;
         }
@@ -760,6 +764,7 @@ static int door_admit(struct lhttp *h, struct lstage *ls,
         rc = (int)lua_tointeger(L, -1);
     }
     lua_settop(L, 0);
+    pthread_mutex_unlock(&h->door_mu);
     return rc;
 }
 
@@ -862,6 +867,7 @@ static void close_server(struct lhttp *h, double grace)
 static void lhttp_free(struct lhttp *h)
 {
     close_server(h, 0);
+    pthread_mutex_destroy(&h->door_mu);
     routes_free(h->routes, h->nroutes);
     free(h->name);
     free(h);
@@ -1103,6 +1109,7 @@ int seda__l_http_listen(lua_State *L)
     struct lhttp *h = calloc(1, sizeof *h);
     if (!h)
         return luaL_error(L, "listen: out of memory");
+    pthread_mutex_init(&h->door_mu, NULL);
     u->h = h;
     h->lb = lb;
 
