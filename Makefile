@@ -15,9 +15,10 @@
 #   make run-remote two processes sharing a remote stage (examples/remote/,
 #                   a private nats-server)
 #   make install    seda-lua, seda.so, seda.h, seda_lua.h, seda_remote.h, seda_io.h,
-#                   libseda.a, libsedalua.a, libsedaremote.a, libsedaio.a,
-#                   libseda.so (.so.0, .so.0.1.0), seda.pc and seda-lua.pc
-#                   (pkg-config), the seda.test module, man seda-lua and
+#                   seda_http.h, libseda.a, libsedalua.a, libsedaremote.a,
+#                   libsedaio.a, libsedahttp.a, libseda.so (.so.0,
+#                   .so.0.1.0), seda.pc and seda-lua.pc (pkg-config), the
+#                   seda.test module, man seda-lua and
 #                   share/doc/seda-lua/reference.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
@@ -144,16 +145,19 @@ CORE_SRC    := $(LAYER_SRC_core)
 DURABLE_SRC := $(LAYER_SRC_durable)
 REMOTE_SRC  := $(LAYER_SRC_remote)
 IO_SRC      := $(LAYER_SRC_io)
+HTTP_SRC    := $(LAYER_SRC_http)
 LUA_SRC     := $(LAYER_SRC_lua)
 CLI_SRC     := $(filter-out src/cli/main.c,$(LAYER_SRC_cli))
 CORE_OBJ    := $(CORE_SRC:src/%.c=$(B)/src/%.o) $(DURABLE_SRC:src/%.c=$(B)/src/%.o)
 REMOTE_OBJ  := $(REMOTE_SRC:src/%.c=$(B)/src/%.o)
 IO_OBJ      := $(IO_SRC:src/%.c=$(B)/src/%.o)
+HTTP_OBJ    := $(HTTP_SRC:src/%.c=$(B)/src/%.o)
 LUA_OBJ     := $(LUA_SRC:src/%.c=$(B)/src/%.o)
 CLI_OBJ     := $(CLI_SRC:src/%.c=$(B)/src/%.o)
 LIBSEDA  := $(B)/libseda.a
 LIBSREMOTE := $(B)/libsedaremote.a
 LIBSIO   := $(B)/libsedaio.a
+LIBSHTTP := $(B)/libsedahttp.a
 LIBSLUA  := $(B)/libsedalua.a
 
 TEST_SRC := $(wildcard tests/*/test_*.c)
@@ -163,7 +167,7 @@ SEDA_SO  := $(B)/seda.so
 
 EXAMPLES := $(patsubst examples/%.c,$(B)/examples/%,$(wildcard examples/*.c))
 
-ALL := $(LIBSEDA) $(LIBSREMOTE) $(LIBSIO) $(EXAMPLES)
+ALL := $(LIBSEDA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(EXAMPLES)
 ifneq ($(LUA_SRC),)
 ALL += $(LIBSLUA)
 endif
@@ -202,6 +206,11 @@ $(B)/src/io/%.o: src/io/%.c
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
 
+# The http layer is the one that includes <microhttpd.h> (with cli).
+$(B)/src/http/%.o: src/http/%.c
+	@mkdir -p $(@D)
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(MHD_CFLAGS) -c $< -o $@
+
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -Itests $(CMOCKA_CFLAGS) $(NATS_CFLAGS) -c $< -o $@
@@ -237,12 +246,17 @@ $(LIBSIO): $(IO_OBJ)
 	@mkdir -p $(@D)
 	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
+$(LIBSHTTP): $(HTTP_OBJ)
+	@mkdir -p $(@D)
+	@rm -f $@
+	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
+
 $(LIBSLUA): $(LUA_OBJ)
 	@mkdir -p $(@D)
 	@rm -f $@
 	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
-$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
+$(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
@@ -274,11 +288,11 @@ $(LIBSEDA_SOV): $(CORE_OBJ)
 $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO): $(LIBSEDA_SOV)
 	$(Q)ln -sf $(notdir $<) $@
 
-$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(CORE_OBJ)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(HTTP_OBJ) $(CORE_OBJ)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
-$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -375,9 +389,9 @@ $(B)/seda-lua.pc: include/seda.h Makefile
 	@mkdir -p $(@D)
 	@{ $(PC_HEAD); \
 	   echo "Name: seda-lua"; \
-	   echo "Description: seda-lua's embeddable Lua binding (seda_lua.h, libsedalua), remote stages (seda_remote.h, libsedaremote) and the I/O loop (seda_io.h, libsedaio), over the static C core"; \
+	   echo "Description: seda-lua's embeddable Lua binding (seda_lua.h, libsedalua), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the HTTP server (seda_http.h, libsedahttp), over the static C core"; \
 	   echo "Requires: $(LUA_PC) sqlite3 $(NATS_PC)"; \
-	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libseda.a -pthread -lm -lcurl'; } >$@.tmp
+	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libsedahttp.a $${libdir}/libseda.a -pthread -lm -lcurl -lmicrohttpd'; } >$@.tmp
 	@mv $@.tmp $@
 
 INSTALL_LUA := lua/seda/test.lua
@@ -391,9 +405,9 @@ install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -m 0755 $(SEDA_SO) $(DESTDIR)$(LUA_CMOD_DIR)/seda.so
 	install -m 0644 $(INSTALL_LUA) $(DESTDIR)$(LUA_LMOD_DIR)/seda/
 	install -m 0644 include/seda.h include/seda_lua.h include/seda_remote.h \
-	    include/seda_io.h \
+	    include/seda_io.h include/seda_http.h \
 	    $(DESTDIR)$(PREFIX)/include/
-	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) \
+	install -m 0644 $(LIBSEDA) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) \
 	    $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(LIBSEDA_SOV) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libseda.so.$(SEDA_VERSION) $(DESTDIR)$(PREFIX)/lib/libseda.so.$(SO_MAJOR)
@@ -409,7 +423,9 @@ uninstall:
 	    $(DESTDIR)$(PREFIX)/include/seda_lua.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_remote.h \
 	    $(DESTDIR)$(PREFIX)/include/seda_io.h \
+	    $(DESTDIR)$(PREFIX)/include/seda_http.h \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaio.a \
+	    $(DESTDIR)$(PREFIX)/lib/libsedahttp.a \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.a $(DESTDIR)$(PREFIX)/lib/libsedalua.a \
 	    $(DESTDIR)$(PREFIX)/lib/libsedaremote.a \
 	    $(DESTDIR)$(PREFIX)/lib/libseda.so \
@@ -443,14 +459,21 @@ clean:
 # bench/run --help lists the options (--config, --handler, --quick).
 # bench/: the driver (bench.c), the harness (harness.c, recorder.c,
 # inst.c) and one file per config; codec_loop.c is a standalone tool.
-BENCH_SRC := $(filter-out bench/codec_loop.c,$(wildcard bench/*.c))
+BENCH_SRC := $(filter-out bench/codec_loop.c bench/openloop.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
-$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(LDLIBS) -o $@
+$(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.
 bench:
 	@V=$(V) BENCH_BIN=$(BENCH_BIN) sh bench/run
+
+# The open-loop HTTP client of the http_overload row (bench/http.sh), a
+# standalone tool with libc only.
+OPENLOOP := $(B)/bench/openloop
+$(OPENLOOP): bench/openloop.c
+	@mkdir -p $(@D)
+	$(Q)$(call say,LD,$@)$(CC) $(CFLAGS) $< $(LDFLAGS) -o $@

@@ -689,6 +689,11 @@ const char *seda_env_slip_at(const seda_env_t *env, int i);
  * unchanged). */
 int seda_env_forward(seda_env_t *env, const char *const *stages, int n);
 
+/* Drop the remaining slip: the itinerary ends when this hop acks (what
+ * env:respond does).  Undone like a forward when the attempt is nacked.
+ * Returns 0; cannot fail. */
+int seda_env_slip_end(seda_env_t *env);
+
 /* Mark the current delivery as failed with a message: the consumer's result
  * is taken as a nack and msg is reported on stderr (rate-limited per
  * stage).  msg is copied. */
@@ -874,6 +879,9 @@ typedef struct seda_stage_stats {
     uint64_t invalid;          /* refused by the admission check */
     uint64_t refused;          /* refused by an admit rule (Lua `admit`) */
     uint64_t shed;             /* publishes refused by adaptive shedding */
+    uint64_t shed_for;         /* new itineraries refused at the door
+                                  because this stage (their first or one on
+                                  their slip) was shedding (SPEC 13) */
     int delayed;               /* retries waiting out their backoff */
     uint64_t dead_by_reason[6];/* dead_lettered by reason (SEDA_DEAD_*) */
     int suspended;             /* handler calls suspended (waiting on the

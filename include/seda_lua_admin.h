@@ -121,4 +121,8 @@ SEDA__API int seda__l_worker_msghandler(lua_State *L);
 SEDA__API extern int seda__l_callback_depth;
 SEDA__API extern bool (*seda__l_callback_interrupt_pending)(lua_State *L);
 
+/* Listeners (bus:listen) open in the process, every bus's: a plain run of
+ * seda-lua with one keeps serving, as --serve does.  Any thread. */
+SEDA__API int seda__l_http_open(void);
+
 #endif /* SEDA_LUA_ADMIN_H */

@@ -53,6 +53,9 @@ local STAGE_METRICS = {
     "rule.", "refused" },
   { "shed_total", "counter", "Publishes refused by adaptive shedding.",
     "shed" },
+  { "shed_for_total", "counter", "New itineraries refused at the door " ..
+    "because this stage (first or on their slip) was shedding.",
+    "shed_for" },
   { "shedding", "gauge", "Adaptive shedding now: 0 no, 1 refusing low " ..
     "priority, 2 low and normal.", "shedding" },
   { "delayed", "gauge", "Retries waiting out their backoff.", "delayed" },
@@ -246,6 +249,65 @@ function M.metrics()
   end
   family("seda_worker_lua_memory_bytes", "gauge", "Bytes the worker's Lua " ..
     "state holds, as of the end of its last handler call.", mem)
+  -- Listeners (bus:listen): requests, responses by class, connections,
+  -- and the request latency over the stats window.
+  local LISTENER = {
+    { "requests_total", "counter", "Whole requests handed to the bus.",
+      function(l) return l.requests end },
+    { "open_connections", "gauge", "Open client connections.",
+      function(l) return l.open_connections end },
+    { "waiting", "gauge", "Requests whose itinerary has not answered yet.",
+      function(l) return l.waiting end },
+    { "timeouts_total", "counter", "Requests answered 504 (timeout).",
+      function(l) return l.timeouts end },
+    { "slow_clients_total", "counter", "Connections cut because the " ..
+      "client took longer than client_timeout.",
+      function(l) return l.slow_clients end },
+  }
+  local lsamples = {}
+  for _, m in ipairs(LISTENER) do lsamples[m[1]] = {} end
+  local resp, lat = {}, {}
+  for _, e in ipairs(snap) do
+    for addr, l in pairs(e.stats.listeners or {}) do
+      local lab = 'listener="' .. esc(addr) .. '"'
+      for _, m in ipairs(LISTENER) do
+        local t = lsamples[m[1]]
+        t[#t + 1] = "seda_http_" .. m[1] .. labels(e, nil, lab) .. " " ..
+                    pnum(m[4](l))
+      end
+      for _, c in ipairs({ "2xx", "4xx", "5xx", "503" }) do
+        resp[#resp + 1] = "seda_http_responses_total" ..
+          labels(e, nil, lab .. ',class="' .. c .. '"') .. " " ..
+          pnum(l.responses[c])
+      end
+      for _, q in ipairs({ "p50", "p99" }) do
+        lat[q] = lat[q] or {}
+        lat[q][#lat[q] + 1] = "seda_http_request_" .. q .. "_seconds" ..
+          labels(e, nil, lab) .. " " ..
+          (l.latency_count > 0 and pnum(l["latency_" .. q]) or "NaN")
+      end
+    end
+  end
+  for _, m in ipairs(LISTENER) do
+    if #lsamples[m[1]] > 0 then
+      add("# HELP seda_http_" .. m[1] .. " " .. m[3])
+      add("# TYPE seda_http_" .. m[1] .. " " .. m[2])
+      for _, x in ipairs(lsamples[m[1]]) do add(x) end
+    end
+  end
+  if #resp > 0 then
+    add("# HELP seda_http_responses_total Responses by class (503 counted " ..
+        "in 5xx too).")
+    add("# TYPE seda_http_responses_total counter")
+    for _, x in ipairs(resp) do add(x) end
+    for _, q in ipairs({ "p50", "p99" }) do
+      add("# HELP seda_http_request_" .. q .. "_seconds The " .. q ..
+          " of the time from a whole request to its answer, over the " ..
+          "last 10 s.")
+      add("# TYPE seda_http_request_" .. q .. "_seconds gauge")
+      for _, x in ipairs(lat[q]) do add(x) end
+    end
+  end
   add("# HELP seda_buses Live buses in the process.")
   add("# TYPE seda_buses gauge")
   add("seda_buses " .. #snap)

@@ -31,6 +31,7 @@
 #include "cli.h"
 #include "seda.h"
 #include "seda_lua.h"
+#include "seda_lua_admin.h"
 
 static const char *progname = "seda-lua";
 static char *sdir;              /* directory of the script (--watch) */
@@ -415,6 +416,15 @@ static int run(lua_State *L, int argc, char **argv)
      * next run. */
     cli_start_buses(failed);
 
+    /* A listener (bus:listen) keeps a plain run serving until a signal,
+     * as --serve does (SPEC.md section 13). */
+    if (!live && !failed && seda__l_http_open() > 0) {
+        live = true;
+        o.serve = true;
+        cli.o.serve = true;
+        cli_install_signals();
+        cli.phase = CLI_IDLE;
+    }
     if (live && !failed && cli.stop) {
         fprintf(stderr, "%s: signal received, draining\n", progname);
     } else if (live && !failed) {

@@ -576,6 +576,29 @@ static int check_id(const struct seda_stage_s *st,
                ? SEDA_EINVAL : 0;
 }
 
+/* Shedding at the door (SPEC.md section 13, amending section 10): a new
+ * itinerary is refused with SEDA_ESHED when a stage on its slip is
+ * shedding (its first stage, st, says so itself when it is offered the
+ * envelope); hops never come here, so work already on its way is never
+ * shed.  The refusal is counted at st (shed, dropped) and at the stage
+ * that caused it (shed_for). */
+static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
+                     const seda_publish_opts *opts)
+{
+    if (!opts || opts->nslip <= 0 || !opts->slip)
+        return 0;
+    for (int i = 0; i < opts->nslip; i++) {
+        struct seda_stage_s *h = opts->slip[i]
+                                     ? seda__bus_lookup(b, opts->slip[i])
+                                     : NULL;
+        if (h && h != st && seda__stage_door_shed(h, opts->priority)) {
+            seda__stage_count_shed(st);
+            return SEDA_ESHED;
+        }
+    }
+    return 0;
+}
+
 /* A check's refusal, to the publisher's buffer if it gave one. */
 static void tell_why(const seda_publish_opts *opts, const char *why)
 {
@@ -608,6 +631,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         (opts && opts->nheaders > 0 &&
          publish_size(len, opts) > b->max_payload))
         return SEDA_ETOOLARGE;
+    if ((rc = door_shed(b, st, opts)) != 0)
+        return rc;
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
         return rc;
@@ -666,6 +691,8 @@ int seda_publish_many(seda_bus_t *b, const char *to,
         return 0;
     }
     if ((*err = check_id(st, opts)) != 0)
+        return 0;
+    if ((*err = door_shed(b, st, opts)) != 0)
         return 0;
     seda_env_t *small[64];
     seda_env_t **envs = n <= 64 ? small : seda__malloc(sizeof *envs *
@@ -837,6 +864,9 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
         c->it_dead++;
         env->flags |= ENV_DEAD;
         if (env->done) {
+            /* The callback may want to say why (an HTTP request's 500). */
+            seda_env_set_header(env, "x-dead-reason", reason);
+            seda_env_set_header(env, "x-dead-from", st->name);
             seda_done_fn done = env->done;
             env->done = NULL;
             done(env, SEDA_DEAD_LETTERED, env->done_ud);

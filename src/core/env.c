@@ -535,6 +535,20 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     return 0;
 }
 
+int seda_env_slip_end(seda_env_t *env)
+{
+    if (!env->ext || !env->ext->slip)
+        return 0;
+    if (env == tls_undo_env && !env->ext->slip_saved) {
+        env->ext->slip_prev = env->ext->slip;   /* restored on nack */
+        env->ext->slip_saved = true;
+    } else {
+        seda__free(env->ext->slip);
+    }
+    env->ext->slip = NULL;
+    return 0;
+}
+
 /* ---- headers ---- */
 
 static void hdrs_free(struct env_hdrs *h)

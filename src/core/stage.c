@@ -165,6 +165,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
             st->stats.c.shed++;
+            st->stats.c.shed_for++;
             st->stats.c.dropped++;
             return SEDA_ESHED;
         }
@@ -746,6 +747,33 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
     }
 }
 
+/* Shedding at the door (SPEC.md section 13): a new itinerary whose slip
+ * names st is refused while st sheds at its priority, as st would refuse
+ * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
+ * when st is shedding. */
+int seda__stage_door_shed(struct seda_stage_s *st, int prio)
+{
+    if (prio == SEDA_PRIO_HIGH ||
+        SEDA__LIKELY(!atomic_load_explicit(&st->adm.shed_level,
+                                           memory_order_relaxed)))
+        return 0;
+    seda__mutex_lock(&st->mu);
+    int level = shed_level_now(st);
+    bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
+    if (refuse)
+        st->stats.c.shed_for++;
+    seda__mutex_unlock(&st->mu);
+    return refuse ? SEDA_ESHED : 0;
+}
+
+void seda__stage_count_shed(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->stats.c.shed++;
+    st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
+}
+
 /* Shedding while the queue could not be slow (mu held): an empty queue,
  * or one whose backlog takes less than target at the recent handling
  * time, ends it (the batches that would say so may never come). */
@@ -760,8 +788,14 @@ static int shed_level_now(struct seda_stage_s *st)
         return 0;
     }
     uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
-    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc /
-                       (uint64_t)st->adm.concurrency;
+    /* The queue drains at most as many at once as there are workers
+     * (and calls suspended on the network, which hold none): a
+     * concurrency over that does not make the backlog shorter. */
+    uint64_t par = (uint64_t)st->adm.concurrency;
+    int workers = seda__pool_size(st->bus->pool) + st->dr.suspended;
+    if (workers > 0 && (uint64_t)workers < par)
+        par = (uint64_t)workers;
+    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc / par;
     if (backlog < (uint64_t)st->adm.shed_target_ns) {
         shed_end(st, level, seda__clock_ns());
         return 0;

@@ -159,6 +159,13 @@ SEDA__API int seda__stage_check(struct seda_stage_s *st,
                                 const seda_env_t *env, char *err,
                                 size_t errlen);
 
+/* Shedding at the door (SPEC.md section 13, bus.c): SEDA_ESHED when st
+ * is shedding at priority prio (counted in st's shed_for), else 0; and
+ * the refusal counted at the stage the itinerary was offered to (shed,
+ * dropped).  No lock held; they take st->mu. */
+SEDA__API int seda__stage_door_shed(struct seda_stage_s *st, int prio);
+SEDA__API void seda__stage_count_shed(struct seda_stage_s *st);
+
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */
 SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);

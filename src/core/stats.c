@@ -65,6 +65,7 @@ void seda__stats_fold(struct stage_counters *into,
     into->invalid += from->invalid;
     into->refused += from->refused;
     into->shed += from->shed;
+    into->shed_for += from->shed_for;
     into->accepted += from->accepted;
     into->it_dead += from->it_dead;
     into->it_lost += from->it_lost;
@@ -578,6 +579,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->invalid = st->stats.c.invalid;
     out->refused = st->stats.c.refused;
     out->shed = st->stats.c.shed;
+    out->shed_for = st->stats.c.shed_for;
     out->delayed = st->adm.delayed;
     out->shedding = atomic_load_explicit(&st->adm.shed_level,
                                          memory_order_relaxed);

@@ -24,6 +24,8 @@ struct stage_counters {
     uint64_t invalid;           /* refused by the admission check */
     uint64_t refused;           /* refused by an admit rule (Lua) */
     uint64_t shed;              /* publishes refused by shedding */
+    uint64_t shed_for;          /* new itineraries refused because this
+                                   stage, first or on the slip, sheds */
     /* Itinerary-level counters summed into the bus totals. */
     uint64_t accepted;          /* publishes accepted as a first hop here */
     uint64_t it_dead;           /* itineraries dead-lettered here */

@@ -76,6 +76,44 @@ static int env_forward(lua_State *L)
     return 1;
 }
 
+/* env:respond(status, body, headers): the payload becomes the answer
+ * { status =, body =, headers = } and the slip ends here, so the
+ * itinerary completes (and an HTTP request is answered, SPEC.md section
+ * 13) when this handler acks.  Upvalue 1: the lenv userdata. */
+static int env_respond(lua_State *L)
+{
+    struct lenv *le = env_self(L);
+    lua_Integer status = luaL_checkinteger(L, 2);
+    if (status < 100 || status > 999)
+        return luaL_error(L, "respond: status must be from 100 to 999 "
+                          "(got %d)", (int)status);
+    int bt = lua_type(L, 3);
+    if (bt != LUA_TNONE && bt != LUA_TNIL && bt != LUA_TSTRING &&
+        bt != LUA_TTABLE && bt != LUA_TNUMBER)
+        return luaL_typeerror(L, 3, "string or table");
+    if (!lua_isnoneornil(L, 4))
+        luaL_checktype(L, 4, LUA_TTABLE);
+    lua_settop(L, 4);                   /* the answer goes above */
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, status);
+    lua_setfield(L, -2, "status");
+    if (bt != LUA_TNONE && bt != LUA_TNIL) {
+        lua_pushvalue(L, 3);
+        lua_setfield(L, -2, "body");
+    }
+    if (!lua_isnoneornil(L, 4)) {
+        lua_pushvalue(L, 4);
+        lua_setfield(L, -2, "headers");
+    }
+    lua_setiuservalue(L, lua_upvalueindex(1), 1);
+    le->decoded = true;
+    le->decoded_table = true;
+    le->payload_set = true;
+    seda_env_slip_end(le->env);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 /* A field of the envelope that is not the payload. */
 static int env_field(lua_State *L, struct lworker *w, const char *k)
 {
@@ -105,6 +143,9 @@ static int env_field(lua_State *L, struct lworker *w, const char *k)
         lua_pushinteger(L, seda_env_attempts(env));
     } else if (k == w->k_forward) {
         lua_pushcfunction(L, env_forward);
+    } else if (k == w->k_respond) {
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_pushcclosure(L, env_respond, 1);
     } else if (k == w->k_published_at) {
         lua_pushnumber(L, seda_env_published_at(env));
     } else {
@@ -304,11 +345,12 @@ void seda__l_env_keys(lua_State *L, struct lworker *w)
 {
     static const char *const names[] = {
         "payload", "headers", "id", "to", "sender", "slip", "attempts",
-        "forward", "published_at",
+        "forward", "published_at", "respond",
     };
     const char **slot[] = {
         &w->k_payload, &w->k_headers, &w->k_id, &w->k_to, &w->k_sender,
         &w->k_slip, &w->k_attempts, &w->k_forward, &w->k_published_at,
+        &w->k_respond,
     };
     /* Anchored in a registry table, so the strings (and their addresses)
      * live as long as the state. */

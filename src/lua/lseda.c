@@ -268,7 +268,11 @@ static int l_bus_shutdown(lua_State *L)
     struct lbusud *u = check_bus(L);
     double t = luaL_optnumber(L, 2, 30.0);
     hold(u->lb);
+    /* Listeners stop accepting first; what they took in is drained and
+     * answered, then they close. */
+    seda__l_http_quiesce(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
+    seda__l_http_close_all(u->lb, 1.0);
     u->lb->shut = true;
     seda__l_callback_run(L, u->lb);
     seda__l_callback_flush();
@@ -281,7 +285,9 @@ static int l_bus_shutdown_now(lua_State *L)
 {
     struct lbusud *u = check_bus(L);
     hold(u->lb);
+    seda__l_http_quiesce(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
+    seda__l_http_close_all(u->lb, 0.2);
     u->lb->shut = true;
     seda__l_callback_run(L, u->lb);
     seda__l_callback_flush();
@@ -298,6 +304,7 @@ static int l_bus_gc(lua_State *L)
         return 0;
     u->lb = NULL;
     seda__l_observe_remove(lb);         /* before anything is freed */
+    seda__l_http_free_all(lb);          /* no request publishes after */
     seda_bus_free(lb->bus);             /* joins the workers */
     lb->bus = NULL;
     seda_io_loop_free(lb->io);          /* after the workers' calls ended */
@@ -326,7 +333,9 @@ static int l_bus_close(lua_State *L)
     struct lbusud *u = luaL_checkudata(L, 1, LSEDA_BUS_MT);
     if (u->lb && u->lb->bus && !u->lb->shut) {
         hold(u->lb);
+        seda__l_http_quiesce(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
+        seda__l_http_close_all(u->lb, 1.0);
         u->lb->shut = true;
         seda__l_callback_run(L, u->lb);
         seda__l_callback_flush();
@@ -722,6 +731,7 @@ static const luaL_Reg bus_methods[] = {
     { "wait", l_bus_wait },
     { "poll", l_bus_poll },
     { "shutdown", l_bus_shutdown },
+    { "listen", seda__l_http_listen },
     { "shutdown_now", l_bus_shutdown_now },
     { "reload", seda__l_stage_reload },
     { "start", seda__l_stage_start_method },
@@ -761,6 +771,7 @@ int luaopen_seda(lua_State *L)
     }
     lua_pop(L, 1);
     seda__l_loop_open(L);
+    seda__l_http_open_lib(L);
     luaL_newlib(L, module_funcs);
     seda__l_loop_register(L);
     seda__l_io_register(L);     /* sleep, http, socket (lio.c) */

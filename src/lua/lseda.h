@@ -180,6 +180,8 @@ struct lbus {
     int start;                  /* main thread only: START_* */
     seda_io_loop_t *io;         /* the bus's I/O loop for its worker states,
                                    made on first use; guarded by mu */
+    struct lhttp *listeners;    /* bus:listen's (lhttp.c); guarded by mu,
+                                   changed on the main thread only */
 };
 
 /* When a bus's durable stages replay (lbus.start). */
@@ -375,6 +377,23 @@ SEDA__API void seda__l_loop_signal(struct lloop *lp);
 SEDA__API int seda__l_loop_run_timers(lua_State *L);
 /* Seconds until L's next timer is due (0: due now), or -1 when none. */
 SEDA__API double seda__l_loop_next_timer(lua_State *L);
+
+/* ---- lhttp.c ---- */
+
+struct lhttp;
+/* bus:listen{ http =, routes =, ... }: a listener handle (SPEC.md
+ * section 13).  Raises on misuse and when the address cannot be bound. */
+SEDA__API int seda__l_http_listen(lua_State *L);
+/* Push { [address] = stats table, ... } of lb's listeners. */
+SEDA__API void seda__l_http_push_stats(lua_State *L, struct lbus *lb);
+/* Stop accepting (bus:shutdown's first step); then, once drained, close
+ * the servers, their last answers sent within grace seconds. */
+SEDA__API void seda__l_http_quiesce(struct lbus *lb);
+SEDA__API void seda__l_http_close_all(struct lbus *lb, double grace);
+/* Close and free every listener (the bus is being collected). */
+SEDA__API void seda__l_http_free_all(struct lbus *lb);
+/* The listener metatable (luaopen_seda). */
+SEDA__API void seda__l_http_open_lib(lua_State *L);
 
 /* ---- ladmit.c ---- */
 

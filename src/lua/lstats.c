@@ -55,6 +55,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         lua_setfield(L, -2, "remote");
     set_int(L, "refused", (lua_Integer)s.refused);
     set_int(L, "shed", (lua_Integer)s.shed);
+    set_int(L, "shed_for", (lua_Integer)s.shed_for);
     set_int(L, "delayed", s.delayed);
     set_int(L, "suspended", s.suspended);
     lua_createtable(L, 0, SEDA_DEAD_REASONS);
@@ -180,6 +181,8 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
         lua_setfield(L, -2, seda_stage_name(st));
     }
     lua_setfield(L, -2, "stages");
+    seda__l_http_push_stats(L, lb);
+    lua_setfield(L, -2, "listeners");
     push_worker_memory(L, lb);
     lua_pushstring(L, lb->name);
     lua_setfield(L, -2, "name");

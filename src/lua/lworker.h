@@ -87,7 +87,8 @@ struct lworker {
     /* The envelope's field names as interned in this state (anchored in
      * the registry): env_index compares a key's address, not its bytes. */
     const char *k_payload, *k_headers, *k_id, *k_to, *k_sender, *k_slip,
-        *k_attempts, *k_forward, *k_published_at;
+        *k_attempts, *k_forward, *k_published_at,
+        *k_respond;
     struct small_block *small[SMALL_CLASSES]; /* freed small blocks */
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };

@@ -2,7 +2,8 @@
 /*
  * test_admission.c -- SPEC §10 in the core, through the public C API:
  * priority lanes (order, starvation by age, drop_oldest evicting low
- * first), adaptive shedding (SEDA_ESHED for low then normal, never high),
+ * first), adaptive shedding (SEDA_ESHED for low then normal, never high;
+ * at the door, for a stage on the slip),
  * retry backoff (delayed on a timer, lower bounds, swept at shutdown) and
  * seda_stage_tune_admission's checks.
  */
@@ -262,6 +263,67 @@ static void test_admission_shed_low_then_normal_never_high(void **state)
     drain_all_completed(b, &r);
 }
 
+/* Shedding at the door (SPEC §13): a new itinerary through "f" whose slip
+ * names the shedding "s" is refused at "f" (counted in f's shed and s's
+ * shed_for); high priority still enters; every accepted one completes
+ * (hops are never shed). */
+static void test_admission_shed_at_the_door(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus();
+    rec_t r, rf;
+    slow_shedding_stage(b, &r, 4000, 0.03);
+    rec_init(&rf);
+    tu_gate_open(&rf.gate);
+    seda_stage_opts o;
+    seda_stage_opts_init(&o);
+    o.name = "f";
+    o.capacity = 4000;
+    seda_stage_t *f = add(b, &o, &rf);
+    const char *slip[] = { "s" };
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    po.slip = slip;
+    po.nslip = 1;
+    int accepted = 0, refused = 0;
+    uint64_t v = 1;
+    double end = seda_now() + 20;
+    while (refused == 0 && seda_now() < end) {
+        int rc = tu_publish_u64(b, "f", v++, &po);
+        if (rc == SEDA_ESHED)
+            refused++;
+        else if (rc == 0)
+            accepted++;
+        else
+            fail_msg("publish: %s", seda_strerror(rc));
+    }
+    assert_true(refused > 0);
+    seda_stage_stats fs, ss;
+    seda_stage_stats_get(f, &fs);
+    seda_stage_stats_get(seda_bus_stage(b, "s"), &ss);
+    assert_true(ss.shed_for >= 1);
+    assert_int_equal(fs.shed_for, 0);
+    assert_true(fs.shed >= 1);
+    /* Straight to "s" with no slip: its own shedding, its own shed_for. */
+    int own = 0;
+    for (int i = 0; i < 50 && !own; i++)
+        own = pub(b, v++, SEDA_PRIO_NORMAL) == SEDA_ESHED;
+    if (own) {
+        seda_stage_stats_get(seda_bus_stage(b, "s"), &ss);
+        assert_true(ss.shed_for >= 2);
+    }
+    po.priority = SEDA_PRIO_HIGH;
+    assert_int_equal(tu_publish_u64(b, "f", v++, &po), 0);
+    assert_int_equal(seda_bus_wait_idle(b, 120), 0);
+    seda_bus_stats bs;
+    seda_bus_stats_get(b, &bs);
+    assert_int_equal(bs.accepted, bs.completed);
+    assert_int_equal(bs.dropped, 0);
+    seda_bus_free(b);
+    rec_destroy(&r);
+    rec_destroy(&rf);
+}
+
 /* Publish normal envelopes, one per `pace` seconds, until one is shed;
  * returns how many were accepted before it (or -1 past `until`). */
 static int paced_until_shed(seda_bus_t *b, uint64_t *v, double pace,
@@ -453,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_admission_drop_oldest_evicts_low_first),
         cmocka_unit_test(test_admission_shed_low_then_normal_never_high),
         cmocka_unit_test(test_admission_shed_rearms_at_once),
+        cmocka_unit_test(test_admission_shed_at_the_door),
         cmocka_unit_test(test_admission_retry_backoff),
         cmocka_unit_test(test_admission_delayed_retry_swept_at_shutdown),
         cmocka_unit_test(test_admission_tune_checks_everything_first),

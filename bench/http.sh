@@ -1,0 +1,221 @@
+#!/bin/sh
+# bench/http.sh -- the `http` and `http_overload` rows (WORKLOAD.md, "The
+# bus meets the network"): seda-lua's bus:listen beside OpenResty (Debian
+# nginx + libnginx-mod-http-lua, as many nginx workers as seda workers),
+# trials interleaved (anchor, ours, anchor, ours...), one JSON object per
+# row on stdout.
+#
+#   http           wrk -t1 -c64 -d5s, (a) light: read a 200-byte body,
+#                  answer a small JSON object; (b) heavy: ~40 us of Lua
+#                  string work in Lua 5.4 (LuaJIT runs it several times
+#                  faster: this row measures the interpreter)
+#   http_io        a route whose handler makes one HTTP GET to an upstream
+#                  answering after 5 ms (a third nginx, one worker), wrk
+#                  -c256; OpenResty with a cosocket to the same upstream
+#   http_overload  a route doing ~200 us of work; capacity calibrated with
+#                  wrk; then bench/openloop at 2x capacity for 10 s, latency
+#                  from each request's scheduled time; seda-lua with
+#                  shed = { target = 0.005 } on the stage, OpenResty as is
+#
+#   SEDA=build/release/seda-lua TRIALS=2 WORKERS=2 sh bench/http.sh
+#   ROWS=http_overload WORKERS=1 sh bench/http.sh     (one family)
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SEDA=${SEDA:-$ROOT/build/release/seda-lua}
+OPENLOOP=${OPENLOOP:-$ROOT/build/release/bench/openloop}
+TRIALS=${TRIALS:-2}
+WORKERS=${WORKERS:-2}
+DUR=${DUR:-5}
+OVER_DUR=${OVER_DUR:-10}
+D=$(mktemp -d "${TMPDIR:-/tmp}/seda-bench-http.XXXXXX")
+SPID=""; NPID=""; UPID=""
+cleanup() {
+    [ -n "$SPID" ] && kill "$SPID" 2>/dev/null
+    [ -n "$NPID" ] && kill "$NPID" 2>/dev/null
+    [ -n "$UPID" ] && kill "$UPID" 2>/dev/null
+    sleep 0.2
+    rm -rf "$D"
+}
+trap cleanup EXIT
+command -v wrk >/dev/null && command -v nginx >/dev/null || {
+    echo "bench/http.sh: needs wrk, nginx and libnginx-mod-http-lua (apt-get install wrk nginx libnginx-mod-http-lua)" >&2
+    exit 1
+}
+[ -x "$OPENLOOP" ] || make -s -C "$ROOT" "$OPENLOOP" >&2
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+SP=$(free_port); NP=$(free_port); UP=$(free_port)
+
+# The same Lua in both: LIGHT, HEAVY and WORK are the handlers' bodies.
+HEAVY='local s = 0 for i = 1, 70 do s = s + #(("x"):rep(i % 17) .. tostring(i)) end'
+
+cat >"$D/svc.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = $WORKERS }
+bus:stage{ name = "light", concurrency = 64, handler = function(env)
+  local p = env.payload
+  env.payload = { status = 200, body = { ok = true, len = #p.body } }
+end }
+bus:stage{ name = "heavy", concurrency = 64, handler = function(env)
+  $HEAVY
+  env.payload = { status = 200, body = { s = s } }
+end }
+bus:stage{ name = "work", concurrency = 64, capacity = 4096,
+           shed = { target = 0.005 }, handler = function(env)
+  local t = seda.now()
+  while seda.now() - t < 0.0002 do end
+  env.payload = "ok"
+end }
+bus:stage{ name = "io", concurrency = 256, handler = function(env)
+  local r, err = seda.http.request{ url = "http://127.0.0.1:$UP/up", timeout = 5 }
+  env.payload = r and r.body or { status = 502, body = tostring(err) }
+end }
+bus:listen{ http = $SP, max_connections = 4096, routes = {
+  ["POST /light"] = { "light" }, ["POST /heavy"] = { "heavy" },
+  ["GET /work"] = { "work" }, ["GET /io"] = { "io" } } }
+EOF
+mkdir -p "$D/ngx/logs"
+cat >"$D/ngx/nginx.conf" <<EOF
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+worker_processes $WORKERS;
+daemon off;
+pid $D/ngx/nginx.pid;
+error_log $D/ngx/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  server {
+    listen 127.0.0.1:$NP backlog=4096;
+    location = /light { content_by_lua_block {
+      ngx.req.read_body()
+      local b = ngx.req.get_body_data() or ""
+      ngx.header["Content-Type"] = "application/json"
+      ngx.print('{"ok":true,"len":' .. #b .. '}')
+    } }
+    location = /heavy { content_by_lua_block {
+      ngx.req.read_body()
+      $HEAVY
+      ngx.header["Content-Type"] = "application/json"
+      ngx.print('{"s":' .. s .. '}')
+    } }
+    location = /io { content_by_lua_block {
+      local sock = ngx.socket.tcp()
+      sock:settimeout(5000)
+      assert(sock:connect("127.0.0.1", $UP))
+      sock:send("GET /up HTTP/1.1\\r\\nHost: u\\r\\n\\r\\n")
+      local line = sock:receive("*l")
+      local len = 0
+      while true do
+        local h = sock:receive("*l")
+        if not h or h == "" then break end
+        local n = h:match("^[Cc]ontent%-[Ll]ength:%s*(%d+)")
+        if n then len = tonumber(n) end
+      end
+      local body = sock:receive(len)
+      sock:setkeepalive(10000, 512)
+      ngx.print(body)
+    } }
+    location = /work { content_by_lua_block {
+      local t = os.clock()
+      while os.clock() - t < 0.0002 do end
+      ngx.print("ok")
+    } }
+  }
+}
+EOF
+mkdir -p "$D/up/logs"
+cat >"$D/up/nginx.conf" <<EOF
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+worker_processes 1;
+daemon off;
+pid $D/up/nginx.pid;
+error_log $D/up/logs/error.log warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  keepalive_requests 100000;
+  server {
+    listen 127.0.0.1:$UP backlog=4096;
+    location = /up { content_by_lua_block {
+      ngx.sleep(0.005)
+      ngx.header["Content-Length"] = 3
+      ngx.print("up\\n")
+    } }
+  }
+}
+EOF
+cat >"$D/post.lua" <<'EOF'
+wrk.method = "POST"
+wrk.body = string.rep("x", 200)
+EOF
+
+"$SEDA" "$D/svc.lua" >"$D/seda.log" 2>&1 &
+SPID=$!
+nginx -p "$D/ngx" -c "$D/ngx/nginx.conf" >"$D/ngx.log" 2>&1 &
+NPID=$!
+nginx -p "$D/up" -c "$D/up/nginx.conf" >"$D/up.log" 2>&1 &
+UPID=$!
+for i in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$SP/work" &&
+        curl -s -o /dev/null "http://127.0.0.1:$NP/work" && break
+    sleep 0.1
+done
+
+NGX_V=$(nginx -v 2>&1 | sed 's/.*nginx\///')
+SEDA_V=$("$SEDA" -v 2>/dev/null | head -1)
+WRK_V=$(wrk -v 2>&1 | head -1 | awk '{print $2}')
+
+# wrk_row CONFIG HANDLER SERVER TRIAL URL [SCRIPT]
+wrk_row() {
+    out=$(wrk -t1 -c"${WRK_C:-64}" -d"${DUR}s" --latency ${6:+-s "$6"} "$5" 2>&1)
+    rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    req=$(echo "$out" | awk '/requests in/ {print $1}')
+    p50=$(echo "$out" | awk '$1=="50%" {print $2}')
+    p99=$(echo "$out" | awk '$1=="99%" {print $2}')
+    non2xx=$(echo "$out" | awk '/Non-2xx/ {print $5}')
+    errs=$(echo "$out" | awk '/Socket errors/ {gsub(",",""); print $4+$6+$8+$10}')
+    us() { echo "$1" | awk '/us$/ {sub("us",""); print $1; next} /ms$/ {sub("ms",""); print $1*1000; next} /s$/ {sub("s",""); print $1*1e6; next} {print 0}'; }
+    printf '{"config":"%s","handler":"%s","server":"%s","trial":%s,"workers":%s,"client":"wrk %s -t1 -c%s -d%ss","server_version":"%s","requests":%s,"throughput_eps":%s,"p50_us":%s,"p99_us":%s,"non_2xx":%s,"errors":%s}\n' \
+        "$1" "$2" "$3" "$4" "$WORKERS" "$WRK_V" "${WRK_C:-64}" "$DUR" \
+        "$([ "$3" = openresty ] && echo "nginx $NGX_V + lua-nginx-module (LuaJIT)" || echo "$SEDA_V (Lua 5.4, libmicrohttpd)")" \
+        "${req:-0}" "${rps:-0}" "$(us "${p50:-0}")" "$(us "${p99:-0}")" "${non2xx:-0}" "${errs:-0}"
+}
+
+ROWS=${ROWS:-http http_io http_overload}
+case " $ROWS " in *" http "*) ;; *) TRIALS_HTTP=0 ;; esac
+for t in $(seq "${TRIALS_HTTP:-$TRIALS}"); do
+    for h in light heavy; do
+        wrk_row http "$h" openresty "$t" "http://127.0.0.1:$NP/$h" "$D/post.lua"
+        wrk_row http "$h" seda-lua "$t" "http://127.0.0.1:$SP/$h" "$D/post.lua"
+    done
+done
+
+case " $ROWS " in *" http_io "*) TRIALS_IO=$TRIALS ;; *) TRIALS_IO=0 ;; esac
+for t in $(seq "$TRIALS_IO"); do
+    WRK_C=256 wrk_row http_io upstream openresty "$t" "http://127.0.0.1:$NP/io"
+    WRK_C=256 wrk_row http_io upstream seda-lua "$t" "http://127.0.0.1:$SP/io"
+done
+
+# http_overload: capacity by wrk (closed loop), then 2x open loop.
+# (2xx only: a shedding server answers 503s fast, which wrk counts too.)
+capacity() {
+    wrk -t1 -c64 -d3s "$1" 2>&1 | awk '/requests in/ {n = $1}
+        /Non-2xx/ {bad = $5} END {printf "%d", (n - bad) / 3}'
+}
+case " $ROWS " in *" http_overload "*) ;; *) TRIALS=0 ;; esac
+for t in $(seq "$TRIALS"); do
+    for srv in openresty seda-lua; do
+        port=$NP; [ "$srv" = seda-lua ] && port=$SP
+        cap=$(capacity "http://127.0.0.1:$port/work")
+        rate=$((cap * 2))
+        row=$("$OPENLOOP" -p "$port" -u /work -r "$rate" -d "$OVER_DUR" -c 1024)
+        gp=$(echo "$row" | sed 's/.*"goodput_rps":\([0-9]*\).*/\1/')
+        ratio=$(awk -v g="$gp" -v c="$cap" 'BEGIN { printf "%.3f", c ? g / c : 0 }')
+        echo "$row" | sed "s/^{/{\"server\":\"$srv\",\"trial\":$t,\"workers\":$WORKERS,\"capacity_rps\":$cap,\"goodput_ratio\":$ratio,/"
+        sleep 2                         # let the queues drain
+    done
+done

@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seda_http.h -- an HTTP/1.1 server whose requests are answered later, from
+ * any thread (SPEC.md section 13: the ingress of bus:listen).
+ *
+ * A server (seda_http_server_t) owns its listening socket and a few
+ * threads of libmicrohttpd.  When a whole request has arrived (request
+ * line, headers and a body of at most max_body bytes) the server calls
+ * on_request on one of its threads with the request; the application
+ * answers it with seda_http_respond, then or later, from any thread.
+ * Meanwhile the connection is suspended: no thread waits on it, and
+ * pipelined requests behind it wait unread, so they are answered in order.
+ * The layer uses libc, pthreads and libmicrohttpd only; it knows nothing
+ * of the bus or of Lua.
+ *
+ * OWNERSHIP OF A REQUEST
+ *   Every request given to on_request must be answered with
+ *   seda_http_respond exactly once; that call gives the request back (the
+ *   pointer is dead after it).  A request the server gave up on first
+ *   (timeout passed: it answered 504 itself; the client went away; the
+ *   server is stopping: 503) still takes its seda_http_respond, which then
+ *   only lets go (and returns 1).
+ *
+ * What the server answers by itself: 400 for a malformed request
+ * (libmicrohttpd's parser), 413 for a body over max_body, 431 for headers
+ * over max_header, 504 when the application did not answer within
+ * timeout.  A client that takes longer than client_timeout to send a whole
+ * request (or to read an answer) is disconnected: the clock runs from the
+ * connection's start or its previous answer, so a slow drip of bytes does
+ * not keep it alive.
+ */
+#ifndef SEDA_HTTP_H
+#define SEDA_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct seda_http_server_s seda_http_server_t;
+typedef struct seda_http_req_s seda_http_req_t;
+
+/* A whole request has arrived.  Runs on a server thread; must not block.
+ * The request's accessors are valid until it is answered. */
+typedef void (*seda_http_request_fn)(seda_http_req_t *req, void *ud);
+
+typedef struct seda_http_opts {
+    const char *addr;          /* "ADDR:PORT", "[V6]:PORT" or "PORT" (binds
+                                  127.0.0.1); port 0 picks a free one */
+    int max_connections;       /* open connections at most (1024) */
+    size_t max_header;         /* bytes of request line + headers (16 KiB) */
+    size_t max_body;           /* body bytes (1 MiB) */
+    double timeout;            /* seconds until the server answers 504 (30) */
+    double client_timeout;     /* seconds a client has to send one request
+                                  or read one answer (10) */
+    int threads;               /* server threads (1) */
+    seda_http_request_fn on_request;
+    void *ud;                  /* passed to on_request */
+} seda_http_opts;
+
+/* What a server counts (seda_http_server_stats). */
+typedef struct seda_http_stats {
+    uint64_t requests;         /* whole requests handed to the application */
+    uint64_t responses[6];     /* answers by class: [1] 1xx .. [5] 5xx;
+                                  [0] 503s (also counted in [5]) */
+    uint64_t timeouts;         /* 504s the server gave */
+    uint64_t too_large;        /* 413s */
+    uint64_t slow_clients;     /* connections cut at client_timeout */
+    uint64_t connections;      /* accepted so far */
+    int open_connections;      /* open now */
+    int waiting;               /* requests with the application now */
+    /* Latency from a request's arrival (whole) to its answer being queued,
+     * over the last ~10 s, in microseconds, and how many it covers. */
+    double latency_p50, latency_p99, latency_max;
+    uint64_t latency_count;
+} seda_http_stats;
+
+/* Defaults into o (the caller's).  Cannot fail; any thread. */
+void seda_http_opts_init(seda_http_opts *o);
+
+/* Bind, listen and start serving.  Returns 0 with *out set, or a negative
+ * errno: -EINVAL (a bad address, err says why), -EADDRINUSE, -ENOMEM, ...
+ * err (errlen bytes, the caller's) gets a message on failure.  Any thread. */
+int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
+                         char *err, size_t errlen);
+
+/* The port it listens on (useful after port 0). */
+int seda_http_server_port(const seda_http_server_t *s);
+
+/* Stop accepting connections (the listening socket is closed); open
+ * connections are still served.  Idempotent; any thread. */
+void seda_http_server_quiesce(seda_http_server_t *s);
+
+/* Quiesce, wait up to grace seconds for the requests with the application
+ * to be answered and their answers sent, answer those still waiting 503
+ * (reason "closed"), and stop and free the server.  NULL is ignored.  Not
+ * from a server thread (on_request).  After it, seda_http_respond on a
+ * request still held only lets go. */
+void seda_http_server_free(seda_http_server_t *s, double grace);
+
+/* A snapshot of the counters.  Any thread; cannot fail. */
+void seda_http_server_stats(seda_http_server_t *s, seda_http_stats *out);
+
+/* The request (valid until answered; strings NUL-terminated, the server's;
+ * the query and header values are percent-decoded by libmicrohttpd). */
+const char *seda_http_req_method(const seda_http_req_t *r);
+const char *seda_http_req_path(const seda_http_req_t *r);
+int seda_http_req_header_count(const seda_http_req_t *r);
+/* The i-th header: name in lower case, and value. */
+void seda_http_req_header_at(const seda_http_req_t *r, int i,
+                             const char **name, const char **value);
+int seda_http_req_query_count(const seda_http_req_t *r);
+void seda_http_req_query_at(const seda_http_req_t *r, int i,
+                            const char **key, const char **value);
+const void *seda_http_req_body(const seda_http_req_t *r, size_t *len);
+/* The monotonic time (seconds) the whole request had arrived. */
+double seda_http_req_arrived(const seda_http_req_t *r);
+
+/* Answer r: status, headers (nheaders name/value pairs, copied) and body
+ * (copied).  Gives r back.  Returns 0 when the answer goes out, 1 when the
+ * server had given up on r (the answer is dropped), -ENOMEM (r is answered
+ * 500 and given back all the same).  Any thread; never blocks. */
+int seda_http_respond(seda_http_req_t *r, int status,
+                      const char *const *headers, int nheaders,
+                      const void *body, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SEDA_HTTP_H */

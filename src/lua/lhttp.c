@@ -1,0 +1,1229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lhttp.c -- bus:listen: HTTP requests as itineraries (SPEC.md section 13).
+ *
+ * DESIGN
+ *   The server (include/seda_http.h) hands over whole requests on its own
+ *   thread.  There, with no Lua state, a request becomes an envelope: the
+ *   payload { method =, path =, query = {...}, headers = {...}, body = } is
+ *   written in the codec's wire format directly (lcodec.c's header
+ *   describes it), published to the route's first stage with the rest of
+ *   the route as its slip and a done callback that holds the request.
+ *   Publishing never waits (timeout 0): a refusal is answered 503 at once,
+ *   with the reason in Seda-Reason.
+ *
+ *   The done callback runs where the itinerary ends (a worker, usually)
+ *   and turns the final payload into the answer by reading the wire
+ *   format, again without a Lua state: a string is a 200 body; a table
+ *   { status =, headers =, body = } says all three, a table body being
+ *   written as JSON; any other table is sent as JSON.  Dead letters are
+ *   500 with x-dead-reason; a drop (shutdown) is 503.
+ *
+ *   A route whose first stage has an admit rule runs it in the listener's
+ *   own Lua state (made on first use, confined to the server thread), as
+ *   bus:publish runs it in the main state.
+ *
+ *   Listeners belong to their bus: bus:shutdown stops their accepting
+ *   first, drains, then closes them; the bus's collection closes them.
+ *   Main thread for everything but the two callbacks.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lseda.h"
+#include "seda_http.h"
+
+#define LHTTP_MT "seda.listener"
+
+struct lroute {
+    char *method;               /* "POST", or "*" for any */
+    char *path;
+    int n;                      /* stages */
+    char **stages;
+};
+
+/*
+ * A listener.  Immutable after bus:listen but for the list link (lb->mu)
+ * and the door state (server thread only).
+ */
+struct lhttp {
+    struct lbus *lb;
+    seda_http_server_t *srv;    /* NULL once closed */
+    char *name;                 /* the address given */
+    int nroutes;
+    struct lroute *routes;
+    pthread_mutex_t door_mu;    /* guards door and ac: with threads > 1
+                                   several server threads may admit */
+    lua_State *door;            /* for admit rules; guarded by door_mu */
+    struct ladmit_cache ac;     /* the door state's; guarded by door_mu */
+    struct lhttp *next;         /* lb's list; guarded by lb->mu */
+};
+
+static atomic_int open_listeners;   /* every bus's, for the program */
+
+int seda__l_http_open(void)
+{
+    return atomic_load_explicit(&open_listeners, memory_order_relaxed);
+}
+
+/* ---- a byte buffer ---- */
+
+struct buf {
+    unsigned char *p;
+    size_t len, cap;
+    bool failed;
+    bool borrowed;              /* p is the caller's (a stack array) */
+};
+
+static void put(struct buf *b, const void *d, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *p = b->borrowed ? malloc(cap) : realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        if (b->borrowed)
+            memcpy(p, b->p, b->len);
+        b->borrowed = false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+}
+
+static void put_byte(struct buf *b, unsigned c)
+{
+    unsigned char x = (unsigned char)c;
+    put(b, &x, 1);
+}
+
+static void put_le(struct buf *b, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        put_byte(b, (unsigned)(v >> (8 * i)) & 0xff);
+}
+
+static void put_cstr(struct buf *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
+
+/* ---- the request as a payload (the wire format of lcodec.c) ---- */
+
+static void w_str(struct buf *b, const void *s, size_t n)
+{
+    if (n <= 31) {
+        put_byte(b, SEDA_TAG_FIXSTR + (unsigned)n);
+    } else if (n <= 0xff) {
+        put_byte(b, SEDA_TAG_STR8);
+        put_le(b, n, 1);
+    } else if (n <= 0xffff) {
+        put_byte(b, SEDA_TAG_STR8 + 1);
+        put_le(b, n, 2);
+    } else {
+        put_byte(b, SEDA_TAG_STR8 + 3);
+        put_le(b, n, 8);
+    }
+    put(b, s, n);
+}
+
+static void w_cstr(struct buf *b, const char *s)
+{
+    w_str(b, s, strlen(s));
+}
+
+static void w_table(struct buf *b, uint32_t narr, uint32_t nrec)
+{
+    if (narr <= 0xff && nrec <= 0xff) {
+        put_byte(b, SEDA_TAG_TBL8);
+        put_byte(b, narr);
+        put_byte(b, nrec);
+    } else {
+        put_byte(b, SEDA_TAG_TBL32);
+        put_le(b, narr, 4);
+        put_le(b, nrec, 4);
+    }
+}
+
+typedef void (*pair_at)(const seda_http_req_t *r, int i, const char **k,
+                        const char **v);
+
+/* A table of the n pairs; a repeated key keeps its first value (a table
+ * has one value per key, and the count must be exact). */
+static void w_pairs(struct buf *b, const seda_http_req_t *r, int n,
+                    pair_at at)
+{
+    int distinct = 0;
+    for (int i = 0; i < n; i++) {
+        const char *k, *v, *k2, *v2;
+        at(r, i, &k, &v);
+        bool dup = false;
+        for (int j = 0; j < i && !dup; j++) {
+            at(r, j, &k2, &v2);
+            dup = strcmp(k, k2) == 0;
+        }
+        distinct += !dup;
+    }
+    w_table(b, 0, (uint32_t)distinct);
+    for (int i = 0; i < n; i++) {
+        const char *k, *v, *k2, *v2;
+        at(r, i, &k, &v);
+        bool dup = false;
+        for (int j = 0; j < i && !dup; j++) {
+            at(r, j, &k2, &v2);
+            dup = strcmp(k, k2) == 0;
+        }
+        if (dup)
+            continue;
+        w_cstr(b, k);
+        w_cstr(b, v);
+    }
+}
+
+static void encode_request(struct buf *b, const seda_http_req_t *r)
+{
+    size_t blen;
+    const void *body = seda_http_req_body(r, &blen);
+    w_table(b, 0, 5);
+    w_cstr(b, "method");
+    w_cstr(b, seda_http_req_method(r));
+    w_cstr(b, "path");
+    w_cstr(b, seda_http_req_path(r));
+    w_cstr(b, "query");
+    w_pairs(b, r, seda_http_req_query_count(r), seda_http_req_query_at);
+    w_cstr(b, "headers");
+    w_pairs(b, r, seda_http_req_header_count(r), seda_http_req_header_at);
+    w_cstr(b, "body");
+    w_str(b, body, blen);
+}
+
+/* ---- reading a payload (the wire format) ---- */
+
+enum { V_NIL, V_BOOL, V_INT, V_FLOAT, V_STR, V_TABLE, V_BAD };
+
+struct val {
+    int t;
+    int64_t i;                  /* V_INT, V_BOOL */
+    double f;
+    const unsigned char *s;     /* V_STR */
+    size_t len;
+    uint64_t narr, nrec;        /* V_TABLE: elements follow */
+};
+
+struct rd {
+    const unsigned char *p, *end;
+};
+
+static bool need(struct rd *r, size_t n)
+{
+    return (size_t)(r->end - r->p) >= n;
+}
+
+static uint64_t ld(const unsigned char *p, int n)
+{
+    return n == 1 ? p[0] : n == 2 ? seda__ld16(p) : n == 4 ? seda__ld32(p)
+                                                           : seda__ld64(p);
+}
+
+/* Read one value's head (a table's counts, not its elements). */
+static int rd_head(struct rd *r, struct val *v)
+{
+    memset(v, 0, sizeof *v);
+    v->t = V_BAD;
+    if (!need(r, 1))
+        return -1;
+    unsigned tag = *r->p++;
+    if (tag >= SEDA_TAG_FIXINT) {
+        v->t = V_INT;
+        v->i = (int64_t)tag - 0x80;
+    } else if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32) {
+        v->len = tag - SEDA_TAG_FIXSTR;
+        if (!need(r, v->len))
+            return -1;
+        v->t = V_STR;
+        v->s = r->p;
+        r->p += v->len;
+    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_FALSE ||
+               tag == SEDA_TAG_TRUE) {
+        v->t = tag == SEDA_TAG_NIL ? V_NIL : V_BOOL;
+        v->i = tag == SEDA_TAG_TRUE;
+    } else if (tag == SEDA_TAG_FLOAT) {
+        if (!need(r, 8))
+            return -1;
+        uint64_t bits = seda__ld64(r->p);
+        memcpy(&v->f, &bits, 8);
+        r->p += 8;
+        v->t = V_FLOAT;
+    } else if (tag >= SEDA_TAG_INT8 && tag < SEDA_TAG_INT8 + 4) {
+        int n = 1 << (tag - SEDA_TAG_INT8);
+        if (!need(r, (size_t)n))
+            return -1;
+        uint64_t u = ld(r->p, n);
+        r->p += n;
+        int sh = 64 - 8 * n;
+        v->i = sh ? (int64_t)(u << sh) >> sh : (int64_t)u;
+        v->t = V_INT;
+    } else if (tag >= SEDA_TAG_STR8 && tag < SEDA_TAG_STR8 + 4) {
+        int n = 1 << (tag - SEDA_TAG_STR8);
+        if (!need(r, (size_t)n))
+            return -1;
+        uint64_t len = ld(r->p, n);
+        r->p += n;
+        if (!need(r, len))
+            return -1;
+        v->t = V_STR;
+        v->s = r->p;
+        v->len = (size_t)len;
+        r->p += len;
+    } else if (tag == SEDA_TAG_TBL8 || tag == SEDA_TAG_TBL32) {
+        int n = tag == SEDA_TAG_TBL8 ? 1 : 4;
+        if (!need(r, 2 * (size_t)n))
+            return -1;
+        v->narr = ld(r->p, n);
+        v->nrec = ld(r->p + n, n);
+        r->p += 2 * n;
+        v->t = V_TABLE;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+#define MAX_DEPTH 64
+
+static int rd_skip_rest(struct rd *r, const struct val *v, int depth);
+
+static int rd_skip(struct rd *r, int depth)
+{
+    struct val v;
+    if (rd_head(r, &v) != 0)
+        return -1;
+    return rd_skip_rest(r, &v, depth);
+}
+
+static int rd_skip_rest(struct rd *r, const struct val *v, int depth)
+{
+    if (v->t != V_TABLE)
+        return 0;
+    if (depth > MAX_DEPTH)
+        return -1;
+    for (uint64_t i = 0; i < v->narr + 2 * v->nrec; i++)
+        if (rd_skip(r, depth + 1) != 0)
+            return -1;
+    return 0;
+}
+
+/* ---- JSON ---- */
+
+static void json_str(struct buf *b, const unsigned char *s, size_t n)
+{
+    put_byte(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned c = s[i];
+        if (c == '"' || c == '\\') {
+            put_byte(b, '\\');
+            put_byte(b, c);
+        } else if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            put_cstr(b, e);
+        } else {
+            put_byte(b, c);
+        }
+    }
+    put_byte(b, '"');
+}
+
+static void json_num(struct buf *b, const struct val *v)
+{
+    char n[40];
+    if (v->t == V_INT)
+        snprintf(n, sizeof n, "%lld", (long long)v->i);
+    else if (!isfinite(v->f))
+        snprintf(n, sizeof n, "null");
+    else if (v->f == floor(v->f) && fabs(v->f) < 1e15)
+        snprintf(n, sizeof n, "%.0f", v->f);
+    else {
+        /* The shortest form that reads back the same. */
+        snprintf(n, sizeof n, "%.15g", v->f);
+        if (strtod(n, NULL) != v->f)
+            snprintf(n, sizeof n, "%.17g", v->f);
+    }
+    put_cstr(b, n);
+}
+
+static int json_rest(struct buf *b, struct rd *r, const struct val *v,
+                     int depth);
+
+static int json_value(struct buf *b, struct rd *r, int depth)
+{
+    struct val v;
+    if (rd_head(r, &v) != 0)
+        return -1;
+    return json_rest(b, r, &v, depth);
+}
+
+/* A key as a JSON string. */
+static int json_key(struct buf *b, struct rd *r, int depth)
+{
+    struct val k;
+    if (rd_head(r, &k) != 0)
+        return -1;
+    if (k.t == V_STR) {
+        json_str(b, k.s, k.len);
+        return 0;
+    }
+    put_byte(b, '"');
+    if (k.t == V_INT || k.t == V_FLOAT)
+        json_num(b, &k);
+    else if (k.t == V_BOOL)
+        put_cstr(b, k.i ? "true" : "false");
+    else if (rd_skip_rest(r, &k, depth) != 0)
+        return -1;
+    put_byte(b, '"');
+    return 0;
+}
+
+static int json_rest(struct buf *b, struct rd *r, const struct val *v,
+                     int depth)
+{
+    switch (v->t) {
+    case V_NIL:
+        put_cstr(b, "null");
+        return 0;
+    case V_BOOL:
+        put_cstr(b, v->i ? "true" : "false");
+        return 0;
+    case V_INT:
+    case V_FLOAT:
+        json_num(b, v);
+        return 0;
+    case V_STR:
+        json_str(b, v->s, v->len);
+        return 0;
+    case V_TABLE:
+        break;
+    default:
+        return -1;
+    }
+    if (depth > MAX_DEPTH)
+        return -1;
+    bool array = v->nrec == 0 && v->narr > 0;
+    put_byte(b, array ? '[' : '{');
+    for (uint64_t i = 0; i < v->narr; i++) {
+        if (i)
+            put_byte(b, ',');
+        if (!array) {
+            char k[32];
+            snprintf(k, sizeof k, "\"%llu\":", (unsigned long long)i + 1);
+            put_cstr(b, k);
+        }
+        if (json_value(b, r, depth + 1) != 0)
+            return -1;
+    }
+    for (uint64_t i = 0; i < v->nrec; i++) {
+        if (i || v->narr)
+            put_byte(b, ',');
+        if (json_key(b, r, depth + 1) != 0)
+            return -1;
+        put_byte(b, ':');
+        if (json_value(b, r, depth + 1) != 0)
+            return -1;
+    }
+    put_byte(b, array ? ']' : '}');
+    return 0;
+}
+
+/* ---- the answer ---- */
+
+#define MAX_HDRS 64
+
+struct answer {
+    int status;
+    const char *hv[2 * MAX_HDRS + 4];
+    int nh;
+    char tmp[MAX_HDRS][32];     /* numbers given as header values */
+    struct buf names;           /* header names/values copied NUL-ended */
+    size_t offs[2 * MAX_HDRS];
+    const void *body;
+    size_t len;
+    struct buf json;
+    const char *ctype;          /* unless the headers name one */
+};
+
+static bool has_header(const struct answer *a, const char *name)
+{
+    for (int i = 0; i < a->nh; i++)
+        if (strcasecmp(a->hv[2 * i], name) == 0)
+            return true;
+    return false;
+}
+
+/* The headers table at r (its head in v): string keys, string or number
+ * values; others are skipped. */
+static int read_headers(struct answer *a, struct rd *r, const struct val *v)
+{
+    for (uint64_t i = 0; i < v->narr; i++)
+        if (rd_skip(r, 1) != 0)
+            return -1;
+    int n = 0;
+    for (uint64_t i = 0; i < v->nrec; i++) {
+        struct val k, x;
+        if (rd_head(r, &k) != 0 || rd_skip_rest(r, &k, 1) != 0 ||
+            rd_head(r, &x) != 0)
+            return -1;
+        char num[32];
+        const void *vs = NULL;
+        size_t vl = 0;
+        if (x.t == V_STR) {
+            vs = x.s;
+            vl = x.len;
+        } else if (x.t == V_INT || x.t == V_FLOAT) {
+            struct buf nb = { 0 };
+            json_num(&nb, &x);
+            vl = nb.len < sizeof num - 1 ? nb.len : sizeof num - 1;
+            if (nb.p)
+                memcpy(num, nb.p, vl);
+            free(nb.p);
+            vs = num;
+        } else if (rd_skip_rest(r, &x, 1) != 0) {
+            return -1;
+        }
+        if (k.t != V_STR || !vs || n == MAX_HDRS ||
+            memchr(k.s, 0, k.len) || memchr(vs, 0, vl) ||
+            memchr(vs, '\n', vl) || memchr(vs, '\r', vl))
+            continue;
+        a->offs[2 * n] = a->names.len;
+        put(&a->names, k.s, k.len);
+        put_byte(&a->names, 0);
+        a->offs[2 * n + 1] = a->names.len;
+        put(&a->names, vs, vl);
+        put_byte(&a->names, 0);
+        n++;
+    }
+    if (a->names.failed)
+        return -1;
+    for (int i = 0; i < 2 * n; i++)
+        a->hv[i] = (const char *)a->names.p + a->offs[i];
+    a->nh = n;
+    return 0;
+}
+
+/* The body at r (its head in v). */
+static int read_body(struct answer *a, struct rd *r, const struct val *v)
+{
+    if (v->t == V_STR) {
+        a->body = v->s;
+        a->len = v->len;
+        return 0;
+    }
+    if (v->t == V_NIL)
+        return 0;
+    a->ctype = "application/json";
+    if (json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
+        return -1;
+    a->body = a->json.p;
+    a->len = a->json.len;
+    return 0;
+}
+
+static bool key_is(const struct val *k, const char *s)
+{
+    return k->t == V_STR && k->len == strlen(s) && memcmp(k->s, s, k->len) == 0;
+}
+
+/* Fill a from a completed itinerary's payload.  0, or -1 (unreadable). */
+static int answer_from(struct answer *a, const void *p, size_t len, int kind)
+{
+    a->status = 200;
+    a->ctype = "text/plain; charset=utf-8";
+    if (kind == SEDA_KIND_RAW) {
+        a->body = p;
+        a->len = len;
+        return 0;
+    }
+    struct rd r = { p, (const unsigned char *)p + len };
+    struct val v;
+    if (rd_head(&r, &v) != 0)
+        return -1;
+    if (v.t != V_TABLE) {
+        if (v.t == V_NIL)
+            a->status = 204;
+        return read_body(a, &r, &v);
+    }
+    /* { status =, headers =, body = }?  Look before reading. */
+    struct rd look = r;
+    bool shaped = false;
+    for (uint64_t i = 0; i < v.narr; i++)
+        if (rd_skip(&look, 1) != 0)
+            return -1;
+    for (uint64_t i = 0; i < v.nrec && !shaped; i++) {
+        struct val k;
+        if (rd_head(&look, &k) != 0 || rd_skip_rest(&look, &k, 1) != 0)
+            return -1;
+        shaped = key_is(&k, "status") || key_is(&k, "body") ||
+                 key_is(&k, "headers");
+        if (rd_skip(&look, 1) != 0)
+            return -1;
+    }
+    if (!shaped)
+        return read_body(a, &r, &v);
+    for (uint64_t i = 0; i < v.narr; i++)
+        if (rd_skip(&r, 1) != 0)
+            return -1;
+    bool body_seen = false;
+    for (uint64_t i = 0; i < v.nrec; i++) {
+        struct val k, x;
+        if (rd_head(&r, &k) != 0 || rd_skip_rest(&r, &k, 1) != 0 ||
+            rd_head(&r, &x) != 0)
+            return -1;
+        if (key_is(&k, "status") && (x.t == V_INT || x.t == V_FLOAT)) {
+            double s = x.t == V_INT ? (double)x.i : x.f;
+            a->status = s >= 100 && s <= 999 ? (int)s : 500;
+        } else if (key_is(&k, "headers") && x.t == V_TABLE) {
+            if (read_headers(a, &r, &x) != 0)
+                return -1;
+        } else if (key_is(&k, "body")) {
+            body_seen = true;
+            if (read_body(a, &r, &x) != 0)
+                return -1;
+        } else if (rd_skip_rest(&r, &x, 1) != 0) {
+            return -1;
+        }
+    }
+    (void)body_seen;
+    return 0;
+}
+
+static void answer_send(seda_http_req_t *req, struct answer *a)
+{
+    if (a->ctype && !has_header(a, "Content-Type") && a->nh < MAX_HDRS + 2) {
+        a->hv[2 * a->nh] = "Content-Type";
+        a->hv[2 * a->nh + 1] = a->ctype;
+        a->nh++;
+    }
+    seda_http_respond(req, a->status, a->hv, a->nh, a->body, a->len);
+    free(a->names.p);
+    free(a->json.p);
+}
+
+/* An answer of the bus's own: status, reason (Seda-Reason), and for 503 a
+ * Retry-After. */
+static void answer_detail(seda_http_req_t *req, int status, const char *why,
+                          const char *detail)
+{
+    char body[300];
+    int n = snprintf(body, sizeof body, "%d %s%s\n", status, why, detail);
+    if (n < 0)
+        n = 0;
+    if ((size_t)n >= sizeof body)
+        n = sizeof body - 1;
+    /* The reason goes in a header: only its first line, printable. */
+    char reason[200];
+    size_t k = 0;
+    for (; why[k] && k < sizeof reason - 1; k++)
+        reason[k] = why[k] == '\r' || why[k] == '\n' ? ' ' : why[k];
+    reason[k] = '\0';
+    const char *hv[] = { "Content-Type", "text/plain; charset=utf-8",
+                         "Seda-Reason", reason, "Retry-After", "1" };
+    seda_http_respond(req, status, hv, status == 503 ? 3 : 2, body,
+                      (size_t)n);
+}
+
+static void answer_plain(seda_http_req_t *req, int status, const char *why)
+{
+    answer_detail(req, status, why, "");
+}
+
+/* The core's done callback (any thread, no Lua). */
+static void on_done(seda_env_t *env, int outcome, void *ud)
+{
+    seda_http_req_t *req = ud;
+    if (outcome == SEDA_DEAD_LETTERED) {
+        const char *why = seda_env_header(env, "x-dead-reason");
+        const char *from = seda_env_header(env, "x-dead-from");
+        char at[100] = "";
+        if (from)
+            snprintf(at, sizeof at, " (stage %s)", from);
+        answer_detail(req, 500, why ? why : "dead_lettered", at);
+        return;
+    }
+    if (outcome != SEDA_COMPLETED) {
+        answer_plain(req, 503, "dropped");
+        return;
+    }
+    size_t len;
+    const void *p = seda_env_payload(env, &len);
+    struct answer a = { 0 };
+    if (answer_from(&a, p, len, seda_env_payload_kind(env)) != 0) {
+        free(a.names.p);
+        free(a.json.p);
+        answer_plain(req, 500, "bad_response");
+        return;
+    }
+    answer_send(req, &a);
+}
+
+/* ---- requests ---- */
+
+static const struct lroute *route_of(const struct lhttp *h,
+                                     const char *method, const char *path)
+{
+    for (int i = 0; i < h->nroutes; i++) {
+        const struct lroute *r = &h->routes[i];
+        if (strcmp(r->path, path) == 0 &&
+            (strcmp(r->method, method) == 0 || strcmp(r->method, "*") == 0 ||
+             (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0)))
+            return r;
+    }
+    return NULL;
+}
+
+/* The request as a Lua table on the door state (admit rules read it). */
+static void push_request(lua_State *L, const seda_http_req_t *r)
+{
+    lua_createtable(L, 0, 5);
+    lua_pushstring(L, seda_http_req_method(r));
+    lua_setfield(L, -2, "method");
+    lua_pushstring(L, seda_http_req_path(r));
+    lua_setfield(L, -2, "path");
+    lua_newtable(L);
+    for (int i = seda_http_req_query_count(r) - 1; i >= 0; i--) {
+        const char *k, *v;
+        seda_http_req_query_at(r, i, &k, &v);
+        lua_pushstring(L, v);
+        lua_setfield(L, -2, k);
+    }
+    lua_setfield(L, -2, "query");
+    lua_newtable(L);
+    for (int i = seda_http_req_header_count(r) - 1; i >= 0; i--) {
+        const char *k, *v;
+        seda_http_req_header_at(r, i, &k, &v);
+        lua_pushstring(L, v);
+        lua_setfield(L, -2, k);
+    }
+    lua_setfield(L, -2, "headers");
+    size_t blen;
+    const void *body = seda_http_req_body(r, &blen);
+    lua_pushlstring(L, body, blen);
+    lua_setfield(L, -2, "body");
+}
+
+static int admit_call(lua_State *L)
+{
+    struct lhttp *h = lua_touserdata(L, 1);
+    struct lstage *ls = lua_touserdata(L, 2);
+    const seda_http_req_t *r = lua_touserdata(L, 3);
+    const char *to = lua_tostring(L, 4);
+    int *prio = lua_touserdata(L, 5);
+    char *why = lua_touserdata(L, 6);
+    push_request(L, r);
+    int rc = seda__l_admit(L, ls, &h->ac, to, lua_gettop(L), 0, "http",
+                           prio, why, 200);
+    lua_pushinteger(L, rc);
+    return 1;
+}
+
+/* Run ls's admit rule for r on the door state.  0 admit, 1 refused (why
+ * says), -1 no state (refused "admit_error"). */
+static int door_admit(struct lhttp *h, struct lstage *ls,
+                      const seda_http_req_t *r, const char *to, int *prio,
+                      char *why)
+{
+    pthread_mutex_lock(&h->door_mu);
+    if (!h->door) {
+        h->door = seda__l_worker_newstate();
+        if (!h->door) {
+            pthread_mutex_unlock(&h->door_mu);
+            snprintf(why, 200, "admit_error");
+            return -1;
+        }
+    }
+    lua_State *L = h->door;
+    lua_pushcfunction(L, admit_call);
+    lua_pushlightuserdata(L, h);
+    lua_pushlightuserdata(L, ls);
+    lua_pushlightuserdata(L, (void *)r);
+    lua_pushstring(L, to);
+    lua_pushlightuserdata(L, prio);
+    lua_pushlightuserdata(L, why);
+    int rc;
+    if (lua_pcall(L, 6, 1, 0) != LUA_OK) {
+        snprintf(why, 200, "admit_error");
+        rc = 1;
+    } else {
+        rc = (int)lua_tointeger(L, -1);
+    }
+    lua_settop(L, 0);
+    pthread_mutex_unlock(&h->door_mu);
+    return rc;
+}
+
+static void on_request(seda_http_req_t *req, void *ud)
+{
+    struct lhttp *h = ud;
+    const struct lroute *rt = route_of(h, seda_http_req_method(req),
+                                       seda_http_req_path(req));
+    if (!rt) {
+        answer_plain(req, 404, "no_route");
+        return;
+    }
+    seda_bus_t *bus = h->lb->bus;
+    seda_stage_t *st = seda_bus_stage(bus, rt->stages[0]);
+    if (!st) {
+        answer_plain(req, 503, seda_strerror(seda_bus_closed(bus)
+                                                 ? SEDA_ECLOSED
+                                             : seda_bus_paused(bus)
+                                                 ? SEDA_EPAUSED
+                                                 : SEDA_ENOSTAGE));
+        return;
+    }
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    struct lstage *ls = seda_stage_userdata(st);
+    if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
+        char why[200];
+        if (door_admit(h, ls, req, rt->stages[0], &o.priority, why) != 0) {
+            answer_plain(req, 503, why);
+            return;
+        }
+    }
+    unsigned char small[4096];
+    struct buf bb = { small, 0, sizeof small, false, true };
+    struct buf *b = &bb;
+    encode_request(b, req);
+    if (b->failed) {
+        if (!b->borrowed)
+            free(b->p);
+        answer_plain(req, 500, "out_of_memory");
+        return;
+    }
+    char why[256];
+    why[0] = '\0';
+    o.why = why;
+    o.whylen = sizeof why;
+    o.sender = "http";
+    o.slip = (const char *const *)rt->stages + 1;
+    o.nslip = rt->n - 1;
+    o.timeout = 0;                      /* never wait for room */
+    o.kind = SEDA_KIND_LUA;
+    o.done = on_done;
+    o.done_ud = req;
+    int rc = seda_stage_publish(st, b->p, b->len, &o);
+    if (!b->borrowed)
+        free(b->p);
+    if (rc == 0)
+        return;
+    /* A full block-policy stage says "timeout" after no wait at all. */
+    answer_plain(req, 503, rc == SEDA_ETYPE ? why
+                           : rc == SEDA_ETIMEDOUT ? "full"
+                           : rc == SEDA_ETOOLARGE ? "too_large"
+                           : seda_strerror(rc));
+}
+
+/* ---- the listener object ---- */
+
+static void routes_free(struct lroute *r, int n)
+{
+    for (int i = 0; r && i < n; i++) {
+        free(r[i].method);
+        free(r[i].path);
+        for (int j = 0; j < r[i].n; j++)
+            free(r[i].stages[j]);
+        free(r[i].stages);
+    }
+    free(r);
+}
+
+/* Stop and free h's server (its requests answered within grace). */
+static void close_server(struct lhttp *h, double grace)
+{
+    /* Detached under the bus's mutex: stats() may read it from a worker
+     * (seda.stats) or the observer thread. */
+    pthread_mutex_lock(&h->lb->mu);
+    seda_http_server_t *srv = h->srv;
+    h->srv = NULL;
+    pthread_mutex_unlock(&h->lb->mu);
+    if (!srv)
+        return;
+    seda_http_server_free(srv, grace);
+    atomic_fetch_sub_explicit(&open_listeners, 1, memory_order_relaxed);
+    if (h->door) {
+        seda__l_admit_cache_free(h->door, &h->ac);
+        seda__l_worker_closestate(h->door);
+        h->door = NULL;
+    }
+}
+
+static void lhttp_free(struct lhttp *h)
+{
+    close_server(h, 0);
+    pthread_mutex_destroy(&h->door_mu);
+    routes_free(h->routes, h->nroutes);
+    free(h->name);
+    free(h);
+}
+
+struct lhttpud {
+    struct lhttp *h;            /* NULL: a listen that failed */
+};
+
+static struct lhttp *check_listener(lua_State *L)
+{
+    struct lhttpud *u = luaL_checkudata(L, 1, LHTTP_MT);
+    if (!u->h)
+        luaL_error(L, "attempt to use a closed listener");
+    return u->h;
+}
+
+static int l_listener_port(lua_State *L)
+{
+    struct lhttp *h = check_listener(L);
+    if (!h->srv)
+        return luaL_error(L, "attempt to use a closed listener");
+    lua_pushinteger(L, seda_http_server_port(h->srv));
+    return 1;
+}
+
+static int l_listener_close(lua_State *L)
+{
+    struct lhttpud *u = luaL_checkudata(L, 1, LHTTP_MT);
+    if (u->h)
+        close_server(u->h, luaL_optnumber(L, 2, 5.0));
+    return 0;
+}
+
+/* A listener's figures, taken under the bus's mutex (the server cannot
+ * be freed meanwhile) and pushed after it is released. */
+struct lsnap {
+    char name[128];
+    int port;
+    bool open;
+    seda_http_stats st;
+};
+
+static void snap_locked(struct lhttp *h, struct lsnap *sn)
+{
+    memset(sn, 0, sizeof *sn);
+    snprintf(sn->name, sizeof sn->name, "%s", h->name);
+    if (h->srv) {
+        sn->open = true;
+        sn->port = seda_http_server_port(h->srv);
+        seda_http_server_stats(h->srv, &sn->st);
+    }
+}
+
+static void push_stats(lua_State *L, const struct lsnap *sn);
+
+static int l_listener_stats(lua_State *L)
+{
+    struct lhttp *h = check_listener(L);
+    struct lsnap sn;
+    pthread_mutex_lock(&h->lb->mu);
+    snap_locked(h, &sn);
+    pthread_mutex_unlock(&h->lb->mu);
+    push_stats(L, &sn);
+    return 1;
+}
+
+static int l_listener_tostring(lua_State *L)
+{
+    struct lhttpud *u = luaL_checkudata(L, 1, LHTTP_MT);
+    lua_pushfstring(L, "seda.listener (%s%s)", u->h ? u->h->name : "?",
+                    u->h && u->h->srv ? "" : ", closed");
+    return 1;
+}
+
+static void set_num(lua_State *L, const char *k, double v)
+{
+    lua_pushnumber(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void set_int(lua_State *L, const char *k, lua_Integer v)
+{
+    lua_pushinteger(L, v);
+    lua_setfield(L, -2, k);
+}
+
+static void push_stats(lua_State *L, const struct lsnap *sn)
+{
+    const seda_http_stats s = sn->st;
+    lua_createtable(L, 0, 16);
+    lua_pushstring(L, sn->name);
+    lua_setfield(L, -2, "address");
+    set_int(L, "port", sn->port);
+    set_int(L, "requests", (lua_Integer)s.requests);
+    lua_createtable(L, 0, 6);
+    static const char *const cls[] = { "503", "1xx", "2xx", "3xx", "4xx",
+                                       "5xx" };
+    for (int i = 0; i < 6; i++)
+        set_int(L, cls[i], (lua_Integer)s.responses[i]);
+    lua_setfield(L, -2, "responses");
+    set_int(L, "timeouts", (lua_Integer)s.timeouts);
+    set_int(L, "too_large", (lua_Integer)s.too_large);
+    set_int(L, "slow_clients", (lua_Integer)s.slow_clients);
+    set_int(L, "connections", (lua_Integer)s.connections);
+    set_int(L, "open_connections", s.open_connections);
+    set_int(L, "waiting", s.waiting);
+    set_num(L, "latency_p50", s.latency_p50 / 1e6);
+    set_num(L, "latency_p99", s.latency_p99 / 1e6);
+    set_num(L, "latency_max", s.latency_max / 1e6);
+    set_int(L, "latency_count", (lua_Integer)s.latency_count);
+    set_num(L, "stats_window", 10);
+    lua_pushboolean(L, sn->open);
+    lua_setfield(L, -2, "open");
+}
+
+void seda__l_http_push_stats(lua_State *L, struct lbus *lb)
+{
+    /* Any thread (bus:stats, seda.stats in a handler, the observer):
+     * count, make room (which may raise) with no lock held, then copy
+     * under lb->mu and push after. */
+    int n = 0;
+    pthread_mutex_lock(&lb->mu);
+    for (struct lhttp *h = lb->listeners; h; h = h->next)
+        n++;
+    pthread_mutex_unlock(&lb->mu);
+    struct lsnap *sn = lua_newuserdatauv(L, sizeof *sn * (size_t)(n + 1), 0);
+    int k = 0;
+    pthread_mutex_lock(&lb->mu);
+    for (struct lhttp *h = lb->listeners; h && k < n; h = h->next)
+        snap_locked(h, &sn[k++]);
+    pthread_mutex_unlock(&lb->mu);
+    lua_createtable(L, 0, k);
+    for (int i = 0; i < k; i++) {
+        push_stats(L, &sn[i]);
+        lua_setfield(L, -2, sn[i].name);
+    }
+    lua_remove(L, -2);                  /* the snapshots */
+}
+
+static const char *const listen_keys[] = {
+    "http", "routes", "timeout", "max_body", "max_header",
+    "max_connections", "client_timeout", "threads", NULL
+};
+
+static double opt_num(lua_State *L, int t, const char *k, double def,
+                      double min)
+{
+    lua_getfield(L, t, k);
+    double v = def;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= min))
+            luaL_error(L, "listen: %s must be a number >= %g", k, min);
+        v = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Parse the routes table at t into h (raises naming the route). */
+static void parse_routes(lua_State *L, int t, struct lhttp *h)
+{
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        n++;
+    }
+    if (n == 0)
+        luaL_error(L, "listen: routes must name at least one route");
+    h->routes = calloc((size_t)n, sizeof *h->routes);
+    if (!h->routes)
+        luaL_error(L, "listen: out of memory");
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "listen: routes keys must be \"METHOD /path\" "
+                       "strings");
+        const char *key = lua_tostring(L, -2);
+        const char *sp = strchr(key, ' ');
+        const char *path = sp ? sp + 1 : key;
+        if (path[0] != '/')
+            luaL_error(L, "listen: route '%s': expected \"METHOD /path\" "
+                       "or \"/path\"", key);
+        if (!lua_istable(L, -1) || lua_rawlen(L, -1) == 0)
+            luaL_error(L, "listen: route '%s' must be an array of stage "
+                       "names", key);
+        struct lroute *r = &h->routes[h->nroutes++];
+        r->method = sp ? strndup(key, (size_t)(sp - key)) : strdup("*");
+        r->path = strdup(path);
+        r->n = (int)lua_rawlen(L, -1);
+        r->stages = calloc((size_t)r->n, sizeof *r->stages);
+        if (!r->method || !r->path || !r->stages)
+            luaL_error(L, "listen: out of memory");
+        for (int i = 0; i < r->n; i++) {
+            lua_rawgeti(L, -1, i + 1);
+            const char *s = lua_tostring(L, -1);
+            if (lua_type(L, -1) != LUA_TSTRING || !seda__l_valid_name(s))
+                luaL_error(L, "listen: route '%s': [%d] is not a valid "
+                           "stage name", key, i + 1);
+            r->stages[i] = strdup(s);
+            if (!r->stages[i])
+                luaL_error(L, "listen: out of memory");
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+}
+
+/* A half-made listener (userdata with __gc) frees itself if listen
+ * raises. */
+static int l_half_gc(lua_State *L)
+{
+    struct lhttpud *u = lua_touserdata(L, 1);
+    if (u->h) {
+        lhttp_free(u->h);
+        u->h = NULL;
+    }
+    return 0;
+}
+
+int seda__l_http_listen(lua_State *L)
+{
+    struct lbusud *bu = seda__l_check_bus(L);
+    struct lbus *lb = bu->lb;
+    luaL_checktype(L, 2, LUA_TTABLE);
+    seda__l_check_keys(L, 2, listen_keys, "listen");
+    if (lb->shut || seda_bus_closed(lb->bus))
+        return luaL_error(L, "listen: the bus is shut down");
+
+    /* The object first: a raise below frees what was made. */
+    struct lhttpud *u = lua_newuserdatauv(L, sizeof *u, 0);
+    u->h = NULL;
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, l_half_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_setmetatable(L, -2);
+    int ui = lua_gettop(L);
+    struct lhttp *h = calloc(1, sizeof *h);
+    if (!h)
+        return luaL_error(L, "listen: out of memory");
+    pthread_mutex_init(&h->door_mu, NULL);
+    u->h = h;
+    h->lb = lb;
+
+    seda_http_opts o;
+    seda_http_opts_init(&o);
+    lua_getfield(L, 2, "http");
+    if (lua_type(L, -1) == LUA_TNUMBER && lua_isinteger(L, -1)) {
+        lua_pushfstring(L, "%d", (int)lua_tointeger(L, -1));
+        lua_replace(L, -2);
+    }
+    if (lua_type(L, -1) != LUA_TSTRING)
+        return luaL_error(L, "listen: http must be \"ADDR:PORT\" or a port");
+    h->name = strdup(lua_tostring(L, -1));
+    lua_pop(L, 1);
+    if (!h->name)
+        return luaL_error(L, "listen: out of memory");
+    lua_getfield(L, 2, "routes");
+    if (!lua_istable(L, -1))
+        return luaL_error(L, "listen: routes must be a table of "
+                          "[\"METHOD /path\"] = { stages... }");
+    parse_routes(L, lua_gettop(L), h);
+    lua_pop(L, 1);
+    o.addr = h->name;
+    o.timeout = opt_num(L, 2, "timeout", 30, 0.001);
+    o.max_body = (size_t)opt_num(L, 2, "max_body", 1048576, 0);
+    o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024);
+    o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1);
+    o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001);
+    o.threads = (int)opt_num(L, 2, "threads", 1, 1);
+    o.on_request = on_request;
+    o.ud = h;
+    char err[256];
+    int rc = seda_http_server_new(&o, &h->srv, err, sizeof err);
+    if (rc)
+        return luaL_error(L, "listen: %s", err);
+    atomic_fetch_add_explicit(&open_listeners, 1, memory_order_relaxed);
+    /* Named by where it listens: a port alone or port 0 says which. */
+    const char *colon = strrchr(h->name, ':');
+    const char *close = strrchr(h->name, ']');
+    bool has_host = colon && (!close || colon > close);
+    if (!has_host || strcmp(colon, ":0") == 0) {
+        char nm[128];
+        snprintf(nm, sizeof nm, "%.*s:%d",
+                 has_host ? (int)(colon - h->name) : 9,
+                 has_host ? h->name : "127.0.0.1",
+                 seda_http_server_port(h->srv));
+        char *n2 = strdup(nm);
+        if (n2) {
+            free(h->name);
+            h->name = n2;
+        }
+    }
+
+    /* Made: the bus owns it now; the object is a handle. */
+    u->h = NULL;
+    pthread_mutex_lock(&lb->mu);
+    h->next = lb->listeners;
+    lb->listeners = h;
+    pthread_mutex_unlock(&lb->mu);
+    lua_settop(L, ui - 1);
+    /* The handle holds its bus (user value 1): the bus, which frees its
+     * listeners when collected, outlives every handle. */
+    struct lhttpud *hu = lua_newuserdatauv(L, sizeof *hu, 1);
+    hu->h = h;
+    luaL_setmetatable(L, LHTTP_MT);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);
+    return 1;
+}
+
+void seda__l_http_quiesce(struct lbus *lb)
+{
+    pthread_mutex_lock(&lb->mu);
+    for (struct lhttp *h = lb->listeners; h; h = h->next)
+        if (h->srv)
+            seda_http_server_quiesce(h->srv);
+    pthread_mutex_unlock(&lb->mu);
+}
+
+void seda__l_http_close_all(struct lbus *lb, double grace)
+{
+    pthread_mutex_lock(&lb->mu);
+    struct lhttp *list = lb->listeners;
+    pthread_mutex_unlock(&lb->mu);
+    for (struct lhttp *h = list; h; h = h->next)
+        close_server(h, grace);
+}
+
+void seda__l_http_free_all(struct lbus *lb)
+{
+    pthread_mutex_lock(&lb->mu);
+    struct lhttp *list = lb->listeners;
+    lb->listeners = NULL;
+    pthread_mutex_unlock(&lb->mu);
+    /* No handle is left: each holds its bus. */
+    for (struct lhttp *h = list, *next; h; h = next) {
+        next = h->next;
+        lhttp_free(h);
+    }
+}
+
+void seda__l_http_open_lib(lua_State *L)
+{
+    static const luaL_Reg methods[] = {
+        { "port", l_listener_port },
+        { "close", l_listener_close },
+        { "stats", l_listener_stats },
+        { NULL, NULL }
+    };
+    if (luaL_newmetatable(L, LHTTP_MT)) {
+        luaL_newlib(L, methods);
+        lua_setfield(L, -2, "__index");
+        lua_pushcfunction(L, l_listener_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_pop(L, 1);
+}

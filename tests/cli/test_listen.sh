@@ -1,0 +1,98 @@
+#!/bin/sh
+# bus:listen keeps a plain `seda-lua script.lua` serving (SPEC.md section
+# 13), as --serve does, until SIGTERM: then it stops accepting, answers
+# what is in flight and exits 0.  examples/orders/ answers its quick
+# start (curl), its form page and a bad order.
+. "$(dirname "$0")/lib.sh"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+P=$(free_port)
+cat >"$D/svc.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "slow", concurrency = 8, handler = function(env)
+  seda.sleep(tonumber(env.payload.query.t or "0"))
+  env.payload = "done"
+end }
+bus:listen{ http = $P, routes = { ["GET /s"] = { "slow" } } }
+print("script-ended")
+EOF
+"$SEDA" "$D/svc.lua" >"$D/out" 2>"$D/err" &
+SPID=$!
+PIDS="$SPID"
+up() { curl -s -o /dev/null "http://127.0.0.1:$P/s"; }
+check "a plain run with a listener serves" wait_until 10 up
+check "... after its script ended" contains "$(cat "$D/out")" "script-ended"
+check "... and keeps running" kill -0 "$SPID"
+
+# A request in flight when SIGTERM comes is answered.
+curl -s -o "$D/inflight" -w '%{http_code}' "http://127.0.0.1:$P/s?t=0.8" >"$D/code" &
+CPID=$!
+sleep 0.3
+kill -TERM "$SPID"
+wait "$CPID"
+check "the in-flight request is answered after SIGTERM" [ "$(cat "$D/code")" = 200 ]
+check "... with its body" [ "$(cat "$D/inflight")" = done ]
+gone() { ! kill -0 "$SPID" 2>/dev/null; }
+check "the process exits" wait_until 10 gone
+wait "$SPID"; rc=$?
+check "... with status 0" [ "$rc" = 0 ]
+check "new connections are refused after" eval '! curl -s -m 2 -o /dev/null "http://127.0.0.1:$P/s"'
+
+# ---- the listener in --http's /stats.json and /metrics (the observer
+# thread reads bus:stats() while requests are served) ----
+P=$(free_port); H=$(free_port)
+cat >"$D/obs.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "a", handler = function(env)
+  env.payload = { listeners = (function()
+    local n = 0
+    for _ in pairs(seda.stats().listeners) do n = n + 1 end
+    return n
+  end)() }
+end }
+bus:listen{ http = $P, routes = { ["GET /a"] = { "a" } } }
+EOF
+"$SEDA" --serve --http "127.0.0.1:$H" "$D/obs.lua" >"$D/obs.out" 2>"$D/obs.err" &
+HPID=$!
+PIDS="$PIDS $HPID"
+hup() { curl -s -o /dev/null "http://127.0.0.1:$P/a"; }
+check "a listener beside --http" wait_until 10 hup
+out=$(curl -s "http://127.0.0.1:$P/a")
+check "seda.stats() in a handler lists the listener" [ "$out" = '{"listeners":1}' ]
+i=0; while [ $i -lt 50 ]; do curl -s -o /dev/null "http://127.0.0.1:$P/a" & i=$((i + 1)); done
+metrics=$(curl -s "http://127.0.0.1:$H/metrics")
+wait_bg() { for j in $(jobs -p); do [ "$j" = "$HPID" ] || wait "$j"; done; }
+wait_bg
+json=$(curl -s "http://127.0.0.1:$H/stats.json")
+check "/stats.json has the listener" contains "$json" "\"127.0.0.1:$P\""
+check "/metrics has its requests" contains "$(curl -s "http://127.0.0.1:$H/metrics")" "seda_http_requests_total{"
+check "/metrics has responses by class" contains "$metrics" 'class="2xx"'
+kill -TERM "$HPID"
+hgone() { ! kill -0 "$HPID" 2>/dev/null; }
+check "it stops on SIGTERM" wait_until 10 hgone
+
+# ---- examples/orders ----
+P=$(free_port)
+"$SEDA" "$ROOT/examples/orders/service.lua" "$P" >"$D/oout" 2>"$D/oerr" &
+OPID=$!
+PIDS="$PIDS $OPID"
+health() { curl -s "http://127.0.0.1:$P/health" | grep -q '"ok":true'; }
+check "orders: the service comes up" wait_until 10 health
+out=$(curl -s -i -d 'sku=book&qty=2' "http://127.0.0.1:$P/orders")
+check "orders: POST /orders is 201" contains "$out" "201 Created"
+check "orders: priced by the upstream" contains "$out" '"unit":19.37'
+check "orders: with a total" contains "$out" '"total":38.74'
+out=$(curl -s "http://127.0.0.1:$P/")
+check "orders: the form page" contains "$out" '<form action="/orders"'
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$P/orders?qty=0")
+check "orders: a bad order is 400" [ "$code" = 400 ]
+kill -INT "$OPID"
+ogone() { ! kill -0 "$OPID" 2>/dev/null; }
+check "orders: SIGINT stops it" wait_until 10 ogone
+finish
