@@ -13,6 +13,16 @@ local M = {}
 
 local fmt, concat, sort = string.format, table.concat, table.sort
 
+-- s with its control bytes (but newline and tab) shown as \xNN: what a
+-- handler's error says is printed on an operator's terminal, and a
+-- payload must not retitle the window, clear the screen or fake lines.
+local function printable(s)
+  return (tostring(s):gsub("[%z\1-\8\11-\31\127]", function(c)
+    return fmt("\\x%02x", c:byte())
+  end))
+end
+M.printable = printable
+
 -- Output of the helpers goes to the current sink: the calling control
 -- client, else standard output.
 local function out(...) C.write(...) end
@@ -284,7 +294,7 @@ function M.format_stats()
     for _, x in ipairs(okr and recent or {}) do      -- newest first
       if not seen[x.stage] then
         seen[x.stage] = true
-        local msg = x.message:match("^[^\n]*")
+        local msg = printable(x.message:match("^[^\n]*"))
         if #msg > 100 then msg = msg:sub(1, 97) .. "..." end
         lasts[#lasts + 1] = fmt("  last error: %s %s%s: %s", x.stage,
           when(x.time), x.repeats > 1 and fmt(" x%d", x.repeats) or "", msg)
@@ -549,7 +559,7 @@ function G.errors(stage)
                        e.stage, when(e.time),
                        e.repeats > 1 and fmt("  x%d since %s", e.repeats,
                                              when(e.first)) or "")
-      out(head .. "  " .. e.message:gsub("\n", "\n  ") .. "\n")
+      out(head .. "  " .. printable(e.message):gsub("\n", "\n  ") .. "\n")
     end
   end
   if n == 0 then
@@ -657,7 +667,7 @@ function G.dlq(stage)
               #list > 1 and fmt("bus %d: ", i) or "", d.stage, d.id,
               when(d.at), d.reason, d.attempts,
               d.missing and " stage=" .. d.missing or "",
-              d.error and "\n  error " .. d.error or "", p))
+              d.error and "\n  error " .. printable(d.error) or "", p))
     end
   end
   if n == 0 then

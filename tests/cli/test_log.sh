@@ -52,4 +52,23 @@ check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
 check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
 out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
 check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
+# The REPL's errors(), dlq() and stats() show a handler's error with its
+# control bytes escaped too.
+cat >"$D/repl.lua" <<'EOF'
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "s", max_attempts = 1, handler = function()
+  error("bad \27]0;title\7 and \27[2J\rfake")
+end }
+bus:publish("s", 1)
+bus:wait(5)
+errors()
+dlq()
+stats()
+EOF
+"$SEDA" -i "$D/repl.lua" </dev/null >"$D/repl.out" 2>/dev/null
+check "errors() and dlq() show the error escaped" \
+    [ "$(grep -c 'bad \\x1b\]0;title\\x07 and \\x1b\[2J\\x0dfake' "$D/repl.out")" = 2 ]
+check "... and no raw escape reaches the terminal" \
+    sh -c "! grep -q \"\$(printf '\\033')\" '$D/repl.out'"
 finish
