@@ -812,8 +812,10 @@ static void on_request(seda_http_req_t *req, void *ud)
     o.why = why;
     o.whylen = sizeof why;
     o.sender = "http";
-    o.slip = (const char *const *)rt->stages + 1;
-    o.nslip = rt->n - 1;
+    if (rt->n > 1) {                    /* a slip pointer needs a count */
+        o.slip = (const char *const *)rt->stages + 1;
+        o.nslip = rt->n - 1;
+    }
     o.timeout = 0;                      /* never wait for room */
     o.kind = SEDA_KIND_LUA;
     o.done = on_done;
