@@ -26,7 +26,18 @@ extern "C" {
 #endif
 
 typedef struct seda_remote_opts {
-    const char *url;           /* "nats://127.0.0.1:4222" (required) */
+    const char *url;           /* "nats://127.0.0.1:4222" (required unless
+                                  urls names some); user info
+                                  ("nats://user:pass@host") is never shown
+                                  in stats or reports */
+    const char *const *urls;   /* more servers of the same cluster (nurls
+                                  of them): the connection tries each and
+                                  moves to another when one dies */
+    int nurls;
+    int replicas;              /* the stream's replicas when this call
+                                  creates it (0: 1); 3 on a 3-server
+                                  cluster keeps a stream working when one
+                                  server dies */
     const char *stream;        /* JetStream stream ("SEDA") */
     const char *subject;       /* the stage's subject
                                   ("seda.<stream>.<stage>") */
@@ -86,7 +97,7 @@ bool seda_stage_is_remote(const seda_stage_t *st);
 typedef struct seda_remote_stats {
     char state[16];            /* the connection: "connected",
                                   "reconnecting", "disconnected", ... */
-    char url[128];
+    char url[256];             /* user info shown as "***" */
     char stream[SEDA_NAME_MAX + 1];
     char consumer[SEDA_NAME_MAX + 1];
     char subject[160];

@@ -125,6 +125,43 @@ bool seda__rjs_parse_ack(const char *reply, struct rjs_meta *m)
     return m->stream_len > 0 && m->consumer_len > 0;
 }
 
+/* ---- credentials ---- */
+
+void seda__rconn_redact(const char *url, char *buf, size_t len)
+{
+    /* Each of the comma-separated urls: "scheme://user:pass@host" keeps
+     * its scheme and host; the user info becomes "***". */
+    size_t o = 0;
+    if (len == 0)
+        return;
+    for (const char *p = url; *p && o + 1 < len;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *sep = memmem(p, n, "://", 3);
+        const char *host = sep ? sep + 3 : p;
+        size_t hn = n - (size_t)(host - p);
+        const char *slash = memchr(host, '/', hn);
+        size_t auth = slash ? (size_t)(slash - host) : hn;
+        const char *at = NULL;
+        for (size_t i = 0; i < auth; i++)
+            if (host[i] == '@')
+                at = host + i;          /* the last '@' ends the user info */
+        int k = at ? snprintf(buf + o, len - o, "%.*s***%.*s",
+                              (int)(host - p), p,
+                              (int)(n - (size_t)(at - p)), at)
+                   : snprintf(buf + o, len - o, "%.*s", (int)n, p);
+        if (k < 0)
+            break;
+        o += (size_t)k < len - o ? (size_t)k : len - o - 1;
+        if (!end)
+            break;
+        if (o + 1 < len)
+            buf[o++] = ',';
+        p = end + 1;
+    }
+    buf[o] = '\0';
+}
+
 /* ---- reports ---- */
 
 /* One line a second per process for connection-level problems (they come
@@ -152,7 +189,7 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
     }
     pthread_mutex_unlock(&g_report_mu);
     if (print)
-        fprintf(stderr, "seda: remote %s: %s%s\n", c->url, msg,
+        fprintf(stderr, "seda: remote %s: %s%s\n", c->shown, msg,
                 skipped ? " (and similar lines suppressed)" : "");
 }
 
@@ -444,7 +481,7 @@ static bool wait_flag(struct rconn *c, bool *flag, double secs)
 }
 
 #define NATS_FAIL(what) do { \
-        snprintf(err, errlen, "cannot %s %s: %s%s%s", what, url, \
+        snprintf(err, errlen, "cannot %s %s: %s%s%s", what, c->shown, \
                  natsStatus_GetText(s), nats_GetLastError(NULL) ? ": " : "", \
                  nats_GetLastError(NULL) ? nats_GetLastError(NULL) : ""); \
         goto fail; \
@@ -467,6 +504,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
         }
         return SEDA_ENOMEM;
     }
+    seda__rconn_redact(url, c->shown, sizeof c->shown);
     seda__mutex_init(&c->mu);
     seda__cond_init(&c->cv);
     c->bus = bus;
@@ -590,7 +628,7 @@ void seda__rconn_put(struct rconn *c)
         /* A cnats thread may still hold c: leaking it is the safe
          * choice (never seen; reported so it is not silent). */
         fprintf(stderr, "seda: remote %s: the connection did not close in "
-                "10 s; its memory is left allocated\n", c->url);
+                "10 s; its memory is left allocated\n", c->shown);
         return;
     }
     conn_free(c);

@@ -134,8 +134,16 @@ static int check_opts(seda_bus_t *bus, const seda_stage_opts *so,
     if (!seda__valid_name(name))
         FAIL(SEDA_EINVAL, "name must be 1-%d characters of [A-Za-z0-9_.:-]",
              SEDA_NAME_MAX);
-    if (!ro->url || !*ro->url)
+    if ((!ro->url || !*ro->url) && ro->nurls <= 0)
         FAIL(SEDA_EINVAL, "url is required (\"nats://host:port\")");
+    if (ro->nurls < 0 || (ro->nurls > 0 && !ro->urls))
+        FAIL(SEDA_EINVAL, "urls: nurls must be >= 0 and urls given");
+    for (int i = 0; i < ro->nurls; i++)
+        if (!ro->urls[i] || !*ro->urls[i] || strchr(ro->urls[i], ','))
+            FAIL(SEDA_EINVAL, "urls[%d] must be a non-empty url without "
+                 "commas", i + 1);
+    if (ro->replicas < 0 || ro->replicas > 5)
+        FAIL(SEDA_EINVAL, "replicas must be 1-5 (got %d)", ro->replicas);
     if (so->durable)
         FAIL(SEDA_EINVAL, "durable: a remote stage is kept by JetStream; "
              "it cannot be durable too");
@@ -197,7 +205,20 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         goto fail;
     const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
-    if ((rc = seda__rconn_get(bus, ro->url, ro->connect_timeout > 0
+    /* Several urls: one connection string, joined by commas (cnats tries
+     * each, and those the cluster gossips). */
+    char urls[1024];
+    size_t ul = 0;
+    urls[0] = '\0';
+    if (ro->url && *ro->url)
+        ul = (size_t)snprintf(urls, sizeof urls, "%s", ro->url);
+    for (int i = 0; i < ro->nurls && ul < sizeof urls; i++)
+        ul += (size_t)snprintf(urls + ul, sizeof urls - ul, "%s%s",
+                               ul ? "," : "", ro->urls[i]);
+    if (ul >= sizeof urls)
+        FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
+             sizeof urls - 1);
+    if ((rc = seda__rconn_get(bus, urls, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
                               ro->low_latency, &conn, e, sizeof e)) != 0)
         FAIL(rc, "%s", e);
@@ -219,7 +240,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         dup = 2 * so->publish_timeout;  /* covers every re-send */
     if ((rc = seda__rsetup_ensure(conn, stream, subject,
                                   ro->consume ? consumer : NULL,
-                                  seda__secs_to_ns(dup), &want, &got, e,
+                                  seda__secs_to_ns(dup), ro->replicas,
+                                  &want, &got, e,
                                   sizeof e)) != 0)
         FAIL(rc, "%s", e);
 
@@ -309,7 +331,8 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
     memset(out, 0, sizeof *out);
     snprintf(out->state, sizeof out->state, "%s",
              seda__rconn_state(rs->conn));
-    snprintf(out->url, sizeof out->url, "%s", rs->conn->url);
+    /* Never the credentials: user info shows as "***". */
+    snprintf(out->url, sizeof out->url, "%s", rs->conn->shown);
     snprintf(out->stream, sizeof out->stream, "%s", rs->stream);
     snprintf(out->consumer, sizeof out->consumer, "%s", rs->consumer);
     snprintf(out->subject, sizeof out->subject, "%s", rs->subject);

@@ -223,7 +223,7 @@ int seda__rpub_send(struct rstage *rs, natsMsg *msg, uint64_t n,
         room_freed(rs);
         seda__mutex_unlock(&rs->pmu);
         seda__free(r);
-        return s == NATS_MAX_PAYLOAD ? SEDA_ERANGE : SEDA_EUNAVAIL;
+        return s == NATS_MAX_PAYLOAD ? SEDA_ETOOLARGE : SEDA_EUNAVAIL;
     }
     r->sent = seda__now_ns();
     r->sends = 1;

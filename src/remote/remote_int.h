@@ -88,6 +88,7 @@ struct rcomp;
  *   waiting for it, and when the subscription or the connection is done.
  *   The registry mutex (conn.c) guards refs and next.
  *   Immutable after seda__rconn_get returned it: nc, js, sub, bus, url,
+ *   shown,
  *   low_latency, inbox, token, comp.
  *   Dispatch thread only: last_tick.
  *   Atomic (relaxed, counters): disconnects, reconnects, async_errors.
@@ -99,7 +100,9 @@ struct rconn {
     jsCtx *js;                  /* stream and consumer management */
     natsSubscription *sub;      /* "<inbox>.>", with a 100 ms tick */
     const void *bus;            /* the bus whose stages share it */
-    char *url;                  /* owned */
+    char *url;                  /* owned: one url, or several joined
+                                   by commas (cnats tries each) */
+    char shown[256];            /* url with any user info as "***" */
     bool low_latency;           /* each message written at once */
     char inbox[64];             /* "_INBOX.<nuid>" */
     size_t inbox_len;
@@ -141,6 +144,11 @@ void seda__rconn_put(struct rconn *c);
 int seda__rconn_attach(struct rconn *c, const struct rclient *cl);
 void seda__rconn_detach(struct rconn *c, int sid);
 
+/* url (one, or several joined by commas) with the user info of each
+ * (user, password, token) replaced by "***", into buf: what stats,
+ * reports and errors show.  Cannot fail (truncates). */
+void seda__rconn_redact(const char *url, char *buf, size_t len);
+
 /* True while the connection is up (requests and publishes can go out). */
 bool seda__rconn_up(struct rconn *c);
 /* "connected", "reconnecting", "disconnected", "closed", ... */
@@ -181,8 +189,8 @@ struct rcons_cfg {
 };
 
 /* Look up the stream (create it, WorkQueue retention, file storage,
- * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns, when
- * missing; add subject to an existing stream that does not cover it),
+ * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns,
+ * replicas copies (0: 1), when missing; add subject to an existing stream that does not cover it),
  * then, unless consumer is NULL, the durable consumer (created with the
  * wanted settings when missing; an existing one must filter subject; got
  * says which settings apply).  Returns 0, or a
@@ -190,7 +198,8 @@ struct rcons_cfg {
  * Blocks for a few JetStream API requests. */
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, const struct rcons_cfg *want,
+                        int64_t dup_window_ns, int replicas,
+                        const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen);
 
 /* ---- a remote stage (rstage.c; pub.c, feed.c and complete.c work on
@@ -311,8 +320,9 @@ void seda__rpub_unreserve(struct rstage *rs);
 uint64_t seda__rpub_next(struct rstage *rs);
 
 /* Send msg (its reply subject made with n) under a held slot: 0 (msg is
- * taken; seda__rstage_published reports its end), or SEDA_EUNAVAIL (the
- * slot is given back; the caller keeps msg). */
+ * taken; seda__rstage_published reports its end), or SEDA_EUNAVAIL or
+ * SEDA_ETOOLARGE (over the server's max_payload) (the slot is given
+ * back; the caller keeps msg). */
 int seda__rpub_send(struct rstage *rs, natsMsg *msg, uint64_t n,
                     int64_t deadline_ns, bool user_dup, void *ud);
 

@@ -165,6 +165,22 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
 
 /* ---- the core's hooks ---- */
 
+/* msg is over the server's max_payload: say so on stderr, and on env (its
+ * caller still owns it: a hop's dead letter carries the detail). */
+static void too_large(struct rstage *rs, seda_env_t *env, natsMsg *msg)
+{
+    int64_t limit = natsConnection_GetMaxPayload(rs->conn->nc);
+    size_t plen = 0;
+    seda_env_payload(env, &plen);
+    char why[200];
+    snprintf(why, sizeof why, "too_large: the message (payload %zu bytes, "
+             "%d with seda's fields) is over the server's max_payload of "
+             "%lld bytes", plen, natsMsg_GetDataLength(msg),
+             (long long)limit);
+    (void)seda_env_set_header(env, "x-dead-detail", why);
+    seda_stage_report(rs->st, why);
+}
+
 static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
@@ -222,11 +238,13 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
         seda__rpub_unreserve(rs);
     }
     if (rc) {
+        if (rc == SEDA_ETOOLARGE)
+            too_large(rs, env, msg);
         natsMsg_Destroy(msg);
         if (m->serial)      /* not sent: env keeps its done callback */
             seda__rcomp_forget(rs->conn, m->rid, m->serial);
         seda__free(m);
-        if (rc == SEDA_EUNAVAIL)
+        if (rc == SEDA_EUNAVAIL || rc == SEDA_ETOOLARGE)
             seda__stage_count_dropped(st);
         return rc;
     }

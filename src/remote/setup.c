@@ -101,8 +101,8 @@ static int widen(struct rconn *c, const jsStreamInfo *si,
 }
 
 static int ensure_stream(struct rconn *c, const char *stream,
-                         const char *subject, int64_t dup_ns, char *err,
-                         size_t errlen)
+                         const char *subject, int64_t dup_ns, int replicas,
+                         char *err, size_t errlen)
 {
     for (int tries = 0; tries < 3; tries++) {
         jsStreamInfo *si = NULL;
@@ -134,6 +134,7 @@ static int ensure_stream(struct rconn *c, const char *stream,
         cfg.Retention = js_WorkQueuePolicy;
         cfg.Storage = js_FileStorage;
         cfg.Duplicates = dup_ns;
+        cfg.Replicas = replicas > 0 ? replicas : 1;
         jerr = 0;
         s = js_AddStream(&si, c->js, &cfg, NULL, &jerr);
         jsStreamInfo_Destroy(si);
@@ -164,10 +165,12 @@ static void take_cfg(const jsConsumerConfig *cc, struct rcons_cfg *got)
 
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, const struct rcons_cfg *want,
+                        int64_t dup_window_ns, int replicas,
+                        const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen)
 {
-    int rc = ensure_stream(c, stream, subject, dup_window_ns, err, errlen);
+    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas, err,
+                           errlen);
     memset(got, 0, sizeof *got);
     if (rc || !consumer)
         return rc;

