@@ -112,6 +112,11 @@ typedef struct seda_remote_stats {
     uint64_t fetched;          /* messages taken in */
     uint64_t acked, naked, termed;
     uint64_t bad_messages;     /* not seda envelopes: dead-lettered */
+    uint64_t held_twice;       /* a copy of a message held here came again
+                                  (JetStream redelivered it): dropped, not
+                                  handled twice */
+    uint64_t in_progress;      /* in-progress acks (+WPI) sent for held
+                                  messages waiting their turn */
     int held;                  /* taken in, not yet settled */
     /* the consumer, as JetStream last said (-1: not known yet) */
     int64_t js_pending;        /* messages not yet delivered */
@@ -125,6 +130,11 @@ typedef struct seda_remote_stats {
     uint64_t completions_received;
     uint64_t completions_dropped; /* their origin was gone */
     uint64_t completions_lost; /* awaited here when the bus stopped */
+    uint64_t completions_resent;   /* sent again: no "+OK" in time */
+    uint64_t completions_too_large;/* final payload over max_payload: sent
+                                      as a dead letter (too_large) */
+    uint64_t completions_refused;  /* received for no awaited message
+                                      (forged, or on another subject) */
     uint64_t reconnects;
 } seda_remote_stats;
 

@@ -175,6 +175,11 @@ bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st)
     set_i(L, "naked", (lua_Integer)r.naked);
     set_i(L, "termed", (lua_Integer)r.termed);
     set_i(L, "bad_messages", (lua_Integer)r.bad_messages);
+    set_i(L, "held_twice", (lua_Integer)r.held_twice);
+    set_i(L, "completions_resent", (lua_Integer)r.completions_resent);
+    set_i(L, "completions_too_large", (lua_Integer)r.completions_too_large);
+    set_i(L, "completions_refused", (lua_Integer)r.completions_refused);
+    set_i(L, "in_progress", (lua_Integer)r.in_progress);
     set_i(L, "held", r.held);
     /* JetStream's own counts (-1 until it answered once). */
     set_i(L, "js_pending", r.js_pending);

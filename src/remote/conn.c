@@ -382,8 +382,8 @@ static void dispatch(natsConnection *nc, natsSubscription *sub, natsMsg *m,
         } else if (strncmp(subj, c->inbox, c->inbox_len) == 0 &&
                    subj[c->inbox_len] == '.') {
             const char *tail = subj + c->inbox_len + 1;
-            if (strcmp(tail, "c") == 0)
-                seda__rcomp_on_msg(c, m);
+            if (tail[0] == 'c' && (tail[1] == '.' || !tail[1]))
+                seda__rcomp_on_msg(c, m, tail[1] ? tail + 2 : "");
             else
                 on_reply(c, tail, m);
         }
@@ -512,6 +512,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
     atomic_init(&c->disconnects, 0);
     atomic_init(&c->reconnects, 0);
     atomic_init(&c->async_errors, 0);
+    atomic_init(&c->completions_refused, 0);
     char name[64];
     snprintf(name, sizeof name, "seda-lua pid %ld", (long)getpid());
     int64_t ms = timeout >= 1e6 ? INT64_C(1000000000) : (int64_t)(timeout * 1e3);

@@ -43,7 +43,7 @@ static void on_js(void *ud, natsMsg *m, const struct rjs_meta *meta)
 static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
 {
     struct rstage *rs = ud;
-    uint64_t n = strtoull(rest, NULL, 10), pending;
+    uint64_t n = strtoull(rest, NULL, 10);
     switch (kind) {
     case 'a':
         seda__rpub_on_reply(rs, n, m);
@@ -55,10 +55,8 @@ static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
         seda__rfeed_on_info(rs, m);
         break;
     case 'x':
-        /* A completion nobody took: its origin is gone. */
-        if (seda__rjs_status(m, &pending) == 503)
-            atomic_fetch_add_explicit(&rs->completions_dropped, 1,
-                                      memory_order_relaxed);
+        /* The origin's "+OK", or no responders: it is gone. */
+        seda__rcomp_on_reply(rs, n, m);
         break;
     default:
         break;
@@ -69,6 +67,7 @@ static void on_tick(void *ud, int64_t now)
 {
     seda__rpub_tick(ud, now);
     seda__rfeed_tick(ud, now);
+    seda__rcomp_tick(ud, now);
 }
 
 static void on_reconnect(void *ud)
@@ -249,6 +248,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         FAIL(SEDA_ENOMEM, "out of memory");
     seda__mutex_init(&rs->pmu);
     seda__mutex_init(&rs->fmu);
+    seda__mutex_init(&rs->cmu);
     seda__cond_init(&rs->room);
     if (!(rs->stream = seda__strdup(stream)) ||
         !(rs->subject = seda__strdup(subject)) ||
@@ -348,11 +348,17 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
     out->naked = LD(naked);
     out->termed = LD(termed);
     out->bad_messages = LD(bad_messages);
+    out->held_twice = LD(held_twice);
+    out->in_progress = LD(in_progress);
     out->awaiting = LD(awaiting);
     out->completions_sent = LD(completions_sent);
     out->completions_received = LD(completions_received);
     out->completions_dropped = LD(completions_dropped);
     out->completions_lost = LD(completions_lost);
+    out->completions_resent = LD(completions_resent);
+    out->completions_too_large = LD(completions_too_large);
+    out->completions_refused = atomic_load_explicit(
+        &rs->conn->completions_refused, memory_order_relaxed);
     out->js_pending = LD(js_pending);
     out->js_ack_pending = LD(js_ack_pending);
     out->js_redelivered = LD(js_redelivered);

@@ -174,6 +174,15 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         natsMsg_Destroy(m);
         return;
     }
+    if (w.origin && !seda__rcomp_origin_ok(w.origin)) {
+        /* Only seda's own completion subjects: never a wildcard or any
+         * other subject a foreign message could make us publish to. */
+        bad_message(rs, m, meta, "origin is not a seda completion subject "
+                    "(_INBOX.<token>.c.<secret>)");
+        seda__free(mem);
+        natsMsg_Destroy(m);
+        return;
+    }
     struct rbuf hb = { 0 };
     const char **kv = NULL;
     const char *why = NULL;

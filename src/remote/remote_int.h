@@ -24,7 +24,7 @@
  * the Lua binding through the core's done callback, which queues them.
  *
  * Lock order: rconn registry -> rconn.mu -> rstage.pmu -> rstage.fmu ->
- * rcomp.mu -> the core's locks (stage->mu ...).  No lock of this layer
+ * rstage.cmu -> rcomp.mu -> the core's locks (stage->mu ...).  No lock of this layer
  * is held while calling into the core's admission or routing, or while
  * a done callback runs.
  */
@@ -40,6 +40,7 @@
 
 struct rstage;
 struct rconn;
+struct rcsend;
 
 /* ---- conn.c ---- */
 
@@ -91,7 +92,8 @@ struct rcomp;
  *   shown,
  *   low_latency, inbox, token, comp.
  *   Dispatch thread only: last_tick.
- *   Atomic (relaxed, counters): disconnects, reconnects, async_errors.
+ *   Atomic (relaxed, counters): disconnects, reconnects, async_errors,
+ *   completions_refused.
  */
 struct rconn {
     seda__mutex_t mu;
@@ -121,6 +123,7 @@ struct rconn {
     atomic_uint_fast64_t disconnects;
     atomic_uint_fast64_t reconnects;
     atomic_uint_fast64_t async_errors;
+    atomic_uint_fast64_t completions_refused; /* on no entry's subject */
 };
 
 /* The connection of bus to url (low_latency: cnats's send-asap, each
@@ -237,12 +240,23 @@ struct rreq {
  * process that died holding them, or that overran ack_wait. */
 #define RS_LOST_DELIVERIES 2
 
+/* A message taken in and not yet settled (feed.c), by stream sequence:
+ * kept alive with in-progress acks while it waits, and a second copy of
+ * it (JetStream redelivering it) is recognised.  Guarded by fmu. */
+struct rheld {
+    uint64_t sseq;              /* stream sequence */
+    char *reply;                /* owned: the first copy's ack subject */
+    int64_t wpi_at;             /* taken in, or last said in progress */
+    struct rheld *next;         /* hash chain */
+};
+#define RS_HELD_BUCKETS 256
+
 /*
  * Locking:
  *   pmu guards the publishing window: inflight, reserved, waiters,
  *   next_n, hash, hmask, head, tail (room is its condition).
  *   fmu guards the feed: held, outstanding, reqs, req_n, epoch_n,
- *   last_expires, last_heard, info_at.
+ *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
  *   ack_wait_ns.
@@ -290,6 +304,16 @@ struct rstage {
                                    before the last reconnect) */
     int64_t last_expires;       /* when the last request sent expires */
     int64_t info_at;            /* last consumer info request */
+    struct rheld *hheld[RS_HELD_BUCKETS]; /* held messages by sseq */
+    double rate;                /* settled a second (moving average; 0:
+                                   not known yet) */
+    int rate_n;                 /* settled since rate_at */
+    int64_t rate_at;            /* start of the current count */
+
+    seda__mutex_t cmu;          /* guards csend, ncsend, csend_n */
+    struct rcsend *csend;       /* completions awaiting their "+OK" */
+    int ncsend;
+    uint64_t csend_n;
 
     /* Envelopes taken in and not yet admitted: the dispatch thread gathers
      * those that arrive together and admits them in one step (intake.c).
@@ -301,6 +325,11 @@ struct rstage {
     atomic_uint_fast64_t fetched, acked, naked, termed, bad_messages;
     atomic_uint_fast64_t completions_sent, completions_received;
     atomic_uint_fast64_t completions_dropped, completions_lost;
+    atomic_uint_fast64_t completions_resent, completions_too_large;
+    atomic_uint_fast64_t completions_unacked;
+    atomic_uint_fast64_t held_twice;   /* a copy of a held message came
+                                          again: not handled twice */
+    atomic_uint_fast64_t in_progress;  /* +WPI sent */
     atomic_uint_fast64_t progress;  /* anything settled: the idle scan's */
     atomic_int awaiting;            /* on_complete callbacks awaited */
     _Atomic int64_t js_pending, js_ack_pending, js_redelivered, js_waiting;
@@ -368,6 +397,9 @@ void seda__rfeed_reconnect(struct rstage *rs);
 void seda__rfeed_settle(struct rstage *rs, const char *reply, int how,
                         int64_t delay_ns);
 
+/* Forget every held message (the stage closes). */
+void seda__rfeed_close(struct rstage *rs);
+
 /* Ask JetStream for the consumer's counts when those held are older
  * than half a second (the reply comes to the dispatch thread). */
 void seda__rfeed_refresh_info(struct rstage *rs);
@@ -415,16 +447,24 @@ void seda__rcomp_free(struct rconn *c);
 /* Await the completion of rid (published through rs; local_id is the id
  * the publisher knows): done(env, outcome, ud) fires when it comes, or
  * with SEDA_DROPPED when it is cancelled or the stage closes.  Returns a
- * serial that names the entry (0: out of memory, nothing registered). */
+ * serial that names the entry (0: out of memory or no randomness,
+ * nothing registered), and the entry's secret (32 hex digits) into
+ * secret: the message's origin is "<inbox>.c.<secret>". */
 uint64_t seda__rcomp_await(struct rconn *c, struct rstage *rs,
                            const char *rid, const char *local_id,
-                           seda_done_fn done, void *ud);
+                           seda_done_fn done, void *ud, char secret[33]);
+/* Is origin a completion subject of the one form seda sends
+ * ("_INBOX.<token>.c.<32 hex digits>")?  A message naming any other is
+ * not taken in. */
+bool seda__rcomp_origin_ok(const char *origin);
 /* End the entry (rid, serial) with outcome, unless its completion came
  * first; returns whether it did.  No lock held. */
 bool seda__rcomp_cancel(struct rconn *c, const char *rid, uint64_t serial,
                         int outcome);
-/* Dispatch thread: a completion message ("<inbox>.c"). */
-void seda__rcomp_on_msg(struct rconn *c, natsMsg *m);
+/* Dispatch thread: a completion message ("<inbox>.c.<secret>"; secret
+ * "" for any other form): taken only by the entry of that secret and
+ * id, answered "+OK" on its reply subject when it was (or was before). */
+void seda__rcomp_on_msg(struct rconn *c, natsMsg *m, const char *secret);
 /* Remove the entry (rid, serial) without firing it (its message was not
  * sent after all). */
 void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial);
@@ -432,9 +472,20 @@ void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial);
 void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs);
 
 /* Send a completion to origin for an envelope rs took in (counted in
- * completions_sent; a no-responders answer is counted dropped).  Any
- * thread; never blocks. */
+ * completions_sent) and keep it until the origin answers "+OK" (its
+ * reply "<inbox>.<sid>.x.<n>"): re-sent every 2 s, given up after 60 s
+ * or when nobody listens (no responders: the origin is gone), counted
+ * in completions_dropped and reported on stderr.  One whose payload is
+ * over the server's max_payload goes as a dead letter with reason
+ * too_large instead.  Any thread; never blocks. */
 void seda__rcomp_send(struct rstage *rs, const char *origin,
                       const struct rw_done *d);
+/* Dispatch thread: the answer to completion n; a tick (re-sends). */
+void seda__rcomp_on_reply(struct rstage *rs, uint64_t n, natsMsg *m);
+void seda__rcomp_tick(struct rstage *rs, int64_t now);
+/* Completions of rs not yet acknowledged? (the idle check) */
+bool seda__rcomp_sending(struct rstage *rs);
+/* Forget them (the stage closes). */
+void seda__rcomp_close_sends(struct rstage *rs);
 
 #endif /* SEDA_REMOTE_INT_H */

@@ -203,22 +203,24 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     struct rctx *ctx = env->done == seda__rctx_done ? env->done_ud : NULL;
     rid_of(rs, env, m->rid);
     uint32_t rhop = ctx ? ctx->rhop + 1 : 1;
-    char origin[80];
-    snprintf(origin, sizeof origin, "%s.c", rs->conn->inbox);
+    char origin[128];
+    if (env->done && !ctx) {
+        /* Registered before the send: the completion may overtake the
+         * PubAck.  Its secret names the completion's subject. */
+        char local[SEDA_ID_MAX], secret[33];
+        m->serial = seda__rcomp_await(rs->conn, rs, m->rid,
+                                      seda_env_id(env, local), env->done,
+                                      env->done_ud, secret);
+        if (!m->serial)
+            rc = SEDA_ENOMEM;
+        snprintf(origin, sizeof origin, "%s.c.%s", rs->conn->inbox,
+                 m->serial ? secret : "");
+    }
     const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
     uint64_t n = seda__rpub_next(rs);
     natsMsg *msg = NULL;
-    rc = build(rs, env, m->rid, rhop, og, n, &msg);
-    if (rc == 0 && env->done && !ctx) {
-        /* Registered before the send: the completion may overtake the
-         * PubAck. */
-        char local[SEDA_ID_MAX];
-        m->serial = seda__rcomp_await(rs->conn, rs, m->rid,
-                                      seda_env_id(env, local), env->done,
-                                      env->done_ud);
-        if (!m->serial)
-            rc = SEDA_ENOMEM;
-    }
+    if (rc == 0)
+        rc = build(rs, env, m->rid, rhop, og, n, &msg);
     struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
     if (rc == 0) {
         m->ctx = ctx;
@@ -378,6 +380,8 @@ static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
     seda__mutex_unlock(&rs->fmu);
     if (atomic_load_explicit(&rs->awaiting, memory_order_relaxed) > 0)
         idle = false;
+    if (seda__rcomp_sending(rs))        /* a completion not yet taken */
+        idle = false;
     *sum += atomic_load_explicit(&rs->progress, memory_order_relaxed);
     return idle;
 }
@@ -390,6 +394,7 @@ void seda__rstage_free(struct rstage *rs)
     pthread_cond_destroy(&rs->room);
     seda__mutex_destroy(&rs->pmu);
     seda__mutex_destroy(&rs->fmu);
+    seda__mutex_destroy(&rs->cmu);
     seda__free(rs);
 }
 
@@ -400,6 +405,8 @@ static void remote_close(struct seda_stage_s *st)
     seda__rconn_detach(rs->conn, rs->sid);   /* no more callbacks */
     seda__rstage_intake_flush(rs);           /* nothing left gathered */
     seda__rpub_close(rs);
+    seda__rfeed_close(rs);
+    seda__rcomp_close_sends(rs);
     seda__rcomp_close_stage(rs->conn, rs);
     seda__rconn_put(rs->conn);
     seda__rstage_free(rs);

@@ -253,6 +253,49 @@ static bool wait_idle(seda_bus_t *b)
     return seda_bus_wait_idle(b, DL) == 0;
 }
 
+/* ---- 1: no double handling in one process ---- */
+
+/* More taken in than the handler gets through within ack_wait: before,
+ * JetStream redelivered what waited in the local queue and this very
+ * process handled it again (and dead-lettered some max_attempts). */
+static void test_trust_held_messages_are_handled_once(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus(1);
+    struct rec rr, rd;
+    rec_init(&rr);
+    rec_init(&rd);
+    rr.sleep = 0.02;                    /* 50 a second, at most */
+    seda_stage_consume(add_local(b, "dlq"), record, &rd);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "slow", .stream = "C1", .capacity = 100, .ack_wait = 1,
+        .max_attempts = 1, .dlq = "dlq", .consume = true });
+    int n = 250;
+    for (int i = 0; i < n; i++)
+        assert_int_equal(seda_publish(b, "slow", "x", 1, NULL), 0);
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    if (!rec_wait(&rr, n))
+        fail_msg("%d of %d handled", rec_get(&rr, NULL), n);
+    assert_true(wait_idle(b));
+    nap(1.5);                           /* a late redelivery would show */
+    assert_true(wait_idle(b));
+    int twice = 0;
+    int calls = rec_get(&rr, &twice);
+    seda_remote_stats rst;
+    seda_remote_stats_get(st, &rst);
+    if (calls != n || twice != 0 || rec_get(&rd, NULL) != 0)
+        fail_msg("%d calls for %d envelopes, %d twice, %d dead-lettered "
+                 "(in_progress %llu, held_twice %llu)", calls, n, twice,
+                 rec_get(&rd, NULL), (unsigned long long)rst.in_progress,
+                 (unsigned long long)rst.held_twice);
+    assert_true(rst.in_progress > 0);
+    assert_books(b);
+    seda_bus_free(b);
+    rec_destroy(&rr);
+    rec_destroy(&rd);
+}
+
 /* ---- 5: credentials ---- */
 
 static void test_trust_stats_never_show_the_password(void **state)
@@ -339,6 +382,7 @@ static int group_teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trust_held_messages_are_handled_once),
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
     };
