@@ -136,6 +136,8 @@ typedef struct seda_remote_stats {
     uint64_t completions_refused;  /* received for no awaited message
                                       (forged, or on another subject) */
     uint64_t reconnects;
+    uint64_t redeclared;       /* the stream or consumer was missing and
+                                  was created again (reported on stderr) */
 } seda_remote_stats;
 
 /* Fill out with st's figures; asks JetStream for the consumer's counts

@@ -176,6 +176,7 @@ bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st)
     set_i(L, "termed", (lua_Integer)r.termed);
     set_i(L, "bad_messages", (lua_Integer)r.bad_messages);
     set_i(L, "held_twice", (lua_Integer)r.held_twice);
+    set_i(L, "redeclared", (lua_Integer)r.redeclared);
     set_i(L, "completions_resent", (lua_Integer)r.completions_resent);
     set_i(L, "completions_too_large", (lua_Integer)r.completions_too_large);
     set_i(L, "completions_refused", (lua_Integer)r.completions_refused);

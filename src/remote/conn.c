@@ -212,6 +212,29 @@ const char *seda__rconn_state(struct rconn *c)
     }
 }
 
+bool seda__rconn_wait_up(struct rconn *c, int64_t deadline_ns)
+{
+    /* Woken by the reconnected callback; polled too (a tenth of a second
+     * at most), as the status changes inside cnats, not under c->mu. */
+    while (!seda__rconn_up(c)) {
+        int64_t now = seda__now_ns();
+        if (now >= deadline_ns || seda__rconn_closed(c))
+            return false;
+        int64_t until = now + 100000000LL < deadline_ns
+                            ? now + 100000000LL : deadline_ns;
+        seda__mutex_lock(&c->mu);
+        if (!seda__rconn_up(c))
+            seda__cond_wait(&c->cv, &c->mu, until);
+        seda__mutex_unlock(&c->mu);
+    }
+    return true;
+}
+
+bool seda__rconn_closed(struct rconn *c)
+{
+    return natsConnection_Status(c->nc) == NATS_CONN_STATUS_CLOSED;
+}
+
 int seda__rconn_send(struct rconn *c, const char *subject, const char *reply,
                      const void *data, size_t len)
 {
@@ -417,6 +440,10 @@ static void on_reconnected(natsConnection *nc, void *closure)
     (void)nc;
     struct rconn *c = closure;
     atomic_fetch_add_explicit(&c->reconnects, 1, memory_order_relaxed);
+    /* Wake the hops waiting for the connection (seda__rconn_wait_up). */
+    seda__mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    seda__mutex_unlock(&c->mu);
     int n = nclients(c);
     for (int sid = 0; sid < n; sid++) {
         struct rclient cl;

@@ -63,8 +63,66 @@ static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
     }
 }
 
+/* ---- declaring again ---- */
+
+void seda__rstage_need_setup(struct rstage *rs, const char *why)
+{
+    if (!atomic_exchange_explicit(&rs->need_setup, true,
+                                  memory_order_acq_rel) && why)
+        seda__rconn_report(rs->conn, "stage '%s': %s: its stream and "
+                           "consumer are declared again",
+                           seda_stage_name(rs->st), why);
+}
+
+void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
+{
+    if (!atomic_load_explicit(&rs->need_setup, memory_order_acquire) ||
+        now < rs->setup_at || !seda__rconn_up(rs->conn) ||
+        atomic_load_explicit(&rs->closing, memory_order_acquire))
+        return;
+    struct rcons_cfg got;
+    char e[400];
+    /* Blocks this thread for a few JetStream API requests (bounded by
+     * the JetStream context's wait): rare, and nothing can flow anyway
+     * while the stream is gone. */
+    int rc = seda__rsetup_ensure(rs->conn, rs->stream, rs->subject,
+                                 rs->consume ? rs->consumer : NULL,
+                                 rs->dup_ns, rs->replicas, &rs->want, &got,
+                                 e, sizeof e);
+    if (rc) {
+        rs->setup_backoff = rs->setup_backoff ? rs->setup_backoff * 2
+                                              : 500000000LL;
+        if (rs->setup_backoff > 10000000000LL)
+            rs->setup_backoff = 10000000000LL;
+        rs->setup_at = now + rs->setup_backoff;
+        seda__rconn_report(rs->conn, "stage '%s': declaring its stream "
+                           "again failed (next try in %.1f s): %s",
+                           seda_stage_name(rs->st),
+                           (double)rs->setup_backoff / 1e9, e);
+        return;
+    }
+    rs->setup_backoff = 0;
+    rs->setup_at = 0;
+    if (got.stream_created || got.created) {
+        atomic_fetch_add_explicit(&rs->redeclared, 1, memory_order_relaxed);
+        /* Loud: whatever the old stream held is gone with it. */
+        fprintf(stderr, "seda: remote %s: stage '%s': %s%s%s was missing "
+                "on the server and is created again (messages it held are "
+                "lost with it; publishes waiting are sent again)\n",
+                rs->conn->shown, seda_stage_name(rs->st),
+                got.stream_created ? "stream '" : "",
+                got.stream_created ? rs->stream : "",
+                got.stream_created ? (got.created ? "' and its consumer"
+                                                  : "'")
+                                   : "its consumer");
+    }
+    atomic_store_explicit(&rs->need_setup, false, memory_order_release);
+    seda__rfeed_reconnect(rs);          /* requests before are void */
+}
+
 static void on_tick(void *ud, int64_t now)
 {
+    seda__rstage_setup_tick(ud, now);
     seda__rpub_tick(ud, now);
     seda__rfeed_tick(ud, now);
     seda__rcomp_tick(ud, now);
@@ -72,6 +130,10 @@ static void on_tick(void *ud, int64_t now)
 
 static void on_reconnect(void *ud)
 {
+    /* The server may have come back without the stream (an empty store,
+     * another server of the cluster): the next tick makes sure of both,
+     * quietly when they are there. */
+    seda__rstage_need_setup(ud, NULL);
     seda__rpub_reconnect(ud);
     seda__rfeed_reconnect(ud);
 }
@@ -257,6 +319,10 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->bus = bus;
     rs->conn = conn;
     rs->cfg = got;
+    rs->want = want;
+    rs->dup_ns = seda__secs_to_ns(dup);
+    rs->replicas = ro->replicas;
+    atomic_init(&rs->need_setup, false);
     rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;
     /* JetStream stops redelivering at the consumer's max_deliver: the
@@ -349,6 +415,7 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
     out->termed = LD(termed);
     out->bad_messages = LD(bad_messages);
     out->held_twice = LD(held_twice);
+    out->redeclared = LD(redeclared);
     out->in_progress = LD(in_progress);
     out->awaiting = LD(awaiting);
     out->completions_sent = LD(completions_sent);

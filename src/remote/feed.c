@@ -66,7 +66,8 @@ void seda__rfeed_request(struct rstage *rs)
 {
     if (!atomic_load_explicit(&rs->consuming, memory_order_acquire) ||
         atomic_load_explicit(&rs->closing, memory_order_acquire) ||
-        seda_bus_closed(rs->bus) || !seda__rconn_up(rs->conn))
+        seda_bus_closed(rs->bus) || !seda__rconn_up(rs->conn) ||
+        atomic_load_explicit(&rs->need_setup, memory_order_acquire))
         return;
     int cap = seda__stage_capacity(rs->st);
     int chunk = chunk_of(cap);
@@ -241,9 +242,17 @@ void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
     seda__mutex_unlock(&rs->fmu);
     const char *desc = NULL;
     natsMsgHeader_Get(m, "Description", &desc);
+    /* The consumer (or its stream) is gone: declared again, loudly,
+     * before any more requests go out. */
+    if (status == 503 || (status == 409 && desc &&
+                          strstr(desc, "Consumer Deleted"))) {
+        seda__rstage_need_setup(rs, status == 503
+                                        ? "a pull request found no consumer"
+                                        : "its consumer was deleted");
+        return;
+    }
     /* Expiry, and a server going down, end requests as a matter of
-     * course; anything else (a deleted consumer, too many waiting
-     * requests) is said. */
+     * course; anything else (too many waiting requests) is said. */
     if (status != 404 && status != 408 &&
         !(status == 409 && desc && (strstr(desc, "Shutdown") ||
                                     strstr(desc, "Leadership"))))

@@ -154,6 +154,10 @@ void seda__rconn_redact(const char *url, char *buf, size_t len);
 
 /* True while the connection is up (requests and publishes can go out). */
 bool seda__rconn_up(struct rconn *c);
+/* Wait until the connection is up, or the deadline (monotonic ns), or
+ * it is closed; true when up.  Blocks; no lock of this layer held. */
+bool seda__rconn_wait_up(struct rconn *c, int64_t deadline_ns);
+bool seda__rconn_closed(struct rconn *c);
 /* "connected", "reconnecting", "disconnected", "closed", ... */
 const char *seda__rconn_state(struct rconn *c);
 
@@ -184,6 +188,7 @@ void seda__rsetup_name(const char *stage, char *buf);
 /* The effective consumer settings (the existing consumer's when one was
  * found: it is shared, its settings rule). */
 struct rcons_cfg {
+    bool stream_created;        /* this call created the stream */
     int64_t ack_wait_ns;
     int max_deliver;            /* -1: unlimited */
     int max_ack_pending;
@@ -259,7 +264,8 @@ struct rheld {
  *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
- *   ack_wait_ns.
+ *   ack_wait_ns, want, dup_ns, replicas.
+ *   Dispatch thread only: setup_at, setup_backoff.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
  *   own); awaiting (relaxed counter, read by the idle check, which scans
@@ -281,6 +287,14 @@ struct rstage {
     bool consume;               /* declared to consume (the consumer was
                                    found or made) */
     int64_t ack_wait_ns;
+    struct rcons_cfg want;      /* the consumer settings asked for */
+    int64_t dup_ns;             /* the stream's dedup window, if made */
+    int replicas;               /* the stream's replicas, if made */
+    atomic_bool need_setup;     /* stream and consumer to be declared
+                                   again (after a reconnect, or JetStream
+                                   said they are gone); release/acquire */
+    int64_t setup_at;           /* next attempt (dispatch thread only) */
+    int64_t setup_backoff;      /* ns; doubles per failure (dispatch) */
     atomic_bool consuming;      /* seda_remote_consume was called */
     atomic_bool closing;        /* the bus is being freed */
 
@@ -327,6 +341,7 @@ struct rstage {
     atomic_uint_fast64_t completions_dropped, completions_lost;
     atomic_uint_fast64_t completions_resent, completions_too_large;
     atomic_uint_fast64_t completions_unacked;
+    atomic_uint_fast64_t redeclared;   /* stream or consumer made again */
     atomic_uint_fast64_t held_twice;   /* a copy of a held message came
                                           again: not handled twice */
     atomic_uint_fast64_t in_progress;  /* +WPI sent */
@@ -335,6 +350,15 @@ struct rstage {
     _Atomic int64_t js_pending, js_ack_pending, js_redelivered, js_waiting;
     _Atomic int64_t js_at;          /* when those came (ns), 0 = never */
 };
+
+/* ---- declare.c ---- */
+
+/* Mark rs's stream and consumer to be declared again (why: for the
+ * report); the next tick does it, with backoff while it fails.  While
+ * marked, re-sends wait and no pull request goes out.  Any thread. */
+void seda__rstage_need_setup(struct rstage *rs, const char *why);
+/* Dispatch thread: declare them again if marked and due. */
+void seda__rstage_setup_tick(struct rstage *rs, int64_t now);
 
 /* ---- pub.c ---- */
 

@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "remote_int.h"
 
 /* ---- an envelope taken in ---- */
@@ -185,11 +186,26 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
     struct rstage *rs = seda__stage_remote_ctx(st);
+    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
+    if (!seda__rconn_up(rs->conn) && hop &&
+        !atomic_load_explicit(&rs->closing, memory_order_acquire)) {
+        /* A hop waits out a reconnect up to its timeout (hop_timeout), as
+         * a hop into a full stage waits for room: a broker blip is not a
+         * reason to dead-letter (and a durable source keeps its row
+         * meanwhile).  A worker lends its thread while it waits. */
+        struct seda_pool *loaned = seda__pool_current_owner()
+                                       ? seda__pool_block_begin() : NULL;
+        seda__rconn_wait_up(rs->conn, deadline);
+        seda__pool_block_end(loaned);
+    }
     if (!seda__rconn_up(rs->conn)) {
         seda__stage_count_dropped(st);      /* a refusal, as any other */
+        if (hop)
+            (void)seda_env_set_header(env, "x-dead-detail", "unavailable: "
+                                      "the NATS server was not reachable "
+                                      "within hop_timeout");
         return SEDA_EUNAVAIL;
     }
-    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
     int rc = seda__rpub_reserve(rs, deadline);
     if (rc)
         return rc;

@@ -102,7 +102,7 @@ static int widen(struct rconn *c, const jsStreamInfo *si,
 
 static int ensure_stream(struct rconn *c, const char *stream,
                          const char *subject, int64_t dup_ns, int replicas,
-                         char *err, size_t errlen)
+                         bool *created, char *err, size_t errlen)
 {
     for (int tries = 0; tries < 3; tries++) {
         jsStreamInfo *si = NULL;
@@ -138,8 +138,11 @@ static int ensure_stream(struct rconn *c, const char *stream,
         jerr = 0;
         s = js_AddStream(&si, c->js, &cfg, NULL, &jerr);
         jsStreamInfo_Destroy(si);
-        if (s == NATS_OK)
+        if (s == NATS_OK) {
+            if (created)
+                *created = true;
             return 0;
+        }
         if (jerr != JSStreamNameExistErr) {
             snprintf(err, errlen, "cannot create stream '%s': %s "
                      "(JetStream error %d) %s", stream,
@@ -169,9 +172,11 @@ int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen)
 {
-    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas, err,
-                           errlen);
+    bool created = false;
+    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas,
+                           &created, err, errlen);
     memset(got, 0, sizeof *got);
+    got->stream_created = created;
     if (rc || !consumer)
         return rc;
     for (int tries = 0; tries < 2; tries++) {

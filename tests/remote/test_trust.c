@@ -20,6 +20,8 @@
 #include <nats/nats.h>
 
 #include "natsd.h"
+#include "core/seda_int.h"
+#include "remote/wire.h"
 #include "seda.h"
 #include "seda_remote.h"
 #include "testutil.h"
@@ -296,6 +298,229 @@ static void test_trust_held_messages_are_handled_once(void **state)
     rec_destroy(&rd);
 }
 
+/* ---- 2: completions that cannot be sent ---- */
+
+/* The final payload is over the server's max_payload: before, the
+ * consumer acked, the completion was never sent and the origin waited
+ * forever.  Now the origin hears of it: dead-lettered, too_large. */
+static void test_trust_completion_over_max_payload_ends_on_complete(
+    void **state)
+{
+    (void)state;
+    struct natsd srv;
+    assert_true(natsd_prepare(&srv));
+    snprintf(srv.conf, sizeof srv.conf, "%s/small.conf", srv.dir);
+    FILE *f = fopen(srv.conf, "w");
+    assert_non_null(f);
+    fprintf(f, "max_payload: 4096\n");
+    fclose(f);
+    assert_true(natsd_start(&srv, &srv));
+    seda_bus_t *origin = new_bus(1), *b = new_bus(1);
+    add_remote(origin, &(struct radd){ .name = "grow", .stream = "C2",
+                                       .url = srv.url });
+    struct rec rr;
+    rec_init(&rr);
+    rr.grow = 6000;
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "grow", .stream = "C2", .url = srv.url, .consume = true });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    struct done_rec d;
+    done_init(&d);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.done = on_done;
+    o.done_ud = &d;
+    assert_int_equal(seda_publish(origin, "grow", "x", 1, &o), 0);
+    if (!done_wait(&d, 1))
+        fail_msg("on_complete never fired (handled %d)", rec_get(&rr, NULL));
+    pthread_mutex_lock(&d.mu);
+    assert_int_equal(d.dead, 1);
+    assert_string_equal(d.reason, "too_large");
+    assert_non_null(strstr(d.detail, "4096"));
+    pthread_mutex_unlock(&d.mu);
+    assert_true(wait_idle(origin));
+    assert_true(wait_idle(b));
+    assert_books(origin);
+    assert_books(b);
+    seda_bus_free(b);
+    seda_bus_free(origin);
+    natsd_cleanup(&srv);
+    rec_destroy(&rr);
+    done_destroy(&d);
+}
+
+/* ---- 3: the stream lost ---- */
+
+/* The stream deleted under running processes (as a server restarted with
+ * an empty store): before, nothing declared it again, the consumer
+ * fetched nothing and the publisher re-sent in a tight loop. */
+static void test_trust_lost_stream_is_declared_again(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus(2);
+    struct rec rr;
+    rec_init(&rr);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "gone", .stream = "C3", .consume = true });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    assert_int_equal(seda_publish(b, "gone", "a", 1, NULL), 0);
+    assert_true(rec_wait(&rr, 1));
+    assert_true(wait_idle(b));
+    natsConnection *nc = NULL;
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, g_srv.url), NATS_OK);
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    assert_int_equal(js_DeleteStream(js, "C3", NULL, NULL), NATS_OK);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(seda_publish(b, "gone", "b", 1, NULL), 0);
+    if (!rec_wait(&rr, 6))
+        fail_msg("%d of 5 handled after the stream was deleted",
+                 rec_get(&rr, NULL) - 1);
+    assert_true(wait_idle(b));
+    seda_remote_stats rst;
+    seda_remote_stats_get(st, &rst);
+#ifndef TRUST_BEFORE
+    assert_true(rst.redeclared >= 1);
+#endif
+    if (rst.republished > 100)
+        fail_msg("%llu re-sends: no backoff",
+                 (unsigned long long)rst.republished);
+    assert_books(b);
+    seda_bus_free(b);
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+    rec_destroy(&rr);
+}
+
+/* ---- 4: forged completions, foreign origins ---- */
+
+static void publish_done(natsConnection *nc, const char *subject,
+                         const char *id, const char *payload)
+{
+    struct rw_done dd = { .outcome = SEDA_COMPLETED, .id = id,
+                          .stage = "far", .payload = payload,
+                          .plen = strlen(payload) };
+    struct rbuf body = { 0 };
+    assert_int_equal(seda__rw_done_encode(&body, &dd), 0);
+    assert_int_equal(natsConnection_Publish(nc, subject, body.p,
+                                            (int)body.len), NATS_OK);
+    seda__rbuf_free(&body);
+}
+
+static void test_trust_forged_completions_and_origins_are_refused(
+    void **state)
+{
+    (void)state;
+    seda_bus_t *origin = new_bus(1);
+    seda_stage_t *far = add_remote(origin, &(struct radd){
+        .name = "far", .stream = "C4" });
+    natsConnection *nc = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, g_srv.url), NATS_OK);
+    natsSubscription *sub = NULL, *evil = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&sub, nc, "seda.C4.far"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_SubscribeSync(&evil, nc, "evil.>"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+    struct done_rec d;
+    done_init(&d);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.done = on_done;
+    o.done_ud = &d;
+    assert_int_equal(seda_publish(origin, "far", "real", 4, &o), 0);
+    /* What a reader of the stage's subject sees. */
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+    struct rw_env w;
+    void *mem = NULL;
+    char err[200];
+    assert_int_equal(seda__rw_decode(natsMsg_GetData(m),
+                                     (size_t)natsMsg_GetDataLength(m), &w,
+                                     &mem, err, sizeof err), 0);
+    assert_non_null(w.origin);
+    char inbox_c[160], wrong[160];
+    /* The origin's inbox with ".c" (the old, secret-less subject), and
+     * its own subject with another secret. */
+    snprintf(inbox_c, sizeof inbox_c, "%s", w.origin);
+    char *cut = strstr(inbox_c, ".c");
+    assert_non_null(cut);
+    cut[2] = '\0';
+    snprintf(wrong, sizeof wrong, "%s", w.origin);
+    wrong[strlen(wrong) - 1] = wrong[strlen(wrong) - 1] == '0' ? '1' : '0';
+    publish_done(nc, inbox_c, w.id, "forged");
+    publish_done(nc, wrong, w.id, "forged");
+    assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+    char id[SEDA_ID_MAX];
+    snprintf(id, sizeof id, "%s", w.id);
+    seda__free(mem);
+    natsMsg_Destroy(m);
+#ifndef TRUST_BEFORE
+    double end = seda_now() + DL;
+    seda_remote_stats rst;
+    do {
+        seda_remote_stats_get(far, &rst);
+    } while (rst.completions_refused < 2 && seda_now() < end && (nap(0.02), 1));
+    assert_int_equal(rst.completions_refused, 2);
+#else
+    (void)far;
+    nap(1);
+#endif
+    pthread_mutex_lock(&d.mu);
+    int fired = d.completed + d.dead + d.dropped;
+    pthread_mutex_unlock(&d.mu);
+    if (fired)
+        fail_msg("a forged completion ended on_complete (payload '%s')",
+                 d.payload);
+    /* A foreign message naming another subject as its origin. */
+    struct rw_env fw = { .id = "evil-1", .origin = "evil.sink",
+                         .attempts = 1, .rhop = 1, .payload = "e",
+                         .plen = 1 };
+    struct rbuf body = { 0 };
+    assert_int_equal(seda__rw_encode(&body, &fw), 0);
+    jsCtx *js = NULL;
+    assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+    assert_int_equal(js_Publish(NULL, js, "seda.C4.far", body.p,
+                                (int)body.len, NULL, NULL), NATS_OK);
+    seda__rbuf_free(&body);
+    /* The consumer: the real one is handled and completes at its origin
+     * with the real payload; the foreign one is dead-lettered. */
+    seda_bus_t *b = new_bus(1);
+    struct rec rr, rd;
+    rec_init(&rr);
+    rec_init(&rd);
+    seda_stage_consume(add_local(b, "dlq"), record, &rd);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "far", .stream = "C4", .dlq = "dlq", .consume = true });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    assert_true(done_wait(&d, 1));
+    assert_true(rec_wait(&rd, 1));
+    assert_true(wait_idle(b));
+    assert_true(wait_idle(origin));
+    pthread_mutex_lock(&d.mu);
+    assert_int_equal(d.completed, 1);
+    assert_string_equal(d.payload, "real");
+    pthread_mutex_unlock(&d.mu);
+    assert_int_equal(rec_get(&rr, NULL), 1);
+    assert_string_equal(rd.last_reason, "bad_message");
+    assert_non_null(strstr(rd.last_detail, "origin"));
+    assert_int_equal(natsSubscription_NextMsg(&m, evil, 300), NATS_TIMEOUT);
+    assert_books(b);
+    assert_books(origin);
+    seda_bus_free(b);
+    seda_bus_free(origin);
+    jsCtx_Destroy(js);
+    natsSubscription_Destroy(sub);
+    natsSubscription_Destroy(evil);
+    natsConnection_Destroy(nc);
+    rec_destroy(&rr);
+    rec_destroy(&rd);
+    done_destroy(&d);
+}
+
 /* ---- 5: credentials ---- */
 
 static void test_trust_stats_never_show_the_password(void **state)
@@ -365,6 +590,73 @@ static void test_trust_too_large_is_refused_counted_and_said(void **state)
     rec_destroy(&rd);
 }
 
+/* ---- 7: a hop into a reconnecting remote stage ---- */
+
+static void test_trust_hop_waits_out_a_reconnect(void **state)
+{
+    (void)state;
+    struct natsd srv;
+    assert_true(natsd_start(&srv, NULL));
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 2;
+    bo.hop_timeout = 15;
+    seda_bus_t *b;
+    assert_int_equal(seda_bus_new(&bo, &b), 0);
+    struct rec ra, rr, rd;
+    rec_init(&ra);
+    rec_init(&rr);
+    rec_init(&rd);
+    seda_stage_consume(add_local(b, "dlq"), record, &rd);
+    {
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        so.name = "a";
+        so.dead_letter = "dlq";
+        seda_stage_t *sa;
+        char e[256];
+        assert_int_equal(seda_stage_add(b, &so, &sa, e, sizeof e), 0);
+        seda_stage_consume(sa, record, &ra);
+    }
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "r", .stream = "C7", .url = srv.url, .dlq = "dlq",
+        .consume = true });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    static const char *const slip[] = { "r" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.slip = slip;
+    o.nslip = 1;
+    assert_int_equal(seda_publish(b, "a", "before", 6, &o), 0);
+    assert_true(rec_wait(&rr, 1));
+    assert_true(wait_idle(b));
+    natsd_stop(&srv);
+    /* Wait until the client noticed. */
+    double end = seda_now() + DL;
+    seda_remote_stats rst;
+    do {
+        seda_remote_stats_get(st, &rst);
+    } while (strcmp(rst.state, "connected") == 0 && seda_now() < end &&
+             (nap(0.02), 1));
+    assert_string_not_equal(rst.state, "connected");
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(seda_publish(b, "a", "during", 6, &o), 0);
+    nap(1.0);                           /* a blip of a second or so */
+    assert_true(natsd_start(&srv, &srv));
+    if (!rec_wait(&rr, 11))
+        fail_msg("%d of 10 hops arrived; %d dead-lettered (%s)",
+                 rec_get(&rr, NULL) - 1, rec_get(&rd, NULL), rd.last_reason);
+    assert_true(wait_idle(b));
+    assert_int_equal(rec_get(&rd, NULL), 0);
+    assert_books(b);
+    seda_bus_free(b);
+    natsd_cleanup(&srv);
+    rec_destroy(&ra);
+    rec_destroy(&rr);
+    rec_destroy(&rd);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -383,8 +675,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_trust_held_messages_are_handled_once),
+        cmocka_unit_test(
+            test_trust_completion_over_max_payload_ends_on_complete),
+        cmocka_unit_test(
+            test_trust_forged_completions_and_origins_are_refused),
+        cmocka_unit_test(test_trust_lost_stream_is_declared_again),
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
+        cmocka_unit_test(test_trust_hop_waits_out_a_reconnect),
     };
     return cmocka_run_group_tests_name("trust", tests, group_setup,
                                        group_teardown);
