@@ -657,6 +657,112 @@ static void test_trust_hop_waits_out_a_reconnect(void **state)
     rec_destroy(&rd);
 }
 
+/* ---- 8: pub/sub retries ---- */
+
+struct flaky {
+    pthread_mutex_t mu;
+    int calls;                  /* guarded by mu */
+    int fail_first;             /* nack this many calls first */
+};
+
+static bool flaky_fn(seda_env_t *env, void *ud)
+{
+    (void)env;
+    struct flaky *f = ud;
+    pthread_mutex_lock(&f->mu);
+    int n = ++f->calls;
+    pthread_mutex_unlock(&f->mu);
+    return n > f->fail_first;
+}
+
+static int flaky_calls(struct flaky *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->calls;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+static void test_trust_pubsub_retry_skips_consumers_that_acked(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus(2);
+    struct flaky good = { .fail_first = 0 }, bad = { .fail_first = 1 };
+    pthread_mutex_init(&good.mu, NULL);
+    pthread_mutex_init(&bad.mu, NULL);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "fan", .stream = "C8", .max_attempts = 3,
+        .delivery = SEDA_DELIVERY_PUBSUB, .consume = true });
+    seda_stage_consume(st, flaky_fn, &good);
+    seda_stage_consume(st, flaky_fn, &bad);
+    assert_int_equal(seda_remote_consume(st), 0);
+    assert_int_equal(seda_publish(b, "fan", "x", 1, NULL), 0);
+    double end = seda_now() + DL;
+    while (flaky_calls(&bad) < 2 && seda_now() < end)
+        nap(0.02);
+    assert_true(wait_idle(b));
+    nap(0.5);
+    assert_true(wait_idle(b));
+    assert_int_equal(flaky_calls(&bad), 2);
+    if (flaky_calls(&good) != 1)
+        fail_msg("the consumer that acked was called %d times",
+                 flaky_calls(&good));
+    seda_stage_stats ss;
+    seda_stage_stats_get(st, &ss);
+    assert_int_equal(ss.dead_lettered, 0);
+    assert_books(b);
+    seda_bus_free(b);
+    pthread_mutex_destroy(&good.mu);
+    pthread_mutex_destroy(&bad.mu);
+}
+
+/* ---- 9: typed stages checked at intake ---- */
+
+static int only_good(const seda_env_t *env, void *ud, char *err,
+                     size_t errlen)
+{
+    (void)ud;
+    size_t len;
+    const char *p = seda_env_payload(env, &len);
+    if (len >= 4 && memcmp(p, "good", 4) == 0)
+        return 0;
+    snprintf(err, errlen, "payload must start with 'good'");
+    return -1;
+}
+
+static void test_trust_typed_stage_checks_what_it_takes_in(void **state)
+{
+    (void)state;
+    /* Another publisher (a bus without the check) sends both kinds. */
+    seda_bus_t *pub = new_bus(1);
+    add_remote(pub, &(struct radd){ .name = "typed", .stream = "C9" });
+    assert_int_equal(seda_publish(pub, "typed", "good 1", 6, NULL), 0);
+    assert_int_equal(seda_publish(pub, "typed", "bad", 3, NULL), 0);
+    assert_int_equal(seda_publish(pub, "typed", "good 2", 6, NULL), 0);
+    assert_true(wait_idle(pub));
+    seda_bus_t *b = new_bus(2);
+    struct rec rr, rd;
+    rec_init(&rr);
+    rec_init(&rd);
+    seda_stage_consume(add_local(b, "dlq"), record, &rd);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "typed", .stream = "C9", .dlq = "dlq", .consume = true });
+    seda_stage_set_check(st, only_good, NULL);
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    assert_true(rec_wait(&rd, 1));
+    assert_true(rec_wait(&rr, 2));
+    assert_true(wait_idle(b));
+    assert_int_equal(rec_get(&rr, NULL), 2);
+    assert_string_equal(rd.last_reason, "type");
+    assert_non_null(strstr(rd.last_detail, "good"));
+    assert_books(b);
+    seda_bus_free(b);
+    seda_bus_free(pub);
+    rec_destroy(&rr);
+    rec_destroy(&rd);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -683,6 +789,8 @@ int main(void)
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
         cmocka_unit_test(test_trust_hop_waits_out_a_reconnect),
+        cmocka_unit_test(test_trust_pubsub_retry_skips_consumers_that_acked),
+        cmocka_unit_test(test_trust_typed_stage_checks_what_it_takes_in),
     };
     return cmocka_run_group_tests_name("trust", tests, group_setup,
                                        group_teardown);
