@@ -376,9 +376,10 @@ void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs)
 
 /* ---- sending completions: acknowledged, re-sent, bounded ---- */
 
-#define CSEND_EVERY_NS  2000000000LL    /* no "+OK" within: send again */
+#define CSEND_EVERY_NS  1000000000LL    /* no "+OK" within: send again */
 #define CSEND_LIFE_NS  60000000000LL    /* then give up, loudly */
 #define CSEND_MAX       8192            /* completions awaiting "+OK" */
+#define CSEND_NOBODY    4               /* no-responders before giving up */
 
 /* A completion sent and not yet acknowledged by its origin.  Guarded by
  * the stage's cmu while in its list. */
@@ -389,6 +390,7 @@ struct rcsend {
     size_t len;
     char id[SEDA_ID_MAX];       /* the itinerary's, for reports */
     int sends;
+    int nobody;                 /* no-responders answers so far */
     int64_t sent;               /* last sent (monotonic ns) */
     int64_t deadline;
     struct rcsend *next;
@@ -512,10 +514,23 @@ void seda__rcomp_on_reply(struct rstage *rs, uint64_t n, natsMsg *m)
     int status = seda__rjs_status(m, &pending);
     if (status != 0 && status != 503)
         return;                         /* not an answer */
+    if (status == 503) {
+        /* Nobody listens: the origin is gone, or reconnecting (to another
+         * server of a cluster, say).  Sent again (by the tick) a few
+         * times, CSEND_EVERY_NS apart, before it is given up. */
+        seda__mutex_lock(&rs->cmu);
+        struct rcsend *y = rs->csend;
+        while (y && y->n != n)
+            y = y->next;
+        bool keep = y && ++y->nobody < CSEND_NOBODY;
+        seda__mutex_unlock(&rs->cmu);
+        if (keep)
+            return;
+    }
     struct rcsend *x = csend_take(rs, n);
     if (!x)
         return;                         /* answered already */
-    if (status == 503)                  /* nobody listens: origin gone */
+    if (status == 503)                  /* nobody listened: origin gone */
         atomic_fetch_add_explicit(&rs->completions_dropped, 1,
                                   memory_order_relaxed);
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);

@@ -514,6 +514,29 @@ static bool wait_flag(struct rconn *c, bool *flag, double secs)
         goto fail; \
     } while (0)
 
+/* One url, or several joined by commas: cnats's server list. */
+static natsStatus set_servers(natsOptions *o, const char *url)
+{
+    if (!strchr(url, ','))
+        return natsOptions_SetURL(o, url);
+    char *copy = seda__strdup(url);
+    int n = 1;
+    for (const char *p = url; *p; p++)
+        n += *p == ',';
+    const char **list = copy ? seda__calloc((size_t)n, sizeof *list) : NULL;
+    natsStatus s = NATS_NO_MEMORY;
+    if (list) {
+        int k = 0;
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && k < n;
+             t = strtok_r(NULL, ",", &save))
+            list[k++] = t;
+        s = natsOptions_SetServers(o, list, k);
+    }
+    seda__free(list);
+    seda__free(copy);
+    return s;
+}
+
 static int conn_open(const void *bus, const char *url, double timeout,
                      bool low_latency, struct rconn **out, char *err,
                      size_t errlen)
@@ -544,7 +567,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
     snprintf(name, sizeof name, "seda-lua pid %ld", (long)getpid());
     int64_t ms = timeout >= 1e6 ? INT64_C(1000000000) : (int64_t)(timeout * 1e3);
     if ((s = natsOptions_Create(&o)) != NATS_OK ||
-        (s = natsOptions_SetURL(o, url)) != NATS_OK ||
+        (s = set_servers(o, url)) != NATS_OK ||
         (s = natsOptions_SetName(o, name)) != NATS_OK ||
         (s = natsOptions_SetTimeout(o, ms > 0 ? ms : 1)) != NATS_OK ||
         (s = natsOptions_SetAllowReconnect(o, true)) != NATS_OK ||

@@ -497,8 +497,8 @@ void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs);
 
 /* Send a completion to origin for an envelope rs took in (counted in
  * completions_sent) and keep it until the origin answers "+OK" (its
- * reply "<inbox>.<sid>.x.<n>"): re-sent every 2 s, given up after 60 s
- * or when nobody listens (no responders: the origin is gone), counted
+ * reply "<inbox>.<sid>.x.<n>"): re-sent every second, given up after
+ * 60 s or when nobody listened four times (the origin is gone), counted
  * in completions_dropped and reported on stderr.  One whose payload is
  * over the server's max_payload goes as a dead letter with reason
  * too_large instead.  Any thread; never blocks. */
