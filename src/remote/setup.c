@@ -143,6 +143,8 @@ static int ensure_stream(struct rconn *c, const char *stream,
                 *created = true;
             return 0;
         }
+        if (s == NATS_TIMEOUT && jerr == 0)
+            continue;   /* a replicated stream may take longer: look */
         if (jerr != JSStreamNameExistErr) {
             snprintf(err, errlen, "cannot create stream '%s': %s "
                      "(JetStream error %d) %s", stream,
