@@ -128,8 +128,9 @@ HOT void settle(struct seda_batch_s *b, int r)
             : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
             : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
     b->res[i] = res;
-    if (res == DR_RETRY && !st->durable && !b->later &&
-        !remote_settles(st, env, res)) {
+    /* Decided now: once routed, a remote stage's env is gone. */
+    bool local_retry = res == DR_RETRY && !remote_settles(st, env, res);
+    if (local_retry && !st->durable && !b->later) {
         /* A retry goes to the head of the queue, which is where this
          * task takes its next envelope from: deliver it again now, ahead
          * of the rest of the batch (behind it in the queue), and without
@@ -143,7 +144,7 @@ HOT void settle(struct seda_batch_s *b, int r)
     if (!st->durable && !b->defer)
         route(st, env, res, b, end);
     b->i = i + 1;
-    if (res == DR_RETRY && !remote_settles(st, env, res)) {
+    if (local_retry) {
         /* Durable: the retry is journaled with the batch's decisions,
          * then goes back to the head, ahead of the rest of this batch
          * (behind it in the queue).  With a backoff it waits on a timer,
