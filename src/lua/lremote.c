@@ -96,7 +96,7 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         lua_pop(L, 1);
     }
     if (!ro->url && !ro->urls)
-        luaL_error(L, "stage '%s': remote: url (or urls) is required "
+        luaL_error(L, "stage '%s': remote: url is required (or urls) "
                    "(\"nats://host:port\")", stage);
     const char *s = opt_str(L, t, stage, "stream");
     if (s)

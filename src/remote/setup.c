@@ -104,7 +104,7 @@ static int ensure_stream(struct rconn *c, const char *stream,
                          const char *subject, int64_t dup_ns, int replicas,
                          bool *created, char *err, size_t errlen)
 {
-    for (int tries = 0; tries < 3; tries++) {
+    for (int tries = 0; tries < 4; tries++) {
         jsStreamInfo *si = NULL;
         jsErrCode jerr = 0;
         natsStatus s = js_GetStreamInfo(&si, c->js, stream, NULL, &jerr);
@@ -114,6 +114,8 @@ static int ensure_stream(struct rconn *c, const char *stream,
             jsStreamInfo_Destroy(si);
             return rc;
         }
+        if (s == NATS_TIMEOUT && tries < 3)
+            continue;   /* a cluster electing a leader: ask again */
         if (s != NATS_NOT_FOUND) {
             snprintf(err, errlen, "cannot look up stream '%s': %s%s%s",
                      stream, natsStatus_GetText(s),

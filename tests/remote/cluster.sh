@@ -23,11 +23,11 @@ if [ -z "$prog" ]; then
     else prog=/usr/sbin/nats-server; fi
 fi
 
-free_port() {   # a port in 20000..59999 nobody listens on
-    while :; do
-        p=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 40000 ))
-        (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-    done
+free_port() {   # a port in 20000..31999: below Linux's ephemeral range,
+                # so no outgoing connection (routes, clients) takes it
+    p=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 ))
+    while grep -qx "$p" "$dir"/n*/*port 2>/dev/null; do p=$((p + 1)); done
+    echo "$p"
 }
 
 up() {   # up I
@@ -45,7 +45,8 @@ up() {   # up I
     i=0
     until grep -q "^\[$!\] .*Server is ready" "$d/log" 2>/dev/null; do
         i=$((i + 1))
-        [ $i -gt 400 ] && { echo "cluster.sh: n$n did not start" >&2; exit 1; }
+        [ $i -gt 400 ] && { echo "cluster.sh: n$n did not start:" >&2
+                            tail -3 "$d/log" >&2; exit 1; }
         sleep 0.05
     done
 }

@@ -12,7 +12,8 @@
 . "$(dirname "$0")/lib.sh"
 N=${CLUSTER_N:-2000}
 CL="sh $REMOTE_DIR/cluster.sh"
-URLS=$($CL start "$D/cl") || { echo "FAIL $NAME: cluster"; exit 1; }
+URLS=$($CL start "$D/cl" 2>"$D/cluster.err") ||
+    { echo "FAIL $NAME: cluster: $(cat "$D/cluster.err")"; exit 1; }
 PIDS="$PIDS $(cat "$D"/cl/n*/pid)"
 trap '$CL stop "$D/cl" >/dev/null 2>&1; cleanup' EXIT
 
