@@ -7,6 +7,8 @@
 #   make tsan       the same under ThreadSanitizer
 #   make bench      build and run the benchmark suite
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
+#   make soak-remote  remote stages for SOAK_SECONDS: a consumer killed and
+#                   the server restarted every minute
 #   make soak       the mixed pipeline for SOAK_SECONDS (600) under a
 #                   control client: loss, stalls, memory growth
 #   make run        build and run examples/pipeline.lua
@@ -186,7 +188,7 @@ LIBSEDA_SO   := $(B)/libseda.so
 ZDEFS        := -Wl,-z,defs
 ALL += $(LIBSEDA_SOV) $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO)
 
-.PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak
+.PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak soak-remote
 .PHONY: serve
 .SECONDARY:
 FUZZ_SECONDS ?= 60
@@ -319,6 +321,13 @@ fuzz-quick:
 SOAK_SECONDS ?= 600
 soak: all
 	@V=$(V) B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) sh scripts/soak.sh
+
+# The remote soak (not part of make test): scripts/soak-remote.sh, one
+# nats-server, two consumer processes and an origin with on_complete for
+# SOAK_SECONDS; a consumer killed and the server restarted every minute;
+# fails unless every on_complete fired and the books balance.
+soak-remote: all
+	@B=$(B) SOAK_SECONDS=$(SOAK_SECONDS) sh scripts/soak-remote.sh
 
 check: test asan tsan
 

@@ -26,7 +26,18 @@ extern "C" {
 #endif
 
 typedef struct seda_remote_opts {
-    const char *url;           /* "nats://127.0.0.1:4222" (required) */
+    const char *url;           /* "nats://127.0.0.1:4222" (required unless
+                                  urls names some); user info
+                                  ("nats://user:pass@host") is never shown
+                                  in stats or reports */
+    const char *const *urls;   /* more servers of the same cluster (nurls
+                                  of them): the connection tries each and
+                                  moves to another when one dies */
+    int nurls;
+    int replicas;              /* the stream's replicas when this call
+                                  creates it (0: 1); 3 on a 3-server
+                                  cluster keeps a stream working when one
+                                  server dies */
     const char *stream;        /* JetStream stream ("SEDA") */
     const char *subject;       /* the stage's subject
                                   ("seda.<stream>.<stage>") */
@@ -86,7 +97,7 @@ bool seda_stage_is_remote(const seda_stage_t *st);
 typedef struct seda_remote_stats {
     char state[16];            /* the connection: "connected",
                                   "reconnecting", "disconnected", ... */
-    char url[128];
+    char url[256];             /* user info shown as "***" */
     char stream[SEDA_NAME_MAX + 1];
     char consumer[SEDA_NAME_MAX + 1];
     char subject[160];
@@ -101,6 +112,11 @@ typedef struct seda_remote_stats {
     uint64_t fetched;          /* messages taken in */
     uint64_t acked, naked, termed;
     uint64_t bad_messages;     /* not seda envelopes: dead-lettered */
+    uint64_t held_twice;       /* a copy of a message held here came again
+                                  (JetStream redelivered it): dropped, not
+                                  handled twice */
+    uint64_t in_progress;      /* in-progress acks (+WPI) sent for held
+                                  messages waiting their turn */
     int held;                  /* taken in, not yet settled */
     /* the consumer, as JetStream last said (-1: not known yet) */
     int64_t js_pending;        /* messages not yet delivered */
@@ -114,7 +130,14 @@ typedef struct seda_remote_stats {
     uint64_t completions_received;
     uint64_t completions_dropped; /* their origin was gone */
     uint64_t completions_lost; /* awaited here when the bus stopped */
+    uint64_t completions_resent;   /* sent again: no "+OK" in time */
+    uint64_t completions_too_large;/* final payload over max_payload: sent
+                                      as a dead letter (too_large) */
+    uint64_t completions_refused;  /* received for no awaited message
+                                      (forged, or on another subject) */
     uint64_t reconnects;
+    uint64_t redeclared;       /* the stream or consumer was missing and
+                                  was created again (reported on stderr) */
 } seda_remote_stats;
 
 /* Fill out with st's figures; asks JetStream for the consumer's counts

@@ -75,11 +75,22 @@ HOT void begin_retry(seda_env_t *env, struct stage_counters *tally,
     env->enq_ts = now;
 }
 
+/* Does the remote layer settle this result?  All of a remote stage's,
+ * except a pub/sub retry after some consumers acked: that one is retried
+ * here, like a local stage's, so the acks it carries (env->acked) keep
+ * those consumers from being called again; the remote layer keeps the
+ * message it came from alive meanwhile. */
+static inline bool remote_settles(const struct seda_stage_s *st,
+                                  const seda_env_t *env, int res)
+{
+    return st->remote_ops && !(res == DR_RETRY && env->acked);
+}
+
 /* Act on one delivery's result. */
 HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
                   struct seda_batch_s *b, int64_t now)
 {
-    if (st->remote_ops) {
+    if (remote_settles(st, env, res)) {
         /* Taken in from JetStream: acked, naked or termed there. */
         st->remote_ops->settle(st, env, res, b->tally);
         return;
@@ -117,7 +128,9 @@ HOT void settle(struct seda_batch_s *b, int r)
             : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
             : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
     b->res[i] = res;
-    if (res == DR_RETRY && !st->durable && !b->later && !st->remote_ops) {
+    /* Decided now: once routed, a remote stage's env is gone. */
+    bool local_retry = res == DR_RETRY && !remote_settles(st, env, res);
+    if (local_retry && !st->durable && !b->later) {
         /* A retry goes to the head of the queue, which is where this
          * task takes its next envelope from: deliver it again now, ahead
          * of the rest of the batch (behind it in the queue), and without
@@ -131,7 +144,7 @@ HOT void settle(struct seda_batch_s *b, int r)
     if (!st->durable && !b->defer)
         route(st, env, res, b, end);
     b->i = i + 1;
-    if (res == DR_RETRY && !st->remote_ops) {
+    if (local_retry) {
         /* Durable: the retry is journaled with the batch's decisions,
          * then goes back to the head, ahead of the rest of this batch
          * (behind it in the queue).  With a backoff it waits on a timer,
@@ -418,7 +431,7 @@ void seda_pending_settle(seda_pending_t *p, bool ok)
             : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
     struct stage_counters tally = { 0 };
     seda__free(p);
-    if (res == DR_RETRY && !st->remote_ops) {
+    if (res == DR_RETRY && !remote_settles(st, env, res)) {
         /* To the head of the queue (or its backoff timer), as a drain
          * task's retry goes. */
         begin_retry(env, &tally, end);

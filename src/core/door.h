@@ -127,6 +127,14 @@ SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
 SEDA__API int seda__stage_requeue_later(struct seda_stage_s *st,
                                         seda_env_t *env);
 
+/* Run st's admission check on env (no lock held); 0 when admitted or no
+ * check is set, SEDA_ETYPE (counted in invalid, the reason in err) if
+ * not.  A typed stage's `accepts`; the remote layer runs it on what it
+ * takes in from other publishers. */
+SEDA__API int seda__stage_check(struct seda_stage_s *st,
+                                const seda_env_t *env, char *err,
+                                size_t errlen);
+
 /* Count one envelope dropped on st. */
 SEDA__API void seda__stage_count_dropped(struct seda_stage_s *st);
 

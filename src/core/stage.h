@@ -152,12 +152,7 @@ SEDA__API uint64_t seda__stage_slots(const struct seda_stage_s *st,
 SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
                                 double timeout, bool hop);
 
-/* Run st's admission check on env (no lock held); 0 when admitted or no
- * check is set, SEDA_ETYPE (counted in invalid, the reason in err) if
- * not. */
-SEDA__API int seda__stage_check(struct seda_stage_s *st,
-                                const seda_env_t *env, char *err,
-                                size_t errlen);
+/* seda__stage_check is in door.h (the remote layer checks at intake). */
 
 /* Shedding at the door (SPEC.md section 13, bus.c): SEDA_ESHED when st
  * is shedding at priority prio (counted in st's shed_for), else 0; and

@@ -8,7 +8,8 @@
  *              remote = { url = "nats://127.0.0.1:4222", stream = "SEDA",
  *                         subject = ..., consumer = ..., ack_wait = 30,
  *                         max_ack_pending = ..., connect_timeout = 2,
- *                         dedup_window = 120, low_latency = false } }
+ *                         dedup_window = 120, low_latency = false,
+ *                         urls = { "nats://a:4222", ... }, replicas = 3 } }
  *
  * The stage is made by seda_remote_stage_add instead of seda_stage_add
  * (lstage.c); a stage declared with handlers then consumes
@@ -21,7 +22,8 @@
 
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
-    "connect_timeout", "dedup_window", "low_latency", NULL
+    "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
+    NULL
 };
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
@@ -66,8 +68,35 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     lua_pop(L, 1);
     seda_remote_opts_init(ro);
     ro->url = opt_str(L, t, stage, "url");
-    if (!ro->url)
-        luaL_error(L, "stage '%s': remote: url is required "
+    /* urls = { ... }: the strings stay referenced by the table, the array
+     * of pointers lives in a userdata left on the stack (the caller's
+     * frame keeps it until the stage is made). */
+    lua_getfield(L, t, "urls");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_istable(L, -1))
+            luaL_error(L, "stage '%s': remote: urls must be a list of "
+                       "strings", stage);
+        int n = (int)luaL_len(L, -1);
+        if (n < 1 || n > 32)
+            luaL_error(L, "stage '%s': remote: urls must list 1-32 urls",
+                       stage);
+        int ut = lua_gettop(L);
+        const char **a = lua_newuserdatauv(L, sizeof *a * (size_t)n, 0);
+        for (int i = 1; i <= n; i++) {
+            if (lua_geti(L, ut, i) != LUA_TSTRING || !*lua_tostring(L, -1))
+                luaL_error(L, "stage '%s': remote: urls[%d] must be a "
+                           "non-empty string", stage, i);
+            a[i - 1] = lua_tostring(L, -1);
+            lua_pop(L, 1);
+        }
+        ro->urls = a;
+        ro->nurls = n;
+        lua_remove(L, ut);              /* the userdata stays, below */
+    } else {
+        lua_pop(L, 1);
+    }
+    if (!ro->url && !ro->urls)
+        luaL_error(L, "stage '%s': remote: url is required (or urls) "
                    "(\"nats://host:port\")", stage);
     const char *s = opt_str(L, t, stage, "stream");
     if (s)
@@ -85,6 +114,17 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
             luaL_error(L, "stage '%s': remote: low_latency must be a boolean",
                        stage);
         ro->low_latency = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, t, "replicas");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer v = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || v < 1 || v > 5)
+            luaL_error(L, "stage '%s': remote: replicas must be an integer "
+                       "1-5", stage);
+        ro->replicas = (int)v;
     }
     lua_pop(L, 1);
     lua_getfield(L, t, "max_ack_pending");
@@ -135,6 +175,12 @@ bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st)
     set_i(L, "naked", (lua_Integer)r.naked);
     set_i(L, "termed", (lua_Integer)r.termed);
     set_i(L, "bad_messages", (lua_Integer)r.bad_messages);
+    set_i(L, "held_twice", (lua_Integer)r.held_twice);
+    set_i(L, "redeclared", (lua_Integer)r.redeclared);
+    set_i(L, "completions_resent", (lua_Integer)r.completions_resent);
+    set_i(L, "completions_too_large", (lua_Integer)r.completions_too_large);
+    set_i(L, "completions_refused", (lua_Integer)r.completions_refused);
+    set_i(L, "in_progress", (lua_Integer)r.in_progress);
     set_i(L, "held", r.held);
     /* JetStream's own counts (-1 until it answered once). */
     set_i(L, "js_pending", r.js_pending);

@@ -605,8 +605,11 @@ int seda__l_stage_declare(lua_State *L)
     if (remote) {
         seda__l_remote_opts(L, lua_gettop(L), name, &ro);
         ro.consume = n > 0;             /* with handlers it consumes */
+        /* The table (and the urls array seda__l_remote_opts left above
+         * it) stay on the stack until this function returns. */
+    } else {
+        lua_pop(L, 1);
     }
-    lua_pop(L, 1);                      /* the options table keeps it */
 
     char err[640];
     seda_stage_t *st;

@@ -18,6 +18,19 @@
  *   answers the reply subject with "no responders" and the sender counts
  *   the completion dropped.
  *
+ *   Completions are tied to their message.  Each entry has a secret of
+ *   128 random bits, and the message names "<inbox>.c.<secret>" as its
+ *   origin: a completion is taken only on the subject of its own entry,
+ *   with the entry's remote id.  So nobody who did not see the message
+ *   can end an on_complete (ids are easy to guess, secrets are not), a
+ *   completion for one message cannot end another's, and a completion on
+ *   any other subject is refused, counted (completions_refused) and
+ *   reported.  (Whoever can read the stage's messages sees the secret
+ *   too: NATS permissions on the stage's subject are what keep readers
+ *   out.)  The consumer takes an origin only in exactly that form
+ *   (seda__rcomp_origin_ok), so a foreign message cannot make it publish
+ *   to another subject.
+ *
  *   An entry is registered before the message is sent (the completion may
  *   overtake the PubAck) and removed by whoever comes first: the
  *   completion, the publish giving up (cancel, by remote id and serial:
@@ -30,8 +43,28 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "remote_int.h"
+
+bool seda__rcomp_origin_ok(const char *origin)
+{
+    /* "_INBOX.<nuid>.c.<32 hex>": a literal subject of this form only. */
+    if (!origin || strncmp(origin, "_INBOX.", 7) != 0)
+        return false;
+    const char *p = origin + 7;
+    size_t n = 0;
+    for (; (p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= 'a' && p[n] <= 'z') ||
+           (p[n] >= '0' && p[n] <= '9'); n++) {
+    }
+    if (n == 0 || n > 40 || strncmp(p + n, ".c.", 3) != 0)
+        return false;
+    p += n + 3;
+    for (n = 0; (p[n] >= '0' && p[n] <= '9') || (p[n] >= 'a' && p[n] <= 'f');
+         n++) {
+    }
+    return n == 32 && p[n] == '\0';
+}
 
 /* An awaited completion.  Guarded by the table's mu while in the table;
  * whoever takes it out (under mu) owns it. */
@@ -42,16 +75,40 @@ struct rcomp_entry {
     seda_done_fn done;
     void *ud;
     struct rstage *rs;          /* the stage it left through */
+    char secret[33];            /* 32 hex digits: its origin's last token */
     struct rcomp_entry *next;   /* hash chain, oldest first */
 };
 
+#define RECENT 4096                 /* secrets of completions taken */
+
 struct rcomp {
     seda__mutex_t mu;
+    char (*recent)[33];         /* ring of the last RECENT; guarded by mu */
+    unsigned recent_n;          /* next slot; guarded by mu */
     struct rcomp_entry **hash;  /* guarded by mu */
     uint32_t mask;              /* buckets - 1; guarded by mu */
     int n;                      /* entries; guarded by mu */
     uint64_t serial;            /* last serial given; guarded by mu */
 };
+
+/* Remember secret as taken (a re-sent completion is acknowledged). */
+static void recent_add(struct rcomp *t, const char *secret)
+{
+    seda__mutex_lock(&t->mu);
+    if (t->recent)
+        snprintf(t->recent[t->recent_n++ % RECENT], 33, "%s", secret);
+    seda__mutex_unlock(&t->mu);
+}
+
+static bool recent_has(struct rcomp *t, const char *secret)
+{
+    bool has = false;
+    seda__mutex_lock(&t->mu);
+    for (unsigned i = 0; t->recent && i < RECENT && !has; i++)
+        has = t->recent[i][0] && strcmp(t->recent[i], secret) == 0;
+    seda__mutex_unlock(&t->mu);
+    return has;
+}
 
 static uint32_t hash_str(const char *s)
 {
@@ -72,6 +129,7 @@ struct rcomp *seda__rcomp_new(void)
         return NULL;
     }
     t->mask = 255;
+    t->recent = seda__calloc(RECENT, sizeof *t->recent);   /* or none */
     seda__mutex_init(&t->mu);
     return t;
 }
@@ -95,6 +153,7 @@ void seda__rcomp_free(struct rconn *c)
             entry_free(e);
         }
     seda__free(t->hash);
+    seda__free(t->recent);
     seda__mutex_destroy(&t->mu);
     seda__free(t);
     c->comp = NULL;
@@ -124,7 +183,7 @@ static void grow(struct rcomp *t)
 
 uint64_t seda__rcomp_await(struct rconn *c, struct rstage *rs,
                            const char *rid, const char *local_id,
-                           seda_done_fn done, void *ud)
+                           seda_done_fn done, void *ud, char secret[33])
 {
     struct rcomp *t = c->comp;
     struct rcomp_entry *e = seda__calloc(1, sizeof *e);
@@ -137,6 +196,19 @@ uint64_t seda__rcomp_await(struct rconn *c, struct rstage *rs,
     e->done = done;
     e->ud = ud;
     e->rs = rs;
+    unsigned char rnd[16];
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t k = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (k <= 0) {
+            entry_free(e);              /* no secret, no entry */
+            return 0;
+        }
+        got += (size_t)k;
+    }
+    for (size_t i = 0; i < sizeof rnd; i++)
+        snprintf(e->secret + 2 * i, 3, "%02x", rnd[i]);
+    snprintf(secret, 33, "%s", e->secret);
     seda__mutex_lock(&t->mu);
     if ((uint32_t)t->n > t->mask * 2)
         grow(t);
@@ -152,16 +224,17 @@ uint64_t seda__rcomp_await(struct rconn *c, struct rstage *rs,
     return serial;
 }
 
-/* Take the entry of rid with serial (0: the oldest of rid). */
+/* Take the entry of rid with serial (0: any) and secret (NULL: any). */
 static struct rcomp_entry *take(struct rcomp *t, const char *rid,
-                                uint64_t serial)
+                                uint64_t serial, const char *secret)
 {
     seda__mutex_lock(&t->mu);
     struct rcomp_entry *e = NULL;
     for (struct rcomp_entry **p = &t->hash[hash_str(rid) & t->mask]; *p;
          p = &(*p)->next) {
         if (strcmp((*p)->rid, rid) == 0 &&
-            (serial == 0 || (*p)->serial == serial)) {
+            (serial == 0 || (*p)->serial == serial) &&
+            (!secret || strcmp((*p)->secret, secret) == 0)) {
             e = *p;
             *p = e->next;
             t->n--;
@@ -220,7 +293,7 @@ static void fire(struct rcomp_entry *e, int outcome, const struct rw_done *d)
 
 void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial)
 {
-    struct rcomp_entry *e = take(c->comp, rid, serial);
+    struct rcomp_entry *e = take(c->comp, rid, serial, NULL);
     if (e) {
         atomic_fetch_sub_explicit(&e->rs->awaiting, 1, memory_order_relaxed);
         entry_free(e);
@@ -230,13 +303,13 @@ void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial)
 bool seda__rcomp_cancel(struct rconn *c, const char *rid, uint64_t serial,
                         int outcome)
 {
-    struct rcomp_entry *e = take(c->comp, rid, serial);
+    struct rcomp_entry *e = take(c->comp, rid, serial, NULL);
     if (e)
         fire(e, outcome, NULL);
     return e != NULL;
 }
 
-void seda__rcomp_on_msg(struct rconn *c, natsMsg *m)
+void seda__rcomp_on_msg(struct rconn *c, natsMsg *m, const char *secret)
 {
     struct rw_done d;
     void *mem;
@@ -248,14 +321,33 @@ void seda__rcomp_on_msg(struct rconn *c, natsMsg *m)
                            err);
         return;
     }
-    struct rcomp_entry *e = take(c->comp, d.id, 0);
+    struct rcomp_entry *e = strlen(secret) == 32
+                                ? take(c->comp, d.id, 0, secret) : NULL;
+    bool known = e != NULL;
+    if (!e) {
+        /* Not an entry's: a completion that came again (re-sent, or a
+         * redelivered message completed twice: the callback ran once), or
+         * one that names no entry of this secret -- forged, or for
+         * another message.  Told apart by the recent secrets. */
+        known = recent_has(c->comp, secret);
+        if (!known) {
+            atomic_fetch_add_explicit(&c->completions_refused, 1,
+                                      memory_order_relaxed);
+            seda__rconn_report(c, "a completion for '%.80s' was refused: "
+                               "it names no message this process awaits",
+                               d.id);
+        }
+    }
+    /* Received: the sender stops re-sending it. */
+    const char *reply = natsMsg_GetReply(m);
+    if (known && reply && *reply)
+        natsConnection_Publish(c->nc, reply, "+OK", 3);
     if (e) {
+        recent_add(c->comp, secret);
         atomic_fetch_add_explicit(&e->rs->completions_received, 1,
                                   memory_order_relaxed);
         fire(e, d.outcome, &d);
     }
-    /* No entry: its publish gave up meanwhile, or a redelivered message
-     * completed twice; the callback already ran once. */
     seda__free(mem);
 }
 
@@ -282,23 +374,226 @@ void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs)
     }
 }
 
+/* ---- sending completions: acknowledged, re-sent, bounded ---- */
+
+#define CSEND_EVERY_NS  1000000000LL    /* no "+OK" within: send again */
+#define CSEND_LIFE_NS  60000000000LL    /* then give up, loudly */
+#define CSEND_MAX       8192            /* completions awaiting "+OK" */
+#define CSEND_NOBODY    4               /* no-responders before giving up */
+
+/* A completion sent and not yet acknowledged by its origin.  Guarded by
+ * the stage's cmu while in its list. */
+struct rcsend {
+    uint64_t n;                 /* its reply number */
+    char *origin;               /* owned */
+    void *body;                 /* owned */
+    size_t len;
+    char id[SEDA_ID_MAX];       /* the itinerary's, for reports */
+    int sends;
+    int nobody;                 /* no-responders answers so far */
+    int64_t sent;               /* last sent (monotonic ns) */
+    int64_t deadline;
+    struct rcsend *next;
+};
+
+static void csend_free(struct rcsend *x)
+{
+    seda__free(x->origin);
+    seda__free(x->body);
+    seda__free(x);
+}
+
+static void csend_out(struct rstage *rs, struct rcsend *x)
+{
+    char reply[128];
+    seda__rconn_reply(rs->conn, rs->sid, 'x', x->n, true, reply,
+                      sizeof reply);
+    /* Buffered by cnats while reconnecting; what is lost goes again. */
+    natsConnection_PublishRequest(rs->conn->nc, x->origin, reply, x->body,
+                                  (int)x->len);
+}
+
+static void given_up(struct rstage *rs, const char *id, const char *why)
+{
+    atomic_fetch_add_explicit(&rs->completions_dropped, 1,
+                              memory_order_relaxed);
+    char msg[300];
+    snprintf(msg, sizeof msg, "the completion of '%.80s' could not be "
+             "delivered to its origin (%s): its on_complete does not fire",
+             id, why);
+    seda_stage_report(rs->st, msg);
+}
+
 void seda__rcomp_send(struct rstage *rs, const char *origin,
                       const struct rw_done *d)
 {
-    struct rbuf b = { 0 };
-    if (seda__rw_done_encode(&b, d) != 0) {
-        atomic_fetch_add_explicit(&rs->completions_dropped, 1,
-                                  memory_order_relaxed);
-        seda__rbuf_free(&b);
+    if (!seda__rcomp_origin_ok(origin)) {
+        given_up(rs, d->id, "not a seda completion subject");
         return;
     }
-    char reply[128];
-    seda__rconn_reply(rs->conn, rs->sid, 'x', 0, false, reply, sizeof reply);
-    /* Buffered by cnats while reconnecting; refused once closed. */
-    natsStatus s = natsConnection_PublishRequest(rs->conn->nc, origin, reply,
-                                                 b.p, (int)b.len);
-    atomic_fetch_add_explicit(s == NATS_OK ? &rs->completions_sent
-                                           : &rs->completions_dropped,
-                              1, memory_order_relaxed);
-    seda__rbuf_free(&b);
+    struct rbuf b = { 0 };
+    int64_t limit = natsConnection_GetMaxPayload(rs->conn->nc);
+    int rc = seda__rw_done_encode(&b, d);
+    if (rc == 0 && limit > 0 && (int64_t)b.len + 1024 > limit) {
+        /* The final payload does not fit: the origin hears that the
+         * itinerary ended, dead-lettered with reason too_large, and why
+         * (its payload stays where it ended: the handler's stage). */
+        char detail[200];
+        snprintf(detail, sizeof detail, "the final payload (%zu bytes) is "
+                 "over the server's max_payload of %lld bytes", d->plen,
+                 (long long)limit);
+        const char *hdr[4] = { "x-dead-reason", "too_large",
+                               "x-dead-detail", detail };
+        struct rw_done small = *d;
+        small.outcome = SEDA_DEAD_LETTERED;
+        small.payload = NULL;
+        small.plen = 0;
+        small.nh = 2;
+        small.hdr = hdr;
+        b.len = 0;
+        rc = seda__rw_done_encode(&b, &small);
+        atomic_fetch_add_explicit(&rs->completions_too_large, 1,
+                                  memory_order_relaxed);
+        char msg[400];
+        snprintf(msg, sizeof msg, "the completion of '%.80s': %s; its "
+                 "origin sees it dead-lettered (too_large)", d->id, detail);
+        seda_stage_report(rs->st, msg);
+    }
+    struct rcsend *x = rc == 0 ? seda__calloc(1, sizeof *x) : NULL;
+    if (!x || !(x->origin = seda__strdup(origin))) {
+        if (x)
+            csend_free(x);
+        seda__rbuf_free(&b);
+        given_up(rs, d->id, "out of memory");
+        return;
+    }
+    x->body = b.p;                      /* taken */
+    x->len = b.len;
+    snprintf(x->id, sizeof x->id, "%s", d->id ? d->id : "?");
+    int64_t now = seda__now_ns();
+    x->sent = now;
+    x->deadline = now + CSEND_LIFE_NS;
+    x->sends = 1;
+    seda__mutex_lock(&rs->cmu);
+    bool full = rs->ncsend >= CSEND_MAX;
+    if (!full) {
+        x->n = ++rs->csend_n;
+        x->next = rs->csend;
+        rs->csend = x;
+        rs->ncsend++;
+        csend_out(rs, x);               /* under cmu: a "+OK" waits */
+    }
+    seda__mutex_unlock(&rs->cmu);
+    if (full) {
+        given_up(rs, x->id, "too many completions unacknowledged");
+        csend_free(x);
+        return;
+    }
+    atomic_fetch_add_explicit(&rs->completions_sent, 1, memory_order_relaxed);
+}
+
+/* Take completion n out of rs's list (cmu taken). */
+static struct rcsend *csend_take(struct rstage *rs, uint64_t n)
+{
+    seda__mutex_lock(&rs->cmu);
+    struct rcsend *x = NULL;
+    for (struct rcsend **p = &rs->csend; *p; p = &(*p)->next)
+        if ((*p)->n == n) {
+            x = *p;
+            *p = x->next;
+            rs->ncsend--;
+            break;
+        }
+    seda__mutex_unlock(&rs->cmu);
+    return x;
+}
+
+void seda__rcomp_on_reply(struct rstage *rs, uint64_t n, natsMsg *m)
+{
+    uint64_t pending;
+    int status = seda__rjs_status(m, &pending);
+    if (status != 0 && status != 503)
+        return;                         /* not an answer */
+    if (status == 503) {
+        /* Nobody listens: the origin is gone, or reconnecting (to another
+         * server of a cluster, say).  Sent again (by the tick) a few
+         * times, CSEND_EVERY_NS apart, before it is given up. */
+        seda__mutex_lock(&rs->cmu);
+        struct rcsend *y = rs->csend;
+        while (y && y->n != n)
+            y = y->next;
+        bool keep = y && ++y->nobody < CSEND_NOBODY;
+        seda__mutex_unlock(&rs->cmu);
+        if (keep)
+            return;
+    }
+    struct rcsend *x = csend_take(rs, n);
+    if (!x)
+        return;                         /* answered already */
+    if (status == 503)                  /* nobody listened: origin gone */
+        atomic_fetch_add_explicit(&rs->completions_dropped, 1,
+                                  memory_order_relaxed);
+    atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
+    csend_free(x);
+}
+
+void seda__rcomp_tick(struct rstage *rs, int64_t now)
+{
+    struct rcsend *dead = NULL;
+    bool up = seda__rconn_up(rs->conn);
+    seda__mutex_lock(&rs->cmu);
+    for (struct rcsend **p = &rs->csend; *p;) {
+        struct rcsend *x = *p;
+        if (now >= x->deadline) {
+            *p = x->next;
+            rs->ncsend--;
+            x->next = dead;
+            dead = x;
+            continue;
+        }
+        if (up && now - x->sent >= CSEND_EVERY_NS) {
+            csend_out(rs, x);
+            x->sent = now;
+            x->sends++;
+            atomic_fetch_add_explicit(&rs->completions_resent, 1,
+                                      memory_order_relaxed);
+        }
+        p = &x->next;
+    }
+    seda__mutex_unlock(&rs->cmu);
+    for (struct rcsend *x = dead, *n; x; x = n) {
+        n = x->next;
+        char why[120];
+        snprintf(why, sizeof why, "no answer in %lld s, sent %d times",
+                 (long long)(CSEND_LIFE_NS / 1000000000LL), x->sends);
+        given_up(rs, x->id, why);
+        csend_free(x);
+    }
+}
+
+bool seda__rcomp_sending(struct rstage *rs)
+{
+    seda__mutex_lock(&rs->cmu);
+    bool any = rs->ncsend > 0;
+    seda__mutex_unlock(&rs->cmu);
+    return any;
+}
+
+void seda__rcomp_close_sends(struct rstage *rs)
+{
+    seda__mutex_lock(&rs->cmu);
+    struct rcsend *x = rs->csend;
+    rs->csend = NULL;
+    rs->ncsend = 0;
+    seda__mutex_unlock(&rs->cmu);
+    for (struct rcsend *n; x; x = n) {
+        n = x->next;
+        if (x->sends > 0 && x->n) {
+            /* Sent at least once, never acknowledged: it may have
+             * arrived; counted, not reported as lost. */
+            atomic_fetch_add_explicit(&rs->completions_unacked, 1,
+                                      memory_order_relaxed);
+        }
+        csend_free(x);
+    }
 }

@@ -125,6 +125,43 @@ bool seda__rjs_parse_ack(const char *reply, struct rjs_meta *m)
     return m->stream_len > 0 && m->consumer_len > 0;
 }
 
+/* ---- credentials ---- */
+
+void seda__rconn_redact(const char *url, char *buf, size_t len)
+{
+    /* Each of the comma-separated urls: "scheme://user:pass@host" keeps
+     * its scheme and host; the user info becomes "***". */
+    size_t o = 0;
+    if (len == 0)
+        return;
+    for (const char *p = url; *p && o + 1 < len;) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        const char *sep = memmem(p, n, "://", 3);
+        const char *host = sep ? sep + 3 : p;
+        size_t hn = n - (size_t)(host - p);
+        const char *slash = memchr(host, '/', hn);
+        size_t auth = slash ? (size_t)(slash - host) : hn;
+        const char *at = NULL;
+        for (size_t i = 0; i < auth; i++)
+            if (host[i] == '@')
+                at = host + i;          /* the last '@' ends the user info */
+        int k = at ? snprintf(buf + o, len - o, "%.*s***%.*s",
+                              (int)(host - p), p,
+                              (int)(n - (size_t)(at - p)), at)
+                   : snprintf(buf + o, len - o, "%.*s", (int)n, p);
+        if (k < 0)
+            break;
+        o += (size_t)k < len - o ? (size_t)k : len - o - 1;
+        if (!end)
+            break;
+        if (o + 1 < len)
+            buf[o++] = ',';
+        p = end + 1;
+    }
+    buf[o] = '\0';
+}
+
 /* ---- reports ---- */
 
 /* One line a second per process for connection-level problems (they come
@@ -152,7 +189,7 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
     }
     pthread_mutex_unlock(&g_report_mu);
     if (print)
-        fprintf(stderr, "seda: remote %s: %s%s\n", c->url, msg,
+        fprintf(stderr, "seda: remote %s: %s%s\n", c->shown, msg,
                 skipped ? " (and similar lines suppressed)" : "");
 }
 
@@ -173,6 +210,29 @@ const char *seda__rconn_state(struct rconn *c)
     case NATS_CONN_STATUS_CLOSED: return "closed";
     default: return "draining";
     }
+}
+
+bool seda__rconn_wait_up(struct rconn *c, int64_t deadline_ns)
+{
+    /* Woken by the reconnected callback; polled too (a tenth of a second
+     * at most), as the status changes inside cnats, not under c->mu. */
+    while (!seda__rconn_up(c)) {
+        int64_t now = seda__now_ns();
+        if (now >= deadline_ns || seda__rconn_closed(c))
+            return false;
+        int64_t until = now + 100000000LL < deadline_ns
+                            ? now + 100000000LL : deadline_ns;
+        seda__mutex_lock(&c->mu);
+        if (!seda__rconn_up(c))
+            seda__cond_wait(&c->cv, &c->mu, until);
+        seda__mutex_unlock(&c->mu);
+    }
+    return true;
+}
+
+bool seda__rconn_closed(struct rconn *c)
+{
+    return natsConnection_Status(c->nc) == NATS_CONN_STATUS_CLOSED;
 }
 
 int seda__rconn_send(struct rconn *c, const char *subject, const char *reply,
@@ -345,8 +405,8 @@ static void dispatch(natsConnection *nc, natsSubscription *sub, natsMsg *m,
         } else if (strncmp(subj, c->inbox, c->inbox_len) == 0 &&
                    subj[c->inbox_len] == '.') {
             const char *tail = subj + c->inbox_len + 1;
-            if (strcmp(tail, "c") == 0)
-                seda__rcomp_on_msg(c, m);
+            if (tail[0] == 'c' && (tail[1] == '.' || !tail[1]))
+                seda__rcomp_on_msg(c, m, tail[1] ? tail + 2 : "");
             else
                 on_reply(c, tail, m);
         }
@@ -380,6 +440,10 @@ static void on_reconnected(natsConnection *nc, void *closure)
     (void)nc;
     struct rconn *c = closure;
     atomic_fetch_add_explicit(&c->reconnects, 1, memory_order_relaxed);
+    /* Wake the hops waiting for the connection (seda__rconn_wait_up). */
+    seda__mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    seda__mutex_unlock(&c->mu);
     int n = nclients(c);
     for (int sid = 0; sid < n; sid++) {
         struct rclient cl;
@@ -444,11 +508,34 @@ static bool wait_flag(struct rconn *c, bool *flag, double secs)
 }
 
 #define NATS_FAIL(what) do { \
-        snprintf(err, errlen, "cannot %s %s: %s%s%s", what, url, \
+        snprintf(err, errlen, "cannot %s %s: %s%s%s", what, c->shown, \
                  natsStatus_GetText(s), nats_GetLastError(NULL) ? ": " : "", \
                  nats_GetLastError(NULL) ? nats_GetLastError(NULL) : ""); \
         goto fail; \
     } while (0)
+
+/* One url, or several joined by commas: cnats's server list. */
+static natsStatus set_servers(natsOptions *o, const char *url)
+{
+    if (!strchr(url, ','))
+        return natsOptions_SetURL(o, url);
+    char *copy = seda__strdup(url);
+    int n = 1;
+    for (const char *p = url; *p; p++)
+        n += *p == ',';
+    const char **list = copy ? seda__calloc((size_t)n, sizeof *list) : NULL;
+    natsStatus s = NATS_NO_MEMORY;
+    if (list) {
+        int k = 0;
+        for (char *save = NULL, *t = strtok_r(copy, ",", &save); t && k < n;
+             t = strtok_r(NULL, ",", &save))
+            list[k++] = t;
+        s = natsOptions_SetServers(o, list, k);
+    }
+    seda__free(list);
+    seda__free(copy);
+    return s;
+}
 
 static int conn_open(const void *bus, const char *url, double timeout,
                      bool low_latency, struct rconn **out, char *err,
@@ -467,6 +554,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
         }
         return SEDA_ENOMEM;
     }
+    seda__rconn_redact(url, c->shown, sizeof c->shown);
     seda__mutex_init(&c->mu);
     seda__cond_init(&c->cv);
     c->bus = bus;
@@ -474,11 +562,12 @@ static int conn_open(const void *bus, const char *url, double timeout,
     atomic_init(&c->disconnects, 0);
     atomic_init(&c->reconnects, 0);
     atomic_init(&c->async_errors, 0);
+    atomic_init(&c->completions_refused, 0);
     char name[64];
     snprintf(name, sizeof name, "seda-lua pid %ld", (long)getpid());
     int64_t ms = timeout >= 1e6 ? INT64_C(1000000000) : (int64_t)(timeout * 1e3);
     if ((s = natsOptions_Create(&o)) != NATS_OK ||
-        (s = natsOptions_SetURL(o, url)) != NATS_OK ||
+        (s = set_servers(o, url)) != NATS_OK ||
         (s = natsOptions_SetName(o, name)) != NATS_OK ||
         (s = natsOptions_SetTimeout(o, ms > 0 ? ms : 1)) != NATS_OK ||
         (s = natsOptions_SetAllowReconnect(o, true)) != NATS_OK ||
@@ -590,7 +679,7 @@ void seda__rconn_put(struct rconn *c)
         /* A cnats thread may still hold c: leaking it is the safe
          * choice (never seen; reported so it is not silent). */
         fprintf(stderr, "seda: remote %s: the connection did not close in "
-                "10 s; its memory is left allocated\n", c->url);
+                "10 s; its memory is left allocated\n", c->shown);
         return;
     }
     conn_free(c);

@@ -43,7 +43,7 @@ static void on_js(void *ud, natsMsg *m, const struct rjs_meta *meta)
 static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
 {
     struct rstage *rs = ud;
-    uint64_t n = strtoull(rest, NULL, 10), pending;
+    uint64_t n = strtoull(rest, NULL, 10);
     switch (kind) {
     case 'a':
         seda__rpub_on_reply(rs, n, m);
@@ -55,24 +55,85 @@ static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
         seda__rfeed_on_info(rs, m);
         break;
     case 'x':
-        /* A completion nobody took: its origin is gone. */
-        if (seda__rjs_status(m, &pending) == 503)
-            atomic_fetch_add_explicit(&rs->completions_dropped, 1,
-                                      memory_order_relaxed);
+        /* The origin's "+OK", or no responders: it is gone. */
+        seda__rcomp_on_reply(rs, n, m);
         break;
     default:
         break;
     }
 }
 
+/* ---- declaring again ---- */
+
+void seda__rstage_need_setup(struct rstage *rs, const char *why)
+{
+    if (!atomic_exchange_explicit(&rs->need_setup, true,
+                                  memory_order_acq_rel) && why)
+        seda__rconn_report(rs->conn, "stage '%s': %s: its stream and "
+                           "consumer are declared again",
+                           seda_stage_name(rs->st), why);
+}
+
+void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
+{
+    if (!atomic_load_explicit(&rs->need_setup, memory_order_acquire) ||
+        now < rs->setup_at || !seda__rconn_up(rs->conn) ||
+        atomic_load_explicit(&rs->closing, memory_order_acquire))
+        return;
+    struct rcons_cfg got;
+    char e[400];
+    /* Blocks this thread for a few JetStream API requests (bounded by
+     * the JetStream context's wait): rare, and nothing can flow anyway
+     * while the stream is gone. */
+    int rc = seda__rsetup_ensure(rs->conn, rs->stream, rs->subject,
+                                 rs->consume ? rs->consumer : NULL,
+                                 rs->dup_ns, rs->replicas, &rs->want, &got,
+                                 e, sizeof e);
+    if (rc) {
+        rs->setup_backoff = rs->setup_backoff ? rs->setup_backoff * 2
+                                              : 500000000LL;
+        if (rs->setup_backoff > 10000000000LL)
+            rs->setup_backoff = 10000000000LL;
+        rs->setup_at = now + rs->setup_backoff;
+        seda__rconn_report(rs->conn, "stage '%s': declaring its stream "
+                           "again failed (next try in %.1f s): %s",
+                           seda_stage_name(rs->st),
+                           (double)rs->setup_backoff / 1e9, e);
+        return;
+    }
+    rs->setup_backoff = 0;
+    rs->setup_at = 0;
+    if (got.stream_created || got.created) {
+        atomic_fetch_add_explicit(&rs->redeclared, 1, memory_order_relaxed);
+        /* Loud: whatever the old stream held is gone with it. */
+        fprintf(stderr, "seda: remote %s: stage '%s': %s%s%s was missing "
+                "on the server and is created again (messages it held are "
+                "lost with it; publishes waiting are sent again)\n",
+                rs->conn->shown, seda_stage_name(rs->st),
+                got.stream_created ? "stream '" : "",
+                got.stream_created ? rs->stream : "",
+                got.stream_created ? (got.created ? "' and its consumer"
+                                                  : "'")
+                                   : "its consumer");
+    }
+    atomic_store_explicit(&rs->need_setup, false, memory_order_release);
+    seda__rfeed_reconnect(rs);          /* requests before are void */
+}
+
 static void on_tick(void *ud, int64_t now)
 {
+    seda__rstage_setup_tick(ud, now);
     seda__rpub_tick(ud, now);
     seda__rfeed_tick(ud, now);
+    seda__rcomp_tick(ud, now);
 }
 
 static void on_reconnect(void *ud)
 {
+    /* The server may have come back without the stream (an empty store,
+     * another server of the cluster): the next tick makes sure of both,
+     * quietly when they are there. */
+    seda__rstage_need_setup(ud, NULL);
     seda__rpub_reconnect(ud);
     seda__rfeed_reconnect(ud);
 }
@@ -134,8 +195,16 @@ static int check_opts(seda_bus_t *bus, const seda_stage_opts *so,
     if (!seda__valid_name(name))
         FAIL(SEDA_EINVAL, "name must be 1-%d characters of [A-Za-z0-9_.:-]",
              SEDA_NAME_MAX);
-    if (!ro->url || !*ro->url)
+    if ((!ro->url || !*ro->url) && ro->nurls <= 0)
         FAIL(SEDA_EINVAL, "url is required (\"nats://host:port\")");
+    if (ro->nurls < 0 || (ro->nurls > 0 && !ro->urls))
+        FAIL(SEDA_EINVAL, "urls: nurls must be >= 0 and urls given");
+    for (int i = 0; i < ro->nurls; i++)
+        if (!ro->urls[i] || !*ro->urls[i] || strchr(ro->urls[i], ','))
+            FAIL(SEDA_EINVAL, "urls[%d] must be a non-empty url without "
+                 "commas", i + 1);
+    if (ro->replicas < 0 || ro->replicas > 5)
+        FAIL(SEDA_EINVAL, "replicas must be 1-5 (got %d)", ro->replicas);
     if (so->durable)
         FAIL(SEDA_EINVAL, "durable: a remote stage is kept by JetStream; "
              "it cannot be durable too");
@@ -197,7 +266,20 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         goto fail;
     const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
-    if ((rc = seda__rconn_get(bus, ro->url, ro->connect_timeout > 0
+    /* Several urls: one connection string, joined by commas (cnats tries
+     * each, and those the cluster gossips). */
+    char urls[1024];
+    size_t ul = 0;
+    urls[0] = '\0';
+    if (ro->url && *ro->url)
+        ul = (size_t)snprintf(urls, sizeof urls, "%s", ro->url);
+    for (int i = 0; i < ro->nurls && ul < sizeof urls; i++)
+        ul += (size_t)snprintf(urls + ul, sizeof urls - ul, "%s%s",
+                               ul ? "," : "", ro->urls[i]);
+    if (ul >= sizeof urls)
+        FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
+             sizeof urls - 1);
+    if ((rc = seda__rconn_get(bus, urls, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
                               ro->low_latency, &conn, e, sizeof e)) != 0)
         FAIL(rc, "%s", e);
@@ -219,7 +301,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         dup = 2 * so->publish_timeout;  /* covers every re-send */
     if ((rc = seda__rsetup_ensure(conn, stream, subject,
                                   ro->consume ? consumer : NULL,
-                                  seda__secs_to_ns(dup), &want, &got, e,
+                                  seda__secs_to_ns(dup), ro->replicas,
+                                  &want, &got, e,
                                   sizeof e)) != 0)
         FAIL(rc, "%s", e);
 
@@ -227,6 +310,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         FAIL(SEDA_ENOMEM, "out of memory");
     seda__mutex_init(&rs->pmu);
     seda__mutex_init(&rs->fmu);
+    seda__mutex_init(&rs->cmu);
     seda__cond_init(&rs->room);
     if (!(rs->stream = seda__strdup(stream)) ||
         !(rs->subject = seda__strdup(subject)) ||
@@ -235,6 +319,10 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->bus = bus;
     rs->conn = conn;
     rs->cfg = got;
+    rs->want = want;
+    rs->dup_ns = seda__secs_to_ns(dup);
+    rs->replicas = ro->replicas;
+    atomic_init(&rs->need_setup, false);
     rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;
     /* JetStream stops redelivering at the consumer's max_deliver: the
@@ -309,7 +397,8 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
     memset(out, 0, sizeof *out);
     snprintf(out->state, sizeof out->state, "%s",
              seda__rconn_state(rs->conn));
-    snprintf(out->url, sizeof out->url, "%s", rs->conn->url);
+    /* Never the credentials: user info shows as "***". */
+    snprintf(out->url, sizeof out->url, "%s", rs->conn->shown);
     snprintf(out->stream, sizeof out->stream, "%s", rs->stream);
     snprintf(out->consumer, sizeof out->consumer, "%s", rs->consumer);
     snprintf(out->subject, sizeof out->subject, "%s", rs->subject);
@@ -325,11 +414,18 @@ int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out)
     out->naked = LD(naked);
     out->termed = LD(termed);
     out->bad_messages = LD(bad_messages);
+    out->held_twice = LD(held_twice);
+    out->redeclared = LD(redeclared);
+    out->in_progress = LD(in_progress);
     out->awaiting = LD(awaiting);
     out->completions_sent = LD(completions_sent);
     out->completions_received = LD(completions_received);
     out->completions_dropped = LD(completions_dropped);
     out->completions_lost = LD(completions_lost);
+    out->completions_resent = LD(completions_resent);
+    out->completions_too_large = LD(completions_too_large);
+    out->completions_refused = atomic_load_explicit(
+        &rs->conn->completions_refused, memory_order_relaxed);
     out->js_pending = LD(js_pending);
     out->js_ack_pending = LD(js_ack_pending);
     out->js_redelivered = LD(js_redelivered);

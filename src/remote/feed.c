@@ -31,6 +31,21 @@
  *   out.  As every request expires within EXPIRES_NS, outstanding is also
  *   reset when nothing can still be out after that; a message that comes
  *   beyond the room anyway is admitted if the queue has room, else naked.
+ *
+ *   Held messages are kept alive.  A message taken in may wait in the
+ *   local queue behind others; past ack_wait JetStream would give it
+ *   again (to this process or another) while it is still held, and it
+ *   would be handled twice.  So every held message is entered by its
+ *   stream sequence (hheld), and each one not settled for a third of
+ *   ack_wait is told "+WPI" (in progress: JetStream restarts its
+ *   ack_wait), from the tick; and a copy that comes while the first is
+ *   held (same stream sequence: a redelivery that overtook the +WPI) is
+ *   not taken in again: it gets a +WPI of its own and is dropped, counted
+ *   in held_twice (the first copy's ack settles the message: JetStream
+ *   acks by stream sequence).  And the feed never asks for more than can
+ *   start within ack_wait: the rate at which the stage settles (a moving
+ *   average, once known) times half of ack_wait bounds held +
+ *   outstanding, below the capacity.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +66,8 @@ void seda__rfeed_request(struct rstage *rs)
 {
     if (!atomic_load_explicit(&rs->consuming, memory_order_acquire) ||
         atomic_load_explicit(&rs->closing, memory_order_acquire) ||
-        seda_bus_closed(rs->bus) || !seda__rconn_up(rs->conn))
+        seda_bus_closed(rs->bus) || !seda__rconn_up(rs->conn) ||
+        atomic_load_explicit(&rs->need_setup, memory_order_acquire))
         return;
     int cap = seda__stage_capacity(rs->st);
     int chunk = chunk_of(cap);
@@ -59,7 +75,16 @@ void seda__rfeed_request(struct rstage *rs)
     int ns = 0;
     int64_t now = seda__now_ns();
     seda__mutex_lock(&rs->fmu);
-    int room = cap - rs->held - rs->outstanding;
+    int limit = cap;
+    if (rs->rate > 0) {
+        /* What can start within half of ack_wait at the settling rate. */
+        double can = rs->rate * (double)rs->ack_wait_ns / 2e9;
+        if (can < (double)limit)
+            limit = can < 2 ? 2 : (int)can;
+        if (limit > cap)
+            limit = cap;
+    }
+    int room = limit - rs->held - rs->outstanding;
     while (ns < 8 && room > 0 && (room >= chunk || rs->outstanding == 0)) {
         int batch = room < chunk ? room : chunk;
         struct rreq r = { ++rs->req_n, batch };
@@ -90,16 +115,108 @@ void seda__rfeed_request(struct rstage *rs)
     }
 }
 
+/* The held entry of sseq's bucket slot (fmu held). */
+static struct rheld **held_slot(struct rstage *rs, uint64_t sseq)
+{
+    struct rheld **p = &rs->hheld[sseq % RS_HELD_BUCKETS];
+    while (*p && (*p)->sseq != sseq)
+        p = &(*p)->next;
+    return p;
+}
+
 void seda__rfeed_on_js(struct rstage *rs, natsMsg *m,
                        const struct rjs_meta *meta)
 {
+    const char *reply = natsMsg_GetReply(m);
+    int64_t now = seda__now_ns();
+    /* Allocated before the lock; without memory the message is still
+     * taken in, only not kept alive. */
+    struct rheld *h = seda__calloc(1, sizeof *h);
+    char *r = h ? seda__strdup(reply) : NULL;
     seda__mutex_lock(&rs->fmu);
     if (rs->outstanding > 0)
         rs->outstanding--;
-    rs->held++;
+    struct rheld **p = held_slot(rs, meta->sseq);
+    bool again = *p != NULL;
+    if (again) {
+        (*p)->wpi_at = now;
+    } else {
+        if (h && r) {
+            h->sseq = meta->sseq;
+            h->reply = r;
+            h->wpi_at = now;
+            *p = h;
+            h = NULL;
+            r = NULL;
+        }
+        rs->held++;
+    }
     seda__mutex_unlock(&rs->fmu);
+    seda__free(r);
+    seda__free(h);
+    if (again) {
+        /* Still held here (queued or being handled): not a second
+         * handling.  In progress, said on this copy's subject too. */
+        natsConnection_Publish(rs->conn->nc, reply, "+WPI", 4);
+        atomic_fetch_add_explicit(&rs->held_twice, 1, memory_order_relaxed);
+        natsMsg_Destroy(m);
+        seda__rfeed_request(rs);
+        return;
+    }
     atomic_fetch_add_explicit(&rs->fetched, 1, memory_order_relaxed);
     seda__rstage_intake(rs, m, meta);
+}
+
+void seda__rfeed_close(struct rstage *rs)
+{
+    seda__mutex_lock(&rs->fmu);
+    for (int b = 0; b < RS_HELD_BUCKETS; b++)
+        for (struct rheld *h = rs->hheld[b], *n; h; h = n) {
+            n = h->next;
+            seda__free(h->reply);
+            seda__free(h);
+        }
+    memset(rs->hheld, 0, sizeof rs->hheld);
+    seda__mutex_unlock(&rs->fmu);
+}
+
+/* Tick: +WPI for each message held a third of ack_wait since it came or
+ * was last said in progress; and the settling rate.  fmu taken; the
+ * in-progress acks are buffered writes. */
+static void keep_alive(struct rstage *rs, int64_t now)
+{
+    int64_t every = rs->ack_wait_ns / 3;
+    uint64_t sent = 0;
+    seda__mutex_lock(&rs->fmu);
+    if (rs->held > 0 && every > 0) {
+        for (int b = 0; b < RS_HELD_BUCKETS; b++)
+            for (struct rheld *h = rs->hheld[b]; h; h = h->next)
+                if (now - h->wpi_at >= every) {
+                    natsConnection_Publish(rs->conn->nc, h->reply, "+WPI",
+                                           4);
+                    h->wpi_at = now;
+                    sent++;
+                }
+    }
+    if (rs->rate_at == 0) {
+        rs->rate_at = now;
+    } else if (now - rs->rate_at >= 1000000000LL) {
+        /* Measured only while there was work: an idle second says
+         * nothing about how fast the stage goes. */
+        if (rs->rate_n > 0 || rs->held > 0) {
+            double inst = (double)rs->rate_n * 1e9 /
+                          (double)(now - rs->rate_at);
+            rs->rate = rs->rate > 0 ? 0.7 * rs->rate + 0.3 * inst : inst;
+            if (rs->rate <= 0)
+                rs->rate = 0.01;        /* stuck: ask for the least */
+        }
+        rs->rate_n = 0;
+        rs->rate_at = now;
+    }
+    seda__mutex_unlock(&rs->fmu);
+    if (sent)
+        atomic_fetch_add_explicit(&rs->in_progress, sent,
+                                  memory_order_relaxed);
 }
 
 void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
@@ -125,9 +242,17 @@ void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
     seda__mutex_unlock(&rs->fmu);
     const char *desc = NULL;
     natsMsgHeader_Get(m, "Description", &desc);
+    /* The consumer (or its stream) is gone: declared again, loudly,
+     * before any more requests go out. */
+    if (status == 503 || (status == 409 && desc &&
+                          strstr(desc, "Consumer Deleted"))) {
+        seda__rstage_need_setup(rs, status == 503
+                                        ? "a pull request found no consumer"
+                                        : "its consumer was deleted");
+        return;
+    }
     /* Expiry, and a server going down, end requests as a matter of
-     * course; anything else (a deleted consumer, too many waiting
-     * requests) is said. */
+     * course; anything else (too many waiting requests) is said. */
     if (status != 404 && status != 408 &&
         !(status == 409 && desc && (strstr(desc, "Shutdown") ||
                                     strstr(desc, "Leadership"))))
@@ -138,6 +263,7 @@ void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
 
 void seda__rfeed_tick(struct rstage *rs, int64_t now)
 {
+    keep_alive(rs, now);
     seda__mutex_lock(&rs->fmu);
     if (rs->outstanding > 0 && now > rs->last_expires + GRACE_NS)
         rs->outstanding = 0;            /* none can still be out */
@@ -175,10 +301,23 @@ void seda__rfeed_settle(struct rstage *rs, const char *reply, int how,
     /* Not refused while reconnecting: cnats keeps it for the server
      * (JetStream may have redelivered meanwhile: at least once). */
     natsConnection_Publish(rs->conn->nc, reply, body, len);
+    struct rjs_meta meta;
+    struct rheld *h = NULL;
+    bool known = seda__rjs_parse_ack(reply, &meta);
     seda__mutex_lock(&rs->fmu);
+    if (known) {
+        struct rheld **p = held_slot(rs, meta.sseq);
+        if ((h = *p) != NULL)
+            *p = h->next;
+    }
     if (rs->held > 0)
         rs->held--;
+    rs->rate_n++;
     seda__mutex_unlock(&rs->fmu);
+    if (h) {
+        seda__free(h->reply);
+        seda__free(h);
+    }
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
     seda__rfeed_request(rs);
 }

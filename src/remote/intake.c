@@ -19,6 +19,10 @@
  *   anyway (the bus closing, a message beyond the room) the message is
  *   given back with a nak and the next process takes it.
  *
+ *   A typed stage's check (accepts) runs here too: a message from
+ *   another publisher that breaks the type is dead-lettered with reason
+ *   type (x-dead-detail saying why) and termed, never handled.
+ *
  *   A message that is not a seda envelope of a version this build reads
  *   -- anyone may publish on the stage's subject -- is never handed to a
  *   handler: its bytes become the payload of an envelope (kind raw, its
@@ -174,6 +178,15 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         natsMsg_Destroy(m);
         return;
     }
+    if (w.origin && !seda__rcomp_origin_ok(w.origin)) {
+        /* Only seda's own completion subjects: never a wildcard or any
+         * other subject a foreign message could make us publish to. */
+        bad_message(rs, m, meta, "origin is not a seda completion subject "
+                    "(_INBOX.<token>.c.<secret>)");
+        seda__free(mem);
+        natsMsg_Destroy(m);
+        return;
+    }
     struct rbuf hb = { 0 };
     const char **kv = NULL;
     const char *why = NULL;
@@ -203,7 +216,23 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
     if (env)
         env->attempts = (uint16_t)(meta->delivered < 65535
                                        ? meta->delivered : 65535);
-    if (last) {
+    char twhy[200];
+    bool typed_out = env && !last &&
+                     seda__stage_check(st, env, twhy, sizeof twhy) != 0;
+    if (typed_out) {
+        /* A typed stage (accepts): anyone may publish on its subject, so
+         * what does not fit the type never reaches a handler.  Dead-
+         * lettered with reason type (the origin hears of it), termed. */
+        env->at = st;
+        seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
+        seda__rfeed_settle(rs, reply, RF_TERM, 0);
+        seda__free(ctx->reply);
+        ctx->reply = NULL;
+        env->done = seda__rctx_done;
+        env->done_ud = ctx;
+        (void)seda_env_set_header(env, "x-dead-detail", twhy);
+        seda__bus_dead_letter(st, env, "type", NULL);
+    } else if (last) {
         /* JetStream's last delivery, its earlier ones lost (processes
          * died holding it, or overran ack_wait): dead-lettered without
          * running the handler again, so a message that kills its

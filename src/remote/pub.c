@@ -223,7 +223,7 @@ int seda__rpub_send(struct rstage *rs, natsMsg *msg, uint64_t n,
         room_freed(rs);
         seda__mutex_unlock(&rs->pmu);
         seda__free(r);
-        return s == NATS_MAX_PAYLOAD ? SEDA_ERANGE : SEDA_EUNAVAIL;
+        return s == NATS_MAX_PAYLOAD ? SEDA_ETOOLARGE : SEDA_EUNAVAIL;
     }
     r->sent = seda__now_ns();
     r->sends = 1;
@@ -283,9 +283,12 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
     bool retry = false;
     if (status == 503) {
         retry = true;                   /* no stream listens (yet) */
+        seda__rstage_need_setup(rs, "a publish found no stream");
     } else if (len > 0 && memmem(body, (size_t)len, "\"error\"", 7)) {
         int code = api_error(body, len, d.why, sizeof d.why);
         retry = code == 503;            /* JetStream not ready */
+        if (code == 404 || code == 503)
+            seda__rstage_need_setup(rs, d.why);
         d.result = SEDA_EIO;
     } else if (len > 0 && memmem(body, (size_t)len, "\"seq\"", 5)) {
         bool dup = memmem(body, (size_t)len, "\"duplicate\"", 11) != NULL;
@@ -344,7 +347,14 @@ void seda__rpub_tick(struct rstage *rs, int64_t now)
                      "timeout (sent %d times)", r->sends);
             nd++;
         } else if (r->parked) {
-            if (up)
+            /* Backoff: 100 ms after the first send, doubling to 5 s, and
+             * none while the stream is being declared again. */
+            int64_t wait = 100000000LL << (r->sends < 6 ? r->sends - 1 : 5);
+            if (wait > 5000000000LL)
+                wait = 5000000000LL;
+            if (up && now - r->sent >= wait &&
+                !atomic_load_explicit(&rs->need_setup,
+                                      memory_order_acquire))
                 resend(rs, r, now);
         } else if (now - r->sent >= ATTEMPT_NS) {
             resend(rs, r, now);

@@ -24,7 +24,7 @@
  * the Lua binding through the core's done callback, which queues them.
  *
  * Lock order: rconn registry -> rconn.mu -> rstage.pmu -> rstage.fmu ->
- * rcomp.mu -> the core's locks (stage->mu ...).  No lock of this layer
+ * rstage.cmu -> rcomp.mu -> the core's locks (stage->mu ...).  No lock of this layer
  * is held while calling into the core's admission or routing, or while
  * a done callback runs.
  */
@@ -40,6 +40,7 @@
 
 struct rstage;
 struct rconn;
+struct rcsend;
 
 /* ---- conn.c ---- */
 
@@ -88,9 +89,11 @@ struct rcomp;
  *   waiting for it, and when the subscription or the connection is done.
  *   The registry mutex (conn.c) guards refs and next.
  *   Immutable after seda__rconn_get returned it: nc, js, sub, bus, url,
+ *   shown,
  *   low_latency, inbox, token, comp.
  *   Dispatch thread only: last_tick.
- *   Atomic (relaxed, counters): disconnects, reconnects, async_errors.
+ *   Atomic (relaxed, counters): disconnects, reconnects, async_errors,
+ *   completions_refused.
  */
 struct rconn {
     seda__mutex_t mu;
@@ -99,7 +102,9 @@ struct rconn {
     jsCtx *js;                  /* stream and consumer management */
     natsSubscription *sub;      /* "<inbox>.>", with a 100 ms tick */
     const void *bus;            /* the bus whose stages share it */
-    char *url;                  /* owned */
+    char *url;                  /* owned: one url, or several joined
+                                   by commas (cnats tries each) */
+    char shown[256];            /* url with any user info as "***" */
     bool low_latency;           /* each message written at once */
     char inbox[64];             /* "_INBOX.<nuid>" */
     size_t inbox_len;
@@ -118,6 +123,7 @@ struct rconn {
     atomic_uint_fast64_t disconnects;
     atomic_uint_fast64_t reconnects;
     atomic_uint_fast64_t async_errors;
+    atomic_uint_fast64_t completions_refused; /* on no entry's subject */
 };
 
 /* The connection of bus to url (low_latency: cnats's send-asap, each
@@ -141,8 +147,17 @@ void seda__rconn_put(struct rconn *c);
 int seda__rconn_attach(struct rconn *c, const struct rclient *cl);
 void seda__rconn_detach(struct rconn *c, int sid);
 
+/* url (one, or several joined by commas) with the user info of each
+ * (user, password, token) replaced by "***", into buf: what stats,
+ * reports and errors show.  Cannot fail (truncates). */
+void seda__rconn_redact(const char *url, char *buf, size_t len);
+
 /* True while the connection is up (requests and publishes can go out). */
 bool seda__rconn_up(struct rconn *c);
+/* Wait until the connection is up, or the deadline (monotonic ns), or
+ * it is closed; true when up.  Blocks; no lock of this layer held. */
+bool seda__rconn_wait_up(struct rconn *c, int64_t deadline_ns);
+bool seda__rconn_closed(struct rconn *c);
 /* "connected", "reconnecting", "disconnected", "closed", ... */
 const char *seda__rconn_state(struct rconn *c);
 
@@ -173,6 +188,7 @@ void seda__rsetup_name(const char *stage, char *buf);
 /* The effective consumer settings (the existing consumer's when one was
  * found: it is shared, its settings rule). */
 struct rcons_cfg {
+    bool stream_created;        /* this call created the stream */
     int64_t ack_wait_ns;
     int max_deliver;            /* -1: unlimited */
     int max_ack_pending;
@@ -181,8 +197,8 @@ struct rcons_cfg {
 };
 
 /* Look up the stream (create it, WorkQueue retention, file storage,
- * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns, when
- * missing; add subject to an existing stream that does not cover it),
+ * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns,
+ * replicas copies (0: 1), when missing; add subject to an existing stream that does not cover it),
  * then, unless consumer is NULL, the durable consumer (created with the
  * wanted settings when missing; an existing one must filter subject; got
  * says which settings apply).  Returns 0, or a
@@ -190,7 +206,8 @@ struct rcons_cfg {
  * Blocks for a few JetStream API requests. */
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, const struct rcons_cfg *want,
+                        int64_t dup_window_ns, int replicas,
+                        const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen);
 
 /* ---- a remote stage (rstage.c; pub.c, feed.c and complete.c work on
@@ -228,15 +245,27 @@ struct rreq {
  * process that died holding them, or that overran ack_wait. */
 #define RS_LOST_DELIVERIES 2
 
+/* A message taken in and not yet settled (feed.c), by stream sequence:
+ * kept alive with in-progress acks while it waits, and a second copy of
+ * it (JetStream redelivering it) is recognised.  Guarded by fmu. */
+struct rheld {
+    uint64_t sseq;              /* stream sequence */
+    char *reply;                /* owned: the first copy's ack subject */
+    int64_t wpi_at;             /* taken in, or last said in progress */
+    struct rheld *next;         /* hash chain */
+};
+#define RS_HELD_BUCKETS 256
+
 /*
  * Locking:
  *   pmu guards the publishing window: inflight, reserved, waiters,
  *   next_n, hash, hmask, head, tail (room is its condition).
  *   fmu guards the feed: held, outstanding, reqs, req_n, epoch_n,
- *   last_expires, last_heard, info_at.
+ *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
- *   ack_wait_ns.
+ *   ack_wait_ns, want, dup_ns, replicas.
+ *   Dispatch thread only: setup_at, setup_backoff.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
  *   own); awaiting (relaxed counter, read by the idle check, which scans
@@ -258,6 +287,14 @@ struct rstage {
     bool consume;               /* declared to consume (the consumer was
                                    found or made) */
     int64_t ack_wait_ns;
+    struct rcons_cfg want;      /* the consumer settings asked for */
+    int64_t dup_ns;             /* the stream's dedup window, if made */
+    int replicas;               /* the stream's replicas, if made */
+    atomic_bool need_setup;     /* stream and consumer to be declared
+                                   again (after a reconnect, or JetStream
+                                   said they are gone); release/acquire */
+    int64_t setup_at;           /* next attempt (dispatch thread only) */
+    int64_t setup_backoff;      /* ns; doubles per failure (dispatch) */
     atomic_bool consuming;      /* seda_remote_consume was called */
     atomic_bool closing;        /* the bus is being freed */
 
@@ -281,6 +318,16 @@ struct rstage {
                                    before the last reconnect) */
     int64_t last_expires;       /* when the last request sent expires */
     int64_t info_at;            /* last consumer info request */
+    struct rheld *hheld[RS_HELD_BUCKETS]; /* held messages by sseq */
+    double rate;                /* settled a second (moving average; 0:
+                                   not known yet) */
+    int rate_n;                 /* settled since rate_at */
+    int64_t rate_at;            /* start of the current count */
+
+    seda__mutex_t cmu;          /* guards csend, ncsend, csend_n */
+    struct rcsend *csend;       /* completions awaiting their "+OK" */
+    int ncsend;
+    uint64_t csend_n;
 
     /* Envelopes taken in and not yet admitted: the dispatch thread gathers
      * those that arrive together and admits them in one step (intake.c).
@@ -292,11 +339,26 @@ struct rstage {
     atomic_uint_fast64_t fetched, acked, naked, termed, bad_messages;
     atomic_uint_fast64_t completions_sent, completions_received;
     atomic_uint_fast64_t completions_dropped, completions_lost;
+    atomic_uint_fast64_t completions_resent, completions_too_large;
+    atomic_uint_fast64_t completions_unacked;
+    atomic_uint_fast64_t redeclared;   /* stream or consumer made again */
+    atomic_uint_fast64_t held_twice;   /* a copy of a held message came
+                                          again: not handled twice */
+    atomic_uint_fast64_t in_progress;  /* +WPI sent */
     atomic_uint_fast64_t progress;  /* anything settled: the idle scan's */
     atomic_int awaiting;            /* on_complete callbacks awaited */
     _Atomic int64_t js_pending, js_ack_pending, js_redelivered, js_waiting;
     _Atomic int64_t js_at;          /* when those came (ns), 0 = never */
 };
+
+/* ---- declare.c ---- */
+
+/* Mark rs's stream and consumer to be declared again (why: for the
+ * report); the next tick does it, with backoff while it fails.  While
+ * marked, re-sends wait and no pull request goes out.  Any thread. */
+void seda__rstage_need_setup(struct rstage *rs, const char *why);
+/* Dispatch thread: declare them again if marked and due. */
+void seda__rstage_setup_tick(struct rstage *rs, int64_t now);
 
 /* ---- pub.c ---- */
 
@@ -311,8 +373,9 @@ void seda__rpub_unreserve(struct rstage *rs);
 uint64_t seda__rpub_next(struct rstage *rs);
 
 /* Send msg (its reply subject made with n) under a held slot: 0 (msg is
- * taken; seda__rstage_published reports its end), or SEDA_EUNAVAIL (the
- * slot is given back; the caller keeps msg). */
+ * taken; seda__rstage_published reports its end), or SEDA_EUNAVAIL or
+ * SEDA_ETOOLARGE (over the server's max_payload) (the slot is given
+ * back; the caller keeps msg). */
 int seda__rpub_send(struct rstage *rs, natsMsg *msg, uint64_t n,
                     int64_t deadline_ns, bool user_dup, void *ud);
 
@@ -357,6 +420,9 @@ void seda__rfeed_reconnect(struct rstage *rs);
  * reconnecting); then ask for more.  Any thread. */
 void seda__rfeed_settle(struct rstage *rs, const char *reply, int how,
                         int64_t delay_ns);
+
+/* Forget every held message (the stage closes). */
+void seda__rfeed_close(struct rstage *rs);
 
 /* Ask JetStream for the consumer's counts when those held are older
  * than half a second (the reply comes to the dispatch thread). */
@@ -405,16 +471,24 @@ void seda__rcomp_free(struct rconn *c);
 /* Await the completion of rid (published through rs; local_id is the id
  * the publisher knows): done(env, outcome, ud) fires when it comes, or
  * with SEDA_DROPPED when it is cancelled or the stage closes.  Returns a
- * serial that names the entry (0: out of memory, nothing registered). */
+ * serial that names the entry (0: out of memory or no randomness,
+ * nothing registered), and the entry's secret (32 hex digits) into
+ * secret: the message's origin is "<inbox>.c.<secret>". */
 uint64_t seda__rcomp_await(struct rconn *c, struct rstage *rs,
                            const char *rid, const char *local_id,
-                           seda_done_fn done, void *ud);
+                           seda_done_fn done, void *ud, char secret[33]);
+/* Is origin a completion subject of the one form seda sends
+ * ("_INBOX.<token>.c.<32 hex digits>")?  A message naming any other is
+ * not taken in. */
+bool seda__rcomp_origin_ok(const char *origin);
 /* End the entry (rid, serial) with outcome, unless its completion came
  * first; returns whether it did.  No lock held. */
 bool seda__rcomp_cancel(struct rconn *c, const char *rid, uint64_t serial,
                         int outcome);
-/* Dispatch thread: a completion message ("<inbox>.c"). */
-void seda__rcomp_on_msg(struct rconn *c, natsMsg *m);
+/* Dispatch thread: a completion message ("<inbox>.c.<secret>"; secret
+ * "" for any other form): taken only by the entry of that secret and
+ * id, answered "+OK" on its reply subject when it was (or was before). */
+void seda__rcomp_on_msg(struct rconn *c, natsMsg *m, const char *secret);
 /* Remove the entry (rid, serial) without firing it (its message was not
  * sent after all). */
 void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial);
@@ -422,9 +496,20 @@ void seda__rcomp_forget(struct rconn *c, const char *rid, uint64_t serial);
 void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs);
 
 /* Send a completion to origin for an envelope rs took in (counted in
- * completions_sent; a no-responders answer is counted dropped).  Any
- * thread; never blocks. */
+ * completions_sent) and keep it until the origin answers "+OK" (its
+ * reply "<inbox>.<sid>.x.<n>"): re-sent every second, given up after
+ * 60 s or when nobody listened four times (the origin is gone), counted
+ * in completions_dropped and reported on stderr.  One whose payload is
+ * over the server's max_payload goes as a dead letter with reason
+ * too_large instead.  Any thread; never blocks. */
 void seda__rcomp_send(struct rstage *rs, const char *origin,
                       const struct rw_done *d);
+/* Dispatch thread: the answer to completion n; a tick (re-sends). */
+void seda__rcomp_on_reply(struct rstage *rs, uint64_t n, natsMsg *m);
+void seda__rcomp_tick(struct rstage *rs, int64_t now);
+/* Completions of rs not yet acknowledged? (the idle check) */
+bool seda__rcomp_sending(struct rstage *rs);
+/* Forget them (the stage closes). */
+void seda__rcomp_close_sends(struct rstage *rs);
 
 #endif /* SEDA_REMOTE_INT_H */

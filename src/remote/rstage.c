@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/pool.h"
 #include "remote_int.h"
 
 /* ---- an envelope taken in ---- */
@@ -165,15 +166,46 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
 
 /* ---- the core's hooks ---- */
 
+/* msg is over the server's max_payload: say so on stderr, and on env (its
+ * caller still owns it: a hop's dead letter carries the detail). */
+static void too_large(struct rstage *rs, seda_env_t *env, natsMsg *msg)
+{
+    int64_t limit = natsConnection_GetMaxPayload(rs->conn->nc);
+    size_t plen = 0;
+    seda_env_payload(env, &plen);
+    char why[200];
+    snprintf(why, sizeof why, "too_large: the message (payload %zu bytes, "
+             "%d with seda's fields) is over the server's max_payload of "
+             "%lld bytes", plen, natsMsg_GetDataLength(msg),
+             (long long)limit);
+    (void)seda_env_set_header(env, "x-dead-detail", why);
+    seda_stage_report(rs->st, why);
+}
+
 static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
     struct rstage *rs = seda__stage_remote_ctx(st);
+    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
+    if (!seda__rconn_up(rs->conn) && hop &&
+        !atomic_load_explicit(&rs->closing, memory_order_acquire)) {
+        /* A hop waits out a reconnect up to its timeout (hop_timeout), as
+         * a hop into a full stage waits for room: a broker blip is not a
+         * reason to dead-letter (and a durable source keeps its row
+         * meanwhile).  A worker lends its thread while it waits. */
+        struct seda_pool *loaned = seda__pool_current_owner()
+                                       ? seda__pool_block_begin() : NULL;
+        seda__rconn_wait_up(rs->conn, deadline);
+        seda__pool_block_end(loaned);
+    }
     if (!seda__rconn_up(rs->conn)) {
         seda__stage_count_dropped(st);      /* a refusal, as any other */
+        if (hop)
+            (void)seda_env_set_header(env, "x-dead-detail", "unavailable: "
+                                      "the NATS server was not reachable "
+                                      "within hop_timeout");
         return SEDA_EUNAVAIL;
     }
-    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
     int rc = seda__rpub_reserve(rs, deadline);
     if (rc)
         return rc;
@@ -187,22 +219,24 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     struct rctx *ctx = env->done == seda__rctx_done ? env->done_ud : NULL;
     rid_of(rs, env, m->rid);
     uint32_t rhop = ctx ? ctx->rhop + 1 : 1;
-    char origin[80];
-    snprintf(origin, sizeof origin, "%s.c", rs->conn->inbox);
+    char origin[128];
+    if (env->done && !ctx) {
+        /* Registered before the send: the completion may overtake the
+         * PubAck.  Its secret names the completion's subject. */
+        char local[SEDA_ID_MAX], secret[33];
+        m->serial = seda__rcomp_await(rs->conn, rs, m->rid,
+                                      seda_env_id(env, local), env->done,
+                                      env->done_ud, secret);
+        if (!m->serial)
+            rc = SEDA_ENOMEM;
+        snprintf(origin, sizeof origin, "%s.c.%s", rs->conn->inbox,
+                 m->serial ? secret : "");
+    }
     const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
     uint64_t n = seda__rpub_next(rs);
     natsMsg *msg = NULL;
-    rc = build(rs, env, m->rid, rhop, og, n, &msg);
-    if (rc == 0 && env->done && !ctx) {
-        /* Registered before the send: the completion may overtake the
-         * PubAck. */
-        char local[SEDA_ID_MAX];
-        m->serial = seda__rcomp_await(rs->conn, rs, m->rid,
-                                      seda_env_id(env, local), env->done,
-                                      env->done_ud);
-        if (!m->serial)
-            rc = SEDA_ENOMEM;
-    }
+    if (rc == 0)
+        rc = build(rs, env, m->rid, rhop, og, n, &msg);
     struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
     if (rc == 0) {
         m->ctx = ctx;
@@ -222,11 +256,13 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
         seda__rpub_unreserve(rs);
     }
     if (rc) {
+        if (rc == SEDA_ETOOLARGE)
+            too_large(rs, env, msg);
         natsMsg_Destroy(msg);
         if (m->serial)      /* not sent: env keeps its done callback */
             seda__rcomp_forget(rs->conn, m->rid, m->serial);
         seda__free(m);
-        if (rc == SEDA_EUNAVAIL)
+        if (rc == SEDA_EUNAVAIL || rc == SEDA_ETOOLARGE)
             seda__stage_count_dropped(st);
         return rc;
     }
@@ -360,6 +396,8 @@ static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
     seda__mutex_unlock(&rs->fmu);
     if (atomic_load_explicit(&rs->awaiting, memory_order_relaxed) > 0)
         idle = false;
+    if (seda__rcomp_sending(rs))        /* a completion not yet taken */
+        idle = false;
     *sum += atomic_load_explicit(&rs->progress, memory_order_relaxed);
     return idle;
 }
@@ -372,6 +410,7 @@ void seda__rstage_free(struct rstage *rs)
     pthread_cond_destroy(&rs->room);
     seda__mutex_destroy(&rs->pmu);
     seda__mutex_destroy(&rs->fmu);
+    seda__mutex_destroy(&rs->cmu);
     seda__free(rs);
 }
 
@@ -382,6 +421,8 @@ static void remote_close(struct seda_stage_s *st)
     seda__rconn_detach(rs->conn, rs->sid);   /* no more callbacks */
     seda__rstage_intake_flush(rs);           /* nothing left gathered */
     seda__rpub_close(rs);
+    seda__rfeed_close(rs);
+    seda__rcomp_close_sends(rs);
     seda__rcomp_close_stage(rs->conn, rs);
     seda__rconn_put(rs->conn);
     seda__rstage_free(rs);

@@ -101,10 +101,10 @@ static int widen(struct rconn *c, const jsStreamInfo *si,
 }
 
 static int ensure_stream(struct rconn *c, const char *stream,
-                         const char *subject, int64_t dup_ns, char *err,
-                         size_t errlen)
+                         const char *subject, int64_t dup_ns, int replicas,
+                         bool *created, char *err, size_t errlen)
 {
-    for (int tries = 0; tries < 3; tries++) {
+    for (int tries = 0; tries < 4; tries++) {
         jsStreamInfo *si = NULL;
         jsErrCode jerr = 0;
         natsStatus s = js_GetStreamInfo(&si, c->js, stream, NULL, &jerr);
@@ -114,6 +114,8 @@ static int ensure_stream(struct rconn *c, const char *stream,
             jsStreamInfo_Destroy(si);
             return rc;
         }
+        if (s == NATS_TIMEOUT && tries < 3)
+            continue;   /* a cluster electing a leader: ask again */
         if (s != NATS_NOT_FOUND) {
             snprintf(err, errlen, "cannot look up stream '%s': %s%s%s",
                      stream, natsStatus_GetText(s),
@@ -134,11 +136,17 @@ static int ensure_stream(struct rconn *c, const char *stream,
         cfg.Retention = js_WorkQueuePolicy;
         cfg.Storage = js_FileStorage;
         cfg.Duplicates = dup_ns;
+        cfg.Replicas = replicas > 0 ? replicas : 1;
         jerr = 0;
         s = js_AddStream(&si, c->js, &cfg, NULL, &jerr);
         jsStreamInfo_Destroy(si);
-        if (s == NATS_OK)
+        if (s == NATS_OK) {
+            if (created)
+                *created = true;
             return 0;
+        }
+        if (s == NATS_TIMEOUT && jerr == 0)
+            continue;   /* a replicated stream may take longer: look */
         if (jerr != JSStreamNameExistErr) {
             snprintf(err, errlen, "cannot create stream '%s': %s "
                      "(JetStream error %d) %s", stream,
@@ -164,11 +172,15 @@ static void take_cfg(const jsConsumerConfig *cc, struct rcons_cfg *got)
 
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, const struct rcons_cfg *want,
+                        int64_t dup_window_ns, int replicas,
+                        const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen)
 {
-    int rc = ensure_stream(c, stream, subject, dup_window_ns, err, errlen);
+    bool created = false;
+    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas,
+                           &created, err, errlen);
     memset(got, 0, sizeof *got);
+    got->stream_created = created;
     if (rc || !consumer)
         return rc;
     for (int tries = 0; tries < 2; tries++) {

@@ -7,6 +7,8 @@
  *   natsd_stop(&d)          SIGTERM, waits for it (then SIGKILL)
  *   natsd_start(&d, &d)     again on the same port and store (a restart)
  *   natsd_cleanup(&d)       stop if running, remove the directory
+ *   natsd_prepare(&d)       a directory and port, not started (set
+ *                           d.conf, then natsd_start(&d, &d))
  *
  * The program is $NATS_SERVER, else nats-server on the PATH, else
  * /usr/sbin/nats-server (Debian installs it there).  Waits are bounded:
@@ -37,6 +39,8 @@ struct natsd {
     int port;
     char dir[256];              /* its directory (store in dir/js) */
     char url[64];
+    char conf[300];             /* a config file (-c) when set before
+                                   natsd_start(&d, &d) */
 };
 
 static inline double natsd_now(void)
@@ -89,22 +93,27 @@ static inline const char *natsd_program(void)
     return "/usr/sbin/nats-server";
 }
 
+static inline bool natsd_prepare(struct natsd *d)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "%s/seda-natsd.XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(d->dir)) {
+        perror("natsd: mkdtemp");
+        return false;
+    }
+    d->port = natsd_free_port();
+    snprintf(d->url, sizeof d->url, "nats://127.0.0.1:%d", d->port);
+    return true;
+}
+
 /* Start a server: a fresh one (same == NULL), or again on same's port and
  * store.  Returns false (with a message on stderr) when it does not
  * listen within 10 s. */
 static inline bool natsd_start(struct natsd *d, const struct natsd *same)
 {
-    if (!same) {
-        memset(d, 0, sizeof *d);
-        snprintf(d->dir, sizeof d->dir, "%s/seda-natsd.XXXXXX",
-                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-        if (!mkdtemp(d->dir)) {
-            perror("natsd: mkdtemp");
-            return false;
-        }
-        d->port = natsd_free_port();
-        snprintf(d->url, sizeof d->url, "nats://127.0.0.1:%d", d->port);
-    }
+    if (!same && !natsd_prepare(d))
+        return false;
     char port[16], store[300], log[300];
     snprintf(port, sizeof port, "%d", d->port);
     snprintf(store, sizeof store, "%s/js", d->dir);
@@ -117,8 +126,12 @@ static inline bool natsd_start(struct natsd *d, const struct natsd *same)
             dup2(devnull, 0);
             dup2(devnull, 1);
         }
-        execlp(prog, prog, "-js", "-a", "127.0.0.1", "-p", port, "-sd",
-               store, "-l", log, (char *)NULL);
+        if (d->conf[0])
+            execlp(prog, prog, "-c", d->conf, "-js", "-a", "127.0.0.1",
+                   "-p", port, "-sd", store, "-l", log, (char *)NULL);
+        else
+            execlp(prog, prog, "-js", "-a", "127.0.0.1", "-p", port, "-sd",
+                   store, "-l", log, (char *)NULL);
         _exit(127);
     }
     if (pid < 0) {
