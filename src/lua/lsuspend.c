@@ -184,21 +184,19 @@ void seda__l_suspend_co_error(lua_State *L, lua_State *co)
 
 /* ---- waits ---- */
 
-/* Whether c's wait ended (any thread). */
-static bool wait_ended(struct lcall *c)
-{
-    return c->ended(c->wait_arg);
-}
-
 void seda__l_suspend_post(struct lcall *c)
 {
+    /* Everything under mail_mu, the wake included: once a stopping
+     * worker sees c->posted (under the same mutex) it may free c and
+     * itself, so the poster must touch neither after the unlock. */
     struct lworker *w = c->w;
     pthread_mutex_lock(&w->mail_mu);
     c->mail_next = w->mail;
     w->mail = c;
+    c->posted = true;
     pthread_cond_broadcast(&w->mail_cv);
-    pthread_mutex_unlock(&w->mail_mu);
     seda_worker_wake(w->self);
+    pthread_mutex_unlock(&w->mail_mu);
 }
 
 /* Save the handler's view of its envelope into c and clear the state's
@@ -415,6 +413,8 @@ static struct lcall *mail_take(struct lworker *w)
     pthread_mutex_lock(&w->mail_mu);
     struct lcall *m = w->mail;
     w->mail = NULL;
+    for (struct lcall *x = m; x; x = x->mail_next)
+        x->posted = false;              /* its next wait posts anew */
     pthread_mutex_unlock(&w->mail_mu);
     /* Posted newest first: resume in the order the waits ended. */
     struct lcall *r = NULL;
@@ -464,8 +464,9 @@ void seda__l_suspend_end(struct lworker *w)
         }
         return;
     }
-    /* The bus stops: end every wait, wait for each post (so nothing
-     * still refers to a call), drop them. */
+    /* The bus stops: end every wait, wait for each post to be done (a
+     * wait that has ended is not enough: its poster may still be on its
+     * way to the mailbox), drop them. */
     for (struct lcall *c = w->susp; c; c = c->next)
         if (c->suspended && c->cancel)
             c->cancel(c->wait_arg);
@@ -473,7 +474,7 @@ void seda__l_suspend_end(struct lworker *w)
         if (!c->suspended)
             continue;
         pthread_mutex_lock(&w->mail_mu);
-        while (!wait_ended(c))
+        while (!c->posted)
             pthread_cond_wait(&w->mail_cv, &w->mail_mu);
         pthread_mutex_unlock(&w->mail_mu);
     }

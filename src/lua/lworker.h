@@ -143,6 +143,9 @@ SEDA__API void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
 struct lcall {
     struct lcall *next;         /* w->calls */
     struct lcall *mail_next;    /* w->mail; guarded by w->mail_mu */
+    bool posted;                /* its wait's end is in the mailbox (its
+                                   poster is done with it); guarded by
+                                   w->mail_mu */
     struct lworker *w;
     lua_State *co;              /* the call's coroutine */
     int co_ref;                 /* its registry anchor */
