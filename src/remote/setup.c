@@ -104,6 +104,7 @@ static int ensure_stream(struct rconn *c, const char *stream,
                          const char *subject, int64_t dup_ns, int replicas,
                          bool *created, char *err, size_t errlen)
 {
+    int nopeers = 0;
     for (int tries = 0; tries < 4; tries++) {
         jsStreamInfo *si = NULL;
         jsErrCode jerr = 0;
@@ -147,6 +148,13 @@ static int ensure_stream(struct rconn *c, const char *stream,
         }
         if (s == NATS_TIMEOUT && jerr == 0)
             continue;   /* a replicated stream may take longer: look */
+        if (jerr == JSClusterNoPeersErr && nopeers++ < 40) {
+            /* A cluster still forming (not all its peers known yet):
+             * wait and ask again, up to 10 s in all. */
+            nats_Sleep(250);
+            tries--;
+            continue;
+        }
         if (jerr != JSStreamNameExistErr) {
             snprintf(err, errlen, "cannot create stream '%s': %s "
                      "(JetStream error %d) %s", stream,
