@@ -174,6 +174,15 @@ SEDA__API bool seda__env_resume_end(void);
 /* The latest failure's message (first line), or NULL. */
 SEDA__API const char *seda__env_last_error(const seda_env_t *env);
 
+/* The bytes env's headers take as copies: their strings with NULs, and
+ * 2 * count pointers. */
+SEDA__API size_t seda__env_headers_size(const seda_env_t *env);
+/* Copy env's headers into q (room for their strings), hv[2i] and hv[2i+1]
+ * pointing at the copies of the i-th name and value.  Returns the end of
+ * what was written. */
+SEDA__API char *seda__env_headers_copy(const seda_env_t *env,
+                                       const char **hv, char *q);
+
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);
 

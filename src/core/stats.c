@@ -353,13 +353,8 @@ void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
     const void *p = seda_env_payload(env, &plen);
     size_t pkeep = plen < DEAD_PAYLOAD_KEEP ? plen : DEAD_PAYLOAD_KEEP;
     int nh = seda_env_header_count(env);
-    size_t len = (size_t)nh * 2 * sizeof(char *) + (err ? strlen(err) + 1 : 0)
+    size_t len = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
                  + pkeep;
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        len += strlen(k) + strlen(v) + 2;
-    }
     char *blob = seda__malloc(len ? len : 1);
     if (!blob)
         return;
@@ -390,17 +385,7 @@ void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
     r.d.payload = q;
     r.d.payload_len = pkeep;
     q += pkeep;
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
-        memcpy(q, k, kn);
-        hv[2 * i] = q;
-        q += kn;
-        memcpy(q, v, vn);
-        hv[2 * i + 1] = q;
-        q += vn;
-    }
+    q = seda__env_headers_copy(env, hv, q);
     char *drop = NULL;
     seda__mutex_lock(&s->dl_mu);
     if (!s->dl)

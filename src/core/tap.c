@@ -50,12 +50,7 @@ static char *copy_of(const seda_env_t *env, seda_tap_entry *e)
     const void *p = seda_env_payload(env, &plen);
     size_t keep = plen < TAP_PAYLOAD ? plen : TAP_PAYLOAD;
     int nh = seda_env_header_count(env);
-    size_t len = (size_t)nh * 2 * sizeof(char *) + keep;
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        len += strlen(k) + strlen(v) + 2;
-    }
+    size_t len = seda__env_headers_size(env) + keep;
     char *blob = seda__malloc(len ? len : 1);
     if (!blob)
         return NULL;
@@ -72,17 +67,7 @@ static char *copy_of(const seda_env_t *env, seda_tap_entry *e)
     e->payload = q;
     e->payload_len = keep;
     q += keep;
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
-        memcpy(q, k, kn);
-        hv[2 * i] = q;
-        q += kn;
-        memcpy(q, v, vn);
-        hv[2 * i + 1] = q;
-        q += vn;
-    }
+    q = seda__env_headers_copy(env, hv, q);
     e->headers = nh ? hv : NULL;
     return blob;
 }
