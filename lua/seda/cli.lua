@@ -535,21 +535,28 @@ end
 -- metrics(): the Prometheus text exposition of every live bus.
 function G.metrics() return M.metrics() end
 
+-- What errors(stage) and dlq(stage) read: { {bus, name} } for one stage
+-- ("name#N" as stats() names it), or { {bus} } for every bus.  Raises for
+-- a bad or unknown stage, naming the helper.
+local function targets(what, stage)
+  if stage ~= nil and type(stage) ~= "string" then
+    fail(what .. ": stage name must be a string")
+  end
+  if stage then
+    local b, name = resolve(stage)
+    if not b then fail(what .. ": no such stage '" .. stage .. "'") end
+    return { { b, name } }
+  end
+  local list = {}
+  for _, b in ipairs(buses()) do list[#list + 1] = { b } end
+  return list
+end
+
 -- errors([stage]): the recent errors (bus:errors()) of one stage ("name#N"
 -- as stats() names it) or of every stage of every bus, newest first, each
 -- whole (tracebacks included).  Prints; returns nothing.
 function G.errors(stage)
-  if stage ~= nil and type(stage) ~= "string" then
-    fail("errors: stage name must be a string")
-  end
-  local list = {}
-  if stage then
-    local b, name = resolve(stage)
-    if not b then fail("errors: no such stage '" .. stage .. "'") end
-    list[1] = { b, name }
-  else
-    for _, b in ipairs(buses()) do list[#list + 1] = { b } end
-  end
+  local list = targets("errors", stage)
   local n = 0
   for i, x in ipairs(list) do
     local ok, errs = pcall(x[1].errors, x[1], x[2])
@@ -644,17 +651,7 @@ end
 -- newest first, each with why: reason, the last error, attempts, when,
 -- and the missing stage of a no_such_stage.  Prints; returns nothing.
 function G.dlq(stage)
-  if stage ~= nil and type(stage) ~= "string" then
-    fail("dlq: stage name must be a string")
-  end
-  local list = {}
-  if stage then
-    local b, name = resolve(stage)
-    if not b then fail("dlq: no such stage '" .. stage .. "'") end
-    list[1] = { b, name }
-  else
-    for _, b in ipairs(buses()) do list[#list + 1] = { b } end
-  end
+  local list = targets("dlq", stage)
   local n = 0
   for i, x in ipairs(list) do
     local ok, dls = pcall(x[1].dead_letters, x[1], x[2])
