@@ -412,6 +412,21 @@ static inline int tu_thread_count(void)
     return n;
 }
 
+/* The kernel clears a joined thread's tid before it drops the thread from
+ * /proc/self/task, so a count read right after pthread_join may still see
+ * it: wait, up to timeout seconds, for the count to become want. */
+static inline bool tu_wait_threads(int want, double timeout)
+{
+    double end = seda_now() + timeout;
+    while (tu_thread_count() != want) {
+        if (seda_now() > end)
+            return false;
+        struct timespec nap = {0, 1000000}; /* polling back-off only */
+        nanosleep(&nap, NULL);
+    }
+    return true;
+}
+
 /* Open file descriptors (entries of /proc/self/fd, minus the one opendir
  * itself holds); -1 if unreadable. */
 static inline int tu_fd_count(void)

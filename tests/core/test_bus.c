@@ -620,18 +620,6 @@ static void c6_lifecycle(int i, int baseline_threads)
     seda_bus_free(bus);
 }
 
-static bool wait_threads(int want, double timeout)
-{
-    double end = seda_now() + timeout;
-    while (tu_thread_count() != want) {
-        if (seda_now() > end)
-            return false;
-        struct timespec nap = {0, 1000000}; /* polling back-off only */
-        nanosleep(&nap, NULL);
-    }
-    return true;
-}
-
 static void test_bus_c6_no_leak_across_lifecycles(void **state)
 {
     (void)state;
@@ -642,7 +630,7 @@ static void test_bus_c6_no_leak_across_lifecycles(void **state)
     assert_true(fds > 0);
     for (int i = 0; i < 20; i++) {
         c6_lifecycle(i, threads);
-        if (!wait_threads(threads, TU_DEADLINE))
+        if (!tu_wait_threads(threads, TU_DEADLINE))
             fail_msg("lifecycle %d: %d threads after seda_bus_free, "
                      "baseline %d", i, tu_thread_count(), threads);
         int nf = tu_fd_count();

@@ -318,7 +318,7 @@ static void test_loop_free_with_pending_ops(void **state)
         assert_int_equal(r.status[i], SEDA_IO_CANCELLED);
         seda_io_op_free(s[i].op);
     }
-    assert_int_equal(tu_thread_count(), threads);
+    assert_true(tu_wait_threads(threads, TU_DEADLINE));
     rec_destroy(&r);
     free(s);
 }

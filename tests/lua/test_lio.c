@@ -79,7 +79,7 @@ static void test_lio_loop_joined_at_close(void **state)
     run(L, "seda.sleep(0.001)");
     assert_int_equal(tu_thread_count(), threads + 1);   /* one loop */
     lua_close(L);
-    assert_int_equal(tu_thread_count(), threads);
+    assert_true(tu_wait_threads(threads, TU_DEADLINE));
 }
 
 static void test_lio_sockets_closed_at_close(void **state)
@@ -109,7 +109,7 @@ static void test_lio_sockets_closed_at_close(void **state)
     run(L, code);
     assert_true(tu_fd_count() > fds);
     lua_close(L);
-    assert_int_equal(tu_thread_count(), threads);
+    assert_true(tu_wait_threads(threads, TU_DEADLINE));
     assert_int_equal(tu_fd_count(), fds);
     close(lfd);
 }
