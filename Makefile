@@ -404,6 +404,7 @@ $(B)/seda-lua.pc: include/seda.h Makefile
 	@mv $@.tmp $@
 
 INSTALL_LUA := lua/seda/test.lua
+INSTALL_DOC := $(wildcard docs/*.md) docs/status-page.png
 
 install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUA_CMOD_DIR) \
@@ -424,7 +425,7 @@ install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -m 0644 $(B)/seda.pc $(B)/seda-lua.pc $(DESTDIR)$(PC_DIR)/
 	install -m 0644 docs/seda-lua.1 $(DESTDIR)$(MAN1_DIR)/seda-lua.1
 	install -d $(DESTDIR)$(DOC_DIR)
-	install -m 0644 docs/reference.md $(DESTDIR)$(DOC_DIR)/reference.md
+	install -m 0644 $(INSTALL_DOC) $(DESTDIR)$(DOC_DIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/seda-lua $(DESTDIR)$(LUA_CMOD_DIR)/seda.so \
@@ -443,7 +444,7 @@ uninstall:
 	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(PC_DIR)/seda-lua.pc \
 	    $(DESTDIR)$(MAN1_DIR)/seda-lua.1 \
 	    $(addprefix $(DESTDIR)$(LUA_LMOD_DIR)/seda/,$(notdir $(INSTALL_LUA))) \
-	    $(DESTDIR)$(DOC_DIR)/reference.md
+	    $(addprefix $(DESTDIR)$(DOC_DIR)/,$(notdir $(INSTALL_DOC)))
 	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/seda 2>/dev/null
 
 # luarocks make (seda-scm-1.rockspec): seda.so and the Lua modules into

@@ -2,7 +2,9 @@
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
 # seda_remote.h, libseda.a, libseda.so (with its soname links),
 # libsedalua.a, libsedaremote.a, seda.pc, seda-lua.pc, the seda.test
-# module, the man page and docs/reference.md land under PREFIX; the
+# module, the man page and docs/reference.md land under PREFIX (the
+# steps docs/c-api.md shows: make install DESTDIR, then cc with
+# pkg-config seda and seda-lua); the
 # installed seda-lua runs a script, the stock lua5.4 loads the installed
 # seda.so (and seda.test) from its default module path layout, `man`
 # finds the page, a C program on the core builds with a plain
