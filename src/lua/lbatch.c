@@ -307,8 +307,13 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
             fail_all(bt, "out of memory");
             break;
         }
+        /* The coroutine may come from a batch of another stage (the
+         * state keeps one for the next batch): its hook is this stage's,
+         * none when the stage has no handler_timeout. */
         if (timeout > 0)
             lua_sethook(co, timeout_hook, LUA_MASKCOUNT, 1000);
+        else
+            lua_sethook(co, NULL, 0, 0);
         w->reload = false;
         w->bco = co;
         lua_pushvalue(L, SLOT_TRAMP);

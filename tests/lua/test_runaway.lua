@@ -92,6 +92,27 @@ T.test("C12 handler_timeout does not fire for handlers within the limit", functi
   bus:shutdown(5)
 end)
 
+T.test("C12 a stage's handler_timeout does not follow the worker to a stage without one", function()
+  -- One worker: the stage with a limit runs first, then a stage without
+  -- one on the same Lua state; its handler runs well past the other's
+  -- limit and must not be stopped (it was: the state's coroutine kept
+  -- the hook and the old deadline).
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "limited", handler_timeout = 0.05, handler = function(env) end }
+  bus:stage{ name = "free", handler = function(env)
+    local d = seda.now() + 0.3
+    while seda.now() < d do end
+    seda.shared:incr("ra.free.ok", 1)
+  end }
+  for i = 1, 3 do bus:publish("limited", i) end
+  T.idle(bus, 15)
+  for i = 1, 2 do bus:publish("free", i) end
+  T.idle(bus, 15)
+  T.eq(seda.shared:get("ra.free.ok"), 2, "both handled once")
+  T.eq(bus:stats("free").nacked, 0, "no timeout without a handler_timeout")
+  bus:shutdown(5)
+end)
+
 T.test("C12 memory limit: an allocating handler is nacked, not a crash", function()
   local bus = T.bus{ workers = 1, memory_limit = 32 * 1024 * 1024 }
   bus:stage{ name = "dlq", handler = dlq }
