@@ -276,6 +276,10 @@ $(B)/src/cli/cli_metrics.o: src/cli/cli_metrics.c lua/seda/metrics.lua
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -DCLI_METRICS_FILE='"$(abspath lua/seda/metrics.lua)"' -c $< -o $@
 
+$(B)/src/cli/cli_tap.o: src/cli/cli_tap.c
+	@mkdir -p $(@D)
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(MHD_CFLAGS) -c $< -o $@
+
 $(B)/src/cli/cli_http.o: src/cli/cli_http.c src/cli/cli_page.html
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(MHD_CFLAGS) -DCLI_PAGE_FILE='"$(abspath src/cli/cli_page.html)"' -c $< -o $@

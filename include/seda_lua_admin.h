@@ -110,6 +110,43 @@ SEDA__API void seda__l_worker_closestate(lua_State *L);
  * __tostring, or a note of its type) with a traceback. */
 SEDA__API int seda__l_worker_msghandler(lua_State *L);
 
+/* ---- live taps seen by a tool (src/lua/lerrors.c, src/lua/lobserve.c) ---- */
+
+struct seda_tap_entry;          /* seda.h */
+
+/* Push a table for the tap copy e: the fields of bus:tap()'s entries (id,
+ * at, attempts, payload_size, headers, and payload when the whole payload
+ * was copied and decodes, else payload_preview).  May raise (memory).
+ * Any thread that owns L. */
+SEDA__API void seda__l_errors_tap_entry(lua_State *L,
+                                        const struct seda_tap_entry *e);
+
+/* An observer's tap: a tap (seda_tap_open) on a stage of a live bus that
+ * a thread other than the main one reads (seda-lua's /tap).  A bus can be
+ * shut down and freed on the main thread at any time; its observer taps
+ * are closed first, and a read says so, so the reader never touches a
+ * freed stage. */
+typedef struct seda_lua_otap seda_lua_otap;
+
+/* Open a tap of capacity copies on the stage label names among the live
+ * buses: "name" is the first bus's stage of that name, "name#N" the N-th
+ * bus's that has one (as stats() and the REPL name them).  0;
+ * SEDA_ENOSTAGE (-ENOENT) when no live bus has it; SEDA_EINVAL or
+ * SEDA_ENOMEM (seda_tap_open's).  Close it with seda__l_observe_tap_close.
+ * Any thread. */
+SEDA__API int seda__l_observe_tap_open(const char *label, int capacity,
+                                       seda_lua_otap **out);
+/* Take up to max copies without waiting (free each with
+ * seda_tap_entry_free); *missed the copies lost so far.  Returns how
+ * many, or SEDA_ECLOSED (-ECANCELED) once the bus has been shut down (the
+ * tap is then closed: only seda__l_observe_tap_close is left to call).
+ * One reader at a time per tap; any thread. */
+SEDA__API int seda__l_observe_tap_read(seda_lua_otap *t,
+                                       struct seda_tap_entry *out, int max,
+                                       uint64_t *missed);
+/* Close t (accepts NULL).  Any thread; cannot fail. */
+SEDA__API void seda__l_observe_tap_close(seda_lua_otap *t);
+
 /* ---- hosting the main state (src/lua/lcallback.c) ---- */
 
 /* For a program hosting the main state (seda-lua's REPL): how many

@@ -28,6 +28,56 @@ M.printable = printable
 local function out(...) C.write(...) end
 M.out = out
 
+-- The site of an error message: the first "file:line" of its first line
+-- (where a handler's error() was raised: "handler error: parse.lua:4:
+-- ..." is parse.lua:4), else that line's text before its first ": " (a
+-- hop timeout, a journal failure), at most 60 bytes.
+local function error_site(message)
+  local line = tostring(message):match("^[^\n]*")
+  local site = line:match("([^%s:]+:%d+):")
+  if not site then site = line:match("^(.-): ") or line end
+  if #site > 60 then site = site:sub(1, 57) .. "..." end
+  return site
+end
+M.error_site = error_site
+
+-- error_sites(errors [, cap = 20]): the entries of bus:errors() grouped by
+-- stage and site, the most frequent first: { stage =, site =, count =
+-- (occurrences, repeats included), distinct = (messages), first =, last =
+-- (wall-clock), message = (the latest's first line) }; at most cap
+-- groups, and how many more were left out.
+function M.error_sites(errors, cap)
+  cap = cap or 20
+  local by, list = {}, {}
+  for _, e in ipairs(errors or {}) do
+    local site = error_site(e.message)
+    local key = e.stage .. "\0" .. site
+    local g = by[key]
+    if not g then
+      g = { stage = e.stage, site = site, count = 0, distinct = 0,
+            first = e.first or e.time, last = e.time,
+            message = tostring(e.message):match("^[^\n]*") }
+      by[key] = g
+      list[#list + 1] = g
+    end
+    g.count = g.count + (e.repeats or 1)
+    g.distinct = g.distinct + 1
+    if (e.first or e.time) < g.first then g.first = e.first or e.time end
+    if e.time > g.last then
+      g.last = e.time
+      g.message = tostring(e.message):match("^[^\n]*")
+    end
+  end
+  sort(list, function(a, b)
+    if a.count ~= b.count then return a.count > b.count end
+    if a.last ~= b.last then return a.last > b.last end
+    return a.stage .. a.site < b.stage .. b.site
+  end)
+  local more = math.max(0, #list - cap)
+  for i = #list, cap + 1, -1 do list[i] = nil end
+  return list, more
+end
+
 -- ---- collecting stats ----------------------------------------------
 
 local function buses()

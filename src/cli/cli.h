@@ -12,6 +12,7 @@
  *                  embedded) and --metrics: the text file
  *   cli_http.c     --http: /metrics, /stats.json, /dlq.json and the
  *                  status page (cli_page.html) on libmicrohttpd
+ *   cli_tap.c      --http's /tap?stage=NAME: Server-Sent Events streams
  *   cli_observe.c  the observer: a Lua state and a thread of their own
  *                  that serve --http and write --metrics
  *   cli_json.c     Lua values as JSON; the /stats.json document
@@ -247,6 +248,31 @@ int cli_http_fd(void);                  /* for poll(), or -1 when off */
 int cli_http_timeout(int timeout_ms);
 void cli_http_run(void);                /* after every poll() */
 void cli_http_stop(void);
+
+/* cli_tap.c: GET /tap?stage=NAME, the Server-Sent Events streams (on the
+ * observer thread; see the file).  At most HTTP_TAP_LIMIT at once; while
+ * any is open the observer pumps them every TAP_PUMP_MS. */
+#define HTTP_TAP_LIMIT 16
+#define TAP_PUMP_MS 50
+#define TAP_STOP_MS 500         /* the server's stop waits this long for
+                                   streams to send their end */
+struct MHD_Connection;
+struct MHD_Response;
+/* Open a stream of the stage label names for connection c: 200 with the
+ * response in *out (the caller queues it and destroys its reference),
+ * or 400 (no stage given), 404 (no live bus has it), 503 (HTTP_TAP_LIMIT
+ * open) or 500 with a message (ending in a newline) in msg. */
+int cli_tap_start(struct MHD_Connection *c, const char *label,
+                  struct MHD_Response **out, char *msg, size_t msglen);
+/* Before every MHD_run: move copies into the streams, resume those with
+ * something to send, end those whose client left.  Nothing when none is
+ * open. */
+void cli_tap_pump(double now);
+/* timeout_ms bounded by TAP_PUMP_MS while a stream is open. */
+int cli_tap_timeout(int timeout_ms);
+/* End every stream with an "end" event saying why (the server stops). */
+void cli_tap_end_all(const char *why);
+int cli_tap_count(void);                /* streams open */
 
 /* cli_json.c: a growable text buffer (malloc; the caller frees p) */
 struct cli_jbuf {

@@ -10,6 +10,8 @@
  *   /metrics     the Prometheus text exposition (lua/seda/metrics.lua)
  *   /stats.json  every live bus's stats and recent errors (cli_json.c)
  *   /dlq.json    every live bus's kept dead letters, newest first
+ *   /tap?stage=  the envelopes entering a stage, live, as Server-Sent
+ *                Events (cli_tap.c), until the client goes away
  *
  * GET and HEAD only (405 with an Allow header otherwise), 404 for any other
  * path, 400 for what MHD finds malformed, 403 for a Host header that is
@@ -17,7 +19,8 @@
  * DNS-rebinding page in the operator's browser would send its own name);
  * at most HTTP_CONN_LIMIT connections at once, each given HTTP_TIMEOUT
  * seconds to send a whole request (from its start or its previous
- * answer), however slowly its bytes drip.
+ * answer), however slowly its bytes drip (a /tap stream, which answers
+ * for as long as it is open, is exempt), and at most HTTP_TAP_LIMIT taps.
  *
  * DESIGN
  *   The answers come from the observer (cli_observe.c): a Lua state of
@@ -44,6 +47,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -89,6 +93,7 @@ struct conn {
     int fd;
     double since;
     bool cut;
+    bool stream;                /* answering /tap: no deadline till done */
     struct conn *prev, *next;
 };
 static struct conn *conns;
@@ -268,6 +273,34 @@ static enum MHD_Result serve_json(struct MHD_Connection *c, const char *what,
     return ret;
 }
 
+/* /tap?stage=NAME: a Server-Sent Events stream (cli_tap.c), exempt from
+ * the whole-request deadline and MHD's idle timeout while it lasts. */
+static enum MHD_Result serve_tap(struct MHD_Connection *c)
+{
+    const char *label = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                    "stage");
+    struct MHD_Response *r = NULL;
+    char msg[384];
+    int status = cli_tap_start(c, label, &r, msg, sizeof msg);
+    if (status != MHD_HTTP_OK)
+        return reply_text(c, (unsigned)status, msg);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/event-stream; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);            /* the connection holds it now */
+    if (ret == MHD_YES) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+            c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (ci && ci->socket_context)
+            ((struct conn *)ci->socket_context)->stream = true;
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0U);
+    }
+    return ret;
+}
+
 /* Whether a request naming host (its Host header) may be answered: an IP
  * address, localhost, or a name given with --http-host.  Any other name
  * is what a DNS-rebinding page would send to reach a loopback endpoint
@@ -363,9 +396,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         return serve_json(c, "stats.json", cli_json_stats);
     if (strcmp(url, "/dlq.json") == 0)
         return serve_json(c, "dlq.json", cli_json_dlq);
+    if (strcmp(url, "/tap") == 0)
+        return serve_tap(c);
     char buf[256];
     snprintf(buf, sizeof buf, "not found: %.120s\nendpoints: / (status "
-             "page), /metrics, /stats.json, /dlq.json\n", url);
+             "page), /metrics, /stats.json, /dlq.json, /tap?stage=NAME\n",
+             url);
     return reply_text(c, MHD_HTTP_NOT_FOUND, buf);
 }
 
@@ -379,6 +415,13 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     static int lines;
     static unsigned long skipped;
     (void)cls;
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    /* A /tap stream whose client left ends "with an error" (cli_tap.c):
+     * the usual end of a tap, nothing to report. */
+    static const char tap_end[] = "Closing connection (application error";
+    if (strncmp(buf, tap_end, sizeof tap_end - 1) == 0)
+        return;
     double now = cli_now();
     if (now - window >= 1.0) {
         if (skipped)
@@ -393,8 +436,6 @@ static void on_log(void *cls, const char *fmt, va_list ap)
         return;
     }
     lines++;
-    char buf[512];
-    vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
     while (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
@@ -434,7 +475,8 @@ static void on_connection(void *cls, struct MHD_Connection *c,
     }
 }
 
-/* A request answered (or ended): its connection's clock starts again. */
+/* A request answered (or ended): its connection's clock starts again
+ * (a stream's too: the next request is timed). */
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -443,8 +485,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
         c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    if (ci && ci->socket_context)
-        ((struct conn *)ci->socket_context)->since = cli_now();
+    if (ci && ci->socket_context) {
+        struct conn *k = ci->socket_context;
+        k->since = cli_now();
+        k->stream = false;
+    }
 }
 
 /* Shut down the connections past their whole-request deadline; MHD
@@ -452,7 +497,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void reap(double now)
 {
     for (struct conn *k = conns; k; k = k->next) {
-        if (!k->cut && now - k->since > HTTP_TIMEOUT) {
+        if (!k->cut && !k->stream && now - k->since > HTTP_TIMEOUT) {
             k->cut = true;
             slow_cut++;
             shutdown(k->fd, SHUT_RDWR);
@@ -488,7 +533,10 @@ int cli_http_start(const char *spec)
         close(fd);
         return 1;
     }
-    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    /* Suspend and resume: a /tap stream with nothing to send waits out
+     * of the poll (cli_tap.c). */
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     h.d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, NULL,
@@ -533,6 +581,7 @@ int cli_http_fd(void)
 int cli_http_timeout(int timeout_ms)
 {
     MHD_UNSIGNED_LONG_LONG t;
+    timeout_ms = cli_tap_timeout(timeout_ms);
     if (!h.d || MHD_get_timeout(h.d, &t) != MHD_YES)
         return timeout_ms;
     if (timeout_ms < 0 || t < (MHD_UNSIGNED_LONG_LONG)timeout_ms)
@@ -545,8 +594,10 @@ void cli_http_run(void)
     if (!h.d || h.in_run)
         return;
     h.in_run = true;
+    double now = cli_now();
+    cli_tap_pump(now);
     MHD_run(h.d);
-    reap(cli_now());
+    reap(now);
     h.in_run = false;
 }
 
@@ -554,6 +605,17 @@ void cli_http_stop(void)
 {
     if (!h.d)
         return;
+    /* Every /tap stream ends with an "end" event, sent if its client
+     * reads within TAP_STOP_MS; none is left suspended (MHD_stop_daemon
+     * would panic). */
+    cli_tap_end_all("the server stops");
+    for (int i = 0; i < TAP_STOP_MS / 10 && cli_tap_count() > 0; i++) {
+        struct pollfd p = { .fd = h.epfd, .events = POLLIN };
+        MHD_run(h.d);
+        if (cli_tap_count() > 0)
+            poll(&p, 1, 10);
+    }
+    cli_tap_end_all("the server stops");
     MHD_stop_daemon(h.d);               /* closes the listening socket */
     h.d = NULL;
     h.epfd = -1;

@@ -7,10 +7,18 @@
  *     "buses": [ { "index": 1,            -- as the metrics' bus="1" label
  *                  "order": ["parse", "enrich", "sink"],  -- declaration
  *                  "stats": <bus:stats()>,
- *                  "errors": <bus:errors()> }, ... ] }
+ *                  "errors": <bus:errors()>,
+ *                  "error_sites": [ { "stage":, "site": "x.lua:12",
+ *                                     "count":, "distinct":, "first":,
+ *                                     "last":, "message": }, ... ],
+ *                  "error_sites_more": 0 }, ... ] }
+ *
+ * error_sites: the errors grouped by stage and site (cli.lua's
+ * M.error_sites), the most frequent first, at most ERROR_SITES_MAX;
+ * error_sites_more counts the groups left out.
  *
  * DESIGN
- *   Main thread, main Lua state.  The text goes into a C buffer the
+ *   The observer's thread and state (cli_observe.c).  The text goes into a C buffer the
  *   caller owns (struct cli_jbuf), so the document is built inside a
  *   protected call: a Lua error raised half-way (a bus closed meanwhile,
  *   out of memory) leaves the caller a buffer to free and an error to
@@ -33,6 +41,7 @@
 #include "seda_lua.h"
 
 #define MAX_DEPTH 16            /* deeper tables are written as null */
+#define ERROR_SITES_MAX 20      /* error sites a bus lists (the rest counted) */
 
 void cli_json_add(struct cli_jbuf *b, const char *s, size_t n)
 {
@@ -329,6 +338,30 @@ static int push_buses(lua_State *L)
     return lua_gettop(L);
 }
 
+/* ,"error_sites":[...],"error_sites_more":N for the bus:errors() list at
+ * the top of L (cli.lua's M.error_sites; nil when absent: none). */
+static void error_sites(struct cli_jbuf *b, lua_State *L)
+{
+    int top = lua_gettop(L);
+    adds(b, ",\"error_sites\":");
+    if (!lua_istable(L, top) || !cli_observe_fn(L, "error_sites")) {
+        adds(b, "[],\"error_sites_more\":0");
+        return;
+    }
+    lua_pushvalue(L, top);
+    lua_pushinteger(L, ERROR_SITES_MAX);
+    lua_call(L, 2, 2);                  /* raises only for memory */
+    if (lua_istable(L, -2) && lua_rawlen(L, -2) > 0)
+        cli_json_array(b, L, -2, 0);
+    else
+        adds(b, "[]");
+    char num[48];
+    snprintf(num, sizeof num, ",\"error_sites_more\":%lld",
+             (long long)lua_tointeger(L, -1));
+    adds(b, num);
+    lua_settop(L, top);
+}
+
 /* lua_CFunction: build the document into the cli_jbuf given as a light
  * userdata (argument 1).  Raises on a Lua error (out of memory). */
 static int build_stats(lua_State *L)
@@ -364,6 +397,7 @@ static int build_stats(lua_State *L)
             cli_json_array(b, L, -1, 0);
         else
             adds(b, "[]");
+        error_sites(b, L);
         adds(b, "}");
         lua_settop(L, list);
     }

@@ -328,6 +328,39 @@ int seda__l_errors_log(lua_State *L)
 
 /* ---- live taps ---- */
 
+void seda__l_errors_tap_entry(lua_State *L, const struct seda_tap_entry *e)
+{
+    lua_createtable(L, 0, 8);
+    lua_pushstring(L, e->id);
+    lua_setfield(L, -2, "id");
+    lua_pushnumber(L, e->at);
+    lua_setfield(L, -2, "at");
+    lua_pushinteger(L, e->attempts);
+    lua_setfield(L, -2, "attempts");
+    lua_pushinteger(L, (lua_Integer)e->payload_size);
+    lua_setfield(L, -2, "payload_size");
+    bool whole = e->payload_len == e->payload_size;
+    int top = lua_gettop(L);
+    char err[64];
+    if (whole && e->kind == 0)
+        lua_pushlstring(L, e->payload, e->payload_len);
+    else if (!whole || seda__codec_decode(L, e->payload, e->payload_len,
+                                          err, sizeof err) != 0)
+        lua_settop(L, top);
+    if (lua_gettop(L) > top) {
+        lua_setfield(L, -2, "payload");
+    } else {
+        lua_pushlstring(L, e->payload, e->payload_len);
+        lua_setfield(L, -2, "payload_preview");
+    }
+    lua_createtable(L, 0, e->nheaders);
+    for (int h = 0; h < e->nheaders; h++) {
+        lua_pushstring(L, e->headers[2 * h + 1]);
+        lua_setfield(L, -2, e->headers[2 * h]);
+    }
+    lua_setfield(L, -2, "headers");
+}
+
 static int tap_box_gc(lua_State *L)
 {
     seda_tap_t **box = lua_touserdata(L, 1);
@@ -377,36 +410,7 @@ int seda__l_errors_tap(lua_State *L)
         int k = seda_tap_read(*box, e, n - got < 16 ? (int)(n - got) : 16,
                               left < 0.05 ? left : 0.05, &missed);
         for (int i = 0; i < k; i++) {
-            lua_createtable(L, 0, 8);
-            lua_pushstring(L, e[i].id);
-            lua_setfield(L, -2, "id");
-            lua_pushnumber(L, e[i].at);
-            lua_setfield(L, -2, "at");
-            lua_pushinteger(L, e[i].attempts);
-            lua_setfield(L, -2, "attempts");
-            lua_pushinteger(L, (lua_Integer)e[i].payload_size);
-            lua_setfield(L, -2, "payload_size");
-            bool whole = e[i].payload_len == e[i].payload_size;
-            int top = lua_gettop(L);
-            char err[64];
-            if (whole && e[i].kind == 0)
-                lua_pushlstring(L, e[i].payload, e[i].payload_len);
-            else if (!whole || seda__codec_decode(L, e[i].payload,
-                                                  e[i].payload_len, err,
-                                                  sizeof err) != 0)
-                lua_settop(L, top);
-            if (lua_gettop(L) > top) {
-                lua_setfield(L, -2, "payload");
-            } else {
-                lua_pushlstring(L, e[i].payload, e[i].payload_len);
-                lua_setfield(L, -2, "payload_preview");
-            }
-            lua_createtable(L, 0, e[i].nheaders);
-            for (int h = 0; h < e[i].nheaders; h++) {
-                lua_pushstring(L, e[i].headers[2 * h + 1]);
-                lua_setfield(L, -2, e[i].headers[2 * h]);
-            }
-            lua_setfield(L, -2, "headers");
+            seda__l_errors_tap_entry(L, &e[i]);
             lua_rawseti(L, -2, ++got);
             seda_tap_entry_free(&e[i]);
         }

@@ -20,6 +20,12 @@
  *   the bus's worker list under its own mutex (order: this mutex, then
  *   the bus's).  The main state never takes this mutex while holding
  *   another lock.
+ *
+ *   An observer's tap (seda__l_observe_tap_*, seda-lua's /tap) outlives
+ *   one method: it is on the list below with its bus's number, read
+ *   under the mutex without waiting, and closed by the bus's leaving the
+ *   list (seda__l_observe_remove), before the bus can be freed.  The
+ *   taps' own mutex is a leaf under this one.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -44,6 +50,14 @@ static struct live *live;       /* creation order; guarded by obs_mu */
 static int nlive, caplive;      /* guarded by obs_mu */
 static uint64_t next_id = 1;    /* guarded by obs_mu */
 
+struct seda_lua_otap {
+    struct seda_lua_otap *next; /* guarded by obs_mu */
+    uint64_t bus;               /* the live bus's id; immutable */
+    seda_tap_t *tap;            /* NULL once the bus left; guarded by
+                                   obs_mu */
+};
+static struct seda_lua_otap *otaps; /* open observer taps; obs_mu */
+
 void seda__l_observe_add(struct lbus *lb)
 {
     pthread_mutex_lock(&obs_mu);
@@ -66,6 +80,12 @@ void seda__l_observe_remove(struct lbus *lb)
     pthread_mutex_lock(&obs_mu);
     for (int i = 0; i < nlive; i++) {
         if (live[i].lb == lb) {
+            for (struct seda_lua_otap *t = otaps; t; t = t->next) {
+                if (t->bus == live[i].id && t->tap) {
+                    seda_tap_close(t->tap);
+                    t->tap = NULL;
+                }
+            }
             memmove(&live[i], &live[i + 1],
                     (size_t)(nlive - i - 1) * sizeof *live);
             nlive--;
@@ -168,6 +188,87 @@ static int obs_buses(lua_State *L)
     free(copy);
     free(names);
     return 1;
+}
+
+/* ---- observer taps ---- */
+
+/* The live bus label names a stage of, and that stage (*st); NULL when
+ * none.  obs_mu held. */
+static struct live *find_stage(const char *label, seda_stage_t **st)
+{
+    char base[SEDA_NAME_MAX + 1];
+    long nth = 1;
+    const char *hash = strrchr(label, '#');
+    size_t n = hash ? (size_t)(hash - label) : strlen(label);
+    if (hash) {
+        char *end;
+        nth = strtol(hash + 1, &end, 10);
+        if (hash[1] == '\0' || *end || nth < 2)
+            return NULL;
+    }
+    if (n == 0 || n >= sizeof base)
+        return NULL;
+    memcpy(base, label, n);
+    base[n] = '\0';
+    for (int i = 0; i < nlive; i++) {
+        seda_bus_t *b = live[i].lb->bus;
+        seda_stage_t *s = b ? seda_bus_stage(b, base) : NULL;
+        if (s && --nth == 0) {
+            *st = s;
+            return &live[i];
+        }
+    }
+    return NULL;
+}
+
+int seda__l_observe_tap_open(const char *label, int capacity,
+                             seda_lua_otap **out)
+{
+    struct seda_lua_otap *t = calloc(1, sizeof *t);
+    if (!t)
+        return SEDA_ENOMEM;
+    pthread_mutex_lock(&obs_mu);
+    seda_stage_t *st = NULL;
+    struct live *l = find_stage(label, &st);
+    int rc = l ? seda_tap_open(st, capacity, &t->tap) : SEDA_ENOSTAGE;
+    if (rc == 0) {
+        t->bus = l->id;
+        t->next = otaps;
+        otaps = t;
+    }
+    pthread_mutex_unlock(&obs_mu);
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int seda__l_observe_tap_read(seda_lua_otap *t, seda_tap_entry *out,
+                             int max, uint64_t *missed)
+{
+    pthread_mutex_lock(&obs_mu);
+    int k = t->tap ? seda_tap_read(t->tap, out, max, 0, missed)
+                   : SEDA_ECLOSED;
+    pthread_mutex_unlock(&obs_mu);
+    return k;
+}
+
+void seda__l_observe_tap_close(seda_lua_otap *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&obs_mu);
+    for (struct seda_lua_otap **pp = &otaps; *pp; pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    }
+    seda_tap_close(t->tap);
+    pthread_mutex_unlock(&obs_mu);
+    free(t);
 }
 
 static int obs_now(lua_State *L)

@@ -231,6 +231,54 @@ rc=$?
 [ "$rc" = 0 ] || { cat "$D/json.out"; head -c 600 "$D/expect.txt"; }
 check "/stats.json matches bus:stats(), orders, errors" [ "$rc" = 0 ]
 
+# What the page shows besides: each figure's window, dead letters by
+# reason, delayed retries, suspended calls, each worker's Lua memory, and
+# the errors grouped by site (file:line), counted and capped.
+SITE="p.lua:$(grep -n 'error("bad payload' "$D/p.lua" | cut -d: -f1)"
+python3 - "$D/stats.json" "$SITE" >"$D/page_fields.out" 2>&1 <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1])); site = sys.argv[2]; bad = 0
+def err(*a):
+    global bad; print(*a); bad = 1
+for b in d["buses"]:
+    st = b["stats"]
+    if not isinstance(st.get("suspended"), int): err("bus suspended", st.get("suspended"))
+    wm = st.get("worker_memory")
+    if not isinstance(wm, list) or not wm or not all(isinstance(v, int) and v > 0 for v in wm):
+        err("worker_memory", wm)
+    for name, s in st["stages"].items():
+        if s.get("window") != 10.0: err(name, "window", s.get("window"))
+        for k in ("delayed", "suspended", "window_count"):
+            if not isinstance(s.get(k), int): err(name, k, s.get(k))
+        if not isinstance(s.get("dead_by_reason"), dict): err(name, "dead_by_reason", s.get("dead_by_reason"))
+        elif sum(s["dead_by_reason"].values()) != s["dead_lettered"]:
+            err(name, "dead_by_reason", s["dead_by_reason"], "!= dead_lettered", s["dead_lettered"])
+    if not isinstance(b.get("error_sites"), list) or not isinstance(b.get("error_sites_more"), int):
+        err("no error_sites / error_sites_more", list(b))
+busy = [b for b in d["buses"] if "alpha" in b["stats"]["stages"]][0]
+quiet = [b for b in d["buses"] if "q1" in b["stats"]["stages"]][0]
+if sum(sum(s["dead_by_reason"].values()) for s in quiet["stats"]["stages"].values()) < 1:
+    err("the quiet bus has no dead letters by reason")
+sites = busy["error_sites"]
+if len(sites) != 1: err("alpha's errors are one site, got", sites)
+else:
+    g = sites[0]
+    if g["stage"] != "alpha" or not g["site"].endswith(site): err("site", g, "expected", site)
+    kept = [e for e in busy["errors"] if e["stage"] == "alpha"]
+    if g["distinct"] != len(kept) or g["distinct"] < 2: err("distinct", g["distinct"], len(kept))
+    if g["count"] != sum(e["repeats"] for e in kept): err("count", g["count"])
+    if "\n" in g["message"] or "bad payload" not in g["message"]: err("message", g["message"])
+    if not g["first"] <= g["last"]: err("first/last", g)
+if busy["error_sites_more"] != 0: err("error_sites_more", busy["error_sites_more"])
+q = quiet["error_sites"]
+if len(q) != 1 or q[0]["stage"] != "q2" or q[0]["count"] != 1 or "q2 says no" not in q[0]["message"]:
+    err("quiet sites", q)
+sys.exit(bad)
+EOF
+rc=$?
+[ "$rc" = 0 ] || cat "$D/page_fields.out"
+check "/stats.json has the page's fields: windows, dead letters by reason, delayed, suspended, worker memory, error sites" [ "$rc" = 0 ]
+
 # ---- bad requests -----------------------------------------------------------
 code() { C -o /dev/null -w '%{http_code}' "$@"; }
 check "an unknown path is 404" [ "$(code "$URL/nope")" = 404 ]
@@ -457,15 +505,21 @@ for n in ("zulu", "alpha", "mike"):
     if not float(rates.get(n, 0)) > 0: fail("stage", n, "rate not > 0:", rates.get(n))
 for col in ('class="queue"', 'class="inflight"', 'class="sojourn-p99"', 'class="dead', 'class="shed', '<svg class="spark rate"', '<svg class="spark soj"'):
     if col not in dom: fail("no", col)
-for word in ("loaned", "loans", "dead-lettered", "recent errors"):
+for word in ("loaned", "loans", "dead-lettered", "recent errors", "suspended calls",
+             "delayed retries", "worker Lua memory", "dead letters by reason",
+             "errors by site", "sojourn p99 (last 10 s)", "service p99 (last 10 s)",
+             "rate/s (last 1 s)", "p99: the last 10 s"):
     if word not in dom: fail("no", word)
 if not re.search(r'<li data-stage="alpha">.*?bad payload', dom): fail("alpha's error not listed")
 if not re.search(r'<li data-stage="q2">.*?q2 says no', dom): fail("q2's error not listed")
+if not re.search(r'<tr data-stage="alpha" data-site="[^"]*p\.lua:\d+">', dom): fail("alpha's error site not listed")
+if not re.search(r'<td data-reason="max_attempts"[^>]*>[1-9]', dom): fail("no dead letters by reason")
+if not re.search(r'<span data-worker="0">worker 0 <b>[0-9.]+ KiB', dom): fail("no worker memory")
 sys.exit(bad)
 EOF
 rc=$?
 cat "$D/dom.out" | sed 's/^/    /'
-check "the rendered page has every stage's row in order with a non-zero rate, loans, dead letters, errors" [ "$rc" = 0 ]
+check "the rendered page has every stage's row in order with a non-zero rate, loans, dead letters (by reason), errors (by site), worker memory, each figure's window" [ "$rc" = 0 ]
 # (a longer budget: the sparklines have some history)
 timeout 120 chromium $CHROME_FLAGS --user-data-dir="$D/chrome2" \
     --virtual-time-budget=20000 --window-size=1280,900 \
