@@ -609,6 +609,11 @@ static void hop_reconnect(bool durable)
         bo.data_dir = data;
     seda_bus_t *b;
     assert_int_equal(seda_bus_new(&bo, &b), 0);
+    if (durable) {
+        char e[256];
+        if (seda_bus_open_journal(b, e, sizeof e) != 0)
+            fail_msg("seda_bus_open_journal: %s", e);
+    }
     struct rec ra, rr, rd;
     rec_init(&ra);
     rec_init(&rr);
@@ -670,6 +675,15 @@ static void test_trust_hop_waits_out_a_reconnect(void **state)
 {
     (void)state;
     hop_reconnect(false);
+}
+
+/* The audit's worst case: 2 233 of the dead letters came out of a
+ * durable stage's journal. */
+static void test_trust_hop_from_a_durable_stage_waits_out_a_reconnect(
+    void **state)
+{
+    (void)state;
+    hop_reconnect(true);
 }
 
 
@@ -805,6 +819,8 @@ int main(void)
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
         cmocka_unit_test(test_trust_hop_waits_out_a_reconnect),
+        cmocka_unit_test(
+            test_trust_hop_from_a_durable_stage_waits_out_a_reconnect),
         cmocka_unit_test(test_trust_pubsub_retry_skips_consumers_that_acked),
         cmocka_unit_test(test_trust_typed_stage_checks_what_it_takes_in),
     };
