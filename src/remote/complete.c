@@ -379,7 +379,8 @@ void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs)
 #define CSEND_EVERY_NS  1000000000LL    /* no "+OK" within: send again */
 #define CSEND_LIFE_NS  60000000000LL    /* then give up, loudly */
 #define CSEND_MAX       8192            /* completions awaiting "+OK" */
-#define CSEND_NOBODY    4               /* no-responders before giving up */
+#define CSEND_NOBODY_NS 10000000000LL   /* no-responders only, this long:
+                                           the origin is gone */
 
 /* A completion sent and not yet acknowledged by its origin.  Guarded by
  * the stage's cmu while in its list. */
@@ -390,7 +391,8 @@ struct rcsend {
     size_t len;
     char id[SEDA_ID_MAX];       /* the itinerary's, for reports */
     int sends;
-    int nobody;                 /* no-responders answers so far */
+    int64_t nobody_since;       /* first no-responders answer of the
+                                   current run of them (0: none) */
     int64_t sent;               /* last sent (monotonic ns) */
     int64_t deadline;
     struct rcsend *next;
@@ -516,13 +518,18 @@ void seda__rcomp_on_reply(struct rstage *rs, uint64_t n, natsMsg *m)
         return;                         /* not an answer */
     if (status == 503) {
         /* Nobody listens: the origin is gone, or reconnecting (to another
-         * server of a cluster, say).  Sent again (by the tick) a few
-         * times, CSEND_EVERY_NS apart, before it is given up. */
+         * server of a cluster, say, where its interest takes a moment to
+         * spread).  Sent again (by the tick) CSEND_EVERY_NS apart until
+         * nobody has listened for CSEND_NOBODY_NS: a count of answers
+         * gave up within a few seconds, inside a server's restart. */
+        int64_t now = seda__now_ns();
         seda__mutex_lock(&rs->cmu);
         struct rcsend *y = rs->csend;
         while (y && y->n != n)
             y = y->next;
-        bool keep = y && ++y->nobody < CSEND_NOBODY;
+        if (y && y->nobody_since == 0)
+            y->nobody_since = now;
+        bool keep = y && now - y->nobody_since < CSEND_NOBODY_NS;
         seda__mutex_unlock(&rs->cmu);
         if (keep)
             return;

@@ -595,7 +595,7 @@ static void test_remote_completion_to_a_gone_origin_is_counted(void **state)
     seda_stage_consume(r, record, &rr);
     seda_remote_consume(r);
     assert_true(rec_wait(&rr, 1, false));
-    end = seda_now() + DL;
+    end = seda_now() + DL + 10;         /* given up after 10 s of nobody */
     do {
         seda_remote_stats_get(r, &rst);
     } while (rst.completions_dropped < 1 && seda_now() < end &&

@@ -350,6 +350,59 @@ static void test_trust_completion_over_max_payload_ends_on_complete(
     done_destroy(&d);
 }
 
+/* The server stopped (SIGSTOP) for 4 s while handlers end their
+ * itineraries: the completions they send get no answer and are sent
+ * again; once the server runs again every on_complete fires, once, and
+ * none is dropped (the audit lost 2-4 of them after an 8 s stop). */
+static void test_trust_completions_survive_a_stopped_server(void **state)
+{
+    (void)state;
+    struct natsd srv;
+    assert_true(natsd_start(&srv, NULL));
+    seda_bus_t *origin = new_bus(1), *b = new_bus(1);
+    add_remote(origin, &(struct radd){ .name = "slow", .stream = "C2S",
+                                       .url = srv.url });
+    struct rec rr;
+    rec_init(&rr);
+    rr.sleep = 0.3;
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "slow", .stream = "C2S", .url = srv.url, .consume = true });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    struct done_rec d;
+    done_init(&d);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.done = on_done;
+    o.done_ud = &d;
+    enum { N = 6 };
+    for (int i = 0; i < N; i++)
+        assert_int_equal(seda_publish(origin, "slow", "x", 1, &o), 0);
+    assert_true(rec_wait(&rr, 1));      /* taken in: handlers running */
+    kill(srv.pid, SIGSTOP);
+    nap(4.0);                           /* the stop, not a synchronisation */
+    kill(srv.pid, SIGCONT);
+    if (!done_wait(&d, N))
+        fail_msg("%d of %d on_complete fired (handled %d)", d.completed, N,
+                 rec_get(&rr, NULL));
+    pthread_mutex_lock(&d.mu);
+    assert_int_equal(d.completed, N);
+    assert_int_equal(d.dead + d.dropped, 0);
+    pthread_mutex_unlock(&d.mu);
+    seda_remote_stats rst;
+    seda_remote_stats_get(st, &rst);
+    assert_int_equal(rst.completions_dropped, 0);
+    assert_true(wait_idle(origin));
+    assert_true(wait_idle(b));
+    assert_books(origin);
+    assert_books(b);
+    seda_bus_free(b);
+    seda_bus_free(origin);
+    natsd_cleanup(&srv);
+    rec_destroy(&rr);
+    done_destroy(&d);
+}
+
 /* ---- 3: the stream lost ---- */
 
 /* The stream deleted under running processes (as a server restarted with
@@ -815,6 +868,7 @@ int main(void)
             test_trust_completion_over_max_payload_ends_on_complete),
         cmocka_unit_test(
             test_trust_forged_completions_and_origins_are_refused),
+        cmocka_unit_test(test_trust_completions_survive_a_stopped_server),
         cmocka_unit_test(test_trust_lost_stream_is_declared_again),
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
