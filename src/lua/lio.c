@@ -170,21 +170,12 @@ void seda__l_io_op_done(struct lio_op *b)
 }
 
 /* A suspended call's wait, seen from lsuspend.c: end it early (its
- * callback still comes), and whether it ended. */
+ * callback still comes). */
 static void box_cancel(void *arg)
 {
     struct lio_op *b = arg;
     if (b->op)
         seda_io_cancel(b->op);
-}
-
-static bool box_fired(void *arg)
-{
-    struct lio_op *b = arg;
-    pthread_mutex_lock(&b->w->mu);
-    bool fired = b->w->fired;
-    pthread_mutex_unlock(&b->w->mu);
-    return fired;
 }
 
 int seda__l_io_wait(lua_State *L, int box, lua_KFunction k, lua_KContext ctx)
@@ -201,7 +192,7 @@ int seda__l_io_wait(lua_State *L, int box, lua_KFunction k, lua_KContext ctx)
         pthread_mutex_unlock(&w->mu);
         if (fired)
             seda__l_suspend_post(c);
-        return seda__l_suspend_yield(L, c, box_cancel, box_fired, b, ctx, k);
+        return seda__l_suspend_yield(L, c, box_cancel, b, ctx, k);
     }
     /* Block until the callback fired, with a loan on a pool worker.
      * Every op ends by itself (its own deadline, or the peer), except

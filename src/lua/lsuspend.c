@@ -287,13 +287,12 @@ struct lcall *seda__l_suspend_begin(lua_State *L)
 }
 
 int seda__l_suspend_yield(lua_State *L, struct lcall *c,
-                          void (*cancel)(void *), bool (*ended)(void *),
-                          void *arg, lua_KContext ctx, lua_KFunction k)
+                          void (*cancel)(void *), void *arg,
+                          lua_KContext ctx, lua_KFunction k)
 {
     struct lworker *w = c->w;
     view_save(w, c);
     c->cancel = cancel;
-    c->ended = ended;
     c->wait_arg = arg;
     c->suspended = true;
     w->yielded = c;

@@ -151,8 +151,7 @@ struct lcall {
     int co_ref;                 /* its registry anchor */
     seda_pending_t *p;          /* the core's handle */
     void (*cancel)(void *);     /* ends its wait early */
-    bool (*ended)(void *);      /* whether its wait ended */
-    void *wait_arg;             /* their argument */
+    void *wait_arg;             /* its argument */
     bool suspended;             /* waiting now (not running) */
     /* The view saved while suspended (struct lenv's, user values in the
      * registry table uv_ref). */
@@ -178,11 +177,10 @@ SEDA__API struct lcall *seda__l_suspend_begin(lua_State *L);
 /* Suspend c until seda__l_suspend_post(c), then continue with
  * k(L, LUA_YIELD, ctx).  The waiter armed what posts it first (it may
  * already have: a post only queues c; it runs after this batch call
- * returns).  cancel(arg) ends the wait early and ended(arg) says whether
- * the post came (a worker that stops uses both; any thread).  Yields. */
+ * returns).  cancel(arg) ends the wait early (a worker that stops
+ * uses it; any thread).  Yields. */
 SEDA__API int seda__l_suspend_yield(lua_State *L, struct lcall *c,
-                                    void (*cancel)(void *),
-                                    bool (*ended)(void *), void *arg,
+                                    void (*cancel)(void *), void *arg,
                                     lua_KContext ctx, lua_KFunction k);
 
 /* seda.blocking(fn, ...): fn(...) with the worker lent (a loan covers
