@@ -774,6 +774,125 @@ static int cmd_quarantine(struct seda_journal *j, const char *path)
  * any place after "dlq") or `seda-lua dlq DATA_DIR ...`, which takes
  * neither option.  A bad combination is a usage error (2) naming what is
  * wrong. */
+/* seda-lua dlq --control SOCK [list [STAGE]] [--json]: the live form;
+ * pos[0..npos) are the words after the options. */
+static int dlq_control(const char *sock, const char **pos, int npos,
+                       bool json)
+{
+    if (npos == 0)
+        return cli_dlq_live(sock, NULL, json);
+    if (strcmp(pos[0], "list") != 0) {
+        bool journal = strcmp(pos[0], "show") == 0 ||
+                       strcmp(pos[0], "replay") == 0 ||
+                       strcmp(pos[0], "purge") == 0 ||
+                       strcmp(pos[0], "quarantine") == 0;
+        if (journal)
+            return usage_error("'%s' works on a stopped bus's journal "
+                               "(seda-lua dlq DATA_DIR ...), not with "
+                               "--control; a live process: list [STAGE]",
+                               pos[0]);
+        return usage_error("with --control the command is list "
+                           "[STAGE], not '%s' (and no DATA_DIR: that "
+                           "form reads a stopped bus's journal)", pos[0]);
+    }
+    if (npos > 2)
+        return usage_error("list takes one STAGE at most ('%s' is one "
+                           "too many)", pos[2]);
+    if (npos == 2 && !stage_name_ok(pos[1]))
+        return usage_error("'%s' is not a stage name (1-64 characters "
+                           "of A-Z a-z 0-9 _ . : -)", pos[1]);
+    return cli_dlq_live(sock, npos == 2 ? pos[1] : NULL, json);
+}
+
+/* Open DATA_DIR's journal for the dlq commands (never creating one);
+ * 0, or 1 said on stderr.  *path is the journal file's (to free). */
+static int dlq_open(const char *dir, struct seda_journal **j, char **path)
+{
+    size_t plen = strlen(dir) + sizeof "/" SEDA_JOURNAL_FILE;
+    *path = malloc(plen);
+    if (!*path) {
+        fprintf(stderr, "seda-lua dlq: out of memory\n");
+        return 1;
+    }
+    snprintf(*path, plen, "%s/%s", dir, SEDA_JOURNAL_FILE);
+    struct stat sb;
+    int rc = 0;
+    char err[512];
+    if (stat(*path, &sb) != 0) {
+        int e = errno;
+        fprintf(stderr, "seda-lua dlq: %s: no journal here (%s: %s)\n", dir,
+                *path, strerror(e));
+        rc = 1;
+    } else if ((rc = seda__journal_open(dir, true, j, err, sizeof err)) ==
+               -EBUSY) {
+        fprintf(stderr, "seda-lua dlq: %s is in use by a running bus (stop "
+                "it first)\n", dir);
+    } else if (rc != 0) {
+        fprintf(stderr, "seda-lua dlq: %s\n", err);
+    }
+    if (rc != 0) {
+        free(*path);
+        *path = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+/* seda-lua dlq DATA_DIR list|show ID|replay ID|purge|quarantine. */
+static int dlq_journal(const char **pos, int npos)
+{
+    if (npos < 2 || npos > 3) {
+        dlq_usage(stderr);
+        return 2;
+    }
+    const char *dir = pos[0], *cmd = pos[1], *id = npos == 3 ? pos[2]
+                                                              : NULL;
+    bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
+    bool replay = strcmp(cmd, "replay") == 0;
+    bool purge = strcmp(cmd, "purge") == 0;
+    bool quar = strcmp(cmd, "quarantine") == 0;
+    if (!(list || show || replay || purge || quar) ||
+        ((show || replay) != (id != NULL))) {
+        dlq_usage(stderr);
+        return 2;
+    }
+    struct seda_journal *j = NULL;
+    char *path;
+    if (dlq_open(dir, &j, &path) != 0)
+        return 1;
+    int status = 1;
+    struct drow *rows;
+    int n;
+    if (quar)
+        status = cmd_quarantine(j, path);
+    else if (load_dead(j, path, list || purge ? NULL : id, &rows, &n) == 0) {
+        if (list) {
+            status = cmd_list(rows, n);
+        } else if (show) {
+            for (int i = 0; i < n; i++) {
+                if (i)
+                    putchar('\n');
+                show_row(stdout, &rows[i]);
+            }
+            status = 0;
+            if (n == 0) {
+                fprintf(stderr, "seda-lua dlq: no dead letter with id "
+                        "'%s'\n", id);
+                status = 1;
+            }
+        } else if (replay) {
+            status = cmd_replay(j, rows, n, id);
+        } else {
+            status = cmd_purge(j, rows, n);
+        }
+        rows_free(rows, n);
+    }
+    seda__journal_close(j);
+    free(path);
+    fflush(stdout);
+    return status;
+}
+
 int cli_dlq(int argc, char **argv)
 {
     const char *sock = NULL;
@@ -809,108 +928,10 @@ int cli_dlq(int argc, char **argv)
             return usage_error("too many arguments (from '%s')", a);
         }
     }
-    if (sock) {
-        if (npos == 0)
-            return cli_dlq_live(sock, NULL, json);
-        if (strcmp(pos[0], "list") != 0) {
-            bool journal = strcmp(pos[0], "show") == 0 ||
-                           strcmp(pos[0], "replay") == 0 ||
-                           strcmp(pos[0], "purge") == 0 ||
-                           strcmp(pos[0], "quarantine") == 0;
-            if (journal)
-                return usage_error("'%s' works on a stopped bus's journal "
-                                   "(seda-lua dlq DATA_DIR ...), not with "
-                                   "--control; a live process: list [STAGE]",
-                                   pos[0]);
-            return usage_error("with --control the command is list "
-                               "[STAGE], not '%s' (and no DATA_DIR: that "
-                               "form reads a stopped bus's journal)", pos[0]);
-        }
-        if (npos > 2)
-            return usage_error("list takes one STAGE at most ('%s' is one "
-                               "too many)", pos[2]);
-        if (npos == 2 && !stage_name_ok(pos[1]))
-            return usage_error("'%s' is not a stage name (1-64 characters "
-                               "of A-Z a-z 0-9 _ . : -)", pos[1]);
-        return cli_dlq_live(sock, npos == 2 ? pos[1] : NULL, json);
-    }
+    if (sock)
+        return dlq_control(sock, pos, npos, json);
     if (json)
         return usage_error("--json goes with --control SOCK (a live "
                            "process); the DATA_DIR forms print text");
-    if (npos < 2 || npos > 3) {
-        dlq_usage(stderr);
-        return 2;
-    }
-    const char *dir = pos[0], *cmd = pos[1], *id = npos == 3 ? pos[2]
-                                                              : NULL;
-    bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
-    bool replay = strcmp(cmd, "replay") == 0;
-    bool purge = strcmp(cmd, "purge") == 0;
-    bool quar = strcmp(cmd, "quarantine") == 0;
-    if (!(list || show || replay || purge || quar) ||
-        ((show || replay) != (id != NULL))) {
-        dlq_usage(stderr);
-        return 2;
-    }
-    /* Never create a journal: DATA_DIR must hold one already. */
-    size_t plen = strlen(dir) + sizeof "/" SEDA_JOURNAL_FILE;
-    char *path = malloc(plen);
-    if (!path) {
-        fprintf(stderr, "seda-lua dlq: out of memory\n");
-        return 1;
-    }
-    snprintf(path, plen, "%s/%s", dir, SEDA_JOURNAL_FILE);
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        int e = errno;
-        fprintf(stderr, "seda-lua dlq: %s: no journal here (%s: %s)\n", dir,
-                path, strerror(e));
-        free(path);
-        return 1;
-    }
-    struct seda_journal *j = NULL;
-    char err[512];
-    int rc = seda__journal_open(dir, true, &j, err, sizeof err);
-    if (rc == -EBUSY) {
-        fprintf(stderr, "seda-lua dlq: %s is in use by a running bus (stop "
-                "it first)\n", dir);
-        free(path);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(stderr, "seda-lua dlq: %s\n", err);
-        free(path);
-        return 1;
-    }
-    int status = 1;
-    struct drow *rows;
-    int n;
-    if (quar)
-        status = cmd_quarantine(j, path);
-    else if (load_dead(j, path, list || purge ? NULL : id, &rows, &n) == 0) {
-        if (list) {
-            status = cmd_list(rows, n);
-        } else if (show) {
-            for (int i = 0; i < n; i++) {
-                if (i)
-                    putchar('\n');
-                show_row(stdout, &rows[i]);
-            }
-            status = 0;
-            if (n == 0) {
-                fprintf(stderr, "seda-lua dlq: no dead letter with id "
-                        "'%s'\n", id);
-                status = 1;
-            }
-        } else if (replay) {
-            status = cmd_replay(j, rows, n, id);
-        } else {
-            status = cmd_purge(j, rows, n);
-        }
-        rows_free(rows, n);
-    }
-    seda__journal_close(j);
-    free(path);
-    fflush(stdout);
-    return status;
+    return dlq_journal(pos, npos);
 }
