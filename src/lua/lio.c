@@ -322,14 +322,10 @@ static int http_k(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
-/* seda.http.request{ method =, url =, headers =, body =, timeout =,
- * max_size =, follow = } -> { status =, headers =, body = } or nil, err.
- * Raises on a bad field (naming it). */
-static int l_http_request(lua_State *L)
+/* seda.http.request's options: every field is known (a typo is an
+ * error naming it, not a silent default). */
+static void req_fields_known(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    /* Every field is known: a typo is an error, not a silent default. */
     lua_pushnil(L);
     while (lua_next(L, 1)) {
         static const char *const known[] = { "method", "url", "headers",
@@ -339,30 +335,22 @@ static int l_http_request(lua_State *L)
             for (int i = 0; known[i]; i++)
                 ok = ok || strcmp(lua_tostring(L, -2), known[i]) == 0;
         if (!ok)
-            return luaL_error(L, "seda.http.request: unknown field %s",
-                              lua_type(L, -2) == LUA_TSTRING
-                              ? lua_tostring(L, -2) : luaL_typename(L, -2));
+            luaL_error(L, "seda.http.request: unknown field %s",
+                       lua_type(L, -2) == LUA_TSTRING
+                       ? lua_tostring(L, -2) : luaL_typename(L, -2));
         lua_pop(L, 1);
     }
-    struct seda_io_http_req req = { 0 };
-    if (lua_getfield(L, 1, "method") == LUA_TNIL) {             /* 2 */
-        lua_pop(L, 1);
-        lua_pushliteral(L, "GET");
-    } else if (lua_type(L, 2) != LUA_TSTRING || !token_ok(lua_tostring(L, 2)))
-        return luaL_error(L, "seda.http.request: field method must be a "
-                          "method name such as \"GET\"");
-    req.method = lua_tostring(L, 2);
-    if (lua_getfield(L, 1, "url") != LUA_TSTRING)               /* 3 */
-        return luaL_error(L, "seda.http.request: field url must be a string");
-    size_t ulen;
-    req.url = lua_tolstring(L, 3, &ulen);
-    if (!value_ok(req.url, ulen) || strlen(req.url) != ulen)
-        return luaL_error(L, "seda.http.request: field url has a control "
-                          "character");
+}
+
+/* The headers option as "name: value" lines: the lines array replaces
+ * the option at H_LINES, H_BOX is pushed (nil), and the lines' strings
+ * stay anchored on the stack under the headers table. */
+static void req_headers(lua_State *L, struct seda_io_http_req *req)
+{
     int ht = lua_getfield(L, 1, "headers");
     if (ht != LUA_TNIL && ht != LUA_TTABLE)
-        return luaL_error(L, "seda.http.request: field headers must be a "
-                          "table of name = value");
+        luaL_error(L, "seda.http.request: field headers must be a "
+                   "table of name = value");
     size_t nh = 0;
     if (ht == LUA_TTABLE) {
         lua_pushnil(L);
@@ -382,27 +370,86 @@ static int l_http_request(lua_State *L)
         while (lua_next(L, htab)) {
             if (lua_type(L, -2) != LUA_TSTRING ||
                 !token_ok(lua_tostring(L, -2)))
-                return luaL_error(L, "seda.http.request: field headers has "
-                                  "a bad name");
+                luaL_error(L, "seda.http.request: field headers has "
+                           "a bad name");
             int vt = lua_type(L, -1);
             if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
-                return luaL_error(L, "seda.http.request: field headers.%s "
-                                  "must be a string", lua_tostring(L, -2));
+                luaL_error(L, "seda.http.request: field headers.%s "
+                           "must be a string", lua_tostring(L, -2));
             size_t vlen;
             const char *v = lua_tolstring(L, -1, &vlen);
             if (!value_ok(v, vlen))
-                return luaL_error(L, "seda.http.request: field headers.%s "
-                                  "has a control character",
-                                  lua_tostring(L, -2));
+                luaL_error(L, "seda.http.request: field headers.%s "
+                           "has a control character",
+                           lua_tostring(L, -2));
             lua_pushfstring(L, "%s: %s", lua_tostring(L, -2), v);
             /* Anchor the line below the iteration's key. */
             lua_insert(L, htab);
             htab++;
-            lines[req.nheaders++] = lua_tostring(L, htab - 1);
+            lines[req->nheaders++] = lua_tostring(L, htab - 1);
             lua_pop(L, 1);
         }
     }
-    req.headers = lines;
+    req->headers = lines;
+}
+
+/* timeout (within the handler's budget), max_size and follow; pushes
+ * the timeout in effect. */
+static void req_limits(lua_State *L, struct seda_io_http_req *req)
+{
+    int tt = lua_getfield(L, 1, "timeout");
+    if (tt == LUA_TNIL)
+        req->timeout = HTTP_TIMEOUT_DEFAULT;
+    else if (tt == LUA_TNUMBER && lua_tonumber(L, -1) > 0)
+        req->timeout = lua_tonumber(L, -1);
+    else
+        luaL_error(L, "seda.http.request: field timeout must be a "
+                   "positive number of seconds");
+    lua_pop(L, 1);
+    /* handler_timeout comes first (libcurl takes 0 as "none"). */
+    req->timeout = seda__l_io_budget(L, req->timeout);
+    if (req->timeout < 0.001)
+        req->timeout = 0.001;
+    lua_pushnumber(L, req->timeout);   /* the budget, at the top: k's */
+    int mt = lua_getfield(L, 1, "max_size");
+    if (mt == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0)
+        req->max_size = (size_t)lua_tointeger(L, -1);
+    else if (mt != LUA_TNIL)
+        luaL_error(L, "seda.http.request: field max_size must be a "
+                   "positive integer (bytes)");
+    lua_pop(L, 1);
+    int ft = lua_getfield(L, 1, "follow");
+    if (ft != LUA_TNIL && ft != LUA_TBOOLEAN)
+        luaL_error(L, "seda.http.request: field follow must be a "
+                   "boolean");
+    req->follow = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+}
+
+/* seda.http.request{ method =, url =, headers =, body =, timeout =,
+ * max_size =, follow = } -> { status =, headers =, body = } or nil, err.
+ * Raises on a bad field (naming it). */
+static int l_http_request(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    req_fields_known(L);
+    struct seda_io_http_req req = { 0 };
+    if (lua_getfield(L, 1, "method") == LUA_TNIL) {             /* 2 */
+        lua_pop(L, 1);
+        lua_pushliteral(L, "GET");
+    } else if (lua_type(L, 2) != LUA_TSTRING || !token_ok(lua_tostring(L, 2)))
+        return luaL_error(L, "seda.http.request: field method must be a "
+                          "method name such as \"GET\"");
+    req.method = lua_tostring(L, 2);
+    if (lua_getfield(L, 1, "url") != LUA_TSTRING)               /* 3 */
+        return luaL_error(L, "seda.http.request: field url must be a string");
+    size_t ulen;
+    req.url = lua_tolstring(L, 3, &ulen);
+    if (!value_ok(req.url, ulen) || strlen(req.url) != ulen)
+        return luaL_error(L, "seda.http.request: field url has a control "
+                          "character");
+    req_headers(L, &req);
     int bt = lua_getfield(L, 1, "body");
     if (bt == LUA_TSTRING)
         req.body = lua_tolstring(L, -1, &req.body_len);
@@ -410,34 +457,8 @@ static int l_http_request(lua_State *L)
         return luaL_error(L, "seda.http.request: field body must be a string");
     /* The body string stays anchored in the options table. */
     lua_pop(L, 1);
-    int tt = lua_getfield(L, 1, "timeout");
-    if (tt == LUA_TNIL)
-        req.timeout = HTTP_TIMEOUT_DEFAULT;
-    else if (tt == LUA_TNUMBER && lua_tonumber(L, -1) > 0)
-        req.timeout = lua_tonumber(L, -1);
-    else
-        return luaL_error(L, "seda.http.request: field timeout must be a "
-                          "positive number of seconds");
-    lua_pop(L, 1);
-    /* handler_timeout comes first (libcurl takes 0 as "none"). */
-    req.timeout = seda__l_io_budget(L, req.timeout);
-    if (req.timeout < 0.001)
-        req.timeout = 0.001;
-    lua_pushnumber(L, req.timeout);
+    req_limits(L, &req);
     int tidx = lua_gettop(L);
-    int mt = lua_getfield(L, 1, "max_size");
-    if (mt == LUA_TNUMBER && lua_isinteger(L, -1) && lua_tointeger(L, -1) > 0)
-        req.max_size = (size_t)lua_tointeger(L, -1);
-    else if (mt != LUA_TNIL)
-        return luaL_error(L, "seda.http.request: field max_size must be a "
-                          "positive integer (bytes)");
-    lua_pop(L, 1);
-    int ft = lua_getfield(L, 1, "follow");
-    if (ft != LUA_TNIL && ft != LUA_TBOOLEAN)
-        return luaL_error(L, "seda.http.request: field follow must be a "
-                          "boolean");
-    req.follow = lua_toboolean(L, -1);
-    lua_pop(L, 1);
 
     seda_io_loop_t *loop = seda__l_io_loop(L);
     struct lio_op *b = seda__l_io_op_push(L);
