@@ -29,7 +29,7 @@
 #                   ROCK_LUADIR)
 #   make clean
 #
-# Build lines are short (`CC src/core/bus.c`); VERBOSE=1 shows the full
+# Build lines are short (`CC src/core/bus.c`); V=1 (or VERBOSE=1) shows the full
 # commands.  (V is the variant: release, debug, asan, tsan.)
 #
 # Dependencies come from pkg-config.  The flags are read from
@@ -44,6 +44,12 @@ LUA_PC     ?= lua5.4
 NATS_PC    ?= libnats
 V          ?= release
 VERBOSE    ?=
+# V names the build variant (release, asan, tsan, fuzz); V=1, the usual
+# spelling of "show the commands", means the release build, verbose.
+ifeq ($(V),1)
+override V := release
+VERBOSE    := 1
+endif
 
 # Quiet build lines: $(Q) hides a command, $(call say,CC,file) names it.
 ifeq ($(VERBOSE),1)

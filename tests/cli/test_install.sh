@@ -181,6 +181,17 @@ out=$(cd "$C" && make -s -j2 ${V:+V=$V} PKG_CONFIG="$D/pkg-config" \
 check "make install from the clean clone ($out)" [ $? = 0 ]
 check "... read the flags after scripts/deps.sh ran" \
     grep -q -- "-I/usr/include/lua5.4" "$C/build/config.mk"
+# Quiet build lines; V=1 (release) or VERBOSE=1 shows the commands.
+touch "$C/src/core/clock.c"
+out=$(cd "$C" && make ${V:+V=$V} PKG_CONFIG="$D/pkg-config" 2>&1)
+check "a build names each file in one short line ($out)" \
+    sh -c "printf '%s' '$out' | grep -q '^  CC *src/core/clock.c\$' &&
+           ! printf '%s' '$out' | grep -q -- '-c src/core/clock.c'"
+touch "$C/src/core/clock.c"
+if [ -z "${V:-}" ] || [ "${V:-}" = release ]; then verbose="V=1"
+else verbose="V=$V VERBOSE=1"; fi
+out=$(cd "$C" && make $verbose PKG_CONFIG="$D/pkg-config" 2>&1)
+check "$verbose shows the commands ($out)" contains "$out" "-c src/core/clock.c"
 S="$D/stage/usr/local"
 for f in $FILES; do
     check "staged $f" [ -s "$S/$f" ]
