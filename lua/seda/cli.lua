@@ -202,14 +202,14 @@ local function num(v)
   return fmt("%.1f", v)
 end
 
--- A duration given in microseconds, with its unit.
-local function dur(v)
+-- A duration given in seconds, with its unit.
+local function dur(v)           -- v in seconds
   if v == nil or v ~= v then return "-" end
-  if v >= 1e7 then return fmt("%.0fs", v / 1e6) end
-  if v >= 1e6 then return fmt("%.2fs", v / 1e6) end
-  if v >= 1e4 then return fmt("%.0fms", v / 1e3) end
-  if v >= 1e3 then return fmt("%.1fms", v / 1e3) end
-  return fmt("%.0fus", v)
+  if v >= 10 then return fmt("%.0fs", v) end
+  if v >= 1 then return fmt("%.2fs", v) end
+  if v >= 1e-2 then return fmt("%.0fms", v * 1e3) end
+  if v >= 1e-3 then return fmt("%.1fms", v * 1e3) end
+  return fmt("%.0fus", v * 1e6)
 end
 
 -- Bytes, with a binary unit.

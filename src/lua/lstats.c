@@ -81,18 +81,19 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
         s.sojourn_p50, s.sojourn_p99, s.sojourn_p999, s.sojourn_max,
         s.service_p50, s.service_p99, s.service_p999, s.service_max,
     };
+    /* Seconds, as every time in Lua (the C API counts microseconds). */
     for (int i = 0; i < 8; i++) {
-        lua_pushnumber(L, latv[i]);
+        lua_pushnumber(L, latv[i] / 1e6);
         lua_setfield(L, -2, lat[i]);
     }
     lua_pushnumber(L, s.window);
     lua_setfield(L, -2, "window");
     set_int(L, "window_count", (lua_Integer)s.window_count);
     set_int(L, "sojourn_count", (lua_Integer)s.sojourn_count);
-    lua_pushnumber(L, s.sojourn_sum);
+    lua_pushnumber(L, s.sojourn_sum / 1e6);
     lua_setfield(L, -2, "sojourn_sum");
     set_int(L, "service_count", (lua_Integer)s.service_count);
-    lua_pushnumber(L, s.service_sum);
+    lua_pushnumber(L, s.service_sum / 1e6);
     lua_setfield(L, -2, "service_sum");
     lua_pushnumber(L, s.rate);
     lua_setfield(L, -2, "rate");
