@@ -207,6 +207,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     atomic_init(&b->closed, false);
     atomic_init(&b->stopping, false);
     atomic_init(&b->has_pull, false);
+    atomic_init(&b->shedding, 0);
     atomic_init(&b->replay_until, 0);
     seda__mutex_init(&b->mu);
     seda__mutex_init(&b->shut_mu);
@@ -585,7 +586,9 @@ static int check_id(const struct seda_stage_s *st,
 static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
                      const seda_publish_opts *opts)
 {
-    if (!opts || opts->nslip <= 0 || !opts->slip)
+    if (!opts || opts->nslip <= 0 || !opts->slip ||
+        SEDA__LIKELY(!atomic_load_explicit(&b->shedding,
+                                           memory_order_relaxed)))
         return 0;
     for (int i = 0; i < opts->nslip; i++) {
         struct seda_stage_s *h = opts->slip[i]

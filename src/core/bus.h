@@ -49,6 +49,11 @@ struct seda_bus_s {
     atomic_bool closed;         /* no new publishes */
     atomic_bool stopping;       /* pool stopping: drains give up */
     atomic_bool has_pull;       /* a pull stage exists (relaxed hint) */
+    atomic_int shedding;        /* stages whose shedding level is above
+                                   0 (seda__bus_shedding_add, each change
+                                   under its stage's mu); relaxed: a new
+                                   itinerary's door check skips its slip
+                                   while it is 0 */
     _Atomic(void *) store;      /* the durable store (store.h), set once
                                    under mu (release), read with acquire */
     const struct seda__store_ops *store_ops; /* written before store */
@@ -73,6 +78,12 @@ struct seda_bus_s {
 
 
 
+
+/* A stage's shedding started (delta 1) or ended (-1); relaxed. */
+static inline void seda__bus_shedding_add(struct seda_bus_s *b, int delta)
+{
+    atomic_fetch_add_explicit(&b->shedding, delta, memory_order_relaxed);
+}
 
 /* A stage got a consumer: replayed hops waiting for it may go on (takes
  * b->mu; call with no stage lock held). */

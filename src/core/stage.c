@@ -691,20 +691,31 @@ void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
  * CoDel, only starts (the queue's standing delay) decide. */
 #define SHED_REARM_INTERVALS 10
 
+/* The shedding level becomes level (mu held): the bus counts the stages
+ * that shed, so a new itinerary's door check costs nothing while none
+ * does. */
+static void shed_set(struct seda_stage_s *st, int level)
+{
+    int was = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
+    atomic_store_explicit(&st->adm.shed_level, level, memory_order_relaxed);
+    if ((was == 0) != (level == 0))
+        seda__bus_shedding_add(st->bus, level ? 1 : -1);
+}
+
 /* Shedding at level ends (mu held); the stage stays armed. */
 static void shed_end(struct seda_stage_s *st, int level, int64_t now)
 {
     st->adm.shed_above_since = 0;
     st->adm.shed_rearm = level;
     st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS * st->adm.shed_interval_ns;
-    atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
+    shed_set(st, 0);
 }
 
 /* Shedding rises to level (mu held). */
 static void shed_rise(struct seda_stage_s *st, int level, int64_t now)
 {
     st->adm.shed_level_at = now;
-    atomic_store_explicit(&st->adm.shed_level, level, memory_order_relaxed);
+    shed_set(st, level);
 }
 
 void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
@@ -784,7 +795,7 @@ static int shed_level_now(struct seda_stage_s *st)
         return 0;
     if (!st->adm.shed_target_ns) {
         st->adm.shed_above_since = 0;
-        atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
+        shed_set(st, 0);
         return 0;
     }
     uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
@@ -1043,7 +1054,7 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         st->adm.shed_above_since = 0;
         st->adm.shed_rearm = 0;                /* a new rule starts afresh */
         if (o->shed_target == 0)
-            atomic_store_explicit(&st->adm.shed_level, 0, memory_order_relaxed);
+            shed_set(st, 0);
     }
     if (retry) {
         st->adm.retry_backoff = o->retry_backoff;

@@ -34,23 +34,26 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     if (lua_isnoneornil(L, oidx))
         return 0;
     luaL_checktype(L, oidx, LUA_TTABLE);
-    seda__l_check_keys(L, oidx, publish_keys, what);
     int cb = 0;
+    int found = 0;                  /* options given (non-nil), known */
 
     lua_getfield(L, oidx, "sender");
     if (!lua_isnil(L, -1)) {
+        found++;
         if (lua_type(L, -1) != LUA_TSTRING)
             luaL_error(L, "%s: sender must be a string", what);
         o->sender = lua_tostring(L, -1);
     }
     lua_getfield(L, oidx, "timeout");
     if (!lua_isnil(L, -1)) {
+        found++;
         if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0))
             luaL_error(L, "%s: timeout must be a number >= 0", what);
         o->timeout = lua_tonumber(L, -1);
     }
     lua_getfield(L, oidx, "id");
     if (!lua_isnil(L, -1)) {
+        found++;
         size_t n;
         const char *id = lua_tolstring(L, -1, &n);
         if (lua_type(L, -1) != LUA_TSTRING || n == 0 || n >= SEDA_ID_MAX ||
@@ -61,6 +64,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     }
     lua_getfield(L, oidx, "priority");
     if (!lua_isnil(L, -1)) {
+        found++;
         const char *p = lua_tostring(L, -1);
         if (lua_type(L, -1) != LUA_TSTRING ||
             (strcmp(p, "high") != 0 && strcmp(p, "normal") != 0 &&
@@ -73,6 +77,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     }
     lua_getfield(L, oidx, "on_complete");
     if (!lua_isnil(L, -1)) {
+        found++;
         if (!lua_isfunction(L, -1))
             luaL_error(L, "%s: on_complete must be a function", what);
         if (!main)
@@ -82,6 +87,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     }
     lua_getfield(L, oidx, "slip");
     if (!lua_isnil(L, -1)) {
+        found++;
         int t = lua_gettop(L);
         if (!lua_istable(L, t))
             luaL_error(L, "%s: slip must be an array of stage names", what);
@@ -102,6 +108,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     }
     lua_getfield(L, oidx, "headers");
     if (!lua_isnil(L, -1)) {
+        found++;
         int h = lua_gettop(L);
         if (!lua_istable(L, h))
             luaL_error(L, "%s: headers must be a table", what);
@@ -138,6 +145,17 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
         o->headers = hv;
         o->nheaders = i;
     }
+    /* Every key is one of those: a typo is an error, not a silent
+     * default.  Counting the keys is enough when they match (no string
+     * compares on the publish path); otherwise the check names it. */
+    int keys = 0;
+    lua_pushnil(L);
+    while (lua_next(L, oidx)) {
+        lua_pop(L, 1);
+        keys++;
+    }
+    if (keys != found)
+        seda__l_check_keys(L, oidx, publish_keys, what);
     return cb;
 }
 
