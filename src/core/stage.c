@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stage.c -- a stage's admission: the policy at a full queue, adaptive
- * shedding, retry backoff, the payload check, tuning; and the end of an
- * envelope (the queue is inbox.c, the drain task drain.c, the stage's
- * making stage_new.c, its counters stats.c).
+ * stage.c -- a stage's admission: the policy at a full queue, retry
+ * backoff, the payload check, tuning; and the end of an envelope (the
+ * queue is inbox.c, adaptive shedding shed.c, the drain task drain.c, the
+ * stage's making stage_new.c, its counters stats.c).
  *
  * DESIGN
  *   Admission (any thread) takes the stage lock once: room below capacity
@@ -121,7 +121,6 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
                              seda__stage_depth(st), false);
 }
 
-static int shed_level_now(struct seda_stage_s *st);
 
 /* The policy switch, the one place it lives: what a full stage does with
  * an offer.  A refusal (SEDA_EFULL, SEDA_EDROPPED), FULL_WAIT (block) or
@@ -160,7 +159,7 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
     int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    if (SEDA__UNLIKELY(level > 0) && !hop && (level = shed_level_now(st))) {
+    if (SEDA__UNLIKELY(level > 0) && !hop && (level = seda__stage_shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -680,140 +679,6 @@ void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
     end_dropped(env);
 }
 
-/* ---- adaptive shedding ---- */
-
-/* After shedding ends, for this many intervals the stage stays armed: the
- * first start above target sheds again at once, at the level it had,
- * instead of after another whole interval above target.  A queue that was
- * overloaded a moment ago is overloaded again; waiting an interval each
- * time lets it fill each time (the sojourn swung between target and the
- * full-queue delay).  Bursts within target are still taken in: like
- * CoDel, only starts (the queue's standing delay) decide. */
-#define SHED_REARM_INTERVALS 10
-
-/* The shedding level becomes level (mu held): the bus counts the stages
- * that shed, so a new itinerary's door check costs nothing while none
- * does. */
-static void shed_set(struct seda_stage_s *st, int level)
-{
-    int was = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    atomic_store_explicit(&st->adm.shed_level, level, memory_order_relaxed);
-    if ((was == 0) != (level == 0))
-        seda__bus_shedding_add(st->bus, level ? 1 : -1);
-}
-
-/* Shedding at level ends (mu held); the stage stays armed. */
-static void shed_end(struct seda_stage_s *st, int level, int64_t now)
-{
-    st->adm.shed_above_since = 0;
-    st->adm.shed_rearm = level;
-    st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS * st->adm.shed_interval_ns;
-    shed_set(st, 0);
-}
-
-/* Shedding rises to level (mu held). */
-static void shed_rise(struct seda_stage_s *st, int level, int64_t now)
-{
-    st->adm.shed_level_at = now;
-    shed_set(st, level);
-}
-
-void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
-                             int64_t now)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    if (!st->adm.shed_target_ns)
-        return;
-    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    if (least < st->adm.shed_target_ns) {
-        /* An envelope started within target: the queue is good again. */
-        if (level)
-            shed_end(st, level, now);
-        else
-            st->adm.shed_above_since = 0;
-        return;
-    }
-    if (!level && st->adm.shed_rearm && now < st->adm.shed_rearm_until) {
-        /* Shedding ended a moment ago, and the queue is slow again. */
-        st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS *
-                                     st->adm.shed_interval_ns;
-        shed_rise(st, st->adm.shed_rearm, now);
-        return;
-    }
-    if (!st->adm.shed_above_since) {
-        st->adm.shed_above_since = now;
-        st->adm.shed_low_mark = st->adm.low_offered;
-        return;
-    }
-    if (now - st->adm.shed_above_since < st->adm.shed_interval_ns)
-        return;
-    /* Every start for a whole interval waited too long: refuse low
-     * priority, and if that is not enough after another interval, normal
-     * priority too -- at once when no low-priority publish came in that
-     * interval (there is nothing to refuse first). */
-    if (level == 0 ||
-        (level == 1 && now - st->adm.shed_level_at >= st->adm.shed_interval_ns)) {
-        shed_rise(st, level == 0 && st->adm.low_offered == st->adm.shed_low_mark
-                          ? 2 : level + 1, now);
-    }
-}
-
-/* Shedding at the door (SPEC.md section 13): a new itinerary whose slip
- * names st is refused while st sheds at its priority, as st would refuse
- * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
- * when st is shedding. */
-int seda__stage_door_shed(struct seda_stage_s *st, int prio)
-{
-    if (prio == SEDA_PRIO_HIGH ||
-        SEDA__LIKELY(!atomic_load_explicit(&st->adm.shed_level,
-                                           memory_order_relaxed)))
-        return 0;
-    seda__mutex_lock(&st->mu);
-    int level = shed_level_now(st);
-    bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
-    if (refuse)
-        st->stats.c.shed_for++;
-    seda__mutex_unlock(&st->mu);
-    return refuse ? SEDA_ESHED : 0;
-}
-
-void seda__stage_count_shed(struct seda_stage_s *st)
-{
-    seda__mutex_lock(&st->mu);
-    st->stats.c.shed++;
-    st->stats.c.dropped++;
-    seda__mutex_unlock(&st->mu);
-}
-
-/* Shedding while the queue could not be slow (mu held): an empty queue,
- * or one whose backlog takes less than target at the recent handling
- * time, ends it (the batches that would say so may never come). */
-static int shed_level_now(struct seda_stage_s *st)
-{
-    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    if (!level)
-        return 0;
-    if (!st->adm.shed_target_ns) {
-        st->adm.shed_above_since = 0;
-        shed_set(st, 0);
-        return 0;
-    }
-    uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
-    /* The queue drains at most as many at once as there are workers
-     * (and calls suspended on the network, which hold none): a
-     * concurrency over that does not make the backlog shorter. */
-    uint64_t par = (uint64_t)st->adm.concurrency;
-    int workers = seda__pool_size(st->bus->pool) + st->dr.suspended;
-    if (workers > 0 && (uint64_t)workers < par)
-        par = (uint64_t)workers;
-    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc / par;
-    if (backlog < (uint64_t)st->adm.shed_target_ns) {
-        shed_end(st, level, seda__clock_ns());
-        return 0;
-    }
-    return level;
-}
-
 void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
 {
     if (env->attempts < st->max_attempts) {
@@ -1054,7 +919,7 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         st->adm.shed_above_since = 0;
         st->adm.shed_rearm = 0;                /* a new rule starts afresh */
         if (o->shed_target == 0)
-            shed_set(st, 0);
+            seda__stage_shed_set(st, 0);
     }
     if (retry) {
         st->adm.retry_backoff = o->retry_backoff;

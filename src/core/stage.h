@@ -179,10 +179,19 @@ SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
 SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
                                       void *ud);
 
-/* Adaptive shedding (mu held): a batch whose shortest wait in the queue
- * was `least` ns started at clock time now. */
+/* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
+ * the queue was `least` ns started at clock time now. */
 SEDA__API void seda__stage_shed_update(struct seda_stage_s *st,
                                        int64_t least, int64_t now);
+
+/* The shedding level now (mu held): ended here when the queue could not
+ * be slow (empty, or its backlog under target at the recent handling
+ * time). */
+SEDA__API int seda__stage_shed_level_now(struct seda_stage_s *st);
+
+/* Set the shedding level (mu held), keeping the bus's count of stages
+ * that shed. */
+SEDA__API void seda__stage_shed_set(struct seda_stage_s *st, int level);
 
 /* Put env back at the head (mu held). */
 SEDA__API void seda__stage_push_head(struct seda_stage_s *st,
