@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * publish.c -- a new itinerary enters the bus: seda_publish,
+ * seda_stage_publish and seda_publish_many.  The checks before anything
+ * is made (closed or paused, a custom id, shedding at the door, the
+ * stage's payload check and size), then the envelope made and admitted to
+ * its first stage (journaled first on a durable stage).  Hops never come
+ * here: routing (bus.c) admits them.  No state of its own.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "bus.h"
+
+int64_t seda__bus_publish_deadline(struct seda_bus_s *b, double timeout)
+{
+    int64_t d = seda__deadline(timeout);
+    if (seda__pool_current_owner() == b) {
+        int64_t cap = seda__now_ns() + b->hop_timeout_ns;
+        if (d > cap)
+            d = cap;
+    }
+    return d;
+}
+
+static int refuse_early(struct seda_bus_s *b)
+{
+    if (atomic_load_explicit(&b->closed, memory_order_acquire))
+        return SEDA_ECLOSED;
+    if (atomic_load_explicit(&b->paused, memory_order_acquire))
+        return SEDA_EPAUSED;
+    return 0;
+}
+
+/* A custom id names a message across restarts, so only a durable stage
+ * takes one (exactly_once refuses a repeat; at_least_once may deliver a
+ * message twice by design).  On an in-memory stage it could repeat, or
+ * equal a generated id, and ids are unique within the process.  A remote
+ * stage takes one as its JetStream message id. */
+static int check_id(const struct seda_stage_s *st,
+                    const seda_publish_opts *opts)
+{
+    /* A remote stage takes one too: JetStream deduplicates by it. */
+    return opts && opts->id && !st->durable && !st->remote_ops
+               ? SEDA_EINVAL : 0;
+}
+
+/* Shedding at the door (SPEC.md section 13, amending section 10): a new
+ * itinerary is refused with SEDA_ESHED when a stage on its slip is
+ * shedding (its first stage, st, says so itself when it is offered the
+ * envelope); hops never come here, so work already on its way is never
+ * shed.  The refusal is counted at st (shed, dropped) and at the stage
+ * that caused it (shed_for). */
+static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
+                     const seda_publish_opts *opts)
+{
+    if (!opts || opts->nslip <= 0 || !opts->slip ||
+        SEDA__LIKELY(!atomic_load_explicit(&b->shedding,
+                                           memory_order_relaxed)))
+        return 0;
+    for (int i = 0; i < opts->nslip; i++) {
+        struct seda_stage_s *h = opts->slip[i]
+                                     ? seda__bus_lookup(b, opts->slip[i])
+                                     : NULL;
+        if (h && h != st && seda__stage_door_shed(h, opts->priority)) {
+            seda__stage_count_shed(st);
+            return SEDA_ESHED;
+        }
+    }
+    return 0;
+}
+
+/* A check's refusal, to the publisher's buffer if it gave one. */
+static void tell_why(const seda_publish_opts *opts, const char *why)
+{
+    if (opts && opts->why && opts->whylen)
+        snprintf(opts->why, opts->whylen, "%s", why);
+}
+
+/* A publish's size as max_payload counts it: the payload and its
+ * headers' names and values. */
+static size_t publish_size(size_t len, const seda_publish_opts *opts)
+{
+    if (!opts || opts->nheaders <= 0 || !opts->headers)
+        return len;
+    for (int i = 0; i < 2 * opts->nheaders; i++)
+        if (opts->headers[i])
+            len += strlen(opts->headers[i]);
+    return len;
+}
+
+int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
+                       const seda_publish_opts *opts)
+{
+    struct seda_bus_s *b = st->bus;
+    int rc = refuse_early(b);
+    if (rc)
+        return rc;
+    if ((!payload && len) || check_id(st, opts))
+        return SEDA_EINVAL;
+    if (len > b->max_payload ||
+        (opts && opts->nheaders > 0 &&
+         publish_size(len, opts) > b->max_payload))
+        return SEDA_ETOOLARGE;
+    if ((rc = door_shed(b, st, opts)) != 0)
+        return rc;
+    seda_env_t *env = seda__env_new(payload, len, opts, &rc);
+    if (!env)
+        return rc;
+    char why[256];
+    if ((rc = seda__stage_check(st, env, why, sizeof why)) != 0) {
+        tell_why(opts, why);
+        env->done = NULL;
+        seda__env_free(env);
+        return rc;
+    }
+    double t = opts && opts->timeout >= 0 ? opts->timeout
+                                          : st->publish_timeout;
+    if (st->durable) {
+        seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
+        return rc;
+    }
+    rc = seda__stage_enter(st, env, t, false);
+    if (rc) {
+        env->done = NULL;               /* refused: done never fires */
+        seda__env_free(env);
+    }
+    return rc;
+}
+
+int seda_publish(seda_bus_t *b, const char *to, const void *payload,
+                 size_t len, const seda_publish_opts *opts)
+{
+    if (!to)
+        return SEDA_EINVAL;
+    int rc = refuse_early(b);
+    if (rc)
+        return rc;
+    struct seda_stage_s *st = seda__bus_lookup(b, to);
+    if (!st)
+        return SEDA_ENOSTAGE;
+    return seda_stage_publish(st, payload, len, opts);
+}
+
+int seda_publish_many(seda_bus_t *b, const char *to,
+                      const void *const *payloads, const size_t *lens, int n,
+                      const seda_publish_opts *opts, int *err)
+{
+    int dummy;
+    if (!err)
+        err = &dummy;
+    *err = 0;
+    if (!to || n < 0 || (n > 0 && (!payloads || !lens))) {
+        *err = SEDA_EINVAL;
+        return 0;
+    }
+    if ((*err = refuse_early(b)) != 0)
+        return 0;
+    struct seda_stage_s *st = seda__bus_lookup(b, to);
+    if (!st) {
+        *err = SEDA_ENOSTAGE;
+        return 0;
+    }
+    if ((*err = check_id(st, opts)) != 0)
+        return 0;
+    if ((*err = door_shed(b, st, opts)) != 0)
+        return 0;
+    seda_env_t *small[64];
+    seda_env_t **envs = n <= 64 ? small : seda__malloc(sizeof *envs *
+                                                       (size_t)n);
+    if (!envs) {
+        *err = SEDA_ENOMEM;
+        return 0;
+    }
+    int built = 0, rc = 0;
+    char why[256];
+    for (; built < n; built++) {
+        if (lens[built] > b->max_payload ||
+            publish_size(lens[built], opts) > b->max_payload) {
+            rc = SEDA_ETOOLARGE;
+            break;
+        }
+        envs[built] = seda__env_new(payloads[built], lens[built], opts, &rc);
+        if (!envs[built])
+            break;
+        if ((rc = seda__stage_check(st, envs[built], why, sizeof why))) {
+            tell_why(opts, why);
+            envs[built]->done = NULL;
+            seda__env_free(envs[built]);
+            break;
+        }
+    }
+    double t = opts && opts->timeout >= 0 ? opts->timeout
+                                          : st->publish_timeout;
+    if (st->durable) {
+        /* Frees what it refuses. */
+        int done = seda__bus_store_ops(b)->publish(st, envs, built, t, err);
+        if (done == built && built < n)
+            *err = rc;
+        if (envs != small)
+            seda__free(envs);
+        return done;
+    }
+    int done = 0;
+    if (st->remote_ops) {
+        /* One at a time: each goes to JetStream (stops at a refusal). */
+        while (done < built && !*err &&
+               !(*err = seda__stage_enter(st, envs[done], t, false)))
+            done++;
+    } else {
+        done = seda__stage_admit_many(st, envs, built, t, err);
+    }
+    for (int i = done; i < built; i++) {
+        envs[i]->done = NULL;
+        seda__env_free(envs[i]);
+    }
+    if (done == built && built < n)
+        *err = rc;
+    if (envs != small)
+        seda__free(envs);
+    return done;
+}
+
