@@ -68,380 +68,7 @@ int seda__l_http_open(void)
     return atomic_load_explicit(&open_listeners, memory_order_relaxed);
 }
 
-/* ---- a byte buffer ---- */
-
-struct buf {
-    unsigned char *p;
-    size_t len, cap;
-    bool failed;
-    bool borrowed;              /* p is the caller's (a stack array) */
-};
-
-static void put(struct buf *b, const void *d, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        unsigned char *p = b->borrowed ? malloc(cap) : realloc(b->p, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        if (b->borrowed)
-            memcpy(p, b->p, b->len);
-        b->borrowed = false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-static void put_byte(struct buf *b, unsigned c)
-{
-    unsigned char x = (unsigned char)c;
-    put(b, &x, 1);
-}
-
-static void put_le(struct buf *b, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        put_byte(b, (unsigned)(v >> (8 * i)) & 0xff);
-}
-
-static void put_cstr(struct buf *b, const char *s)
-{
-    put(b, s, strlen(s));
-}
-
-/* ---- the request as a payload (the wire format of lcodec.c) ---- */
-
-static void w_str(struct buf *b, const void *s, size_t n)
-{
-    if (n <= 31) {
-        put_byte(b, SEDA_TAG_FIXSTR + (unsigned)n);
-    } else if (n <= 0xff) {
-        put_byte(b, SEDA_TAG_STR8);
-        put_le(b, n, 1);
-    } else if (n <= 0xffff) {
-        put_byte(b, SEDA_TAG_STR8 + 1);
-        put_le(b, n, 2);
-    } else {
-        put_byte(b, SEDA_TAG_STR8 + 3);
-        put_le(b, n, 8);
-    }
-    put(b, s, n);
-}
-
-static void w_cstr(struct buf *b, const char *s)
-{
-    w_str(b, s, strlen(s));
-}
-
-static void w_table(struct buf *b, uint32_t narr, uint32_t nrec)
-{
-    if (narr <= 0xff && nrec <= 0xff) {
-        put_byte(b, SEDA_TAG_TBL8);
-        put_byte(b, narr);
-        put_byte(b, nrec);
-    } else {
-        put_byte(b, SEDA_TAG_TBL32);
-        put_le(b, narr, 4);
-        put_le(b, nrec, 4);
-    }
-}
-
-typedef void (*pair_at)(const seda_http_req_t *r, int i, const char **k,
-                        const char **v);
-
-/* A table of the n pairs; a repeated key keeps its first value (a table
- * has one value per key, and the count must be exact). */
-static void w_pairs(struct buf *b, const seda_http_req_t *r, int n,
-                    pair_at at)
-{
-    int distinct = 0;
-    for (int i = 0; i < n; i++) {
-        const char *k, *v, *k2, *v2;
-        at(r, i, &k, &v);
-        bool dup = false;
-        for (int j = 0; j < i && !dup; j++) {
-            at(r, j, &k2, &v2);
-            dup = strcmp(k, k2) == 0;
-        }
-        distinct += !dup;
-    }
-    w_table(b, 0, (uint32_t)distinct);
-    for (int i = 0; i < n; i++) {
-        const char *k, *v, *k2, *v2;
-        at(r, i, &k, &v);
-        bool dup = false;
-        for (int j = 0; j < i && !dup; j++) {
-            at(r, j, &k2, &v2);
-            dup = strcmp(k, k2) == 0;
-        }
-        if (dup)
-            continue;
-        w_cstr(b, k);
-        w_cstr(b, v);
-    }
-}
-
-static void encode_request(struct buf *b, const seda_http_req_t *r)
-{
-    size_t blen;
-    const void *body = seda_http_req_body(r, &blen);
-    w_table(b, 0, 5);
-    w_cstr(b, "method");
-    w_cstr(b, seda_http_req_method(r));
-    w_cstr(b, "path");
-    w_cstr(b, seda_http_req_path(r));
-    w_cstr(b, "query");
-    w_pairs(b, r, seda_http_req_query_count(r), seda_http_req_query_at);
-    w_cstr(b, "headers");
-    w_pairs(b, r, seda_http_req_header_count(r), seda_http_req_header_at);
-    w_cstr(b, "body");
-    w_str(b, body, blen);
-}
-
-/* ---- reading a payload (the wire format) ---- */
-
-enum { V_NIL, V_BOOL, V_INT, V_FLOAT, V_STR, V_TABLE, V_BAD };
-
-struct val {
-    int t;
-    int64_t i;                  /* V_INT, V_BOOL */
-    double f;
-    const unsigned char *s;     /* V_STR */
-    size_t len;
-    uint64_t narr, nrec;        /* V_TABLE: elements follow */
-};
-
-struct rd {
-    const unsigned char *p, *end;
-};
-
-static bool need(struct rd *r, size_t n)
-{
-    return (size_t)(r->end - r->p) >= n;
-}
-
-static uint64_t ld(const unsigned char *p, int n)
-{
-    return n == 1 ? p[0] : n == 2 ? seda__ld16(p) : n == 4 ? seda__ld32(p)
-                                                           : seda__ld64(p);
-}
-
-/* Read one value's head (a table's counts, not its elements). */
-static int rd_head(struct rd *r, struct val *v)
-{
-    memset(v, 0, sizeof *v);
-    v->t = V_BAD;
-    if (!need(r, 1))
-        return -1;
-    unsigned tag = *r->p++;
-    if (tag >= SEDA_TAG_FIXINT) {
-        v->t = V_INT;
-        v->i = (int64_t)tag - 0x80;
-    } else if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32) {
-        v->len = tag - SEDA_TAG_FIXSTR;
-        if (!need(r, v->len))
-            return -1;
-        v->t = V_STR;
-        v->s = r->p;
-        r->p += v->len;
-    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_FALSE ||
-               tag == SEDA_TAG_TRUE) {
-        v->t = tag == SEDA_TAG_NIL ? V_NIL : V_BOOL;
-        v->i = tag == SEDA_TAG_TRUE;
-    } else if (tag == SEDA_TAG_FLOAT) {
-        if (!need(r, 8))
-            return -1;
-        uint64_t bits = seda__ld64(r->p);
-        memcpy(&v->f, &bits, 8);
-        r->p += 8;
-        v->t = V_FLOAT;
-    } else if (tag >= SEDA_TAG_INT8 && tag < SEDA_TAG_INT8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_INT8);
-        if (!need(r, (size_t)n))
-            return -1;
-        uint64_t u = ld(r->p, n);
-        r->p += n;
-        int sh = 64 - 8 * n;
-        v->i = sh ? (int64_t)(u << sh) >> sh : (int64_t)u;
-        v->t = V_INT;
-    } else if (tag >= SEDA_TAG_STR8 && tag < SEDA_TAG_STR8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_STR8);
-        if (!need(r, (size_t)n))
-            return -1;
-        uint64_t len = ld(r->p, n);
-        r->p += n;
-        if (!need(r, len))
-            return -1;
-        v->t = V_STR;
-        v->s = r->p;
-        v->len = (size_t)len;
-        r->p += len;
-    } else if (tag == SEDA_TAG_TBL8 || tag == SEDA_TAG_TBL32) {
-        int n = tag == SEDA_TAG_TBL8 ? 1 : 4;
-        if (!need(r, 2 * (size_t)n))
-            return -1;
-        v->narr = ld(r->p, n);
-        v->nrec = ld(r->p + n, n);
-        r->p += 2 * n;
-        v->t = V_TABLE;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
-#define MAX_DEPTH 64
-
-static int rd_skip_rest(struct rd *r, const struct val *v, int depth);
-
-static int rd_skip(struct rd *r, int depth)
-{
-    struct val v;
-    if (rd_head(r, &v) != 0)
-        return -1;
-    return rd_skip_rest(r, &v, depth);
-}
-
-static int rd_skip_rest(struct rd *r, const struct val *v, int depth)
-{
-    if (v->t != V_TABLE)
-        return 0;
-    if (depth > MAX_DEPTH)
-        return -1;
-    for (uint64_t i = 0; i < v->narr + 2 * v->nrec; i++)
-        if (rd_skip(r, depth + 1) != 0)
-            return -1;
-    return 0;
-}
-
-/* ---- JSON ---- */
-
-static void json_str(struct buf *b, const unsigned char *s, size_t n)
-{
-    put_byte(b, '"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned c = s[i];
-        if (c == '"' || c == '\\') {
-            put_byte(b, '\\');
-            put_byte(b, c);
-        } else if (c < 0x20) {
-            char e[8];
-            snprintf(e, sizeof e, "\\u%04x", c);
-            put_cstr(b, e);
-        } else {
-            put_byte(b, c);
-        }
-    }
-    put_byte(b, '"');
-}
-
-static void json_num(struct buf *b, const struct val *v)
-{
-    char n[40];
-    if (v->t == V_INT)
-        snprintf(n, sizeof n, "%lld", (long long)v->i);
-    else if (!isfinite(v->f))
-        snprintf(n, sizeof n, "null");
-    else if (v->f == floor(v->f) && fabs(v->f) < 1e15)
-        snprintf(n, sizeof n, "%.0f", v->f);
-    else {
-        /* The shortest form that reads back the same. */
-        snprintf(n, sizeof n, "%.15g", v->f);
-        if (strtod(n, NULL) != v->f)
-            snprintf(n, sizeof n, "%.17g", v->f);
-    }
-    put_cstr(b, n);
-}
-
-static int json_rest(struct buf *b, struct rd *r, const struct val *v,
-                     int depth);
-
-static int json_value(struct buf *b, struct rd *r, int depth)
-{
-    struct val v;
-    if (rd_head(r, &v) != 0)
-        return -1;
-    return json_rest(b, r, &v, depth);
-}
-
-/* A key as a JSON string. */
-static int json_key(struct buf *b, struct rd *r, int depth)
-{
-    struct val k;
-    if (rd_head(r, &k) != 0)
-        return -1;
-    if (k.t == V_STR) {
-        json_str(b, k.s, k.len);
-        return 0;
-    }
-    put_byte(b, '"');
-    if (k.t == V_INT || k.t == V_FLOAT)
-        json_num(b, &k);
-    else if (k.t == V_BOOL)
-        put_cstr(b, k.i ? "true" : "false");
-    else if (rd_skip_rest(r, &k, depth) != 0)
-        return -1;
-    put_byte(b, '"');
-    return 0;
-}
-
-static int json_rest(struct buf *b, struct rd *r, const struct val *v,
-                     int depth)
-{
-    switch (v->t) {
-    case V_NIL:
-        put_cstr(b, "null");
-        return 0;
-    case V_BOOL:
-        put_cstr(b, v->i ? "true" : "false");
-        return 0;
-    case V_INT:
-    case V_FLOAT:
-        json_num(b, v);
-        return 0;
-    case V_STR:
-        json_str(b, v->s, v->len);
-        return 0;
-    case V_TABLE:
-        break;
-    default:
-        return -1;
-    }
-    if (depth > MAX_DEPTH)
-        return -1;
-    bool array = v->nrec == 0 && v->narr > 0;
-    put_byte(b, array ? '[' : '{');
-    for (uint64_t i = 0; i < v->narr; i++) {
-        if (i)
-            put_byte(b, ',');
-        if (!array) {
-            char k[32];
-            snprintf(k, sizeof k, "\"%llu\":", (unsigned long long)i + 1);
-            put_cstr(b, k);
-        }
-        if (json_value(b, r, depth + 1) != 0)
-            return -1;
-    }
-    for (uint64_t i = 0; i < v->nrec; i++) {
-        if (i || v->narr)
-            put_byte(b, ',');
-        if (json_key(b, r, depth + 1) != 0)
-            return -1;
-        put_byte(b, ':');
-        if (json_value(b, r, depth + 1) != 0)
-            return -1;
-    }
-    put_byte(b, array ? ']' : '}');
-    return 0;
-}
+#include "lhttp_wire.h"
 
 /* ---- the answer ---- */
 
@@ -473,13 +100,13 @@ static bool has_header(const struct answer *a, const char *name)
 static int read_headers(struct answer *a, struct rd *r, const struct val *v)
 {
     for (uint64_t i = 0; i < v->narr; i++)
-        if (rd_skip(r, 1) != 0)
+        if (seda__l_hw_rd_skip(r, 1) != 0)
             return -1;
     int n = 0;
     for (uint64_t i = 0; i < v->nrec; i++) {
         struct val k, x;
-        if (rd_head(r, &k) != 0 || rd_skip_rest(r, &k, 1) != 0 ||
-            rd_head(r, &x) != 0)
+        if (seda__l_hw_rd_head(r, &k) != 0 || seda__l_hw_rd_skip_rest(r, &k, 1) != 0 ||
+            seda__l_hw_rd_head(r, &x) != 0)
             return -1;
         char num[32];
         const void *vs = NULL;
@@ -489,13 +116,13 @@ static int read_headers(struct answer *a, struct rd *r, const struct val *v)
             vl = x.len;
         } else if (x.t == V_INT || x.t == V_FLOAT) {
             struct buf nb = { 0 };
-            json_num(&nb, &x);
+            seda__l_hw_json_num(&nb, &x);
             vl = nb.len < sizeof num - 1 ? nb.len : sizeof num - 1;
             if (nb.p)
                 memcpy(num, nb.p, vl);
             free(nb.p);
             vs = num;
-        } else if (rd_skip_rest(r, &x, 1) != 0) {
+        } else if (seda__l_hw_rd_skip_rest(r, &x, 1) != 0) {
             return -1;
         }
         if (k.t != V_STR || !vs || n == MAX_HDRS ||
@@ -503,11 +130,11 @@ static int read_headers(struct answer *a, struct rd *r, const struct val *v)
             memchr(vs, '\n', vl) || memchr(vs, '\r', vl))
             continue;
         a->offs[2 * n] = a->names.len;
-        put(&a->names, k.s, k.len);
-        put_byte(&a->names, 0);
+        seda__l_hw_put(&a->names, k.s, k.len);
+        seda__l_hw_put_byte(&a->names, 0);
         a->offs[2 * n + 1] = a->names.len;
-        put(&a->names, vs, vl);
-        put_byte(&a->names, 0);
+        seda__l_hw_put(&a->names, vs, vl);
+        seda__l_hw_put_byte(&a->names, 0);
         n++;
     }
     if (a->names.failed)
@@ -529,7 +156,7 @@ static int read_body(struct answer *a, struct rd *r, const struct val *v)
     if (v->t == V_NIL)
         return 0;
     a->ctype = "application/json";
-    if (json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
+    if (seda__l_hw_json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
         return -1;
     a->body = a->json.p;
     a->len = a->json.len;
@@ -553,7 +180,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
     }
     struct rd r = { p, (const unsigned char *)p + len };
     struct val v;
-    if (rd_head(&r, &v) != 0)
+    if (seda__l_hw_rd_head(&r, &v) != 0)
         return -1;
     if (v.t != V_TABLE) {
         if (v.t == V_NIL)
@@ -564,27 +191,27 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
     struct rd look = r;
     bool shaped = false;
     for (uint64_t i = 0; i < v.narr; i++)
-        if (rd_skip(&look, 1) != 0)
+        if (seda__l_hw_rd_skip(&look, 1) != 0)
             return -1;
     for (uint64_t i = 0; i < v.nrec && !shaped; i++) {
         struct val k;
-        if (rd_head(&look, &k) != 0 || rd_skip_rest(&look, &k, 1) != 0)
+        if (seda__l_hw_rd_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0)
             return -1;
         shaped = key_is(&k, "status") || key_is(&k, "body") ||
                  key_is(&k, "headers");
-        if (rd_skip(&look, 1) != 0)
+        if (seda__l_hw_rd_skip(&look, 1) != 0)
             return -1;
     }
     if (!shaped)
         return read_body(a, &r, &v);
     for (uint64_t i = 0; i < v.narr; i++)
-        if (rd_skip(&r, 1) != 0)
+        if (seda__l_hw_rd_skip(&r, 1) != 0)
             return -1;
     bool body_seen = false;
     for (uint64_t i = 0; i < v.nrec; i++) {
         struct val k, x;
-        if (rd_head(&r, &k) != 0 || rd_skip_rest(&r, &k, 1) != 0 ||
-            rd_head(&r, &x) != 0)
+        if (seda__l_hw_rd_head(&r, &k) != 0 || seda__l_hw_rd_skip_rest(&r, &k, 1) != 0 ||
+            seda__l_hw_rd_head(&r, &x) != 0)
             return -1;
         if (key_is(&k, "status") && (x.t == V_INT || x.t == V_FLOAT)) {
             double s = x.t == V_INT ? (double)x.i : x.f;
@@ -596,7 +223,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             body_seen = true;
             if (read_body(a, &r, &x) != 0)
                 return -1;
-        } else if (rd_skip_rest(&r, &x, 1) != 0) {
+        } else if (seda__l_hw_rd_skip_rest(&r, &x, 1) != 0) {
             return -1;
         }
     }
@@ -800,7 +427,7 @@ static void on_request(seda_http_req_t *req, void *ud)
     unsigned char small[4096];
     struct buf bb = { small, 0, sizeof small, false, true };
     struct buf *b = &bb;
-    encode_request(b, req);
+    seda__l_hw_encode_request(b, req);
     if (b->failed) {
         if (!b->borrowed)
             free(b->p);
