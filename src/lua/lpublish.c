@@ -27,6 +27,48 @@ static const char *const publish_keys[] = {
  * that o points to are left on the stack above oidx (the caller keeps
  * them there until it has published).  Returns the stack index of the
  * on_complete function, or 0.  Raises on misuse, naming `what`. */
+/* The headers option (the table at the top of the stack) as name/value
+ * pointers in o; the strings stay anchored on the stack. */
+static void parse_headers(lua_State *L, seda_publish_opts *o,
+                          const char *what)
+{
+    int h = lua_gettop(L);
+    if (!lua_istable(L, h))
+        luaL_error(L, "%s: headers must be a table", what);
+    int n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, h)) {
+        lua_pop(L, 1);
+        n++;
+    }
+    const char **hv = lua_newuserdatauv(L, sizeof(char *) *
+                                        (size_t)(2 * n + 1), 0);
+    luaL_checkstack(L, 2 * n + 8, "too many headers");
+    int i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, h)) {
+        if (lua_type(L, -2) != LUA_TSTRING)
+            luaL_error(L, "%s: header keys must be strings", what);
+        int t = lua_type(L, -1);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER)
+            luaL_error(L, "%s: headers.%s must be a string (got %s)",
+                       what, lua_tostring(L, -2), luaL_typename(L, -1));
+        size_t kl, vl;
+        lua_pushvalue(L, -2);
+        lua_pushvalue(L, -2);
+        hv[2 * i] = lua_tolstring(L, -2, &kl);
+        hv[2 * i + 1] = lua_tolstring(L, -1, &vl);
+        if (strlen(hv[2 * i]) != kl || strlen(hv[2 * i + 1]) != vl)
+            luaL_error(L, "%s: headers.%s: keys and values may not "
+                       "contain NUL bytes", what, hv[2 * i]);
+        lua_rotate(L, -4, 2);               /* copies under k, v */
+        lua_pop(L, 1);                      /* value; key stays */
+        i++;
+    }
+    o->headers = hv;
+    o->nheaders = i;
+}
+
 static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
                       bool main, const char *what)
 {
@@ -109,41 +151,7 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
     lua_getfield(L, oidx, "headers");
     if (!lua_isnil(L, -1)) {
         found++;
-        int h = lua_gettop(L);
-        if (!lua_istable(L, h))
-            luaL_error(L, "%s: headers must be a table", what);
-        int n = 0;
-        lua_pushnil(L);
-        while (lua_next(L, h)) {
-            lua_pop(L, 1);
-            n++;
-        }
-        const char **hv = lua_newuserdatauv(L, sizeof(char *) *
-                                            (size_t)(2 * n + 1), 0);
-        luaL_checkstack(L, 2 * n + 8, "too many headers");
-        int i = 0;
-        lua_pushnil(L);
-        while (lua_next(L, h)) {
-            if (lua_type(L, -2) != LUA_TSTRING)
-                luaL_error(L, "%s: header keys must be strings", what);
-            int t = lua_type(L, -1);
-            if (t != LUA_TSTRING && t != LUA_TNUMBER)
-                luaL_error(L, "%s: headers.%s must be a string (got %s)",
-                           what, lua_tostring(L, -2), luaL_typename(L, -1));
-            size_t kl, vl;
-            lua_pushvalue(L, -2);
-            lua_pushvalue(L, -2);
-            hv[2 * i] = lua_tolstring(L, -2, &kl);
-            hv[2 * i + 1] = lua_tolstring(L, -1, &vl);
-            if (strlen(hv[2 * i]) != kl || strlen(hv[2 * i + 1]) != vl)
-                luaL_error(L, "%s: headers.%s: keys and values may not "
-                           "contain NUL bytes", what, hv[2 * i]);
-            lua_rotate(L, -4, 2);               /* copies under k, v */
-            lua_pop(L, 1);                      /* value; key stays */
-            i++;
-        }
-        o->headers = hv;
-        o->nheaders = i;
+        parse_headers(L, o, what);
     }
     /* Every key is one of those: a typo is an error, not a silent
      * default.  Counting the keys is enough when they match (no string
