@@ -22,6 +22,7 @@ run() {   # run STREAM WHICH(leader|follower)
     # One at a time: the first creates the stream (a replicated stream
     # takes a moment), the second finds it.
     for c in a b; do
+        STATS_FILE="$D/$s.$c.stats" \
         "$SEDA" --serve "$REMOTE_DIR/lua/cluster_consumer.lua" "$URLS" "$s" \
             >"$D/$s.$c.out" 2>"$D/$s.$c.err" &
         echo $! >"$D/$s.$c.pid"
@@ -62,5 +63,8 @@ run() {   # run STREAM WHICH(leader|follower)
 
 run CL1 leader
 run CL2 follower
-[ "$FAILS" = 0 ] || { for f in "$D"/*.err; do echo "--- $f"; head -20 "$f"; done; }
+[ "$FAILS" = 0 ] || {
+    for f in "$D"/*.err "$D"/*.stats; do echo "--- $f"; head -20 "$f"; done
+    grep -h '^completions\|^missing' "$D"/*.origin.out
+}
 exit "$FAILS"

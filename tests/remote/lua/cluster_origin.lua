@@ -44,3 +44,13 @@ print(("origin %d %d %d %d %d"):format(accepted, completed, s.dead_lettered,
 local r = bus:stats("cwork").remote
 print(("remote %d %d %d"):format(r.republished, r.duplicates,
   r.publish_failed))
+print(("completions received %d refused %d awaiting %d lost %d"):format(
+  r.completions_received, r.completions_refused, r.awaiting,
+  r.completions_lost))
+if completed < accepted then
+  local missing = {}
+  for k = 1, accepted do
+    if not seen["c" .. k] then missing[#missing + 1] = "c" .. k end
+  end
+  print("missing " .. table.concat(missing, " ", 1, math.min(#missing, 20)))
+end
