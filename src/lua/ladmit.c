@@ -339,6 +339,17 @@ struct rule_bound {
 };
 
 /* The rule being bounded on this thread (one main state a thread). */
+/* Admit rules running on this thread now (nested only through an
+ * error path): the calls that wait raise while it is above 0.  This
+ * thread's own. */
+static _Thread_local int rule_depth;
+
+void seda__l_admit_no_wait(lua_State *L, const char *what)
+{
+    if (rule_depth > 0)
+        luaL_error(L, "%s: an admit rule must not wait", what);
+}
+
 static _Thread_local struct {
     double until;               /* seda_now() deadline */
     size_t mem0;                /* KiB in use at the start */
@@ -475,7 +486,9 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
     bool bound = seda__l_worker_of(L) == NULL;
     if (bound)
         bound_begin(L, &rb);
+    rule_depth++;
     int rc = lua_pcall(L, 2, 2, top + 1);
+    rule_depth--;
     if (bound)
         bound_end(L, &rb);
     c->active = false;

@@ -234,6 +234,7 @@ static int sleep_k(lua_State *L, int status, lua_KContext ctx)
  * next turn).  Raises on a bad argument. */
 static int l_sleep(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.sleep");
     double secs = luaL_checknumber(L, 1);
     luaL_argcheck(L, !isnan(secs), 1, "seconds is NaN");
     seda_io_loop_t *loop = seda__l_io_loop(L);
@@ -431,6 +432,7 @@ static void req_limits(lua_State *L, struct seda_io_http_req *req)
  * Raises on a bad field (naming it). */
 static int l_http_request(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.http.request");
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 1);
     req_fields_known(L);

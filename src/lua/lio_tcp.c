@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "lio.h"
+#include "lseda.h"
 
 #define TCP_MT "seda.socket.tcp"
 #define IDLE_MT "seda.socket.idle"
@@ -194,6 +195,7 @@ static int connect_k(lua_State *L, int status, lua_KContext ctx)
 /* tcp:connect(host, port) -> 1, or nil, err. */
 static int l_connect(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.socket: connect");
     struct ltcp *t = check_tcp(L);
     const char *host = luaL_checkstring(L, C_HOST);
     lua_Integer port = luaL_checkinteger(L, C_PORT);
@@ -249,6 +251,7 @@ static int send_k(lua_State *L, int status, lua_KContext start)
  * index (LuaSocket's buffer_meth_send). */
 static int l_send(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.socket: send");
     struct ltcp *t = check_tcp(L);
     size_t len;
     const char *data = luaL_checklstring(L, S_DATA, &len);
@@ -319,6 +322,7 @@ static int receive_k(lua_State *L, int status, lua_KContext ctx)
  * partial.  Patterns: "*l" (default), "*a", a byte count. */
 static int l_receive(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.socket: receive");
     struct ltcp *t = check_tcp(L);
     enum seda_io_recv_mode mode = SEDA_IO_RECV_LINE;
     size_t n = 0;
@@ -572,6 +576,7 @@ static const luaL_Reg tcp_methods[] = {
  * timeout, until settimeout). */
 static int l_tcp(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.socket.tcp");
     seda_io_loop_t *loop = seda__l_io_loop(L);
     struct ltcp *t = lua_newuserdatauv(L, sizeof *t, 1);
     t->loop = loop;

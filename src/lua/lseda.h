@@ -406,6 +406,10 @@ SEDA__API int seda__l_admit(lua_State *L, struct lstage *ls,
                             struct ladmit_cache *ac, const char *to,
                             int pidx, int hidx, const char *sender,
                             int *prio, char *reason, size_t rlen);
+/* Raise "<what>: an admit rule must not wait" when an admit rule runs on
+ * this thread (the calls that wait -- seda.sleep, seda.http.request,
+ * seda.socket, seda.blocking -- call it first; SPEC.md section 12). */
+SEDA__API void seda__l_admit_no_wait(lua_State *L, const char *what);
 /* Release ac's references in L (its owner is going away). */
 SEDA__API void seda__l_admit_cache_free(lua_State *L,
                                         struct ladmit_cache *ac);

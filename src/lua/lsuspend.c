@@ -397,6 +397,7 @@ double seda__l_suspend_budget(lua_State *L)
 
 int seda__l_suspend_blocking(lua_State *L)
 {
+    seda__l_admit_no_wait(L, "seda.blocking");
     luaL_checktype(L, 1, LUA_TFUNCTION);
     void *loan = seda_block_begin();
     int rc = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);

@@ -119,6 +119,40 @@ T.test("admit that errors refuses with admit_error and is reported", function()
   T.eq(seen(k), "fine", "only the admitted one")
 end)
 
+T.test("a rule must not wait: seda.sleep, http.request, socket and blocking raise in it (SPEC 12)", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "w", handler = recorder, admit = function(env)
+    local p = env.payload
+    if p == "sleep" then seda.sleep(0.01)
+    elseif p == "http" then seda.http.request{ url = "http://127.0.0.1:1/" }
+    elseif p == "tcp" then seda.socket.tcp()
+    elseif p == "blocking" then seda.blocking(function() end)
+    end
+    return true
+  end }
+  for _, what in ipairs{ "sleep", "http", "tcp", "blocking" } do
+    T.deep_eq({ bus:publish("w", what) }, { false, "admit_error" }, what .. " refused")
+  end
+  local errs = {}
+  for _, e in ipairs(bus:errors("w")) do errs[#errs + 1] = e.message end
+  local all = table.concat(errs, "\n")
+  for _, name in ipairs{ "seda.sleep", "seda.http.request", "seda.socket.tcp", "seda.blocking" } do
+    T.ok(all:find(name .. ": an admit rule must not wait", 1, true), name .. " named")
+  end
+  -- In a worker's state too (seda.publish from a handler); and outside a
+  -- rule the same calls work.
+  bus:stage{ name = "src", handler = function(env)
+    local ok, err = seda.publish("w", "sleep")
+    seda.sleep(0.001)
+    seda.shared:set("adm.nowait", tostring(ok) .. "," .. tostring(err))
+  end }
+  assert(bus:publish("src", 1))
+  T.idle(bus, 10)
+  T.eq(seda.shared:get("adm.nowait"), "false,admit_error", "refused from a worker")
+  T.deep_eq({ bus:publish("w", "fine") }, { true }, "a rule that does not wait admits")
+  T.idle(bus, 10)
+end)
+
 T.test("admit runs in the publisher's worker state for seda.publish", function()
   local k = T.uniq("wk")
   local bus = T.bus{ workers = 2 }
