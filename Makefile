@@ -21,7 +21,7 @@
 #                   libsedaio.a, libsedahttp.a, libseda.so (.so.0,
 #                   .so.0.1.0), seda.pc and seda-lua.pc (pkg-config), the
 #                   seda.test module, man seda-lua and
-#                   share/doc/seda-lua/reference.md under PREFIX
+#                   share/doc/seda-lua/reference.md and wire.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make rock       what `luarocks make` builds and installs (the rockspec:
@@ -424,7 +424,7 @@ install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -m 0644 $(B)/seda.pc $(B)/seda-lua.pc $(DESTDIR)$(PC_DIR)/
 	install -m 0644 docs/seda-lua.1 $(DESTDIR)$(MAN1_DIR)/seda-lua.1
 	install -d $(DESTDIR)$(DOC_DIR)
-	install -m 0644 docs/reference.md $(DESTDIR)$(DOC_DIR)/reference.md
+	install -m 0644 docs/reference.md docs/wire.md $(DESTDIR)$(DOC_DIR)/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/seda-lua $(DESTDIR)$(LUA_CMOD_DIR)/seda.so \
@@ -443,7 +443,7 @@ uninstall:
 	    $(DESTDIR)$(PC_DIR)/seda.pc $(DESTDIR)$(PC_DIR)/seda-lua.pc \
 	    $(DESTDIR)$(MAN1_DIR)/seda-lua.1 \
 	    $(addprefix $(DESTDIR)$(LUA_LMOD_DIR)/seda/,$(notdir $(INSTALL_LUA))) \
-	    $(DESTDIR)$(DOC_DIR)/reference.md
+	    $(DESTDIR)$(DOC_DIR)/reference.md $(DESTDIR)$(DOC_DIR)/wire.md
 	-rmdir $(DESTDIR)$(DOC_DIR) $(DESTDIR)$(LUA_LMOD_DIR)/seda 2>/dev/null
 
 # luarocks make (seda-scm-1.rockspec): seda.so and the Lua modules into

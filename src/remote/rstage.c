@@ -100,19 +100,23 @@ static void rid_of(struct rstage *rs, const seda_env_t *env, char *rid)
                  (unsigned long long)env->seq);
 }
 
-/* Build the message for env (body and headers); 0 or a code. */
+/* Build the message for env (docs/wire.md); 0 or a code. */
 static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
                  uint32_t rhop, const char *origin, uint64_t n,
                  natsMsg **out)
 {
-    int ns = seda_env_slip_count(env);
-    const char *small[16];
-    const char **slip = ns <= 16 ? small : seda__malloc(sizeof *slip *
-                                                        (size_t)ns);
-    if (!slip)
+    int ns = seda_env_slip_count(env), nh = seda_env_header_count(env);
+    const char *small[32];
+    size_t want = (size_t)ns + 2 * (size_t)nh;
+    const char **a = want <= 32 ? small
+                                : seda__malloc(sizeof *a * (want ? want : 1));
+    if (!a)
         return SEDA_ENOMEM;
+    const char **slip = a, **hdr = a + ns;
     for (int i = 0; i < ns; i++)
         slip[i] = seda_env_slip_at(env, i);
+    for (int i = 0; i < nh; i++)
+        seda_env_header_at(env, i, &hdr[2 * i], &hdr[2 * i + 1]);
     size_t plen;
     const void *p = seda_env_payload(env, &plen);
     struct rw_env w = {
@@ -122,46 +126,16 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
         .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
         .slip = slip, .payload = p, .plen = plen,
     };
-    struct rbuf body = { 0 }, tmp = { 0 };
-    int rc = seda__rw_encode(&body, &w);
-    if (slip != small)
-        seda__free(slip);
     char reply[128], msgid[SEDA_ID_MAX + 16];
     seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
     if (rhop == 1)
         snprintf(msgid, sizeof msgid, "%s", rid);
     else
         snprintf(msgid, sizeof msgid, "%s#%u", rid, rhop);
-    natsMsg *m = NULL;
-    if (rc == 0 && (body.len > INT32_MAX ||
-                    natsMsg_Create(&m, rs->subject, reply,
-                                   (const char *)body.p, (int)body.len) !=
-                        NATS_OK))
-        rc = body.len > INT32_MAX ? SEDA_ERANGE : SEDA_ENOMEM;
-    if (rc == 0 && natsMsgHeader_Set(m, "Nats-Msg-Id", msgid) != NATS_OK)
-        rc = SEDA_ENOMEM;
-    int nh = seda_env_header_count(env);
-    for (int i = 0; i < nh && rc == 0; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        tmp.len = 0;
-        if (seda__rw_key_escape(&tmp, k) != 0)
-            rc = SEDA_ENOMEM;
-        size_t vo = tmp.len;
-        if (rc == 0 && seda__rw_val_escape(&tmp, v) != 0)
-            rc = SEDA_ENOMEM;
-        if (rc == 0 && natsMsgHeader_Set(m, (const char *)tmp.p,
-                                         (const char *)tmp.p + vo) != NATS_OK)
-            rc = SEDA_ENOMEM;
-    }
-    seda__rbuf_free(&body);
-    seda__rbuf_free(&tmp);
-    if (rc) {
-        natsMsg_Destroy(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
+    int rc = seda__rw_msg_new(out, rs->subject, reply, msgid, &w, nh, hdr);
+    if (a != small)
+        seda__free(a);
+    return rc;
 }
 
 /* ---- the core's hooks ---- */
