@@ -140,6 +140,30 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     lua_pop(L, 1);
 }
 
+const struct seda_remote_format *seda__l_remote_format(lua_State *L, int t,
+                                                       const char *stage,
+                                                       bool remote)
+{
+    lua_getfield(L, t, "format");
+    const struct seda_remote_format *f = NULL;
+    if (!lua_isnil(L, -1)) {
+        const char *name = lua_type(L, -1) == LUA_TSTRING
+                               ? lua_tostring(L, -1) : "";
+        f = seda__l_format(name);
+        if (!f && strcmp(name, "seda") != 0)
+            luaL_error(L, "stage '%s': format must be \"seda\", \"json\", "
+                       "\"msgpack\" or \"raw\" (got %s)", stage,
+                       lua_type(L, -1) == LUA_TSTRING ? name
+                                                      : luaL_typename(L, -1));
+        if (!remote)
+            luaL_error(L, "stage '%s': format is an option of remote stages "
+                       "(a local stage's payloads never leave the process)",
+                       stage);
+    }
+    lua_pop(L, 1);
+    return f;
+}
+
 static void set_i(lua_State *L, const char *k, lua_Integer v)
 {
     lua_pushinteger(L, v);

@@ -322,6 +322,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->want = want;
     rs->dup_ns = seda__secs_to_ns(dup);
     rs->replicas = ro->replicas;
+    rs->format = ro->format;
+    rs->readers = ro->readers;
     atomic_init(&rs->need_setup, false);
     rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;

@@ -31,7 +31,9 @@
  *   is termed.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "remote_int.h"
 
@@ -70,7 +72,8 @@ static int raw_headers(natsMsg *m, struct rbuf *b, const char ***kv)
 
 /* Not an envelope: dead-letter its bytes with reason bad_message. */
 static void bad_message(struct rstage *rs, natsMsg *m,
-                        const struct rjs_meta *meta, const char *why)
+                        const struct rjs_meta *meta, const char *why,
+                        const struct rw_env *w)
 {
     struct seda_stage_s *st = rs->st;
     struct rbuf hb = { 0 };
@@ -79,9 +82,23 @@ static void bad_message(struct rstage *rs, natsMsg *m,
     char id[SEDA_ID_MAX];
     snprintf(id, sizeof id, "%s:%llu", rs->stream,
              (unsigned long long)meta->sseq);
+    /* Its metadata was read, and it names a seda origin (a seda process
+     * published it, the body is what failed): that origin hears of the
+     * dead letter, by the id it awaits. */
+    struct rctx *ctx = NULL;
+    if (w && w->origin && seda__rcomp_origin_ok(w->origin) &&
+        (ctx = seda__calloc(1, sizeof *ctx)) &&
+        !(ctx->origin = seda__strdup(w->origin))) {
+        seda__free(ctx);
+        ctx = NULL;
+    }
+    if (ctx) {
+        ctx->rs = rs;
+        ctx->rhop = w->rhop;
+    }
     seda_publish_opts o;
     seda_publish_opts_init(&o);
-    o.id = id;
+    o.id = ctx ? w->id : id;
     o.headers = kv;
     o.nheaders = nh;
     int rc;
@@ -95,6 +112,11 @@ static void bad_message(struct rstage *rs, natsMsg *m,
         env->at = st;
         env->attempts = (uint16_t)(meta->delivered < 65535
                                        ? meta->delivered : 65535);
+        if (ctx) {
+            env->done = seda__rctx_done;
+            env->done_ud = ctx;
+            ctx = NULL;
+        }
         seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
         seda__bus_dead_letter(st, env, "bad_message", NULL);
     } else {
@@ -103,10 +125,53 @@ static void bad_message(struct rstage *rs, natsMsg *m,
                  "message (%s); it is termed", why);
         seda_stage_report(st, msg);
     }
+    seda__rctx_free(ctx);
     atomic_fetch_add_explicit(&rs->bad_messages, 1, memory_order_relaxed);
     seda__rfeed_settle(rs, natsMsg_GetReply(m), RF_TERM, 0);
     seda__free(kv);
     seda__rbuf_free(&hb);
+}
+
+/* Does content type ct (parameters ignored) name format f? */
+static bool names(const char *ct, const seda_remote_format *f)
+{
+    size_t n = strcspn(ct, "; \t");
+    return strlen(f->content_type) == n &&
+           strncasecmp(ct, f->content_type, n) == 0;
+}
+
+/* The payload of a message (docs/wire.md, "The body"): its kind, and its
+ * bytes when a format decoded it (*body, malloc'd; NULL: the body as it
+ * is).  0, or -1 with err saying why it cannot be read. */
+static int payload_in(struct rstage *rs, const struct rw_env *w, int *kind,
+                      void **body, size_t *blen, char *err, size_t errlen)
+{
+    const char *ct = w->content_type;
+    *body = NULL;
+    *kind = seda__rw_type_kind(ct);
+    if (*kind >= 0)
+        return 0;
+    const seda_remote_format *f = NULL;
+    if (!ct) {
+        f = rs->format;
+        *kind = 0;                      /* a foreign client's bytes */
+    } else if (rs->format && names(ct, rs->format)) {
+        f = rs->format;
+    } else {
+        for (int i = 0; rs->readers && rs->readers[i] && !f; i++)
+            if (names(ct, rs->readers[i]))
+                f = rs->readers[i];
+        if (!f) {
+            snprintf(err, errlen, "Content-Type '%.60s' is not one this "
+                     "stage reads (application/x-seda, application/json, "
+                     "application/msgpack, application/octet-stream)", ct);
+            return -1;
+        }
+    }
+    if (!f)
+        return 0;
+    return f->decode(w->payload, w->plen, kind, body, blen, err, errlen)
+               ? -1 : 0;
 }
 
 void seda__rstage_intake_flush(struct rstage *rs)
@@ -148,6 +213,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
              (unsigned long long)meta->sseq);
     int rc = seda__rw_msg_read(m, fid, &in, err, sizeof err);
     const struct rw_env *w = &in.env;
+    bool read_ok = rc == 0;
     if (rc == 0 && w->origin && !seda__rcomp_origin_ok(w->origin)) {
         /* Only seda's own completion subjects: never a wildcard or any
          * other subject a foreign message could make us publish to. */
@@ -155,15 +221,13 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
                  "completion subject (_INBOX.<token>.c.<secret>)");
         rc = -1;
     }
-    int kind = rc == 0 ? seda__rw_type_kind(w->content_type) : 0;
-    if (rc == 0 && kind < 0 && w->content_type) {
-        snprintf(err, sizeof err, "Content-Type '%.60s' is not one this "
-                 "stage reads (application/x-seda, "
-                 "application/octet-stream)", w->content_type);
-        rc = -1;
-    }
+    int kind = 0;
+    void *body = NULL;
+    size_t blen = 0;
+    if (rc == 0)
+        rc = payload_in(rs, w, &kind, &body, &blen, err, sizeof err);
     if (rc != 0) {
-        bad_message(rs, m, meta, err);
+        bad_message(rs, m, meta, err, read_ok ? w : NULL);
         seda__rw_in_free(&in);
         natsMsg_Destroy(m);
         return;
@@ -182,9 +246,10 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         o.nheaders = in.nh;
         o.slip = w->slip;
         o.nslip = w->nslip;
-        o.kind = kind < 0 ? 0 : kind;
+        o.kind = kind;
         o.priority = w->priority;
-        env = seda__env_new(w->payload, w->plen, &o, &rc);
+        env = body ? seda__env_new(body, blen, &o, &rc)
+                   : seda__env_new(w->payload, w->plen, &o, &rc);
     }
     bool last = env && rs->max_deliver > 0 &&
                 meta->delivered >= (uint64_t)rs->max_deliver &&
@@ -231,7 +296,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
     } else {
         if (rc == SEDA_EINVAL) {
             bad_message(rs, m, meta, "an envelope field is invalid (an id, "
-                        "a header or the slip out of seda's bounds)");
+                        "a header or the slip out of seda's bounds)", NULL);
         } else {
             /* Out of memory: another process may have room. */
             seda_stage_report(st, "out of memory taking a message in; it "
@@ -240,6 +305,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         }
         seda__rctx_free(ctx);
     }
+    free(body);                         /* the format's, with malloc */
     seda__rw_in_free(&in);
     natsMsg_Destroy(m);
 }

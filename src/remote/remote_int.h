@@ -264,7 +264,7 @@ struct rheld {
  *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
- *   ack_wait_ns, want, dup_ns, replicas.
+ *   ack_wait_ns, want, dup_ns, replicas, format, readers.
  *   Dispatch thread only: setup_at, setup_backoff.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
@@ -290,6 +290,10 @@ struct rstage {
     struct rcons_cfg want;      /* the consumer settings asked for */
     int64_t dup_ns;             /* the stream's dedup window, if made */
     int replicas;               /* the stream's replicas, if made */
+    const seda_remote_format *format;   /* payloads written so, or NULL */
+    const seda_remote_format *const *readers; /* more formats read by
+                                   Content-Type (NULL-terminated), or
+                                   NULL */
     atomic_bool need_setup;     /* stream and consumer to be declared
                                    again (after a reconnect, or JetStream
                                    said they are gone); release/acquire */

@@ -52,6 +52,7 @@
  *   dropped + handed_off + in_system holds in every process.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/pool.h"
@@ -100,10 +101,11 @@ static void rid_of(struct rstage *rs, const seda_env_t *env, char *rid)
                  (unsigned long long)env->seq);
 }
 
-/* Build the message for env (docs/wire.md); 0 or a code. */
+/* Build the message for env (docs/wire.md): 0, SEDA_ETYPE (the stage's
+ * format cannot carry the payload: why says so), or another code. */
 static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
                  uint32_t rhop, const char *origin, uint64_t n,
-                 natsMsg **out)
+                 natsMsg **out, char *why, size_t whylen)
 {
     int ns = seda_env_slip_count(env), nh = seda_env_header_count(env);
     const char *small[32];
@@ -119,12 +121,22 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
         seda_env_header_at(env, i, &hdr[2 * i], &hdr[2 * i + 1]);
     size_t plen;
     const void *p = seda_env_payload(env, &plen);
+    void *body = NULL;
+    size_t blen = 0;
+    int kind = seda_env_payload_kind(env);
+    if (rs->format && rs->format->encode(kind, p, plen, &body, &blen, why,
+                                         whylen) != 0) {
+        if (a != small)
+            seda__free(a);
+        return SEDA_ETYPE;
+    }
     struct rw_env w = {
         .id = rid, .origin = origin, .sender = seda_env_sender(env),
-        .kind = seda_env_payload_kind(env),
+        .content_type = rs->format ? rs->format->content_type : NULL,
+        .kind = kind,
         .priority = seda_env_priority(env),
         .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
-        .slip = slip, .payload = p, .plen = plen,
+        .slip = slip, .payload = body ? body : p, .plen = body ? blen : plen,
     };
     char reply[128], msgid[SEDA_ID_MAX + 16];
     seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
@@ -135,6 +147,7 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
     int rc = seda__rw_msg_new(out, rs->subject, reply, msgid, &w, nh, hdr);
     if (a != small)
         seda__free(a);
+    free(body);                         /* the format's, with malloc */
     return rc;
 }
 
@@ -209,8 +222,9 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
     uint64_t n = seda__rpub_next(rs);
     natsMsg *msg = NULL;
+    char why[240];
     if (rc == 0)
-        rc = build(rs, env, m->rid, rhop, og, n, &msg);
+        rc = build(rs, env, m->rid, rhop, og, n, &msg, why, sizeof why);
     struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
     if (rc == 0) {
         m->ctx = ctx;
@@ -232,6 +246,11 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     if (rc) {
         if (rc == SEDA_ETOOLARGE)
             too_large(rs, env, msg);
+        if (rc == SEDA_ETYPE) {
+            /* A check (the binding's) normally refuses it first. */
+            (void)seda_env_set_header(env, "x-dead-detail", why);
+            seda_stage_report(st, why);
+        }
         natsMsg_Destroy(msg);
         if (m->serial)      /* not sent: env keeps its done callback */
             seda__rcomp_forget(rs->conn, m->rid, m->serial);
