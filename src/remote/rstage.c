@@ -101,11 +101,14 @@ static void rid_of(struct rstage *rs, const seda_env_t *env, char *rid)
                  (unsigned long long)env->seq);
 }
 
-/* Build the message for env (docs/wire.md): 0, SEDA_ETYPE (the stage's
- * format cannot carry the payload: why says so), or another code. */
+/* Build the message for env (docs/wire.md) to subject, with reply (or
+ * NULL) and Nats-Msg-Id msgid_in (NULL: the remote id, "#<hop>" after
+ * the first hop): 0, SEDA_ETYPE (the stage's format cannot carry the
+ * payload: why says so), or another code. */
 static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
-                 uint32_t rhop, const char *origin, uint64_t n,
-                 natsMsg **out, char *why, size_t whylen)
+                 uint32_t rhop, const char *origin, const char *subject,
+                 const char *reply, const char *msgid_in, natsMsg **out,
+                 char *why, size_t whylen)
 {
     int ns = seda_env_slip_count(env), nh = seda_env_header_count(env);
     const char *small[32];
@@ -138,13 +141,14 @@ static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
         .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
         .slip = slip, .payload = body ? body : p, .plen = body ? blen : plen,
     };
-    char reply[128], msgid[SEDA_ID_MAX + 16];
-    seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
+    char msgid[SEDA_ID_MAX + 16];
     if (rhop == 1)
         snprintf(msgid, sizeof msgid, "%s", rid);
     else
         snprintf(msgid, sizeof msgid, "%s#%u", rid, rhop);
-    int rc = seda__rw_msg_new(out, rs->subject, reply, msgid, &w, nh, hdr);
+    if (!msgid_in)
+        msgid_in = msgid;
+    int rc = seda__rw_msg_new(out, subject, reply, msgid_in, &w, nh, hdr);
     if (a != small)
         seda__free(a);
     free(body);                         /* the format's, with malloc */
@@ -222,9 +226,11 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
     uint64_t n = seda__rpub_next(rs);
     natsMsg *msg = NULL;
-    char why[240];
+    char why[240], reply[128];
+    seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
     if (rc == 0)
-        rc = build(rs, env, m->rid, rhop, og, n, &msg, why, sizeof why);
+        rc = build(rs, env, m->rid, rhop, og, rs->subject, reply, NULL, &msg,
+                   why, sizeof why);
     struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
     if (rc == 0) {
         m->ctx = ctx;
@@ -326,6 +332,58 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
         seda__bus_idle_notify(rs->bus);     /* nothing awaits JetStream */
 }
 
+/* ---- results on a plain subject: "nats:<subject>" hops ---- */
+
+/* env's payload (in rs's format), its id, Content-Type and user headers
+ * and what is left of its slip, published to subject with a core NATS
+ * publish (no origin: it is the secret of the completion's subject).
+ * 0, or a negative code with why. */
+static int nats_out(struct rstage *rs, const seda_env_t *env,
+                    const char *subject, char *why, size_t whylen)
+{
+    char rid[SEDA_ID_MAX];
+    rid_of(rs, env, rid);
+    natsMsg *m = NULL;
+    /* Its own dedup id: a stream that keeps the subject stores it once,
+     * and never takes it for the envelope's stage message. */
+    char msgid[SEDA_ID_MAX + SEDA_NAME_MAX + 8];
+    snprintf(msgid, sizeof msgid, "%s@%s", rid, subject);
+    int rc = build(rs, env, rid, 1, NULL, subject, NULL, msgid, &m, why,
+                   whylen);
+    if (rc == 0 && natsConnection_PublishMsg(rs->conn->nc, m) != NATS_OK) {
+        snprintf(why, whylen, "nats:%s: the NATS server is not reachable",
+                 subject);
+        rc = SEDA_EUNAVAIL;
+    } else if (rc != 0 && rc != SEDA_ETYPE) {
+        snprintf(why, whylen, "nats:%s: %s", subject, seda_strerror(rc));
+    }
+    natsMsg_Destroy(m);
+    return rc;
+}
+
+/* Publish env's leading "nats:" hops (popping them), then route it on
+ * as any ack (the itinerary completes when nothing is left).  A hop that
+ * cannot be published dead-letters the envelope (hop_refused, with
+ * x-dead-detail). */
+static void route_nats(struct rstage *rs, seda_env_t *env,
+                       struct stage_counters *tally)
+{
+    const char *next;
+    while ((next = seda_env_slip_at(env, 0)) &&
+           strncmp(next, "nats:", 5) == 0) {
+        char subject[SEDA_NAME_MAX + 1], why[240];
+        snprintf(subject, sizeof subject, "%s", next + 5);
+        seda__env_slip_pop(env);
+        if (nats_out(rs, env, subject, why, sizeof why) != 0) {
+            (void)seda_env_set_header(env, "x-dead-detail", why);
+            seda_stage_report(rs->st, why);
+            seda__bus_dead_letter(rs->st, env, "hop_refused", tally);
+            return;
+        }
+    }
+    seda__bus_route_ack(rs->st, env, tally);
+}
+
 /* The delay of a nak: the stage's retry backoff before the
  * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
@@ -348,7 +406,7 @@ static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
         struct claim c = { env, reply, rs };
         struct claim *saved = tls_claim;
         tls_claim = &c;
-        seda__bus_route_ack(st, env, tally);
+        route_nats(rs, env, tally);
         tls_claim = saved;
         if (c.reply)
             seda__rfeed_settle(rs, c.reply, RF_ACK, 0);

@@ -142,6 +142,31 @@ T.test("a stage reads a message by its Content-Type, whatever its format", funct
   bus:shutdown(5)
 end)
 
+T.test("a nats:<subject> hop publishes the result to a plain subject", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "work", format = "json", remote = { url = URL, stream = "FN1" },
+             handler = function(env) env.payload = { total = env.payload.n * 2 }
+                                     env.headers.tenant = "acme" end }
+  -- What a plain subscriber gets: the stream also keeps results.fn1, so a
+  -- stage on that subject reads it back.
+  bus:stage{ name = "res", remote = { url = URL, stream = "FN1", subject = "results.fn1" },
+             handler = function(env)
+               -- A failed check nacks: dead-lettered, counted below.
+               assert(env.payload.total == 42, "total")
+               assert(env.headers.tenant == "acme", "the user header")
+             end }
+  local done = 0
+  assert(bus:publish("work", { n = 21 }, { slip = { "nats:results.fn1" },
+    on_complete = function(env) done = done + 1 end }))
+  T.wait_until(function() return done == 1 end, 20, "the itinerary completed", bus)
+  T.wait_until(function() return bus:stats("res").delivered == 1 end, 20,
+    "the result arrived on results.fn1", bus)
+  local s = bus:stats("res")
+  T.eq(s.remote.bad_messages, 0, "read as JSON")
+  T.eq(s.dead_lettered, 0, "the payload and the header as the handler left them")
+  bus:shutdown(5)
+end)
+
 T.test("format is checked: a name, and only on remote stages", function()
   local bus = T.bus{ workers = 1 }
   T.raises(function()
