@@ -82,6 +82,20 @@ typedef struct seda_remote_opts {
                                   to ~1 ms, at the cost of a system call
                                   per message and so of throughput); by
                                   default writes are coalesced (false) */
+    /* TLS and authentication (docs/wire.md, reference.md).  Each NULL
+     * when not used; the strings are file paths or secrets, never shown
+     * in stats or reports. */
+    const char *tls_ca;        /* PEM file of the CA that signed the
+                                  server's certificate: TLS on (also for
+                                  tls:// urls, with the system's CAs) */
+    const char *tls_cert;      /* PEM client certificate (with tls_key):
+                                  mutual TLS */
+    const char *tls_key;
+    const char *creds;         /* a NATS .creds file (user JWT and nkey
+                                  seed) */
+    const char *user;          /* user and password */
+    const char *password;
+    const char *token;         /* an authentication token */
     const seda_remote_format *format; /* payloads written (and a body
                                   without Content-Type read) in this
                                   format; NULL: the payload's bytes as

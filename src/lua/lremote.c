@@ -9,7 +9,9 @@
  *                         subject = ..., consumer = ..., ack_wait = 30,
  *                         max_ack_pending = ..., connect_timeout = 2,
  *                         dedup_window = 120, low_latency = false,
- *                         urls = { "nats://a:4222", ... }, replicas = 3 } }
+ *                         urls = { "nats://a:4222", ... }, replicas = 3,
+ *                         tls = { ca =, cert =, key = }, creds = "x.creds",
+ *                         user =, password =, token = } }
  *
  * The stage is made by seda_remote_stage_add instead of seda_stage_add
  * (lstage.c); a stage declared with handlers then consumes
@@ -23,7 +25,7 @@
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
     "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
-    NULL
+    "tls", "creds", "user", "password", "token", NULL
 };
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
@@ -127,6 +129,32 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         ro->replicas = (int)v;
     }
     lua_pop(L, 1);
+    ro->creds = opt_str(L, t, stage, "creds");
+    ro->user = opt_str(L, t, stage, "user");
+    ro->password = opt_str(L, t, stage, "password");
+    ro->token = opt_str(L, t, stage, "token");
+    if (!ro->user != !ro->password)
+        luaL_error(L, "stage '%s': remote: user and password go together",
+                   stage);
+    lua_getfield(L, t, "tls");
+    if (!lua_isnil(L, -1)) {
+        static const char *const tls_keys[] = { "ca", "cert", "key", NULL };
+        int tt = lua_gettop(L);
+        if (!lua_istable(L, tt))
+            luaL_error(L, "stage '%s': remote: tls must be a table { ca =, "
+                       "cert =, key = } (PEM file paths)", stage);
+        seda__l_check_keys(L, tt, tls_keys,
+                           lua_pushfstring(L, "stage '%s': remote: tls",
+                                           stage));
+        lua_pop(L, 1);
+        ro->tls_ca = opt_str(L, tt, stage, "ca");
+        ro->tls_cert = opt_str(L, tt, stage, "cert");
+        ro->tls_key = opt_str(L, tt, stage, "key");
+        if (!ro->tls_cert != !ro->tls_key)
+            luaL_error(L, "stage '%s': remote: tls.cert and tls.key go "
+                       "together", stage);
+    }
+    lua_pop(L, 1);                      /* the strings stay in the table */
     lua_getfield(L, t, "max_ack_pending");
     if (!lua_isnil(L, -1)) {
         int isint = 0;

@@ -279,9 +279,12 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if (ul >= sizeof urls)
         FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
              sizeof urls - 1);
+    struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,
+                          ro->user, ro->password, ro->token };
     if ((rc = seda__rconn_get(bus, urls, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
-                              ro->low_latency, &conn, e, sizeof e)) != 0)
+                              ro->low_latency, &auth, &conn, e,
+                              sizeof e)) != 0)
         FAIL(rc, "%s", e);
     double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
                     : so->handler_timeout > 0 ? 2 * so->handler_timeout

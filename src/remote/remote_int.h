@@ -90,7 +90,7 @@ struct rcomp;
  *   The registry mutex (conn.c) guards refs and next.
  *   Immutable after seda__rconn_get returned it: nc, js, sub, bus, url,
  *   shown,
- *   low_latency, inbox, token, comp.
+ *   low_latency, authkey, inbox, token, comp.
  *   Dispatch thread only: last_tick.
  *   Atomic (relaxed, counters): disconnects, reconnects, async_errors,
  *   completions_refused.
@@ -104,6 +104,9 @@ struct rconn {
     const void *bus;            /* the bus whose stages share it */
     char *url;                  /* owned: one url, or several joined
                                    by commas (cnats tries each) */
+    char *authkey;              /* owned: the rauth fields joined, to
+                                   share a connection only with stages
+                                   that prove themselves alike */
     char shown[256];            /* url with any user info as "***" */
     bool low_latency;           /* each message written at once */
     char inbox[64];             /* "_INBOX.<nuid>" */
@@ -126,6 +129,15 @@ struct rconn {
     atomic_uint_fast64_t completions_refused; /* on no entry's subject */
 };
 
+/* How a connection proves itself (seda_remote_opts' TLS and
+ * authentication fields; each NULL when not used). */
+struct rauth {
+    const char *ca, *cert, *key;    /* TLS (any set: TLS on) */
+    const char *creds;              /* .creds file */
+    const char *user, *password;
+    const char *token;
+};
+
 /* The connection of bus to url (low_latency: cnats's send-asap, each
  * message written at once; else writes are coalesced), connected (and
  * its subscription up) or shared with the bus's other remote stages of
@@ -134,8 +146,8 @@ struct rconn {
  * that does not answer fails within connect_timeout seconds).  Main
  * thread of the declaring program; blocks while connecting. */
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
-                    bool low_latency, struct rconn **out, char *err,
-                    size_t errlen);
+                    bool low_latency, const struct rauth *auth,
+                    struct rconn **out, char *err, size_t errlen);
 
 /* Drop a reference; the last one flushes what is buffered, closes the
  * connection and waits (bounded) until no callback runs.  Not from a
