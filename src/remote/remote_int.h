@@ -210,7 +210,9 @@ struct rcons_cfg {
 
 /* Look up the stream (create it, WorkQueue retention, file storage,
  * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns,
- * replicas copies (0: 1), when missing; add subject to an existing stream that does not cover it),
+ * replicas copies (0: 1), republishing what it stores to
+ * "seda-tap.<stream>.>" (the tap), when missing; add subject to an
+ * existing stream that does not cover it),
  * then, unless consumer is NULL, the durable consumer (created with the
  * wanted settings when missing; an existing one must filter subject; got
  * says which settings apply).  Returns 0, or a

@@ -138,6 +138,17 @@ static int ensure_stream(struct rconn *c, const char *stream,
         cfg.Storage = js_FileStorage;
         cfg.Duplicates = dup_ns;
         cfg.Replicas = replicas > 0 ? replicas : 1;
+        /* The tap (docs/wire.md, "Watching a stage"): every message the
+         * stream stores is also sent to seda-tap.<stream>.<stage>, so
+         * anyone can watch a stage without taking its work (WorkQueue
+         * retention allows one consumer per subject). */
+        char tap[SEDA_NAME_MAX + 16];
+        snprintf(tap, sizeof tap, "seda-tap.%s.>", stream);
+        jsRePublish rp;
+        jsRePublish_Init(&rp);
+        rp.Source = wide;
+        rp.Destination = tap;
+        cfg.RePublish = &rp;
         jerr = 0;
         s = js_AddStream(&si, c->js, &cfg, NULL, &jerr);
         jsStreamInfo_Destroy(si);
