@@ -55,7 +55,7 @@ struct fbuf {
 
 static void fb_put(struct fbuf *b, const void *p, size_t n)
 {
-    if (b->oom)
+    if (b->oom || n == 0)               /* (an empty string may be NULL) */
         return;
     if (n > b->cap - b->len) {
         size_t cap = b->cap ? b->cap : 64;
@@ -683,9 +683,80 @@ static void from_mp(struct fbuf *b, const msgpack_object *o, int depth,
     }
 }
 
+static uint64_t be(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* msgpack-c allocates a container's elements from its header before it
+ * reads them, so a 5-byte body claiming 2^32 elements would cost
+ * gigabytes: the claims are checked first.  Every value takes a byte at
+ * least, so the elements still owed (pending) can never exceed the bytes
+ * left.  Only the headers are read; msgpack-c parses the rest. */
+static bool mp_sane(const unsigned char *p, size_t len)
+{
+    const unsigned char *end = p + len;
+    uint64_t pending = 1;
+    while (pending && p < end) {
+        pending--;
+        unsigned c = *p++;
+        size_t left = (size_t)(end - p);
+        uint64_t skip = 0, add = 0;
+        if (c <= 0x7f || c >= 0xe0 || (c >= 0xc0 && c <= 0xc3 && c != 0xc1))
+            continue;
+        if (c >= 0x80 && c <= 0x8f)
+            add = 2 * (uint64_t)(c & 0x0f);
+        else if (c >= 0x90 && c <= 0x9f)
+            add = c & 0x0f;
+        else if (c >= 0xa0 && c <= 0xbf)
+            skip = c & 0x1f;
+        else {
+            static const signed char hdr[32] = {
+                /* c0 */ 0, -1, 0, 0, 1, 2, 4, 1, 2, 4, 4, 8, 1, 2, 4, 8,
+                /* d0 */ 1, 2, 4, 8, 2, 3, 5, 9, 17, 1, 2, 4, 2, 4, 2, 4,
+            };
+            int h = hdr[c - 0xc0];
+            if (h < 0 || (size_t)h > left)
+                return false;
+            if (c >= 0xc4 && c <= 0xc6)                 /* bin */
+                skip = be(p, h);
+            else if (c >= 0xc7 && c <= 0xc9)            /* ext */
+                skip = be(p, h) + 1;
+            else if (c >= 0xd9 && c <= 0xdb)            /* str */
+                skip = be(p, h);
+            else if (c == 0xdc || c == 0xdd)            /* array */
+                add = be(p, h);
+            else if (c == 0xde || c == 0xdf)            /* map */
+                add = 2 * be(p, h);
+            p += h;
+            left -= (size_t)h;
+            if (c >= 0xd4 && c <= 0xd8) {               /* fixext: body */
+                p -= h;
+                left += (size_t)h;
+                skip = (uint64_t)h;
+            }
+        }
+        if (skip > left)
+            return false;
+        p += skip;
+        pending += add;
+        if (pending > (uint64_t)(end - p))
+            return false;
+    }
+    return true;
+}
+
 static int mp_dec(const void *p, size_t len, int *kind, void **out,
                   size_t *outlen, char *err, size_t errlen)
 {
+    if (!mp_sane(p, len)) {
+        snprintf(err, errlen, "MessagePack: truncated, or a length "
+                 "longer than the body");
+        return -1;
+    }
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     size_t off = 0;
