@@ -42,6 +42,7 @@
 
 #include "lcodec.h"
 #include "lseda.h"
+#include "seda_lua.h"
 #include "seda_remote.h"
 
 /* ---- buffers and paths ---- */
@@ -849,6 +850,11 @@ const seda_remote_format *seda__l_format(const char *name)
     if (strcmp(name, "raw") == 0)
         return &f_raw;
     return NULL;
+}
+
+const struct seda_remote_format *seda_lua_format(const char *name)
+{
+    return name ? seda__l_format(name) : NULL;
 }
 
 const seda_remote_format *const *seda__l_format_readers(void)
