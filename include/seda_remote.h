@@ -106,6 +106,12 @@ typedef struct seda_remote_opts {
                                   formats a message's Content-Type may
                                   name (NULL: none); borrowed, must
                                   outlive the stage */
+    bool tap;                  /* the stream republishes every message it
+                                  stores to seda-tap.<stream>.<stage>, so
+                                  any client can watch a stage (made so,
+                                  or turned on, by this declaration; off
+                                  by default: it costs the server a
+                                  publish per message) */
     bool consume;              /* this process will consume the stage
                                   (seda_remote_consume): the durable
                                   consumer is found or created now.  A

@@ -25,7 +25,7 @@
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
     "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
-    "tls", "creds", "user", "password", "token", NULL
+    "tls", "creds", "user", "password", "token", "tap", NULL
 };
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
@@ -116,6 +116,13 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
             luaL_error(L, "stage '%s': remote: low_latency must be a boolean",
                        stage);
         ro->low_latency = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
+    lua_getfield(L, t, "tap");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            luaL_error(L, "stage '%s': remote: tap must be a boolean", stage);
+        ro->tap = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
     lua_getfield(L, t, "replicas");

@@ -210,9 +210,9 @@ struct rcons_cfg {
 
 /* Look up the stream (create it, WorkQueue retention, file storage,
  * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns,
- * replicas copies (0: 1), republishing what it stores to
- * "seda-tap.<stream>.>" (the tap), when missing; add subject to an
- * existing stream that does not cover it),
+ * replicas copies (0: 1), and with tap republishing what it stores to
+ * "seda-tap.<stream>.>", when missing; add subject to an existing stream
+ * that does not cover it, and the tap to one that has none),
  * then, unless consumer is NULL, the durable consumer (created with the
  * wanted settings when missing; an existing one must filter subject; got
  * says which settings apply).  Returns 0, or a
@@ -220,7 +220,7 @@ struct rcons_cfg {
  * Blocks for a few JetStream API requests. */
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, int replicas,
+                        int64_t dup_window_ns, int replicas, bool tap,
                         const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen);
 
@@ -278,7 +278,7 @@ struct rheld {
  *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
- *   ack_wait_ns, want, dup_ns, replicas, format, readers.
+ *   ack_wait_ns, want, dup_ns, replicas, tap, format, readers.
  *   Dispatch thread only: setup_at, setup_backoff.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
@@ -304,6 +304,7 @@ struct rstage {
     struct rcons_cfg want;      /* the consumer settings asked for */
     int64_t dup_ns;             /* the stream's dedup window, if made */
     int replicas;               /* the stream's replicas, if made */
+    bool tap;                   /* the stream republishes to seda-tap */
     const seda_remote_format *format;   /* payloads written so, or NULL */
     const seda_remote_format *const *readers; /* more formats read by
                                    Content-Type (NULL-terminated), or

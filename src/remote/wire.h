@@ -11,8 +11,9 @@
  *                       stage's format; Content-Type names it)
  *     Nats-Msg-Id       JetStream's dedup id
  *     Seda-Id           the envelope's id across processes
- *     Seda-Attempts     the attempt the publisher was on (decimal)
- *     Seda-Priority     high | normal | low
+ *     Seda-Attempts     the attempt the publisher was on (decimal;
+ *                       absent: 1)
+ *     Seda-Priority     high | normal | low (absent: normal)
  *     Seda-Slip         the remaining hops, next first, comma-separated
  *                       (absent: none)
  *     Seda-Sender       (absent: none)

@@ -167,6 +167,22 @@ T.test("a nats:<subject> hop publishes the result to a plain subject", function(
   bus:shutdown(5)
 end)
 
+T.test("tap = true on a stream made without it is refused, saying what to do", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "t1", remote = { url = URL, stream = "FT1" } }
+  local ok, err = pcall(bus.stage, bus, { name = "t2",
+    remote = { url = URL, stream = "FT1", tap = true } })
+  if not ok then      -- nats-server 2.9 cannot change RePublish
+    T.contains(err, "was made without the tap", "why")
+    T.contains(err, "where the stream is first made", "what to do")
+  end
+  bus:stage{ name = "t4", remote = { url = URL, stream = "FT2", tap = true } }
+  T.raises(function()
+    bus:stage{ name = "t3", remote = { url = URL, stream = "FT1", tap = 1 } }
+  end, "tap type", "t3", "tap must be a boolean")
+  bus:shutdown(5)
+end)
+
 T.test("format is checked: a name, and only on remote stages", function()
   local bus = T.bus{ workers = 1 }
   T.raises(function()

@@ -12,7 +12,7 @@ bus:stage{ name = "dlq", handler = function(env)
   io.flush()
 end }
 bus:stage{ name = "enrich", format = "json", dead_letter = "dlq",
-  remote = { url = url, stream = "NODE" },
+  remote = { url = url, stream = "NODE", tap = true },
   handler = function(env)
     local p = env.payload
     env.payload = { n = p.n, doubled = p.n * 2, tags = p.tags,
