@@ -21,7 +21,7 @@
 #                   libsedaio.a, libsedahttp.a, libseda.so (.so.0,
 #                   .so.0.1.0), seda.pc and seda-lua.pc (pkg-config), the
 #                   seda.test module, man seda-lua and
-#                   share/doc/seda-lua/reference.md under PREFIX
+#                   share/doc/seda-lua/reference.md and wire.md under PREFIX
 #                   (/usr/local; DESTDIR for staging); make uninstall
 #   make deps       install missing Debian packages (scripts/deps.sh)
 #   make rock       what `luarocks make` builds and installs (the rockspec:
@@ -93,7 +93,9 @@ $(CONFIG): scripts/deps.sh
 	  echo "NATS_CFLAGS := $$(pc --cflags $(NATS_PC))"; \
 	  echo "NATS_LIBS := $$(pc --libs $(NATS_PC))"; \
 	  echo "CURL_CFLAGS := $$(pc --cflags libcurl)"; \
-	  echo "CURL_LIBS := $$(pc --libs libcurl)"; } >$@.tmp
+	  echo "CURL_LIBS := $$(pc --libs libcurl)"; \
+	  echo "FORMAT_CFLAGS := $$(pc --cflags jansson msgpack)"; \
+	  echo "FORMAT_LIBS := $$(pc --libs jansson msgpack)"; } >$@.tmp
 	@mv $@.tmp $@
 
 # make deps: the packages now (and the flags again).
@@ -265,7 +267,7 @@ $(LIBSLUA): $(LUA_OBJ)
 	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
@@ -301,10 +303,10 @@ $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO): $(LIBSEDA_SOV)
 	$(Q)ln -sf $(notdir $<) $@
 
 $(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(HTTP_OBJ) $(CORE_OBJ)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -409,7 +411,7 @@ $(B)/seda-lua.pc: include/seda.h Makefile
 	@{ $(PC_HEAD); \
 	   echo "Name: seda-lua"; \
 	   echo "Description: seda-lua's embeddable Lua binding (seda_lua.h, libsedalua), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the HTTP server (seda_http.h, libsedahttp), over the static C core"; \
-	   echo "Requires: $(LUA_PC) sqlite3 $(NATS_PC)"; \
+	   echo "Requires: $(LUA_PC) sqlite3 $(NATS_PC) jansson msgpack"; \
 	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libsedahttp.a $${libdir}/libseda.a -pthread -lm -lcurl -lmicrohttpd'; } >$@.tmp
 	@mv $@.tmp $@
 
@@ -484,7 +486,7 @@ BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
 $(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.

@@ -54,8 +54,12 @@
  *     Also the synchronous rate (one publish, one acknowledgement) for
  *     reference.
  *
+ * Format rows: with one consumer process, the same trial again with
+ * format = "json" and "msgpack" (the payload then the Lua codec's float,
+ * so the formats carry a number); every remote row says its format.
+ *
  * Row fields beyond the capacity rows': consumers (processes; 0: the
- * producer alone), stream, stored, raw_js_publish_eps (the remote_raw
+ * producer alone), stream, format ("seda", "json", "msgpack"), stored, raw_js_publish_eps (the remote_raw
  * async rate with as many consumers, measured just before this trial),
  * raw_ratio (throughput_eps / it), raw_js_publish_eps_pull and
  * raw_ratio_pull (against the Fetch loop), raw_js_publish_eps_alone,
@@ -91,18 +95,26 @@
 /* ---- the consumer process ---- */
 
 static const char CONSUMER_CHUNK[] =
-    "local seda, hfile, n, cap, conc, url, stream = ...\n"
+    "local seda, hfile, n, cap, conc, url, stream, format = ...\n"
     "local bus = seda.bus{}\n"
     "bus:stage{name = 'bench', capacity = cap, concurrency = conc,\n"
-    "          handler = hfile, remote = {url = url, stream = stream}}\n"
+    "          handler = hfile, format = format,\n"
+    "          remote = {url = url, stream = stream}}\n"
     "return bus\n";
+
+/* The payload of a format row: the Lua codec's float (tag 0x03, 8 bytes
+ * little endian), so that JSON and MessagePack carry a number. */
+#define RB_FLOAT_TAG 0x03
 
 static bool c_record(seda_env_t *env, void *ud)
 {
     (void)ud;
     size_t len;
-    const void *p = seda_env_payload(env, &len);
+    const unsigned char *p = seda_env_payload(env, &len);
     double ts;
+    if (seda_env_payload_kind(env) == 1 && len == 9 &&
+        p[0] == RB_FLOAT_TAG)
+        p++, len--;
     if (len < sizeof ts)
         return false;
     memcpy(&ts, p, sizeof ts);
@@ -110,12 +122,13 @@ static bool c_record(seda_env_t *env, void *ud)
     return true;
 }
 
-/* seda-bench --remote-consumer URL STREAM c|lua FILE */
+/* seda-bench --remote-consumer URL STREAM c|lua FILE [FORMAT] */
 int bench_remote_consumer(int argc, char **argv)
 {
-    if (argc != 6)
+    if (argc != 6 && argc != 7)
         return 2;
     const char *url = argv[2], *stream = argv[3], *file = argv[5];
+    const char *format = argc == 7 ? argv[6] : NULL;
     bool lua = strcmp(argv[4], "lua") == 0;
     if (rec_init() != 0 ||
         seda_lua_preload("benchrec", luaopen_benchrec) != 0)
@@ -126,9 +139,12 @@ int bench_remote_consumer(int argc, char **argv)
     if (lua) {
         char hfile[] = "/tmp/seda-bench-rh-XXXXXX";
         int fd = mkstemp(hfile);
-        const char code[] = "local rec = require 'benchrec'.rec\n"
-                            "return function(env) rec(env.payload) end\n";
-        if (fd < 0 || write(fd, code, sizeof code - 1) < 0)
+        const char *code = format
+            ? "local rec = require 'benchrec'.rec_ts\n"
+              "return function(env) rec(env.payload) end\n"
+            : "local rec = require 'benchrec'.rec\n"
+              "return function(env) rec(env.payload) end\n";
+        if (fd < 0 || write(fd, code, strlen(code)) < 0)
             return 1;
         close(fd);
         L = luaL_newstate();
@@ -142,7 +158,8 @@ int bench_remote_consumer(int argc, char **argv)
         lua_pushinteger(L, 1);
         lua_pushstring(L, url);
         lua_pushstring(L, stream);
-        if (rc != LUA_OK || lua_pcall(L, 7, 1, 0) != LUA_OK) {
+        lua_pushstring(L, format);      /* nil: "seda" */
+        if (rc != LUA_OK || lua_pcall(L, 8, 1, 0) != LUA_OK) {
             fprintf(stderr, "bench consumer: %s\n", lua_tostring(L, -1));
             unlink(hfile);
             return 1;
@@ -160,6 +177,7 @@ int bench_remote_consumer(int argc, char **argv)
         ro.url = url;
         ro.stream = stream;
         ro.consume = true;
+        ro.format = seda_lua_format(format);
         seda_stage_t *st;
         if (seda_remote_stage_add(bus, &so, &ro, &st, err, sizeof err)) {
             fprintf(stderr, "bench consumer: %s\n", err);
@@ -232,11 +250,11 @@ static bool proc_start(struct cproc *c, const char *const *args)
 }
 
 static bool cproc_start(struct cproc *c, const char *url, const char *stream,
-                        bool lua, int k)
+                        bool lua, int k, const char *format)
 {
     snprintf(c->file, sizeof c->file, "%s/samples.%d", g_cfg.tmpdir, k);
     const char *args[] = { "--remote-consumer", url, stream,
-                           lua ? "lua" : "c", c->file, NULL };
+                           lua ? "lua" : "c", c->file, format, NULL };
     return proc_start(c, args);
 }
 
@@ -571,15 +589,28 @@ struct rtrial {
 
 /* The producer (this thread): publish to st for r->window seconds from
  * r->start; stops at the first failed publish. */
-static void rt_publish(seda_stage_t *st, struct rtrial *r)
+static void rt_publish(seda_stage_t *st, struct rtrial *r, bool codec)
 {
     double deadline = r->start + r->window;
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.kind = 1;                         /* the Lua codec's float */
+    unsigned char fl[9] = { RB_FLOAT_TAG };
     bench_sleep_until(r->start);
     for (;;) {
         double now = seda_now();
         if (now >= deadline)
             break;
-        int rc = seda_stage_publish(st, &now, sizeof now, NULL);
+        int rc;
+        if (codec) {
+            /* JSON cannot carry a float with an integral value. */
+            if (now == floor(now))
+                now = nextafter(now, INFINITY);
+            memcpy(fl + 1, &now, sizeof now);
+            rc = seda_stage_publish(st, fl, sizeof fl, &o);
+        } else {
+            rc = seda_stage_publish(st, &now, sizeof now, NULL);
+        }
         if (rc) {
             r->errors++;
             r->last_err = rc;
@@ -623,7 +654,7 @@ static void rt_settle(seda_bus_t *bus, seda_stage_t *st, int consumers,
  * and its progress line. */
 static void rt_row(const char *stream, bool lua, int consumers, int trial,
                    const struct rtrial *r, double raw, double raw_pull,
-                   double raw_alone)
+                   double raw_alone, const char *format)
 {
     double thr = r->elapsed > 0 ? (double)r->stored / r->elapsed : 0;
     double consumed = r->consumed_at > r->start
@@ -656,6 +687,7 @@ static void rt_row(const char *stream, bool lua, int consumers, int trial,
                 0);
     }
     row_str(&w, "stream", stream);
+    row_str(&w, "format", format ? format : "seda");
     row_str(&w, "latency", "array");
     row_cpu(&w, &r->cpu, r->stored);
     if (r->republished || r->failed) {
@@ -671,20 +703,22 @@ static void rt_row(const char *stream, bool lua, int consumers, int trial,
         row_str(&w, "publish_error", seda_strerror(r->last_err));
     }
     row_end(&w);
-    bench_progress("remote/%s %d consumer%s trial %d: %.0f/s stored "
+    bench_progress("remote/%s%s%s %d consumer%s trial %d: %.0f/s stored "
                    "(%.2f of raw %.0f/s), %.0f/s consumed, p50 %.0f us p99 "
-                   "%.0f us%s", lua ? "lua" : "c", consumers,
+                   "%.0f us%s", lua ? "lua" : "c", format ? " " : "",
+                   format ? format : "", consumers,
                    consumers == 1 ? "" : "s", trial, thr,
                    raw > 0 ? thr / raw : 0, raw, consumed, r->lat.p50,
                    r->lat.p99, r->drained ? "" : ", NOT DRAINED");
 }
 
 static void run_trial(const char *url, bool lua, int consumers, int trial,
-                      double raw, double raw_pull, double raw_alone)
+                      double raw, double raw_pull, double raw_alone,
+                      const char *format)
 {
     char stream[32];
-    snprintf(stream, sizeof stream, "B%s%d%d", lua ? "L" : "C", consumers,
-             trial);
+    snprintf(stream, sizeof stream, "B%s%d%d%s", lua ? "L" : "C", consumers,
+             trial, format ? format : "");
     struct rtrial r;
     memset(&r, 0, sizeof r);
     struct cproc cp[2];
@@ -692,7 +726,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     cpu_mark(&r.cpu, g_server_pid);
     /* The consumers first: they make the durable consumer. */
     for (int i = 0; i < consumers; i++)
-        if (!cproc_start(&cp[i], url, stream, lua, i)) {
+        if (!cproc_start(&cp[i], url, stream, lua, i, format)) {
             fprintf(stderr, "bench: remote consumer %d did not start\n", i);
             for (int k = 0; k <= i; k++)
                 cproc_stop(&cp[k]);
@@ -709,6 +743,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     seda_remote_opts_init(&ro);
     ro.url = url;
     ro.stream = stream;
+    ro.format = seda_lua_format(format);
     seda_stage_t *st;
     char err[600];
     if (seda_remote_stage_add(bus, &so, &ro, &st, err, sizeof err)) {
@@ -720,7 +755,7 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     }
     r.window = g_cfg.quick ? 0.3 : g_cfg.calib_s;
     r.start = seda_now() + 0.01;
-    rt_publish(st, &r);
+    rt_publish(st, &r, format != NULL);
     rt_settle(bus, st, consumers, &r);
     seda_bus_free(bus);
     for (int i = 0; i < consumers; i++) {
@@ -729,7 +764,8 @@ static void run_trial(const char *url, bool lua, int consumers, int trial,
     }
     cpu_since(&r.cpu, g_server_pid);
     merge_samples(cp, consumers, &r.lat);
-    rt_row(stream, lua, consumers, trial, &r, raw, raw_pull, raw_alone);
+    rt_row(stream, lua, consumers, trial, &r, raw, raw_pull, raw_alone,
+           format);
 }
 
 void bench_remote(void)
@@ -797,7 +833,13 @@ void bench_remote(void)
                 if ((lua ? !g_cfg.want_lua : !g_cfg.want_c) ||
                     (lua && c == 0))
                     continue;
-                run_trial(srv.url, lua, c, t + 1, rate, rate_pull, raw_alone);
+                run_trial(srv.url, lua, c, t + 1, rate, rate_pull, raw_alone,
+                          NULL);
+                /* format = "json" and "msgpack" beside "seda" (one
+                 * consumer process), against the same raw rates. */
+                for (int f = 0; c == 1 && f < 2; f++)
+                    run_trial(srv.url, lua, c, t + 1, rate, rate_pull,
+                              raw_alone, f ? "msgpack" : "json");
             }
         }
     }

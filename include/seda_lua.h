@@ -33,6 +33,13 @@ seda_bus_t *seda_lua_tobus(lua_State *L, int idx);
  * thread-safe with bus creation. */
 int seda_lua_preload(const char *name, lua_CFunction open);
 
+/* The binding's payload formats of remote stages ("json", "msgpack",
+ * "raw": what the stage option `format` names; docs/wire.md), for a C
+ * program's seda_remote_opts.format, over the Lua codec's payloads (kind
+ * 1); NULL for another name.  Static tables; any thread. */
+struct seda_remote_format;
+const struct seda_remote_format *seda_lua_format(const char *name);
+
 /* Push a read-only module onto O, a Lua state of the caller's that is not
  * the main state (a thread serving metrics, say): buses() lists a view of
  * every live bus of the process in creation order, each with .name and

@@ -25,6 +25,30 @@
 extern "C" {
 #endif
 
+/* A payload format of remote stages (docs/wire.md): how a payload is
+ * written as a message body and read back.  The Lua binding brings
+ * "json", "msgpack" and "raw" (over the Lua codec's bytes); a C program
+ * may bring its own.  Every function may be called from any thread at
+ * once, keeps no state and does not block. */
+typedef struct seda_remote_format {
+    const char *name;          /* "json" */
+    const char *content_type;  /* "application/json": the Content-Type
+                                  written, and read back */
+    /* Write a payload (its kind and bytes) as a body: 0 with *out
+     * (malloc'd; the caller frees it with free) and *outlen, or non-zero
+     * with err naming what cannot be written ("payload.items[3]: JSON
+     * cannot carry a binary string").  A kind the format does not know
+     * (0, raw bytes from C, for the Lua binding's) may be passed through
+     * (*out NULL: the payload is the body as it is). */
+    int (*encode)(int kind, const void *p, size_t len, void **out,
+                  size_t *outlen, char *err, size_t errlen);
+    /* Read a body: 0 with *kind, *out (malloc'd, or NULL for "the body
+     * as it is") and *outlen, or non-zero with err saying what is wrong
+     * (the message is dead-lettered bad_message with it). */
+    int (*decode)(const void *p, size_t len, int *kind, void **out,
+                  size_t *outlen, char *err, size_t errlen);
+} seda_remote_format;
+
 typedef struct seda_remote_opts {
     const char *url;           /* "nats://127.0.0.1:4222" (required unless
                                   urls names some); user info
@@ -58,6 +82,36 @@ typedef struct seda_remote_opts {
                                   to ~1 ms, at the cost of a system call
                                   per message and so of throughput); by
                                   default writes are coalesced (false) */
+    /* TLS and authentication (docs/wire.md, reference.md).  Each NULL
+     * when not used; the strings are file paths or secrets, never shown
+     * in stats or reports. */
+    const char *tls_ca;        /* PEM file of the CA that signed the
+                                  server's certificate: TLS on (also for
+                                  tls:// urls, with the system's CAs) */
+    const char *tls_cert;      /* PEM client certificate (with tls_key):
+                                  mutual TLS */
+    const char *tls_key;
+    const char *creds;         /* a NATS .creds file (user JWT and nkey
+                                  seed) */
+    const char *user;          /* user and password */
+    const char *password;
+    const char *token;         /* an authentication token */
+    const seda_remote_format *format; /* payloads written (and a body
+                                  without Content-Type read) in this
+                                  format; NULL: the payload's bytes as
+                                  they are, Content-Type by their kind
+                                  (application/x-seda for the Lua codec,
+                                  application/octet-stream for raw) */
+    const seda_remote_format *const *readers; /* NULL-terminated: more
+                                  formats a message's Content-Type may
+                                  name (NULL: none); borrowed, must
+                                  outlive the stage */
+    bool tap;                  /* the stream republishes every message it
+                                  stores to seda-tap.<stream>.<stage>, so
+                                  any client can watch a stage (made so,
+                                  or turned on, by this declaration; off
+                                  by default: it costs the server a
+                                  publish per message) */
     bool consume;              /* this process will consume the stage
                                   (seda_remote_consume): the durable
                                   consumer is found or created now.  A

@@ -20,6 +20,8 @@ have_pc readline || need="$need libreadline-dev"
 have_pc libmicrohttpd || need="$need libmicrohttpd-dev"   # seda-lua --http
 have_pc libnats || need="$need libnats-dev"            # remote stages
 have_pc libcurl || need="$need libcurl4-openssl-dev"   # seda.http (src/io)
+have_pc jansson || need="$need libjansson-dev"         # remote format json
+have_pc msgpack || need="$need libmsgpack-dev"         # remote format msgpack
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] ||
     need="$need nats-server"                           # their tests, bench
 command -v tmux >/dev/null 2>&1 || need="$need tmux"   # REPL tests (tests/cli)

@@ -1,13 +1,17 @@
 #!/bin/sh
-# Fuzz the payload decoder (src/lua/lcodec.c) through tests/lua/fuzz_codec.c.
+# Fuzz the payload decoder (src/lua/lcodec.c) through tests/lua/fuzz_codec.c,
+# and the remote stages' JSON and MessagePack readers (src/lua/lformat.c)
+# through tests/lua/fuzz_format.c.
 #
 #   scripts/fuzz.sh            libFuzzer + ASan + UBSan (clang) for
 #                              ${FUZZ_SECONDS:-60} s, seeded with a corpus
 #                              of real encodings (build/fuzz/corpus)
 #   scripts/fuzz.sh --quick    the default cc with the standalone driver
 #                              tests/lua/fuzz_main.c, a bounded ~3 s run
-#                              (ASan + UBSan when the compiler has them);
-#                              this is what `make test` runs
+#                              of each target (ASan + UBSan when the
+#                              compiler has them); this is what `make
+#                              test` runs
+#   FUZZ_TARGET=format scripts/fuzz.sh   libFuzzer on the formats
 #
 # Environment: CC (quick mode, default cc), FUZZ_SECONDS, FUZZ_QUICK_SECONDS
 # (default 3), FUZZ_ITERS (quick mode bound, default 5000000), FUZZ_SEED
@@ -26,6 +30,8 @@ CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all
  -fno-omit-frame-pointer"
 TARGET="src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_codec.c"
+FORMAT_TARGET="src/lua/lformat.c src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_format.c"
+FORMAT_LIBS=$($PKG_CONFIG --libs jansson msgpack)
 mkdir -p "$OUT"
 
 if [ "${1:-}" = "--quick" ]; then
@@ -39,9 +45,20 @@ if [ "${1:-}" = "--quick" ]; then
     # shellcheck disable=SC2086
     $CC $CFLAGS -O1 $SAN $TARGET tests/lua/fuzz_main.c $LUA_LIBS -lm \
         -o "$OUT/fuzz_quick"
+    # shellcheck disable=SC2086
+    $CC $CFLAGS -O1 $SAN $FORMAT_TARGET tests/lua/fuzz_main.c $LUA_LIBS \
+        $FORMAT_LIBS -lm -o "$OUT/fuzz_format_quick"
     ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
-        exec "$OUT/fuzz_quick" "${FUZZ_ITERS:-5000000}" \
+        "$OUT/fuzz_quick" "${FUZZ_ITERS:-5000000}" \
         "${FUZZ_QUICK_SECONDS:-3}" "${FUZZ_SEED:-1}"
+    echo "fuzz.sh: the remote formats' readers (tests/lua/fuzz_format.c)"
+    ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} \
+        exec "$OUT/fuzz_format_quick" "${FUZZ_ITERS:-5000000}" \
+        "${FUZZ_QUICK_SECONDS:-3}" "${FUZZ_SEED:-1}"
+fi
+if [ "${FUZZ_TARGET:-codec}" = format ]; then
+    TARGET=$FORMAT_TARGET
+    LUA_LIBS="$LUA_LIBS $FORMAT_LIBS"
 fi
 
 install_clang() {

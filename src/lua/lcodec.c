@@ -41,6 +41,7 @@
  *     0x08-0x0b  string                  1/2/4/8-byte length, then bytes
  *     0x0c       table (small)           u8 narr, u8 nrec, then elements
  *     0x0d       table (large)           u32 narr, u32 nrec, then elements
+ *     0x0e       seda.null               -
  *     0x20-0x3f  short string            length = tag - 0x20, then bytes
  *     0x60-0xff  small integer           value = tag - 0x80 (-32..127)
  *     others     invalid
@@ -390,6 +391,15 @@ static ALWAYS_INLINE int enc_value(struct enc *e, int idx, int t)
                          : lua_toboolean(L, idx) ? SEDA_TAG_TRUE
                                                  : SEDA_TAG_FALSE;
         return 0;
+    case LUA_TLIGHTUSERDATA:
+        /* seda.null, and cjson.null: both are the NULL light userdata. */
+        if (lua_touserdata(L, idx) == NULL) {
+            if (reserve(b, 1) != 0)
+                return fail_oom(e);
+            b->p[b->len++] = SEDA_TAG_NULL;
+            return 0;
+        }
+        return fail_type(e, e->nsteps, t, "");
     default:
         return fail_type(e, e->nsteps, t, "");
     }
@@ -701,6 +711,9 @@ static ALWAYS_INLINE int dec_value(struct dec *d)
     case SEDA_TAG_NIL:
         lua_pushnil(L);
         break;
+    case SEDA_TAG_NULL:
+        lua_pushlightuserdata(L, NULL);     /* seda.null */
+        break;
     case SEDA_TAG_FALSE:
     case SEDA_TAG_TRUE:
         lua_pushboolean(L, tag == SEDA_TAG_TRUE);
@@ -791,6 +804,8 @@ static ALWAYS_INLINE int dec_key(struct dec *d)
      * bytes, before anything is pushed. */
     if (p[0] == SEDA_TAG_NIL)
         return dfail(d, "table key is nil");
+    if (p[0] == SEDA_TAG_NULL)          /* the encoder never writes one */
+        return dfail(d, "table key is seda.null");
     if (left >= 9 && p[0] == SEDA_TAG_FLOAT &&
         (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) > UINT64_C(0x7ff) << 52)
         return dfail(d, "table key is NaN");

@@ -43,6 +43,7 @@ enum {
     SEDA_TAG_STR8 = 0x08,   /* ..0x0b: 1/2/4/8-byte length, then bytes */
     SEDA_TAG_TBL8 = 0x0c,   /* u8 narr, u8 nrec */
     SEDA_TAG_TBL32 = 0x0d,  /* u32 narr, u32 nrec */
+    SEDA_TAG_NULL = 0x0e,   /* seda.null (JSON's null; cjson.null) */
     SEDA_TAG_FIXSTR = 0x20, /* ..0x3f: length tag - 0x20 */
     SEDA_TAG_FIXINT = 0x60  /* ..0xff: value tag - 0x80 */
 };

@@ -179,9 +179,9 @@ int seda__l_hw_rd_head(struct rd *r, struct val *v)
         v->t = V_STR;
         v->s = r->p;
         r->p += v->len;
-    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_FALSE ||
-               tag == SEDA_TAG_TRUE) {
-        v->t = tag == SEDA_TAG_NIL ? V_NIL : V_BOOL;
+    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_NULL ||
+               tag == SEDA_TAG_FALSE || tag == SEDA_TAG_TRUE) {
+        v->t = tag == SEDA_TAG_NIL || tag == SEDA_TAG_NULL ? V_NIL : V_BOOL;
         v->i = tag == SEDA_TAG_TRUE;
     } else if (tag == SEDA_TAG_FLOAT) {
         if (!need(r, 8))

@@ -9,7 +9,9 @@
  *                         subject = ..., consumer = ..., ack_wait = 30,
  *                         max_ack_pending = ..., connect_timeout = 2,
  *                         dedup_window = 120, low_latency = false,
- *                         urls = { "nats://a:4222", ... }, replicas = 3 } }
+ *                         urls = { "nats://a:4222", ... }, replicas = 3,
+ *                         tls = { ca =, cert =, key = }, creds = "x.creds",
+ *                         user =, password =, token = } }
  *
  * The stage is made by seda_remote_stage_add instead of seda_stage_add
  * (lstage.c); a stage declared with handlers then consumes
@@ -23,7 +25,7 @@
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
     "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
-    NULL
+    "tls", "creds", "user", "password", "token", "tap", NULL
 };
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
@@ -116,6 +118,13 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         ro->low_latency = lua_toboolean(L, -1);
     }
     lua_pop(L, 1);
+    lua_getfield(L, t, "tap");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            luaL_error(L, "stage '%s': remote: tap must be a boolean", stage);
+        ro->tap = lua_toboolean(L, -1);
+    }
+    lua_pop(L, 1);
     lua_getfield(L, t, "replicas");
     if (!lua_isnil(L, -1)) {
         int isint = 0;
@@ -127,6 +136,32 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         ro->replicas = (int)v;
     }
     lua_pop(L, 1);
+    ro->creds = opt_str(L, t, stage, "creds");
+    ro->user = opt_str(L, t, stage, "user");
+    ro->password = opt_str(L, t, stage, "password");
+    ro->token = opt_str(L, t, stage, "token");
+    if (!ro->user != !ro->password)
+        luaL_error(L, "stage '%s': remote: user and password go together",
+                   stage);
+    lua_getfield(L, t, "tls");
+    if (!lua_isnil(L, -1)) {
+        static const char *const tls_keys[] = { "ca", "cert", "key", NULL };
+        int tt = lua_gettop(L);
+        if (!lua_istable(L, tt))
+            luaL_error(L, "stage '%s': remote: tls must be a table { ca =, "
+                       "cert =, key = } (PEM file paths)", stage);
+        seda__l_check_keys(L, tt, tls_keys,
+                           lua_pushfstring(L, "stage '%s': remote: tls",
+                                           stage));
+        lua_pop(L, 1);
+        ro->tls_ca = opt_str(L, tt, stage, "ca");
+        ro->tls_cert = opt_str(L, tt, stage, "cert");
+        ro->tls_key = opt_str(L, tt, stage, "key");
+        if (!ro->tls_cert != !ro->tls_key)
+            luaL_error(L, "stage '%s': remote: tls.cert and tls.key go "
+                       "together", stage);
+    }
+    lua_pop(L, 1);                      /* the strings stay in the table */
     lua_getfield(L, t, "max_ack_pending");
     if (!lua_isnil(L, -1)) {
         int isint = 0;
@@ -138,6 +173,30 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         ro->max_ack_pending = (int)v;
     }
     lua_pop(L, 1);
+}
+
+const struct seda_remote_format *seda__l_remote_format(lua_State *L, int t,
+                                                       const char *stage,
+                                                       bool remote)
+{
+    lua_getfield(L, t, "format");
+    const struct seda_remote_format *f = NULL;
+    if (!lua_isnil(L, -1)) {
+        const char *name = lua_type(L, -1) == LUA_TSTRING
+                               ? lua_tostring(L, -1) : "";
+        f = seda__l_format(name);
+        if (!f && strcmp(name, "seda") != 0)
+            luaL_error(L, "stage '%s': format must be \"seda\", \"json\", "
+                       "\"msgpack\" or \"raw\" (got %s)", stage,
+                       lua_type(L, -1) == LUA_TSTRING ? name
+                                                      : luaL_typename(L, -1));
+        if (!remote)
+            luaL_error(L, "stage '%s': format is an option of remote stages "
+                       "(a local stage's payloads never leave the process)",
+                       stage);
+    }
+    lua_pop(L, 1);
+    return f;
 }
 
 static void set_i(lua_State *L, const char *k, lua_Integer v)

@@ -535,7 +535,7 @@ static inline enum kind kind_of(unsigned tag)
     if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32)
         return K_STR;
     switch (tag) {
-    case SEDA_TAG_NIL: return K_NIL;
+    case SEDA_TAG_NIL: case SEDA_TAG_NULL: return K_NIL;
     case SEDA_TAG_FALSE: case SEDA_TAG_TRUE: return K_BOOL;
     case SEDA_TAG_FLOAT: return K_FLOAT;
     case SEDA_TAG_INT8: case SEDA_TAG_INT8 + 1:
@@ -629,12 +629,12 @@ static int open_table(struct bchk *r, uint64_t *narr, uint64_t *nrec)
     return 0;
 }
 
-/* Refuses a pair key the decoder would refuse (nil, NaN).  Returns 0 or
- * -1.  Requires avail(r) >= 1. */
+/* Refuses a pair key the decoder would refuse (nil, seda.null, NaN).
+ * Returns 0 or -1.  Requires avail(r) >= 1. */
 static inline int bad_key(const struct bchk *r)
 {
     const unsigned char *p = r->p;
-    return p[0] == SEDA_TAG_NIL ||
+    return p[0] == SEDA_TAG_NIL || p[0] == SEDA_TAG_NULL ||
            (p[0] == SEDA_TAG_FLOAT && avail(r) >= 9 &&
             (seda__ld64(p + 1) & ~(UINT64_C(1) << 63)) >
                 UINT64_C(0x7ff) << 52);

@@ -777,6 +777,8 @@ int luaopen_seda(lua_State *L)
     seda__l_io_register(L);     /* sleep, http, socket (lio.c) */
     lua_pushliteral(L, SEDA_VERSION);
     lua_setfield(L, -2, "version");
+    lua_pushlightuserdata(L, NULL);     /* seda.null, equal to cjson.null */
+    lua_setfield(L, -2, "null");
     seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
     return 1;

@@ -84,6 +84,9 @@ struct lstage {
                                    changes (reload or roll back); workers
                                    reload when theirs differs */
     struct seda_schema *accepts;/* typed stage, or NULL; immutable */
+    const struct seda_remote_format *format; /* a remote stage's payload
+                                   format (json, msgpack, raw), or NULL;
+                                   immutable after bus:stage */
     uint64_t reloads;           /* successful reloads; guarded by mu */
     struct lsrc *admit;         /* the admit rule, or NULL; guarded by mu */
     atomic_bool has_admit;      /* admit != NULL (release after it is set,
@@ -504,6 +507,19 @@ SEDA__API void seda__l_remote_opts(lua_State *L, int t, const char *stage,
 /* Push the `remote` table of a remote stage's stats; false (nothing
  * pushed) for another stage. */
 SEDA__API bool seda__l_remote_push_stats(lua_State *L, seda_stage_t *st);
+
+/* The stage option format (the stage's table at t): NULL for "seda" or
+ * none, else the format's table; raises on a bad name, or a format on a
+ * stage that is not remote. */
+SEDA__API const struct seda_remote_format *seda__l_remote_format(
+    lua_State *L, int t, const char *stage, bool remote);
+
+/* lformat.c: the payload formats of remote stages ("json", "msgpack",
+ * "raw"; NULL for another name), and the NULL-terminated list every
+ * remote stage reads by Content-Type. */
+SEDA__API const struct seda_remote_format *seda__l_format(const char *name);
+SEDA__API const struct seda_remote_format *const *seda__l_format_readers(
+    void);
 
 /* ---- lshared.c ---- */
 

@@ -224,13 +224,24 @@ void seda__l_stage_build_src(lua_State *L, const char *stage, int idx,
 }
 
 /* The admission check of typed stages: any thread, no Lua. */
-static int check_accepts(const seda_env_t *env, void *ud, char *err,
-                         size_t errlen)
+/* A typed stage's check (accepts), then a remote stage's format: a
+ * payload its format cannot carry is refused at the door, naming it. */
+static int check_stage(const seda_env_t *env, void *ud, char *err,
+                       size_t errlen)
 {
+    const struct lstage *ls = ud;
     size_t len;
     const void *p = seda_env_payload(env, &len);
-    return seda__schema_check_bytes(ud, p, len, seda_env_payload_kind(env),
-                                    err, errlen);
+    int kind = seda_env_payload_kind(env);
+    if (ls->accepts && seda__schema_check_bytes(ls->accepts, p, len, kind,
+                                                err, errlen) != 0)
+        return -1;
+    void *out = NULL;
+    size_t outlen;
+    int rc = ls->format ? ls->format->encode(kind, p, len, &out, &outlen,
+                                             err, errlen) : 0;
+    free(out);
+    return rc;
 }
 
 static const char *const stage_keys[] = {
@@ -238,7 +249,7 @@ static const char *const stage_keys[] = {
     "policy", "max_attempts", "dead_letter", "publish_timeout",
     "handler_timeout", "pull", "ack_timeout", "accepts", "strict",
     "durable", "dedup_window", "admit", "shed", "retry", "starve_after",
-    "remote", "blocking", NULL
+    "remote", "blocking", "format", NULL
 };
 
 static int opt_int(lua_State *L, int t, const char *stage, const char *k,
@@ -610,6 +621,11 @@ int seda__l_stage_declare(lua_State *L)
     } else {
         lua_pop(L, 1);
     }
+    ls->format = seda__l_remote_format(L, 2, name, remote);
+    if (remote) {
+        ro.format = ls->format;
+        ro.readers = seda__l_format_readers();
+    }
 
     char err[640];
     seda_stage_t *st;
@@ -624,8 +640,8 @@ int seda__l_stage_declare(lua_State *L)
     ls->st = st;
     ls->index = seda_bus_stage_count(lb->bus) - 1;
     seda_stage_set_userdata(st, ls);
-    if (ls->accepts)
-        seda_stage_set_check(st, check_accepts, ls->accepts);
+    if (ls->accepts || ls->format)
+        seda_stage_set_check(st, check_stage, ls);
     if (!stage_store(lb, ls))
         return luaL_error(L, "stage '%s': out of memory", name);
     stage_start(L, ls, remote, o.durable != 0);

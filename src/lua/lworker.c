@@ -308,6 +308,8 @@ static int setup(lua_State *L)
     lua_setfield(L, -2, "every");
     lua_pushinteger(L, w->index);
     lua_setfield(L, -2, "worker");
+    lua_pushlightuserdata(L, NULL);     /* seda.null, equal to cjson.null */
+    lua_setfield(L, -2, "null");
     seda__l_shared_push(L);
     lua_setfield(L, -2, "shared");
     seda__l_io_register(L);     /* sleep, http, socket (lio.c) */

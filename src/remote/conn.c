@@ -492,7 +492,48 @@ static void conn_free(struct rconn *c)
     seda__free(c->busy);
     seda__free(c->gone);
     seda__free(c->url);
+    seda__free(c->authkey);
     seda__free(c);
+}
+
+/* The rauth fields joined (NULL fields as empty), into an allocation;
+ * NULL out of memory. */
+static char *auth_key(const struct rauth *a)
+{
+    const char *f[] = { a->ca, a->cert, a->key, a->creds, a->user,
+                        a->password, a->token };
+    size_t n = 1;
+    for (size_t i = 0; i < 7; i++)
+        n += (f[i] ? strlen(f[i]) : 0) + 1;
+    char *k = seda__malloc(n), *p = k;
+    for (size_t i = 0; k && i < 7; i++) {
+        size_t l = f[i] ? strlen(f[i]) : 0;
+        memcpy(p, f[i] ? f[i] : "", l);
+        p[l] = '\x1f';
+        p += l + 1;
+    }
+    if (k)
+        *p = '\0';
+    return k;
+}
+
+/* TLS and authentication on o (see struct rauth). */
+static natsStatus set_auth(natsOptions *o, const struct rauth *a)
+{
+    natsStatus s = NATS_OK;
+    if (a->ca || a->cert || a->key)
+        s = natsOptions_SetSecure(o, true);
+    if (s == NATS_OK && a->ca)
+        s = natsOptions_LoadCATrustedCertificates(o, a->ca);
+    if (s == NATS_OK && (a->cert || a->key))
+        s = natsOptions_LoadCertificatesChain(o, a->cert, a->key);
+    if (s == NATS_OK && a->creds)
+        s = natsOptions_SetUserCredentialsFromFiles(o, a->creds, NULL);
+    if (s == NATS_OK && (a->user || a->password))
+        s = natsOptions_SetUserInfo(o, a->user, a->password);
+    if (s == NATS_OK && a->token)
+        s = natsOptions_SetToken(o, a->token);
+    return s;
 }
 
 /* Wait (bounded) until *flag is set under c->mu. */
@@ -507,12 +548,35 @@ static bool wait_flag(struct rconn *c, bool *flag, double secs)
     return ok;
 }
 
-#define NATS_FAIL(what) do { \
+#define NATS_SAY(what) \
         snprintf(err, errlen, "cannot %s %s: %s%s%s", what, c->shown, \
                  natsStatus_GetText(s), nats_GetLastError(NULL) ? ": " : "", \
-                 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : ""); \
+                 nats_GetLastError(NULL) ? nats_GetLastError(NULL) : "")
+#define NATS_FAIL(what) do { \
+        NATS_SAY(what); \
         goto fail; \
     } while (0)
+
+/* A refused connection, said with what to check (err gets cnats's
+ * reason and a hint). */
+static void connect_hint(natsStatus s, const struct rauth *a, char *err,
+                         size_t errlen)
+{
+    size_t n = strlen(err);
+    const char *hint =
+        s == NATS_CONNECTION_AUTH_FAILED
+            ? " -- the server refused the credentials (user and password, "
+              "token or creds)"
+        : s == NATS_SSL_ERROR
+            ? " -- TLS failed (tls.ca must name the CA that signed the "
+              "server's certificate)"
+        : (a->ca || a->cert) && !a->cert
+            ? " -- the server closed the connection (one that requires "
+              "client certificates needs tls.cert and tls.key)"
+            : "";
+    if (n < errlen)
+        snprintf(err + n, errlen - n, "%s", hint);
+}
 
 /* One url, or several joined by commas: cnats's server list. */
 static natsStatus set_servers(natsOptions *o, const char *url)
@@ -538,18 +602,20 @@ static natsStatus set_servers(natsOptions *o, const char *url)
 }
 
 static int conn_open(const void *bus, const char *url, double timeout,
-                     bool low_latency, struct rconn **out, char *err,
-                     size_t errlen)
+                     bool low_latency, const struct rauth *auth,
+                     struct rconn **out, char *err, size_t errlen)
 {
     struct rconn *c = seda__calloc(1, sizeof *c);
     natsOptions *o = NULL;
     natsInbox *ib = NULL;
     natsStatus s = NATS_NO_MEMORY;
     if (!c || !(c->url = seda__strdup(url)) ||
+        !(c->authkey = auth_key(auth)) ||
         !(c->comp = seda__rcomp_new())) {
         snprintf(err, errlen, "out of memory");
         if (c) {
             seda__free(c->url);
+            seda__free(c->authkey);
             seda__free(c);
         }
         return SEDA_ENOMEM;
@@ -584,8 +650,13 @@ static int conn_open(const void *bus, const char *url, double timeout,
         (s = natsOptions_SetClosedCB(o, on_closed, c)) != NATS_OK ||
         (s = natsOptions_SetErrorHandler(o, on_async_error, c)) != NATS_OK)
         NATS_FAIL("set up a connection to");
-    if ((s = natsConnection_Connect(&c->nc, o)) != NATS_OK)
-        NATS_FAIL("connect to");
+    if ((s = set_auth(o, auth)) != NATS_OK)
+        NATS_FAIL("set up TLS or the credentials for");
+    if ((s = natsConnection_Connect(&c->nc, o)) != NATS_OK) {
+        NATS_SAY("connect to");
+        connect_hint(s, auth, err, errlen);
+        goto fail;
+    }
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = 5000;
@@ -627,13 +698,19 @@ fail:
 }
 
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
-                    bool low_latency, struct rconn **out, char *err,
-                    size_t errlen)
+                    bool low_latency, const struct rauth *auth,
+                    struct rconn **out, char *err, size_t errlen)
 {
+    char *key = auth_key(auth);
+    if (!key) {
+        snprintf(err, errlen, "out of memory");
+        return SEDA_ENOMEM;
+    }
     pthread_mutex_lock(&g_reg_mu);
     for (struct rconn *c = g_conns; c; c = c->next) {
         if (c->bus == bus && strcmp(c->url, url) == 0 &&
-            c->low_latency == low_latency) {
+            c->low_latency == low_latency && strcmp(c->authkey, key) == 0) {
+            seda__free(key);
             c->refs++;
             pthread_mutex_unlock(&g_reg_mu);
             *out = c;
@@ -643,7 +720,8 @@ int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
     /* Opened under the registry lock: two stages declared at once share
      * one connection.  Declaring is rare and already blocks. */
     struct rconn *c;
-    int rc = conn_open(bus, url, connect_timeout, low_latency, &c, err,
+    seda__free(key);
+    int rc = conn_open(bus, url, connect_timeout, low_latency, auth, &c, err,
                        errlen);
     if (rc == 0) {
         c->refs = 1;

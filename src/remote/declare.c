@@ -87,8 +87,8 @@ void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
      * while the stream is gone. */
     int rc = seda__rsetup_ensure(rs->conn, rs->stream, rs->subject,
                                  rs->consume ? rs->consumer : NULL,
-                                 rs->dup_ns, rs->replicas, &rs->want, &got,
-                                 e, sizeof e);
+                                 rs->dup_ns, rs->replicas, rs->tap,
+                                 &rs->want, &got, e, sizeof e);
     if (rc) {
         rs->setup_backoff = rs->setup_backoff ? rs->setup_backoff * 2
                                               : 500000000LL;
@@ -279,9 +279,12 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if (ul >= sizeof urls)
         FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
              sizeof urls - 1);
+    struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,
+                          ro->user, ro->password, ro->token };
     if ((rc = seda__rconn_get(bus, urls, ro->connect_timeout > 0
                                                 ? ro->connect_timeout : 2.0,
-                              ro->low_latency, &conn, e, sizeof e)) != 0)
+                              ro->low_latency, &auth, &conn, e,
+                              sizeof e)) != 0)
         FAIL(rc, "%s", e);
     double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
                     : so->handler_timeout > 0 ? 2 * so->handler_timeout
@@ -302,7 +305,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     if ((rc = seda__rsetup_ensure(conn, stream, subject,
                                   ro->consume ? consumer : NULL,
                                   seda__secs_to_ns(dup), ro->replicas,
-                                  &want, &got, e,
+                                  ro->tap, &want, &got, e,
                                   sizeof e)) != 0)
         FAIL(rc, "%s", e);
 
@@ -322,6 +325,9 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     rs->want = want;
     rs->dup_ns = seda__secs_to_ns(dup);
     rs->replicas = ro->replicas;
+    rs->tap = ro->tap;
+    rs->format = ro->format;
+    rs->readers = ro->readers;
     atomic_init(&rs->need_setup, false);
     rs->consume = ro->consume;
     rs->ack_wait_ns = got.ack_wait_ns;

@@ -31,17 +31,16 @@
  *   is termed.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "remote_int.h"
 
-/* The message's headers as key, value pairs: seda headers unescaped;
- * others (Nats-Msg-Id, a foreign publisher's) copied as they are when
- * foreign is true, else skipped.  The strings live in *b; *kv (owned,
- * seda__free) points into it.  Returns the number of pairs, or -1 with
- * why (a malformed escape) or on running out of memory. */
-static int read_headers(natsMsg *m, bool foreign, struct rbuf *b,
-                        const char ***kv, const char **why)
+/* The message's headers as key, value pairs, every one as it came (the
+ * first value of each).  The strings live in *b; *kv (owned, seda__free)
+ * points into it.  Returns the number of pairs (0 out of memory). */
+static int raw_headers(natsMsg *m, struct rbuf *b, const char ***kv)
 {
     const char **keys = NULL;
     int nk = 0;
@@ -50,65 +49,56 @@ static int read_headers(natsMsg *m, bool foreign, struct rbuf *b,
         return 0;
     size_t *off = seda__calloc((size_t)nk * 2, sizeof *off);
     int n = 0, rc = 0;
-    for (int i = 0; off && i < nk && rc >= 0; i++) {
+    for (int i = 0; off && i < nk && rc == 0; i++) {
         const char *v = NULL;
         if (natsMsgHeader_Get(m, keys[i], &v) != NATS_OK || !v)
             continue;
-        size_t ko = b->len;
-        rc = seda__rw_key_unescape(b, keys[i]);
-        if (rc == 1 && foreign)
-            rc = seda__rbuf_put(b, keys[i], strlen(keys[i]) + 1);
-        else if (rc == 1)
-            continue;
-        if (rc < 0)
-            break;
-        size_t vo = b->len;
-        rc = foreign && keys[i][strlen(keys[i]) - 1] != '~'
-                 ? seda__rbuf_put(b, v, strlen(v) + 1)
-                 : seda__rw_val_unescape(b, v);
-        if (rc < 0)
-            break;
-        off[2 * n] = ko;
-        off[2 * n + 1] = vo;
+        off[2 * n] = b->len;
+        rc = seda__rbuf_put(b, keys[i], strlen(keys[i]) + 1);
+        off[2 * n + 1] = b->len;
+        rc = rc ? rc : seda__rbuf_put(b, v, strlen(v) + 1);
         n++;
     }
     free((void *)keys);                 /* cnats allocates it with malloc */
-    if (!off || rc < 0) {
-        *why = off && rc == -1 ? "a header is malformed"
-                               : "out of memory reading the headers";
-        seda__free(off);
-        return -1;
-    }
-    const char **out = seda__calloc((size_t)(n ? 2 * n : 1), sizeof *out);
-    if (!out) {
-        seda__free(off);
-        *why = "out of memory reading the headers";
-        return -1;
-    }
-    for (int i = 0; i < 2 * n; i++)
+    const char **out = off && rc == 0
+                           ? seda__calloc((size_t)(n ? 2 * n : 1),
+                                          sizeof *out) : NULL;
+    for (int i = 0; out && i < 2 * n; i++)
         out[i] = (const char *)b->p + off[i];
     seda__free(off);
     *kv = out;
-    return n;
+    return out ? n : 0;
 }
 
 /* Not an envelope: dead-letter its bytes with reason bad_message. */
 static void bad_message(struct rstage *rs, natsMsg *m,
-                        const struct rjs_meta *meta, const char *why)
+                        const struct rjs_meta *meta, const char *why,
+                        const struct rw_env *w)
 {
     struct seda_stage_s *st = rs->st;
     struct rbuf hb = { 0 };
     const char **kv = NULL;
-    const char *hwhy = NULL;
-    int nh = read_headers(m, true, &hb, &kv, &hwhy);
-    if (nh < 0)
-        nh = 0;
+    int nh = raw_headers(m, &hb, &kv);
     char id[SEDA_ID_MAX];
     snprintf(id, sizeof id, "%s:%llu", rs->stream,
              (unsigned long long)meta->sseq);
+    /* Its metadata was read, and it names a seda origin (a seda process
+     * published it, the body is what failed): that origin hears of the
+     * dead letter, by the id it awaits. */
+    struct rctx *ctx = NULL;
+    if (w && w->origin && seda__rcomp_origin_ok(w->origin) &&
+        (ctx = seda__calloc(1, sizeof *ctx)) &&
+        !(ctx->origin = seda__strdup(w->origin))) {
+        seda__free(ctx);
+        ctx = NULL;
+    }
+    if (ctx) {
+        ctx->rs = rs;
+        ctx->rhop = w->rhop;
+    }
     seda_publish_opts o;
     seda_publish_opts_init(&o);
-    o.id = id;
+    o.id = ctx ? w->id : id;
     o.headers = kv;
     o.nheaders = nh;
     int rc;
@@ -122,6 +112,11 @@ static void bad_message(struct rstage *rs, natsMsg *m,
         env->at = st;
         env->attempts = (uint16_t)(meta->delivered < 65535
                                        ? meta->delivered : 65535);
+        if (ctx) {
+            env->done = seda__rctx_done;
+            env->done_ud = ctx;
+            ctx = NULL;
+        }
         seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
         seda__bus_dead_letter(st, env, "bad_message", NULL);
     } else {
@@ -130,10 +125,53 @@ static void bad_message(struct rstage *rs, natsMsg *m,
                  "message (%s); it is termed", why);
         seda_stage_report(st, msg);
     }
+    seda__rctx_free(ctx);
     atomic_fetch_add_explicit(&rs->bad_messages, 1, memory_order_relaxed);
     seda__rfeed_settle(rs, natsMsg_GetReply(m), RF_TERM, 0);
     seda__free(kv);
     seda__rbuf_free(&hb);
+}
+
+/* Does content type ct (parameters ignored) name format f? */
+static bool names(const char *ct, const seda_remote_format *f)
+{
+    size_t n = strcspn(ct, "; \t");
+    return strlen(f->content_type) == n &&
+           strncasecmp(ct, f->content_type, n) == 0;
+}
+
+/* The payload of a message (docs/wire.md, "The body"): its kind, and its
+ * bytes when a format decoded it (*body, malloc'd; NULL: the body as it
+ * is).  0, or -1 with err saying why it cannot be read. */
+static int payload_in(struct rstage *rs, const struct rw_env *w, int *kind,
+                      void **body, size_t *blen, char *err, size_t errlen)
+{
+    const char *ct = w->content_type;
+    *body = NULL;
+    *kind = seda__rw_type_kind(ct);
+    if (*kind >= 0)
+        return 0;
+    const seda_remote_format *f = NULL;
+    if (!ct) {
+        f = rs->format;
+        *kind = 0;                      /* a foreign client's bytes */
+    } else if (rs->format && names(ct, rs->format)) {
+        f = rs->format;
+    } else {
+        for (int i = 0; rs->readers && rs->readers[i] && !f; i++)
+            if (names(ct, rs->readers[i]))
+                f = rs->readers[i];
+        if (!f) {
+            snprintf(err, errlen, "Content-Type '%.60s' is not one this "
+                     "stage reads (application/x-seda, application/json, "
+                     "application/msgpack, application/octet-stream)", ct);
+            return -1;
+        }
+    }
+    if (!f)
+        return 0;
+    return f->decode(w->payload, w->plen, kind, body, blen, err, errlen)
+               ? -1 : 0;
 }
 
 void seda__rstage_intake_flush(struct rstage *rs)
@@ -169,46 +207,49 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         natsMsg_Destroy(m);
         return;
     }
-    struct rw_env w;
-    void *mem = NULL;
-    char err[200];
-    if (seda__rw_decode(natsMsg_GetData(m), (size_t)natsMsg_GetDataLength(m),
-                        &w, &mem, err, sizeof err) != 0) {
-        bad_message(rs, m, meta, err);
-        natsMsg_Destroy(m);
-        return;
-    }
-    if (w.origin && !seda__rcomp_origin_ok(w.origin)) {
+    struct rw_in in;
+    char err[200], fid[SEDA_ID_MAX];
+    snprintf(fid, sizeof fid, "%s:%llu", rs->stream,
+             (unsigned long long)meta->sseq);
+    int rc = seda__rw_msg_read(m, fid, &in, err, sizeof err);
+    const struct rw_env *w = &in.env;
+    bool read_ok = rc == 0;
+    if (rc == 0 && w->origin && !seda__rcomp_origin_ok(w->origin)) {
         /* Only seda's own completion subjects: never a wildcard or any
          * other subject a foreign message could make us publish to. */
-        bad_message(rs, m, meta, "origin is not a seda completion subject "
-                    "(_INBOX.<token>.c.<secret>)");
-        seda__free(mem);
+        snprintf(err, sizeof err, "Seda-Origin: the origin is not a seda "
+                 "completion subject (_INBOX.<token>.c.<secret>)");
+        rc = -1;
+    }
+    int kind = 0;
+    void *body = NULL;
+    size_t blen = 0;
+    if (rc == 0)
+        rc = payload_in(rs, w, &kind, &body, &blen, err, sizeof err);
+    if (rc != 0) {
+        bad_message(rs, m, meta, err, read_ok ? w : NULL);
+        seda__rw_in_free(&in);
         natsMsg_Destroy(m);
         return;
     }
-    struct rbuf hb = { 0 };
-    const char **kv = NULL;
-    const char *why = NULL;
-    int nh = read_headers(m, false, &hb, &kv, &why);
     struct rctx *ctx = seda__calloc(1, sizeof *ctx);
     seda_env_t *env = NULL;
-    int rc = nh < 0 ? -1 : 0;
-    if (rc == 0 && ctx && (ctx->reply = seda__strdup(reply)) &&
-        (!w.origin || (ctx->origin = seda__strdup(w.origin)))) {
+    if (ctx && (ctx->reply = seda__strdup(reply)) &&
+        (!w->origin || (ctx->origin = seda__strdup(w->origin)))) {
         ctx->rs = rs;
-        ctx->rhop = w.rhop;
+        ctx->rhop = w->rhop;
         seda_publish_opts o;
         seda_publish_opts_init(&o);
-        o.id = w.id;
-        o.sender = w.sender;
-        o.headers = kv;
-        o.nheaders = nh;
-        o.slip = w.slip;
-        o.nslip = w.nslip;
-        o.kind = w.kind;
-        o.priority = w.priority;
-        env = seda__env_new(w.payload, w.plen, &o, &rc);
+        o.id = w->id;
+        o.sender = w->sender;
+        o.headers = in.hdr;
+        o.nheaders = in.nh;
+        o.slip = w->slip;
+        o.nslip = w->nslip;
+        o.kind = kind;
+        o.priority = w->priority;
+        env = body ? seda__env_new(body, blen, &o, &rc)
+                   : seda__env_new(w->payload, w->plen, &o, &rc);
     }
     bool last = env && rs->max_deliver > 0 &&
                 meta->delivered >= (uint64_t)rs->max_deliver &&
@@ -253,9 +294,9 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         if (rs->ngather == RS_GATHER)
             seda__rstage_intake_flush(rs);
     } else {
-        if (nh < 0 || rc == SEDA_EINVAL) {
-            bad_message(rs, m, meta, nh < 0 ? why : "an envelope field is "
-                        "invalid");
+        if (rc == SEDA_EINVAL) {
+            bad_message(rs, m, meta, "an envelope field is invalid (an id, "
+                        "a header or the slip out of seda's bounds)", NULL);
         } else {
             /* Out of memory: another process may have room. */
             seda_stage_report(st, "out of memory taking a message in; it "
@@ -264,8 +305,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         }
         seda__rctx_free(ctx);
     }
-    seda__free(kv);
-    seda__rbuf_free(&hb);
-    seda__free(mem);
+    free(body);                         /* the format's, with malloc */
+    seda__rw_in_free(&in);
     natsMsg_Destroy(m);
 }

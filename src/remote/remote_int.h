@@ -90,7 +90,7 @@ struct rcomp;
  *   The registry mutex (conn.c) guards refs and next.
  *   Immutable after seda__rconn_get returned it: nc, js, sub, bus, url,
  *   shown,
- *   low_latency, inbox, token, comp.
+ *   low_latency, authkey, inbox, token, comp.
  *   Dispatch thread only: last_tick.
  *   Atomic (relaxed, counters): disconnects, reconnects, async_errors,
  *   completions_refused.
@@ -104,6 +104,9 @@ struct rconn {
     const void *bus;            /* the bus whose stages share it */
     char *url;                  /* owned: one url, or several joined
                                    by commas (cnats tries each) */
+    char *authkey;              /* owned: the rauth fields joined, to
+                                   share a connection only with stages
+                                   that prove themselves alike */
     char shown[256];            /* url with any user info as "***" */
     bool low_latency;           /* each message written at once */
     char inbox[64];             /* "_INBOX.<nuid>" */
@@ -126,6 +129,15 @@ struct rconn {
     atomic_uint_fast64_t completions_refused; /* on no entry's subject */
 };
 
+/* How a connection proves itself (seda_remote_opts' TLS and
+ * authentication fields; each NULL when not used). */
+struct rauth {
+    const char *ca, *cert, *key;    /* TLS (any set: TLS on) */
+    const char *creds;              /* .creds file */
+    const char *user, *password;
+    const char *token;
+};
+
 /* The connection of bus to url (low_latency: cnats's send-asap, each
  * message written at once; else writes are coalesced), connected (and
  * its subscription up) or shared with the bus's other remote stages of
@@ -134,8 +146,8 @@ struct rconn {
  * that does not answer fails within connect_timeout seconds).  Main
  * thread of the declaring program; blocks while connecting. */
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
-                    bool low_latency, struct rconn **out, char *err,
-                    size_t errlen);
+                    bool low_latency, const struct rauth *auth,
+                    struct rconn **out, char *err, size_t errlen);
 
 /* Drop a reference; the last one flushes what is buffered, closes the
  * connection and waits (bounded) until no callback runs.  Not from a
@@ -198,7 +210,9 @@ struct rcons_cfg {
 
 /* Look up the stream (create it, WorkQueue retention, file storage,
  * subjects "seda.<stream>.>" and subject, dedup window dup_window_ns,
- * replicas copies (0: 1), when missing; add subject to an existing stream that does not cover it),
+ * replicas copies (0: 1), and with tap republishing what it stores to
+ * "seda-tap.<stream>.>", when missing; add subject to an existing stream
+ * that does not cover it, and the tap to one that has none),
  * then, unless consumer is NULL, the durable consumer (created with the
  * wanted settings when missing; an existing one must filter subject; got
  * says which settings apply).  Returns 0, or a
@@ -206,7 +220,7 @@ struct rcons_cfg {
  * Blocks for a few JetStream API requests. */
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, int replicas,
+                        int64_t dup_window_ns, int replicas, bool tap,
                         const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen);
 
@@ -264,7 +278,7 @@ struct rheld {
  *   last_expires, last_heard, info_at, hheld, rate, rate_n, rate_at.
  *   Immutable after seda_remote_stage_add: st, bus, conn, sid, stream,
  *   subject, consumer, cfg, max_attempts, max_deliver, consume,
- *   ack_wait_ns, want, dup_ns, replicas.
+ *   ack_wait_ns, want, dup_ns, replicas, tap, format, readers.
  *   Dispatch thread only: setup_at, setup_backoff.
  *   Atomic: consuming, closing (release on set / acquire on read); the
  *   counters and js_* figures (relaxed: statistics, each a value of its
@@ -290,6 +304,11 @@ struct rstage {
     struct rcons_cfg want;      /* the consumer settings asked for */
     int64_t dup_ns;             /* the stream's dedup window, if made */
     int replicas;               /* the stream's replicas, if made */
+    bool tap;                   /* the stream republishes to seda-tap */
+    const seda_remote_format *format;   /* payloads written so, or NULL */
+    const seda_remote_format *const *readers; /* more formats read by
+                                   Content-Type (NULL-terminated), or
+                                   NULL */
     atomic_bool need_setup;     /* stream and consumer to be declared
                                    again (after a reconnect, or JetStream
                                    said they are gone); release/acquire */

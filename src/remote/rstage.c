@@ -52,6 +52,7 @@
  *   dropped + handed_off + in_system holds in every process.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/pool.h"
@@ -100,68 +101,58 @@ static void rid_of(struct rstage *rs, const seda_env_t *env, char *rid)
                  (unsigned long long)env->seq);
 }
 
-/* Build the message for env (body and headers); 0 or a code. */
+/* Build the message for env (docs/wire.md) to subject, with reply (or
+ * NULL) and Nats-Msg-Id msgid_in (NULL: the remote id, "#<hop>" after
+ * the first hop): 0, SEDA_ETYPE (the stage's format cannot carry the
+ * payload: why says so), or another code. */
 static int build(struct rstage *rs, const seda_env_t *env, const char *rid,
-                 uint32_t rhop, const char *origin, uint64_t n,
-                 natsMsg **out)
+                 uint32_t rhop, const char *origin, const char *subject,
+                 const char *reply, const char *msgid_in, natsMsg **out,
+                 char *why, size_t whylen)
 {
-    int ns = seda_env_slip_count(env);
-    const char *small[16];
-    const char **slip = ns <= 16 ? small : seda__malloc(sizeof *slip *
-                                                        (size_t)ns);
-    if (!slip)
+    int ns = seda_env_slip_count(env), nh = seda_env_header_count(env);
+    const char *small[32];
+    size_t want = (size_t)ns + 2 * (size_t)nh;
+    const char **a = want <= 32 ? small
+                                : seda__malloc(sizeof *a * (want ? want : 1));
+    if (!a)
         return SEDA_ENOMEM;
+    const char **slip = a, **hdr = a + ns;
     for (int i = 0; i < ns; i++)
         slip[i] = seda_env_slip_at(env, i);
+    for (int i = 0; i < nh; i++)
+        seda_env_header_at(env, i, &hdr[2 * i], &hdr[2 * i + 1]);
     size_t plen;
     const void *p = seda_env_payload(env, &plen);
+    void *body = NULL;
+    size_t blen = 0;
+    int kind = seda_env_payload_kind(env);
+    if (rs->format && rs->format->encode(kind, p, plen, &body, &blen, why,
+                                         whylen) != 0) {
+        if (a != small)
+            seda__free(a);
+        return SEDA_ETYPE;
+    }
     struct rw_env w = {
         .id = rid, .origin = origin, .sender = seda_env_sender(env),
-        .kind = seda_env_payload_kind(env),
+        .content_type = rs->format ? rs->format->content_type : NULL,
+        .kind = kind,
         .priority = seda_env_priority(env),
         .attempts = seda_env_attempts(env), .rhop = rhop, .nslip = ns,
-        .slip = slip, .payload = p, .plen = plen,
+        .slip = slip, .payload = body ? body : p, .plen = body ? blen : plen,
     };
-    struct rbuf body = { 0 }, tmp = { 0 };
-    int rc = seda__rw_encode(&body, &w);
-    if (slip != small)
-        seda__free(slip);
-    char reply[128], msgid[SEDA_ID_MAX + 16];
-    seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
+    char msgid[SEDA_ID_MAX + 16];
     if (rhop == 1)
         snprintf(msgid, sizeof msgid, "%s", rid);
     else
         snprintf(msgid, sizeof msgid, "%s#%u", rid, rhop);
-    natsMsg *m = NULL;
-    if (rc == 0 && (body.len > INT32_MAX ||
-                    natsMsg_Create(&m, rs->subject, reply,
-                                   (const char *)body.p, (int)body.len) !=
-                        NATS_OK))
-        rc = body.len > INT32_MAX ? SEDA_ERANGE : SEDA_ENOMEM;
-    if (rc == 0 && natsMsgHeader_Set(m, "Nats-Msg-Id", msgid) != NATS_OK)
-        rc = SEDA_ENOMEM;
-    int nh = seda_env_header_count(env);
-    for (int i = 0; i < nh && rc == 0; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        tmp.len = 0;
-        if (seda__rw_key_escape(&tmp, k) != 0)
-            rc = SEDA_ENOMEM;
-        size_t vo = tmp.len;
-        if (rc == 0 && seda__rw_val_escape(&tmp, v) != 0)
-            rc = SEDA_ENOMEM;
-        if (rc == 0 && natsMsgHeader_Set(m, (const char *)tmp.p,
-                                         (const char *)tmp.p + vo) != NATS_OK)
-            rc = SEDA_ENOMEM;
-    }
-    seda__rbuf_free(&body);
-    seda__rbuf_free(&tmp);
-    if (rc) {
-        natsMsg_Destroy(m);
-        return rc;
-    }
-    *out = m;
-    return 0;
+    if (!msgid_in)
+        msgid_in = msgid;
+    int rc = seda__rw_msg_new(out, subject, reply, msgid_in, &w, nh, hdr);
+    if (a != small)
+        seda__free(a);
+    free(body);                         /* the format's, with malloc */
+    return rc;
 }
 
 /* ---- the core's hooks ---- */
@@ -235,8 +226,11 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     const char *og = ctx ? ctx->origin : env->done ? origin : NULL;
     uint64_t n = seda__rpub_next(rs);
     natsMsg *msg = NULL;
+    char why[240], reply[128];
+    seda__rconn_reply(rs->conn, rs->sid, 'a', n, true, reply, sizeof reply);
     if (rc == 0)
-        rc = build(rs, env, m->rid, rhop, og, n, &msg);
+        rc = build(rs, env, m->rid, rhop, og, rs->subject, reply, NULL, &msg,
+                   why, sizeof why);
     struct claim *cl = tls_claim && tls_claim->env == env ? tls_claim : NULL;
     if (rc == 0) {
         m->ctx = ctx;
@@ -258,6 +252,11 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
     if (rc) {
         if (rc == SEDA_ETOOLARGE)
             too_large(rs, env, msg);
+        if (rc == SEDA_ETYPE) {
+            /* A check (the binding's) normally refuses it first. */
+            (void)seda_env_set_header(env, "x-dead-detail", why);
+            seda_stage_report(st, why);
+        }
         natsMsg_Destroy(msg);
         if (m->serial)      /* not sent: env keeps its done callback */
             seda__rcomp_forget(rs->conn, m->rid, m->serial);
@@ -333,6 +332,58 @@ void seda__rstage_published(struct rstage *rs, void *ud, int result,
         seda__bus_idle_notify(rs->bus);     /* nothing awaits JetStream */
 }
 
+/* ---- results on a plain subject: "nats:<subject>" hops ---- */
+
+/* env's payload (in rs's format), its id, Content-Type and user headers
+ * and what is left of its slip, published to subject with a core NATS
+ * publish (no origin: it is the secret of the completion's subject).
+ * 0, or a negative code with why. */
+static int nats_out(struct rstage *rs, const seda_env_t *env,
+                    const char *subject, char *why, size_t whylen)
+{
+    char rid[SEDA_ID_MAX];
+    rid_of(rs, env, rid);
+    natsMsg *m = NULL;
+    /* Its own dedup id: a stream that keeps the subject stores it once,
+     * and never takes it for the envelope's stage message. */
+    char msgid[SEDA_ID_MAX + SEDA_NAME_MAX + 8];
+    snprintf(msgid, sizeof msgid, "%s@%s", rid, subject);
+    int rc = build(rs, env, rid, 1, NULL, subject, NULL, msgid, &m, why,
+                   whylen);
+    if (rc == 0 && natsConnection_PublishMsg(rs->conn->nc, m) != NATS_OK) {
+        snprintf(why, whylen, "nats:%s: the NATS server is not reachable",
+                 subject);
+        rc = SEDA_EUNAVAIL;
+    } else if (rc != 0 && rc != SEDA_ETYPE) {
+        snprintf(why, whylen, "nats:%s: %s", subject, seda_strerror(rc));
+    }
+    natsMsg_Destroy(m);
+    return rc;
+}
+
+/* Publish env's leading "nats:" hops (popping them), then route it on
+ * as any ack (the itinerary completes when nothing is left).  A hop that
+ * cannot be published dead-letters the envelope (hop_refused, with
+ * x-dead-detail). */
+static void route_nats(struct rstage *rs, seda_env_t *env,
+                       struct stage_counters *tally)
+{
+    const char *next;
+    while ((next = seda_env_slip_at(env, 0)) &&
+           strncmp(next, "nats:", 5) == 0) {
+        char subject[SEDA_NAME_MAX + 1], why[240];
+        snprintf(subject, sizeof subject, "%s", next + 5);
+        seda__env_slip_pop(env);
+        if (nats_out(rs, env, subject, why, sizeof why) != 0) {
+            (void)seda_env_set_header(env, "x-dead-detail", why);
+            seda_stage_report(rs->st, why);
+            seda__bus_dead_letter(rs->st, env, "hop_refused", tally);
+            return;
+        }
+    }
+    seda__bus_route_ack(rs->st, env, tally);
+}
+
 /* The delay of a nak: the stage's retry backoff before the
  * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
@@ -355,7 +406,7 @@ static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
         struct claim c = { env, reply, rs };
         struct claim *saved = tls_claim;
         tls_claim = &c;
-        seda__bus_route_ack(st, env, tally);
+        route_nats(rs, env, tally);
         tls_claim = saved;
         if (c.reply)
             seda__rfeed_settle(rs, c.reply, RF_ACK, 0);

@@ -100,9 +100,45 @@ static int widen(struct rconn *c, const jsStreamInfo *si,
     return 0;
 }
 
+/* The tap's RePublish of stream (source: wide, its seda subjects). */
+static void tap_cfg(jsRePublish *rp, const char *stream, const char *wide,
+                    char *dest, size_t len)
+{
+    snprintf(dest, len, "seda-tap.%s.>", stream);
+    jsRePublish_Init(rp);
+    rp->Source = wide;
+    rp->Destination = dest;
+}
+
+/* Turn the tap on for an existing stream that has none (servers that
+ * cannot change RePublish, 2.9, refuse: the error says what to do). */
+static int add_tap(struct rconn *c, const jsStreamInfo *si, char *err,
+                   size_t errlen)
+{
+    jsStreamConfig cfg = *si->Config;
+    char wide[SEDA_NAME_MAX + 16], dest[SEDA_NAME_MAX + 16];
+    snprintf(wide, sizeof wide, "seda.%s.>", cfg.Name);
+    jsRePublish rp;
+    tap_cfg(&rp, cfg.Name, wide, dest, sizeof dest);
+    cfg.RePublish = &rp;
+    jsErrCode jerr = 0;
+    jsStreamInfo *out = NULL;
+    natsStatus s = js_UpdateStream(&out, c->js, &cfg, NULL, &jerr);
+    jsStreamInfo_Destroy(out);
+    if (s != NATS_OK) {
+        snprintf(err, errlen, "stream '%s' was made without the tap and "
+                 "the server cannot add it (%s, JetStream error %d%s%s): "
+                 "declare tap = true where the stream is first made, or "
+                 "delete the stream", cfg.Name, natsStatus_GetText(s),
+                 (int)jerr, *last_error() ? ": " : "", last_error());
+        return SEDA_EINVAL;
+    }
+    return 0;
+}
+
 static int ensure_stream(struct rconn *c, const char *stream,
                          const char *subject, int64_t dup_ns, int replicas,
-                         bool *created, char *err, size_t errlen)
+                         bool tap, bool *created, char *err, size_t errlen)
 {
     int nopeers = 0;
     for (int tries = 0; tries < 4; tries++) {
@@ -112,6 +148,8 @@ static int ensure_stream(struct rconn *c, const char *stream,
         if (s == NATS_OK) {
             int rc = stream_covers(si->Config, subject)
                          ? 0 : widen(c, si, subject, err, errlen);
+            if (rc == 0 && tap && !si->Config->RePublish)
+                rc = add_tap(c, si, err, errlen);
             jsStreamInfo_Destroy(si);
             return rc;
         }
@@ -138,6 +176,14 @@ static int ensure_stream(struct rconn *c, const char *stream,
         cfg.Storage = js_FileStorage;
         cfg.Duplicates = dup_ns;
         cfg.Replicas = replicas > 0 ? replicas : 1;
+        /* The tap (docs/wire.md, "Watching a stage"): every message the
+         * stream stores is also sent to seda-tap.<stream>.<stage>, so
+         * anyone can watch a stage without taking its work (WorkQueue
+         * retention allows one consumer per subject). */
+        char dest[SEDA_NAME_MAX + 16];
+        jsRePublish rp;
+        tap_cfg(&rp, stream, wide, dest, sizeof dest);
+        cfg.RePublish = tap ? &rp : NULL;
         jerr = 0;
         s = js_AddStream(&si, c->js, &cfg, NULL, &jerr);
         jsStreamInfo_Destroy(si);
@@ -180,12 +226,12 @@ static void take_cfg(const jsConsumerConfig *cc, struct rcons_cfg *got)
 
 int seda__rsetup_ensure(struct rconn *c, const char *stream,
                         const char *subject, const char *consumer,
-                        int64_t dup_window_ns, int replicas,
+                        int64_t dup_window_ns, int replicas, bool tap,
                         const struct rcons_cfg *want,
                         struct rcons_cfg *got, char *err, size_t errlen)
 {
     bool created = false;
-    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas,
+    int rc = ensure_stream(c, stream, subject, dup_window_ns, replicas, tap,
                            &created, err, errlen);
     memset(got, 0, sizeof *got);
     got->stream_created = created;

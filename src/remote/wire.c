@@ -1,16 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * wire.c -- the envelope body, the completion message and the header
- * escaping (the format is described in wire.h).
+ * wire.c -- the stage message (metadata in Seda-* headers, user headers
+ * plain, the payload as the body), the completion message and the
+ * escapes they use (the format is described in wire.h and docs/wire.md).
  *
  * DESIGN
- *   Decoding reads untrusted bytes (anyone may publish on a stage's
- *   subject), so every read is checked against the end of the body, and
- *   decoding runs in two passes: the first validates and measures, the
- *   second copies the strings, NUL-terminated, into one allocation.  A
- *   refusal names what was wrong and allocates nothing.
+ *   Reading takes untrusted input (anyone may publish on a stage's
+ *   subject): every header is checked before it is used, and a refusal
+ *   names the header and what was wrong.  The completion is decoded in
+ *   two passes: the first validates and measures, the second copies the
+ *   strings, NUL-terminated, into one allocation.
+ *
+ *   Sections: buffers, writing, reading (completion), escapes, the stage
+ *   message.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -75,49 +80,6 @@ static int put_str(struct rbuf *b, const char *s)
     return rc ? rc : seda__rbuf_put(b, s, n);
 }
 
-static int put_le(struct rbuf *b, uint64_t v, int bytes)
-{
-    unsigned char tmp[8];
-    for (int i = 0; i < bytes; i++)
-        tmp[i] = (unsigned char)(v >> (8 * i));
-    return seda__rbuf_put(b, tmp, (size_t)bytes);
-}
-
-int seda__rw_encode(struct rbuf *b, const struct rw_env *e)
-{
-    if (!e->id || !*e->id || strlen(e->id) >= SEDA_ID_MAX ||
-        e->kind < 0 || e->kind > 255 || e->priority < 0 ||
-        e->priority > 2 || e->attempts < 1 || e->attempts > 65535 ||
-        e->rhop < 1 || e->nslip < 0 || e->nslip > SEDA_RW_MAX_SLIP ||
-        (e->nslip && !e->slip) || (e->plen && !e->payload) ||
-        (e->origin && !*e->origin))
-        return SEDA_EINVAL;
-    for (int i = 0; i < e->nslip; i++)
-        if (!seda__valid_name(e->slip[i]))
-            return SEDA_EINVAL;
-    size_t start = b->len;
-    unsigned flags = (e->origin ? 1u : 0u) | (e->sender ? 2u : 0u);
-    int rc = seda__rbuf_put(b, "SDR", 3);
-    rc = rc ? rc : put_u8(b, SEDA_RW_VERSION);
-    rc = rc ? rc : put_u8(b, flags);
-    rc = rc ? rc : put_u8(b, (unsigned)e->kind);
-    rc = rc ? rc : put_u8(b, (unsigned)e->priority);
-    rc = rc ? rc : put_le(b, (uint64_t)e->attempts, 2);
-    rc = rc ? rc : put_le(b, e->rhop, 4);
-    rc = rc ? rc : put_str(b, e->id);
-    if (e->origin)
-        rc = rc ? rc : put_str(b, e->origin);
-    if (e->sender)
-        rc = rc ? rc : put_str(b, e->sender);
-    rc = rc ? rc : put_uv(b, (uint64_t)e->nslip);
-    for (int i = 0; i < e->nslip && !rc; i++)
-        rc = put_str(b, e->slip[i]);
-    rc = rc ? rc : seda__rbuf_put(b, e->payload, e->plen);
-    if (rc)
-        b->len = start;
-    return rc;
-}
-
 int seda__rw_done_encode(struct rbuf *b, const struct rw_done *d)
 {
     if (!d->id || !*d->id || !d->stage || d->outcome < 0 ||
@@ -165,17 +127,6 @@ static bool rd_u8(struct rd *r, unsigned *v)
     if (r->pos + 1 > r->len)
         return rd_fail(r, "truncated");
     *v = r->p[r->pos++];
-    return true;
-}
-
-static bool rd_le(struct rd *r, int bytes, uint64_t *v)
-{
-    if (r->len - r->pos < (size_t)bytes)
-        return rd_fail(r, "truncated");
-    *v = 0;
-    for (int i = 0; i < bytes; i++)
-        *v |= (uint64_t)r->p[r->pos + (size_t)i] << (8 * i);
-    r->pos += (size_t)bytes;
     return true;
 }
 
@@ -242,90 +193,6 @@ static bool check_magic(struct rd *r, const char *magic, const char *what,
     }
     r->pos = 4;
     return true;
-}
-
-int seda__rw_is_envelope(const void *body, size_t len)
-{
-    return len >= 4 && memcmp(body, "SDR", 3) == 0;
-}
-
-int seda__rw_decode(const void *body, size_t len, struct rw_env *out,
-                    void **mem, char *err, size_t errlen)
-{
-    struct rd r = { body, len, 0, NULL };
-    *mem = NULL;
-    memset(out, 0, sizeof *out);
-    if (!check_magic(&r, "SDR", "envelope", err, errlen))
-        return -1;
-    unsigned flags = 0, kind = 0, prio = 0;
-    uint64_t att = 0, rhop = 0, nslip = 0;
-    size_t id_off = 0, id_n = 0, or_off = 0, or_n = 0, se_off = 0, se_n = 0;
-    size_t slip0 = 0, strings = 0;
-    bool ok = rd_u8(&r, &flags) && rd_u8(&r, &kind) && rd_u8(&r, &prio) &&
-              rd_le(&r, 2, &att) && rd_le(&r, 4, &rhop) &&
-              rd_str(&r, &id_off, &id_n, SEDA_ID_MAX - 1,
-                     "id is too long or holds a NUL");
-    if (ok && (flags & ~3u))
-        ok = rd_fail(&r, "unknown flags");
-    if (ok && id_n == 0)
-        ok = rd_fail(&r, "id is empty");
-    if (ok && prio > 2)
-        ok = rd_fail(&r, "priority out of range");
-    if (ok && (att < 1 || rhop < 1))
-        ok = rd_fail(&r, "attempts or hop count is 0");
-    if (ok && (flags & 1))
-        ok = rd_str(&r, &or_off, &or_n, 255, "origin is malformed") &&
-             (or_n > 0 || rd_fail(&r, "origin is empty"));
-    if (ok && (flags & 2))
-        ok = rd_str(&r, &se_off, &se_n, SIZE_MAX, "sender holds a NUL");
-    if (ok)
-        ok = rd_uv(&r, &nslip);
-    if (ok && nslip > SEDA_RW_MAX_SLIP)
-        ok = rd_fail(&r, "slip is too long");
-    slip0 = r.pos;
-    for (uint64_t i = 0; ok && i < nslip; i++) {
-        size_t o, n;
-        ok = rd_str(&r, &o, &n, SEDA_NAME_MAX, "slip: not a stage name");
-        if (ok) {
-            char name[SEDA_NAME_MAX + 1];
-            memcpy(name, r.p + o, n);
-            name[n] = '\0';
-            if (!seda__valid_name(name))
-                ok = rd_fail(&r, "slip: not a stage name");
-            strings += n + 1;
-        }
-    }
-    if (!ok) {
-        snprintf(err, errlen, "envelope: %s", r.err);
-        return -1;
-    }
-    size_t ptrs = sizeof(char *) * (size_t)(nslip ? nslip : 1);
-    struct sink s = { seda__malloc(ptrs + strings + id_n + or_n + se_n + 3),
-                      ptrs };
-    if (!s.mem) {
-        snprintf(err, errlen, "envelope: out of memory");
-        return -1;
-    }
-    const char **slip = (const char **)(void *)s.mem;
-    out->id = sink_str(&s, &r, id_off, id_n);
-    out->origin = (flags & 1) ? sink_str(&s, &r, or_off, or_n) : NULL;
-    out->sender = (flags & 2) ? sink_str(&s, &r, se_off, se_n) : NULL;
-    struct rd again = { body, len, slip0, NULL };
-    for (uint64_t i = 0; i < nslip; i++) {
-        size_t o, n;
-        rd_str(&again, &o, &n, SEDA_NAME_MAX, "");
-        slip[i] = sink_str(&s, &again, o, n);
-    }
-    out->kind = (int)kind;
-    out->priority = (int)prio;
-    out->attempts = (int)att;
-    out->rhop = (uint32_t)rhop;
-    out->nslip = (int)nslip;
-    out->slip = nslip ? slip : NULL;
-    out->payload = r.p + r.pos;
-    out->plen = len - r.pos;
-    *mem = s.mem;
-    return 0;
 }
 
 int seda__rw_done_decode(const void *body, size_t len, struct rw_done *out,
@@ -400,30 +267,6 @@ static int put_esc(struct rbuf *b, unsigned char c)
     return seda__rbuf_put(b, e, 3);
 }
 
-static bool key_plain(unsigned char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
-}
-
-int seda__rw_key_escape(struct rbuf *b, const char *key)
-{
-    size_t start = b->len;
-    bool nats = strncasecmp(key, "nats-", 5) == 0;
-    int rc = 0;
-    for (const unsigned char *p = (const unsigned char *)key; *p && !rc;
-         p++) {
-        if (key_plain(*p) && !(nats && p == (const unsigned char *)key))
-            rc = seda__rbuf_put(b, p, 1);
-        else
-            rc = put_esc(b, *p);
-    }
-    rc = rc ? rc : seda__rbuf_put(b, "~", 2);   /* '~' and the NUL */
-    if (rc)
-        b->len = start;
-    return rc;
-}
-
 int seda__rw_val_escape(struct rbuf *b, const char *val)
 {
     size_t start = b->len, n = strlen(val);
@@ -481,19 +324,515 @@ static int unescape(struct rbuf *b, const char *s, size_t n)
     return 0;
 }
 
-int seda__rw_key_unescape(struct rbuf *b, const char *nk)
-{
-    size_t n = strlen(nk);
-    if (n == 0 || nk[n - 1] != '~')
-        return 1;
-    if (memchr(nk, '~', n - 1))
-        return -1;
-    return unescape(b, nk, n - 1);
-}
-
 int seda__rw_val_unescape(struct rbuf *b, const char *nv)
 {
     if (strcmp(nv, "%") == 0)
         return seda__rbuf_put(b, "", 1);
     return unescape(b, nv, strlen(nv));
+}
+
+/* ---- the stage message ---- */
+
+bool seda__rw_key_plain(const char *key)
+{
+    static const char *const reserved[] = { "nats-", "seda-" };
+    static const char *const exact[] = { "content-type", "status",
+                                         "description" };
+    if (!*key)
+        return false;
+    for (size_t i = 0; i < 2; i++)
+        if (strncasecmp(key, reserved[i], 5) == 0)
+            return false;
+    for (size_t i = 0; i < 3; i++)
+        if (strcasecmp(key, exact[i]) == 0)
+            return false;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9') || strchr("!#$&'*+.^_`|~-", *p)))
+            return false;
+    return true;
+}
+
+bool seda__rw_val_plain(const char *val)
+{
+    size_t n = strlen(val);
+    if (n == 0 || val[0] == ' ' || val[0] == '\t' || val[n - 1] == ' ' ||
+        val[n - 1] == '\t')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)val[i];
+        if (c < 0x20 || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+static int pct(struct rbuf *b, const char *s)
+{
+    int rc = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && !rc; p++) {
+        bool keep = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                    (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+                    *p == '~' || *p == '-';
+        rc = keep ? seda__rbuf_put(b, p, 1) : put_esc(b, *p);
+    }
+    return rc;
+}
+
+int seda__rw_hdr_pack(struct rbuf *b, const char *key, const char *val)
+{
+    size_t start = b->len;
+    int rc = pct(b, key);
+    rc = rc ? rc : seda__rbuf_put(b, "=", 1);
+    rc = rc ? rc : pct(b, val);
+    rc = rc ? rc : seda__rbuf_put(b, "", 1);
+    if (rc)
+        b->len = start;
+    return rc;
+}
+
+int seda__rw_hdr_unpack(struct rbuf *b, const char *packed, size_t *voff)
+{
+    const char *eq = strchr(packed, '=');
+    if (!eq)
+        return -1;
+    size_t start = b->len;
+    int rc = unescape(b, packed, (size_t)(eq - packed));
+    *voff = b->len;
+    if (rc == 0)
+        rc = unescape(b, eq + 1, strlen(eq + 1));
+    if (rc) {
+        b->len = start;
+        return -1;
+    }
+    return 0;
+}
+
+const char *seda__rw_kind_type(int kind)
+{
+    return kind == 0 ? "application/octet-stream" : "application/x-seda";
+}
+
+int seda__rw_type_kind(const char *ct)
+{
+    if (!ct)
+        return -1;
+    /* Parameters (";charset=...") do not change the kind. */
+    size_t n = strcspn(ct, "; \t");
+    if (n == 24 && strncasecmp(ct, "application/octet-stream", n) == 0)
+        return 0;
+    if (n == 18 && strncasecmp(ct, "application/x-seda", n) == 0)
+        return 1;
+    return -1;
+}
+
+/* A slip entry: a stage name, or "nats:<subject>" (a subject without
+ * wildcards, blanks or commas). */
+static bool slip_ok(const char *h)
+{
+    if (strncmp(h, "nats:", 5) == 0) {
+        const char *s = h + 5;
+        size_t n = strlen(s);
+        if (n == 0 || n > 255 || s[0] == '.' || s[n - 1] == '.' ||
+            strstr(s, ".."))
+            return false;
+        for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+            if (*p <= 0x20 || *p == 0x7f || *p == ',' || *p == '*' ||
+                *p == '>')
+                return false;
+        return true;
+    }
+    return seda__valid_name(h);
+}
+
+/* The keys set plainly so far: a new key collides with one of them
+ * when either is a prefix of the other (see wire.h). */
+struct keyset {
+    const char *small[24];
+    const char **k;
+    int n, cap;
+};
+
+static bool keyset_clash(const struct keyset *s, const char *key)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < s->n; i++) {
+        size_t l = strlen(s->k[i]);
+        if (strncmp(s->k[i], key, l < kl ? l : kl) == 0)
+            return true;
+    }
+    return false;
+}
+
+static int keyset_add(struct keyset *s, const char *key)
+{
+    if (s->n == s->cap) {
+        int cap = s->cap * 2;
+        const char **k = seda__malloc(sizeof *k * (size_t)cap);
+        if (!k)
+            return SEDA_ENOMEM;
+        memcpy(k, s->k, sizeof *k * (size_t)s->n);
+        if (s->k != s->small)
+            seda__free(s->k);
+        s->k = k;
+        s->cap = cap;
+    }
+    s->k[s->n++] = key;
+    return 0;
+}
+
+/* Set key: value on m, and note key (a string that outlives the set). */
+static int hset(natsMsg *m, struct keyset *ks, const char *key,
+                const char *val)
+{
+    if (natsMsgHeader_Set(m, key, val) != NATS_OK)
+        return SEDA_ENOMEM;
+    return keyset_add(ks, key);
+}
+
+static int hset_esc(natsMsg *m, struct keyset *ks, const char *key,
+                    const char *val, struct rbuf *tmp)
+{
+    tmp->len = 0;
+    if (seda__rw_val_escape(tmp, val) != 0)
+        return SEDA_ENOMEM;
+    return hset(m, ks, key, (const char *)tmp->p);
+}
+
+static const char *const prio_names[] = { "normal", "high", "low" };
+
+static bool env_ok(const struct rw_env *e)
+{
+    if (!e->id || !*e->id || strlen(e->id) >= SEDA_ID_MAX || e->kind < 0 ||
+        e->kind > 255 || e->priority < 0 || e->priority > 2 ||
+        e->attempts < 1 || e->attempts > 65535 || e->rhop < 1 ||
+        e->nslip < 0 || e->nslip > SEDA_RW_MAX_SLIP ||
+        (e->nslip && !e->slip) || (e->plen && !e->payload) ||
+        (e->origin && !*e->origin) || e->plen > INT32_MAX)
+        return false;
+    for (int i = 0; i < e->nslip; i++)
+        if (!slip_ok(e->slip[i]))
+            return false;
+    return true;
+}
+
+/* The Seda-* headers and Content-Type of e. */
+static int put_meta(natsMsg *m, struct keyset *ks, const char *msgid,
+                    const struct rw_env *e, struct rbuf *tmp)
+{
+    char num[24];
+    int rc = hset(m, ks, "Nats-Msg-Id", msgid);
+    rc = rc ? rc : hset_esc(m, ks, "Seda-Id", e->id, tmp);
+    /* The defaults (attempt 1, normal priority) go unsaid: each header
+     * costs cnats three allocations and the server bytes to scan. */
+    snprintf(num, sizeof num, "%d", e->attempts);
+    if (e->attempts != 1)
+        rc = rc ? rc : hset(m, ks, "Seda-Attempts", num);
+    if (e->priority != SEDA_PRIO_NORMAL)
+        rc = rc ? rc : hset(m, ks, "Seda-Priority",
+                            prio_names[e->priority]);
+    rc = rc ? rc : hset(m, ks, "Content-Type",
+                        e->content_type ? e->content_type
+                                        : seda__rw_kind_type(e->kind));
+    if (!rc && e->sender)
+        rc = hset_esc(m, ks, "Seda-Sender", e->sender, tmp);
+    if (!rc && e->origin)
+        rc = hset_esc(m, ks, "Seda-Origin", e->origin, tmp);
+    if (!rc && e->rhop > 1) {
+        snprintf(num, sizeof num, "%u", (unsigned)e->rhop);
+        rc = hset(m, ks, "Seda-Hop", num);
+    }
+    if (!rc && e->nslip) {
+        tmp->len = 0;
+        for (int i = 0; i < e->nslip && !rc; i++) {
+            rc = i ? seda__rbuf_put(tmp, ",", 1) : 0;
+            rc = rc ? rc : seda__rbuf_put(tmp, e->slip[i],
+                                          strlen(e->slip[i]));
+        }
+        rc = rc ? rc : seda__rbuf_put(tmp, "", 1);
+        rc = rc ? rc : hset(m, ks, "Seda-Slip", (const char *)tmp->p);
+    }
+    /* Seda-Header's name, so that no plain user key clashes with it
+     * (its values are added last, when there are any). */
+    rc = rc ? rc : keyset_add(ks, "Seda-Header");
+    return rc;
+}
+
+int seda__rw_msg_new(natsMsg **out, const char *subject, const char *reply,
+                     const char *msgid, const struct rw_env *e, int nh,
+                     const char *const *hdr)
+{
+    *out = NULL;
+    if (!env_ok(e) || !msgid || !*msgid || nh < 0 || (nh && !hdr))
+        return SEDA_EINVAL;
+    natsMsg *m = NULL;
+    if (natsMsg_Create(&m, subject, reply, (const char *)e->payload,
+                       (int)e->plen) != NATS_OK)
+        return SEDA_ENOMEM;
+    struct keyset ks = { .n = 0, .cap = 24 };
+    ks.k = ks.small;
+    struct rbuf tmp = { 0 }, pk = { 0 };
+    int rc = put_meta(m, &ks, msgid, e, &tmp);
+    int packed = 0;
+    for (int i = 0; i < nh && !rc; i++) {
+        const char *k = hdr[2 * i], *v = hdr[2 * i + 1];
+        if (seda__rw_key_plain(k) && seda__rw_val_plain(v) &&
+            !keyset_clash(&ks, k)) {
+            rc = hset(m, &ks, k, v);
+        } else {
+            rc = seda__rw_hdr_pack(&pk, k, v);
+            packed++;
+        }
+    }
+    /* Seda-Header: one value per header that could not travel plain. */
+    const char *pv = (const char *)pk.p;
+    for (int i = 0; i < packed && !rc; i++) {
+        if (natsMsgHeader_Add(m, "Seda-Header", pv) != NATS_OK)
+            rc = SEDA_ENOMEM;
+        pv += strlen(pv) + 1;
+    }
+    seda__rbuf_free(&pk);
+    if (ks.k != ks.small)
+        seda__free(ks.k);
+    seda__rbuf_free(&tmp);
+    if (rc) {
+        natsMsg_Destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- reading the stage message ---- */
+
+static bool reserved_key(const char *k)
+{
+    return strncasecmp(k, "nats-", 5) == 0 || strncasecmp(k, "seda-", 5) == 0
+           || strcasecmp(k, "content-type") == 0 ||
+           strcasecmp(k, "status") == 0 || strcasecmp(k, "description") == 0;
+}
+
+/* Strings gathered into in->strs by offset (the buffer may move while it
+ * grows); the pointers are made at the end. */
+struct gather {
+    struct rbuf *s;
+    size_t *off;
+    int n, cap;
+};
+
+static int g_mark(struct gather *g)
+{
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 32;
+        size_t *o = seda__realloc(g->off, sizeof *o * (size_t)cap);
+        if (!o)
+            return -1;
+        g->off = o;
+        g->cap = cap;
+    }
+    g->off[g->n] = g->s->len;
+    return g->n++;
+}
+
+/* Copy s (n bytes) with a NUL; its index, or -1 out of memory. */
+static int g_str(struct gather *g, const char *s, size_t n)
+{
+    int i = g_mark(g);
+    if (i < 0 || seda__rbuf_put(g->s, s, n) || seda__rbuf_put(g->s, "", 1))
+        return -1;
+    return i;
+}
+
+/* A Seda-Id, -Sender or -Origin header unescaped; -1 absent, -2 bad. */
+static int g_esc(struct gather *g, natsMsg *m, const char *key)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, key, &v) != NATS_OK || !v)
+        return -1;
+    int i = g_mark(g);
+    if (i < 0 || seda__rw_val_unescape(g->s, v) != 0)
+        return -2;
+    return i;
+}
+
+static bool read_num(natsMsg *m, const char *key, uint64_t lo, uint64_t hi,
+                     uint64_t *out)
+{
+    const char *v = NULL;
+    if (natsMsgHeader_Get(m, key, &v) != NATS_OK || !v)
+        return true;                    /* absent: the default */
+    char *end = NULL;
+    if (*v < '0' || *v > '9')
+        return false;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (*end || x < lo || x > hi)
+        return false;
+    *out = x;
+    return true;
+}
+
+static int read_slip(struct gather *g, natsMsg *m, int *first, int *n,
+                     char *err, size_t errlen)
+{
+    const char *v = NULL;
+    *first = -1;
+    *n = 0;
+    if (natsMsgHeader_Get(m, "Seda-Slip", &v) != NATS_OK || !v || !*v)
+        return 0;
+    for (const char *p = v;;) {
+        size_t l = strcspn(p, ",");
+        while (l && (*p == ' ' || *p == '\t'))
+            p++, l--;
+        size_t t = l;
+        while (t && (p[t - 1] == ' ' || p[t - 1] == '\t'))
+            t--;
+        int i = g_str(g, p, t);
+        if (i < 0)
+            return -1;
+        if (*first < 0)
+            *first = i;
+        const char *h = (const char *)g->s->p + g->off[i];
+        if (!slip_ok(h) || ++*n > SEDA_RW_MAX_SLIP) {
+            snprintf(err, errlen, "Seda-Slip: '%.80s' is not a stage name "
+                     "nor nats:<subject>", h);
+            return -2;
+        }
+        p += l;
+        if (*p != ',')
+            break;
+        p++;
+    }
+    return 0;
+}
+
+static int read_user(struct gather *g, natsMsg *m, int *first, int *n,
+                     char *err, size_t errlen)
+{
+    const char **keys = NULL;
+    int nk = 0, rc = 0;
+    *first = -1;
+    *n = 0;
+    if (natsMsgHeader_Keys(m, &keys, &nk) != NATS_OK)
+        nk = 0;
+    for (int i = 0; i < nk && !rc; i++) {
+        const char *v = NULL;
+        if (reserved_key(keys[i]) ||
+            natsMsgHeader_Get(m, keys[i], &v) != NATS_OK || !v)
+            continue;
+        int ki = g_str(g, keys[i], strlen(keys[i]));
+        rc = ki < 0 || g_str(g, v, strlen(v)) < 0 ? -1 : 0;
+        if (*first < 0)
+            *first = ki;
+        ++*n;
+    }
+    free((void *)keys);                 /* cnats allocates it with malloc */
+    const char **vals = NULL;
+    int nv = 0;
+    if (!rc && natsMsgHeader_Values(m, "Seda-Header", &vals, &nv) != NATS_OK)
+        nv = 0;
+    for (int i = 0; i < nv && !rc; i++) {
+        int ki = g_mark(g);
+        size_t voff;
+        if (ki < 0)
+            rc = -1;
+        else if (seda__rw_hdr_unpack(g->s, vals[i], &voff) != 0) {
+            snprintf(err, errlen, "Seda-Header: '%.80s' is not "
+                     "<key>=<value> in %%XX escapes", vals[i]);
+            rc = -2;
+        } else if (g_mark(g) < 0) {
+            rc = -1;
+        } else {
+            g->off[g->n - 1] = voff;
+            if (*first < 0)
+                *first = ki;
+            ++*n;
+        }
+    }
+    free((void *)vals);
+    return rc;
+}
+
+void seda__rw_in_free(struct rw_in *in)
+{
+    seda__rbuf_free(&in->strs);
+    seda__free(in->hdr);
+    seda__free(in->slip);
+    in->hdr = NULL;
+    in->slip = NULL;
+}
+
+int seda__rw_msg_read(natsMsg *m, const char *fallback_id, struct rw_in *in,
+                      char *err, size_t errlen)
+{
+    memset(in, 0, sizeof *in);
+    struct gather g = { .s = &in->strs };
+    const char *oom = "out of memory reading the message";
+    int id = g_esc(&g, m, "Seda-Id"), se = -1, og = -1, ct = -1;
+    int s0 = -1, ns = 0, h0 = -1, nh = 0, rc = 0;
+    uint64_t att = 1, hop = 1;
+    const char *pv = NULL;
+    int prio = 0;
+    if (id == -1)
+        id = g_str(&g, fallback_id, strlen(fallback_id));
+    if (id < 0 || g.s->len - g.off[id] > SEDA_ID_MAX ||
+        g.s->len - g.off[id] == 1) {
+        snprintf(err, errlen, id == -2 ? "Seda-Id: a bad %%XX escape"
+                 : id < 0 ? oom : "Seda-Id: empty or over %d bytes",
+                 SEDA_ID_MAX - 1);
+        rc = -1;
+    }
+    if (!rc && (se = g_esc(&g, m, "Seda-Sender")) == -2)
+        rc = -1, snprintf(err, errlen, "Seda-Sender: a bad %%XX escape");
+    if (!rc && (og = g_esc(&g, m, "Seda-Origin")) == -2)
+        rc = -1, snprintf(err, errlen, "Seda-Origin: a bad %%XX escape");
+    if (!rc && !read_num(m, "Seda-Attempts", 1, 65535, &att))
+        rc = -1, snprintf(err, errlen, "Seda-Attempts: not 1-65535");
+    if (!rc && !read_num(m, "Seda-Hop", 1, UINT32_MAX, &hop))
+        rc = -1, snprintf(err, errlen, "Seda-Hop: not a count from 1");
+    if (!rc && natsMsgHeader_Get(m, "Seda-Priority", &pv) == NATS_OK && pv) {
+        for (prio = 0; prio < 3 && strcasecmp(pv, prio_names[prio]); prio++)
+            ;
+        if (prio == 3)
+            rc = -1, snprintf(err, errlen, "Seda-Priority: '%.40s' is not "
+                              "high, normal or low", pv);
+    }
+    if (!rc && natsMsgHeader_Get(m, "Content-Type", &pv) == NATS_OK && pv &&
+        (ct = g_str(&g, pv, strlen(pv))) < 0)
+        rc = -1, snprintf(err, errlen, "%s", oom);
+    if (!rc && (rc = read_slip(&g, m, &s0, &ns, err, errlen)) == -1)
+        snprintf(err, errlen, "%s", oom);
+    if (!rc && (rc = read_user(&g, m, &h0, &nh, err, errlen)) == -1)
+        snprintf(err, errlen, "%s", oom);
+    if (!rc && ((ns && !(in->slip = seda__malloc(sizeof(char *) *
+                                                  (size_t)ns))) ||
+                (nh && !(in->hdr = seda__malloc(sizeof(char *) * 2 *
+                                                 (size_t)nh)))))
+        rc = -1, snprintf(err, errlen, "%s", oom);
+    if (rc) {
+        seda__free(g.off);
+        return -1;
+    }
+    const char *base = (const char *)in->strs.p;
+    struct rw_env *e = &in->env;
+    e->id = base + g.off[id];
+    e->sender = se >= 0 ? base + g.off[se] : NULL;
+    e->origin = og >= 0 ? base + g.off[og] : NULL;
+    e->content_type = ct >= 0 ? base + g.off[ct] : NULL;
+    e->kind = 0;
+    e->priority = prio;
+    e->attempts = (int)att;
+    e->rhop = (uint32_t)hop;
+    for (int i = 0; i < ns; i++)
+        in->slip[i] = base + g.off[s0 + i];
+    e->nslip = ns;
+    e->slip = ns ? in->slip : NULL;
+    for (int i = 0; i < 2 * nh; i++)
+        in->hdr[i] = base + g.off[h0 + i];
+    in->nh = nh;
+    e->payload = natsMsg_GetData(m);
+    e->plen = (size_t)natsMsg_GetDataLength(m);
+    if (!e->payload)
+        e->payload = "";
+    seda__free(g.off);
+    return 0;
 }

@@ -2,7 +2,8 @@
 # make install (into a DESTDIR): seda-lua, seda.so, seda.h, seda_lua.h,
 # seda_remote.h, libseda.a, libseda.so (with its soname links),
 # libsedalua.a, libsedaremote.a, seda.pc, seda-lua.pc, the seda.test
-# module, the man page and docs/reference.md land under PREFIX (the
+# module, the man page, docs/reference.md and docs/wire.md land under
+# PREFIX (the
 # steps docs/c-api.md shows: make install DESTDIR, then cc with
 # pkg-config seda and seda-lua); the
 # installed seda-lua runs a script, the stock lua5.4 loads the installed
@@ -21,7 +22,7 @@ FILES="bin/seda-lua lib/lua/5.4/seda.so include/seda.h include/seda_lua.h
        lib/libsedaremote.a lib/pkgconfig/seda.pc lib/pkgconfig/seda-lua.pc
        lib/libseda.so.0.1.0 lib/libseda.so.0 lib/libseda.so
        share/lua/5.4/seda/test.lua share/man/man1/seda-lua.1
-       share/doc/seda-lua/reference.md"
+       share/doc/seda-lua/reference.md share/doc/seda-lua/wire.md"
 R="$D/root"
 out=$(make -s ${V:+V=$V} install DESTDIR="$R" PREFIX=/usr/local 2>&1)
 check "make install succeeds ($out)" [ $? = 0 ]

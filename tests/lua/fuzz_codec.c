@@ -66,6 +66,8 @@ static int deep_equal(lua_State *L, int a, int b)
         const char *sb = lua_tolstring(L, b, &lb);
         return la == lb && memcmp(sa, sb, la) == 0;
     }
+    case LUA_TLIGHTUSERDATA:            /* seda.null */
+        return lua_touserdata(L, a) == lua_touserdata(L, b);
     case LUA_TTABLE:
         break;
     default:

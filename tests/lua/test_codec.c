@@ -616,6 +616,36 @@ static void test_codec_unsupported_values_name_path(void **state)
                      -1);
     assert_string_equal(err, "payload: cannot encode a userdata");
     lua_settop(L, 0);
+    seda__codec_wbuf_free(&b);
+}
+
+/* seda.null (the NULL light userdata, also lua-cjson's cjson.null) is a
+ * value: a field or a list slot that is present. */
+static void test_codec_null_round_trip(void **state)
+{
+    lua_State *L = ((struct fixture *)*state)->L;
+    seda_wbuf b = {0};
+    char err[128];
+    lua_createtable(L, 3, 1);
+    lua_pushinteger(L, 1);
+    lua_rawseti(L, -2, 1);
+    lua_pushlightuserdata(L, NULL);
+    lua_rawseti(L, -2, 2);
+    lua_pushinteger(L, 3);
+    lua_rawseti(L, -2, 3);
+    lua_pushlightuserdata(L, NULL);
+    lua_setfield(L, -2, "none");
+    assert_int_equal(seda__codec_encode(L, 1, &b, "payload", err, sizeof err),
+                     0);
+    lua_settop(L, 0);
+    assert_int_equal(seda__codec_decode(L, b.p, b.len, err, sizeof err), 0);
+    assert_int_equal(lua_rawlen(L, 1), 3);
+    assert_int_equal(lua_rawgeti(L, 1, 2), LUA_TLIGHTUSERDATA);
+    assert_null(lua_touserdata(L, -1));
+    assert_int_equal(lua_getfield(L, 1, "none"), LUA_TLIGHTUSERDATA);
+    assert_null(lua_touserdata(L, -1));
+    lua_settop(L, 0);
+    seda__codec_wbuf_free(&b);
 }
 
 static void test_codec_cycles_refused(void **state)
@@ -856,9 +886,10 @@ static void test_codec_huge_claims_rejected_without_allocating(void **state)
         {"\x0c\x04\x00" "\x0c\x06\x00" "\x81\x81\x81\x81\x81\x81", 12,
          "exceeds"},
         {"\x0c\x01\x00" "\x0c\x01\x00" "\x08\x09" "x", 9, "exceeds"},
-        {"\x0e", 1, "invalid tag"},
+        {"\x0f", 1, "invalid tag"},
         {"\x40", 1, "invalid tag"},
         {"\x0c\x00\x01" "\x00\x01", 5, "key is nil"},
+        {"\x0c\x00\x01" "\x0e\x01", 5, "key is seda.null"},
         {"\x0c\x00\x01" "\x03\x00\x00\x00\x00\x00\x00\xf8\x7f" "\x01", 13,
          "key is NaN"},
     };
@@ -914,6 +945,7 @@ int main(void)
         T(test_codec_depth_limit),
         T(test_codec_unsupported_values_name_path),
         T(test_codec_cycles_refused),
+        T(test_codec_null_round_trip),
         T(test_codec_error_message_truncated),
         T(test_codec_encode_failure_leaves_buffer_and_stack),
         T(test_codec_encode_out_of_memory),

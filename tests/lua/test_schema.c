@@ -804,7 +804,9 @@ static void test_schema_hand_made_encodings(void **state)
     expect_bytes(empty, B("\x0c\x00\x01" "\x0b\xff\xff\xff\xff\xff\xff"
                           "\xff\xff" "\x80"), MALFORMED);
     /* Invalid tags. */
-    expect_bytes(empty, B("\x0e"), MALFORMED);
+    expect_bytes(empty, B("\x0f"), MALFORMED);
+    /* seda.null is a value, never a key. */
+    expect_bytes(empty, B("\x0c\x00\x01" "\x0e\x80"), MALFORMED);
     expect_bytes(empty, B("\x0c\x01\x00\x40"), MALFORMED);
     seda__schema_free(s);
     seda__schema_free(strict);

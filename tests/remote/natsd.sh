@@ -9,7 +9,9 @@
 #   natsd.sh kill DIR           SIGKILL and wait
 #   natsd.sh url DIR            the url
 #
-# The program is $NATS_SERVER, else nats-server on the PATH, else
+# $NATSD_CONF, when set, is a server configuration file read first (TLS,
+# authorization); the flags above override its listen address, port and
+# store.  The program is $NATS_SERVER, else nats-server on the PATH, else
 # /usr/sbin/nats-server (where Debian installs it).  The server is ready
 # when its log says so; a fresh port that turns out to be taken is
 # replaced by another.  Every wait is bounded.  Needs only sh, od and
@@ -59,7 +61,8 @@ start)
     tries=0
     while :; do
         echo "$port" >"$dir/port"
-        "$prog" -js -a 127.0.0.1 -p "$port" -sd "$dir/js" -l "$dir/log" \
+        "$prog" ${NATSD_CONF:+-c} ${NATSD_CONF:+"$NATSD_CONF"} \
+            -js -a 127.0.0.1 -p "$port" -sd "$dir/js" -l "$dir/log" \
             </dev/null >/dev/null 2>&1 &
         pid=$!
         echo "$pid" >"$dir/pid"

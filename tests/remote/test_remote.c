@@ -53,6 +53,8 @@ struct rec {
     char last_reason[64];       /* x-dead-reason of the last; mu */
     char last_from[64];         /* x-dead-from of the last; mu */
     char last_detail[160];      /* x-dead-detail of the last; mu */
+    char last_tenant[64];       /* header "tenant" of the last; mu */
+    char last_abc[64];          /* header "abc" of the last; mu */
     bool nack;                  /* set before use */
     const char *set_payload;    /* replaces the payload when not NULL */
 };
@@ -80,6 +82,8 @@ static bool record(seda_env_t *env, void *ud)
     const char *reason = seda_env_header(env, "x-dead-reason");
     const char *from = seda_env_header(env, "x-dead-from");
     const char *detail = seda_env_header(env, "x-dead-detail");
+    const char *tenant = seda_env_header(env, "tenant");
+    const char *abc = seda_env_header(env, "abc");
     pthread_mutex_lock(&r->mu);
     bool seen = false;
     int n = r->distinct < 4096 ? r->distinct : 4096;
@@ -101,6 +105,9 @@ static bool record(seda_env_t *env, void *ud)
     snprintf(r->last_from, sizeof r->last_from, "%s", from ? from : "");
     snprintf(r->last_detail, sizeof r->last_detail, "%s",
              detail ? detail : "");
+    snprintf(r->last_tenant, sizeof r->last_tenant, "%s",
+             tenant ? tenant : "");
+    snprintf(r->last_abc, sizeof r->last_abc, "%s", abc ? abc : "");
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     if (r->set_payload)
@@ -372,20 +379,27 @@ static void test_remote_nack_redelivered_with_backoff_then_termed_to_dlq(
     rec_destroy(&rd);
 }
 
-/* Publish raw bytes on a subject with a plain cnats connection. */
-static void raw_publish(const char *subject, const void *data, int len)
+/* Publish data on a subject with a plain cnats connection, with the
+ * header key: val when key is not NULL. */
+static void raw_publish(const char *subject, const void *data, int len,
+                        const char *key, const char *val)
 {
     natsConnection *nc = NULL;
     assert_int_equal(natsConnection_ConnectTo(&nc, g_srv.url), NATS_OK);
     jsCtx *js = NULL;
     assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    assert_int_equal(js_Publish(NULL, js, subject, data, len, NULL, NULL),
-                     NATS_OK);
+    natsMsg *m = NULL;
+    assert_int_equal(natsMsg_Create(&m, subject, NULL, data, len), NATS_OK);
+    if (key)
+        assert_int_equal(natsMsgHeader_Set(m, key, val), NATS_OK);
+    assert_int_equal(js_PublishMsg(NULL, js, m, NULL, NULL), NATS_OK);
+    natsMsg_Destroy(m);
     jsCtx_Destroy(js);
     natsConnection_Destroy(nc);
 }
 
-static void test_remote_garbage_is_dead_lettered_bad_message(void **state)
+static void test_remote_bad_metadata_is_dead_lettered_bad_message(
+    void **state)
 {
     (void)state;
     seda_bus_t *b = new_bus(2);
@@ -396,15 +410,15 @@ static void test_remote_garbage_is_dead_lettered_bad_message(void **state)
     seda_stage_t *r = add_remote(b, "in", "T4", 2, "dlq", NULL);
     seda_stage_consume(r, record, &rr);
     seda_remote_consume(r);
-    raw_publish("seda.T4.in", "garbage", 7);
-    raw_publish("seda.T4.in", "SDR\x09 version nine", 17);
-    raw_publish("seda.T4.in", "SDR\x01\x00", 5);   /* truncated */
+    raw_publish("seda.T4.in", "x", 1, "Seda-Priority", "urgent");
+    raw_publish("seda.T4.in", "x", 1, "Content-Type", "text/x-unknown");
+    raw_publish("seda.T4.in", "x", 1, "Seda-Slip", "a,not a stage");
     assert_true(rec_wait(&rd, 3, false));
     assert_true(wait_idle(b));
     assert_int_equal(rec_calls(&rr), 0);       /* never to the handler */
     assert_string_equal(rd.last_reason, "bad_message");
     assert_string_equal(rd.last_from, "in");
-    assert_non_null(strstr(rd.last_detail, "truncated"));
+    assert_non_null(strstr(rd.last_detail, "Seda-Slip"));
     seda_remote_stats rst;
     seda_remote_stats_get(r, &rst);
     assert_int_equal(rst.bad_messages, 3);
@@ -417,6 +431,61 @@ static void test_remote_garbage_is_dead_lettered_bad_message(void **state)
     seda_bus_free(b);
     rec_destroy(&rr);
     rec_destroy(&rd);
+}
+
+/* Any NATS client takes part: a plain message (no Seda-* header) is
+ * handled with its headers and body as they came; what seda publishes
+ * carries the user's headers as plain NATS headers. */
+static void test_remote_foreign_client_headers_plain(void **state)
+{
+    (void)state;
+    seda_bus_t *b = new_bus(2);
+    struct rec rr;
+    rec_init(&rr);
+    seda_stage_t *r = add_remote(b, "in", "T9", 2, NULL, NULL);
+    seda_stage_consume(r, record, &rr);
+    natsConnection *nc = NULL;
+    assert_int_equal(natsConnection_ConnectTo(&nc, g_srv.url), NATS_OK);
+    natsSubscription *sub = NULL;
+    assert_int_equal(natsConnection_SubscribeSync(&sub, nc, "seda.T9.in"),
+                     NATS_OK);
+    assert_int_equal(natsConnection_Flush(nc), NATS_OK);
+    seda_remote_consume(r);
+    raw_publish("seda.T9.in", "{\"n\":1}", 7, "tenant", "acme");
+    assert_true(rec_wait(&rr, 1, false));
+    pthread_mutex_lock(&rr.mu);
+    assert_string_equal(rr.last_payload, "{\"n\":1}");
+    assert_string_equal(rr.last_tenant, "acme");
+    pthread_mutex_unlock(&rr.mu);
+    natsMsg *m = NULL;
+    assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+    natsMsg_Destroy(m);
+    /* Headers whose keys begin one another ("a", "abc": cnats's map would
+     * mix them) still arrive whole; "tenant" is a plain header. */
+    static const char *const hdr[] = { "a", "1", "abc", "2", "tenant", "x" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.headers = hdr;
+    o.nheaders = 3;
+    assert_int_equal(seda_publish(b, "in", "p", 1, &o), 0);
+    assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
+    const char *v = NULL;
+    assert_int_equal(natsMsgHeader_Get(m, "tenant", &v), NATS_OK);
+    assert_string_equal(v, "x");
+    assert_int_equal(natsMsgHeader_Get(m, "Seda-Id", &v), NATS_OK);
+    assert_int_equal(natsMsg_GetDataLength(m), 1);
+    natsMsg_Destroy(m);
+    assert_true(rec_wait(&rr, 2, false));
+    assert_true(wait_idle(b));
+    pthread_mutex_lock(&rr.mu);
+    assert_string_equal(rr.last_tenant, "x");
+    assert_string_equal(rr.last_abc, "2");
+    pthread_mutex_unlock(&rr.mu);
+    assert_books(b);
+    natsSubscription_Destroy(sub);
+    natsConnection_Destroy(nc);
+    seda_bus_free(b);
+    rec_destroy(&rr);
 }
 
 static void test_remote_custom_id_stored_once(void **state)
@@ -681,7 +750,9 @@ int main(void)
         cmocka_unit_test(test_remote_slip_local_remote_local_completes),
         cmocka_unit_test(
             test_remote_nack_redelivered_with_backoff_then_termed_to_dlq),
-        cmocka_unit_test(test_remote_garbage_is_dead_lettered_bad_message),
+        cmocka_unit_test(
+            test_remote_bad_metadata_is_dead_lettered_bad_message),
+        cmocka_unit_test(test_remote_foreign_client_headers_plain),
         cmocka_unit_test(test_remote_custom_id_stored_once),
         cmocka_unit_test(test_remote_declare_errors_name_the_field),
         cmocka_unit_test(test_remote_outage_refuses_then_resumes),

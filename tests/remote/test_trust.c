@@ -487,28 +487,26 @@ static void test_trust_forged_completions_and_origins_are_refused(
     /* What a reader of the stage's subject sees. */
     natsMsg *m = NULL;
     assert_int_equal(natsSubscription_NextMsg(&m, sub, 5000), NATS_OK);
-    struct rw_env w;
-    void *mem = NULL;
+    struct rw_in win;
     char err[200];
-    assert_int_equal(seda__rw_decode(natsMsg_GetData(m),
-                                     (size_t)natsMsg_GetDataLength(m), &w,
-                                     &mem, err, sizeof err), 0);
-    assert_non_null(w.origin);
+    assert_int_equal(seda__rw_msg_read(m, "x:1", &win, err, sizeof err), 0);
+    const struct rw_env *w = &win.env;
+    assert_non_null(w->origin);
     char inbox_c[160], wrong[160];
     /* The origin's inbox with ".c" (the old, secret-less subject), and
      * its own subject with another secret. */
-    snprintf(inbox_c, sizeof inbox_c, "%s", w.origin);
+    snprintf(inbox_c, sizeof inbox_c, "%s", w->origin);
     char *cut = strstr(inbox_c, ".c");
     assert_non_null(cut);
     cut[2] = '\0';
-    snprintf(wrong, sizeof wrong, "%s", w.origin);
+    snprintf(wrong, sizeof wrong, "%s", w->origin);
     wrong[strlen(wrong) - 1] = wrong[strlen(wrong) - 1] == '0' ? '1' : '0';
-    publish_done(nc, inbox_c, w.id, "forged");
-    publish_done(nc, wrong, w.id, "forged");
+    publish_done(nc, inbox_c, w->id, "forged");
+    publish_done(nc, wrong, w->id, "forged");
     assert_int_equal(natsConnection_Flush(nc), NATS_OK);
     char id[SEDA_ID_MAX];
-    snprintf(id, sizeof id, "%s", w.id);
-    seda__free(mem);
+    snprintf(id, sizeof id, "%s", w->id);
+    seda__rw_in_free(&win);
     natsMsg_Destroy(m);
 #ifndef TRUST_BEFORE
     double end = seda_now() + DL;
@@ -531,13 +529,13 @@ static void test_trust_forged_completions_and_origins_are_refused(
     struct rw_env fw = { .id = "evil-1", .origin = "evil.sink",
                          .attempts = 1, .rhop = 1, .payload = "e",
                          .plen = 1 };
-    struct rbuf body = { 0 };
-    assert_int_equal(seda__rw_encode(&body, &fw), 0);
+    natsMsg *fm = NULL;
+    assert_int_equal(seda__rw_msg_new(&fm, "seda.C4.far", NULL, "evil-1",
+                                      &fw, 0, NULL), 0);
     jsCtx *js = NULL;
     assert_int_equal(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
-    assert_int_equal(js_Publish(NULL, js, "seda.C4.far", body.p,
-                                (int)body.len, NULL, NULL), NATS_OK);
-    seda__rbuf_free(&body);
+    assert_int_equal(js_PublishMsg(NULL, js, fm, NULL, NULL), NATS_OK);
+    natsMsg_Destroy(fm);
     /* The consumer: the real one is handled and completes at its origin
      * with the real payload; the foreign one is dead-lettered. */
     seda_bus_t *b = new_bus(1);
