@@ -33,6 +33,9 @@ command -v socat >/dev/null 2>&1 || need="$need socat"     # control-socket clie
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 [ -e /usr/share/lua/5.1/redis.lua ] || need="$need lua-redis"
 dpkg -s lua-socket >/dev/null 2>&1 || need="$need lua-socket"
+# tests/lua/test_formats.lua: a table decoded by lua-cjson (cjson.null)
+# published as it is.
+dpkg -s lua-cjson >/dev/null 2>&1 || need="$need lua-cjson"
 # tests/cli/test_rockspec.sh: `luarocks make` for Lua 5.4 into a temporary
 # tree; tests/cli/test_busted.sh: the docs/testing.md example under busted.
 command -v luarocks >/dev/null 2>&1 || need="$need luarocks"

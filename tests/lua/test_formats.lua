@@ -92,6 +92,31 @@ T.test("format json: tables, arrays, seda.null, numbers; refusals name the path"
   bus:shutdown(5)
 end)
 
+T.test("a table decoded by lua-cjson (cjson.null) is published as it is", function()
+  local okc, cjson = pcall(require, "cjson")
+  if not okc then
+    print("skip: lua-cjson is not installed (apt-get install lua-cjson)")
+    return
+  end
+  T.ok(cjson.null == seda.null, "cjson.null is seda.null")
+  local bus = T.bus{ workers = 2 }
+  echo_stage(bus, "cj", "json", "FJ2")
+  local v = cjson.decode('{"sku":"A-1","note":null,"list":[1,null,3]}')
+  local r = round_trip(bus, "cj", v)
+  T.eq(r.got.sku, "A-1", "field")
+  T.ok(r.got.note == cjson.null, "null field back as cjson.null")
+  T.ok(r.got.list[2] == cjson.null, "null slot")
+  T.eq(r.got.list[3], 3, "after the null")
+  -- and through a local stage, in the codec
+  bus:stage{ name = "loc", handler = function(env)
+    seda.shared:set("cj.loc", tostring(env.payload.note == seda.null))
+  end }
+  T.eq(bus:publish("loc", v), true, "published")
+  T.ok(bus:wait(10), "idle")
+  T.eq(seda.shared:get("cj.loc"), "true", "seda.null in the handler")
+  bus:shutdown(5)
+end)
+
 T.test("format msgpack: exact for binary strings, floats, nan, any keys", function()
   local bus = T.bus{ workers = 2 }
   echo_stage(bus, "m", "msgpack", "FM1")
