@@ -251,6 +251,73 @@ fail:
     return rc;
 }
 
+/* Several urls: one connection string, joined by commas (cnats tries
+ * each, and those the cluster gossips); -1 when they do not fit. */
+static int join_urls(const seda_remote_opts *ro, char *urls, size_t size)
+{
+    size_t ul = 0;
+    urls[0] = '\0';
+    if (ro->url && *ro->url)
+        ul = (size_t)snprintf(urls, size, "%s", ro->url);
+    for (int i = 0; i < ro->nurls && ul < size; i++)
+        ul += (size_t)snprintf(urls + ul, size - ul, "%s%s",
+                               ul ? "," : "", ro->urls[i]);
+    return ul >= size ? -1 : 0;
+}
+
+/* A remote stage's own state for what the declaration settled (the
+ * consumer's settings as the server has them: got); NULL when out of
+ * memory. */
+static struct rstage *rstage_make(seda_bus_t *bus, struct rconn *conn,
+                                  const seda_stage_opts *so,
+                                  const seda_remote_opts *ro,
+                                  const char *stream, const char *subject,
+                                  const char *consumer,
+                                  const struct rcons_cfg *want,
+                                  const struct rcons_cfg *got, double dup)
+{
+    struct rstage *rs = seda__calloc(1, sizeof *rs);
+    if (!rs)
+        return NULL;
+    seda__mutex_init(&rs->pmu);
+    seda__mutex_init(&rs->fmu);
+    seda__mutex_init(&rs->cmu);
+    seda__cond_init(&rs->room);
+    if (!(rs->stream = seda__strdup(stream)) ||
+        !(rs->subject = seda__strdup(subject)) ||
+        !(rs->consumer = seda__strdup(consumer))) {
+        seda__rstage_free(rs);
+        return NULL;
+    }
+    rs->bus = bus;
+    rs->conn = conn;
+    rs->cfg = *got;
+    rs->want = *want;
+    rs->dup_ns = seda__secs_to_ns(dup);
+    rs->replicas = ro->replicas;
+    rs->tap = ro->tap;
+    rs->format = ro->format;
+    rs->readers = ro->readers;
+    atomic_init(&rs->need_setup, false);
+    rs->consume = ro->consume;
+    rs->ack_wait_ns = got->ack_wait_ns;
+    /* JetStream stops redelivering at the consumer's max_deliver: the
+     * stage's attempts end before it (an existing consumer's rules). */
+    rs->max_deliver = ro->consume ? got->max_deliver : -1;
+    rs->max_attempts = !ro->consume || got->max_deliver <= 0
+                           ? so->max_attempts
+                       : got->max_deliver > RS_LOST_DELIVERIES
+                           ? got->max_deliver - RS_LOST_DELIVERIES
+                           : 1;
+    atomic_init(&rs->consuming, false);
+    atomic_init(&rs->closing, false);
+    atomic_init(&rs->js_pending, -1);
+    atomic_init(&rs->js_ack_pending, -1);
+    atomic_init(&rs->js_redelivered, -1);
+    atomic_init(&rs->js_waiting, -1);
+    return rs;
+}
+
 int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
                           const seda_remote_opts *ro, seda_stage_t **out,
                           char *err, size_t errlen)
@@ -266,17 +333,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
         goto fail;
     const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
-    /* Several urls: one connection string, joined by commas (cnats tries
-     * each, and those the cluster gossips). */
     char urls[1024];
-    size_t ul = 0;
-    urls[0] = '\0';
-    if (ro->url && *ro->url)
-        ul = (size_t)snprintf(urls, sizeof urls, "%s", ro->url);
-    for (int i = 0; i < ro->nurls && ul < sizeof urls; i++)
-        ul += (size_t)snprintf(urls + ul, sizeof urls - ul, "%s%s",
-                               ul ? "," : "", ro->urls[i]);
-    if (ul >= sizeof urls)
+    if (join_urls(ro, urls, sizeof urls) != 0)
         FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
              sizeof urls - 1);
     struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,
@@ -309,42 +367,9 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
                                   sizeof e)) != 0)
         FAIL(rc, "%s", e);
 
-    if (!(rs = seda__calloc(1, sizeof *rs)))
+    if (!(rs = rstage_make(bus, conn, so, ro, stream, subject, consumer,
+                           &want, &got, dup)))
         FAIL(SEDA_ENOMEM, "out of memory");
-    seda__mutex_init(&rs->pmu);
-    seda__mutex_init(&rs->fmu);
-    seda__mutex_init(&rs->cmu);
-    seda__cond_init(&rs->room);
-    if (!(rs->stream = seda__strdup(stream)) ||
-        !(rs->subject = seda__strdup(subject)) ||
-        !(rs->consumer = seda__strdup(consumer)))
-        FAIL(SEDA_ENOMEM, "out of memory");
-    rs->bus = bus;
-    rs->conn = conn;
-    rs->cfg = got;
-    rs->want = want;
-    rs->dup_ns = seda__secs_to_ns(dup);
-    rs->replicas = ro->replicas;
-    rs->tap = ro->tap;
-    rs->format = ro->format;
-    rs->readers = ro->readers;
-    atomic_init(&rs->need_setup, false);
-    rs->consume = ro->consume;
-    rs->ack_wait_ns = got.ack_wait_ns;
-    /* JetStream stops redelivering at the consumer's max_deliver: the
-     * stage's attempts end before it (an existing consumer's rules). */
-    rs->max_deliver = ro->consume ? got.max_deliver : -1;
-    rs->max_attempts = !ro->consume || got.max_deliver <= 0
-                           ? so->max_attempts
-                       : got.max_deliver > RS_LOST_DELIVERIES
-                           ? got.max_deliver - RS_LOST_DELIVERIES
-                           : 1;
-    atomic_init(&rs->consuming, false);
-    atomic_init(&rs->closing, false);
-    atomic_init(&rs->js_pending, -1);
-    atomic_init(&rs->js_ack_pending, -1);
-    atomic_init(&rs->js_redelivered, -1);
-    atomic_init(&rs->js_waiting, -1);
     if (got.differs)
         fprintf(stderr, "seda: stage '%s': remote: consumer '%s' exists "
                 "with other settings (max_deliver %d, ack_wait %gs, "
