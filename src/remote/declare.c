@@ -347,7 +347,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     double ack_wait = ro->ack_wait > 0 ? ro->ack_wait
                     : so->handler_timeout > 0 ? 2 * so->handler_timeout
                     : 30.0;
-    /* Two deliveries more than the attempts: a delivery lost with its
+    /* Deliveries more than the attempts: a delivery lost with its
      * process (or past ack_wait) counts as one, and the message is not to
      * be stranded by it (see rstage.c, "Attempts"). */
     int max_deliver = so->max_attempts + RS_LOST_DELIVERIES;

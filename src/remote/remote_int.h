@@ -256,8 +256,14 @@ struct rreq {
 #define RS_GATHER 64            /* envelopes admitted together, at most */
 
 /* Deliveries a consumer allows beyond max_attempts: those lost with a
- * process that died holding them, or that overran ack_wait. */
-#define RS_LOST_DELIVERIES 2
+ * process that died holding them, or that overran ack_wait.  The last one
+ * is dead-lettered without running the handler, and its dead letter may
+ * reach the origin before the completion of a process still holding an
+ * earlier copy: a stream's leader failing over loses keep-alives and
+ * acks for a few seconds, which with 2 was enough (a short ack_wait) to
+ * end an itinerary that completed as a dead letter.  4 needs four
+ * ack_waits of such loss in a row. */
+#define RS_LOST_DELIVERIES 4
 
 /* A message taken in and not yet settled (feed.c), by stream sequence:
  * kept alive with in-progress acks while it waits, and a second copy of
