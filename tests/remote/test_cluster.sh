@@ -56,6 +56,11 @@ run() {   # run STREAM WHICH(leader|follower)
     check "$s: every accepted envelope handled" [ "$distinct" -eq "$acc" ]
     check "$s: on_complete fired for each" [ "$comp" -eq "$acc" ]
     check "$s: none dead-lettered or dropped" [ "$dead" -eq 0 -a "$drop" -eq 0 ]
+    # A dead letter in a consumer ends its itinerary there: the origin's
+    # own counters do not show it (its on_complete just does not fire).
+    cdead=$(cat "$D/$s".?.stats 2>/dev/null | awk '{n += $2} END {print n + 0}')
+    check "$s: no consumer dead-lettered one ($cdead)" \
+        [ -s "$D/$s.a.stats" -a -s "$D/$s.b.stats" -a "$cdead" -eq 0 ]
     for c in a b; do
         check "$s: consumer $c stops cleanly" stop_serve "$s.$c"
     done

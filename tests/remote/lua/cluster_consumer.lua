@@ -21,9 +21,9 @@ if sf then
     local r = bus:stats("cwork").remote
     local f = io.open(sf, "w")
     if f then
-      f:write(("sent %d received %d resent %d dropped %d refused %d " ..
+      f:write(("dead %d sent %d received %d resent %d dropped %d refused %d " ..
                "acked %d naked %d termed %d held_twice %d state %s\n"):format(
-        r.completions_sent, r.completions_received, r.completions_resent,
+        bus:stats("cwork").dead_lettered, r.completions_sent, r.completions_received, r.completions_resent,
         r.completions_dropped, r.completions_refused, r.acked, r.naked,
         r.termed, r.held_twice, r.state))
       f:close()
