@@ -50,15 +50,9 @@
 #include <string.h>
 
 #include "pool.h"
+#include "timeheap.h"
 
 struct task {
-    seda__task_fn fn;
-    void *arg;
-};
-
-/* A task due at a time (a min-heap entry, by due). */
-struct timed {
-    int64_t due;                /* monotonic ns */
     seda__task_fn fn;
     void *arg;
 };
@@ -145,9 +139,7 @@ struct seda_pool {
     /* Timed tasks (seda__pool_submit_at), all guarded by mu: a min-heap by
      * due time.  Workers run a due one before the ring's next task, and
      * park with their next due time as the deadline. */
-    struct timed *timers;       /* ntimers entries, heap-ordered */
-    int ntimers;
-    int cap_timers;
+    struct seda__timeheap timers;
     struct seda_worker_s **workers;    /* cap entries; guarded by resize_mu */
     int cap;                    /* guarded by resize_mu */
     seda_worker_start_fn start;
@@ -248,58 +240,6 @@ static void wake_all(struct seda_pool *p)
         wake_one(p);
 }
 
-/* ---- timed tasks: a binary min-heap by due time (mu held) ---- */
-
-static void heap_up(struct timed *h, int i)
-{
-    while (i > 0) {
-        int up = (i - 1) / 2;
-        if (h[up].due <= h[i].due)
-            break;
-        struct timed t = h[up];
-        h[up] = h[i];
-        h[i] = t;
-        i = up;
-    }
-}
-
-static void heap_down(struct timed *h, int n, int i)
-{
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && h[l].due < h[m].due)
-            m = l;
-        if (r < n && h[r].due < h[m].due)
-            m = r;
-        if (m == i)
-            break;
-        struct timed t = h[m];
-        h[m] = h[i];
-        h[i] = t;
-        i = m;
-    }
-}
-
-static struct timed heap_pop(struct seda_pool *p)
-{
-    struct timed t = p->timers[0];
-    p->timers[0] = p->timers[--p->ntimers];
-    heap_down(p->timers, p->ntimers, 0);
-    return t;
-}
-
-/* The next timed task's due time, or INT64_MAX (mu held). */
-static int64_t next_due(const struct seda_pool *p)
-{
-    return p->ntimers ? p->timers[0].due : INT64_MAX;
-}
-
-/* A timed task is due (mu held): reads the clock only when one waits. */
-static bool timer_due(const struct seda_pool *p)
-{
-    return p->ntimers && seda__now_ns() >= p->timers[0].due;
-}
-
 static _Thread_local struct seda_worker_s *tls_worker;
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
@@ -381,13 +321,13 @@ static void *worker_main(void *arg)
             idle_at = spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
-        while (p->count == 0 && !must_leave(p, w) && !timer_due(p) &&
-               !w->mail) {
+        while (p->count == 0 && !must_leave(p, w) &&
+               !seda__timeheap_due(&p->timers) && !w->mail) {
+            int64_t due = seda__timeheap_next(&p->timers);
             if (parked_room(p) != 0) {
                 /* No memory to park: look again in a millisecond. */
                 int64_t soon = seda__now_ns() + 1000000;
-                seda__cond_wait(&w->cv, &p->mu, next_due(p) < soon
-                                                    ? next_due(p) : soon);
+                seda__cond_wait(&w->cv, &p->mu, due < soon ? due : soon);
                 continue;
             }
             /* Park on the idle stack: a submit wakes the most recently
@@ -395,7 +335,7 @@ static void *worker_main(void *arg)
              * tasks waiting, until the next one is due. */
             p->parked[p->idle++] = w;
             w->parked = true;
-            seda__cond_wait(&w->cv, &p->mu, next_due(p));
+            seda__cond_wait(&w->cv, &p->mu, due);
             if (w->parked)
                 unpark(p, w);           /* woken by a broadcast or due */
         }
@@ -423,9 +363,9 @@ static void *worker_main(void *arg)
                 continue;
             break;
         }
-        if (timer_due(p)) {
+        if (seda__timeheap_due(&p->timers)) {
             /* A due timed task goes before the ring's next one. */
-            struct timed d = heap_pop(p);
+            struct seda__timed d = seda__timeheap_pop(&p->timers);
             if (p->count > 0 && p->idle > 0)
                 wake_one(p);
             seda__mutex_unlock(&p->mu);
@@ -848,21 +788,13 @@ int seda__pool_submit_at(struct seda_pool *p, int64_t due, seda__task_fn fn,
         seda__mutex_unlock(&p->mu);
         return SEDA_ECLOSED;
     }
-    if (p->ntimers == p->cap_timers) {
-        int cap = p->cap_timers ? p->cap_timers * 2 : 64;
-        struct timed *t = seda__realloc(p->timers, sizeof *t * (size_t)cap);
-        if (!t) {
-            seda__mutex_unlock(&p->mu);
-            return SEDA_ENOMEM;
-        }
-        p->timers = t;
-        p->cap_timers = cap;
+    if (seda__timeheap_push(&p->timers, due, fn, arg) != 0) {
+        seda__mutex_unlock(&p->mu);
+        return SEDA_ENOMEM;
     }
-    p->timers[p->ntimers] = (struct timed){ due, fn, arg };
-    heap_up(p->timers, p->ntimers++);
     /* A new earliest due time: a sleeper must wait for it, not for the
      * one it went to sleep with (busy workers look at each boundary). */
-    if (p->timers[0].arg == arg && p->timers[0].fn == fn && p->idle > 0)
+    if (p->timers.v[0].arg == arg && p->timers.v[0].fn == fn && p->idle > 0)
         wake_one(p);
     seda__mutex_unlock(&p->mu);
     return 0;
@@ -871,7 +803,7 @@ int seda__pool_submit_at(struct seda_pool *p, int64_t due, seda__task_fn fn,
 int seda__pool_timers(struct seda_pool *p)
 {
     seda__mutex_lock(&p->mu);
-    int n = p->ntimers;
+    int n = p->timers.n;
     seda__mutex_unlock(&p->mu);
     return n;
 }
@@ -883,11 +815,11 @@ void seda__pool_drop_timers(struct seda_pool *p,
 {
     for (;;) {
         seda__mutex_lock(&p->mu);
-        if (p->ntimers == 0) {
+        if (p->timers.n == 0) {
             seda__mutex_unlock(&p->mu);
             return;
         }
-        struct timed t = heap_pop(p);
+        struct seda__timed t = seda__timeheap_pop(&p->timers);
         seda__mutex_unlock(&p->mu);
         each(t.fn, t.arg, ud);
     }
@@ -971,7 +903,7 @@ void seda__pool_free(struct seda_pool *p)
     seda__mutex_destroy(&p->loan_mu);
     seda__free(p->slots);
     seda__free(p->spares);
-    seda__free(p->timers);
+    seda__timeheap_free(&p->timers);
     seda__free(p->ring);
     seda__free(p->workers);
     seda__free(p->parked);
