@@ -378,6 +378,78 @@ static enum MHD_Result count_bytes(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
+/* A request's first call: its record, counted active; refused at once
+ * when its headers or announced body are over the limits. */
+static enum MHD_Result request_begin(seda_http_server_t *s,
+                                     struct MHD_Connection *c,
+                                     const char *url, const char *method,
+                                     void **con_cls)
+{
+    struct seda_http_req_s *r = calloc(1, sizeof *r);
+    if (!r)
+        return MHD_NO;
+    r->srv = s;
+    r->conn = c;
+    r->hc = conn_of(c);
+    r->refs = 1;
+    r->method = strdup(method ? method : "");
+    r->path = strdup(url ? url : "/");
+    if (!r->method || !r->path) {
+        req_free(r);
+        return MHD_NO;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->active++;
+    r->counted = true;
+    pthread_mutex_unlock(&s->mu);
+    *con_cls = r;
+    /* The request line and headers, as sent (about: the query is
+     * counted decoded); MHD's memory pool bounds them too. */
+    size_t hbytes = strlen(r->method) + strlen(r->path) + 12;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_bytes, &hbytes);
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, count_bytes,
+                              &hbytes);
+    if (hbytes > s->o.max_header) {
+        r->too_large = true;
+        return queue_own(s, r, 431, "header_too_large");
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                 "Content-Length");
+    if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
+        r->too_large = true;
+        return queue_own(s, r, 413, "too_large");
+    }
+    return MHD_YES;
+}
+
+/* A chunk of the body: kept, up to max_body (past it the request is
+ * answered 413 once the body is read). */
+static enum MHD_Result request_body(seda_http_server_t *s,
+                                    struct seda_http_req_s *r,
+                                    const char *upload, size_t *size)
+{
+    if (!r->too_large) {
+        if (r->len + *size > s->o.max_body) {
+            r->too_large = true;
+        } else {
+            if (r->len + *size > r->cap) {
+                size_t cap = r->cap ? r->cap : 1024;
+                while (cap < r->len + *size)
+                    cap *= 2;
+                unsigned char *b = realloc(r->body, cap);
+                if (!b)
+                    return MHD_NO;
+                r->body = b;
+                r->cap = cap;
+            }
+            memcpy(r->body + r->len, upload, *size);
+            r->len += *size;
+        }
+    }
+    *size = 0;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
                                  const char *url, const char *method,
                                  const char *version, const char *upload,
@@ -386,65 +458,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *c,
     (void)version;
     seda_http_server_t *s = cls;
     struct seda_http_req_s *r = *con_cls;
-    if (!r) {
-        r = calloc(1, sizeof *r);
-        if (!r)
-            return MHD_NO;
-        r->srv = s;
-        r->conn = c;
-        r->hc = conn_of(c);
-        r->refs = 1;
-        r->method = strdup(method ? method : "");
-        r->path = strdup(url ? url : "/");
-        if (!r->method || !r->path) {
-            req_free(r);
-            return MHD_NO;
-        }
-        pthread_mutex_lock(&s->mu);
-        s->active++;
-        r->counted = true;
-        pthread_mutex_unlock(&s->mu);
-        *con_cls = r;
-        /* The request line and headers, as sent (about: the query is
-         * counted decoded); MHD's memory pool bounds them too. */
-        size_t hbytes = strlen(r->method) + strlen(r->path) + 12;
-        MHD_get_connection_values(c, MHD_HEADER_KIND, count_bytes, &hbytes);
-        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, count_bytes,
-                                  &hbytes);
-        if (hbytes > s->o.max_header) {
-            r->too_large = true;
-            return queue_own(s, r, 431, "header_too_large");
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-                                                     "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
-            r->too_large = true;
-            return queue_own(s, r, 413, "too_large");
-        }
-        return MHD_YES;
-    }
-    if (*size) {
-        if (!r->too_large) {
-            if (r->len + *size > s->o.max_body) {
-                r->too_large = true;
-            } else {
-                if (r->len + *size > r->cap) {
-                    size_t cap = r->cap ? r->cap : 1024;
-                    while (cap < r->len + *size)
-                        cap *= 2;
-                    unsigned char *b = realloc(r->body, cap);
-                    if (!b)
-                        return MHD_NO;
-                    r->body = b;
-                    r->cap = cap;
-                }
-                memcpy(r->body + r->len, upload, *size);
-                r->len += *size;
-            }
-        }
-        *size = 0;
-        return MHD_YES;
-    }
+    if (!r)
+        return request_begin(s, c, url, method, con_cls);
+    if (*size)
+        return request_body(s, r, upload, size);
 
     pthread_mutex_lock(&s->mu);
     int state = r->state;
