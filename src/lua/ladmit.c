@@ -415,6 +415,57 @@ static void cache_put(lua_State *L, struct ladmit_cache *ac, int vi,
     }
 }
 
+/* What a rule's call said (rc, and its results at -2 and -1): 0 to
+ * admit (*prio lowered for "low"), 1 refused with reason (an error or a
+ * wrong result reported on the stage, admit_error). */
+static int rule_result(lua_State *L, struct lstage *ls, int rc, int *prio,
+                       char *reason, size_t rlen)
+{
+    int out = 0;
+    if (rc != LUA_OK) {
+        report(ls, "error", lua_tostring(L, -1));
+        snprintf(reason, rlen, "admit_error");
+        out = 1;
+    } else if (lua_isnil(L, -2) || (lua_isboolean(L, -2) &&
+                                     lua_toboolean(L, -2))) {
+        out = 0;
+    } else if (lua_isboolean(L, -2)) {
+        size_t rl = 0;
+        const char *r = lua_type(L, -1) == LUA_TSTRING
+                            ? lua_tolstring(L, -1, &rl) : NULL;
+        if (r && rl) {
+            /* A NUL in the reason would cut it: write it \0. */
+            size_t k = 0;
+            for (size_t i = 0; i < rl && k + 3 < rlen; i++) {
+                if (r[i] == '\0') {
+                    reason[k++] = '\\';
+                    reason[k++] = '0';
+                } else {
+                    reason[k++] = r[i];
+                }
+            }
+            reason[k] = '\0';
+        } else {
+            snprintf(reason, rlen, "refused");
+        }
+        out = 1;
+    } else if (lua_type(L, -2) == LUA_TSTRING &&
+               strcmp(lua_tostring(L, -2), "low") == 0) {
+        *prio = SEDA_PRIO_LOW;          /* a rule only lowers */
+        out = 0;
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "a rule returns true, false and a "
+                 "reason, or \"low\" (got %s%s%s)", luaL_typename(L, -2),
+                 lua_type(L, -2) == LUA_TSTRING ? " " : "",
+                 lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "");
+        report(ls, "error", msg);
+        snprintf(reason, rlen, "admit_error");
+        out = 1;
+    }
+    return out;
+}
+
 int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
                   const char *to, int pidx, int hidx, const char *sender,
                   int *prio, char *reason, size_t rlen)
@@ -492,48 +543,7 @@ int seda__l_admit(lua_State *L, struct lstage *ls, struct ladmit_cache *ac,
     if (bound)
         bound_end(L, &rb);
     c->active = false;
-    int out = 0;
-    if (rc != LUA_OK) {
-        report(ls, "error", lua_tostring(L, -1));
-        snprintf(reason, rlen, "admit_error");
-        out = 1;
-    } else if (lua_isnil(L, -2) || (lua_isboolean(L, -2) &&
-                                     lua_toboolean(L, -2))) {
-        out = 0;
-    } else if (lua_isboolean(L, -2)) {
-        size_t rl = 0;
-        const char *r = lua_type(L, -1) == LUA_TSTRING
-                            ? lua_tolstring(L, -1, &rl) : NULL;
-        if (r && rl) {
-            /* A NUL in the reason would cut it: write it \0. */
-            size_t k = 0;
-            for (size_t i = 0; i < rl && k + 3 < rlen; i++) {
-                if (r[i] == '\0') {
-                    reason[k++] = '\\';
-                    reason[k++] = '0';
-                } else {
-                    reason[k++] = r[i];
-                }
-            }
-            reason[k] = '\0';
-        } else {
-            snprintf(reason, rlen, "refused");
-        }
-        out = 1;
-    } else if (lua_type(L, -2) == LUA_TSTRING &&
-               strcmp(lua_tostring(L, -2), "low") == 0) {
-        *prio = SEDA_PRIO_LOW;          /* a rule only lowers */
-        out = 0;
-    } else {
-        char msg[160];
-        snprintf(msg, sizeof msg, "a rule returns true, false and a "
-                 "reason, or \"low\" (got %s%s%s)", luaL_typename(L, -2),
-                 lua_type(L, -2) == LUA_TSTRING ? " " : "",
-                 lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "");
-        report(ls, "error", msg);
-        snprintf(reason, rlen, "admit_error");
-        out = 1;
-    }
+    int out = rule_result(L, ls, rc, prio, reason, rlen);
     lua_settop(L, top);
     if (out)
         seda_stage_count_refused(ls->st);
