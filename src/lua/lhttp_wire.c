@@ -96,32 +96,32 @@ static void w_table(struct buf *b, uint32_t narr, uint32_t nrec)
 typedef void (*pair_at)(const seda_http_req_t *r, int i, const char **k,
                         const char **v);
 
+/* Pair i's key came before it (the first one is the one kept). */
+static bool seen_before(const seda_http_req_t *r, int i, pair_at at)
+{
+    const char *k, *v, *k2, *v2;
+    at(r, i, &k, &v);
+    for (int j = 0; j < i; j++) {
+        at(r, j, &k2, &v2);
+        if (strcmp(k, k2) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* A table of the n pairs; a repeated key keeps its first value (a table
  * has one value per key, and the count must be exact). */
 static void w_pairs(struct buf *b, const seda_http_req_t *r, int n,
                     pair_at at)
 {
     int distinct = 0;
-    for (int i = 0; i < n; i++) {
-        const char *k, *v, *k2, *v2;
-        at(r, i, &k, &v);
-        bool dup = false;
-        for (int j = 0; j < i && !dup; j++) {
-            at(r, j, &k2, &v2);
-            dup = strcmp(k, k2) == 0;
-        }
-        distinct += !dup;
-    }
+    for (int i = 0; i < n; i++)
+        distinct += !seen_before(r, i, at);
     w_table(b, 0, (uint32_t)distinct);
     for (int i = 0; i < n; i++) {
-        const char *k, *v, *k2, *v2;
+        const char *k, *v;
         at(r, i, &k, &v);
-        bool dup = false;
-        for (int j = 0; j < i && !dup; j++) {
-            at(r, j, &k2, &v2);
-            dup = strcmp(k, k2) == 0;
-        }
-        if (dup)
+        if (seen_before(r, i, at))
             continue;
         w_cstr(b, k);
         w_cstr(b, v);
