@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "lcodec.h"
+#include "lcodec_read.h"
 #include "lseda.h"
 #include "seda_lua.h"
 #include "seda_remote.h"
@@ -196,99 +197,6 @@ static int refuse(struct ferr *e, const struct path *p, const char *fmt, ...)
 
 /* ---- reading the codec ---- */
 
-enum { CV_NIL, CV_NULL, CV_BOOL, CV_INT, CV_FLOAT, CV_STR, CV_TABLE };
-
-struct cval {
-    int t;
-    int64_t i;                  /* CV_INT, CV_BOOL */
-    double f;
-    const unsigned char *s;     /* CV_STR */
-    size_t len;
-    uint64_t narr, nrec;        /* CV_TABLE */
-};
-
-struct cr {
-    const unsigned char *p, *end;
-};
-
-static uint64_t ldn(const unsigned char *p, int n)
-{
-    return n == 1 ? p[0] : n == 2 ? seda__ld16(p) : n == 4 ? seda__ld32(p)
-                                                           : seda__ld64(p);
-}
-
-/* One value's head (a table's counts, not its elements); -1 when the
- * bytes are not the codec's. */
-static int cr_head(struct cr *r, struct cval *v)
-{
-    if (r->p >= r->end)
-        return -1;
-    size_t left = (size_t)(r->end - r->p) - 1;
-    unsigned tag = *r->p++;
-    memset(v, 0, sizeof *v);
-    if (tag >= SEDA_TAG_FIXINT) {
-        v->t = CV_INT;
-        v->i = (int64_t)tag - 0x80;
-    } else if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32) {
-        v->t = CV_STR;
-        v->len = tag - SEDA_TAG_FIXSTR;
-    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_NULL) {
-        v->t = tag == SEDA_TAG_NIL ? CV_NIL : CV_NULL;
-        return 0;
-    } else if (tag == SEDA_TAG_FALSE || tag == SEDA_TAG_TRUE) {
-        v->t = CV_BOOL;
-        v->i = tag == SEDA_TAG_TRUE;
-        return 0;
-    } else if (tag == SEDA_TAG_FLOAT) {
-        if (left < 8)
-            return -1;
-        uint64_t u = seda__ld64(r->p);
-        memcpy(&v->f, &u, 8);
-        r->p += 8;
-        v->t = CV_FLOAT;
-        return 0;
-    } else if (tag >= SEDA_TAG_INT8 && tag < SEDA_TAG_INT8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_INT8);
-        if (left < (size_t)n)
-            return -1;
-        uint64_t u = ldn(r->p, n);
-        int sh = 64 - 8 * n;
-        v->i = sh ? (int64_t)(u << sh) >> sh : (int64_t)u;
-        r->p += n;
-        v->t = CV_INT;
-        return 0;
-    } else if (tag >= SEDA_TAG_STR8 && tag < SEDA_TAG_STR8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_STR8);
-        if (left < (size_t)n)
-            return -1;
-        v->len = (size_t)ldn(r->p, n);
-        r->p += n;
-        left -= (size_t)n;
-        v->t = CV_STR;
-    } else if (tag == SEDA_TAG_TBL8 || tag == SEDA_TAG_TBL32) {
-        int n = tag == SEDA_TAG_TBL8 ? 1 : 4;
-        if (left < 2 * (size_t)n)
-            return -1;
-        v->narr = ldn(r->p, n);
-        v->nrec = ldn(r->p + n, n);
-        r->p += 2 * n;
-        /* Each element takes a byte at least. */
-        if (v->narr + 2 * v->nrec > (uint64_t)(r->end - r->p))
-            return -1;
-        v->t = CV_TABLE;
-        return 0;
-    } else {
-        return -1;
-    }
-    if (v->t == CV_STR) {
-        if ((size_t)(r->end - r->p) < v->len)
-            return -1;
-        v->s = r->p;
-        r->p += v->len;
-    }
-    return 0;
-}
-
 static bool utf8_ok(const unsigned char *s, size_t n)
 {
     size_t i = 0;
@@ -349,7 +257,7 @@ static json_t *json_table(struct cr *r, const struct cval *v,
     }
     for (uint64_t i = 0; t && i < v->nrec; i++) {
         struct cval k;
-        if (cr_head(r, &k) != 0) {
+        if (seda__l_cr_head(r, &k) != 0) {
             refuse(e, path, "not the payload codec's bytes");
             json_decref(t);
             return NULL;
@@ -378,7 +286,7 @@ static json_t *to_json(struct cr *r, struct path *path, int depth,
                        struct ferr *e)
 {
     struct cval v;
-    if (cr_head(r, &v) != 0) {
+    if (seda__l_cr_head(r, &v) != 0) {
         refuse(e, path, "not the payload codec's bytes");
         return NULL;
     }
@@ -534,7 +442,7 @@ static int to_mp(struct cr *r, msgpack_packer *pk, struct path *path,
                  int depth, struct ferr *e)
 {
     struct cval v;
-    if (cr_head(r, &v) != 0)
+    if (seda__l_cr_head(r, &v) != 0)
         return refuse(e, path, "not the payload codec's bytes");
     switch (v.t) {
     case CV_NIL:
@@ -571,7 +479,7 @@ static int to_mp(struct cr *r, msgpack_packer *pk, struct path *path,
     for (uint64_t i = 0; !rc && i < v.nrec; i++) {
         const unsigned char *kp = r->p;
         struct cval k;
-        if (cr_head(r, &k) != 0)
+        if (seda__l_cr_head(r, &k) != 0)
             return refuse(e, path, "not the payload codec's bytes");
         r->p = kp;
         rc = to_mp(r, pk, path, depth + 1, e);  /* the key */
@@ -798,9 +706,9 @@ static int raw_enc(int kind, const void *p, size_t len, void **out,
         return 0;
     struct cr r = { p, (const unsigned char *)p + len };
     struct cval v;
-    if (cr_head(&r, &v) != 0 || v.t != CV_STR) {
+    if (seda__l_cr_head(&r, &v) != 0 || v.t != CV_STR) {
         snprintf(err, errlen, "payload: format \"raw\" carries a string "
-                 "(got %s)", cr_head(&(struct cr){ p, r.end }, &v) == 0
+                 "(got %s)", seda__l_cr_head(&(struct cr){ p, r.end }, &v) == 0
                                  ? cv_name(&v) : "bad bytes");
         return -1;
     }

@@ -97,24 +97,24 @@ static bool has_header(const struct answer *a, const char *name)
 
 /* The headers table at r (its head in v): string keys, string or number
  * values; others are skipped. */
-static int read_headers(struct answer *a, struct rd *r, const struct val *v)
+static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
 {
     for (uint64_t i = 0; i < v->narr; i++)
         if (seda__l_hw_rd_skip(r, 1) != 0)
             return -1;
     int n = 0;
     for (uint64_t i = 0; i < v->nrec; i++) {
-        struct val k, x;
-        if (seda__l_hw_rd_head(r, &k) != 0 || seda__l_hw_rd_skip_rest(r, &k, 1) != 0 ||
-            seda__l_hw_rd_head(r, &x) != 0)
+        struct cval k, x;
+        if (seda__l_cr_head(r, &k) != 0 || seda__l_hw_rd_skip_rest(r, &k, 1) != 0 ||
+            seda__l_cr_head(r, &x) != 0)
             return -1;
         char num[32];
         const void *vs = NULL;
         size_t vl = 0;
-        if (x.t == V_STR) {
+        if (x.t == CV_STR) {
             vs = x.s;
             vl = x.len;
-        } else if (x.t == V_INT || x.t == V_FLOAT) {
+        } else if (x.t == CV_INT || x.t == CV_FLOAT) {
             struct buf nb = { 0 };
             seda__l_hw_json_num(&nb, &x);
             vl = nb.len < sizeof num - 1 ? nb.len : sizeof num - 1;
@@ -125,7 +125,7 @@ static int read_headers(struct answer *a, struct rd *r, const struct val *v)
         } else if (seda__l_hw_rd_skip_rest(r, &x, 1) != 0) {
             return -1;
         }
-        if (k.t != V_STR || !vs || n == MAX_HDRS ||
+        if (k.t != CV_STR || !vs || n == MAX_HDRS ||
             memchr(k.s, 0, k.len) || memchr(vs, 0, vl) ||
             memchr(vs, '\n', vl) || memchr(vs, '\r', vl))
             continue;
@@ -146,14 +146,14 @@ static int read_headers(struct answer *a, struct rd *r, const struct val *v)
 }
 
 /* The body at r (its head in v). */
-static int read_body(struct answer *a, struct rd *r, const struct val *v)
+static int read_body(struct answer *a, struct cr *r, const struct cval *v)
 {
-    if (v->t == V_STR) {
+    if (v->t == CV_STR) {
         a->body = v->s;
         a->len = v->len;
         return 0;
     }
-    if (v->t == V_NIL)
+    if (v->t == CV_NIL || v->t == CV_NULL)
         return 0;
     a->ctype = "application/json";
     if (seda__l_hw_json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
@@ -163,9 +163,9 @@ static int read_body(struct answer *a, struct rd *r, const struct val *v)
     return 0;
 }
 
-static bool key_is(const struct val *k, const char *s)
+static bool key_is(const struct cval *k, const char *s)
 {
-    return k->t == V_STR && k->len == strlen(s) && memcmp(k->s, s, k->len) == 0;
+    return k->t == CV_STR && k->len == strlen(s) && memcmp(k->s, s, k->len) == 0;
 }
 
 /* Fill a from a completed itinerary's payload.  0, or -1 (unreadable). */
@@ -178,24 +178,24 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
         a->len = len;
         return 0;
     }
-    struct rd r = { p, (const unsigned char *)p + len };
-    struct val v;
-    if (seda__l_hw_rd_head(&r, &v) != 0)
+    struct cr r = { p, (const unsigned char *)p + len };
+    struct cval v;
+    if (seda__l_cr_head(&r, &v) != 0)
         return -1;
-    if (v.t != V_TABLE) {
-        if (v.t == V_NIL)
+    if (v.t != CV_TABLE) {
+        if (v.t == CV_NIL || v.t == CV_NULL)
             a->status = 204;
         return read_body(a, &r, &v);
     }
     /* { status =, headers =, body = }?  Look before reading. */
-    struct rd look = r;
+    struct cr look = r;
     bool shaped = false;
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&look, 1) != 0)
             return -1;
     for (uint64_t i = 0; i < v.nrec && !shaped; i++) {
-        struct val k;
-        if (seda__l_hw_rd_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0)
+        struct cval k;
+        if (seda__l_cr_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0)
             return -1;
         shaped = key_is(&k, "status") || key_is(&k, "body") ||
                  key_is(&k, "headers");
@@ -209,14 +209,14 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
     bool body_seen = false;
     for (uint64_t i = 0; i < v.nrec; i++) {
-        struct val k, x;
-        if (seda__l_hw_rd_head(&r, &k) != 0 || seda__l_hw_rd_skip_rest(&r, &k, 1) != 0 ||
-            seda__l_hw_rd_head(&r, &x) != 0)
+        struct cval k, x;
+        if (seda__l_cr_head(&r, &k) != 0 || seda__l_hw_rd_skip_rest(&r, &k, 1) != 0 ||
+            seda__l_cr_head(&r, &x) != 0)
             return -1;
-        if (key_is(&k, "status") && (x.t == V_INT || x.t == V_FLOAT)) {
-            double s = x.t == V_INT ? (double)x.i : x.f;
+        if (key_is(&k, "status") && (x.t == CV_INT || x.t == CV_FLOAT)) {
+            double s = x.t == CV_INT ? (double)x.i : x.f;
             a->status = s >= 100 && s <= 999 ? (int)s : 500;
-        } else if (key_is(&k, "headers") && x.t == V_TABLE) {
+        } else if (key_is(&k, "headers") && x.t == CV_TABLE) {
             if (read_headers(a, &r, &x) != 0)
                 return -1;
         } else if (key_is(&k, "body")) {

@@ -150,94 +150,19 @@ void seda__l_hw_encode_request(struct buf *b, const seda_http_req_t *r)
 
 
 
-static bool need(struct rd *r, size_t n)
-{
-    return (size_t)(r->end - r->p) >= n;
-}
-
-static uint64_t ld(const unsigned char *p, int n)
-{
-    return n == 1 ? p[0] : n == 2 ? seda__ld16(p) : n == 4 ? seda__ld32(p)
-                                                           : seda__ld64(p);
-}
-
-/* Read one value's head (a table's counts, not its elements). */
-int seda__l_hw_rd_head(struct rd *r, struct val *v)
-{
-    memset(v, 0, sizeof *v);
-    v->t = V_BAD;
-    if (!need(r, 1))
-        return -1;
-    unsigned tag = *r->p++;
-    if (tag >= SEDA_TAG_FIXINT) {
-        v->t = V_INT;
-        v->i = (int64_t)tag - 0x80;
-    } else if (tag >= SEDA_TAG_FIXSTR && tag < SEDA_TAG_FIXSTR + 32) {
-        v->len = tag - SEDA_TAG_FIXSTR;
-        if (!need(r, v->len))
-            return -1;
-        v->t = V_STR;
-        v->s = r->p;
-        r->p += v->len;
-    } else if (tag == SEDA_TAG_NIL || tag == SEDA_TAG_NULL ||
-               tag == SEDA_TAG_FALSE || tag == SEDA_TAG_TRUE) {
-        v->t = tag == SEDA_TAG_NIL || tag == SEDA_TAG_NULL ? V_NIL : V_BOOL;
-        v->i = tag == SEDA_TAG_TRUE;
-    } else if (tag == SEDA_TAG_FLOAT) {
-        if (!need(r, 8))
-            return -1;
-        uint64_t bits = seda__ld64(r->p);
-        memcpy(&v->f, &bits, 8);
-        r->p += 8;
-        v->t = V_FLOAT;
-    } else if (tag >= SEDA_TAG_INT8 && tag < SEDA_TAG_INT8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_INT8);
-        if (!need(r, (size_t)n))
-            return -1;
-        uint64_t u = ld(r->p, n);
-        r->p += n;
-        int sh = 64 - 8 * n;
-        v->i = sh ? (int64_t)(u << sh) >> sh : (int64_t)u;
-        v->t = V_INT;
-    } else if (tag >= SEDA_TAG_STR8 && tag < SEDA_TAG_STR8 + 4) {
-        int n = 1 << (tag - SEDA_TAG_STR8);
-        if (!need(r, (size_t)n))
-            return -1;
-        uint64_t len = ld(r->p, n);
-        r->p += n;
-        if (!need(r, len))
-            return -1;
-        v->t = V_STR;
-        v->s = r->p;
-        v->len = (size_t)len;
-        r->p += len;
-    } else if (tag == SEDA_TAG_TBL8 || tag == SEDA_TAG_TBL32) {
-        int n = tag == SEDA_TAG_TBL8 ? 1 : 4;
-        if (!need(r, 2 * (size_t)n))
-            return -1;
-        v->narr = ld(r->p, n);
-        v->nrec = ld(r->p + n, n);
-        r->p += 2 * n;
-        v->t = V_TABLE;
-    } else {
-        return -1;
-    }
-    return 0;
-}
-
 #define MAX_DEPTH 64
 
-int seda__l_hw_rd_skip(struct rd *r, int depth)
+int seda__l_hw_rd_skip(struct cr *r, int depth)
 {
-    struct val v;
-    if (seda__l_hw_rd_head(r, &v) != 0)
+    struct cval v;
+    if (seda__l_cr_head(r, &v) != 0)
         return -1;
     return seda__l_hw_rd_skip_rest(r, &v, depth);
 }
 
-int seda__l_hw_rd_skip_rest(struct rd *r, const struct val *v, int depth)
+int seda__l_hw_rd_skip_rest(struct cr *r, const struct cval *v, int depth)
 {
-    if (v->t != V_TABLE)
+    if (v->t != CV_TABLE)
         return 0;
     if (depth > MAX_DEPTH)
         return -1;
@@ -268,10 +193,10 @@ static void json_str(struct buf *b, const unsigned char *s, size_t n)
     seda__l_hw_put_byte(b, '"');
 }
 
-void seda__l_hw_json_num(struct buf *b, const struct val *v)
+void seda__l_hw_json_num(struct buf *b, const struct cval *v)
 {
     char n[40];
-    if (v->t == V_INT)
+    if (v->t == CV_INT)
         snprintf(n, sizeof n, "%lld", (long long)v->i);
     else if (!isfinite(v->f))
         snprintf(n, sizeof n, "null");
@@ -286,28 +211,28 @@ void seda__l_hw_json_num(struct buf *b, const struct val *v)
     put_cstr(b, n);
 }
 
-static int json_value(struct buf *b, struct rd *r, int depth)
+static int json_value(struct buf *b, struct cr *r, int depth)
 {
-    struct val v;
-    if (seda__l_hw_rd_head(r, &v) != 0)
+    struct cval v;
+    if (seda__l_cr_head(r, &v) != 0)
         return -1;
     return seda__l_hw_json_rest(b, r, &v, depth);
 }
 
 /* A key as a JSON string. */
-static int json_key(struct buf *b, struct rd *r, int depth)
+static int json_key(struct buf *b, struct cr *r, int depth)
 {
-    struct val k;
-    if (seda__l_hw_rd_head(r, &k) != 0)
+    struct cval k;
+    if (seda__l_cr_head(r, &k) != 0)
         return -1;
-    if (k.t == V_STR) {
+    if (k.t == CV_STR) {
         json_str(b, k.s, k.len);
         return 0;
     }
     seda__l_hw_put_byte(b, '"');
-    if (k.t == V_INT || k.t == V_FLOAT)
+    if (k.t == CV_INT || k.t == CV_FLOAT)
         seda__l_hw_json_num(b, &k);
-    else if (k.t == V_BOOL)
+    else if (k.t == CV_BOOL)
         put_cstr(b, k.i ? "true" : "false");
     else if (seda__l_hw_rd_skip_rest(r, &k, depth) != 0)
         return -1;
@@ -315,24 +240,25 @@ static int json_key(struct buf *b, struct rd *r, int depth)
     return 0;
 }
 
-int seda__l_hw_json_rest(struct buf *b, struct rd *r, const struct val *v,
+int seda__l_hw_json_rest(struct buf *b, struct cr *r, const struct cval *v,
                      int depth)
 {
     switch (v->t) {
-    case V_NIL:
+    case CV_NIL:
+    case CV_NULL:
         put_cstr(b, "null");
         return 0;
-    case V_BOOL:
+    case CV_BOOL:
         put_cstr(b, v->i ? "true" : "false");
         return 0;
-    case V_INT:
-    case V_FLOAT:
+    case CV_INT:
+    case CV_FLOAT:
         seda__l_hw_json_num(b, v);
         return 0;
-    case V_STR:
+    case CV_STR:
         json_str(b, v->s, v->len);
         return 0;
-    case V_TABLE:
+    case CV_TABLE:
         break;
     default:
         return -1;

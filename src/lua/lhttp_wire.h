@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * lhttp_wire.h -- what bus:listen (lhttp.c) needs of lhttp_wire.c: a
- * request written as a payload in the codec's wire format, a payload read
- * back without a Lua state, and a table written as JSON.  Internal to the
+ * request written as a payload in the codec's wire format, a payload
+ * skipped through without a Lua state (read with lcodec_read.h), and a
+ * table written as JSON.  Internal to the
  * Lua layer.
  */
 #ifndef SEDA_LHTTP_WIRE_H
@@ -12,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lcodec_read.h"
 #include "lseda.h"
 #include "seda_http.h"
 
@@ -24,24 +26,6 @@ struct buf {
     bool borrowed;              /* p is the caller's (a stack array) */
 };
 
-/* A value read from a payload: its head (a table's counts, not its
- * elements). */
-enum { V_NIL, V_BOOL, V_INT, V_FLOAT, V_STR, V_TABLE, V_BAD };
-
-struct val {
-    int t;
-    int64_t i;                  /* V_INT, V_BOOL */
-    double f;
-    const unsigned char *s;     /* V_STR */
-    size_t len;
-    uint64_t narr, nrec;        /* V_TABLE: elements follow */
-};
-
-/* A reader over a payload's bytes. */
-struct rd {
-    const unsigned char *p, *end;
-};
-
 /* Append n bytes (or one). */
 SEDA__API void seda__l_hw_put(struct buf *b, const void *d, size_t n);
 SEDA__API void seda__l_hw_put_byte(struct buf *b, unsigned c);
@@ -49,18 +33,16 @@ SEDA__API void seda__l_hw_put_byte(struct buf *b, unsigned c);
 /* The request as the payload { method, path, query, headers, body }. */
 SEDA__API void seda__l_hw_encode_request(struct buf *b, const seda_http_req_t *r);
 
-/* Read one value's head; skip a value, or the rest of one whose head was
- * read: 0, or -1 on malformed bytes. */
-SEDA__API int seda__l_hw_rd_head(struct rd *r, struct val *v);
-SEDA__API int seda__l_hw_rd_skip(struct rd *r,
-                                int depth);
-SEDA__API int seda__l_hw_rd_skip_rest(struct rd *r, const struct val *v,
-                                int depth);
+/* Skip a value, or the rest of one whose head was read (lcodec_read.h):
+ * 0, or -1 on malformed bytes. */
+SEDA__API int seda__l_hw_rd_skip(struct cr *r, int depth);
+SEDA__API int seda__l_hw_rd_skip_rest(struct cr *r, const struct cval *v,
+                                      int depth);
 
 /* JSON: a number, and the rest of a value whose head was read (a table
  * as an array when its keys are 1..n, else an object). */
-SEDA__API void seda__l_hw_json_num(struct buf *b, const struct val *v);
-SEDA__API int seda__l_hw_json_rest(struct buf *b, struct rd *r, const struct val *v,
-                                int depth);
+SEDA__API void seda__l_hw_json_num(struct buf *b, const struct cval *v);
+SEDA__API int seda__l_hw_json_rest(struct buf *b, struct cr *r,
+                                   const struct cval *v, int depth);
 
 #endif /* SEDA_LHTTP_WIRE_H */
