@@ -103,6 +103,9 @@ int cli_msghandler(lua_State *L);
 int cli_docall(lua_State *L, int nargs, int nres);
 int cli_setup(lua_State *L);            /* load cli.lua, install helpers */
 bool cli_get_fn(lua_State *L, const char *name);   /* push M[name] */
+/* Push the function name of the module table at registry ref (true), or
+ * push nothing (false: no module, or no such function). */
+bool cli_module_fn(lua_State *L, int ref, const char *name);
 void cli_out(const char *s, size_t n);  /* to the current sink */
 void cli_outs(const char *s);
 double cli_now(void);

@@ -81,9 +81,14 @@ int cli_docall(lua_State *L, int nargs, int nres)
 
 bool cli_get_fn(lua_State *L, const char *name)
 {
-    if (cli.mod_ref == LUA_NOREF || cli.mod_ref == LUA_REFNIL)
+    return cli_module_fn(L, cli.mod_ref, name);
+}
+
+bool cli_module_fn(lua_State *L, int ref, const char *name)
+{
+    if (ref == LUA_NOREF || ref == LUA_REFNIL)
         return false;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, cli.mod_ref);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
     lua_getfield(L, -1, name);
     lua_remove(L, -2);
     if (lua_isfunction(L, -1))

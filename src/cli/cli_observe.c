@@ -111,13 +111,7 @@ void cli_observe_release(void)
 
 bool cli_observe_fn(lua_State *L, const char *name)
 {
-    lua_rawgeti(L, LUA_REGISTRYINDEX, ob.mod_ref);
-    lua_getfield(L, -1, name);
-    lua_remove(L, -2);
-    if (lua_isfunction(L, -1))
-        return true;
-    lua_pop(L, 1);
-    return false;
+    return cli_module_fn(L, ob.mod_ref, name);
 }
 
 static void *observe_main(void *arg)
