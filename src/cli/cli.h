@@ -108,6 +108,8 @@ bool cli_get_fn(lua_State *L, const char *name);   /* push M[name] */
 bool cli_module_fn(lua_State *L, int ref, const char *name);
 void cli_out(const char *s, size_t n);  /* to the current sink */
 void cli_outs(const char *s);
+/* Draw one frame of top() (header and body) in a single write. */
+void cli_top_frame(double secs, const char *body, size_t n);
 double cli_now(void);
 /* Catch SIGINT and SIGTERM (see struct cli) and ignore SIGPIPE. */
 void cli_install_signals(void);

@@ -214,15 +214,10 @@ static void remote_top(double secs)
             break;
         }
         if (tty) {
-            time_t t = time(NULL);
-            struct tm tm;
-            char ts[32];
-            localtime_r(&t, &tm);
-            strftime(ts, sizeof ts, "%H:%M:%S", &tm);
-            printf("\033[H\033[2J%s top  every %gs  %s  (press a key to "
-                   "stop)\n\n", cli_progname, secs, ts);
+            cli_top_frame(secs, col.s ? col.s : "", col.n);
+        } else {
+            fwrite(col.s ? col.s : "", 1, col.n, stdout);
         }
-        fwrite(col.s ? col.s : "", 1, col.n, stdout);
         fflush(stdout);
         free(col.s);
         if (!tty)

@@ -114,6 +114,44 @@ void cli_outs(const char *s)
     cli_out(s, strlen(s));
 }
 
+/* One frame of top() on the terminal: the header and body in a single
+ * write(2).  Through stdio a line-buffered terminal gets one write per
+ * line, and a reader of the screen could see a frame half drawn. */
+void cli_top_frame(double secs, const char *body, size_t n)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    char ts[32], head[160];
+    localtime_r(&t, &tm);
+    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+    int h = snprintf(head, sizeof head, "\033[H\033[2J%s top  every %gs  %s  "
+                     "(press a key to stop)\n\n", cli_progname, secs, ts);
+    if (h < 0)
+        return;
+    if ((size_t)h >= sizeof head)
+        h = (int)sizeof head - 1;
+    char *frame = malloc((size_t)h + n);
+    if (frame == NULL) {                /* draw it in two writes, then */
+        fputs(head, stdout);
+        fwrite(body, 1, n, stdout);
+        fflush(stdout);
+        return;
+    }
+    memcpy(frame, head, (size_t)h);
+    memcpy(frame + h, body, n);
+    fflush(stdout);
+    size_t off = 0, len = (size_t)h + n;
+    while (off < len) {
+        ssize_t w = write(1, frame + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    free(frame);
+}
+
 /* C.write(...): tostring each argument to the current sink. */
 static int c_write(lua_State *L)
 {

@@ -347,14 +347,9 @@ static bool draw_top(double secs)
         lua_pop(L, 1);
         return false;
     }
-    time_t t = time(NULL);
-    struct tm tm;
-    char ts[32];
-    localtime_r(&t, &tm);
-    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
-    printf("\033[H\033[2J%s top  every %gs  %s  (press a key to stop)\n\n%s",
-           cli_progname, secs, ts, lua_tostring(L, -1));
-    fflush(stdout);
+    size_t n;
+    const char *body = lua_tolstring(L, -1, &n);
+    cli_top_frame(secs, body ? body : "", body ? n : 0);
     lua_pop(L, 1);
     return true;
 }

@@ -82,9 +82,9 @@ exercise() {   # exercise SESSION LABEL
         wait_until "$DEADLINE" shows "$s" "method-ok"
     type_line "$s" 'top(0.2)'
     check "$l: top() draws" wait_until "$DEADLINE" shows "$s" "press a key to stop"
-    check "$l: top shows sojourn and service p99" shows "$s" "sojourn99  service99"
-    check "$l: top shows the bus's completed/s" shows "$s" "completed/s"
-    check "$l: top shows each worker state's memory" shows "$s" "memory: w0 "
+    check "$l: top shows sojourn and service p99" wait_until "$DEADLINE" shows "$s" "sojourn99  service99"
+    check "$l: top shows the bus's completed/s" wait_until "$DEADLINE" shows "$s" "completed/s"
+    check "$l: top shows each worker state's memory" wait_until "$DEADLINE" shows "$s" "memory: w0 "
     T send-keys -t "$s" q
     type_line "$s" "print('after' .. 'top')"
     check "$l: a key ends top()" wait_until "$DEADLINE" shows "$s" "aftertop"
