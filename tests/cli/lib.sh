@@ -13,6 +13,7 @@ D=$(mktemp -d "${TMPDIR:-/tmp}/seda-cli.XXXXXX")
 export HOME="$D"                 # REPL history goes to $D/.seda_history
 NAME=$(basename "$0" .sh)
 FAILS=0
+FAILED=""                        # what failed, repeated by finish
 PASSES=0
 PIDS=""
 DEADLINE=${CLI_DEADLINE:-30}     # seconds for any one wait
@@ -25,7 +26,8 @@ cleanup() {
 trap cleanup EXIT
 
 ok()   { PASSES=$((PASSES + 1)); echo "ok   $NAME: $*"; }
-fail() { FAILS=$((FAILS + 1)); echo "FAIL $NAME: $*"; }
+fail() { FAILS=$((FAILS + 1)); FAILED="$FAILED
+  $*"; echo "FAIL $NAME: $*"; }
 check() {   # check DESCRIPTION COMMAND...
     d=$1; shift
     if "$@"; then ok "$d"; else fail "$d"; fi
@@ -93,6 +95,8 @@ stop_server() {
 
 finish() {
     echo "$NAME: $PASSES passed, $FAILS failed"
+    # Again at the end, where a log cut in the middle still shows it.
+    [ "$FAILS" = 0 ] || echo "$NAME failed:$FAILED"
     [ "$FAILS" = 0 ]
     exit $?
 }
