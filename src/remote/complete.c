@@ -79,11 +79,16 @@ struct rcomp_entry {
     struct rcomp_entry *next;   /* hash chain, oldest first */
 };
 
-#define RECENT 4096                 /* secrets of completions taken */
+/* Completions taken, remembered by the first 64 bits of their secret,
+ * so that one coming again (re-sent, or a redelivered message completed
+ * twice) is told from a forgery.  Sized for a minute of completions at
+ * a thousand a second; one older than that is answered all the same
+ * (seda__rcomp_on_msg), only counted refused. */
+#define RECENT 65536
 
 struct rcomp {
     seda__mutex_t mu;
-    char (*recent)[33];         /* ring of the last RECENT; guarded by mu */
+    uint64_t *recent;           /* ring of the last RECENT; guarded by mu */
     unsigned recent_n;          /* next slot; guarded by mu */
     struct rcomp_entry **hash;  /* guarded by mu */
     uint32_t mask;              /* buckets - 1; guarded by mu */
@@ -91,21 +96,35 @@ struct rcomp {
     uint64_t serial;            /* last serial given; guarded by mu */
 };
 
+/* A secret's first 16 hex digits as a number (never 0: 0 marks an empty
+ * slot of the ring). */
+static uint64_t fingerprint(const char *secret)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16 && secret[i]; i++) {
+        char ch = secret[i];
+        v = v << 4 | (uint64_t)(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+    }
+    return v ? v : 1;
+}
+
 /* Remember secret as taken (a re-sent completion is acknowledged). */
 static void recent_add(struct rcomp *t, const char *secret)
 {
+    uint64_t f = fingerprint(secret);
     seda__mutex_lock(&t->mu);
     if (t->recent)
-        snprintf(t->recent[t->recent_n++ % RECENT], 33, "%s", secret);
+        t->recent[t->recent_n++ % RECENT] = f;
     seda__mutex_unlock(&t->mu);
 }
 
 static bool recent_has(struct rcomp *t, const char *secret)
 {
+    uint64_t f = fingerprint(secret);
     bool has = false;
     seda__mutex_lock(&t->mu);
     for (unsigned i = 0; t->recent && i < RECENT && !has; i++)
-        has = t->recent[i][0] && strcmp(t->recent[i], secret) == 0;
+        has = t->recent[i] == f;
     seda__mutex_unlock(&t->mu);
     return has;
 }
@@ -329,7 +348,7 @@ void seda__rcomp_on_msg(struct rconn *c, natsMsg *m, const char *secret)
          * redelivered message completed twice: the callback ran once), or
          * one that names no entry of this secret -- forged, or for
          * another message.  Told apart by the recent secrets. */
-        known = recent_has(c->comp, secret);
+        known = strlen(secret) == 32 && recent_has(c->comp, secret);
         if (!known) {
             atomic_fetch_add_explicit(&c->completions_refused, 1,
                                       memory_order_relaxed);
@@ -338,10 +357,15 @@ void seda__rcomp_on_msg(struct rconn *c, natsMsg *m, const char *secret)
                                d.id);
         }
     }
-    /* Received: the sender stops re-sending it. */
+    /* Answered either way, so the sender stops re-sending it: "+OK"
+     * when taken now or before, "-NO" when refused.  A refused one from
+     * a seda consumer is a completion that came again after the last
+     * RECENT were taken (an origin slow to answer under load gets its
+     * completions re-sent); unanswered, each would be re-sent for a
+     * minute and crowd out the completions still to come. */
     const char *reply = natsMsg_GetReply(m);
-    if (known && reply && *reply)
-        natsConnection_Publish(c->nc, reply, "+OK", 3);
+    if (reply && *reply)
+        natsConnection_Publish(c->nc, reply, known ? "+OK" : "-NO", 3);
     if (e) {
         recent_add(c->comp, secret);
         atomic_fetch_add_explicit(&e->rs->completions_received, 1,
@@ -376,9 +400,10 @@ void seda__rcomp_close_stage(struct rconn *c, struct rstage *rs)
 
 /* ---- sending completions: acknowledged, re-sent, bounded ---- */
 
-#define CSEND_EVERY_NS  1000000000LL    /* no "+OK" within: send again */
+#define CSEND_EVERY_NS  1000000000LL    /* no answer within: send again,
+                                           then 2, 4 and 8 s apart */
 #define CSEND_LIFE_NS  60000000000LL    /* then give up, loudly */
-#define CSEND_MAX       8192            /* completions awaiting "+OK" */
+#define CSEND_MAX       65536           /* completions awaiting an answer */
 #define CSEND_NOBODY_NS 10000000000LL   /* no-responders only, this long:
                                            the origin is gone */
 
@@ -558,7 +583,8 @@ void seda__rcomp_tick(struct rstage *rs, int64_t now)
             dead = x;
             continue;
         }
-        if (up && now - x->sent >= CSEND_EVERY_NS) {
+        if (up && now - x->sent >= CSEND_EVERY_NS << (x->sends < 4
+                                                      ? x->sends - 1 : 3)) {
             csend_out(rs, x);
             x->sent = now;
             x->sends++;
