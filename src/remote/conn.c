@@ -188,9 +188,11 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
         g_report_skipped++;
     }
     pthread_mutex_unlock(&g_report_mu);
-    if (print)
-        fprintf(stderr, "seda: remote %s: %s%s\n", c->shown, msg,
-                skipped ? " (and similar lines suppressed)" : "");
+    if (print && skipped)
+        fprintf(stderr, "seda: remote %s: %s (and %lu lines like it in "
+                "the last second, not shown)\n", c->shown, msg, skipped);
+    else if (print)
+        fprintf(stderr, "seda: remote %s: %s\n", c->shown, msg);
 }
 
 /* ---- state ---- */
