@@ -189,8 +189,8 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
     }
     pthread_mutex_unlock(&g_report_mu);
     if (print && skipped)
-        fprintf(stderr, "seda: remote %s: %s (and %lu lines like it in "
-                "the last second, not shown)\n", c->shown, msg, skipped);
+        fprintf(stderr, "seda: remote %s: %s (%lu more since the last line "
+                "were not shown)\n", c->shown, msg, skipped);
     else if (print)
         fprintf(stderr, "seda: remote %s: %s\n", c->shown, msg);
 }
