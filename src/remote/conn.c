@@ -44,9 +44,26 @@
 
 /* ---- registry ---- */
 
-/* Guards g_conns and every rconn's refs and next. */
+/* Guards g_conns, g_atexit and every rconn's refs and next. */
 static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct rconn *g_conns;
+static bool g_atexit;           /* lib_atexit registered */
+
+/* At exit, with every connection closed: cnats's own threads (timers,
+ * callbacks) are stopped and joined.  Left running, they race with
+ * OpenSSL's exit-time cleanup, which frees locks they have used (a
+ * ThreadSanitizer report at the exit of a process that used TLS).
+ * Registered after the first connection attempt, so after OpenSSL's:
+ * handlers run in reverse order, this one first.  A process leaving
+ * with connections open skips it (they may still be in use). */
+static void lib_atexit(void)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    bool none = g_conns == NULL;
+    pthread_mutex_unlock(&g_reg_mu);
+    if (none)
+        (void)nats_CloseAndWait(2000);
+}
 
 /* ---- reply subjects and statuses ---- */
 
@@ -731,6 +748,8 @@ int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
         g_conns = c;
         *out = c;
     }
+    if (!g_atexit)                      /* cnats started, even on failure */
+        g_atexit = atexit(lib_atexit) == 0;
     pthread_mutex_unlock(&g_reg_mu);
     return rc;
 }
