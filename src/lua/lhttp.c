@@ -27,6 +27,7 @@
  *   first, drains, then closes them; the bus's collection closes them.
  *   Main thread for everything but the two callbacks.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -642,15 +643,24 @@ static const char *const listen_keys[] = {
     "max_connections", "client_timeout", "threads", NULL
 };
 
+/* The number at t[k], def when absent; raises naming k unless it is a
+ * number from min to max (so that the casts below are defined). */
 static double opt_num(lua_State *L, int t, const char *k, double def,
-                      double min)
+                      double min, double max)
 {
     lua_getfield(L, t, k);
     double v = def;
     if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= min))
-            luaL_error(L, "listen: %s must be a number >= %g", k, min);
         v = lua_tonumber(L, -1);
+        if (!lua_isnumber(L, -1) || !(v >= min && v <= max)) {
+            char lo[32], hi[32];
+            snprintf(lo, sizeof lo, "%.15g", min);
+            snprintf(hi, sizeof hi, "%.15g", max);
+            if (isinf(max))
+                luaL_error(L, "listen: %s must be a number >= %s", k, lo);
+            luaL_error(L, "listen: %s must be a number from %s to %s",
+                       k, lo, hi);
+        }
     }
     lua_pop(L, 1);
     return v;
@@ -762,12 +772,12 @@ int seda__l_http_listen(lua_State *L)
     parse_routes(L, lua_gettop(L), h);
     lua_pop(L, 1);
     o.addr = h->name;
-    o.timeout = opt_num(L, 2, "timeout", 30, 0.001);
-    o.max_body = (size_t)opt_num(L, 2, "max_body", 1048576, 0);
-    o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024);
-    o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1);
-    o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001);
-    o.threads = (int)opt_num(L, 2, "threads", 1, 1);
+    o.timeout = opt_num(L, 2, "timeout", 30, 0.001, HUGE_VAL);
+    o.max_body = (size_t)opt_num(L, 2, "max_body", 1048576, 0, 1e15);
+    o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024, 0x1p30);
+    o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1, INT_MAX);
+    o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001, 1e9);
+    o.threads = (int)opt_num(L, 2, "threads", 1, 1, 1024);
     o.on_request = on_request;
     o.ud = h;
     char err[256];

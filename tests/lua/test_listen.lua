@@ -468,6 +468,21 @@ T.test("listen misuse raises naming the field", function()
   T.ok(not ok and err:find("numeric", 1, true), err)
   ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, bogus = 1 })
   T.ok(not ok and err:find("bogus", 1, true), err)
+  -- A numeric option out of range names it and its range (the message
+  -- once failed to format, and huge values reached integer casts).
+  for _, c in ipairs{
+    { "timeout", -1, "timeout must be a number >= 0.001" },
+    { "timeout", "x", "timeout must be a number >= 0.001" },
+    { "max_body", -5, "max_body must be a number from 0 to" },
+    { "max_body", 1e300, "max_body must be a number from 0 to" },
+    { "max_header", 10, "max_header must be a number from 1024 to" },
+    { "max_connections", 1e10, "max_connections must be a number from 1 to" },
+    { "client_timeout", 1e300, "client_timeout must be a number from 0.001 to" },
+    { "threads", 1e6, "threads must be a number from 1 to 1024" },
+  } do
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, [c[1]] = c[2] })
+    T.ok(not ok and err:find(c[3], 1, true), tostring(err))
+  end
 end)
 
 T.test("while the bus shuts down: no new connections, a request on an open one is 503 closed, in-flight work answered", function()
