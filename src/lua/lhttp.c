@@ -188,22 +188,27 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             a->status = 204;
         return read_body(a, &r, &v);
     }
-    /* { status =, headers =, body = }?  Look before reading. */
+    /* { status =, headers =, body = }?  Look before reading.  A status
+     * that is not a number makes the table data (sent as JSON): a record
+     * such as { status = "shipped", id = 7 } is not an HTTP answer. */
     struct cr look = r;
-    bool shaped = false;
+    bool shaped = false, data = false;
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&look, 1) != 0)
             return -1;
-    for (uint64_t i = 0; i < v.nrec && !shaped; i++) {
-        struct cval k;
-        if (seda__l_cr_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0)
+    for (uint64_t i = 0; i < v.nrec && !data; i++) {
+        struct cval k, x;
+        if (seda__l_cr_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0 ||
+            seda__l_cr_head(&look, &x) != 0)
             return -1;
-        shaped = key_is(&k, "status") || key_is(&k, "body") ||
+        if (key_is(&k, "status"))
+            data = x.t != CV_INT && x.t != CV_FLOAT;
+        shaped = shaped || key_is(&k, "status") || key_is(&k, "body") ||
                  key_is(&k, "headers");
-        if (seda__l_hw_rd_skip(&look, 1) != 0)
+        if (seda__l_hw_rd_skip_rest(&look, &x, 1) != 0)
             return -1;
     }
-    if (!shaped)
+    if (!shaped || data)
         return read_body(a, &r, &v);
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&r, 1) != 0)

@@ -108,6 +108,7 @@ bus:stage{ name = "store", handler = function(env)
   local p = env.payload
   if p.query.str then env.payload = "plain " .. p.price; return end
   if p.query.i then env.payload = p.query.i; return end
+  if p.query.record then env.payload = { status = "shipped", id = 7 }; return end
   env.payload = { status = 200, headers = { ["X-Store"] = "1" },
                   body = { price = p.price, method = p.method, body = p.body,
                            ua = p.headers["user-agent"], list = { 1, 2, 3 } } }
@@ -147,6 +148,13 @@ T.test("a route's payload comes back: a table as JSON, headers, status", functio
   T.eq(s, 200)
   T.eq(h["x-store"], "1", "a header the handler set")
   T.eq(h["content-type"], "application/json", "a table body is JSON")
+end)
+
+T.test("a table whose status is not a number is data, sent as JSON", function()
+  local s, h, b = http(port, "GET", "/orders?n=1&record=1")
+  T.eq(s, 200)
+  T.eq(h["content-type"], "application/json")
+  T.ok(b:find('"status":"shipped"', 1, true) and b:find('"id":7', 1, true), b)
 end)
 
 T.test("a string payload is a 200 text body", function()
