@@ -215,7 +215,11 @@ static int l_connect(lua_State *L)
             return push_fail(L, seda_io_strerror(rc));
     }
     struct lio_op *b = seda__l_io_op_push(L);                   /* C_BOX */
-    int rc = seda_io_tcp_connect(t->s, host, (int)port, seda__l_io_budget(L, t->timeout[T_CONNECT]),
+    /* settimeout(0) makes send and receive do what they can at once; a
+     * connect still completes (LuaSocket's would go on in the background
+     * and be usable later: this socket cannot be polled for it). */
+    double tc = t->timeout[T_CONNECT] == 0 ? -1 : t->timeout[T_CONNECT];
+    int rc = seda_io_tcp_connect(t->s, host, (int)port, seda__l_io_budget(L, tc),
                                  seda__l_io_cb, seda__l_io_ud(b), &b->op);
     if (rc != 0) {
         seda__l_io_unarm(b);
@@ -376,7 +380,9 @@ static double opt_seconds(lua_State *L, int i, double scale)
 }
 
 /* tcp:settimeout(t [, mode]) -> 1: seconds per call (nil or negative:
- * none); both LuaSocket modes ("b", "t") count per call. */
+ * none; 0: send and receive return what they can at once, else "timeout"
+ * and the partial data); both LuaSocket modes ("b", "t") count per
+ * call. */
 static int l_settimeout(lua_State *L)
 {
     struct ltcp *t = check_tcp(L);

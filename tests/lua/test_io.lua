@@ -152,6 +152,33 @@ T.test("socket: LuaSocket's returns over a raw HTTP exchange", function()
   T.raises(function() s:receive("*x") end, "a bad pattern raises")
 end)
 
+T.test("socket: settimeout(0) sends and receives what it can at once, else timeout", function()
+  -- In a handler with a handler_timeout, so that a receive that waited
+  -- for data that never comes (0 once read as "no timeout") ends there.
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "nb", handler_timeout = 10, handler = function(env)
+    local s = seda.socket.tcp()
+    s:settimeout(0)
+    local r = { s:connect("127.0.0.1", env.payload) }     -- still completes
+    r[#r + 1] = "|"
+    local d, err, partial = s:receive("*l")                  -- nothing sent yet
+    r[#r + 1] = tostring(d) .. "," .. tostring(err) .. "," .. tostring(partial)
+    s:settimeout(5)
+    s:send("GET /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+    r[#r + 1] = "|"
+    r[#r + 1] = s:receive("*l")
+    s:close()
+    env.payload = table.concat(r, " ")
+  end }
+  local got
+  bus:publish("nb", hport, { on_complete = function(env) got = env.payload end })
+  T.idle(bus, 20)
+  T.eq(got, "1 | nil,timeout, | HTTP/1.1 200 OK", "connected; an empty receive timed out with no partial data")
+  T.eq(bus:stats("nb").nacked, 0, "the call did not reach its handler_timeout")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
 T.test("socket: refused, partial data on close, setkeepalive reuse", function()
   local s = seda.socket.tcp()
   local ok, err = s:connect("127.0.0.1", free_port())
