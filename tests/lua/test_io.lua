@@ -179,6 +179,27 @@ T.test("socket: settimeout(0) sends and receives what it can at once, else timeo
   bus:shutdown(5)
 end)
 
+T.test("socket: send takes OpenResty's nested array of fragments", function()
+  -- lua-resty-redis and its kind build a request as a table and send it.
+  local s = seda.socket.tcp()
+  s:settimeout(5)
+  assert(s:connect("127.0.0.1", hport))
+  local req = { "GET /echo HTTP/1.1\r\n", { "Host: t\r\n", { "X-Test: ", 42, "\r\n" } }, "\r\n" }
+  local n, err = s:send(req)
+  T.eq(n, #"GET /echo HTTP/1.1\r\nHost: t\r\nX-Test: 42\r\n\r\n", "the bytes sent")
+  T.eq(err, nil, "no error")
+  T.eq(s:receive("*l"), "HTTP/1.1 200 OK", "the joined request was understood")
+  local echoed
+  while true do
+    local line = assert(s:receive("*l"))
+    if line == "" then break end
+    echoed = echoed or line:match("^X%-Echo%-Test: (.*)$")
+  end
+  T.eq(echoed, "42", "a number fragment is sent as its text")
+  T.raises(function() s:send({ "a", true }) end, "a boolean fragment raises", "fragment is a boolean")
+  s:close()
+end)
+
 T.test("socket: refused, partial data on close, setkeepalive reuse", function()
   local s = seda.socket.tcp()
   local ok, err = s:connect("127.0.0.1", free_port())
