@@ -696,6 +696,21 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
         if (path[0] != '/')
             luaL_error(L, "listen: route '%s': expected \"METHOD /path\" "
                        "or \"/path\"", key);
+        /* A route no request could match is a mistake: say so now rather
+         * than answer 404 for ever. */
+        if (sp == key)
+            luaL_error(L, "listen: route '%s': the method is empty", key);
+        for (const char *c = key; sp && c < sp; c++)
+            if (!((*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                  *c == '-' || *c == '_'))
+                luaL_error(L, "listen: route '%s': the method must be "
+                           "upper-case, such as GET or POST", key);
+        for (const char *c = path; *c; c++)
+            if (*c == '?' || *c == '#' || (unsigned char)*c <= ' ' ||
+                *c == 0x7f)
+                luaL_error(L, "listen: route '%s': the path is matched "
+                           "exactly, without a query, spaces or control "
+                           "characters", key);
         if (!lua_istable(L, -1) || lua_rawlen(L, -1) == 0)
             luaL_error(L, "listen: route '%s' must be an array of stage "
                        "names", key);
