@@ -308,17 +308,25 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
 
 /* ---- requests ---- */
 
+/* The route for method and path: the one naming the method, else (for
+ * HEAD) the GET one, else the one for any method -- whatever order the
+ * routes table gave them in. */
 static const struct lroute *route_of(const struct lhttp *h,
                                      const char *method, const char *path)
 {
+    const struct lroute *get = NULL, *any = NULL;
     for (int i = 0; i < h->nroutes; i++) {
         const struct lroute *r = &h->routes[i];
-        if (strcmp(r->path, path) == 0 &&
-            (strcmp(r->method, method) == 0 || strcmp(r->method, "*") == 0 ||
-             (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0)))
+        if (strcmp(r->path, path) != 0)
+            continue;
+        if (strcmp(r->method, method) == 0)
             return r;
+        if (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0)
+            get = r;
+        else if (strcmp(r->method, "*") == 0)
+            any = r;
     }
-    return NULL;
+    return get ? get : any;
 }
 
 /* The request as a Lua table on the door state (admit rules read it). */

@@ -157,6 +157,24 @@ T.test("a table whose status is not a number is data, sent as JSON", function()
   T.ok(b:find('"status":"shipped"', 1, true) and b:find('"id":7', 1, true), b)
 end)
 
+T.test("a route naming the method wins over one for any method, whatever the table order", function()
+  local b2 = seda.bus{ workers = 1 }
+  b2:stage{ name = "any", handler = function(env) env.payload = "any" end }
+  b2:stage{ name = "get", handler = function(env) env.payload = "get" end }
+  -- Tables of different sizes iterate their keys in different orders.
+  for pad = 0, 11 do
+    local routes = { ["/d"] = { "any" }, ["GET /d"] = { "get" } }
+    for i = 1, pad * 3 do routes["/pad" .. i] = { "any" } end
+    local l = b2:listen{ http = 0, routes = routes }
+    local _, _, body = http(l:port(), "GET", "/d")
+    T.eq(body, "get", "GET /d with " .. pad * 3 .. " more routes")
+    _, _, body = http(l:port(), "POST", "/d")
+    T.eq(body, "any", "POST /d")
+    l:close()
+  end
+  T.ok(b2:shutdown(5))
+end)
+
 T.test("a string payload is a 200 text body", function()
   local s, h, b = http(port, "GET", "/orders?n=2&str=1")
   T.eq(s, 200)
