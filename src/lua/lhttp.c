@@ -705,7 +705,8 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
             luaL_error(L, "listen: route '%s': expected \"METHOD /path\" "
                        "or \"/path\"", key);
         /* A route no request could match is a mistake: say so now rather
-         * than answer 404 for ever. */
+         * than answer 404 for ever.  (Any path can match: the request's
+         * is percent-decoded, so "/a b" is "/a%20b".) */
         if (sp == key)
             luaL_error(L, "listen: route '%s': the method is empty", key);
         for (const char *c = key; sp && c < sp; c++)
@@ -713,12 +714,6 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
                   *c == '-' || *c == '_'))
                 luaL_error(L, "listen: route '%s': the method must be "
                            "upper-case, such as GET or POST", key);
-        for (const char *c = path; *c; c++)
-            if (*c == '?' || *c == '#' || (unsigned char)*c <= ' ' ||
-                *c == 0x7f)
-                luaL_error(L, "listen: route '%s': the path is matched "
-                           "exactly, without a query, spaces or control "
-                           "characters", key);
         if (!lua_istable(L, -1) || lua_rawlen(L, -1) == 0)
             luaL_error(L, "listen: route '%s' must be an array of stage "
                        "names", key);

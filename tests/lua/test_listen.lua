@@ -495,10 +495,7 @@ T.test("listen misuse raises naming the field", function()
   ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, bogus = 1 })
   T.ok(not ok and err:find("bogus", 1, true), err)
   -- A route no request could match raises naming it.
-  for _, c in ipairs{
-    { "get /a", "upper-case" }, { " /a", "method is empty" },
-    { "GET /a?x=1", "matched exactly" }, { "GET /a b", "matched exactly" },
-  } do
+  for _, c in ipairs{ { "get /a", "upper-case" }, { " /a", "method is empty" } } do
     ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "a" } } })
     T.ok(not ok and err:find(c[1], 1, true) and err:find(c[2], 1, true), tostring(err))
   end
