@@ -162,4 +162,9 @@ SEDA__API extern bool (*seda__l_callback_interrupt_pending)(lua_State *L);
  * seda-lua with one keeps serving, as --serve does.  Any thread. */
 SEDA__API int seda__l_http_open(void);
 
+/* The listeners of the bus at idx (nothing if it is not a live bus) stop
+ * accepting connections, as bus:shutdown's first step: the program's
+ * drain at a signal or the end of its run.  Main thread. */
+SEDA__API void seda__l_bus_quiesce(lua_State *L, int idx);
+
 #endif /* SEDA_LUA_ADMIN_H */

@@ -858,6 +858,10 @@ function M.finish(drain, wait_first)
     local b = buses()[1]
     if not b or seen[b] then break end
     seen[b] = true
+    -- Listeners stop accepting, as bus:shutdown does first (SPEC 13: at
+    -- SIGINT/SIGTERM the program stops accepting, answers what is in
+    -- flight, and exits).
+    C.quiesce(b)
     pcall(b.pause, b)
     deadline = deadline or seda.now() + drain
     while not stopped do

@@ -206,6 +206,14 @@ static int c_drain_stopped(lua_State *L)
     return 1;
 }
 
+/* C.quiesce(bus): its listeners stop accepting (the drain's first step:
+ * what they took in is still answered). */
+static int c_quiesce(lua_State *L)
+{
+    seda__l_bus_quiesce(L, 1);
+    return 0;
+}
+
 /* C.realpath(path) -> absolute path or nil */
 static int c_realpath(lua_State *L)
 {
@@ -266,6 +274,7 @@ int cli_setup(lua_State *L)
         { "fail", c_fail },
         { "warn", c_warn },
         { "drain_stopped", c_drain_stopped },
+        { "quiesce", c_quiesce },
         { NULL, NULL }
     };
     luaL_newlib(L, fns);

@@ -400,13 +400,18 @@ void seda_pending_leave(seda_pending_t *p)
 }
 
 /* The call is over (mu not held): its permit back, or to a drain task
- * for what is queued; counts folded in. */
+ * for what is queued; counts folded in; life (ns, < 0: unknown) goes into
+ * the stage's life_ns. */
 static void pending_end(struct seda_stage_s *st,
-                        const struct stage_counters *tally)
+                        const struct stage_counters *tally, int64_t life)
 {
     bool sched = false, idle = false;
     seda__mutex_lock(&st->mu);
     seda__stats_fold(&st->stats.c, tally);
+    if (life >= 0) {
+        uint64_t old = st->dr.life_ns, v = (uint64_t)life + 1;
+        st->dr.life_ns = old ? (old * 7 + v) / 8 : v;
+    }
     st->dr.suspended--;
     sched = seda__drain_release(&st->dr, &st->in, st->adm.concurrency,
                                 seda__bus_stopping(st->bus), &idle);
@@ -424,8 +429,8 @@ void seda_pending_settle(seda_pending_t *p, bool ok)
     ok = ok && !p->failed;
     seda__env_undo_finish(env, &p->undo, ok);
     int64_t end = seda__clock_ns();
-    seda__stats_latency_one(&st->stats, p->sojourn,
-                            end > p->start ? end - p->start : 0);
+    int64_t life = end > p->start ? end - p->start : 0;
+    seda__stats_latency_one(&st->stats, p->sojourn, life);
     int res = ok ? DR_ACK
             : seda__consumers_count(&st->cons) == 0 ? DR_DEAD_NOCONS
             : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
@@ -443,7 +448,7 @@ void seda_pending_settle(seda_pending_t *p, bool ok)
         struct seda_batch_s b = { .st = st, .tally = &tally };
         route(st, env, res, &b, end);
     }
-    pending_end(st, &tally);
+    pending_end(st, &tally, life);
 }
 
 void seda_pending_drop(seda_pending_t *p)
@@ -462,5 +467,5 @@ void seda_pending_drop(seda_pending_t *p)
         done(env, SEDA_DROPPED, env->done_ud);
     }
     seda__env_free(env);
-    pending_end(st, &tally);
+    pending_end(st, &tally, -1);
 }

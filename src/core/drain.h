@@ -28,6 +28,11 @@ struct seda_drain {
     int in_flight;              /* taken, not settled; guarded */
     int suspended;              /* calls suspended, each holding a permit
                                    counted in running; guarded */
+    uint64_t life_ns;           /* a suspended call's whole life (its wait
+                                   included), a moving average; 0 = none
+                                   settled yet; guarded.  svc_ns leaves
+                                   these calls out (they hold no worker);
+                                   shedding's backlog needs them in. */
 };
 
 /* Whether a publisher that found `run` drain tasks queued or running
@@ -78,6 +83,7 @@ static inline void seda__drain_init(struct seda_drain *d)
     atomic_init(&d->svc_ns, 0);
     d->in_flight = 0;
     d->suspended = 0;
+    d->life_ns = 0;
 }
 
 /* Guarded: with `depth` queued, take a permit for one more task when

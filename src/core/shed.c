@@ -126,7 +126,16 @@ int seda__stage_shed_level_now(struct seda_stage_s *st)
         seda__stage_shed_set(st, 0);
         return 0;
     }
+    /* A call suspended on the network holds its permit for its whole
+     * life: that life, not the worker's share (svc_ns leaves those calls
+     * out), is what the backlog waits for.  Unknown (queued envelopes and
+     * no call measured yet) counts as slow: the next start decides. */
     uint64_t svc = atomic_load_explicit(&st->dr.svc_ns, memory_order_relaxed);
+    if (st->dr.life_ns > svc)
+        svc = st->dr.life_ns;
+    uint32_t depth = seda__stage_depth(st);
+    if (svc == 0 && depth > 0)
+        return level;
     /* The queue drains at most as many at once as there are workers
      * (and calls suspended on the network, which hold none): a
      * concurrency over that does not make the backlog shorter. */
@@ -134,7 +143,7 @@ int seda__stage_shed_level_now(struct seda_stage_s *st)
     int workers = seda__pool_size(st->bus->pool) + st->dr.suspended;
     if (workers > 0 && (uint64_t)workers < par)
         par = (uint64_t)workers;
-    uint64_t backlog = (uint64_t)seda__stage_depth(st) * svc / par;
+    uint64_t backlog = (uint64_t)depth * svc / par;
     if (backlog < (uint64_t)st->adm.shed_target_ns) {
         shed_end(st, level, seda__clock_ns());
         return 0;

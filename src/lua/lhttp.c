@@ -27,6 +27,7 @@
  *   first, drains, then closes them; the bus's collection closes them.
  *   Main thread for everything but the two callbacks.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,22 +188,27 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             a->status = 204;
         return read_body(a, &r, &v);
     }
-    /* { status =, headers =, body = }?  Look before reading. */
+    /* { status =, headers =, body = }?  Look before reading.  A status
+     * that is not a number makes the table data (sent as JSON): a record
+     * such as { status = "shipped", id = 7 } is not an HTTP answer. */
     struct cr look = r;
-    bool shaped = false;
+    bool shaped = false, data = false;
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&look, 1) != 0)
             return -1;
-    for (uint64_t i = 0; i < v.nrec && !shaped; i++) {
-        struct cval k;
-        if (seda__l_cr_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0)
+    for (uint64_t i = 0; i < v.nrec && !data; i++) {
+        struct cval k, x;
+        if (seda__l_cr_head(&look, &k) != 0 || seda__l_hw_rd_skip_rest(&look, &k, 1) != 0 ||
+            seda__l_cr_head(&look, &x) != 0)
             return -1;
-        shaped = key_is(&k, "status") || key_is(&k, "body") ||
+        if (key_is(&k, "status"))
+            data = x.t != CV_INT && x.t != CV_FLOAT;
+        shaped = shaped || key_is(&k, "status") || key_is(&k, "body") ||
                  key_is(&k, "headers");
-        if (seda__l_hw_rd_skip(&look, 1) != 0)
+        if (seda__l_hw_rd_skip_rest(&look, &x, 1) != 0)
             return -1;
     }
-    if (!shaped)
+    if (!shaped || data)
         return read_body(a, &r, &v);
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&r, 1) != 0)
@@ -302,17 +308,25 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
 
 /* ---- requests ---- */
 
+/* The route for method and path: the one naming the method, else (for
+ * HEAD) the GET one, else the one for any method -- whatever order the
+ * routes table gave them in. */
 static const struct lroute *route_of(const struct lhttp *h,
                                      const char *method, const char *path)
 {
+    const struct lroute *get = NULL, *any = NULL;
     for (int i = 0; i < h->nroutes; i++) {
         const struct lroute *r = &h->routes[i];
-        if (strcmp(r->path, path) == 0 &&
-            (strcmp(r->method, method) == 0 || strcmp(r->method, "*") == 0 ||
-             (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0)))
+        if (strcmp(r->path, path) != 0)
+            continue;
+        if (strcmp(r->method, method) == 0)
             return r;
+        if (strcmp(r->method, "GET") == 0 && strcmp(method, "HEAD") == 0)
+            get = r;
+        else if (strcmp(r->method, "*") == 0)
+            any = r;
     }
-    return NULL;
+    return get ? get : any;
 }
 
 /* The request as a Lua table on the door state (admit rules read it). */
@@ -642,15 +656,24 @@ static const char *const listen_keys[] = {
     "max_connections", "client_timeout", "threads", NULL
 };
 
+/* The number at t[k], def when absent; raises naming k unless it is a
+ * number from min to max (so that the casts below are defined). */
 static double opt_num(lua_State *L, int t, const char *k, double def,
-                      double min)
+                      double min, double max)
 {
     lua_getfield(L, t, k);
     double v = def;
     if (!lua_isnil(L, -1)) {
-        if (!lua_isnumber(L, -1) || !(lua_tonumber(L, -1) >= min))
-            luaL_error(L, "listen: %s must be a number >= %g", k, min);
         v = lua_tonumber(L, -1);
+        if (!lua_isnumber(L, -1) || !(v >= min && v <= max)) {
+            char lo[32], hi[32];
+            snprintf(lo, sizeof lo, "%.15g", min);
+            snprintf(hi, sizeof hi, "%.15g", max);
+            if (isinf(max))
+                luaL_error(L, "listen: %s must be a number >= %s", k, lo);
+            luaL_error(L, "listen: %s must be a number from %s to %s",
+                       k, lo, hi);
+        }
     }
     lua_pop(L, 1);
     return v;
@@ -681,6 +704,16 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
         if (path[0] != '/')
             luaL_error(L, "listen: route '%s': expected \"METHOD /path\" "
                        "or \"/path\"", key);
+        /* A route no request could match is a mistake: say so now rather
+         * than answer 404 for ever.  (Any path can match: the request's
+         * is percent-decoded, so "/a b" is "/a%20b".) */
+        if (sp == key)
+            luaL_error(L, "listen: route '%s': the method is empty", key);
+        for (const char *c = key; sp && c < sp; c++)
+            if (!((*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                  *c == '-' || *c == '_'))
+                luaL_error(L, "listen: route '%s': the method must be "
+                           "upper-case, such as GET or POST", key);
         if (!lua_istable(L, -1) || lua_rawlen(L, -1) == 0)
             luaL_error(L, "listen: route '%s' must be an array of stage "
                        "names", key);
@@ -762,12 +795,12 @@ int seda__l_http_listen(lua_State *L)
     parse_routes(L, lua_gettop(L), h);
     lua_pop(L, 1);
     o.addr = h->name;
-    o.timeout = opt_num(L, 2, "timeout", 30, 0.001);
-    o.max_body = (size_t)opt_num(L, 2, "max_body", 1048576, 0);
-    o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024);
-    o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1);
-    o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001);
-    o.threads = (int)opt_num(L, 2, "threads", 1, 1);
+    o.timeout = opt_num(L, 2, "timeout", 30, 0.001, HUGE_VAL);
+    o.max_body = (size_t)opt_num(L, 2, "max_body", 1048576, 0, 1e15);
+    o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024, 0x1p30);
+    o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1, INT_MAX);
+    o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001, 1e9);
+    o.threads = (int)opt_num(L, 2, "threads", 1, 1, 1024);
     o.on_request = on_request;
     o.ud = h;
     char err[256];

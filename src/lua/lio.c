@@ -215,9 +215,11 @@ int seda__l_io_wait(lua_State *L, int box, lua_KFunction k, lua_KContext ctx)
 double seda__l_io_budget(lua_State *L, double t)
 {
     double left = seda__l_suspend_budget(L);
-    if (left < 0)
-        return t;
-    return t < 0 || t > left ? left : t;
+    double v = left < 0 ? t : t < 0 || t > left ? left : t;
+    /* The I/O layer reads 0 as "no timeout"; here 0 is none left (a
+     * handler past its deadline) or LuaSocket's settimeout(0): do what
+     * can be done at once, then time out. */
+    return v == 0 ? 1e-9 : v;
 }
 
 /* ---- seda.sleep ---- */

@@ -215,7 +215,11 @@ static int l_connect(lua_State *L)
             return push_fail(L, seda_io_strerror(rc));
     }
     struct lio_op *b = seda__l_io_op_push(L);                   /* C_BOX */
-    int rc = seda_io_tcp_connect(t->s, host, (int)port, seda__l_io_budget(L, t->timeout[T_CONNECT]),
+    /* settimeout(0) makes send and receive do what they can at once; a
+     * connect still completes (LuaSocket's would go on in the background
+     * and be usable later: this socket cannot be polled for it). */
+    double tc = t->timeout[T_CONNECT] == 0 ? -1 : t->timeout[T_CONNECT];
+    int rc = seda_io_tcp_connect(t->s, host, (int)port, seda__l_io_budget(L, tc),
                                  seda__l_io_cb, seda__l_io_ud(b), &b->op);
     if (rc != 0) {
         seda__l_io_unarm(b);
@@ -247,14 +251,66 @@ static int send_k(lua_State *L, int status, lua_KContext start)
     return 3;
 }
 
+#define SEND_DEPTH 32             /* nesting of a table given to send */
+
+/* Append the fragments of the array at idx (strings, numbers, arrays of
+ * them) to the flat array at out, from *n on; raises naming a bad one. */
+static void send_flatten(lua_State *L, int idx, int out, lua_Integer *n,
+                         int depth)
+{
+    if (depth > SEND_DEPTH)
+        luaL_argerror(L, S_DATA, "table nested too deep");
+    luaL_checkstack(L, 2, "send");
+    lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+    for (lua_Integer k = 1; k <= len; k++) {
+        int ty = lua_rawgeti(L, idx, k);
+        if (ty == LUA_TTABLE) {
+            send_flatten(L, lua_gettop(L), out, n, depth + 1);
+            lua_pop(L, 1);
+        } else if (ty == LUA_TSTRING || ty == LUA_TNUMBER) {
+            lua_rawseti(L, out, ++*n);
+        } else {
+            luaL_argerror(L, S_DATA, lua_pushfstring(
+                L, "a fragment is a %s (strings, numbers and arrays of "
+                "them)", luaL_typename(L, -1)));
+        }
+    }
+}
+
+/* data as one string at S_DATA: a table (OpenResty's send takes a nested
+ * array of fragments, as lua-resty-redis builds its requests) is joined. */
+static const char *send_data(lua_State *L, size_t *len)
+{
+    if (lua_type(L, S_DATA) == LUA_TTABLE) {
+        lua_settop(L, S_DATA);
+        lua_newtable(L);                                        /* flat */
+        lua_Integer n = 0;
+        send_flatten(L, S_DATA, S_DATA + 1, &n, 1);
+        luaL_Buffer buf;
+        luaL_buffinit(L, &buf);
+        for (lua_Integer k = 1; k <= n; k++) {
+            lua_rawgeti(L, S_DATA + 1, k);
+            luaL_addvalue(&buf);
+        }
+        luaL_pushresult(&buf);
+        lua_replace(L, S_DATA);
+        lua_settop(L, S_DATA);
+    }
+    return luaL_checklstring(L, S_DATA, len);
+}
+
 /* tcp:send(data [, i [, j]]) -> last index, nil, nil; or nil, err, last
- * index (LuaSocket's buffer_meth_send). */
+ * index (LuaSocket's buffer_meth_send).  data may be a string or, as
+ * OpenResty's, a nested array of fragments (then i and j are ignored and
+ * the count is of bytes). */
 static int l_send(lua_State *L)
 {
     seda__l_admit_no_wait(L, "seda.socket: send");
     struct ltcp *t = check_tcp(L);
     size_t len;
-    const char *data = luaL_checklstring(L, S_DATA, &len);
+    if (lua_type(L, S_DATA) == LUA_TTABLE)
+        lua_settop(L, S_DATA);          /* i and j do not apply */
+    const char *data = send_data(L, &len);
     lua_Integer i = luaL_optinteger(L, S_I, 1);
     lua_Integer j = luaL_optinteger(L, S_J, -1);
     lua_settop(L, S_J);
@@ -376,7 +432,9 @@ static double opt_seconds(lua_State *L, int i, double scale)
 }
 
 /* tcp:settimeout(t [, mode]) -> 1: seconds per call (nil or negative:
- * none); both LuaSocket modes ("b", "t") count per call. */
+ * none; 0: send and receive return what they can at once, else "timeout"
+ * and the partial data); both LuaSocket modes ("b", "t") count per
+ * call. */
 static int l_settimeout(lua_State *L)
 {
     struct ltcp *t = check_tcp(L);

@@ -599,6 +599,13 @@ seda_bus_t *seda_lua_tobus(lua_State *L, int idx)
     return u && u->lb && !u->lb->shut ? u->lb->bus : NULL;
 }
 
+void seda__l_bus_quiesce(lua_State *L, int idx)
+{
+    struct lbusud *u = luaL_testudata(L, idx, LSEDA_BUS_MT);
+    if (u && u->lb && !u->lb->shut)
+        seda__l_http_quiesce(u->lb);
+}
+
 /* ---- module ---- */
 
 static int l_now(lua_State *L)

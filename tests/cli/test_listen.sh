@@ -43,6 +43,45 @@ wait "$SPID"; rc=$?
 check "... with status 0" [ "$rc" = 0 ]
 check "new connections are refused after" eval '! curl -s -m 2 -o /dev/null "http://127.0.0.1:$P/s"'
 
+# While it drains after SIGTERM it accepts no new connection: a request
+# held open by a gate (a file the test creates) keeps the drain going.
+P=$(free_port)
+cat >"$D/gated.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "g", handler = function(env)
+  seda.shared:set("held", true)
+  while not io.open("$D/gate") do seda.sleep(0.02) end
+  env.payload = "through"
+end }
+bus:stage{ name = "q", handler = function(env)
+  env.payload = seda.shared:get("held") and "held" or "quick"
+end }
+bus:listen{ http = $P, routes = { ["GET /g"] = { "g" }, ["GET /q"] = { "q" } } }
+EOF
+"$SEDA" "$D/gated.lua" >"$D/gout" 2>"$D/gerr" &
+GPID=$!
+PIDS="$PIDS $GPID"
+gup() { curl -s -o /dev/null "http://127.0.0.1:$P/q"; }
+check "gated: serving" wait_until 10 gup
+curl -s -o "$D/gbody" -w '%{http_code}' "http://127.0.0.1:$P/g" >"$D/gcode" &
+GCPID=$!
+gheld() { [ "$(curl -s "http://127.0.0.1:$P/q")" = held ]; }
+check "gated: the request is in flight" wait_until 10 gheld
+kill -TERM "$GPID"
+draining() { grep -q "draining" "$D/gerr"; }
+check "gated: SIGTERM starts the drain" wait_until 10 draining
+curl -s -m 2 -o /dev/null "http://127.0.0.1:$P/q"; rc=$?
+check "gated: a new connection is refused while it drains (curl exit $rc)" [ "$rc" = 7 ]
+check "gated: ... while it still runs" kill -0 "$GPID"
+: >"$D/gate"
+wait "$GCPID"
+check "gated: the held request is answered" [ "$(cat "$D/gcode") $(cat "$D/gbody")" = "200 through" ]
+ggone() { ! kill -0 "$GPID" 2>/dev/null; }
+check "gated: then it exits" wait_until 10 ggone
+wait "$GPID"; rc=$?
+check "gated: ... with status 0" [ "$rc" = 0 ]
+
 # ---- the listener in --http's /stats.json and /metrics (the observer
 # thread reads bus:stats() while requests are served) ----
 P=$(free_port); H=$(free_port)

@@ -152,6 +152,54 @@ T.test("socket: LuaSocket's returns over a raw HTTP exchange", function()
   T.raises(function() s:receive("*x") end, "a bad pattern raises")
 end)
 
+T.test("socket: settimeout(0) sends and receives what it can at once, else timeout", function()
+  -- In a handler with a handler_timeout, so that a receive that waited
+  -- for data that never comes (0 once read as "no timeout") ends there.
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "nb", handler_timeout = 10, handler = function(env)
+    local s = seda.socket.tcp()
+    s:settimeout(0)
+    local r = { s:connect("127.0.0.1", env.payload) }     -- still completes
+    r[#r + 1] = "|"
+    local d, err, partial = s:receive("*l")                  -- nothing sent yet
+    r[#r + 1] = tostring(d) .. "," .. tostring(err) .. "," .. tostring(partial)
+    s:settimeout(5)
+    s:send("GET /echo HTTP/1.1\r\nHost: t\r\n\r\n")
+    r[#r + 1] = "|"
+    r[#r + 1] = s:receive("*l")
+    s:close()
+    env.payload = table.concat(r, " ")
+  end }
+  local got
+  bus:publish("nb", hport, { on_complete = function(env) got = env.payload end })
+  T.idle(bus, 20)
+  T.eq(got, "1 | nil,timeout, | HTTP/1.1 200 OK", "connected; an empty receive timed out with no partial data")
+  T.eq(bus:stats("nb").nacked, 0, "the call did not reach its handler_timeout")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
+T.test("socket: send takes OpenResty's nested array of fragments", function()
+  -- lua-resty-redis and its kind build a request as a table and send it.
+  local s = seda.socket.tcp()
+  s:settimeout(5)
+  assert(s:connect("127.0.0.1", hport))
+  local req = { "GET /echo HTTP/1.1\r\n", { "Host: t\r\n", { "X-Test: ", 42, "\r\n" } }, "\r\n" }
+  local n, err = s:send(req)
+  T.eq(n, #"GET /echo HTTP/1.1\r\nHost: t\r\nX-Test: 42\r\n\r\n", "the bytes sent")
+  T.eq(err, nil, "no error")
+  T.eq(s:receive("*l"), "HTTP/1.1 200 OK", "the joined request was understood")
+  local echoed
+  while true do
+    local line = assert(s:receive("*l"))
+    if line == "" then break end
+    echoed = echoed or line:match("^X%-Echo%-Test: (.*)$")
+  end
+  T.eq(echoed, "42", "a number fragment is sent as its text")
+  T.raises(function() s:send({ "a", true }) end, "a boolean fragment raises", "fragment is a boolean")
+  s:close()
+end)
+
 T.test("socket: refused, partial data on close, setkeepalive reuse", function()
   local s = seda.socket.tcp()
   local ok, err = s:connect("127.0.0.1", free_port())

@@ -108,6 +108,7 @@ bus:stage{ name = "store", handler = function(env)
   local p = env.payload
   if p.query.str then env.payload = "plain " .. p.price; return end
   if p.query.i then env.payload = p.query.i; return end
+  if p.query.record then env.payload = { status = "shipped", id = 7 }; return end
   env.payload = { status = 200, headers = { ["X-Store"] = "1" },
                   body = { price = p.price, method = p.method, body = p.body,
                            ua = p.headers["user-agent"], list = { 1, 2, 3 } } }
@@ -147,6 +148,31 @@ T.test("a route's payload comes back: a table as JSON, headers, status", functio
   T.eq(s, 200)
   T.eq(h["x-store"], "1", "a header the handler set")
   T.eq(h["content-type"], "application/json", "a table body is JSON")
+end)
+
+T.test("a table whose status is not a number is data, sent as JSON", function()
+  local s, h, b = http(port, "GET", "/orders?n=1&record=1")
+  T.eq(s, 200)
+  T.eq(h["content-type"], "application/json")
+  T.ok(b:find('"status":"shipped"', 1, true) and b:find('"id":7', 1, true), b)
+end)
+
+T.test("a route naming the method wins over one for any method, whatever the table order", function()
+  local b2 = seda.bus{ workers = 1 }
+  b2:stage{ name = "any", handler = function(env) env.payload = "any" end }
+  b2:stage{ name = "get", handler = function(env) env.payload = "get" end }
+  -- Tables of different sizes iterate their keys in different orders.
+  for pad = 0, 11 do
+    local routes = { ["/d"] = { "any" }, ["GET /d"] = { "get" } }
+    for i = 1, pad * 3 do routes["/pad" .. i] = { "any" } end
+    local l = b2:listen{ http = 0, routes = routes }
+    local _, _, body = http(l:port(), "GET", "/d")
+    T.eq(body, "get", "GET /d with " .. pad * 3 .. " more routes")
+    _, _, body = http(l:port(), "POST", "/d")
+    T.eq(body, "any", "POST /d")
+    l:close()
+  end
+  T.ok(b2:shutdown(5))
 end)
 
 T.test("a string payload is a 200 text body", function()
@@ -468,6 +494,26 @@ T.test("listen misuse raises naming the field", function()
   T.ok(not ok and err:find("numeric", 1, true), err)
   ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, bogus = 1 })
   T.ok(not ok and err:find("bogus", 1, true), err)
+  -- A route no request could match raises naming it.
+  for _, c in ipairs{ { "get /a", "upper-case" }, { " /a", "method is empty" } } do
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "a" } } })
+    T.ok(not ok and err:find(c[1], 1, true) and err:find(c[2], 1, true), tostring(err))
+  end
+  -- A numeric option out of range names it and its range (the message
+  -- once failed to format, and huge values reached integer casts).
+  for _, c in ipairs{
+    { "timeout", -1, "timeout must be a number >= 0.001" },
+    { "timeout", "x", "timeout must be a number >= 0.001" },
+    { "max_body", -5, "max_body must be a number from 0 to" },
+    { "max_body", 1e300, "max_body must be a number from 0 to" },
+    { "max_header", 10, "max_header must be a number from 1024 to" },
+    { "max_connections", 1e10, "max_connections must be a number from 1 to" },
+    { "client_timeout", 1e300, "client_timeout must be a number from 0.001 to" },
+    { "threads", 1e6, "threads must be a number from 1 to 1024" },
+  } do
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, [c[1]] = c[2] })
+    T.ok(not ok and err:find(c[3], 1, true), tostring(err))
+  end
 end)
 
 T.test("while the bus shuts down: no new connections, a request on an open one is 503 closed, in-flight work answered", function()

@@ -270,4 +270,33 @@ T.test("a handler that yields outside a coroutine of its own is nacked", functio
   bus:shutdown(5)
 end)
 
+T.test("a stage whose calls wait on the network sheds when its queue is slow, at the door too", function()
+  -- Each call waits (holding no worker), so the worker time per call is
+  -- near zero; shedding must judge the backlog by the calls' whole life.
+  local bus = T.bus{ workers = 2 }
+  seda.shared:set("wshed.fast", false)
+  bus:stage{ name = "net", concurrency = 1, capacity = 100000, policy = "reject",
+             shed = { target = 0.01, interval = 0.03 }, handler = function(env)
+    if not seda.shared:get("wshed.fast") then seda.sleep(0.02) end
+  end }
+  bus:stage{ name = "front", handler = function(env) end }
+  local why
+  local t_end = seda.now() + 20
+  while seda.now() < t_end do
+    local ok, err = bus:publish("net", 1)
+    if not ok then why = err break end
+    T.spin(0.002)
+  end
+  T.eq(why, "shed", "the waiting stage sheds")
+  T.deep_eq({ bus:publish("front", 1, { slip = { "net" } }) }, { false, "shed" },
+            "a new itinerary through it is refused at the door")
+  T.ok(bus:stats("net").shed >= 1, "counted in shed")
+  seda.shared:set("wshed.fast", true)
+  T.idle(bus, 30)
+  T.deep_eq({ bus:publish("net", 1) }, { true }, "accepted again once the queue is good")
+  T.idle(bus, 10)
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
 T.done()
