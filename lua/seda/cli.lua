@@ -624,11 +624,31 @@ function G.errors(stage)
   end
 end
 
+-- s as valid UTF-8: each byte that does not start a valid sequence
+-- becomes U+FFFD (as /dlq.json writes them).
+local function utf8_valid(s)
+  if utf8.len(s) then return s end
+  local parts, i, n = {}, 1, #s
+  while i <= n do
+    if utf8.len(s, i, i) then
+      local j = utf8.offset(s, 2, i) or n + 1
+      parts[#parts + 1] = s:sub(i, j - 1)
+      i = j
+    else
+      parts[#parts + 1] = "\239\191\189"
+      i = i + 1
+    end
+  end
+  return concat(parts)
+end
+
 -- json(...): its arguments as one line of JSON (one value, or an array of
--- several): what `seda-lua attach --json SOCK 'expr'` prints.
+-- several): what `seda-lua attach --json SOCK 'expr'` prints.  seda.null
+-- (cjson.null) is null; strings that are not UTF-8 have U+FFFD for each
+-- bad byte, so the line is always valid JSON.
 local function to_json(v, seen)
   local t = type(v)
-  if v == nil then return "null" end
+  if v == nil or v == seda.null then return "null" end
   if t == "boolean" then return tostring(v) end
   if t == "number" then
     if math.type(v) == "integer" then return tostring(v) end
@@ -636,12 +656,12 @@ local function to_json(v, seen)
     return fmt("%.17g", v)
   end
   if t == "string" then
-    return '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+    return '"' .. utf8_valid(v):gsub('[%c"\\]', function(c)
       local b = c:byte()
       if c == '"' then return '\\"' elseif c == "\\" then return "\\\\"
       elseif c == "\n" then return "\\n" elseif c == "\t" then return "\\t"
-      elseif b < 32 or b == 127 then return fmt("\\u%04x", b) end
-      return c
+      end
+      return fmt("\\u%04x", b)
     end) .. '"'
   end
   if t == "table" then
@@ -670,10 +690,20 @@ local function to_json(v, seen)
 end
 M.to_json = to_json
 
-function G.json(...)
+local function json_line(...)
   local n = select("#", ...)
-  out((n == 1 and to_json((...)) or to_json({ ... })) .. "\n")
+  if n == 0 then return "[]\n" end
+  if n == 1 then return to_json((...)) .. "\n" end
+  local t, parts = table.pack(...), {}
+  for i = 1, n do parts[i] = to_json(t[i]) end
+  return "[" .. concat(parts, ",") .. "]\n"
 end
+
+function G.json(...) out(json_line(...)) end
+
+-- show_json(print, ...): a command's results as one line of JSON (one
+-- value, an array of several, [] for none): `seda-lua attach --json`.
+function M.show_json(printf, ...) out(json_line(...)) end
 
 -- tap(stage [, n [, secs]]): print the next n (10) envelopes entering a
 -- stage ("name#N" as stats() names it), as they enter, waiting up to secs

@@ -335,6 +335,12 @@ static bool interrupt_pending(lua_State *L)
 int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
              int envidx)
 {
+    return cli_eval_as(L, chunk, len, name, envidx, false);
+}
+
+int cli_eval_as(lua_State *L, const char *chunk, size_t len,
+                const char *name, int envidx, bool json)
+{
     int top = lua_gettop(L);
     if (envidx < 0)
         envidx = top + 1 + envidx;
@@ -394,15 +400,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
         return CLI_EVAL_ERROR;
     }
     int n = lua_gettop(L) - base + 1;
-    if (n > 0) {
+    if (n > 0 || json) {
         /* show(print, ...) pretty-prints through the chunk's own print
-         * (an attached client's); plain print when cli.lua has none. */
+         * (an attached client's); plain print when cli.lua has none.
+         * show_json(print, ...) writes the results as one line of JSON,
+         * "[]" for none. */
         if (envidx)
             lua_getfield(L, envidx, "print");
         else
             lua_getglobal(L, "print");
         lua_insert(L, base);
-        if (cli_get_fn(L, "show")) {
+        if (cli_get_fn(L, json ? "show_json" : "show")) {
             lua_insert(L, base);
             n++;
         }

@@ -38,6 +38,24 @@ check "--json prints results as JSON ($out)" [ "$out" = '[10,{"ok":true}]' ]
 out=$(timeout 20 "$SEDA" attach "$S" 'for i = 1, 2 do' 2>&1 </dev/null)
 rc=$?
 check "an unfinished command exits 1 (rc $rc)" [ "$rc" = 1 ]
+# --json runs statements too, and every command is one chunk whatever its
+# lines: a later line that raises exits 1.  seda.null and bytes that are not
+# UTF-8 still make valid JSON.
+out=$(timeout 20 "$SEDA" attach --json "$S" 'local n = B:stats("parse").delivered' 2>&1 </dev/null)
+rc=$?
+check "--json runs a statement: [] (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = '[]' ]
+out=$(timeout 20 "$SEDA" attach --json "$S" 'B:stats("parse").delivered -- a comment' 2>&1 </dev/null)
+check "--json takes a trailing comment ($out)" [ "$out" = 10 ]
+out=$(timeout 20 "$SEDA" attach --json "$S" '1, nil, seda.null, "\255ok"' 2>&1 </dev/null)
+check "--json: nil and seda.null are null, bad UTF-8 U+FFFD ($out)" \
+    [ "$out" = "$(printf '[1,null,null,"\357\277\275ok"]')" ]
+out=$(timeout 20 "$SEDA" attach "$S" "$(printf 'local t = {}\nfor i = 1, 3 do t[#t + 1] = i end\nprint(#t)')" 2>&1 </dev/null)
+rc=$?
+check "a command of several lines is one chunk (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = 3 ]
+out=$(timeout 20 "$SEDA" attach "$S" "$(printf 'print("first")\nerror("second-line-marker")')" 2>&1 </dev/null)
+rc=$?
+check "its later line raising exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... and says why" contains "$out" "second-line-marker"
 
 # Isolation: a client's globals are its own.
 mkfifo "$D/fifo"
