@@ -454,13 +454,29 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
         bool json = false;
         int k = 2;
-        if (k < argc && strcmp(argv[k], "--json") == 0) {
-            json = true;
-            k++;
+        for (; k < argc && argv[k][0] == '-' && argv[k][1]; k++) {
+            if (strcmp(argv[k], "--") == 0) {
+                k++;
+                break;
+            }
+            if (strcmp(argv[k], "--json") == 0) {
+                json = true;
+                continue;
+            }
+            fprintf(stderr, "%s: attach: unknown option '%s'\n"
+                    "usage: %s attach [--json] PATH ['command']\n",
+                    progname, argv[k], progname);
+            return 1;
         }
-        if (argc - k < 1 || argc - k > 2 || (json && argc - k != 2)) {
-            fprintf(stderr, "usage: %s attach [--json] PATH ['command']\n",
-                    progname);
+        const char *why = argc - k < 1 ? "no PATH"
+                        : argc - k > 2 ? "more than PATH and one command "
+                                         "(quote the command)"
+                        : json && argc - k != 2 ? "--json needs a command"
+                        : NULL;
+        if (why) {
+            fprintf(stderr, "%s: attach: %s\n"
+                    "usage: %s attach [--json] PATH ['command']\n",
+                    progname, why, progname);
             return 1;
         }
         return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);

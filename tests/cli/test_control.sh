@@ -174,6 +174,17 @@ rc=$?
 check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
 check "and says why ($out)" contains "$out" "cannot connect"
 
+# Bad attach arguments say what was wrong (an unknown option is not taken
+# for the PATH).
+out=$(timeout 20 "$SEDA" attach --bogus "$D/nothing.sock" 2>&1 </dev/null)
+rc=$?
+check "attach --bogus fails (rc $rc)" [ "$rc" = 1 ]
+check "... naming the option ($out)" contains "$out" "unknown option '--bogus'"
+out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" --json 1 2>&1 </dev/null)
+check "extra arguments are named ($out)" contains "$out" "more than PATH and one command"
+out=$(timeout 20 "$SEDA" attach --json "$D/nothing.sock" 2>&1 </dev/null)
+check "--json without a command is named ($out)" contains "$out" "--json needs a command"
+
 # A --metrics path that cannot be written stops the start (as a bad --http).
 out=$(timeout 20 "$SEDA" --serve --metrics "$D/no/such/dir/m.prom" -e 'print("started")' 2>&1 </dev/null)
 rc=$?
