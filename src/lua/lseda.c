@@ -57,6 +57,18 @@ bool seda__l_valid_name(const char *s)
     return n <= SEDA_NAME_MAX;
 }
 
+bool seda__l_valid_hop(const char *s)
+{
+    if (!seda__l_valid_name(s))
+        return false;
+    if (strncmp(s, "nats:", 5) != 0)
+        return true;
+    const char *sub = s + 5;
+    size_t n = strlen(sub);
+    return n > 0 && sub[0] != '.' && sub[n - 1] != '.' &&
+           !strstr(sub, "..");
+}
+
 void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
                         const char *what)
 {
