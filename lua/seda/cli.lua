@@ -1071,14 +1071,13 @@ function M.changed(paths)
     local ok, err = b:reload(stage)
     local s = b:stats(stage)
     if ok then
-      io.stderr:write(fmt("seda-lua: watch: reloaded stage '%s' (%s): " ..
-        "version %s\n", stage, why, num(s and s.version)))
+      C.log("info", stage, fmt("watch: reloaded stage '%s' (%s): " ..
+        "version %s", stage, why, num(s and s.version)))
     else
-      io.stderr:write(fmt("seda-lua: watch: reload of stage '%s' (%s) " ..
-        "failed, keeping version %s: %s\n", stage, why,
+      C.log("error", stage, fmt("watch: reload of stage '%s' (%s) " ..
+        "failed, keeping version %s: %s", stage, why,
         num(s and s.version), tostring(err)))
     end
-    io.stderr:flush()
   end
   if other then
     for _, b in ipairs(buses()) do

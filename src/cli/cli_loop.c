@@ -28,6 +28,7 @@
 #include <lualib.h>
 
 #include "cli.h"
+#include "seda.h"
 #include "seda_lua.h"
 #include "seda_lua_admin.h"
 
@@ -189,13 +190,26 @@ static int c_fail(lua_State *L)
     return lua_error(L);
 }
 
-/* C.warn(msg): "seda-lua: msg" on stderr. */
+/* C.warn(msg): a warn line on the event log. */
 static int c_warn(lua_State *L)
 {
     const char *m = luaL_checkstring(L, 1);
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", cli_progname, m);
-    fflush(stderr);
+    seda_log_write(SEDA_LOG_WARN, NULL, m);
+    return 0;
+}
+
+/* C.log(level, stage, msg): a line on the event log (stage may be nil),
+ * as seda.log writes them: --log-format applies. */
+static int c_log(lua_State *L)
+{
+    static const char *const levels[] = { "debug", "info", "warn", "error",
+                                          NULL };
+    int level = luaL_checkoption(L, 1, NULL, levels);
+    const char *stage = luaL_optstring(L, 2, NULL);
+    const char *m = luaL_checkstring(L, 3);
+    fflush(stdout);
+    seda_log_write(level, stage, m);
     return 0;
 }
 
@@ -265,6 +279,7 @@ int cli_setup(lua_State *L)
         { "realpath", c_realpath },
         { "fail", c_fail },
         { "warn", c_warn },
+        { "log", c_log },
         { "drain_stopped", c_drain_stopped },
         { NULL, NULL }
     };
@@ -616,7 +631,7 @@ int cli_run(void)
     cli_observe_stop();
     cli_http_stop();
     if (cli.stop)
-        fprintf(stderr, "%s: signal received, draining\n", cli_progname);
+        seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
     if (cli.o.metrics)
         cli_metrics_tick(cli_now(), true);
     return 0;

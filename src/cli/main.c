@@ -430,7 +430,7 @@ static int run(lua_State *L, int argc, char **argv)
         cli.phase = CLI_IDLE;
     }
     if (live && !failed && cli.stop) {
-        fprintf(stderr, "%s: signal received, draining\n", progname);
+        seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
     } else if (live && !failed) {
         if (o.interactive && isatty(0) && isatty(1))
             cli_banner();

@@ -188,9 +188,12 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
         g_report_skipped++;
     }
     pthread_mutex_unlock(&g_report_mu);
-    if (print)
-        fprintf(stderr, "seda: remote %s: %s%s\n", c->shown, msg,
-                skipped ? " (and similar lines suppressed)" : "");
+    if (print) {
+        char line[1024];
+        snprintf(line, sizeof line, "remote %s: %s%s", c->shown, msg,
+                 skipped ? " (and similar lines suppressed)" : "");
+        seda_log_write(SEDA_LOG_WARN, NULL, line);
+    }
 }
 
 /* ---- state ---- */
@@ -756,8 +759,10 @@ void seda__rconn_put(struct rconn *c)
         !wait_flag(c, &c->closed_done, 10.0)) {
         /* A cnats thread may still hold c: leaking it is the safe
          * choice (never seen; reported so it is not silent). */
-        fprintf(stderr, "seda: remote %s: the connection did not close in "
-                "10 s; its memory is left allocated\n", c->shown);
+        char line[512];
+        snprintf(line, sizeof line, "remote %s: the connection did not "
+                 "close in 10 s; its memory is left allocated", c->shown);
+        seda_log_write(SEDA_LOG_WARN, NULL, line);
         return;
     }
     conn_free(c);
