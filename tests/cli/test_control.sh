@@ -70,6 +70,18 @@ check "client B does not see A's global" ask_is "$S" nil 'print(only_a)'
 check "B's print goes to B only" ask_is "$S" "to-b" 'print("to-b")'
 check "nothing of B's reached A" sh -c "! grep -q to-b '$D/a.out'"
 check "script globals are shared (B reads the bus)" ask_is "$S" 10 'print(B:stats("parse").delivered)'
+
+# The REPL names buses by their stable names (as /metrics and the page
+# do) and says the window of the p99 columns; it used to say "bus 1",
+# "bus 2" whatever the name.
+out=$(ask "$S" 'N = require("seda").bus{ name = "orders", workers = 1, stats_window = 3 }' \
+    'N:stage{ name = "named" }' 'stats()' 'workers()' 'N:shutdown(5)')
+check "stats() starts a bus's block with its name ($out)" contains "$out" "
+bus1: workers=2 "
+check "... a named bus's too" contains "$out" "
+orders: workers=1 "
+check "... and says the p99 window" contains "$out" "sojourn99, service99: last 3 s"
+check "workers() names the buses" contains "$out" "orders: 1 workers"
 out=$(ask "$S" 'os.exit(7)' 'print("after exit")')
 check "os.exit from a client is refused ($out)" contains "$out" "not from an attached client"
 check "and that client goes on" contains "$out" "after exit"
