@@ -172,7 +172,7 @@ static int option_arg(const char *a, const char *v)
     if (strcmp(a, "--drain") == 0) {
         char *end;
         cli.o.drain = strtod(v, &end);
-        if (*end || cli.o.drain < 0) {
+        if (*end || end == v || !(cli.o.drain >= 0)) {  /* '', nan */
             fprintf(stderr, "%s: --drain: not a number of seconds: '%s'\n",
                     progname, v);
             return 1;

@@ -52,6 +52,12 @@ check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
 check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
 out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
 check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
+for v in '' nan -1; do
+    out=$("$SEDA" --drain="$v" -e 'print("ran")' 2>&1)
+    rc=$?
+    check "--drain='$v' is refused (exit $rc: $out)" [ "$rc" = 1 ]
+    check "... naming the option and the value" contains "$out" "--drain: not a number of seconds: '$v'"
+done
 # The REPL's errors(), dlq() and stats() show a handler's error with its
 # control bytes escaped too.
 cat >"$D/repl.lua" <<'EOF'
