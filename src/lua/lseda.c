@@ -532,10 +532,11 @@ static void bus_name(lua_State *L, struct lbus *lb)
         lua_pop(L, 1);
         return;
     }
-    size_t len;
-    const char *nm = lua_tolstring(L, -1, &len);
-    if (lua_type(L, -1) != LUA_TSTRING || strlen(nm) != len ||
-        !seda__l_valid_name(nm))
+    size_t len = 0;
+    /* The type first: lua_tolstring turns a number into a string. */
+    const char *nm = lua_type(L, -1) == LUA_TSTRING
+                         ? lua_tolstring(L, -1, &len) : NULL;
+    if (!nm || strlen(nm) != len || !seda__l_valid_name(nm))
         luaL_error(L, "bus: name must be 1-%d characters of "
                    "[A-Za-z0-9_.:-]", SEDA_NAME_MAX);
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
