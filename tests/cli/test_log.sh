@@ -52,6 +52,9 @@ check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
 check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
 out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
 check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
+# A NUL in what seda.log is given does not cut the line there.
+out=$("$SEDA" -e 'require("seda").log("info", "before\0after", "raw\0")' 2>&1)
+check "seda.log keeps what follows a NUL ($out)" contains "$out" 'info before\x00after raw\x00'
 for v in '' nan -1; do
     out=$("$SEDA" --drain="$v" -e 'print("ran")' 2>&1)
     rc=$?
