@@ -70,6 +70,8 @@ check "client B does not see A's global" ask_is "$S" nil 'print(only_a)'
 check "B's print goes to B only" ask_is "$S" "to-b" 'print("to-b")'
 check "nothing of B's reached A" sh -c "! grep -q to-b '$D/a.out'"
 check "script globals are shared (B reads the bus)" ask_is "$S" 10 'print(B:stats("parse").delivered)'
+check "the REPL shows seda.null as seda.null (not userdata: (nil))" \
+    ask_is "$S" "{ 1, seda.null, a = seda.null }" '{ 1, seda.null, a = seda.null }'
 
 # The REPL names buses by their stable names (as /metrics and the page
 # do) and says the window of the p99 columns; it used to say "bus 1",
