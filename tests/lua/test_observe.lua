@@ -162,8 +162,17 @@ T.test("bus names: busN by default, a given one kept, bad ones refused naming th
   end
   T.raises(function() seda.bus{ workers = 1, name = "obs-orders" } end,
     "a live bus's name", "is taken by a live bus")
+  -- A default name skips one a live bus was given: two buses named bus<N>
+  -- would make colliding metric series.
+  local next_n = tonumber(b:stats().name:match("%d+")) + 1
+  local c = T.bus{ workers = 1, name = "bus" .. next_n }
+  local d = T.bus{ workers = 1 }
+  T.ne(d:stats().name, c:stats().name, "a default name is not a live bus's")
+  T.ok(d:stats().name:match("^bus%d+$"), "still busN: " .. d:stats().name)
   a:shutdown(5)
   b:shutdown(5)
+  c:shutdown(5)
+  d:shutdown(5)
 end)
 
 T.done()
