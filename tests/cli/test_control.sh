@@ -136,6 +136,7 @@ check "metrics: depth gauge" contains "$out" 'seda_stage_depth{bus="bus1",stage=
 check "metrics: bus in_system" contains "$out" 'seda_bus_in_system{bus="bus1"} 0'
 check "metrics: latency histogram" contains "$out" 'seda_stage_service_seconds_bucket{bus="bus1",stage="parse",le="+Inf"} 10'
 check "metrics: dead letters by reason" contains "$out" 'seda_stage_dead_lettered_total{bus="bus1",stage="parse",reason="hop_refused"} 0'
+check "metrics: handed_off, the last term of the books" contains "$out" 'seda_bus_handed_off_total{bus="bus1"} 0'
 check "metrics: build info" contains "$out" 'seda_build_info{version="'
 check "metrics: process figures" contains "$out" 'process_resident_memory_bytes '
 bad=$(printf '%s\n' "$out" | grep -v '^#' | grep -Ev '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+(Inf|NaN)?$' | head -3)
