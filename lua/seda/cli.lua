@@ -301,6 +301,12 @@ local function remote_lines(name, r)
   }
 end
 
+-- A bus as the REPL names it: its stable name (seda.bus{ name = }, else
+-- busN), as the metrics and the status page do.
+local function bus_name(stats, index)
+  return stats and stats.name or ("bus" .. tostring(index))
+end
+
 -- The text of the stats table: one block per live bus.
 function M.format_stats()
   local now = seda.now()
@@ -365,10 +371,11 @@ function M.format_stats()
                                num(bs.wal_discarded_frames),
                                num(bs.wal_discarded_bytes))
     end
-    text[#text + 1] = fmt("bus %d: workers=%s loaned=%s/%s loans=%s " ..
+    text[#text + 1] = fmt("%s: workers=%s loaned=%s/%s loans=%s " ..
       "accepted=%s completed=%s dead_lettered=%s dropped=%s %sin_system=%s " ..
       "callbacks=%s%s%s%s",
-      e.index, num(bs.workers), num(bs.workers_loaned), num(bs.max_loans),
+      bus_name(bs, e.index), num(bs.workers), num(bs.workers_loaned),
+      num(bs.max_loans),
       num(bs.loans), num(bs.accepted), num(bs.completed),
       num(bs.dead_lettered), num(bs.dropped),
       (bs.handed_off or 0) > 0 and "handed_off=" .. num(bs.handed_off) .. " "
@@ -381,8 +388,12 @@ function M.format_stats()
                            function(b) return b.completed end)
     local dps = per_second(e.bus, now, bs.dead_lettered,
                            function(b) return b.dead end)
+    local window
+    for _, s in pairs(bs.stages or {}) do window = window or s.window end
     text[#text + 1] = fmt("  throughput: %s completed/s, %s dead-lettered/s " ..
-                          "(itineraries, last 1 s)", num(cps), num(dps))
+                          "(itineraries, last 1 s)%s", num(cps), num(dps),
+                          window and fmt("; sojourn99, service99: last %s s",
+                                         num(window)) or "")
     text[#text + 1] = memory_line(bs)
     for _, l in ipairs(render(rows)) do text[#text + 1] = "  " .. l end
     for _, l in ipairs(remotes) do text[#text + 1] = l end
@@ -405,7 +416,8 @@ function M.banner(extra)
   end
   for _, e in ipairs(snap) do
     local names = stage_names(e.stats)
-    lines[#lines + 1] = fmt("bus %d: %s workers, %d stage%s%s%s", e.index,
+    lines[#lines + 1] = fmt("%s: %s workers, %d stage%s%s%s",
+      bus_name(e.stats, e.index),
       num(e.stats.workers), #names, #names == 1 and "" or "s",
       #names > 0 and ": " or "", concat(names, " "))
   end
@@ -558,7 +570,8 @@ function G.workers(n)
   if n == nil then
     if #list == 0 then out("no live bus\n") end
     for i, b in ipairs(list) do
-      out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
+      local st = b:stats()
+      out(fmt("%s: %s workers\n", bus_name(st, i), num(st.workers)))
     end
     return
   end
@@ -569,7 +582,8 @@ function G.workers(n)
     end
     local r = table.pack(try("workers", b.workers, b, n))
     if r[1] == false then fail("workers: " .. tostring(r[2])) end
-    out(fmt("bus %d: %s workers\n", i, num(b:stats().workers)))
+    local st = b:stats()
+    out(fmt("%s: %s workers\n", bus_name(st, i), num(st.workers)))
   end
 end
 
@@ -612,7 +626,8 @@ function G.errors(stage)
     local ok, errs = pcall(x[1].errors, x[1], x[2])
     for _, e in ipairs(ok and errs or {}) do
       n = n + 1
-      local head = fmt("%s%s  %s%s\n", #list > 1 and fmt("bus %d: ", i) or "",
+      local head = fmt("%s%s  %s%s\n",
+                       #list > 1 and bus_name(x[1]:stats(), i) .. ": " or "",
                        e.stage, when(e.time),
                        e.repeats > 1 and fmt("  x%d since %s", e.repeats,
                                              when(e.first)) or "")
@@ -624,11 +639,31 @@ function G.errors(stage)
   end
 end
 
+-- s as valid UTF-8: each byte that does not start a valid sequence
+-- becomes U+FFFD (as /dlq.json writes them).
+local function utf8_valid(s)
+  if utf8.len(s) then return s end
+  local parts, i, n = {}, 1, #s
+  while i <= n do
+    if utf8.len(s, i, i) then
+      local j = utf8.offset(s, 2, i) or n + 1
+      parts[#parts + 1] = s:sub(i, j - 1)
+      i = j
+    else
+      parts[#parts + 1] = "\239\191\189"
+      i = i + 1
+    end
+  end
+  return concat(parts)
+end
+
 -- json(...): its arguments as one line of JSON (one value, or an array of
--- several): what `seda-lua attach --json SOCK 'expr'` prints.
+-- several): what `seda-lua attach --json SOCK 'expr'` prints.  seda.null
+-- (cjson.null) is null; strings that are not UTF-8 have U+FFFD for each
+-- bad byte, so the line is always valid JSON.
 local function to_json(v, seen)
   local t = type(v)
-  if v == nil then return "null" end
+  if v == nil or v == seda.null then return "null" end
   if t == "boolean" then return tostring(v) end
   if t == "number" then
     if math.type(v) == "integer" then return tostring(v) end
@@ -636,12 +671,12 @@ local function to_json(v, seen)
     return fmt("%.17g", v)
   end
   if t == "string" then
-    return '"' .. v:gsub('[%c"\\\128-\255]', function(c)
+    return '"' .. utf8_valid(v):gsub('[%c"\\]', function(c)
       local b = c:byte()
       if c == '"' then return '\\"' elseif c == "\\" then return "\\\\"
       elseif c == "\n" then return "\\n" elseif c == "\t" then return "\\t"
-      elseif b < 32 or b == 127 then return fmt("\\u%04x", b) end
-      return c
+      end
+      return fmt("\\u%04x", b)
     end) .. '"'
   end
   if t == "table" then
@@ -670,10 +705,20 @@ local function to_json(v, seen)
 end
 M.to_json = to_json
 
-function G.json(...)
+local function json_line(...)
   local n = select("#", ...)
-  out((n == 1 and to_json((...)) or to_json({ ... })) .. "\n")
+  if n == 0 then return "[]\n" end
+  if n == 1 then return to_json((...)) .. "\n" end
+  local t, parts = table.pack(...), {}
+  for i = 1, n do parts[i] = to_json(t[i]) end
+  return "[" .. concat(parts, ",") .. "]\n"
 end
+
+function G.json(...) out(json_line(...)) end
+
+-- show_json(print, ...): a command's results as one line of JSON (one
+-- value, an array of several, [] for none): `seda-lua attach --json`.
+function M.show_json(printf, ...) out(json_line(...)) end
 
 -- tap(stage [, n [, secs]]): print the next n (10) envelopes entering a
 -- stage ("name#N" as stats() names it), as they enter, waiting up to secs
@@ -711,7 +756,8 @@ function G.dlq(stage)
                 or fmt("%q", d.payload_preview or "")
       if #p > 100 then p = p:sub(1, 97) .. "..." end
       out(fmt("%s%s %s %s  %s attempts=%d%s%s\n  payload %s\n",
-              #list > 1 and fmt("bus %d: ", i) or "", d.stage, d.id,
+              #list > 1 and bus_name(x[1]:stats(), i) .. ": " or "", d.stage,
+              d.id,
               when(d.at), d.reason, d.attempts,
               d.missing and " stage=" .. d.missing or "",
               d.error and "\n  error " .. printable(d.error) or "", p))
@@ -1045,14 +1091,13 @@ function M.changed(paths)
     local ok, err = b:reload(stage)
     local s = b:stats(stage)
     if ok then
-      io.stderr:write(fmt("seda-lua: watch: reloaded stage '%s' (%s): " ..
-        "version %s\n", stage, why, num(s and s.version)))
+      C.log("info", stage, fmt("watch: reloaded stage '%s' (%s): " ..
+        "version %s", stage, why, num(s and s.version)))
     else
-      io.stderr:write(fmt("seda-lua: watch: reload of stage '%s' (%s) " ..
-        "failed, keeping version %s: %s\n", stage, why,
+      C.log("error", stage, fmt("watch: reload of stage '%s' (%s) " ..
+        "failed, keeping version %s: %s", stage, why,
         num(s and s.version), tostring(err)))
     end
-    io.stderr:flush()
   end
   if other then
     for _, b in ipairs(buses()) do

@@ -66,6 +66,8 @@ local STAGE_METRICS = {
   { "depth_high", "gauge", "Envelopes waiting at high priority.",
     "depth_high" },
   { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
+  { "handed_off_total", "counter", "Itineraries that left this process " ..
+    "here for JetStream.", "handed_off" },
   { "handler_version", "gauge", "Version of the stage's handler code " ..
     "(1 at declaration, +1 per successful reload).", "version" },
 }
@@ -77,6 +79,9 @@ local BUS_METRICS = {
     "dead_lettered" },
   { "dropped_total", "counter", "Itineraries evicted (drop_oldest) or " ..
     "swept by a shutdown.", "dropped" },
+  { "handed_off_total", "counter", "Itineraries that left this process " ..
+    "for JetStream (a remote stage); the process that takes them counts " ..
+    "their end.", "handed_off" },
   { "in_system", "gauge", "Accepted itineraries not yet ended.", "in_system" },
   { "workers", "gauge", "Worker threads of the bus's pool.", "workers" },
   { "suspended", "gauge", "Handler calls suspended on a network wait, " ..

@@ -72,8 +72,12 @@ local function entries(v)
   return items
 end
 
+-- seda.null (cjson.null): the NULL light userdata, JSON's null in payloads.
+local null = (package.loaded.seda or {}).null
+
 local function scalar(v)
   if type(v) == "string" then return pp_str(v) end
+  if v ~= nil and v == null then return "seda.null" end
   local ok, s = pcall(tostring, v)
   return ok and s or "<tostring failed>"
 end

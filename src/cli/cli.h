@@ -124,6 +124,11 @@ enum { CLI_EVAL_OK, CLI_EVAL_INCOMPLETE, CLI_EVAL_ERROR };
  * when there is none).  Returns CLI_EVAL_*. */
 int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
              int envidx);
+/* The same, with json true: the results are written as one line of JSON
+ * (one value, an array of several, "[]" for none) instead of
+ * pretty-printed: what `seda-lua attach --json SOCK 'command'` shows. */
+int cli_eval_as(lua_State *L, const char *chunk, size_t len,
+                const char *name, int envidx, bool json);
 
 /* One turn of the event loop: wait up to timeout_ms (-1: as long as
  * nothing is due) for a completion, the control socket, the watcher and
@@ -317,5 +322,9 @@ void cli_preload_test(lua_State *L);
  * when it is too long. */
 struct sockaddr_un;
 int cli_control_fill_addr(struct sockaddr_un *a, const char *path);
+/* Write s (n bytes) to out (room for 4 * n) with each backslash doubled and
+ * control bytes as \xHH, so that a command of several lines travels as
+ * one control request line; returns the bytes written. */
+size_t cli_control_escape(const char *s, size_t n, char *out);
 
 #endif

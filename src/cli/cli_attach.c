@@ -546,13 +546,18 @@ int cli_attach(const char *path, const char *expr, bool json)
     if (expr) {
         /* One command: its output, then exit 0, or 1 when it raised (or
          * the connection closed).  --json prints its results as JSON. */
+        /* The whole command as one request (its lines escaped), run as
+         * one chunk the way the REPL runs a line: an expression prints
+         * its values, a statement runs, several lines are one chunk. */
         size_t n = strlen(expr);
-        char *req = malloc(n + 32);
+        char *req = malloc(4 * n + 16);
         if (!req)
             return 1;
-        int k = json ? snprintf(req, n + 32, "json(%s)\n", expr)
-                     : snprintf(req, n + 32, "%s\n", expr);
-        const char *p = request(req, (size_t)k);
+        memcpy(req, json ? "\x01" "evalJ " : "\x01" "evalP ", 7);
+        size_t k = 7 + cli_control_escape(expr, n, req + 7);
+        req[k++] = '\n';
+        raised = false;
+        const char *p = request(req, k);
         free(req);
         rc = !p || raised ? 1 : 0;
         if (p && strcmp(p, ">> ") == 0) {

@@ -11,12 +11,17 @@
  *     \x01complete G|S WORD   completion candidates, one per line
  *                     (S: inside a string literal, i.e. stage names)
  *     \x01top         the stats table (what top() redraws)
+ *     \x01evalP CODE  one whole command (attach SOCK 'command'): CODE
+ *     \x01evalJ CODE  with its backslashes doubled and control bytes as
+ *                     \xHH, run as one chunk; J prints its results as
+ *                     JSON.  An incomplete one answers '+' and is dropped
  *     \x03            (a lone byte, anywhere) interrupt: the request
  *                     running now stops with the error "interrupted!";
  *                     with none running, the pending chunk is dropped.
  *                     No reply of its own.
  *   server -> client: the output of the request, then "\x04" STATUS "\n":
- *     STATUS '>' ready, '+' continue the chunk, 'T' SECONDS run top().
+ *     STATUS '>' ready, '+' continue the chunk, 'T' SECONDS run top(),
+ *     'E' ready, the command raised.
  *   A 0x04 byte in the output itself is sent as '?'.  On connect the
  *   server sends a greeting line and a '>' terminator.
  *
@@ -30,6 +35,7 @@
  * to the server interrupts it too (cli_loop.c).  Code blocked inside a C
  * function is interrupted only when it returns to Lua.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -518,6 +524,54 @@ static size_t take_interrupts(struct client *c, char *buf, size_t n)
     return k;
 }
 
+/* The inverse of cli_control_escape: a malloc'd copy of s (n bytes) with
+ * doubled backslashes and \xHH decoded, NUL-terminated, its length in
+ * *outlen; NULL when malformed or out of memory. */
+static char *unescape(const char *s, size_t n, size_t *outlen)
+{
+    char *o = malloc(n + 1);
+    if (!o)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\') {
+            o[k++] = s[i];
+        } else if (i + 1 < n && s[i + 1] == '\\') {
+            o[k++] = '\\';
+            i++;
+        } else if (i + 3 < n && s[i + 1] == 'x' &&
+                   isxdigit((unsigned char)s[i + 2]) &&
+                   isxdigit((unsigned char)s[i + 3])) {
+            char hex[3] = { s[i + 2], s[i + 3], 0 };
+            o[k++] = (char)strtol(hex, NULL, 16);
+            i += 3;
+        } else {
+            free(o);
+            return NULL;
+        }
+    }
+    o[k] = 0;
+    *outlen = k;
+    return o;
+}
+
+size_t cli_control_escape(const char *s, size_t n, char *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        if (b == '\\') {
+            out[k++] = '\\';
+            out[k++] = '\\';
+        } else if (b < 0x20 || b == 0x7f) {
+            k += (size_t)sprintf(out + k, "\\x%02x", b);
+        } else {
+            out[k++] = (char)b;
+        }
+    }
+    return k;
+}
+
 static void handle_line(struct client *c, const char *line, size_t len)
 {
     lua_State *L = cli.L;
@@ -532,6 +586,37 @@ static void handle_line(struct client *c, const char *line, size_t len)
         if (cli_get_fn(L, "metrics"))
             push_fn_result(c, "metrics", 0);
         out_end(c, '>', 0);
+    } else if (!c->chunk && len >= 7 && line[0] == '\x01' &&
+               memcmp(line + 1, "eval", 4) == 0 &&
+               (line[5] == 'P' || line[5] == 'J') && line[6] == ' ') {
+        /* attach SOCK 'command': the whole command in one request (its
+         * control bytes and backslashes escaped, see cli_control_escape),
+         * run as one chunk like a REPL line; J prints its results as JSON.
+         * Incomplete: '+' (nothing is kept); raised: 'E'. */
+        size_t clen;
+        char *code = unescape(line + 7, len - 7, &clen);
+        if (!code) {
+            static const char m[] = "error: a malformed eval request\n";
+            out_text(c, m, sizeof m - 1);
+            out_end(c, 'E', 0);
+            goto done;
+        }
+        lua_rawgeti(L, LUA_REGISTRYINDEX, c->env_ref);
+        struct client *saved_cur = cur;
+        cur = c;
+        cur_check = cli_now();
+        c->interrupting = false;
+        int r = cli_eval_as(L, code, clen, "=control", lua_gettop(L),
+                            line[5] == 'J');
+        c->interrupting = false;
+        cur = saved_cur;
+        lua_pop(L, 1);
+        free(code);
+        if (c->top > 0)
+            out_end(c, 'T', c->top);
+        else
+            out_end(c, r == CLI_EVAL_INCOMPLETE ? '+'
+                       : r == CLI_EVAL_ERROR ? 'E' : '>', 0);
     } else if (len && line[0] == '\x01') {
         if (len >= 12 && memcmp(line + 1, "complete ", 9) == 0 &&
             (line[10] == 'G' || line[10] == 'S') && line[11] == ' ') {

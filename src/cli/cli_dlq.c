@@ -841,21 +841,27 @@ static int dlq_open(const char *dir, struct seda_journal **j, char **path)
 /* seda-lua dlq DATA_DIR list|show ID|replay ID|purge|quarantine. */
 static int dlq_journal(const char **pos, int npos)
 {
-    if (npos < 2 || npos > 3) {
+    if (npos == 0) {
         dlq_usage(stderr);
         return 2;
     }
-    const char *dir = pos[0], *cmd = pos[1], *id = npos == 3 ? pos[2]
+    if (npos < 2)
+        return usage_error("%s: a command is missing (list, show ID, "
+                           "replay ID, purge or quarantine)", pos[0]);
+    const char *dir = pos[0], *cmd = pos[1], *id = npos >= 3 ? pos[2]
                                                               : NULL;
     bool list = strcmp(cmd, "list") == 0, show = strcmp(cmd, "show") == 0;
     bool replay = strcmp(cmd, "replay") == 0;
     bool purge = strcmp(cmd, "purge") == 0;
     bool quar = strcmp(cmd, "quarantine") == 0;
-    if (!(list || show || replay || purge || quar) ||
-        ((show || replay) != (id != NULL))) {
-        dlq_usage(stderr);
-        return 2;
-    }
+    if (!(list || show || replay || purge || quar))
+        return usage_error("unknown command '%s' (list, show ID, replay ID, "
+                           "purge or quarantine)", cmd);
+    if ((show || replay) && !id)
+        return usage_error("%s needs the dead letter's ID", cmd);
+    if (npos > 3 || (!(show || replay) && id))
+        return usage_error("%s takes no more arguments ('%s' is one too "
+                           "many)", cmd, pos[npos > 3 ? 3 : 2]);
     struct seda_journal *j = NULL;
     char *path;
     if (dlq_open(dir, &j, &path) != 0)

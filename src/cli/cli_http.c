@@ -55,6 +55,7 @@
 #include <lua.h>
 
 #include "cli.h"
+#include "seda.h"
 
 #ifndef CLI_PAGE_FILE
 #define CLI_PAGE_FILE "src/cli/cli_page.html"
@@ -424,9 +425,12 @@ static void on_log(void *cls, const char *fmt, va_list ap)
         return;
     double now = cli_now();
     if (now - window >= 1.0) {
-        if (skipped)
-            fprintf(stderr, "%s: http: %lu more messages left out\n",
-                    cli_progname, skipped);
+        if (skipped) {
+            char m[64];
+            snprintf(m, sizeof m, "http: %lu more messages left out",
+                     skipped);
+            seda_log_write(SEDA_LOG_WARN, NULL, m);
+        }
         window = now;
         lines = 0;
         skipped = 0;
@@ -439,7 +443,9 @@ static void on_log(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(buf);
     while (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
-    fprintf(stderr, "%s: http: %s\n", cli_progname, buf);
+    char m[600];
+    snprintf(m, sizeof m, "http: %s", buf);
+    seda_log_write(SEDA_LOG_WARN, NULL, m);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c,
@@ -564,12 +570,15 @@ int cli_http_start(const char *spec)
     }
     h.epfd = di->epoll_fd;
     describe(fd, h.where, sizeof h.where);
-    if (!is_loopback(&ss))
-        fprintf(stderr, "%s: warning: --http %s listens beyond loopback: "
-                "whoever reaches it can read the pipeline's stats and "
-                "errors\n", cli_progname, h.where);
-    fprintf(stderr, "%s: http: listening on http://%s/\n", cli_progname,
-            h.where);
+    char m[sizeof h.where + 128];
+    if (!is_loopback(&ss)) {
+        snprintf(m, sizeof m, "--http %s listens beyond loopback: whoever "
+                 "reaches it can read the pipeline's stats and errors",
+                 h.where);
+        seda_log_write(SEDA_LOG_WARN, NULL, m);
+    }
+    snprintf(m, sizeof m, "http: listening on http://%s/", h.where);
+    seda_log_write(SEDA_LOG_INFO, NULL, m);
     return 0;
 }
 

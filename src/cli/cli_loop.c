@@ -28,6 +28,7 @@
 #include <lualib.h>
 
 #include "cli.h"
+#include "seda.h"
 #include "seda_lua.h"
 #include "seda_lua_admin.h"
 
@@ -189,13 +190,26 @@ static int c_fail(lua_State *L)
     return lua_error(L);
 }
 
-/* C.warn(msg): "seda-lua: msg" on stderr. */
+/* C.warn(msg): a warn line on the event log. */
 static int c_warn(lua_State *L)
 {
     const char *m = luaL_checkstring(L, 1);
     fflush(stdout);
-    fprintf(stderr, "%s: %s\n", cli_progname, m);
-    fflush(stderr);
+    seda_log_write(SEDA_LOG_WARN, NULL, m);
+    return 0;
+}
+
+/* C.log(level, stage, msg): a line on the event log (stage may be nil),
+ * as seda.log writes them: --log-format applies. */
+static int c_log(lua_State *L)
+{
+    static const char *const levels[] = { "debug", "info", "warn", "error",
+                                          NULL };
+    int level = luaL_checkoption(L, 1, NULL, levels);
+    const char *stage = luaL_optstring(L, 2, NULL);
+    const char *m = luaL_checkstring(L, 3);
+    fflush(stdout);
+    seda_log_write(level, stage, m);
     return 0;
 }
 
@@ -273,6 +287,7 @@ int cli_setup(lua_State *L)
         { "realpath", c_realpath },
         { "fail", c_fail },
         { "warn", c_warn },
+        { "log", c_log },
         { "drain_stopped", c_drain_stopped },
         { "quiesce", c_quiesce },
         { NULL, NULL }
@@ -344,6 +359,12 @@ static bool interrupt_pending(lua_State *L)
 int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
              int envidx)
 {
+    return cli_eval_as(L, chunk, len, name, envidx, false);
+}
+
+int cli_eval_as(lua_State *L, const char *chunk, size_t len,
+                const char *name, int envidx, bool json)
+{
     int top = lua_gettop(L);
     if (envidx < 0)
         envidx = top + 1 + envidx;
@@ -403,15 +424,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
         return CLI_EVAL_ERROR;
     }
     int n = lua_gettop(L) - base + 1;
-    if (n > 0) {
+    if (n > 0 || json) {
         /* show(print, ...) pretty-prints through the chunk's own print
-         * (an attached client's); plain print when cli.lua has none. */
+         * (an attached client's); plain print when cli.lua has none.
+         * show_json(print, ...) writes the results as one line of JSON,
+         * "[]" for none. */
         if (envidx)
             lua_getfield(L, envidx, "print");
         else
             lua_getglobal(L, "print");
         lua_insert(L, base);
-        if (cli_get_fn(L, "show")) {
+        if (cli_get_fn(L, json ? "show_json" : "show")) {
             lua_insert(L, base);
             n++;
         }
@@ -617,7 +640,7 @@ int cli_run(void)
     cli_observe_stop();
     cli_http_stop();
     if (cli.stop)
-        fprintf(stderr, "%s: signal received, draining\n", cli_progname);
+        seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
     if (cli.o.metrics)
         cli_metrics_tick(cli_now(), true);
     return 0;

@@ -21,6 +21,7 @@
 #include <lua.h>
 
 #include "cli.h"
+#include "seda.h"
 
 #ifndef CLI_METRICS_FILE
 #define CLI_METRICS_FILE "lua/seda/metrics.lua"
@@ -140,9 +141,11 @@ void cli_metrics_tick(double now, bool force)
         return;
     if (!cli_observe_fn(L, "metrics") || lua_pcall(L, 0, 1, 0) != LUA_OK ||
         !lua_isstring(L, -1)) {
-        if (!warned)
-            fprintf(stderr, "%s: metrics: %s\n", cli_progname,
-                    lua_tostring(L, -1));
+        if (!warned) {
+            char m[512];
+            snprintf(m, sizeof m, "metrics: %s", lua_tostring(L, -1));
+            seda_log_write(SEDA_LOG_ERROR, NULL, m);
+        }
         warned = true;
         cli_observe_release();
         return;

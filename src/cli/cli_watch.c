@@ -26,6 +26,7 @@
 #include <lua.h>
 
 #include "cli.h"
+#include "seda.h"
 
 #define DEBOUNCE 0.100
 #define RESCAN 1.0
@@ -58,8 +59,10 @@ static void add_dir(const char *path)
     int wd = inotify_add_watch(ifd, path, IN_CLOSE_WRITE | IN_MOVED_TO |
                                IN_MODIFY | IN_CREATE | IN_ONLYDIR);
     if (wd < 0) {
-        fprintf(stderr, "%s: watch: cannot watch '%s': %s\n", cli_progname,
-                path, strerror(errno));
+        char m[PATH_MAX + 128];
+        snprintf(m, sizeof m, "watch: cannot watch '%s': %s", path,
+                 strerror(errno));
+        seda_log_write(SEDA_LOG_WARN, NULL, m);
         return;
     }
     if (ndirs == capdirs) {
@@ -86,7 +89,9 @@ static void rescan(void)
     else
         lua_pushnil(L);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
-        fprintf(stderr, "%s: watch: %s\n", cli_progname, lua_tostring(L, -1));
+        char m[512];
+        snprintf(m, sizeof m, "watch: %s", lua_tostring(L, -1));
+        seda_log_write(SEDA_LOG_ERROR, NULL, m);
         lua_pop(L, 1);
         return;
     }

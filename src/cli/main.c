@@ -172,7 +172,7 @@ static int option_arg(const char *a, const char *v)
     if (strcmp(a, "--drain") == 0) {
         char *end;
         cli.o.drain = strtod(v, &end);
-        if (*end || cli.o.drain < 0) {
+        if (*end || end == v || !(cli.o.drain >= 0)) {  /* '', nan */
             fprintf(stderr, "%s: --drain: not a number of seconds: '%s'\n",
                     progname, v);
             return 1;
@@ -430,7 +430,7 @@ static int run(lua_State *L, int argc, char **argv)
         cli.phase = CLI_IDLE;
     }
     if (live && !failed && cli.stop) {
-        fprintf(stderr, "%s: signal received, draining\n", progname);
+        seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
     } else if (live && !failed) {
         if (o.interactive && isatty(0) && isatty(1))
             cli_banner();
@@ -454,13 +454,29 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "attach") == 0) {
         bool json = false;
         int k = 2;
-        if (k < argc && strcmp(argv[k], "--json") == 0) {
-            json = true;
-            k++;
+        for (; k < argc && argv[k][0] == '-' && argv[k][1]; k++) {
+            if (strcmp(argv[k], "--") == 0) {
+                k++;
+                break;
+            }
+            if (strcmp(argv[k], "--json") == 0) {
+                json = true;
+                continue;
+            }
+            fprintf(stderr, "%s: attach: unknown option '%s'\n"
+                    "usage: %s attach [--json] PATH ['command']\n",
+                    progname, argv[k], progname);
+            return 1;
         }
-        if (argc - k < 1 || argc - k > 2 || (json && argc - k != 2)) {
-            fprintf(stderr, "usage: %s attach [--json] PATH ['command']\n",
-                    progname);
+        const char *why = argc - k < 1 ? "no PATH"
+                        : argc - k > 2 ? "more than PATH and one command "
+                                         "(quote the command)"
+                        : json && argc - k != 2 ? "--json needs a command"
+                        : NULL;
+        if (why) {
+            fprintf(stderr, "%s: attach: %s\n"
+                    "usage: %s attach [--json] PATH ['command']\n",
+                    progname, why, progname);
             return 1;
         }
         return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);

@@ -846,11 +846,15 @@ int seda__journal_open(const char *dir, bool sync_full,
      * stderr, and kept for the stats (seda_bus_journal_stats). */
     if (seda__walvfs_discarded(j->db, &j->wal_lost) == 0 &&
         (j->wal_lost.frames || j->wal_lost.bytes))
-        fprintf(stderr, "seda: journal %s-wal: %lld frame%s (%lld bytes) "
-                "discarded by recovery: %s; envelopes journaled in them "
-                "are lost\n", j->path, j->wal_lost.frames,
-                j->wal_lost.frames == 1 ? "" : "s", j->wal_lost.bytes,
-                j->wal_lost.why);
+    {
+        char line[PATH_MAX + 256];
+        snprintf(line, sizeof line, "journal %s-wal: %lld frame%s (%lld "
+                 "bytes) discarded by recovery: %s; envelopes journaled in "
+                 "them are lost", j->path, j->wal_lost.frames,
+                 j->wal_lost.frames == 1 ? "" : "s", j->wal_lost.bytes,
+                 j->wal_lost.why);
+        seda_log_write(SEDA_LOG_ERROR, NULL, line);
+    }
     seda__mutex_init(&j->mu);
     atomic_init(&j->txns, 0);
     atomic_init(&j->quarantined, 0);

@@ -68,6 +68,11 @@ static int env_forward(lua_State *L)
         if (!seda__l_valid_name(names[i]))
             return luaL_error(L, "forward: invalid stage name '%s'",
                               names[i]);
+        if (!seda__l_valid_hop(names[i]))
+            return luaL_error(L, "forward: '%s' has no NATS subject "
+                              "(nats:<subject>, tokens separated by "
+                              "single dots)",
+                              names[i]);
     }
     int rc = seda_env_forward(le->env, names, n);
     if (rc)

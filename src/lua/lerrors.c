@@ -322,7 +322,23 @@ int seda__l_errors_log(lua_State *L)
         luaL_addvalue(&b);
     }
     luaL_pushresult(&b);
-    seda_log_write(level, seda__l_log_stage(L), lua_tostring(L, -1));
+    size_t len;
+    const char *msg = lua_tolstring(L, -1, &len);
+    if (memchr(msg, 0, len)) {
+        /* A NUL would end the line's C string there: each is written
+         * \x00, as the log writes other control bytes. */
+        luaL_Buffer e;
+        luaL_buffinit(L, &e);
+        for (size_t k = 0; k < len; k++) {
+            if (msg[k])
+                luaL_addchar(&e, msg[k]);
+            else
+                luaL_addstring(&e, "\\x00");
+        }
+        luaL_pushresult(&e);
+        msg = lua_tostring(L, -1);
+    }
+    seda_log_write(level, seda__l_log_stage(L), msg);
     return 0;
 }
 

@@ -143,6 +143,11 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
                 !seda__l_valid_name(lua_tostring(L, -1)))
                 luaL_error(L, "%s: slip[%d] is not a valid stage name", what,
                            i + 1);
+            if (!seda__l_valid_hop(lua_tostring(L, -1)))
+                luaL_error(L, "%s: slip[%d] '%s' has no NATS subject "
+                           "(nats:<subject>, tokens separated by single "
+                           "dots)",
+                           what, i + 1, lua_tostring(L, -1));
             slip[i] = lua_tostring(L, -1);      /* stays on the stack */
         }
         o->slip = n > 0 ? slip : NULL;  /* a slip without hops is none */

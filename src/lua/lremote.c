@@ -17,7 +17,9 @@
  * (lstage.c); a stage declared with handlers then consumes
  * (seda_remote_consume), one without only publishes.
  */
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lseda.h"
 #include "seda_remote.h"
@@ -27,6 +29,17 @@ static const char *const remote_keys[] = {
     "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
     "tls", "creds", "user", "password", "token", "tap", NULL
 };
+
+/* A file option (tls.ca, tls.cert, tls.key, creds) names a file this
+ * process can read: said at once, naming the option, the path and why
+ * (the NATS client would say "Error loading ...: (null)" at connect). */
+static void check_readable(lua_State *L, const char *stage, const char *opt,
+                           const char *path)
+{
+    if (path && access(path, R_OK) != 0)
+        luaL_error(L, "stage '%s': remote: %s: cannot read '%s': %s", stage,
+                   opt, path, strerror(errno));
+}
 
 static const char *opt_str(lua_State *L, int t, const char *stage,
                            const char *k)
@@ -140,6 +153,7 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     ro->user = opt_str(L, t, stage, "user");
     ro->password = opt_str(L, t, stage, "password");
     ro->token = opt_str(L, t, stage, "token");
+    check_readable(L, stage, "creds", ro->creds);
     if (!ro->user != !ro->password)
         luaL_error(L, "stage '%s': remote: user and password go together",
                    stage);
@@ -160,6 +174,9 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         if (!ro->tls_cert != !ro->tls_key)
             luaL_error(L, "stage '%s': remote: tls.cert and tls.key go "
                        "together", stage);
+        check_readable(L, stage, "tls.ca", ro->tls_ca);
+        check_readable(L, stage, "tls.cert", ro->tls_cert);
+        check_readable(L, stage, "tls.key", ro->tls_key);
     }
     lua_pop(L, 1);                      /* the strings stay in the table */
     lua_getfield(L, t, "max_ack_pending");

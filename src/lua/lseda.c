@@ -57,6 +57,18 @@ bool seda__l_valid_name(const char *s)
     return n <= SEDA_NAME_MAX;
 }
 
+bool seda__l_valid_hop(const char *s)
+{
+    if (!seda__l_valid_name(s))
+        return false;
+    if (strncmp(s, "nats:", 5) != 0)
+        return true;
+    const char *sub = s + 5;
+    size_t n = strlen(sub);
+    return n > 0 && sub[0] != '.' && sub[n - 1] != '.' &&
+           !strstr(sub, "..");
+}
+
 void seda__l_check_keys(lua_State *L, int t, const char *const *keys,
                         const char *what)
 {
@@ -510,31 +522,48 @@ static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
 /* The bus's name: the option (checked: a stage-like name no live bus
  * has), or busN, N counting the process's buses from 1.  Raises naming
  * the option. */
-static void bus_name(lua_State *L, struct lbus *lb)
+/* Whether a live bus of this state is named nm. */
+static bool name_taken(lua_State *L, const char *nm)
 {
-    static atomic_int made;             /* relaxed: a counter only */
-    int n = atomic_fetch_add_explicit(&made, 1, memory_order_relaxed) + 1;
-    lua_getfield(L, 1, "name");
-    if (lua_isnil(L, -1)) {
-        snprintf(lb->name, sizeof lb->name, "bus%d", n);
-        lua_pop(L, 1);
-        return;
-    }
-    size_t len;
-    const char *nm = lua_tolstring(L, -1, &len);
-    if (lua_type(L, -1) != LUA_TSTRING || strlen(nm) != len ||
-        !seda__l_valid_name(nm))
-        luaL_error(L, "bus: name must be 1-%d characters of "
-                   "[A-Za-z0-9_.:-]", SEDA_NAME_MAX);
+    bool taken = false;
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     lua_pushnil(L);
     while (lua_next(L, -2)) {
         lua_pop(L, 1);
         struct lbusud *o = luaL_testudata(L, -1, LSEDA_BUS_MT);
         if (o && o->lb && !o->lb->shut && strcmp(o->lb->name, nm) == 0)
-            luaL_error(L, "bus: name '%s' is taken by a live bus", nm);
+            taken = true;
     }
     lua_pop(L, 1);
+    return taken;
+}
+
+static void bus_name(lua_State *L, struct lbus *lb)
+{
+    static atomic_int made;             /* relaxed: a counter only */
+    lua_getfield(L, 1, "name");
+    if (lua_isnil(L, -1)) {
+        /* busN in creation order, past a name a live bus was given
+         * (seda.bus{ name = "bus2" } then seda.bus{}: bus3, not a second
+         * bus2 whose metrics would collide with the first's). */
+        do {
+            int n = atomic_fetch_add_explicit(&made, 1,
+                                              memory_order_relaxed) + 1;
+            snprintf(lb->name, sizeof lb->name, "bus%d", n);
+        } while (name_taken(L, lb->name));
+        lua_pop(L, 1);
+        return;
+    }
+    atomic_fetch_add_explicit(&made, 1, memory_order_relaxed);
+    size_t len = 0;
+    /* The type first: lua_tolstring turns a number into a string. */
+    const char *nm = lua_type(L, -1) == LUA_TSTRING
+                         ? lua_tolstring(L, -1, &len) : NULL;
+    if (!nm || strlen(nm) != len || !seda__l_valid_name(nm))
+        luaL_error(L, "bus: name must be 1-%d characters of "
+                   "[A-Za-z0-9_.:-]", SEDA_NAME_MAX);
+    if (name_taken(L, nm))
+        luaL_error(L, "bus: name '%s' is taken by a live bus", nm);
     snprintf(lb->name, sizeof lb->name, "%s", nm);
     lua_pop(L, 1);
 }

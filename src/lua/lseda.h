@@ -251,6 +251,9 @@ SEDA__API int seda__l_encode_payload(lua_State *L, int idx, seda_wbuf *wb,
 
 /* True when s is a valid stage name ([A-Za-z0-9_.:-]{1,64}). */
 SEDA__API bool seda__l_valid_name(const char *s);
+/* A slip entry or forward hop: a valid stage name; one beginning "nats:"
+ * also needs a subject after it (tokens separated by single dots). */
+SEDA__API bool seda__l_valid_hop(const char *s);
 
 /* ---- lstage.c ---- */
 

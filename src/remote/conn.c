@@ -205,11 +205,15 @@ void seda__rconn_report(struct rconn *c, const char *fmt, ...)
         g_report_skipped++;
     }
     pthread_mutex_unlock(&g_report_mu);
-    if (print && skipped)
-        fprintf(stderr, "seda: remote %s: %s (%lu more since the last line "
-                "were not shown)\n", c->shown, msg, skipped);
-    else if (print)
-        fprintf(stderr, "seda: remote %s: %s\n", c->shown, msg);
+    if (print) {
+        char line[1024];
+        if (skipped)
+            snprintf(line, sizeof line, "remote %s: %s (%lu more since the "
+                     "last line were not shown)", c->shown, msg, skipped);
+        else
+            snprintf(line, sizeof line, "remote %s: %s", c->shown, msg);
+        seda_log_write(SEDA_LOG_WARN, NULL, line);
+    }
 }
 
 /* ---- state ---- */
@@ -777,8 +781,10 @@ void seda__rconn_put(struct rconn *c)
         !wait_flag(c, &c->closed_done, 10.0)) {
         /* A cnats thread may still hold c: leaking it is the safe
          * choice (never seen; reported so it is not silent). */
-        fprintf(stderr, "seda: remote %s: the connection did not close in "
-                "10 s; its memory is left allocated\n", c->shown);
+        char line[512];
+        snprintf(line, sizeof line, "remote %s: the connection did not "
+                 "close in 10 s; its memory is left allocated", c->shown);
+        seda_log_write(SEDA_LOG_WARN, NULL, line);
         return;
     }
     conn_free(c);

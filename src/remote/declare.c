@@ -106,15 +106,17 @@ void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
     if (got.stream_created || got.created) {
         atomic_fetch_add_explicit(&rs->redeclared, 1, memory_order_relaxed);
         /* Loud: whatever the old stream held is gone with it. */
-        fprintf(stderr, "seda: remote %s: stage '%s': %s%s%s was missing "
-                "on the server and is created again (messages it held are "
-                "lost with it; publishes waiting are sent again)\n",
-                rs->conn->shown, seda_stage_name(rs->st),
-                got.stream_created ? "stream '" : "",
-                got.stream_created ? rs->stream : "",
-                got.stream_created ? (got.created ? "' and its consumer"
-                                                  : "'")
-                                   : "its consumer");
+        char line[1024];
+        snprintf(line, sizeof line, "remote %s: %s%s%s was missing on the "
+                 "server and is created again (messages it held are lost "
+                 "with it; publishes waiting are sent again)",
+                 rs->conn->shown,
+                 got.stream_created ? "stream '" : "",
+                 got.stream_created ? rs->stream : "",
+                 got.stream_created ? (got.created ? "' and its consumer"
+                                                   : "'")
+                                    : "its consumer");
+        seda_log_write(SEDA_LOG_WARN, seda_stage_name(rs->st), line);
     }
     atomic_store_explicit(&rs->need_setup, false, memory_order_release);
     seda__rfeed_reconnect(rs);          /* requests before are void */
@@ -371,11 +373,15 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
                            &want, &got, dup)))
         FAIL(SEDA_ENOMEM, "out of memory");
     if (got.differs)
-        fprintf(stderr, "seda: stage '%s': remote: consumer '%s' exists "
-                "with other settings (max_deliver %d, ack_wait %gs, "
-                "max_ack_pending %d); they apply (max_attempts %d)\n", name,
-                consumer, got.max_deliver, (double)got.ack_wait_ns / 1e9,
-                got.max_ack_pending, rs->max_attempts);
+    {
+        char line[512];
+        snprintf(line, sizeof line, "remote: consumer '%s' exists with "
+                 "other settings (max_deliver %d, ack_wait %gs, "
+                 "max_ack_pending %d); they apply (max_attempts %d)",
+                 consumer, got.max_deliver, (double)got.ack_wait_ns / 1e9,
+                 got.max_ack_pending, rs->max_attempts);
+        seda_log_write(SEDA_LOG_WARN, name, line);
+    }
     seda_stage_opts o = *so;
     o.max_attempts = rs->max_attempts;
     if ((rc = seda__stage_make_remote(bus, &o, &seda__rstage_ops, rs, &st,

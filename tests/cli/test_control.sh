@@ -38,6 +38,24 @@ check "--json prints results as JSON ($out)" [ "$out" = '[10,{"ok":true}]' ]
 out=$(timeout 20 "$SEDA" attach "$S" 'for i = 1, 2 do' 2>&1 </dev/null)
 rc=$?
 check "an unfinished command exits 1 (rc $rc)" [ "$rc" = 1 ]
+# --json runs statements too, and every command is one chunk whatever its
+# lines: a later line that raises exits 1.  seda.null and bytes that are not
+# UTF-8 still make valid JSON.
+out=$(timeout 20 "$SEDA" attach --json "$S" 'local n = B:stats("parse").delivered' 2>&1 </dev/null)
+rc=$?
+check "--json runs a statement: [] (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = '[]' ]
+out=$(timeout 20 "$SEDA" attach --json "$S" 'B:stats("parse").delivered -- a comment' 2>&1 </dev/null)
+check "--json takes a trailing comment ($out)" [ "$out" = 10 ]
+out=$(timeout 20 "$SEDA" attach --json "$S" '1, nil, seda.null, "\255ok"' 2>&1 </dev/null)
+check "--json: nil and seda.null are null, bad UTF-8 U+FFFD ($out)" \
+    [ "$out" = "$(printf '[1,null,null,"\357\277\275ok"]')" ]
+out=$(timeout 20 "$SEDA" attach "$S" "$(printf 'local t = {}\nfor i = 1, 3 do t[#t + 1] = i end\nprint(#t)')" 2>&1 </dev/null)
+rc=$?
+check "a command of several lines is one chunk (rc $rc: $out)" [ "$rc" = 0 ] && [ "$out" = 3 ]
+out=$(timeout 20 "$SEDA" attach "$S" "$(printf 'print("first")\nerror("second-line-marker")')" 2>&1 </dev/null)
+rc=$?
+check "its later line raising exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... and says why" contains "$out" "second-line-marker"
 
 # Isolation: a client's globals are its own.
 mkfifo "$D/fifo"
@@ -52,6 +70,20 @@ check "client B does not see A's global" ask_is "$S" nil 'print(only_a)'
 check "B's print goes to B only" ask_is "$S" "to-b" 'print("to-b")'
 check "nothing of B's reached A" sh -c "! grep -q to-b '$D/a.out'"
 check "script globals are shared (B reads the bus)" ask_is "$S" 10 'print(B:stats("parse").delivered)'
+check "the REPL shows seda.null as seda.null (not userdata: (nil))" \
+    ask_is "$S" "{ 1, seda.null, a = seda.null }" '{ 1, seda.null, a = seda.null }'
+
+# The REPL names buses by their stable names (as /metrics and the page
+# do) and says the window of the p99 columns; it used to say "bus 1",
+# "bus 2" whatever the name.
+out=$(ask "$S" 'N = require("seda").bus{ name = "orders", workers = 1, stats_window = 3 }' \
+    'N:stage{ name = "named" }' 'stats()' 'workers()' 'N:shutdown(5)')
+check "stats() starts a bus's block with its name ($out)" contains "$out" "
+bus1: workers=2 "
+check "... a named bus's too" contains "$out" "
+orders: workers=1 "
+check "... and says the p99 window" contains "$out" "sojourn99, service99: last 3 s"
+check "workers() names the buses" contains "$out" "orders: 1 workers"
 out=$(ask "$S" 'os.exit(7)' 'print("after exit")')
 check "os.exit from a client is refused ($out)" contains "$out" "not from an attached client"
 check "and that client goes on" contains "$out" "after exit"
@@ -104,6 +136,7 @@ check "metrics: depth gauge" contains "$out" 'seda_stage_depth{bus="bus1",stage=
 check "metrics: bus in_system" contains "$out" 'seda_bus_in_system{bus="bus1"} 0'
 check "metrics: latency histogram" contains "$out" 'seda_stage_service_seconds_bucket{bus="bus1",stage="parse",le="+Inf"} 10'
 check "metrics: dead letters by reason" contains "$out" 'seda_stage_dead_lettered_total{bus="bus1",stage="parse",reason="hop_refused"} 0'
+check "metrics: handed_off, the last term of the books" contains "$out" 'seda_bus_handed_off_total{bus="bus1"} 0'
 check "metrics: build info" contains "$out" 'seda_build_info{version="'
 check "metrics: process figures" contains "$out" 'process_resident_memory_bytes '
 bad=$(printf '%s\n' "$out" | grep -v '^#' | grep -Ev '^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? [-+0-9.eE]+(Inf|NaN)?$' | head -3)
@@ -155,6 +188,17 @@ out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" 2>&1 </dev/null)
 rc=$?
 check "attach to a missing socket fails (rc $rc)" [ "$rc" != 0 ]
 check "and says why ($out)" contains "$out" "cannot connect"
+
+# Bad attach arguments say what was wrong (an unknown option is not taken
+# for the PATH).
+out=$(timeout 20 "$SEDA" attach --bogus "$D/nothing.sock" 2>&1 </dev/null)
+rc=$?
+check "attach --bogus fails (rc $rc)" [ "$rc" = 1 ]
+check "... naming the option ($out)" contains "$out" "unknown option '--bogus'"
+out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" --json 1 2>&1 </dev/null)
+check "extra arguments are named ($out)" contains "$out" "more than PATH and one command"
+out=$(timeout 20 "$SEDA" attach --json "$D/nothing.sock" 2>&1 </dev/null)
+check "--json without a command is named ($out)" contains "$out" "--json needs a command"
 
 # A --metrics path that cannot be written stops the start (as a bad --http).
 out=$(timeout 20 "$SEDA" --serve --metrics "$D/no/such/dir/m.prom" -e 'print("started")' 2>&1 </dev/null)

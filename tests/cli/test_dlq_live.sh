@@ -144,6 +144,14 @@ check "dlq DATA_DIR list without a journal: exit 1 ($RC), as before" \
     sh -c "[ '$RC' = 1 ] && grep -q 'no journal here' '$D/err'"
 dlq_out "$D"
 check "dlq DATA_DIR alone: usage, exit 2 ($RC)" [ "$RC" = 2 ]
+# ... and a bad journal command says what is wrong (it printed only the
+# usage).
+check "DATA_DIR without a command" usage_is "a command is missing" "$D"
+check "an unknown command" usage_is "unknown command 'bogus'" "$D" bogus
+check "show without an ID" usage_is "show needs the dead letter's ID" "$D" show
+check "replay without an ID" usage_is "replay needs the dead letter's ID" "$D" replay
+check "list with an argument" usage_is "'x' is one too many" "$D" list x
+check "show with two IDs" usage_is "'2' is one too many" "$D" show 1 2
 dlq_out --help
 check "dlq --help names both forms" \
     sh -c "[ '$RC' = 0 ] && grep -q 'dlq --control SOCK' '$D/out' && grep -q 'dlq DATA_DIR list' '$D/out'"

@@ -52,6 +52,15 @@ check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
 check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
 out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
 check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
+# A NUL in what seda.log is given does not cut the line there.
+out=$("$SEDA" -e 'require("seda").log("info", "before\0after", "raw\0")' 2>&1)
+check "seda.log keeps what follows a NUL ($out)" contains "$out" 'info before\x00after raw\x00'
+for v in '' nan -1; do
+    out=$("$SEDA" --drain="$v" -e 'print("ran")' 2>&1)
+    rc=$?
+    check "--drain='$v' is refused (exit $rc: $out)" [ "$rc" = 1 ]
+    check "... naming the option and the value" contains "$out" "--drain: not a number of seconds: '$v'"
+done
 # The REPL's errors(), dlq() and stats() show a handler's error with its
 # control bytes escaped too.
 cat >"$D/repl.lua" <<'EOF'
@@ -71,4 +80,38 @@ check "errors() and dlq() show the error escaped" \
     [ "$(grep -c 'bad \\x1b\]0;title\\x07 and \\x1b\[2J\\x0dfake' "$D/repl.out")" = 2 ]
 check "... and no raw escape reaches the terminal" \
     sh -c "! grep -q \"\$(printf '\\033')\" '$D/repl.out'"
+# A serving process's own events (the --http address, a signal, a --watch
+# reload) are log lines too: with --log-format json every stderr line of
+# the run parses (they used to be plain "seda-lua: ..." lines).
+mkdir -p "$D/srv"
+printf 'return function(env) end\n' >"$D/srv/h.lua"
+printf '%s\n' 'local seda = require "seda"' \
+    'local bus = seda.bus{ workers = 1 }' \
+    'bus:stage{ name = "w", handler = "h.lua" }' >"$D/srv/main.lua"
+start_server "$D/srv.log" --serve --watch --http 0 --log-format=json "$D/srv/main.lua"
+listening() { grep -q 'http: listening on http://' "$1"; }
+check "the json server says where it listens" wait_until "$DEADLINE" listening "$D/srv.log"
+printf 'return function(env) return true end\n' >"$D/srv/h.lua.new"
+mv "$D/srv/h.lua.new" "$D/srv/h.lua"
+reloaded() { grep -q "watch: reloaded stage 'w'" "$D/srv.log"; }
+check "... and that --watch reloaded the stage" wait_until "$DEADLINE" reloaded
+stop_server
+check "it exits 0 on SIGTERM ($SRC)" [ "$SRC" = 0 ]
+check "every line of its stderr is a JSON log event" python3 - "$D/srv.log" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert all(set(r) >= {"time", "level", "msg"} for r in rows), rows
+msgs = [r["msg"] for r in rows]
+assert any(m.startswith("http: listening on http://127.0.0.1:") for m in msgs), msgs
+assert "signal received, draining" in msgs, msgs
+w = [r for r in rows if "reloaded stage 'w'" in r["msg"]]
+assert w and w[0]["stage"] == "w" and w[0]["level"] == "info", rows
+PY
+start_server "$D/srvt.log" --serve --http 0 "$D/srv/main.lua"
+check "the text server says where it listens" wait_until "$DEADLINE" listening "$D/srvt.log"
+stop_server
+check "... as log lines: time, level, message" \
+    grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z info http: listening on http://127\.0\.0\.1:[0-9]+/$' "$D/srvt.log"
+check "... the signal too" \
+    grep -qE '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12}Z info signal received, draining$' "$D/srvt.log"
 finish

@@ -38,7 +38,7 @@ exercise() {   # exercise SESSION LABEL
     check "$l: prompt" wait_until "$DEADLINE" shows "$s" "> "
     check "$l: a banner with the version" shows "$s" "seda-lua $VERSION"
     check "$l: ... the bus and its stages in pipeline order" \
-        shows "$s" "bus 1: 2 workers, 2 stages: parse sink"
+        shows "$s" "bus1: 2 workers, 2 stages: parse sink"
     check "$l: ... and where help is" shows "$s" "help() lists the commands"
     type_line "$s" 'stats()'
     check "$l: stats() prints the table" wait_until "$DEADLINE" shows "$s" "depth/cap"
@@ -54,10 +54,10 @@ exercise() {   # exercise SESSION LABEL
     check "$l: a result table is pretty-printed" \
         wait_until "$DEADLINE" shows "$s" '  name = "sink",'
     type_line "$s" 'workers(3)'
-    check "$l: workers(n) resizes the pool" wait_until "$DEADLINE" shows "$s" "bus 1: 3 workers"
+    check "$l: workers(n) resizes the pool" wait_until "$DEADLINE" shows "$s" "bus1: 3 workers"
     type_line "$s" 'workers()'
     check "$l: workers() answers" wait_until "$DEADLINE" sh -c \
-        "[ \$(tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -c '^bus 1: 3 workers') -ge 2 ]"
+        "[ \$(tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -c '^bus1: 3 workers') -ge 2 ]"
     check "$l: ... once (no second line with the number)" sh -c \
         "! tmux -L '$TMUX_L' capture-pane -p -J -S -200 -t '$s' | grep -qx '3'"
     type_line "$s" "print('pool=' .. B:stats().workers)"

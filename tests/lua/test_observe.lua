@@ -150,4 +150,29 @@ T.test("a live tap shows the envelopes entering a stage as they enter", function
   bus:shutdown(5)
 end)
 
+T.test("bus names: busN by default, a given one kept, bad ones refused naming the field", function()
+  local a = T.bus{ workers = 1, name = "obs-orders" }
+  T.eq(a:stats().name, "obs-orders", "the given name")
+  local b = T.bus{ workers = 1 }
+  T.ok(b:stats().name:match("^bus%d+$"), "a default name: " .. b:stats().name)
+  -- A number is not a name (it used to be turned into the string "12").
+  for _, bad in ipairs{ 12, "", "a b", ("x"):rep(65), {}, true } do
+    T.raises(function() seda.bus{ workers = 1, name = bad } end,
+      "name " .. tostring(bad), "bus: name must be")
+  end
+  T.raises(function() seda.bus{ workers = 1, name = "obs-orders" } end,
+    "a live bus's name", "is taken by a live bus")
+  -- A default name skips one a live bus was given: two buses named bus<N>
+  -- would make colliding metric series.
+  local next_n = tonumber(b:stats().name:match("%d+")) + 1
+  local c = T.bus{ workers = 1, name = "bus" .. next_n }
+  local d = T.bus{ workers = 1 }
+  T.ne(d:stats().name, c:stats().name, "a default name is not a live bus's")
+  T.ok(d:stats().name:match("^bus%d+$"), "still busN: " .. d:stats().name)
+  a:shutdown(5)
+  b:shutdown(5)
+  c:shutdown(5)
+  d:shutdown(5)
+end)
+
 T.done()

@@ -190,4 +190,25 @@ T.test("C8 a slip naming the same stage twice visits it twice", function()
   bus:shutdown(5)
 end)
 
+T.test("a nats: hop without a subject is refused naming the entry", function()
+  -- It used to pass as a stage name and fail later as false, "invalid"
+  -- (a remote stage) or a no_such_stage dead letter (a local one).
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "n1", handler = function(env)
+    local ok, err = pcall(env.forward, env, "nats:.x")
+    seda.shared:set("slip.nats.fwd", ok and "ok" or err)
+  end }
+  for _, h in ipairs{ "nats:", "nats:.x", "nats:x.", "nats:a..b" } do
+    T.raises(function() bus:publish("n1", 1, { slip = { h } }) end,
+      "slip " .. h, "slip[1]", h, "no NATS subject")
+  end
+  T.eq(bus:stats().accepted, 0, "none accepted")
+  assert(bus:publish("n1", 1))
+  T.idle(bus, 10)
+  T.contains(seda.shared:get("slip.nats.fwd"), "forward: 'nats:.x' has no NATS subject",
+    "forward names the hop")
+  T.accounting(bus, "books")
+  bus:shutdown(5)
+end)
+
 T.done()

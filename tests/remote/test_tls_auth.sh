@@ -52,7 +52,12 @@ check "no client certificate: refused ($out)" contains "$out" "needs tls.cert an
 out=$(run "{ user = 'seda', password = 's3cret-pass' }")
 check "no TLS: refused ($out)" contains "$out" "TLS failed"
 out=$(run "{ tls = { ca = '$D/none.pem' } }")
-check "a CA file that is not there: named ($out)" contains "$out" "TLS or the credentials"
+check "a CA file that is not there: named, with why ($out)" \
+    contains "$out" "remote: tls.ca: cannot read '$D/none.pem': No such file or directory"
+out=$(run "{ tls = { ca = '$C/ca.pem', cert = '$C/client.pem', key = '$D/none.key' } }")
+check "... a key file too ($out)" contains "$out" "remote: tls.key: cannot read '$D/none.key'"
+out=$(run "{ creds = '$D/none.creds' }")
+check "... a creds file too ($out)" contains "$out" "remote: creds: cannot read '$D/none.creds'"
 out=$(run "{ user = 'seda' }")
 check "user without password: misuse, named ($out)" contains "$out" "user and password go together"
 sh "$REMOTE_DIR/natsd.sh" stop "$D/nats"
