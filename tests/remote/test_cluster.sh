@@ -72,4 +72,4 @@ run CL2 follower
     for f in "$D"/*.err "$D"/*.stats; do echo "--- $f"; head -20 "$f"; done
     grep -h '^completions\|^missing' "$D"/*.origin.out
 }
-exit "$FAILS"
+finish

@@ -33,4 +33,4 @@ check "JetStream: nothing pending, nothing unacknowledged" \
 check "consumer b stops cleanly" stop_serve b
 [ "$FAILS" = 0 ] || { for f in a.err b.err pub.err check.err check.out; do
     echo "--- $f"; head -20 "$D/$f"; done; }
-exit "$FAILS"
+finish

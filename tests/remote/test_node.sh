@@ -41,4 +41,4 @@ check "the body that is not JSON is dead-lettered bad_message, naming why" \
     wait_until 20 grep -q "^dead bad_message JSON: " "$D/w.out"
 check "the worker stops cleanly" stop_serve w
 [ "$FAILS" = 0 ] || { for f in npm.log node.out node.err w.out w.err; do echo "--- $f"; head -30 "$D/$f"; done; }
-exit "$FAILS"
+finish

@@ -33,4 +33,4 @@ check "exactly the accepted ones" cmp -s "$D/acc" "$D/got"
 echo "     $(tail -1 "$D/pub.out"); the consumer handled $(lines "$D/a.out" handled)"
 check "consumer a stops cleanly" stop_serve a
 [ "$FAILS" = 0 ] || { for f in a.err pub.err; do echo "--- $f"; head -20 "$D/$f"; done; }
-exit "$FAILS"
+finish

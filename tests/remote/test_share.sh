@@ -35,4 +35,4 @@ check "the origin's books balance (every itinerary handed off, none in system)" 
 check "consumer a stops cleanly" stop_serve a
 check "consumer b stops cleanly" stop_serve b
 [ "$FAILS" = 0 ] || { for f in a.err b.err pub.err origin.err origin.out; do echo "--- $f"; head -30 "$D/$f"; done; }
-exit "$FAILS"
+finish

@@ -73,4 +73,4 @@ check "a wrong token is refused, saying so ($out)" \
     contains "$out" "the server refused the credentials"
 sh "$REMOTE_DIR/natsd.sh" stop "$D/nats2"
 [ "$FAILS" = 0 ] || { tail -20 "$D/nats/log"; }
-exit "$FAILS"
+finish
