@@ -153,6 +153,9 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     ro->user = opt_str(L, t, stage, "user");
     ro->password = opt_str(L, t, stage, "password");
     ro->token = opt_str(L, t, stage, "token");
+    if ((ro->creds != NULL) + (ro->user != NULL) + (ro->token != NULL) > 1)
+        luaL_error(L, "stage '%s': remote: creds, user and password, and "
+                   "token are three ways to authenticate: give one", stage);
     check_readable(L, stage, "creds", ro->creds);
     if (!ro->user != !ro->password)
         luaL_error(L, "stage '%s': remote: user and password go together",

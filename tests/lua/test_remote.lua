@@ -42,6 +42,11 @@ T.test("remote option is checked, naming stage and field", function()
     "drop_oldest", "r9", "drop_oldest")
   T.raises(function() bus:stage{ name = "r11", remote = { url = URL, low_latency = 1 } } end,
     "low_latency", "r11", "low_latency must be a boolean")
+  T.raises(function()
+    bus:stage{ name = "r13", remote = { url = URL, token = "t", user = "u", password = "p" } }
+  end, "token with user", "r13", "three ways to authenticate: give one")
+  T.raises(function() bus:stage{ name = "r14", remote = { url = URL, creds = "/x", token = "t" } } end,
+    "creds with token", "r14", "three ways to authenticate")
   local dead = "nats://127.0.0.1:1"
   T.raises(function()
     bus:stage{ name = "r10", remote = { url = dead, connect_timeout = 0.5 } }
