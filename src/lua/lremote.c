@@ -71,21 +71,27 @@ static double opt_secs(lua_State *L, int t, const char *stage, const char *k,
     return v;
 }
 
-void seda__l_remote_opts(lua_State *L, int t, const char *stage,
-                         seda_remote_opts *ro)
+static bool opt_bool(lua_State *L, int t, const char *stage, const char *k,
+                     bool def)
 {
-    if (!lua_istable(L, t))
-        luaL_error(L, "stage '%s': remote must be a table { url = "
-                   "\"nats://host:port\", ... } (got %s)", stage,
-                   luaL_typename(L, t));
-    seda__l_check_keys(L, t, remote_keys,
-                       lua_pushfstring(L, "stage '%s': remote", stage));
+    lua_getfield(L, t, k);
+    bool v = def;
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1))
+            luaL_error(L, "stage '%s': remote: %s must be a boolean", stage,
+                       k);
+        v = lua_toboolean(L, -1);
+    }
     lua_pop(L, 1);
-    seda_remote_opts_init(ro);
-    ro->url = opt_str(L, t, stage, "url");
-    /* urls = { ... }: the strings stay referenced by the table, the array
-     * of pointers lives in a userdata left on the stack (the caller's
-     * frame keeps it until the stage is made). */
+    return v;
+}
+
+/* urls = { ... }: the strings stay referenced by the table, the array of
+ * pointers lives in a userdata left on the stack (the caller's frame
+ * keeps it until the stage is made). */
+static void opt_urls(lua_State *L, int t, const char *stage,
+                     seda_remote_opts *ro)
+{
     lua_getfield(L, t, "urls");
     if (!lua_isnil(L, -1)) {
         if (!lua_istable(L, -1))
@@ -110,45 +116,13 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     } else {
         lua_pop(L, 1);
     }
-    if (!ro->url && !ro->urls)
-        luaL_error(L, "stage '%s': remote: url is required (or urls) "
-                   "(\"nats://host:port\")", stage);
-    const char *s = opt_str(L, t, stage, "stream");
-    if (s)
-        ro->stream = s;
-    ro->subject = opt_str(L, t, stage, "subject");
-    ro->consumer = opt_str(L, t, stage, "consumer");
-    ro->ack_wait = opt_secs(L, t, stage, "ack_wait", 0);
-    ro->connect_timeout = opt_secs(L, t, stage, "connect_timeout",
-                                   ro->connect_timeout);
-    ro->dedup_window = opt_secs(L, t, stage, "dedup_window",
-                                ro->dedup_window);
-    lua_getfield(L, t, "low_latency");
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1))
-            luaL_error(L, "stage '%s': remote: low_latency must be a boolean",
-                       stage);
-        ro->low_latency = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, t, "tap");
-    if (!lua_isnil(L, -1)) {
-        if (!lua_isboolean(L, -1))
-            luaL_error(L, "stage '%s': remote: tap must be a boolean", stage);
-        ro->tap = lua_toboolean(L, -1);
-    }
-    lua_pop(L, 1);
-    lua_getfield(L, t, "replicas");
-    if (!lua_isnil(L, -1)) {
-        int isint = 0;
-        lua_Integer v = lua_type(L, -1) == LUA_TNUMBER
-                            ? lua_tointegerx(L, -1, &isint) : 0;
-        if (!isint || v < 1 || v > 5)
-            luaL_error(L, "stage '%s': remote: replicas must be an integer "
-                       "1-5", stage);
-        ro->replicas = (int)v;
-    }
-    lua_pop(L, 1);
+}
+
+/* How the connection authenticates (creds, user and password, or token)
+ * and its TLS files, each checked readable now. */
+static void opt_auth(lua_State *L, int t, const char *stage,
+                     seda_remote_opts *ro)
+{
     ro->creds = opt_str(L, t, stage, "creds");
     ro->user = opt_str(L, t, stage, "user");
     ro->password = opt_str(L, t, stage, "password");
@@ -182,6 +156,48 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
         check_readable(L, stage, "tls.key", ro->tls_key);
     }
     lua_pop(L, 1);                      /* the strings stay in the table */
+}
+
+void seda__l_remote_opts(lua_State *L, int t, const char *stage,
+                         seda_remote_opts *ro)
+{
+    if (!lua_istable(L, t))
+        luaL_error(L, "stage '%s': remote must be a table { url = "
+                   "\"nats://host:port\", ... } (got %s)", stage,
+                   luaL_typename(L, t));
+    seda__l_check_keys(L, t, remote_keys,
+                       lua_pushfstring(L, "stage '%s': remote", stage));
+    lua_pop(L, 1);
+    seda_remote_opts_init(ro);
+    ro->url = opt_str(L, t, stage, "url");
+    opt_urls(L, t, stage, ro);
+    if (!ro->url && !ro->urls)
+        luaL_error(L, "stage '%s': remote: url is required (or urls) "
+                   "(\"nats://host:port\")", stage);
+    const char *s = opt_str(L, t, stage, "stream");
+    if (s)
+        ro->stream = s;
+    ro->subject = opt_str(L, t, stage, "subject");
+    ro->consumer = opt_str(L, t, stage, "consumer");
+    ro->ack_wait = opt_secs(L, t, stage, "ack_wait", 0);
+    ro->connect_timeout = opt_secs(L, t, stage, "connect_timeout",
+                                   ro->connect_timeout);
+    ro->dedup_window = opt_secs(L, t, stage, "dedup_window",
+                                ro->dedup_window);
+    ro->low_latency = opt_bool(L, t, stage, "low_latency", ro->low_latency);
+    ro->tap = opt_bool(L, t, stage, "tap", ro->tap);
+    lua_getfield(L, t, "replicas");
+    if (!lua_isnil(L, -1)) {
+        int isint = 0;
+        lua_Integer v = lua_type(L, -1) == LUA_TNUMBER
+                            ? lua_tointegerx(L, -1, &isint) : 0;
+        if (!isint || v < 1 || v > 5)
+            luaL_error(L, "stage '%s': remote: replicas must be an integer "
+                       "1-5", stage);
+        ro->replicas = (int)v;
+    }
+    lua_pop(L, 1);
+    opt_auth(L, t, stage, ro);
     lua_getfield(L, t, "max_ack_pending");
     if (!lua_isnil(L, -1)) {
         int isint = 0;

@@ -144,7 +144,8 @@ done
 # Every relative link of those pages (and of tests/ and bench/ READMEs)
 # names a file that exists.
 for doc in "$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT/tests/README.md" \
-           "$ROOT/bench/README.md" "$ROOT/src/README.md"; do
+           "$ROOT/bench/README.md" "$ROOT/src/README.md" \
+           "$ROOT/src/core/README.md"; do
     dir=$(dirname "$doc")
     bad=""
     for l in $(grep -o '](\([^)# ]*\)' "$doc" | sed 's/^](//' |
