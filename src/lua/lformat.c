@@ -29,7 +29,7 @@
  *       table (a map); strings that are not UTF-8 are bin.
  *       raw: the payload must be a string; the body is its bytes.
  *
- * Sections: buffers and paths, reading the codec, JSON, MessagePack, raw,
+ * Sections: paths, reading the codec, JSON, MessagePack, raw,
  * the tables.
  */
 #include <jansson.h>
@@ -42,94 +42,12 @@
 
 #include "lcodec.h"
 #include "lcodec_read.h"
+#include "lcodec_write.h"
 #include "lseda.h"
 #include "seda_lua.h"
 #include "seda_remote.h"
 
-/* ---- buffers and paths ---- */
-
-/* A growable buffer of codec bytes (malloc'd: handed to the caller). */
-struct fbuf {
-    unsigned char *p;
-    size_t len, cap;
-    bool oom;                   /* an append failed */
-};
-
-static void fb_put(struct fbuf *b, const void *p, size_t n)
-{
-    if (b->oom || n == 0)               /* (an empty string may be NULL) */
-        return;
-    if (n > b->cap - b->len) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap - b->len < n && cap < SIZE_MAX / 2)
-            cap *= 2;
-        unsigned char *np = cap - b->len >= n ? realloc(b->p, cap) : NULL;
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-static void fb_byte(struct fbuf *b, unsigned c)
-{
-    unsigned char x = (unsigned char)c;
-    fb_put(b, &x, 1);
-}
-
-static void fb_le(struct fbuf *b, uint64_t v, int n)
-{
-    unsigned char t[8];
-    for (int i = 0; i < n; i++)
-        t[i] = (unsigned char)(v >> (8 * i));
-    fb_put(b, t, (size_t)n);
-}
-
-static void fb_int(struct fbuf *b, int64_t v)
-{
-    if (v >= -32 && v <= 127)
-        fb_byte(b, (unsigned)(SEDA_TAG_FIXINT + 0x20 + v));
-    else if (v >= INT32_MIN && v <= INT32_MAX)
-        fb_byte(b, SEDA_TAG_INT8 + 2), fb_le(b, (uint64_t)v, 4);
-    else
-        fb_byte(b, SEDA_TAG_INT8 + 3), fb_le(b, (uint64_t)v, 8);
-}
-
-static void fb_float(struct fbuf *b, double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    fb_byte(b, SEDA_TAG_FLOAT);
-    fb_le(b, u, 8);
-}
-
-static void fb_str(struct fbuf *b, const void *s, size_t n)
-{
-    if (n < 32) {
-        fb_byte(b, SEDA_TAG_FIXSTR + (unsigned)n);
-    } else {
-        fb_byte(b, SEDA_TAG_STR8 + 3);
-        fb_le(b, n, 8);
-    }
-    fb_put(b, s, n);
-}
-
-static void fb_table(struct fbuf *b, uint64_t narr, uint64_t nrec)
-{
-    if (narr <= 255 && nrec <= 255) {
-        fb_byte(b, SEDA_TAG_TBL8);
-        fb_byte(b, (unsigned)narr);
-        fb_byte(b, (unsigned)nrec);
-    } else {
-        fb_byte(b, SEDA_TAG_TBL32);
-        fb_le(b, narr, 4);
-        fb_le(b, nrec, 4);
-    }
-}
+/* ---- paths ---- */
 
 /* The path to the value at hand, for messages: "payload.items[3]". */
 struct path {
@@ -357,7 +275,7 @@ static int json_enc(int kind, const void *p, size_t len, void **out,
     return 0;
 }
 
-static void from_json(struct fbuf *b, json_t *j, int depth, bool *deep)
+static void from_json(struct buf *b, json_t *j, int depth, bool *deep)
 {
     if (depth >= SEDA_CODEC_MAX_DEPTH) {
         *deep = true;
@@ -365,43 +283,43 @@ static void from_json(struct fbuf *b, json_t *j, int depth, bool *deep)
     }
     switch (json_typeof(j)) {
     case JSON_NULL:
-        fb_byte(b, SEDA_TAG_NULL);
+        seda__l_cw_byte(b, SEDA_TAG_NULL);
         break;
     case JSON_TRUE:
-        fb_byte(b, SEDA_TAG_TRUE);
+        seda__l_cw_byte(b, SEDA_TAG_TRUE);
         break;
     case JSON_FALSE:
-        fb_byte(b, SEDA_TAG_FALSE);
+        seda__l_cw_byte(b, SEDA_TAG_FALSE);
         break;
     case JSON_INTEGER:
-        fb_int(b, (int64_t)json_integer_value(j));
+        seda__l_cw_int(b, (int64_t)json_integer_value(j));
         break;
     case JSON_REAL: {
         /* 2.0 is 2: JSON does not tell them apart (nor do writers). */
         double d = json_real_value(j);
         if (d == floor(d) && d >= -0x1p63 && d < 0x1p63)
-            fb_int(b, (int64_t)d);
+            seda__l_cw_int(b, (int64_t)d);
         else
-            fb_float(b, d);
+            seda__l_cw_float(b, d);
         break;
     }
     case JSON_STRING:
-        fb_str(b, json_string_value(j), json_string_length(j));
+        seda__l_cw_str(b, json_string_value(j), json_string_length(j));
         break;
     case JSON_ARRAY: {
         size_t n = json_array_size(j);
-        fb_table(b, n, 0);
+        seda__l_cw_table(b, n, 0);
         for (size_t i = 0; i < n; i++)
             from_json(b, json_array_get(j, i), depth + 1, deep);
         break;
     }
     case JSON_OBJECT: {
-        fb_table(b, 0, json_object_size(j));
+        seda__l_cw_table(b, 0, json_object_size(j));
         const char *k;
         size_t kl;
         json_t *x;
         json_object_keylen_foreach(j, k, kl, x) {
-            fb_str(b, k, kl);
+            seda__l_cw_str(b, k, kl);
             from_json(b, x, depth + 1, deep);
         }
         break;
@@ -419,11 +337,11 @@ static int json_dec(const void *p, size_t len, int *kind, void **out,
                  je.line, je.column);
         return -1;
     }
-    struct fbuf b = { 0 };
+    struct buf b = { 0 };
     bool deep = false;
     from_json(&b, root, 0, &deep);
     json_decref(root);
-    if (b.oom || deep) {
+    if (b.failed || deep) {
         free(b.p);
         snprintf(err, errlen, deep ? "JSON: nested deeper than %d"
                                    : "out of memory reading JSON",
@@ -534,7 +452,7 @@ static void mp_refuse(char *err, size_t errlen, bool *bad, const char *why)
     *bad = true;
 }
 
-static void from_mp(struct fbuf *b, const msgpack_object *o, int depth,
+static void from_mp(struct buf *b, const msgpack_object *o, int depth,
                     bool key, char *err, size_t errlen, bool *bad)
 {
     if (depth >= SEDA_CODEC_MAX_DEPTH)
@@ -543,39 +461,39 @@ static void from_mp(struct fbuf *b, const msgpack_object *o, int depth,
     case MSGPACK_OBJECT_NIL:
         if (key)
             return mp_refuse(err, errlen, bad, "a map key is nil");
-        fb_byte(b, SEDA_TAG_NULL);
+        seda__l_cw_byte(b, SEDA_TAG_NULL);
         break;
     case MSGPACK_OBJECT_BOOLEAN:
-        fb_byte(b, o->via.boolean ? SEDA_TAG_TRUE : SEDA_TAG_FALSE);
+        seda__l_cw_byte(b, o->via.boolean ? SEDA_TAG_TRUE : SEDA_TAG_FALSE);
         break;
     case MSGPACK_OBJECT_POSITIVE_INTEGER:
         if (o->via.u64 > INT64_MAX)
             return mp_refuse(err, errlen, bad, "an integer over 2^63-1");
-        fb_int(b, (int64_t)o->via.u64);
+        seda__l_cw_int(b, (int64_t)o->via.u64);
         break;
     case MSGPACK_OBJECT_NEGATIVE_INTEGER:
-        fb_int(b, o->via.i64);
+        seda__l_cw_int(b, o->via.i64);
         break;
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64:
         if (key && isnan(o->via.f64))
             return mp_refuse(err, errlen, bad, "a map key is nan");
-        fb_float(b, o->via.f64);
+        seda__l_cw_float(b, o->via.f64);
         break;
     case MSGPACK_OBJECT_STR:
-        fb_str(b, o->via.str.ptr, o->via.str.size);
+        seda__l_cw_str(b, o->via.str.ptr, o->via.str.size);
         break;
     case MSGPACK_OBJECT_BIN:
-        fb_str(b, o->via.bin.ptr, o->via.bin.size);
+        seda__l_cw_str(b, o->via.bin.ptr, o->via.bin.size);
         break;
     case MSGPACK_OBJECT_ARRAY:
-        fb_table(b, o->via.array.size, 0);
+        seda__l_cw_table(b, o->via.array.size, 0);
         for (uint32_t i = 0; i < o->via.array.size && !*bad; i++)
             from_mp(b, &o->via.array.ptr[i], depth + 1, false, err, errlen,
                     bad);
         break;
     case MSGPACK_OBJECT_MAP:
-        fb_table(b, 0, o->via.map.size);
+        seda__l_cw_table(b, 0, o->via.map.size);
         for (uint32_t i = 0; i < o->via.map.size && !*bad; i++) {
             from_mp(b, &o->via.map.ptr[i].key, depth + 1, true, err, errlen,
                     bad);
@@ -679,11 +597,11 @@ static int mp_dec(const void *p, size_t len, int *kind, void **out,
         msgpack_unpacked_destroy(&u);
         return -1;
     }
-    struct fbuf b = { 0 };
+    struct buf b = { 0 };
     bool bad = false;
     from_mp(&b, &u.data, 0, false, err, errlen, &bad);
     msgpack_unpacked_destroy(&u);
-    if (bad || b.oom) {
+    if (bad || b.failed) {
         if (!bad)
             snprintf(err, errlen, "out of memory reading MessagePack");
         free(b.p);

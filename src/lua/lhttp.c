@@ -131,11 +131,11 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
             memchr(vs, '\n', vl) || memchr(vs, '\r', vl))
             continue;
         a->offs[2 * n] = a->names.len;
-        seda__l_hw_put(&a->names, k.s, k.len);
-        seda__l_hw_put_byte(&a->names, 0);
+        seda__l_cw_put(&a->names, k.s, k.len);
+        seda__l_cw_byte(&a->names, 0);
         a->offs[2 * n + 1] = a->names.len;
-        seda__l_hw_put(&a->names, vs, vl);
-        seda__l_hw_put_byte(&a->names, 0);
+        seda__l_cw_put(&a->names, vs, vl);
+        seda__l_cw_byte(&a->names, 0);
         n++;
     }
     if (a->names.failed)

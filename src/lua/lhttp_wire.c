@@ -13,84 +13,16 @@
 
 #include "lhttp_wire.h"
 
-/* ---- a byte buffer ---- */
-
-
-void seda__l_hw_put(struct buf *b, const void *d, size_t n)
-{
-    if (b->failed)
-        return;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n)
-            cap *= 2;
-        unsigned char *p = b->borrowed ? malloc(cap) : realloc(b->p, cap);
-        if (!p) {
-            b->failed = true;
-            return;
-        }
-        if (b->borrowed)
-            memcpy(p, b->p, b->len);
-        b->borrowed = false;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, d, n);
-    b->len += n;
-}
-
-void seda__l_hw_put_byte(struct buf *b, unsigned c)
-{
-    unsigned char x = (unsigned char)c;
-    seda__l_hw_put(b, &x, 1);
-}
-
-static void put_le(struct buf *b, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        seda__l_hw_put_byte(b, (unsigned)(v >> (8 * i)) & 0xff);
-}
-
 static void put_cstr(struct buf *b, const char *s)
 {
-    seda__l_hw_put(b, s, strlen(s));
+    seda__l_cw_put(b, s, strlen(s));
 }
 
 /* ---- the request as a payload (the wire format of lcodec.c) ---- */
 
-static void w_str(struct buf *b, const void *s, size_t n)
+static void cw_cstr(struct buf *b, const char *s)
 {
-    if (n <= 31) {
-        seda__l_hw_put_byte(b, SEDA_TAG_FIXSTR + (unsigned)n);
-    } else if (n <= 0xff) {
-        seda__l_hw_put_byte(b, SEDA_TAG_STR8);
-        put_le(b, n, 1);
-    } else if (n <= 0xffff) {
-        seda__l_hw_put_byte(b, SEDA_TAG_STR8 + 1);
-        put_le(b, n, 2);
-    } else {
-        seda__l_hw_put_byte(b, SEDA_TAG_STR8 + 3);
-        put_le(b, n, 8);
-    }
-    seda__l_hw_put(b, s, n);
-}
-
-static void w_cstr(struct buf *b, const char *s)
-{
-    w_str(b, s, strlen(s));
-}
-
-static void w_table(struct buf *b, uint32_t narr, uint32_t nrec)
-{
-    if (narr <= 0xff && nrec <= 0xff) {
-        seda__l_hw_put_byte(b, SEDA_TAG_TBL8);
-        seda__l_hw_put_byte(b, narr);
-        seda__l_hw_put_byte(b, nrec);
-    } else {
-        seda__l_hw_put_byte(b, SEDA_TAG_TBL32);
-        put_le(b, narr, 4);
-        put_le(b, nrec, 4);
-    }
+    seda__l_cw_str(b, s, strlen(s));
 }
 
 typedef void (*pair_at)(const seda_http_req_t *r, int i, const char **k,
@@ -117,14 +49,14 @@ static void w_pairs(struct buf *b, const seda_http_req_t *r, int n,
     int distinct = 0;
     for (int i = 0; i < n; i++)
         distinct += !seen_before(r, i, at);
-    w_table(b, 0, (uint32_t)distinct);
+    seda__l_cw_table(b, 0, (uint32_t)distinct);
     for (int i = 0; i < n; i++) {
         const char *k, *v;
         at(r, i, &k, &v);
         if (seen_before(r, i, at))
             continue;
-        w_cstr(b, k);
-        w_cstr(b, v);
+        cw_cstr(b, k);
+        cw_cstr(b, v);
     }
 }
 
@@ -132,17 +64,17 @@ void seda__l_hw_encode_request(struct buf *b, const seda_http_req_t *r)
 {
     size_t blen;
     const void *body = seda_http_req_body(r, &blen);
-    w_table(b, 0, 5);
-    w_cstr(b, "method");
-    w_cstr(b, seda_http_req_method(r));
-    w_cstr(b, "path");
-    w_cstr(b, seda_http_req_path(r));
-    w_cstr(b, "query");
+    seda__l_cw_table(b, 0, 5);
+    cw_cstr(b, "method");
+    cw_cstr(b, seda_http_req_method(r));
+    cw_cstr(b, "path");
+    cw_cstr(b, seda_http_req_path(r));
+    cw_cstr(b, "query");
     w_pairs(b, r, seda_http_req_query_count(r), seda_http_req_query_at);
-    w_cstr(b, "headers");
+    cw_cstr(b, "headers");
     w_pairs(b, r, seda_http_req_header_count(r), seda_http_req_header_at);
-    w_cstr(b, "body");
-    w_str(b, body, blen);
+    cw_cstr(b, "body");
+    seda__l_cw_str(b, body, blen);
 }
 
 /* ---- reading a payload (the wire format) ---- */
@@ -176,21 +108,21 @@ int seda__l_hw_rd_skip_rest(struct cr *r, const struct cval *v, int depth)
 
 static void json_str(struct buf *b, const unsigned char *s, size_t n)
 {
-    seda__l_hw_put_byte(b, '"');
+    seda__l_cw_byte(b, '"');
     for (size_t i = 0; i < n; i++) {
         unsigned c = s[i];
         if (c == '"' || c == '\\') {
-            seda__l_hw_put_byte(b, '\\');
-            seda__l_hw_put_byte(b, c);
+            seda__l_cw_byte(b, '\\');
+            seda__l_cw_byte(b, c);
         } else if (c < 0x20) {
             char e[8];
             snprintf(e, sizeof e, "\\u%04x", c);
             put_cstr(b, e);
         } else {
-            seda__l_hw_put_byte(b, c);
+            seda__l_cw_byte(b, c);
         }
     }
-    seda__l_hw_put_byte(b, '"');
+    seda__l_cw_byte(b, '"');
 }
 
 void seda__l_hw_json_num(struct buf *b, const struct cval *v)
@@ -229,14 +161,14 @@ static int json_key(struct buf *b, struct cr *r, int depth)
         json_str(b, k.s, k.len);
         return 0;
     }
-    seda__l_hw_put_byte(b, '"');
+    seda__l_cw_byte(b, '"');
     if (k.t == CV_INT || k.t == CV_FLOAT)
         seda__l_hw_json_num(b, &k);
     else if (k.t == CV_BOOL)
         put_cstr(b, k.i ? "true" : "false");
     else if (seda__l_hw_rd_skip_rest(r, &k, depth) != 0)
         return -1;
-    seda__l_hw_put_byte(b, '"');
+    seda__l_cw_byte(b, '"');
     return 0;
 }
 
@@ -266,10 +198,10 @@ int seda__l_hw_json_rest(struct buf *b, struct cr *r, const struct cval *v,
     if (depth > MAX_DEPTH)
         return -1;
     bool array = v->nrec == 0 && v->narr > 0;
-    seda__l_hw_put_byte(b, array ? '[' : '{');
+    seda__l_cw_byte(b, array ? '[' : '{');
     for (uint64_t i = 0; i < v->narr; i++) {
         if (i)
-            seda__l_hw_put_byte(b, ',');
+            seda__l_cw_byte(b, ',');
         if (!array) {
             char k[32];
             snprintf(k, sizeof k, "\"%llu\":", (unsigned long long)i + 1);
@@ -280,14 +212,14 @@ int seda__l_hw_json_rest(struct buf *b, struct cr *r, const struct cval *v,
     }
     for (uint64_t i = 0; i < v->nrec; i++) {
         if (i || v->narr)
-            seda__l_hw_put_byte(b, ',');
+            seda__l_cw_byte(b, ',');
         if (json_key(b, r, depth + 1) != 0)
             return -1;
-        seda__l_hw_put_byte(b, ':');
+        seda__l_cw_byte(b, ':');
         if (json_value(b, r, depth + 1) != 0)
             return -1;
     }
-    seda__l_hw_put_byte(b, array ? ']' : '}');
+    seda__l_cw_byte(b, array ? ']' : '}');
     return 0;
 }
 

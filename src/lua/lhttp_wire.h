@@ -14,21 +14,9 @@
 #include <stdint.h>
 
 #include "lcodec_read.h"
+#include "lcodec_write.h"
 #include "lseda.h"
 #include "seda_http.h"
-
-/* A growing byte buffer (malloc'd, or the caller's array while it fits);
- * failed once an allocation failed. */
-struct buf {
-    unsigned char *p;
-    size_t len, cap;
-    bool failed;
-    bool borrowed;              /* p is the caller's (a stack array) */
-};
-
-/* Append n bytes (or one). */
-SEDA__API void seda__l_hw_put(struct buf *b, const void *d, size_t n);
-SEDA__API void seda__l_hw_put_byte(struct buf *b, unsigned c);
 
 /* The request as the payload { method, path, query, headers, body }. */
 SEDA__API void seda__l_hw_encode_request(struct buf *b, const seda_http_req_t *r);
