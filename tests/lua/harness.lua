@@ -233,6 +233,21 @@ local function remove_tmpdirs()
   tmpdirs = {}
 end
 
+-- Run a shell command: its output without trailing space, or nil when
+-- it failed.
+function T.sh(cmd)
+  local p = io.popen(cmd)
+  local out = p:read("a")
+  local ok = p:close()
+  return ok and (out:gsub("%s+$", "")) or nil
+end
+
+-- tests/remote/natsd.sh WHAT DIR: "start" a nats-server with JetStream
+-- (its store in DIR) and give its url, or "stop" it.
+function T.natsd(what, dir)
+  return T.sh("sh " .. T.dir .. "../remote/natsd.sh " .. what .. " " .. dir)
+end
+
 function T.write(path, text)
   local f = assert(io.open(path, "w"))
   f:write(text)

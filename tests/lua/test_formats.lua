@@ -7,15 +7,8 @@
 local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
 local seda = require "seda"
 
-local natsd = T.dir .. "../remote/natsd.sh"
 local dir = T.tmpdir() .. "/nats"
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  local ok = p:close()
-  return ok and out:gsub("%s+$", "") or nil
-end
-local URL = assert(sh("sh " .. natsd .. " start " .. dir), "nats-server did not start")
+local URL = assert(T.natsd("start", dir), "nats-server did not start")
 
 T.test("seda.null is the NULL light userdata and travels in the codec", function()
   T.eq(type(seda.null), "userdata", "type")
@@ -221,6 +214,6 @@ T.test("format is checked: a name, and only on remote stages", function()
   bus:shutdown(5)
 end)
 
-sh("sh " .. natsd .. " stop " .. dir)
+T.natsd("stop", dir)
 os.execute("rm -rf '" .. dir .. "'")
 T.done()

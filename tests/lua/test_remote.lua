@@ -8,15 +8,8 @@
 local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
 local seda = require "seda"
 
-local natsd = T.dir .. "../remote/natsd.sh"
 local dir = T.tmpdir() .. "/nats"
-local function sh(cmd)
-  local p = io.popen(cmd)
-  local out = p:read("a")
-  local ok = p:close()
-  return ok and out:gsub("%s+$", "") or nil
-end
-local URL = assert(sh("sh " .. natsd .. " start " .. dir), "nats-server did not start")
+local URL = assert(T.natsd("start", dir), "nats-server did not start")
 
 local function h() end
 
@@ -132,14 +125,14 @@ T.test("publish refuses 'unavailable' while the server is down", function()
   bus:stage{ name = "svc", remote = { url = URL, stream = "LT3" } }
   T.eq(bus:publish("svc", "x"), true, "up")
   T.ok(bus:wait(10), "acknowledged")
-  assert(sh("sh " .. natsd .. " stop " .. dir))
+  assert(T.natsd("stop", dir))
   local deadline = seda.now() + 20
   local ok, why
   repeat ok, why = bus:publish("svc", "x") until not ok or seda.now() > deadline
   T.eq(ok, false, "refused")
   T.eq(why, "unavailable", "reason")
   T.eq(bus:stats("svc").remote.state ~= "connected", true, "state says so")
-  assert(sh("sh " .. natsd .. " start " .. dir), "restart")
+  assert(T.natsd("start", dir), "restart")
   deadline = seda.now() + 20
   repeat ok, why = bus:publish("svc", "y") until ok or seda.now() > deadline
   T.eq(ok, true, "accepted again after the restart")
@@ -167,7 +160,7 @@ local d = seda.now() + 10
 repeat bus:wait(0.05) until bus:stats("r").remote.js_age >= 0 or seda.now() > d
 ]])
   h:close()
-  local out = sh("printf 'stats()\\n' | timeout 30 " .. exe .. " -i " .. f ..
+  local out = T.sh("printf 'stats()\\n' | timeout 30 " .. exe .. " -i " .. f ..
                  " " .. URL .. " 2>&1")
   os.remove(f)
   T.contains(out, "handed_off=3", "bus line")
@@ -177,6 +170,6 @@ repeat bus:wait(0.05) until bus:stats("r").remote.js_age >= 0 or seda.now() > d
   T.contains(out, "published=3 publishing=0 failed=0 | taken=3 acked=3", "figures")
 end)
 
-sh("sh " .. natsd .. " stop " .. dir)
+T.natsd("stop", dir)
 os.execute("rm -rf '" .. dir .. "'")
 T.done()
