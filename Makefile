@@ -197,7 +197,7 @@ ZDEFS        := -Wl,-z,defs
 ALL += $(LIBSEDA_SOV) $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO)
 
 .PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak soak-remote
-.PHONY: serve
+.PHONY: serve tsan-repeat test-bins
 .SECONDARY:
 FUZZ_SECONDS ?= 60
 all: $(ALL)
@@ -348,6 +348,17 @@ asan:
 
 tsan:
 	$(MAKE) V=tsan test
+
+# Each test of the TSan build N times (scripts/tsan-repeat.sh; ONLY=
+# narrows it to some tests): a race that shows once in ten runs is
+# found here rather than by CI.
+N ?= 10
+tsan-repeat:
+	$(MAKE) V=tsan test-bins
+	N=$(N) ONLY='$(ONLY)' sh scripts/tsan-repeat.sh
+
+# What make test runs, built and not run.
+test-bins: all $(TEST_BIN) $(LINK_CORE)
 
 run: all
 	$(SEDA_LUA) examples/pipeline.lua

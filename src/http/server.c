@@ -130,7 +130,14 @@ struct seda_http_server_s {
     seda_http_opts o;
     char *addr;                 /* o.addr's copy */
     int port;
-    int lfd;                    /* listening socket, or -1 once closed */
+    int lfd;                    /* listening socket, or -1 once quiesced */
+    int qfd;                    /* the quiesced listening socket, kept open
+                                   until MHD_stop_daemon has returned: MHD's
+                                   thread may still use it (its header says
+                                   so), and a number closed early could be
+                                   reused under it; -1 if none.  Written by
+                                   the first quiesce (under mu's flag),
+                                   read by free after the daemon stopped */
     int refs;                   /* self + requests the application holds */
     bool stop;
     bool quiesced;
@@ -760,6 +767,7 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
     s->addr = strdup(o->addr);
     s->o.addr = s->addr;
     s->refs = 1;
+    s->qfd = -1;
     for (int i = 0; i < WIN_SLOTS; i++)
         s->win[i].sec = -1;
     pthread_mutex_init(&s->mu, NULL);
@@ -801,8 +809,7 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
         return -EIO;
     }
     if (pthread_create(&s->reaper, NULL, reaper_main, s) != 0) {
-        MHD_stop_daemon(s->daemon);
-        close(fd);
+        MHD_stop_daemon(s->daemon);     /* closes fd: it was never quiesced */
         snprintf(err, errlen, "cannot start a thread");
         pthread_mutex_lock(&s->mu);
         server_release_locked(s);
@@ -827,8 +834,12 @@ void seda_http_server_quiesce(seda_http_server_t *s)
     if (!first)
         return;
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
-    if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+    if (fd != MHD_INVALID_SOCKET) {
+        /* Refuse new connections now, as a close would, without giving
+         * the number back: shutdown leaves the descriptor allocated. */
+        shutdown(fd, SHUT_RDWR);
+        s->qfd = fd;                    /* closed in free, after the stop */
+    }
     s->lfd = -1;
 }
 
@@ -876,6 +887,9 @@ void seda_http_server_free(seda_http_server_t *s, double grace)
     if (s->reaper_on)
         pthread_join(s->reaper, NULL);
     MHD_stop_daemon(s->daemon);
+    if (s->qfd >= 0)
+        close(s->qfd);                  /* no MHD thread is left to use it */
+    s->qfd = -1;
     pthread_mutex_lock(&s->mu);
     server_release_locked(s);
 }
