@@ -22,7 +22,7 @@ fi
 # ---- the address rules -------------------------------------------------
 echo 'print("the-script-ran")' >"$D/noop.lua"
 out=$("$SEDA" --http 8080 "$D/noop.lua" 2>&1); rc=$?
-check "--http without --serve or -i is refused" [ "$rc" = 1 ]
+check "--http without --serve or -i is refused: a usage error, 2" [ "$rc" = 2 ]
 check "... naming the rule" contains "$out" "--http needs --serve or -i"
 check "... before the script runs" eval '! contains "$out" the-script-ran'
 out=$("$SEDA" --serve --http example.com:80 "$D/noop.lua" 2>&1); rc=$?
