@@ -940,7 +940,7 @@ function M.finish(drain, wait_first)
     local b = buses()[1]
     if not b or seen[b] then break end
     seen[b] = true
-    -- Listeners stop accepting, as bus:shutdown does first (SPEC 13: at
+    -- Listeners stop accepting, as bus:shutdown does first (at
     -- SIGINT/SIGTERM the program stops accepting, answers what is in
     -- flight, and exits).
     C.quiesce(b)

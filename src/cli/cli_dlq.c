@@ -371,8 +371,9 @@ static void show_row(FILE *f, const struct drow *r)
         put_time(f, r->published_wall);
     else
         fputs("unknown (journaled before schema 2)", f);
-    fprintf(f, " (%.6f on the publishing bus's monotonic clock)\nheaders:\n",
-            r->published_at);
+    /* Wall-clock only: the publishing bus's monotonic clock (published_at,
+     * what replay orders by) means nothing outside that process. */
+    fputs("\nheaders:\n", f);
     const char *p = (const char *)r->hdr, *end = p + r->hlen, *k, *v;
     while (hdr_next(&p, end, &k, &v)) {
         fputs("  ", f);

@@ -155,6 +155,12 @@ for doc in "$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT/tests/README.md" \
     check "${doc#"$ROOT"/}: every relative link resolves ($bad)" [ -z "$bad" ]
 done
 
+# What a user reads stands alone: no page, example, man page or Lua
+# module cites a specification the repository does not ship ("SPEC",
+# "SPEC.md", "SPEC §12").
+spec=$(cd "$ROOT" && grep -rlw 'SPEC\(\.md\)\?' README.md docs examples lua 2>/dev/null | tr '\n' ' ')
+check "no user-facing file cites a SPEC the repository does not have ($spec)" [ -z "$spec" ]
+
 # The runner itself: an unmarked failing block fails, a partial one with
 # a syntax error fails, a block left open fails.
 mkdir -p "$D/self"
