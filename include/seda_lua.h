@@ -45,10 +45,10 @@ const struct seda_remote_format *seda_lua_format(const char *name);
  * every live bus of the process in creation order, each with .name and
  * the methods stats, errors, dead_letters and histogram as on the bus
  * object (a view of a bus shut down since returns nil, "closed"); now(),
- * process() and version as in the seda module.  The views never wait for
- * the main state, so they answer while it is busy.  O may be used from
- * any one thread at a time; several observer states may exist.  Raises
- * only on allocation failure. */
+ * process(), version and shared as in the seda module.  The views never
+ * wait for the main state, so they answer while it is busy.  O may be
+ * used from any one thread at a time; several observer states may exist.
+ * Raises only on allocation failure. */
 int seda_lua_open_observer(lua_State *O);
 
 /* ---- driving the main state from a host's event loop ----

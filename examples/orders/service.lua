@@ -1,7 +1,7 @@
--- examples/orders/service.lua -- an HTTP service on the bus (SPEC.md
--- section 13): POST /orders goes through parse -> price -> store and the
--- response comes back; price asks an upstream for a quote through
--- seda.http.request (section 12: the call suspends, no worker waits);
+-- examples/orders/service.lua -- an HTTP service on the bus (bus:listen,
+-- docs/guide.md "HTTP ingress"): POST /orders goes through parse -> price
+-- -> store and the response comes back; price asks an upstream for a quote
+-- through seda.http.request (the call suspends, no worker waits);
 -- shedding at the door keeps latency bounded under overload.
 --
 --   seda-lua examples/orders/service.lua [PORT]      (default 8080)

@@ -13,11 +13,16 @@ local M = {}
 
 local fmt, concat, sort = string.format, table.concat, table.sort
 
--- s with its control bytes (but newline and tab) shown as \xNN: what a
--- handler's error says is printed on an operator's terminal, and a
--- payload must not retitle the window, clear the screen or fake lines.
-local function printable(s)
-  return (tostring(s):gsub("[%z\1-\8\11-\31\127]", function(c)
+-- printable(s [, lines]): s made safe for an operator's terminal (its
+-- controls, C1 controls and invalid UTF-8 bytes shown as \xNN; lines
+-- true keeps newlines and tabs): what a handler's error, an envelope's id,
+-- header or payload says must not retitle the window, clear the screen or
+-- fake lines.  The one escaping function of every text view (C.printable,
+-- src/cli/cli_term.c); the observer state, which prints nothing, has a
+-- plain fallback.
+local printable = C.printable or function(s, lines)
+  local pat = lines and "[%z\1-\8\11-\31\127-\255]" or "[%z\1-\31\127-\255]"
+  return (tostring(s):gsub(pat, function(c)
     return fmt("\\x%02x", c:byte())
   end))
 end
@@ -307,18 +312,23 @@ local function bus_name(stats, index)
   return stats and stats.name or ("bus" .. tostring(index))
 end
 
--- The text of the stats table: one block per live bus.
-function M.format_stats()
+-- The text of the stats table: one block per live bus; with only_bus and
+-- only_stage, that bus's block with that stage's row alone.  Made safe
+-- for a terminal (printable): a reload error or a server's message says
+-- anything.
+function M.format_stats(only_bus, only_stage)
   local now = seda.now()
   local snap = snapshot()
   if #snap == 0 then return "no live bus\n" end
   local text = {}
   for _, e in ipairs(snap) do
+    if only_bus and not rawequal(e.bus, only_bus) then goto next_bus end
     local bs = e.stats
     local rows, errs, remotes = {}, {}, {}
     local tot = { depth = 0, cap = 0, inflt = 0, del = 0, nack = 0,
                   drop = 0, dead = 0 }
     for _, name in ipairs(stage_names(bs)) do
+      if only_stage and name ~= only_stage then goto next_stage end
       local s = bs.stages[name]
       local r = rate1(e.bus, name, s, now)
       rows[#rows + 1] = {
@@ -344,8 +354,9 @@ function M.format_stats()
           remotes[#remotes + 1] = l
         end
       end
+      ::next_stage::
     end
-    local okr, recent = pcall(e.bus.errors, e.bus)
+    local okr, recent = pcall(e.bus.errors, e.bus, only_stage)
     local lasts, seen = {}, {}
     for _, x in ipairs(okr and recent or {}) do      -- newest first
       if not seen[x.stage] then
@@ -356,11 +367,11 @@ function M.format_stats()
           when(x.time), x.repeats > 1 and fmt(" x%d", x.repeats) or "", msg)
       end
     end
-    rows[#rows + 1] = {
+    if not only_stage then rows[#rows + 1] = {
       "(total)", num(tot.depth) .. "/" .. num(tot.cap), num(tot.inflt), "",
       num(tot.del), num(tot.nack), num(tot.drop), num(tot.dead), "", "", "",
       "", "",
-    }
+    } end
     -- The journal's troubles, only when there are some.
     local journal = ""
     if (bs.quarantined or 0) > 0 then
@@ -401,8 +412,9 @@ function M.format_stats()
       text[#text + 1] = "  last reload error: " .. l
     end
     for _, l in ipairs(lasts) do text[#text + 1] = l end
+    ::next_bus::
   end
-  return concat(text, "\n") .. "\n"
+  return printable(concat(text, "\n") .. "\n", true)
 end
 
 -- The banner of the REPL (-i on a terminal, attach): the version, the
@@ -443,13 +455,28 @@ end
 
 local G = {}
 
--- stats(): { [stage] = stage stats } over every live bus (a name used by
--- several buses: the first bus's stage, the others as "name#2", ...); its
--- tostring is the aligned table, so typing stats() at the REPL prints it.
+-- stats([stage]): { [stage] = stage stats } over every live bus (a name
+-- used by several buses: the first bus's stage, the others as "name#2",
+-- ...); its tostring is the aligned table, so typing stats() at the REPL
+-- prints it.  stats("fetch") (or "fetch#2"): that stage alone, in both.
 local stats_mt = { __tostring = function(t)
   return (rawget(getmetatable(t), "text") or ""):gsub("\n$", "")
 end }
-function G.stats()
+function G.stats(stage)
+  local only_bus
+  if stage ~= nil then
+    if type(stage) ~= "string" then
+      C.fail("stats: the stage must be a name (a string), as stats() " ..
+           "lists them: stats() or stats(\"name\")")
+    end
+    local name
+    only_bus, name = M.resolve(stage)
+    if not only_bus then C.fail("stats: no such stage '" .. stage .. "'") end
+    local s = only_bus:stats(name)
+    return setmetatable({ [stage] = s }, {
+      __tostring = stats_mt.__tostring,
+      text = M.format_stats(only_bus, name) })
+  end
   local t = setmetatable({}, { __tostring = stats_mt.__tostring,
                                text = M.format_stats() })
   for _, e in ipairs(snapshot()) do
@@ -724,7 +751,11 @@ function M.show_json(printf, ...) out(json_line(...)) end
 -- stage ("name#N" as stats() names it), as they enter, waiting up to secs
 -- (10) in all.  Watching costs the stage nothing when nobody taps.
 function G.tap(stage, n, secs)
-  if type(stage) ~= "string" then fail("tap: stage name must be a string") end
+  if type(stage) ~= "string" then
+    fail("usage: tap(stage [, n = 10 [, seconds = 10]]): print the next n " ..
+         "envelopes entering stage (a name, as stats() lists them), e.g. " ..
+         "tap(\"orders\", 5)")
+  end
   local b, name = resolve(stage)
   if not b then fail("tap: no such stage '" .. stage .. "'") end
   local got, missed = b:tap(name, n or 10, secs or 10)
@@ -733,10 +764,11 @@ function G.tap(stage, n, secs)
     for k, v in pairs(e.headers) do h[#h + 1] = k .. "=" .. v end
     table.sort(h)
     local p = e.payload ~= nil and M.pretty(e.payload)
-              or fmt("%q", e.payload_preview or "")
+              or e.payload_preview or ""
     if #p > 100 then p = p:sub(1, 97) .. "..." end
-    out(fmt("%s %s attempt %d%s  %s\n", name, e.id, e.attempts,
-            #h > 0 and " {" .. table.concat(h, ", ") .. "}" or "", p))
+    out(printable(fmt("%s %s attempt %d%s  ", name, e.id, e.attempts,
+                      #h > 0 and " {" .. table.concat(h, ", ") .. "}" or ""))
+        .. printable(p, true) .. "\n")
   end
   if #got == 0 then out("nothing entered '" .. name .. "'\n") end
   if missed > 0 then out(fmt("(%d missed: shown slower than they came)\n", missed)) end
@@ -753,14 +785,17 @@ function G.dlq(stage)
     for _, d in ipairs(ok and dls or {}) do
       n = n + 1
       local p = d.payload ~= nil and M.pretty(d.payload)
-                or fmt("%q", d.payload_preview or "")
+                or d.payload_preview or ""
       if #p > 100 then p = p:sub(1, 97) .. "..." end
+      -- Every field is shown through printable: an id, a reason, a
+      -- missing stage or an error can say anything.
       out(fmt("%s%s %s %s  %s attempts=%d%s%s\n  payload %s\n",
-              #list > 1 and bus_name(x[1]:stats(), i) .. ": " or "", d.stage,
-              d.id,
-              when(d.at), d.reason, d.attempts,
-              d.missing and " stage=" .. d.missing or "",
-              d.error and "\n  error " .. printable(d.error) or "", p))
+              #list > 1 and bus_name(x[1]:stats(), i) .. ": " or "",
+              printable(d.stage), printable(d.id), when(d.at),
+              printable(d.reason), d.attempts,
+              d.missing and " stage=" .. printable(d.missing) or "",
+              d.error and "\n  error " .. printable(d.error) or "",
+              printable(p, true)))
     end
   end
   if n == 0 then
@@ -773,9 +808,10 @@ local HELP = [[
 seda-lua REPL -- Lua statements and expressions (=expr prints too); results
 are pretty-printed (tables as indented key = value, cut when deep or long).
 The buses keep running while you type.
-  stats()                    table of every stage of every live bus, stages
+  stats([stage])             table of every stage of every live bus, stages
                              in declaration (pipeline) order (returns
-                             { [stage] = stats }; tostring gives the table)
+                             { [stage] = stats }; tostring gives the table);
+                             stats("fetch"): that stage only
   top([seconds])             stats redrawn every `seconds` (default 1) until
                              a key is pressed
   reload([stage])            hot-reload one stage's handler code, or all
@@ -904,7 +940,7 @@ function M.finish(drain, wait_first)
     local b = buses()[1]
     if not b or seen[b] then break end
     seen[b] = true
-    -- Listeners stop accepting, as bus:shutdown does first (SPEC 13: at
+    -- Listeners stop accepting, as bus:shutdown does first (at
     -- SIGINT/SIGTERM the program stops accepting, answers what is in
     -- flight, and exits).
     C.quiesce(b)

@@ -341,5 +341,24 @@ function M.metrics()
       family(m[1], m[2], m[3], { m[1] .. " " .. v })
     end
   end
+  -- seda.shared (process-wide): its size against its bound, and what the
+  -- bound pushed out (least recently used first) or expiry freed.
+  local sh = seda.shared and seda.shared.stats and seda.shared:stats()
+  if sh then
+    for _, m in ipairs{
+      { "seda_shared_keys", "gauge", "Entries in seda.shared.", sh.keys },
+      { "seda_shared_bytes", "gauge", "Bytes seda.shared holds (keys, " ..
+        "values and a fixed cost per entry).", sh.bytes },
+      { "seda_shared_capacity_bytes", "gauge", "The bound on " ..
+        "seda.shared's bytes (seda.shared:capacity()).", sh.capacity },
+      { "seda_shared_evicted_total", "counter", "Live seda.shared " ..
+        "entries evicted, least recently used first, to make room.",
+        sh.evicted },
+      { "seda_shared_expired_total", "counter", "Expired seda.shared " ..
+        "entries freed.", sh.expired },
+    } do
+      family(m[1], m[2], m[3], { m[1] .. " " .. pnum(m[4]) })
+    end
+  end
   return concat(lines, "\n") .. "\n"
 end

@@ -19,6 +19,7 @@
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
  *                  journal, or of a live process (--control PATH)
+ *   cli_term.c     text made safe for a terminal (every text view)
  *
  * Everything here runs on the main thread, the only one that touches the
  * main lua_State, except the observer (cli_observe.c) and what it drives:
@@ -36,6 +37,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <poll.h>
+#include <stdio.h>
 
 #include <lua.h>
 
@@ -97,6 +99,14 @@ struct cli {
 
 extern struct cli cli;
 extern const char *cli_progname;
+
+/* cli_term.c: s[0..n) with the bytes a terminal would obey (controls,
+ * C1 controls, invalid UTF-8) written \xNN, into out (room for 4 * n
+ * bytes); returns the length written.  CLI_TERM_LINES keeps newlines and
+ * tabs.  cli_term_put writes the same to f.  Cannot fail; any thread. */
+enum { CLI_TERM_LINES = 1 };
+size_t cli_term_escape(const char *s, size_t n, int flags, char *out);
+void cli_term_put(FILE *f, const char *s, size_t n, int flags);
 
 /* cli_loop.c */
 int cli_msghandler(lua_State *L);

@@ -568,9 +568,16 @@ int cli_attach(const char *path, const char *expr, bool json)
     } else if (atty) {
         rc = attach_tty();
     } else {
+        /* From a pipe: every line runs (an error does not stop the
+         * rest, as at the prompt); the exit status is 1 when any of
+         * them raised (but for one the user interrupted with Ctrl-C) or
+         * the input ended inside a chunk, as a script's caller needs to
+         * know. */
         char *line = NULL;
         size_t cap = 0;
         ssize_t n;
+        const char *p = aprompt;
+        bool failed = false;
         while ((n = getline(&line, &cap, stdin)) > 0) {
             if (line[n - 1] != '\n') {
                 char *nb = realloc(line, (size_t)n + 1);
@@ -579,12 +586,22 @@ int cli_attach(const char *path, const char *expr, bool json)
                 line = nb;
                 line[n++] = '\n';
             }
-            if (!request(line, (size_t)n)) {
+            raised = false;
+            if (!(p = request(line, (size_t)n))) {
                 rc = 1;
                 break;
             }
+            if (raised && a_presses == 0)
+                failed = true;
         }
         free(line);
+        if (p && strcmp(p, ">> ") == 0) {
+            fprintf(stderr, "%s: the input ended inside a chunk (a "
+                    "statement not finished)\n", awho);
+            rc = 1;
+        }
+        if (failed)
+            rc = 1;
     }
     free(abuf);
     close(afd);

@@ -281,15 +281,15 @@ static void put_cstr(FILE *f, const char *s)
     put_escaped(f, (const unsigned char *)s, strlen(s));
 }
 
-/* For list: a field with tabs and newlines made harmless. */
+/* For list: a field made safe for a terminal (cli_term.c: controls,
+ * tabs and newlines among them, shown \xNN), "-" when empty. */
 static void put_field(FILE *f, const char *s)
 {
     if (!s || !*s) {
         fputc('-', f);
         return;
     }
-    for (; *s; s++)
-        fputc(*s == '\t' || *s == '\n' || *s == '\r' ? ' ' : *s, f);
+    cli_term_put(f, s, strlen(s), 0);
 }
 
 static void put_hex(FILE *f, const unsigned char *p, size_t n)
@@ -371,8 +371,9 @@ static void show_row(FILE *f, const struct drow *r)
         put_time(f, r->published_wall);
     else
         fputs("unknown (journaled before schema 2)", f);
-    fprintf(f, " (%.6f on the publishing bus's monotonic clock)\nheaders:\n",
-            r->published_at);
+    /* Wall-clock only: the publishing bus's monotonic clock (published_at,
+     * what replay orders by) means nothing outside that process. */
+    fputs("\nheaders:\n", f);
     const char *p = (const char *)r->hdr, *end = p + r->hlen, *k, *v;
     while (hdr_next(&p, end, &k, &v)) {
         fputs("  ", f);
@@ -470,8 +471,7 @@ static const char live_text[] =
     "    local p "
     "    if d.payload ~= nil then p = v(d.payload, 0) "
     "    else "
-    "      local pv = d.payload_preview or '' "
-    "      p = q(pv) .. ((d.payload_size or 0) > #pv and '...' or '') "
+    "      p = d.payload_preview or '' "
     "    end "
     "    if #p > 100 then p = p:sub(1, 97) .. '...' end "
     "    rows[#rows + 1] = table.concat({ f(e[1]), f(d.stage), f(d.id), "
@@ -552,8 +552,12 @@ static int cli_dlq_live(const char *sock, const char *stage, bool json)
             n = (size_t)(tb - out);
         while (n && out[n - 1] == '\n')
             n--;
-        fprintf(stderr, "seda-lua dlq: %s: %.*s\n", sock, (int)n,
-                n ? out : "the command failed");
+        fprintf(stderr, "seda-lua dlq: %s: ", sock);
+        if (n)
+            cli_term_put(stderr, out, n, CLI_TERM_LINES);
+        else
+            fputs("the command failed", stderr);
+        fputc('\n', stderr);
         free(out);
         return 1;
     }
@@ -569,7 +573,10 @@ static int cli_dlq_live(const char *sock, const char *stage, bool json)
         }
         putchar('\n');
     } else if (n) {
-        fwrite(out, 1, n, stdout);
+        /* The text as the server wrote it (tab-separated lines), made
+         * safe for a terminal here: whatever the server's version, an
+         * id, error or payload reaches the operator escaped. */
+        cli_term_put(stdout, out, n, CLI_TERM_LINES);
     }
     free(out);
     if (fflush(stdout) != 0) {
@@ -665,16 +672,20 @@ static int cmd_replay(struct seda_journal *j, struct drow *rows, int n,
         const struct drow *r = &rows[i];
         const char *from = hdr_get(r->hdr, r->hlen, "x-dead-from");
         if (!from || !*from) {
-            fprintf(stderr, "seda-lua dlq: dead letter '%s' (key %lld) has "
-                    "no x-dead-from header: cannot replay it\n", r->id,
-                    (long long)r->key);
+            fputs("seda-lua dlq: dead letter '", stderr);
+            put_field(stderr, r->id);
+            fprintf(stderr, "' (key %lld) has no x-dead-from header: cannot "
+                    "replay it\n", (long long)r->key);
             rc = -EINVAL;
             break;
         }
         if (!stage_name_ok(from)) {
-            fprintf(stderr, "seda-lua dlq: dead letter '%s' (key %lld): its "
-                    "x-dead-from '%.80s' is not a stage name: not replayed\n",
-                    r->id, (long long)r->key, from);
+            fputs("seda-lua dlq: dead letter '", stderr);
+            put_field(stderr, r->id);
+            fprintf(stderr, "' (key %lld): its x-dead-from '",
+                    (long long)r->key);
+            cli_term_put(stderr, from, strnlen(from, 80), 0);
+            fputs("' is not a stage name: not replayed\n", stderr);
             rc = -EINVAL;
             break;
         }

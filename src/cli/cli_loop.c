@@ -191,6 +191,19 @@ static int c_fail(lua_State *L)
 }
 
 /* C.warn(msg): a warn line on the event log. */
+/* C.printable(s [, lines]): s made safe for a terminal (cli_term.c);
+ * lines true keeps newlines and tabs.  A non-string is tostring'ed. */
+static int c_printable(lua_State *L)
+{
+    size_t n;
+    const char *s = luaL_tolstring(L, 1, &n);
+    int flags = lua_toboolean(L, 2) ? CLI_TERM_LINES : 0;
+    luaL_Buffer b;
+    char *out = luaL_buffinitsize(L, &b, 4 * n + 1);
+    luaL_pushresultsize(&b, cli_term_escape(s, n, flags, out));
+    return 1;
+}
+
 static int c_warn(lua_State *L)
 {
     const char *m = luaL_checkstring(L, 1);
@@ -287,6 +300,7 @@ int cli_setup(lua_State *L)
         { "realpath", c_realpath },
         { "fail", c_fail },
         { "warn", c_warn },
+        { "printable", c_printable },
         { "log", c_log },
         { "drain_stopped", c_drain_stopped },
         { "quiesce", c_quiesce },

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,84 @@ static bool has_arg(const char *a)
            strcmp(a, "--log-format") == 0;
 }
 
+/* The options seda-lua takes (for "did you mean"). */
+static const char *const known_opts[] = {
+    "-e", "-i", "--serve", "--drain", "--watch", "--control",
+    "--idle-timeout", "--metrics", "--http", "--http-host", "--log-format",
+    "-v", "--version", "-h", "--help", NULL
+};
+
+/* The edit distance of a and b (each at most 63 bytes used). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strnlen(a, 63), m = strnlen(b, 63), row[64];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+/* The known option a mistyped one (its name before any '=') most likely
+ * meant: one it begins, or one at most 2 edits away; NULL if none. */
+static const char *did_you_mean(const char *a)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(a, "="), a);
+    const char *best = NULL;
+    size_t bd = 3;
+    if (strlen(name) < 3)               /* -x: too short to guess from */
+        return NULL;
+    for (int i = 0; known_opts[i]; i++) {
+        const char *k = known_opts[i];
+        size_t d = strncmp(k, name, strlen(name)) == 0
+                       ? 1 : edit_distance(name, k);
+        if (d < bd) {
+            bd = d;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* A usage error: what was wrong, one line saying where the options are
+ * listed, exit status 2 (as `seda-lua dlq` and `attach`; the usage
+ * itself, 60 lines, is --help's). */
+__attribute__((format(printf, 1, 2)))
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", progname);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nusage: %s [options] [script [args]]  (%s --help "
+            "lists the options)\n", progname, progname);
+    return 2;
+}
+
+/* An option seda-lua does not take: named, with a likely meant one. */
+static int unknown_option(const char *a)
+{
+    const char *m = did_you_mean(a);
+    if (m)
+        return usage_error("unrecognized option '%s' (did you mean %s?)",
+                           a, m);
+    return usage_error("unrecognized option '%s'", a);
+}
+
 static char *script_dir(const char *fname)
 {
     char buf[PATH_MAX];
@@ -173,17 +252,14 @@ static int option_arg(const char *a, const char *v)
         char *end;
         cli.o.drain = strtod(v, &end);
         if (*end || end == v || !(cli.o.drain >= 0)) {  /* '', nan */
-            fprintf(stderr, "%s: --drain: not a number of seconds: '%s'\n",
-                    progname, v);
-            return 1;
+            return usage_error("--drain: not a number of seconds: '%s'", v);
         }
     } else if (strcmp(a, "--idle-timeout") == 0) {
         char *end;
         cli_control_idle_timeout = strtod(v, &end);
         if (*end || end == v || !(cli_control_idle_timeout >= 0)) {
-            fprintf(stderr, "%s: --idle-timeout: not a number of seconds "
-                    ">= 0: '%s'\n", progname, v);
-            return 1;
+            return usage_error("--idle-timeout: not a number of seconds "
+                               ">= 0: '%s'", v);
         }
     } else if (strcmp(a, "--control") == 0) {
         cli.o.control = v;
@@ -196,17 +272,14 @@ static int option_arg(const char *a, const char *v)
         if (n == 0 || v[strspn(v, "abcdefghijklmnopqrstuvwxyz"
                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-,")] ||
             v[0] == ',' || v[n - 1] == ',' || strstr(v, ",,")) {
-            fprintf(stderr, "%s: --http-host: host names separated by "
-                    "commas (letters, digits, '.' and '-'), not '%s'\n",
-                    progname, v);
-            return 1;
+            return usage_error("--http-host: host names separated by "
+                               "commas (letters, digits, '.' and '-'), not "
+                               "'%s'", v);
         }
         cli.o.http_hosts = v;
     } else if (strcmp(a, "--log-format") == 0) {
         if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
-            fprintf(stderr, "%s: --log-format: 'text' or 'json', not '%s'\n",
-                    progname, v);
-            return 1;
+            return usage_error("--log-format: 'text' or 'json', not '%s'", v);
         }
         seda_log_set_format(strcmp(v, "json") == 0 ? SEDA_LOG_JSON
                                                    : SEDA_LOG_TEXT);
@@ -247,29 +320,20 @@ static int parse_options(int argc, char **argv, struct opts *o)
             char name[32];
             size_t k = (size_t)(strchr(a, '=') - a);
             snprintf(name, sizeof name, "%.*s", (int)k, a);
-            if (k >= sizeof name || !has_arg(name)) {
-                fprintf(stderr, "%s: unrecognized option '%s'\n", progname,
-                        a);
-                usage(stderr);
-                return 1;
-            }
+            if (k >= sizeof name || !has_arg(name))
+                return unknown_option(a);
             int rc = option_arg(name, a + k + 1);
             if (rc >= 0)
                 return rc;
         } else if (has_arg(a)) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
-                usage(stderr);
-                return 1;
-            }
+            if (i + 1 >= argc)
+                return usage_error("'%s' needs an argument", a);
             int rc = option_arg(a, argv[i + 1]);
             if (rc >= 0)
                 return rc;
             i++;
         } else {
-            fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
-            usage(stderr);
-            return 1;
+            return unknown_option(a);
         }
     }
     if (i < argc)
@@ -291,18 +355,16 @@ static bool has_e(int argc, char **argv, const struct opts *o)
 }
 
 /* Settle the options that need --serve or -i (a live run) and start what
- * a live run operates (control socket, HTTP, signals).  Returns 0, or 1
- * (the exit status) when an option needs a live run or cannot start. */
+ * a live run operates (control socket, HTTP, signals).  Returns 0, or the
+ * exit status: 2 when an option needs a live run, 1 when one cannot
+ * start. */
 static int start_live(const struct opts *o)
 {
     bool live = o->interactive || o->serve;
-    if (!live && (cli.o.control || cli.o.http)) {
-        fprintf(stderr, "%s: %s needs --serve or -i (a plain run "
-                "ends when its buses are idle)\n", progname,
-                cli.o.control ? "--control" : "--http");
-        usage(stderr);
-        return 1;
-    }
+    if (!live && (cli.o.control || cli.o.http))
+        return usage_error("%s needs --serve or -i (a plain run ends when "
+                           "its buses are idle)",
+                           cli.o.control ? "--control" : "--http");
     if (!live) {                        /* nothing keeps the process up */
         if (cli.o.metrics || cli.o.watch)
             fprintf(stderr, "%s: warning: %s has no effect without --serve "
@@ -405,8 +467,8 @@ static int run(lua_State *L, int argc, char **argv)
     cli.o.interactive = o.interactive;
     cli.o.serve = o.serve;
     bool live = o.interactive || o.serve;
-    if (start_live(&o) != 0)
-        return 1;
+    if ((rc = start_live(&o)) != 0)
+        return rc;
 
     /* After an error nothing else runs, but what was published is still
      * drained. */
@@ -466,7 +528,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: attach: unknown option '%s'\n"
                     "usage: %s attach [--json] PATH ['command']\n",
                     progname, argv[k], progname);
-            return 1;
+            return 2;
         }
         const char *why = argc - k < 1 ? "no PATH"
                         : argc - k > 2 ? "more than PATH and one command "
@@ -477,7 +539,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "%s: attach: %s\n"
                     "usage: %s attach [--json] PATH ['command']\n",
                     progname, why, progname);
-            return 1;
+            return 2;
         }
         return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);
     }

@@ -84,7 +84,7 @@ static void env_settle(lua_State *L, struct lworker *w, bool ok)
     le->env = NULL;
     w->token = 0;
     le->decoded = le->decoded_table = le->payload_set =
-        le->headers_loaded = false;
+        le->headers_loaded = le->responded = false;
     if (w->cur) {
         /* A suspended call that ran again: lsuspend.c settles it once its
          * coroutine is done. */

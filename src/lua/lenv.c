@@ -81,13 +81,79 @@ static int env_forward(lua_State *L)
     return 1;
 }
 
+/* Raise unless the headers table at idx is what an HTTP answer can carry:
+ * string names that are header names (RFC 9110 tokens), string or number
+ * values without CR, LF or NUL. */
+static void check_answer_headers(lua_State *L, int idx)
+{
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        size_t kl = 0, vl = 0;
+        const char *k = lua_type(L, -2) == LUA_TSTRING
+                            ? lua_tolstring(L, -2, &kl) : NULL;
+        bool name_ok = k && kl > 0;
+        for (size_t i = 0; name_ok && i < kl; i++) {
+            unsigned char c = (unsigned char)k[i];
+            name_ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') ||
+                      (c && strchr("!#$%&'*+-.^_`|~", c));
+        }
+        if (!name_ok && !k)
+            luaL_error(L, "respond: a header key must be a string (a "
+                       "header name), not a %s", luaL_typename(L, -2));
+        if (!name_ok) {
+            luaL_Buffer b;              /* the name, controls as \xNN */
+            luaL_buffinit(L, &b);
+            for (size_t i = 0; i < kl && i < 80; i++) {
+                char e[5];
+                unsigned char c = (unsigned char)k[i];
+                if (c < 0x20 || c == 0x7f)
+                    snprintf(e, sizeof e, "\\x%02x", c);
+                else
+                    e[0] = (char)c, e[1] = 0;
+                luaL_addstring(&b, e);
+            }
+            luaL_pushresult(&b);
+            luaL_error(L, "respond: header '%s' is not a header name "
+                       "(letters, digits and !#$%%&'*+-.^_`|~)",
+                       lua_tostring(L, -1));
+        }
+        int t = lua_type(L, -1);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER)
+            luaL_error(L, "respond: header '%s': the value must be a string "
+                       "or a number, not a %s", k, luaL_typename(L, -1));
+        const char *v = t == LUA_TSTRING ? lua_tolstring(L, -1, &vl) : "";
+        if (memchr(v, '\r', vl) || memchr(v, '\n', vl) || memchr(v, 0, vl))
+            luaL_error(L, "respond: header '%s': the value holds a CR, LF "
+                       "or NUL (it would end the header line)", k);
+        lua_pop(L, 1);
+    }
+}
+
 /* env:respond(status, body, headers): the payload becomes the answer
  * { status =, body =, headers = } and the slip ends here, so the
- * itinerary completes (and an HTTP request is answered, SPEC.md section
- * 13) when this handler acks.  Upvalue 1: the lenv userdata. */
+ * itinerary completes (and an HTTP request is answered, see lhttp.c)
+ * when this handler acks.  Raises outside the itinerary of a bus:listen
+ * request (sender "http", also past a remote hop), when called twice in
+ * one call, and on a status or header an answer cannot carry.  Upvalue
+ * 1: the lenv userdata. */
 static int env_respond(lua_State *L)
 {
     struct lenv *le = env_self(L);
+    const char *sender = seda_env_sender(le->env);
+    if (!sender || strcmp(sender, "http") != 0)
+        return luaL_error(L, "respond: this envelope is not an HTTP "
+                          "request's (sender %s%s%s): respond answers a "
+                          "request a bus:listen route started; set "
+                          "env.payload to change what the itinerary carries",
+                          sender ? "'" : "", sender ? sender : "none",
+                          sender ? "'" : "");
+    if (le->responded)
+        return luaL_error(L, "respond: already called in this call (a "
+                          "request has one answer)");
+    if (!lua_isinteger(L, 2) && lua_type(L, 2) == LUA_TNUMBER)
+        return luaL_error(L, "respond: status must be an integer from 100 "
+                          "to 999 (got %s)", lua_tostring(L, 2));
     lua_Integer status = luaL_checkinteger(L, 2);
     if (status < 100 || status > 999)
         return luaL_error(L, "respond: status must be from 100 to 999 "
@@ -96,8 +162,10 @@ static int env_respond(lua_State *L)
     if (bt != LUA_TNONE && bt != LUA_TNIL && bt != LUA_TSTRING &&
         bt != LUA_TTABLE && bt != LUA_TNUMBER)
         return luaL_typeerror(L, 3, "string or table");
-    if (!lua_isnoneornil(L, 4))
+    if (!lua_isnoneornil(L, 4)) {
         luaL_checktype(L, 4, LUA_TTABLE);
+        check_answer_headers(L, 4);
+    }
     lua_settop(L, 4);                   /* the answer goes above */
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, status);
@@ -114,6 +182,7 @@ static int env_respond(lua_State *L)
     le->decoded = true;
     le->decoded_table = true;
     le->payload_set = true;
+    le->responded = true;
     seda_env_slip_end(le->env);
     lua_pushboolean(L, 1);
     return 1;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lcodec_preview.h"
 #include "lseda.h"
 #include "seda_lua.h"
 
@@ -170,10 +171,20 @@ static int dead_box_gc(lua_State *L)
     return 0;
 }
 
+/* Push the readable preview of a payload's kept first bytes
+ * (lcodec_preview.c): what the REPL prints, not the codec's bytes. */
+static void push_preview(lua_State *L, const void *p, size_t len,
+                         size_t size, int kind)
+{
+    char buf[SEDA_PREVIEW_MAX];
+    lua_pushlstring(L, buf, seda__l_codec_preview(p, len, size, kind, buf,
+                                                  sizeof buf));
+}
+
 /* Push one dead letter as a table: id, stage, reason, error, attempts,
  * at, missing (no_such_stage), headers, and payload (decoded when all of
- * it was kept and decodes) or payload_preview (its first bytes) with
- * payload_size. */
+ * it was kept and decodes) or payload_preview (its first bytes made
+ * readable) with payload_size. */
 static void push_dead(lua_State *L, const char *stage,
                       const seda_dead_letter *d)
 {
@@ -212,7 +223,8 @@ static void push_dead(lua_State *L, const char *stage,
             lua_settop(L, top);
     }
     if (!whole || d->kind != 0) {
-        lua_pushlstring(L, d->payload, d->payload_len);
+        push_preview(L, d->payload, d->payload_len, d->payload_size,
+                     d->kind);
         lua_setfield(L, -2, "payload_preview");
     }
     lua_createtable(L, 0, d->nheaders);
@@ -366,7 +378,8 @@ void seda__l_errors_tap_entry(lua_State *L, const struct seda_tap_entry *e)
     if (lua_gettop(L) > top) {
         lua_setfield(L, -2, "payload");
     } else {
-        lua_pushlstring(L, e->payload, e->payload_len);
+        push_preview(L, e->payload, e->payload_len, e->payload_size,
+                     e->kind);
         lua_setfield(L, -2, "payload_preview");
     }
     lua_createtable(L, 0, e->nheaders);

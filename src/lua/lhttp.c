@@ -29,6 +29,7 @@
  */
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,57 @@ struct answer {
     size_t len;
     struct buf json;
     const char *ctype;          /* unless the headers name one */
+    char bad[200];              /* the first thing of the answer not sent
+                                 * as given (logged), or "" */
 };
+
+/* Say on a's log line what was not sent as given (the first thing). */
+__attribute__((format(printf, 2, 3)))
+static void answer_bad(struct answer *a, const char *fmt, ...)
+{
+    if (a->bad[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->bad, sizeof a->bad, fmt, ap);
+    va_end(ap);
+}
+
+/* Whether s[0..n) is an HTTP header name (RFC 9110 token). */
+static bool header_name_ok(const unsigned char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+              (s[i] >= '0' && s[i] <= '9') ||
+              strchr("!#$%&'*+-.^_`|~", s[i])))
+            return false;
+    return true;
+}
+
+/* The log line of an answer not sent as given: at most one a second for
+ * the process (a handler answering every request so would flood the
+ * log), the ones left out counted on the next.  Any thread. */
+static void answer_log(const char *stage, const char *id, const char *what)
+{
+    static _Atomic int64_t last_ns;
+    static atomic_uint skipped;
+    int64_t now = (int64_t)(seda_now() * 1e9);
+    int64_t last = atomic_load_explicit(&last_ns, memory_order_relaxed);
+    if ((last != 0 && now - last < 1000000000) ||
+        !atomic_compare_exchange_strong_explicit(&last_ns, &last, now,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&skipped, 1, memory_order_relaxed);
+        return;
+    }
+    unsigned n = atomic_exchange_explicit(&skipped, 0, memory_order_relaxed);
+    char msg[400];
+    snprintf(msg, sizeof msg, "listen: the answer to request %s: %s%s", id,
+             what, n ? " (and more answers like it, not logged)" : "");
+    seda_log_write(SEDA_LOG_WARN, stage, msg);
+}
 
 static bool has_header(const struct answer *a, const char *name)
 {
@@ -126,10 +177,27 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
         } else if (seda__l_hw_rd_skip_rest(r, &x, 1) != 0) {
             return -1;
         }
-        if (k.t != CV_STR || !vs || n == MAX_HDRS ||
-            memchr(k.s, 0, k.len) || memchr(vs, 0, vl) ||
-            memchr(vs, '\n', vl) || memchr(vs, '\r', vl))
+        if (k.t != CV_STR || !vs) {
+            answer_bad(a, "a header that is not a string name with a string "
+                       "or number value was dropped");
             continue;
+        }
+        if (n == MAX_HDRS) {
+            answer_bad(a, "headers past the first %d were dropped", MAX_HDRS);
+            continue;
+        }
+        if (!header_name_ok(k.s, k.len)) {
+            answer_bad(a, "header '%.*s' was dropped: not a header name "
+                       "(letters, digits and !#$%%&'*+-.^_`|~)",
+                       (int)(k.len < 60 ? k.len : 60), (const char *)k.s);
+            continue;
+        }
+        if (memchr(vs, 0, vl) || memchr(vs, '\n', vl) ||
+            memchr(vs, '\r', vl)) {
+            answer_bad(a, "header '%.*s' was dropped: its value holds a "
+                       "CR, LF or NUL", (int)k.len, (const char *)k.s);
+            continue;
+        }
         a->offs[2 * n] = a->names.len;
         seda__l_cw_put(&a->names, k.s, k.len);
         seda__l_cw_byte(&a->names, 0);
@@ -221,7 +289,10 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
         if (key_is(&k, "status") && (x.t == CV_INT || x.t == CV_FLOAT)) {
             double s = x.t == CV_INT ? (double)x.i : x.f;
-            a->status = s >= 100 && s <= 999 ? (int)s : 500;
+            a->status = s >= 100 && s <= 999 && s == floor(s) ? (int)s : 500;
+            if (a->status == 500 && s != 500)
+                answer_bad(a, "status %.17g is not an integer from 100 to "
+                           "999: answered 500", s);
         } else if (key_is(&k, "headers") && x.t == CV_TABLE) {
             if (read_headers(a, &r, &x) != 0)
                 return -1;
@@ -302,6 +373,10 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
         free(a.json.p);
         answer_plain(req, 500, "bad_response");
         return;
+    }
+    if (a.bad[0]) {
+        char id[SEDA_ID_MAX];
+        answer_log(seda_env_to(env), seda_env_id(env, id), a.bad);
     }
     answer_send(req, &a);
 }
@@ -540,8 +615,12 @@ static int l_listener_port(lua_State *L)
 static int l_listener_close(lua_State *L)
 {
     struct lhttpud *u = luaL_checkudata(L, 1, LHTTP_MT);
+    double grace = luaL_optnumber(L, 2, 5.0);
+    if (!(grace >= 0))                  /* -1, nan */
+        return luaL_error(L, "close: grace must be a number of seconds >= "
+                          "0 (got %f)", grace);
     if (u->h)
-        close_server(u->h, luaL_optnumber(L, 2, 5.0));
+        close_server(u->h, grace);
     return 0;
 }
 
@@ -679,6 +758,35 @@ static double opt_num(lua_State *L, int t, const char *k, double def,
     return v;
 }
 
+/* Push s[0..n) with its control bytes (NUL, CR, LF, ...) written \xNN,
+ * for an error message; returns it. */
+static const char *shown(lua_State *L, const char *s, size_t n)
+{
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) {
+            char e[5];
+            snprintf(e, sizeof e, "\\x%02x", c);
+            luaL_addstring(&b, e);
+        } else {
+            luaL_addchar(&b, (char)c);
+        }
+    }
+    luaL_pushresult(&b);
+    return lua_tostring(L, -1);
+}
+
+/* Whether s[0..n) holds a control byte (a NUL, CR or LF among them). */
+static bool has_control(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return true;
+    return false;
+}
+
 /* Parse the routes table at t into h (raises naming the route). */
 static void parse_routes(lua_State *L, int t, struct lhttp *h)
 {
@@ -698,7 +806,14 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
         if (lua_type(L, -2) != LUA_TSTRING)
             luaL_error(L, "listen: routes keys must be \"METHOD /path\" "
                        "strings");
-        const char *key = lua_tostring(L, -2);
+        size_t klen;
+        const char *key = lua_tolstring(L, -2, &klen);
+        /* A NUL would cut the key here and a CR or LF could never arrive
+         * in a request line: no request could match, say so now. */
+        if (has_control(key, klen))
+            luaL_error(L, "listen: route '%s': the method and path must not "
+                       "hold control characters (NUL, CR, LF, ...)",
+                       shown(L, key, klen));
         const char *sp = strchr(key, ' ');
         const char *path = sp ? sp + 1 : key;
         if (path[0] != '/')
@@ -726,10 +841,15 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
             luaL_error(L, "listen: out of memory");
         for (int i = 0; i < r->n; i++) {
             lua_rawgeti(L, -1, i + 1);
-            const char *s = lua_tostring(L, -1);
-            if (lua_type(L, -1) != LUA_TSTRING || !seda__l_valid_name(s))
+            size_t sl = 0;
+            const char *s = lua_tolstring(L, -1, &sl);
+            /* (strlen: a name with a NUL would reach the stage before it) */
+            if (lua_type(L, -1) != LUA_TSTRING || !seda__l_valid_name(s) ||
+                strlen(s) != sl)
                 luaL_error(L, "listen: route '%s': [%d] is not a valid "
-                           "stage name", key, i + 1);
+                           "stage name%s%s%s", key, i + 1,
+                           s ? " ('" : "", s ? shown(L, s, sl) : "",
+                           s ? "')" : "");
             r->stages[i] = strdup(s);
             if (!r->stages[i])
                 luaL_error(L, "listen: out of memory");

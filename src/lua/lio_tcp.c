@@ -490,11 +490,27 @@ static int l_shutdown(lua_State *L)
     return 1;
 }
 
-/* tcp:setoption(...) -> 1: accepted, nothing to do (TCP_NODELAY is always
- * on; the rest does not matter to a client). */
+/* tcp:setoption(name, value) -> 1: an option LuaSocket or OpenResty
+ * names is accepted with nothing to do (TCP_NODELAY is always on; the
+ * rest does not matter to a client); any other name raises, naming it. */
 static int l_setoption(lua_State *L)
 {
+    static const char *const known[] = {
+        "keepalive", "linger", "reuseaddr", "reuseport", "tcp-nodelay",
+        "tcp-keepidle", "tcp-keepcnt", "tcp-keepintvl", "ipv6-v6only",
+        "sndbuf", "rcvbuf", NULL
+    };
     check_tcp(L);
+    const char *name = luaL_checkstring(L, 2);
+    int i = 0;
+    while (known[i] && strcmp(known[i], name) != 0)
+        i++;
+    if (!known[i])
+        return luaL_error(L, "setoption: unknown option '%s' (keepalive, "
+                          "linger, reuseaddr, reuseport, tcp-nodelay, "
+                          "tcp-keepidle, tcp-keepcnt, tcp-keepintvl, "
+                          "ipv6-v6only, sndbuf, rcvbuf)", name);
+    luaL_checkany(L, 3);
     lua_pushinteger(L, 1);
     return 1;
 }

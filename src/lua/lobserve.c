@@ -313,5 +313,9 @@ int seda_lua_open_observer(lua_State *L)
     lua_setfield(L, -2, "version");
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "observer");
+    /* seda.shared is process-wide and locked: /metrics reads its stats
+     * from here. */
+    seda__l_shared_push(L);
+    lua_setfield(L, -2, "shared");
     return 1;
 }

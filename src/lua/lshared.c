@@ -12,9 +12,23 @@
  *
  *   incr is atomic (read-modify-write under the lock) and returns the new
  *   value; add stores only when the key is absent.
+ *
+ *   As OpenResty's lua_shared_dict: set and add take an expiry (seconds,
+ *   0 never), an expired key reads as absent (get gives nil, add and incr
+ *   start afresh) and is freed when next touched or when room is made;
+ *   the table holds at most `capacity` bytes (keys, values and a fixed
+ *   cost per entry; default SHARED_CAPACITY), and a store that needs room
+ *   evicts expired entries, then the least recently used ones (get and
+ *   every store make an entry the most recent), counted in stats():
+ *   evicted (live entries pushed out) and expired.  A value that alone
+ *   needs more than the capacity is refused with an error.  Expiry times
+ *   are on the monotonic clock.
  */
+#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lseda.h"
 
@@ -33,22 +47,83 @@ struct sval {
 };
 
 struct sentry {
-    struct sentry *next;
+    struct sentry *next;        /* the bucket's chain */
+    struct sentry *newer, *older;   /* the LRU list */
     char *key;
     size_t klen;
     uint32_t hash;
+    double expires;             /* monotonic seconds; 0 never */
     struct sval v;
 };
 
+/* The default bound on the table's bytes (seda.shared:capacity(n)). */
+#define SHARED_CAPACITY ((size_t)64 << 20)
+
 /*
- * Locking: mu guards every field of g_shared (buckets, nbuckets, count).
+ * Locking: mu guards every field of g_shared (buckets, nbuckets, count,
+ * the LRU list's ends, bytes, capacity and the counters).
  */
 static struct {
     pthread_mutex_t mu;
     struct sentry **buckets;
     uint32_t nbuckets;
     uint32_t count;
-} g_shared = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0 };
+    struct sentry *newest, *oldest; /* the LRU list */
+    size_t bytes;               /* entry_bytes of every entry */
+    size_t capacity;            /* 0: SHARED_CAPACITY (not set yet) */
+    uint64_t evicted;           /* live entries pushed out for room */
+    uint64_t expired;           /* expired entries freed */
+} g_shared = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What an entry of key length kl and value v counts against the
+ * capacity. */
+static size_t entry_bytes(size_t kl, const struct sval *v)
+{
+    return sizeof(struct sentry) + kl +
+           (v->type == V_STR ? v->u.s.len : 0);
+}
+
+static size_t capacity(void)
+{
+    return g_shared.capacity ? g_shared.capacity : SHARED_CAPACITY;
+}
+
+/* Lock held.  e out of the LRU list / in at its newest end. */
+static void lru_unlink(struct sentry *e)
+{
+    if (e->newer)
+        e->newer->older = e->older;
+    else
+        g_shared.newest = e->older;
+    if (e->older)
+        e->older->newer = e->newer;
+    else
+        g_shared.oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void lru_push(struct sentry *e)
+{
+    e->older = g_shared.newest;
+    e->newer = NULL;
+    if (g_shared.newest)
+        g_shared.newest->newer = e;
+    else
+        g_shared.oldest = e;
+    g_shared.newest = e;
+}
+
+static bool expired(const struct sentry *e, double now)
+{
+    return e->expires > 0 && e->expires <= now;
+}
 
 static uint32_t hash(const char *s, size_t n)
 {
@@ -178,42 +253,151 @@ static const char *check_key(lua_State *L, size_t *kl)
     return lua_tolstring(L, 2, kl);
 }
 
-/* Store v under k (lock held); takes ownership of v.  v nil deletes.
- * Returns false on allocation failure (v freed). */
-static bool store(const char *k, size_t kl, uint32_t h, struct sval *v)
+/* Lock held.  Free entry e (found through *link). */
+static void drop(struct sentry **link, struct sentry *e)
+{
+    *link = e->next;
+    lru_unlink(e);
+    g_shared.bytes -= entry_bytes(e->klen, &e->v);
+    sval_clear(&e->v);
+    free(e->key);
+    free(e);
+    g_shared.count--;
+}
+
+/* Lock held.  The live entry of k (an expired one is freed: absent), or
+ * NULL. */
+static struct sentry *find_live(const char *k, size_t kl, uint32_t h,
+                                double now)
 {
     struct sentry **link;
     struct sentry *e = find(k, kl, h, &link);
-    if (v->type == V_NIL) {
-        if (e) {
-            *link = e->next;
-            sval_clear(&e->v);
-            free(e->key);
-            free(e);
-            g_shared.count--;
+    if (e && expired(e, now)) {
+        drop(link, e);
+        g_shared.expired++;
+        return NULL;
+    }
+    return e;
+}
+
+/* Lock held.  Free oldest-first until need more bytes fit: expired
+ * entries first (up to the whole list), then live ones (counted in
+ * evicted); *forced says whether a live one went.  keep is never
+ * evicted (the entry being replaced). */
+static void make_room(size_t need, const struct sentry *keep, double now,
+                      bool *forced)
+{
+    size_t cap = capacity();
+    if (g_shared.bytes + need <= cap)
+        return;
+    /* Like OpenResty's shdict: a bounded look at the oldest for expired
+     * ones (a full table pays for at most that per store). */
+    int look = 64;
+    for (struct sentry *e = g_shared.oldest, *newer; e && look-- > 0;
+         e = newer) {
+        newer = e->newer;
+        if (e != keep && expired(e, now)) {
+            struct sentry **link;
+            find(e->key, e->klen, e->hash, &link);
+            drop(link, e);
+            g_shared.expired++;
         }
-        return true;
+    }
+    while (g_shared.bytes + need > cap && g_shared.oldest) {
+        struct sentry *e = g_shared.oldest;
+        if (e == keep && !(e = e->newer))
+            break;
+        struct sentry **link;
+        find(e->key, e->klen, e->hash, &link);
+        drop(link, e);
+        g_shared.evicted++;
+        *forced = true;
+    }
+}
+
+/* Store v under k with expiry exp (0 never; lock held); takes ownership
+ * of v.  v nil deletes.  Returns 0, -ENOMEM (v freed) or -E2BIG (v
+ * alone needs more than the capacity; v freed, nothing changed).
+ * *forced (may be NULL) is set when live entries were evicted. */
+static int store(const char *k, size_t kl, uint32_t h, struct sval *v,
+                 double exp, bool *forced)
+{
+    bool f = false;
+    double now = now_mono();
+    struct sentry **link;
+    struct sentry *e = find(k, kl, h, &link);
+    if (v->type == V_NIL) {
+        if (e)
+            drop(link, e);
+        return 0;
+    }
+    size_t need = entry_bytes(kl, v);
+    if (need > capacity()) {
+        sval_clear(v);
+        return -E2BIG;
     }
     if (e) {
+        size_t old = entry_bytes(kl, &e->v);
+        if (need > old)
+            make_room(need - old, e, now, &f);
+        g_shared.bytes += need - old;
         sval_clear(&e->v);
         e->v = *v;
-        return true;
+        e->expires = exp;
+        lru_unlink(e);
+        lru_push(e);
+        if (forced)
+            *forced = f;
+        return 0;
     }
+    make_room(need, NULL, now, &f);
     if (!grow() || !(e = calloc(1, sizeof *e)) ||
         !(e->key = malloc(kl ? kl : 1))) {
         free(e);
         sval_clear(v);
-        return false;
+        return -ENOMEM;
     }
     memcpy(e->key, k, kl);
     e->klen = kl;
     e->hash = h;
     e->v = *v;
+    e->expires = exp;
     struct sentry **b = &g_shared.buckets[h & (g_shared.nbuckets - 1)];
     e->next = *b;
     *b = e;
     g_shared.count++;
-    return true;
+    g_shared.bytes += need;
+    lru_push(e);
+    if (forced)
+        *forced = f;
+    return 0;
+}
+
+/* The expiry argument at idx of op: 0 (never) when absent; raises unless
+ * a number of seconds >= 0.  Returns the monotonic time it falls due. */
+static double check_exptime(lua_State *L, int idx, const char *op)
+{
+    if (lua_isnoneornil(L, idx))
+        return 0;
+    if (lua_type(L, idx) != LUA_TNUMBER)
+        luaL_error(L, "shared:%s: exptime must be a number of seconds "
+                   "(0: never expires), not a %s", op, luaL_typename(L, idx));
+    double t = lua_tonumber(L, idx);
+    if (!(t >= 0) || isinf(t))
+        luaL_error(L, "shared:%s: exptime must be a number of seconds >= 0 "
+                   "(0: never expires), not %f", op, t);
+    return t > 0 ? now_mono() + t : 0;
+}
+
+/* Raise the error of a store's result rc for op on key k. */
+static int store_error(lua_State *L, int rc, const char *op, const char *k)
+{
+    if (rc == -E2BIG)
+        return luaL_error(L, "shared:%s('%s'): the entry needs more than the "
+                          "table's whole capacity (%I bytes; "
+                          "seda.shared:capacity(bytes) sets it)", op, k,
+                          (lua_Integer)capacity());
+    return luaL_error(L, "shared:%s: out of memory", op);
 }
 
 static int s_get(lua_State *L)
@@ -223,8 +407,12 @@ static int s_get(lua_State *L)
     uint32_t h = hash(k, kl);
     struct sval out = { V_NIL, { 0 } };
     pthread_mutex_lock(&g_shared.mu);
-    struct sentry *e = find(k, kl, h, NULL);
+    struct sentry *e = find_live(k, kl, h, now_mono());
     bool ok = !e || copy_sval(&out, &e->v);
+    if (e) {
+        lru_unlink(e);
+        lru_push(e);
+    }
     pthread_mutex_unlock(&g_shared.mu);
     if (!ok)
         return luaL_error(L, "shared:get: out of memory");
@@ -233,41 +421,59 @@ static int s_get(lua_State *L)
     return 1;
 }
 
+/* set(k, v [, exptime]) -> true, nil, forcible (true when live entries
+ * were evicted to make room). */
 static int s_set(lua_State *L)
 {
     size_t kl;
     const char *k = check_key(L, &kl);
+    double exp = check_exptime(L, 4, "set");
     struct sval v;
     to_sval(L, 3, &v, "set");
     uint32_t h = hash(k, kl);
+    bool forced = false;
     pthread_mutex_lock(&g_shared.mu);
-    bool ok = store(k, kl, h, &v);
+    int rc = store(k, kl, h, &v, exp, &forced);
     pthread_mutex_unlock(&g_shared.mu);
-    if (!ok)
-        return luaL_error(L, "shared:set: out of memory");
-    return 0;
+    if (rc != 0)
+        return store_error(L, rc, "set", k);
+    lua_pushboolean(L, 1);
+    lua_pushnil(L);
+    lua_pushboolean(L, forced);
+    return 3;
 }
 
+/* add(k, v [, exptime]) -> true, nil, forcible when stored (k absent or
+ * expired); false, "exists" when k holds a live value. */
 static int s_add(lua_State *L)
 {
     size_t kl;
     const char *k = check_key(L, &kl);
+    double exp = check_exptime(L, 4, "add");
     struct sval v;
     to_sval(L, 3, &v, "add");
     uint32_t h = hash(k, kl);
+    bool forced = false, exists = false;
+    int rc = 0;
     pthread_mutex_lock(&g_shared.mu);
-    bool added = false, ok = true;
-    if (!find(k, kl, h, NULL) && v.type != V_NIL) {
-        ok = store(k, kl, h, &v);
-        added = ok;
-    } else {
+    if (find_live(k, kl, h, now_mono()) || v.type == V_NIL) {
+        exists = v.type != V_NIL;
         sval_clear(&v);
+    } else {
+        rc = store(k, kl, h, &v, exp, &forced);
     }
     pthread_mutex_unlock(&g_shared.mu);
-    if (!ok)
-        return luaL_error(L, "shared:add: out of memory");
-    lua_pushboolean(L, added);
-    return 1;
+    if (rc != 0)
+        return store_error(L, rc, "add", k);
+    if (exists || lua_isnoneornil(L, 3)) {
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, exists ? "exists" : "nil value");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    lua_pushnil(L);
+    lua_pushboolean(L, forced);
+    return 3;
 }
 
 static int s_delete(lua_State *L)
@@ -277,13 +483,15 @@ static int s_delete(lua_State *L)
     struct sval v = { V_NIL, { 0 } };
     uint32_t h = hash(k, kl);
     pthread_mutex_lock(&g_shared.mu);
-    bool existed = find(k, kl, h, NULL) != NULL;
-    store(k, kl, h, &v);
+    bool existed = find_live(k, kl, h, now_mono()) != NULL;
+    store(k, kl, h, &v, 0, NULL);
     pthread_mutex_unlock(&g_shared.mu);
     lua_pushboolean(L, existed);
     return 1;
 }
 
+/* incr(k [, n = 1]) -> the new value: an absent (or expired) k starts at
+ * 0 and never expires; a live one keeps its expiry. */
 static int s_incr(lua_State *L)
 {
     size_t kl;
@@ -305,8 +513,9 @@ static int s_incr(lua_State *L)
     uint32_t h = hash(k, kl);
     struct sval out = { V_NIL, { 0 } };
     const char *bad = NULL;
+    int rc = 0;
     pthread_mutex_lock(&g_shared.mu);
-    struct sentry *e = find(k, kl, h, NULL);
+    struct sentry *e = find_live(k, kl, h, now_mono());
     if (!e) {
         out.type = dint ? V_INT : V_FLOAT;
         if (dint)
@@ -314,8 +523,7 @@ static int s_incr(lua_State *L)
         else
             out.u.f = df;
         struct sval v = out;
-        if (!store(k, kl, h, &v))
-            bad = "out of memory";
+        rc = store(k, kl, h, &v, 0, NULL);
     } else if (e->v.type == V_INT && dint) {
         e->v.u.i = (lua_Integer)((lua_Unsigned)e->v.u.i + (lua_Unsigned)di);
         out = e->v;
@@ -328,11 +536,129 @@ static int s_incr(lua_State *L)
     } else {
         bad = "the value is not a number";
     }
+    if (e && !bad) {
+        lru_unlink(e);
+        lru_push(e);
+    }
     pthread_mutex_unlock(&g_shared.mu);
+    if (rc != 0)
+        return store_error(L, rc, "incr", k);
     if (bad)
         return luaL_error(L, "shared:incr('%s'): %s", k, bad);
     push_sval(L, &out);
     return 1;
+}
+
+/* ttl(k) -> seconds left (0: never expires), or nil, "not found". */
+static int s_ttl(lua_State *L)
+{
+    size_t kl;
+    const char *k = check_key(L, &kl);
+    uint32_t h = hash(k, kl);
+    double now = now_mono(), left = -1;
+    pthread_mutex_lock(&g_shared.mu);
+    struct sentry *e = find_live(k, kl, h, now);
+    if (e)
+        left = e->expires > 0 ? e->expires - now : 0;
+    pthread_mutex_unlock(&g_shared.mu);
+    if (left < 0) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "not found");
+        return 2;
+    }
+    if (left == 0)
+        lua_pushinteger(L, 0);          /* never expires */
+    else
+        lua_pushnumber(L, left);
+    return 1;
+}
+
+/* expire(k, exptime) -> true, or nil, "not found": a live k's expiry set
+ * anew (0: never). */
+static int s_expire(lua_State *L)
+{
+    size_t kl;
+    const char *k = check_key(L, &kl);
+    if (lua_isnoneornil(L, 3))
+        return luaL_error(L, "shared:expire: exptime missing (seconds; 0: "
+                          "never expires)");
+    double exp = check_exptime(L, 3, "expire");
+    uint32_t h = hash(k, kl);
+    pthread_mutex_lock(&g_shared.mu);
+    struct sentry *e = find_live(k, kl, h, now_mono());
+    if (e)
+        e->expires = exp;
+    pthread_mutex_unlock(&g_shared.mu);
+    if (!e) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "not found");
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+/* capacity([bytes]) -> the bound in bytes (before the change): with
+ * bytes (an integer >= 4096), the table's new bound; entries past it are
+ * evicted oldest first at once. */
+static int s_capacity(lua_State *L)
+{
+    luaL_checkudata(L, 1, SHARED_MT);
+    lua_Integer n = 0;
+    if (!lua_isnoneornil(L, 2)) {
+        if (!lua_isinteger(L, 2) || (n = lua_tointeger(L, 2)) < 4096)
+            return luaL_error(L, "shared:capacity: bytes must be an integer "
+                              ">= 4096 (got %s)", luaL_tolstring(L, 2, NULL));
+    }
+    pthread_mutex_lock(&g_shared.mu);
+    size_t old = capacity();
+    if (n > 0) {
+        bool forced = false;
+        g_shared.capacity = (size_t)n;
+        make_room(0, NULL, now_mono(), &forced);
+    }
+    pthread_mutex_unlock(&g_shared.mu);
+    lua_pushinteger(L, (lua_Integer)old);
+    return 1;
+}
+
+/* stats() -> { keys, bytes, capacity, evicted, expired }. */
+static int s_stats(lua_State *L)
+{
+    luaL_checkudata(L, 1, SHARED_MT);
+    pthread_mutex_lock(&g_shared.mu);
+    lua_Integer keys = g_shared.count, bytes = (lua_Integer)g_shared.bytes,
+                cap = (lua_Integer)capacity(),
+                ev = (lua_Integer)g_shared.evicted,
+                ex = (lua_Integer)g_shared.expired;
+    pthread_mutex_unlock(&g_shared.mu);
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, keys);
+    lua_setfield(L, -2, "keys");
+    lua_pushinteger(L, bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushinteger(L, cap);
+    lua_setfield(L, -2, "capacity");
+    lua_pushinteger(L, ev);
+    lua_setfield(L, -2, "evicted");
+    lua_pushinteger(L, ex);
+    lua_setfield(L, -2, "expired");
+    return 1;
+}
+
+/* Lock held.  Free every expired entry (keys lists live ones only). */
+static void sweep_expired(void)
+{
+    double now = now_mono();
+    for (struct sentry *e = g_shared.oldest, *newer; e; e = newer) {
+        newer = e->newer;
+        if (expired(e, now)) {
+            struct sentry **link;
+            find(e->key, e->klen, e->hash, &link);
+            drop(link, e);
+            g_shared.expired++;
+        }
+    }
 }
 
 static size_t keys_size(void)
@@ -355,6 +681,7 @@ static int s_keys(lua_State *L)
     uint32_t n = 0;
     for (;;) {
         pthread_mutex_lock(&g_shared.mu);
+        sweep_expired();
         size_t total = keys_size();
         if (blk && total <= cap) {
             char *w = blk;
@@ -397,6 +724,8 @@ void seda__l_shared_push(lua_State *L)
     static const luaL_Reg methods[] = {
         { "get", s_get }, { "set", s_set }, { "incr", s_incr },
         { "add", s_add }, { "delete", s_delete }, { "keys", s_keys },
+        { "ttl", s_ttl }, { "expire", s_expire },
+        { "capacity", s_capacity }, { "stats", s_stats },
         { NULL, NULL }
     };
     lua_getfield(L, LUA_REGISTRYINDEX, SHARED_MT ".object");

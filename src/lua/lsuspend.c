@@ -210,6 +210,7 @@ static void view_save(struct lworker *w, struct lcall *c)
     c->decoded_table = le->decoded_table;
     c->payload_set = le->payload_set;
     c->headers_loaded = le->headers_loaded;
+    c->responded = le->responded;
     c->token = w->token;
     c->deadline = w->deadline;
     c->timeout = w->timeout;
@@ -225,7 +226,7 @@ static void view_save(struct lworker *w, struct lcall *c)
     lua_pop(L, 1);
     le->env = NULL;
     le->decoded = le->decoded_table = le->payload_set =
-        le->headers_loaded = false;
+        le->headers_loaded = le->responded = false;
     w->token = 0;
 }
 
@@ -239,6 +240,7 @@ static void view_restore(struct lworker *w, struct lcall *c)
     le->decoded_table = c->decoded_table;
     le->payload_set = c->payload_set;
     le->headers_loaded = c->headers_loaded;
+    le->responded = c->responded;
     w->token = c->token;
     w->deadline = c->deadline;
     w->timeout = c->timeout;
@@ -375,7 +377,7 @@ static void call_resume(struct lworker *w, struct lcall *c)
     seda_pending_leave(c->p);
     w->le->env = NULL;
     w->le->decoded = w->le->decoded_table = w->le->payload_set =
-        w->le->headers_loaded = false;
+        w->le->headers_loaded = w->le->responded = false;
     w->token = 0;
     w->cur = NULL;
     w->bls = NULL;

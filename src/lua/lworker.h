@@ -101,6 +101,7 @@ struct lenv {
                                    in place, so it is written back) */
     bool payload_set;           /* assigned during this call */
     bool headers_loaded;        /* headers table cached in user value 2 */
+    bool responded;             /* env:respond called during this call */
 };
 
 /* The worker behind a state (its extra space points back at it). */
@@ -156,7 +157,7 @@ struct lcall {
     /* The view saved while suspended (struct lenv's, user values in the
      * registry table uv_ref). */
     seda_env_t *env;
-    bool decoded, decoded_table, payload_set, headers_loaded;
+    bool decoded, decoded_table, payload_set, headers_loaded, responded;
     int uv_ref;
     uintptr_t token;
     int64_t deadline;

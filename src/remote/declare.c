@@ -67,10 +67,16 @@ static void on_reply(void *ud, char kind, const char *rest, natsMsg *m)
 
 void seda__rstage_need_setup(struct rstage *rs, const char *why)
 {
+    /* Said as a check, not as a loss: JetStream has no responders for a
+     * stream that is missing, and as well for one electing a leader or
+     * restoring after a restart.  The check's outcome (declared again,
+     * or there all along) is said when it is known. */
+    if (why)
+        atomic_store_explicit(&rs->setup_said, true, memory_order_relaxed);
     if (!atomic_exchange_explicit(&rs->need_setup, true,
                                   memory_order_acq_rel) && why)
-        seda__rconn_report(rs->conn, "stage '%s': %s: its stream and "
-                           "consumer are declared again",
+        seda__rconn_report(rs->conn, "stage '%s': %s: checking that its "
+                           "stream and consumer exist",
                            seda_stage_name(rs->st), why);
 }
 
@@ -117,7 +123,18 @@ void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
                                                    : "'")
                                     : "its consumer");
         seda_log_write(SEDA_LOG_WARN, seda_stage_name(rs->st), line);
+    } else if (atomic_exchange_explicit(&rs->setup_said, false,
+                                        memory_order_relaxed)) {
+        char line[600];
+        snprintf(line, sizeof line, "remote %s: stream '%s'%s %s there: "
+                 "nothing was declared again (JetStream was not answering "
+                 "for a while: a leader election or a restart)",
+                 rs->conn->shown, rs->stream,
+                 rs->consume ? " and its consumer" : "",
+                 rs->consume ? "were" : "was");
+        seda_log_write(SEDA_LOG_INFO, seda_stage_name(rs->st), line);
     }
+    atomic_store_explicit(&rs->setup_said, false, memory_order_relaxed);
     atomic_store_explicit(&rs->need_setup, false, memory_order_release);
     seda__rfeed_reconnect(rs);          /* requests before are void */
 }
@@ -301,6 +318,7 @@ static struct rstage *rstage_make(seda_bus_t *bus, struct rconn *conn,
     rs->format = ro->format;
     rs->readers = ro->readers;
     atomic_init(&rs->need_setup, false);
+    atomic_init(&rs->setup_said, false);
     rs->consume = ro->consume;
     rs->ack_wait_ns = got->ack_wait_ns;
     /* JetStream stops redelivering at the consumer's max_deliver: the

@@ -247,7 +247,10 @@ void seda__rfeed_on_status(struct rstage *rs, uint64_t n, natsMsg *m)
     if (status == 503 || (status == 409 && desc &&
                           strstr(desc, "Consumer Deleted"))) {
         seda__rstage_need_setup(rs, status == 503
-                                        ? "a pull request found no consumer"
+                                        ? "a pull request had no "
+                                          "responders (the consumer is "
+                                          "missing, or its stream is "
+                                          "electing a leader)"
                                         : "its consumer was deleted");
         return;
     }

@@ -283,7 +283,9 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
     bool retry = false;
     if (status == 503) {
         retry = true;                   /* no stream listens (yet) */
-        seda__rstage_need_setup(rs, "a publish found no stream");
+        seda__rstage_need_setup(rs, "a publish had no responders (the "
+                                    "stream is missing, or electing a "
+                                    "leader, or restoring)");
     } else if (len > 0 && memmem(body, (size_t)len, "\"error\"", 7)) {
         int code = api_error(body, len, d.why, sizeof d.why);
         retry = code == 503;            /* JetStream not ready */

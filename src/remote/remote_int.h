@@ -318,6 +318,9 @@ struct rstage {
     atomic_bool need_setup;     /* stream and consumer to be declared
                                    again (after a reconnect, or JetStream
                                    said they are gone); release/acquire */
+    atomic_bool setup_said;     /* a reason for need_setup was said on
+                                   the log: its outcome is said too;
+                                   relaxed (ordered by need_setup) */
     int64_t setup_at;           /* next attempt (dispatch thread only) */
     int64_t setup_backoff;      /* ns; doubles per failure (dispatch) */
     atomic_bool consuming;      /* seda_remote_consume was called */

@@ -692,7 +692,13 @@ static int read_slip(struct gather *g, natsMsg *m, int *first, int *n,
         if (*first < 0)
             *first = i;
         const char *h = (const char *)g->s->p + g->off[i];
-        if (!slip_ok(h) || ++*n > SEDA_RW_MAX_SLIP) {
+        if (++*n > SEDA_RW_MAX_SLIP) {
+            snprintf(err, errlen, "Seda-Slip: more than %d hops (a message "
+                     "carries at most %d)", SEDA_RW_MAX_SLIP,
+                     SEDA_RW_MAX_SLIP);
+            return -2;
+        }
+        if (!slip_ok(h)) {
             snprintf(err, errlen, "Seda-Slip: '%.80s' is not a stage name "
                      "nor nats:<subject>", h);
             return -2;

@@ -33,6 +33,31 @@ out=$(timeout 20 "$SEDA" attach "$S" 'error("one-shot-marker")' 2>&1 </dev/null)
 rc=$?
 check "a command that raises exits 1 (rc $rc)" [ "$rc" = 1 ]
 check "... and says why" contains "$out" "one-shot-marker"
+# Piped lines: every line runs; the exit status is 1 when one raised.
+out=$(printf '%s\n' 'error("piped-marker")' 'print("after")' | timeout 20 "$SEDA" attach "$S" 2>&1)
+rc=$?
+check "piped: a line that raised exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... the later lines still ran" contains "$out" "after"
+out=$(printf '%s\n' 'print("fine")' | timeout 20 "$SEDA" attach "$S" 2>&1)
+rc=$?
+check "piped: no error exits 0 (rc $rc: $out)" [ "$rc" = 0 ]
+out=$(printf '%s\n' 'for i = 1, 2 do' | timeout 20 "$SEDA" attach "$S" 2>&1)
+rc=$?
+check "piped: input ending inside a chunk exits 1 (rc $rc)" [ "$rc" = 1 ]
+check "... saying so ($out)" contains "$out" "the input ended inside a chunk"
+
+# stats(STAGE): that stage alone; tap() without a stage: its usage.
+out=$(timeout 20 "$SEDA" attach "$S" 'print(stats("parse"))' 2>&1 </dev/null)
+check "stats(\"parse\") prints the parse row ($out)" contains "$out" "parse"
+check "... and no total row" eval '! contains "$out" "(total)"'
+out=$(timeout 20 "$SEDA" attach "$S" 'local t = stats("parse") local n = 0 for _ in pairs(t) do n = n + 1 end print(n, t.parse.capacity)' 2>&1 </dev/null)
+check "... returns that stage only ($out)" [ "$out" = "$(printf '1\t1024')" ]
+out=$(timeout 20 "$SEDA" attach "$S" 'stats("nope")' 2>&1 </dev/null)
+rc=$?
+check "stats(\"nope\") raises naming it (rc $rc: $out)" contains "$out" "stats: no such stage 'nope'"
+out=$(timeout 20 "$SEDA" attach "$S" 'tap()' 2>&1 </dev/null)
+check "tap() prints its usage ($out)" contains "$out" "usage: tap(stage [, n = 10 [, seconds = 10]])"
+
 out=$(timeout 20 "$SEDA" attach --json "$S" 'B:stats("parse").delivered, { ok = true }' 2>&1 </dev/null)
 check "--json prints results as JSON ($out)" [ "$out" = '[10,{"ok":true}]' ]
 out=$(timeout 20 "$SEDA" attach "$S" 'for i = 1, 2 do' 2>&1 </dev/null)
@@ -193,7 +218,7 @@ check "and says why ($out)" contains "$out" "cannot connect"
 # for the PATH).
 out=$(timeout 20 "$SEDA" attach --bogus "$D/nothing.sock" 2>&1 </dev/null)
 rc=$?
-check "attach --bogus fails (rc $rc)" [ "$rc" = 1 ]
+check "attach --bogus fails: a usage error, 2 (rc $rc)" [ "$rc" = 2 ]
 check "... naming the option ($out)" contains "$out" "unknown option '--bogus'"
 out=$(timeout 20 "$SEDA" attach "$D/nothing.sock" --json 1 2>&1 </dev/null)
 check "extra arguments are named ($out)" contains "$out" "more than PATH and one command"

@@ -155,6 +155,26 @@ for doc in "$ROOT/README.md" "$ROOT"/docs/*.md "$ROOT/tests/README.md" \
     check "${doc#"$ROOT"/}: every relative link resolves ($bad)" [ -z "$bad" ]
 done
 
+# What a user reads stands alone: no page, example, man page or Lua
+# module cites a specification the repository does not ship ("SPEC",
+# "SPEC.md", "SPEC §12").
+spec=$(cd "$ROOT" && grep -rlw 'SPEC\(\.md\)\?' README.md docs examples lua 2>/dev/null | tr '\n' ' ')
+check "no user-facing file cites a SPEC the repository does not have ($spec)" [ -z "$spec" ]
+
+# The reference's remote = { ... } table names every field a remote stage
+# takes (the list bus:stage checks against, in src/lua/lremote.c).
+keys=$(sed -n '/^static const char \*const remote_keys\[\] = {/,/};/p' \
+           "$ROOT/src/lua/lremote.c" | grep -o '"[a-z_]*"' | tr -d '"')
+table=$(awk '/^### `remote = \{ ... \}`/ { on = 1; next }
+             on && /^\|/ { seen = 1; print; next }
+             on && seen { exit }' "$ROOT/docs/reference.md")
+missing=""
+for k in $keys; do
+    printf '%s\n' "$table" | grep -q "^| \`$k\`\|^| [^|]*\`$k\`" || missing="$missing $k"
+done
+check "reference.md's remote table names every remote field ($missing)" \
+    sh -c "[ -n '$keys' ] && [ -z '$missing' ]"
+
 # The runner itself: an unmarked failing block fails, a partial one with
 # a syntax error fails, a block left open fails.
 mkdir -p "$D/self"

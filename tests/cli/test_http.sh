@@ -22,7 +22,7 @@ fi
 # ---- the address rules -------------------------------------------------
 echo 'print("the-script-ran")' >"$D/noop.lua"
 out=$("$SEDA" --http 8080 "$D/noop.lua" 2>&1); rc=$?
-check "--http without --serve or -i is refused" [ "$rc" = 1 ]
+check "--http without --serve or -i is refused: a usage error, 2" [ "$rc" = 2 ]
 check "... naming the rule" contains "$out" "--http needs --serve or -i"
 check "... before the script runs" eval '! contains "$out" the-script-ran'
 out=$("$SEDA" --serve --http example.com:80 "$D/noop.lua" 2>&1); rc=$?
@@ -441,6 +441,7 @@ scode=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 "$URL/stats.json")
 echo "    /metrics answered $mcode in $(( (t1 - t0) / 1000000 )) ms while the main state was busy"
 check "/metrics answers while the main state runs a long command" [ "$mcode" = 200 ]
 check "... with the stages' figures" grep -q 'seda_stage_delivered_total{bus="bus1",stage="zulu"}' "$D/busy.prom"
+check "... and seda.shared's bound and evictions" sh -c "grep -q '^seda_shared_capacity_bytes ' '$D/busy.prom' && grep -q '^seda_shared_evicted_total ' '$D/busy.prom'"
 check "/stats.json answers too" [ "$scode" = 200 ]
 wait "$BUSY"
 

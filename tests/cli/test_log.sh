@@ -48,7 +48,7 @@ assert any(r["level"] == "info" and "stage" not in r for r in rows), rows
 PY
 "$SEDA" --log-format yaml -e '' 2>"$D/bad.err"
 RC=$?
-check "a bad --log-format is refused (exit $RC)" [ "$RC" = 1 ]
+check "a bad --log-format is refused: a usage error (exit $RC)" [ "$RC" = 2 ]
 check "... naming the choices" grep -q "'text' or 'json'" "$D/bad.err"
 out=$("$SEDA" --drain=1 -e 'print("ran")' 2>&1)
 check "--drain=1 is taken as --drain 1 ($out)" [ "$out" = ran ]
@@ -58,7 +58,7 @@ check "seda.log keeps what follows a NUL ($out)" contains "$out" 'info before\x0
 for v in '' nan -1; do
     out=$("$SEDA" --drain="$v" -e 'print("ran")' 2>&1)
     rc=$?
-    check "--drain='$v' is refused (exit $rc: $out)" [ "$rc" = 1 ]
+    check "--drain='$v' is refused: a usage error (exit $rc: $out)" [ "$rc" = 2 ]
     check "... naming the option and the value" contains "$out" "--drain: not a number of seconds: '$v'"
 done
 # The REPL's errors(), dlq() and stats() show a handler's error with its

@@ -348,6 +348,10 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.contains(out, "{ n = 2 }", "... decoded, as the REPL prints it: " .. out)
   T.contains(out, "state: queued", "show: still waiting in its stage")
   T.ok(out:match("published: %d%d%d%d%-%d%d%-%d%dT"), "show: wall-clock time: " .. out)
+  -- Every time it prints is wall-clock: no monotonic figure (seconds since
+  -- some boot) that means nothing outside the publishing process.
+  T.ok(not out:find("monotonic", 1, true), "show: no monotonic time: " .. out)
+  T.ok(not out:find("%d+%.%d%d%d%d%d%d"), "show: no bare seconds: " .. out)
   out, code = dlq_cli(dir, "show", "nope")
   T.eq(code, 1, "show unknown id: " .. out)
   out, code = dlq_cli(dir, "show", "h1")

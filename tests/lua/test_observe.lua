@@ -100,6 +100,34 @@ T.test("the dead-letter ring keeps the last dead_letter_keep, discarded ones too
   off:shutdown(5)
 end)
 
+T.test("payload_preview is readable: a Lua value in constructor syntax, a string quoted, cut with ...", function()
+  local bus = T.bus{ workers = 1, dead_letter_keep = 10 }
+  bus:stage{ name = "a", handler = function(env) return false end }
+  local items = {}
+  for i = 1, 60 do items[i] = "item-" .. i end
+  bus:publish("a", { qty = 2, items = items })         -- over the 256 kept
+  bus:publish("a", ("x\27[2J"):rep(100))               -- a long string
+  bus:publish("a", { total = 3.0 })                     -- whole
+  T.idle(bus, 10)
+  local dl = bus:dead_letters("a")
+  T.eq(#dl, 3)
+  T.eq(dl[1].payload.total, 3.0, "a whole value is decoded")
+  T.eq(dl[1].payload_preview, "{total = 3.0}", "and previewed as the REPL shows it")
+  local s = dl[2].payload_preview
+  T.eq(dl[2].payload, nil, "a cut string is not the payload")
+  T.eq(s:sub(1, 14), '"x\\x1b[2Jx\\x1b', "quoted, its controls escaped: " .. s:sub(1, 20))
+  T.eq(s:sub(-3), "...", "ends ... where it was cut")
+  T.ok(not s:find("[%c]"), "no control byte in the preview")
+  local t = dl[3].payload_preview
+  T.eq(dl[3].payload, nil, "a cut value is not the payload")
+  T.ok(t:match('^{'), "a table in constructor syntax: " .. t:sub(1, 40))
+  T.contains(t, 'items = {"item-1", "item-2"', "its elements as they were")
+  T.eq(t:sub(-3), "...", "ends ... where the kept bytes end")
+  T.ok(utf8.len(t) and not t:find("[%z\1-\31]"), "valid UTF-8 without controls")
+  T.eq(dl[3].payload_size > 256, true, "the size of the whole payload")
+  bus:shutdown(5)
+end)
+
 T.test("init runs exactly once per state that handles envelopes (check states run the top level only)", function()
   local dir = T.tmpdir()
   local f = T.write(dir .. "/h.lua", [[

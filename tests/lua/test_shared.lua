@@ -125,4 +125,91 @@ T.test("shared is visible to handlers and the main state both ways", function()
   bus:shutdown(5)
 end)
 
+-- Wait until at least secs have passed on the monotonic clock (an expiry
+-- is a lower bound: after it, the key reads as absent whatever the load).
+local function pass(secs)
+  local t = seda.now() + secs
+  while seda.now() < t do seda.sleep(0.01) end
+end
+
+T.test("set with an exptime: the key reads as absent once it passed (lua_shared_dict)", function()
+  local ok, err, forcible = sh:set("ttl.a", "v", 0.05)
+  T.eq(ok, true, "set returns true")
+  T.eq(err, nil)
+  T.eq(forcible, false, "nothing evicted")
+  sh:set("ttl.forever", 1, 0)                  -- 0: never expires
+  sh:set("ttl.long", 2, 3600)
+  T.eq(sh:get("ttl.long"), 2, "a far expiry reads back")
+  local left = sh:ttl("ttl.long")
+  T.ok(left > 3500 and left <= 3600, "ttl counts down from 3600: " .. tostring(left))
+  T.eq(sh:ttl("ttl.forever"), 0, "ttl 0: never expires")
+  pass(0.1)
+  T.eq(sh:get("ttl.a"), nil, "get of an expired key is nil")
+  local none, why = sh:ttl("ttl.a")
+  T.eq(none, nil)
+  T.eq(why, "not found")
+  T.eq(sh:get("ttl.forever"), 1, "no exptime never expires")
+  for _, k in ipairs(sh:keys()) do T.ok(k ~= "ttl.a", "keys skips an expired key") end
+  T.ok(sh:stats().expired >= 1, "expired ones counted")
+end)
+
+T.test("add on an expired key succeeds; on a live one says exists; incr restarts it", function()
+  sh:set("ttl.add", "old", 0.05)
+  local ok, err = sh:add("ttl.add", "other")
+  T.eq(ok, false, "add on a live key fails")
+  T.eq(err, "exists")
+  sh:set("ttl.incr", 40, 0.05)
+  T.eq(sh:incr("ttl.incr", 2), 42, "incr of a live key keeps counting")
+  pass(0.1)
+  T.eq(sh:add("ttl.add", "new"), true, "add on an expired key succeeds")
+  T.eq(sh:get("ttl.add"), "new")
+  T.eq(sh:ttl("ttl.add"), 0, "without an exptime it never expires")
+  T.eq(sh:incr("ttl.incr", 1), 1, "incr of an expired key starts afresh")
+  sh:set("ttl.exp", 1)
+  T.eq(sh:expire("ttl.exp", 0.05), true, "expire sets one")
+  pass(0.1)
+  T.eq(sh:get("ttl.exp"), nil, "expired by expire")
+  T.eq(select(2, sh:expire("ttl.exp", 1)), "not found")
+end)
+
+T.test("a bad exptime raises naming it", function()
+  T.raises(function() sh:set("ttl.bad", 1, -1) end, "negative", "exptime must be a number of seconds >= 0")
+  T.raises(function() sh:set("ttl.bad", 1, 0 / 0) end, "nan", "exptime")
+  T.raises(function() sh:set("ttl.bad", 1, "10") end, "a string", "exptime must be a number", "string")
+  T.raises(function() sh:add("ttl.bad", 1, math.huge) end, "inf", "exptime")
+  T.raises(function() sh:expire("ttl.bad") end, "missing", "exptime missing")
+  T.eq(sh:get("ttl.bad"), nil, "nothing stored")
+end)
+
+T.test("a size bound: least recently used entries are evicted, counted in stats", function()
+  local old = sh:capacity()
+  T.eq(old, 64 * 1024 * 1024, "the default bound: 64 MiB")
+  -- Room for 8 entries of ~1 KB (what the other tests left is removed:
+  -- the oldest entries are the first evicted).
+  for _, k in ipairs(sh:keys()) do sh:delete(k) end
+  T.eq(sh:stats().bytes, 0, "empty")
+  local base = 0
+  sh:capacity(base + 8 * 1100)
+  local before = sh:stats().evicted
+  local v = string.rep("x", 1000)
+  for i = 1, 8 do T.eq(select(3, sh:set("lru." .. i, v)), false, "fits: " .. i) end
+  T.eq(sh:get("lru.1"), v, "lru.1 used: now the most recent")
+  local ok, _, forcible = sh:set("lru.9", v)
+  T.eq(ok, true)
+  T.eq(forcible, true, "set says it evicted a live entry (forcible)")
+  T.eq(sh:get("lru.2"), nil, "the least recently used went")
+  T.eq(sh:get("lru.1"), v, "the one read just before stayed")
+  T.eq(sh:get("lru.9"), v)
+  local st = sh:stats()
+  T.ok(st.evicted > before, "evictions counted: " .. st.evicted)
+  T.ok(st.bytes <= st.capacity, "within the bound: " .. st.bytes .. " <= " .. st.capacity)
+  T.eq(st.capacity, base + 8 * 1100)
+  T.raises(function() sh:set("lru.huge", string.rep("y", 20000)) end, "bigger than the bound",
+           "needs more than the table's whole capacity")
+  T.eq(sh:get("lru.1"), v, "a refused set changes nothing")
+  T.raises(function() sh:capacity(10) end, "a tiny bound", "capacity: bytes must be an integer >= 4096")
+  sh:capacity(old)
+  for i = 1, 9 do sh:delete("lru." .. i) end
+end)
+
 T.done()

@@ -236,6 +236,38 @@ static void test_wire_bad_metadata_named(void **state)
     }
 }
 
+/* A Seda-Slip of 5000 valid hops is refused for its length, said as such
+ * (it was "'<a hop>' is not a stage name"). */
+static void test_wire_long_slip_named_for_its_length(void **state)
+{
+    (void)state;
+    size_t n = 5000;
+    char *slip = malloc(n * 6 + 1);
+    assert_non_null(slip);
+    char *w = slip;
+    for (size_t i = 0; i < n; i++)
+        w += sprintf(w, "%styped", i ? "," : "");
+    natsMsg *m = NULL;
+    assert_int_equal(natsMsg_Create(&m, "s", NULL, "x", 1), NATS_OK);
+    natsMsgHeader_Set(m, "Seda-Slip", slip);
+    struct rw_in in;
+    char err[200] = "";
+    assert_int_equal(seda__rw_msg_read(m, "S:1", &in, err, sizeof err), -1);
+    if (!strstr(err, "more than 4096 hops"))
+        fail_msg("error '%s' does not name the hop count", err);
+    assert_null(strstr(err, "is not a stage name"));
+    seda__rw_in_free(&in);
+    natsMsg_Destroy(m);
+    /* 4096 hops are fine. */
+    slip[4096 * 6 - 1] = '\0';
+    assert_int_equal(natsMsg_Create(&m, "s", NULL, "x", 1), NATS_OK);
+    natsMsgHeader_Set(m, "Seda-Slip", slip);
+    assert_int_equal(seda__rw_msg_read(m, "S:1", &in, err, sizeof err), 0);
+    seda__rw_in_free(&in);
+    natsMsg_Destroy(m);
+    free(slip);
+}
+
 static void test_wire_content_types(void **state)
 {
     (void)state;
@@ -331,6 +363,7 @@ int main(void)
         cmocka_unit_test(test_wire_user_headers_plain_or_packed),
         cmocka_unit_test(test_wire_build_refuses_bad_fields),
         cmocka_unit_test(test_wire_bad_metadata_named),
+        cmocka_unit_test(test_wire_long_slip_named_for_its_length),
         cmocka_unit_test(test_wire_content_types),
         cmocka_unit_test(test_wire_completion_round_trip),
         cmocka_unit_test(test_wire_values_escape_round_trip),
