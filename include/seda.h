@@ -775,8 +775,30 @@ void seda_log_set_format(int format);   /* process-wide; any thread */
 int seda_log_format(void);
 /* "debug", "info", "warn", "error"; NULL for another level. */
 const char *seda_log_level_name(int level);
-/* Write one event (stage may be NULL).  Any thread; never blocks long. */
+/* Write one event (stage may be NULL).  Any thread; never blocks long.
+ * Nothing is written for a level below seda_log_level(). */
 void seda_log_write(int level, const char *stage, const char *msg);
+/* The least level written (default SEDA_LOG_INFO: debug lines are left
+ * out); process-wide, any thread, clamped to DEBUG..ERROR. */
+void seda_log_set_level(int level);
+int seda_log_level(void);
+bool seda_log_enabled(int level);       /* level >= seda_log_level() */
+/* The level named "debug", "info", "warn" or "error"; -1 for another. */
+int seda_log_level_from_name(const char *name);
+/* A field of an event: "key":value in JSON, key=value in text (quoted
+ * when it has a space, a quote or '=').  raw: the value is a JSON number
+ * or boolean, written unquoted. */
+struct seda_log_field {
+    const char *key;
+    const char *value;
+    bool raw;
+};
+/* seda_log_write with fields, in the given order (JSON: before "msg";
+ * text: after the message).  Fields that would leave the message less
+ * than 512 bytes of the 4 KiB line are left out, "fields_cut":true (or
+ * "..." in text) saying so. */
+void seda_log_write_fields(int level, const char *stage, const char *msg,
+                           const struct seda_log_field *fields, size_t n);
 
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts

@@ -99,6 +99,12 @@ extern struct cli cli;
 extern const char *cli_progname;
 
 /* cli_loop.c */
+/* A line of the program's own on stderr: "seda-lua: MSG" ("seda-lua:
+ * warning: MSG" for SEDA_LOG_WARN) under --log-format text, one log
+ * event (level, msg) under json; a level below --log-level is left
+ * out. */
+void cli_logf(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 int cli_msghandler(lua_State *L);
 int cli_docall(lua_State *L, int nargs, int nres);
 int cli_setup(lua_State *L);            /* load cli.lua, install helpers */

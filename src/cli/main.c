@@ -89,7 +89,11 @@ static void usage(FILE *f)
         "event\n"
         "                  (time, level, stage, message), or one JSON object"
         " per\n"
-        "                  line (default text)\n"
+        "                  line (default text); the program's own errors too\n"
+        "  --log-level debug|info|warn|error  the least level the log "
+        "writes\n"
+        "                  (default info; seda.log_level() changes it "
+        "live)\n"
         "  -v, --version   print the version and exit\n"
         "  -h, --help      print this help and exit\n"
         "  --              stop handling options (options that take a "
@@ -117,6 +121,14 @@ static void usage(FILE *f)
         "...}} with a handler: NATS JetStream) runs with --serve: their\n"
         "streams may have work whenever it is idle.\n",
         progname, progname, progname, progname);
+}
+
+/* After a bad command line: the usage under --log-format text; under
+ * json the error line alone (every stderr line is one JSON object). */
+static void usage_err(void)
+{
+    if (seda_log_format() != SEDA_LOG_JSON)
+        usage(stderr);
 }
 
 /* ---- main ---- */
@@ -149,7 +161,7 @@ static bool has_arg(const char *a)
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
            strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0 ||
            strcmp(a, "--http-host") == 0 ||
-           strcmp(a, "--log-format") == 0;
+           strcmp(a, "--log-format") == 0 || strcmp(a, "--log-level") == 0;
 }
 
 static char *script_dir(const char *fname)
@@ -173,16 +185,16 @@ static int option_arg(const char *a, const char *v)
         char *end;
         cli.o.drain = strtod(v, &end);
         if (*end || end == v || !(cli.o.drain >= 0)) {  /* '', nan */
-            fprintf(stderr, "%s: --drain: not a number of seconds: '%s'\n",
-                    progname, v);
+            cli_logf(SEDA_LOG_ERROR, "--drain: not a number of seconds: '%s'",
+                     v);
             return 1;
         }
     } else if (strcmp(a, "--idle-timeout") == 0) {
         char *end;
         cli_control_idle_timeout = strtod(v, &end);
         if (*end || end == v || !(cli_control_idle_timeout >= 0)) {
-            fprintf(stderr, "%s: --idle-timeout: not a number of seconds "
-                    ">= 0: '%s'\n", progname, v);
+            cli_logf(SEDA_LOG_ERROR, "--idle-timeout: not a number of seconds "
+                     ">= 0: '%s'", v);
             return 1;
         }
     } else if (strcmp(a, "--control") == 0) {
@@ -196,22 +208,49 @@ static int option_arg(const char *a, const char *v)
         if (n == 0 || v[strspn(v, "abcdefghijklmnopqrstuvwxyz"
                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-,")] ||
             v[0] == ',' || v[n - 1] == ',' || strstr(v, ",,")) {
-            fprintf(stderr, "%s: --http-host: host names separated by "
-                    "commas (letters, digits, '.' and '-'), not '%s'\n",
-                    progname, v);
+            cli_logf(SEDA_LOG_ERROR, "--http-host: host names separated by "
+                     "commas (letters, digits, '.' and '-'), not '%s'",
+                     v);
             return 1;
         }
         cli.o.http_hosts = v;
     } else if (strcmp(a, "--log-format") == 0) {
         if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
-            fprintf(stderr, "%s: --log-format: 'text' or 'json', not '%s'\n",
-                    progname, v);
+            cli_logf(SEDA_LOG_ERROR, "--log-format: 'text' or 'json', not '%s'",
+                     v);
             return 1;
         }
         seda_log_set_format(strcmp(v, "json") == 0 ? SEDA_LOG_JSON
                                                    : SEDA_LOG_TEXT);
+    } else if (strcmp(a, "--log-level") == 0) {
+        int lv = seda_log_level_from_name(v);
+        if (lv < 0) {
+            cli_logf(SEDA_LOG_ERROR, "--log-level: 'debug', 'info', 'warn' "
+                     "or 'error', not '%s'", v);
+            return 1;
+        }
+        seda_log_set_level(lv);
     }
     return -1;
+}
+
+/* --log-format json, before anything else is read: an error about an
+ * option before it is a JSON line too. */
+static void log_format_first(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0 || a[0] != '-' || strcmp(a, "-") == 0)
+            return;
+        if (strcmp(a, "--log-format=json") == 0 ||
+            (strcmp(a, "--log-format") == 0 && i + 1 < argc &&
+             strcmp(argv[i + 1], "json") == 0)) {
+            seda_log_set_format(SEDA_LOG_JSON);
+            return;
+        }
+        if (has_arg(a))
+            i++;
+    }
 }
 
 /* The first pass over the command line: the options into o and cli.o
@@ -248,9 +287,8 @@ static int parse_options(int argc, char **argv, struct opts *o)
             size_t k = (size_t)(strchr(a, '=') - a);
             snprintf(name, sizeof name, "%.*s", (int)k, a);
             if (k >= sizeof name || !has_arg(name)) {
-                fprintf(stderr, "%s: unrecognized option '%s'\n", progname,
-                        a);
-                usage(stderr);
+                cli_logf(SEDA_LOG_ERROR, "unrecognized option '%s'", a);
+                usage_err();
                 return 1;
             }
             int rc = option_arg(name, a + k + 1);
@@ -258,8 +296,8 @@ static int parse_options(int argc, char **argv, struct opts *o)
                 return rc;
         } else if (has_arg(a)) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "%s: '%s' needs an argument\n", progname, a);
-                usage(stderr);
+                cli_logf(SEDA_LOG_ERROR, "'%s' needs an argument", a);
+                usage_err();
                 return 1;
             }
             int rc = option_arg(a, argv[i + 1]);
@@ -267,8 +305,8 @@ static int parse_options(int argc, char **argv, struct opts *o)
                 return rc;
             i++;
         } else {
-            fprintf(stderr, "%s: unrecognized option '%s'\n", progname, a);
-            usage(stderr);
+            cli_logf(SEDA_LOG_ERROR, "unrecognized option '%s'", a);
+            usage_err();
             return 1;
         }
     }
@@ -297,17 +335,17 @@ static int start_live(const struct opts *o)
 {
     bool live = o->interactive || o->serve;
     if (!live && (cli.o.control || cli.o.http)) {
-        fprintf(stderr, "%s: %s needs --serve or -i (a plain run "
-                "ends when its buses are idle)\n", progname,
-                cli.o.control ? "--control" : "--http");
-        usage(stderr);
+        cli_logf(SEDA_LOG_ERROR, "%s needs --serve or -i (a plain run "
+                 "ends when its buses are idle)",
+                 cli.o.control ? "--control" : "--http");
+        usage_err();
         return 1;
     }
     if (!live) {                        /* nothing keeps the process up */
         if (cli.o.metrics || cli.o.watch)
-            fprintf(stderr, "%s: warning: %s has no effect without --serve "
-                    "or -i (a plain run ends when its buses are idle)\n",
-                    progname, cli.o.watch ? "--watch" : "--metrics");
+            cli_logf(SEDA_LOG_WARN, "%s has no effect without --serve "
+                     "or -i (a plain run ends when its buses are idle)",
+                     cli.o.watch ? "--watch" : "--metrics");
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }
@@ -335,7 +373,7 @@ static bool run_e_chunks(lua_State *L, int argc, char **argv,
         if (strcmp(argv[k], "-e") == 0) {
             if (luaL_loadbuffer(L, argv[k + 1], strlen(argv[k + 1]),
                                 "=(command line)") != LUA_OK) {
-                fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+                cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
                 lua_pop(L, 1);
                 failed = true;
             } else if (cli_docall(L, 0, 0) != LUA_OK) {
@@ -354,7 +392,7 @@ static bool run_e_chunks(lua_State *L, int argc, char **argv,
 static bool run_file(lua_State *L, const char *fname, char **args, int n)
 {
     if (luaL_loadfile(L, fname) != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
         return true;
     }
@@ -481,9 +519,10 @@ int main(int argc, char **argv)
         }
         return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);
     }
+    log_format_first(argc, argv);
     lua_State *L = luaL_newstate();
     if (!L) {
-        fprintf(stderr, "%s: cannot create a Lua state\n", progname);
+        cli_logf(SEDA_LOG_ERROR, "cannot create a Lua state");
         return 1;
     }
     cli.L = L;

@@ -780,6 +780,7 @@ static const luaL_Reg module_funcs[] = {
     { "now", l_now },
     { "process", seda__l_stats_process },
     { "log", seda__l_errors_log },
+    { "log_level", seda__l_errors_log_level },
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },
