@@ -209,7 +209,16 @@ typedef struct seda_bus_opts {
                                   when a consumer sets one (0: the default,
                                   SEDA_MAX_PAYLOAD_DEFAULT; at most
                                   UINT32_MAX) */
+    double hold_warn;          /* seconds a consumer call may hold its
+                                  worker outside seda's own waits (managed
+                                  blocking, suspension) before it counts as
+                                  a long hold (long_holds) and is logged,
+                                  at most once a minute per stage (0: the
+                                  default, SEDA_HOLD_WARN_DEFAULT; < 0:
+                                  never; at most 3600) */
 } seda_bus_opts;
+
+#define SEDA_HOLD_WARN_DEFAULT 0.1
 
 #define SEDA_MAX_PAYLOAD_DEFAULT ((size_t)16 << 20)   /* 16 MiB */
 
@@ -913,6 +922,9 @@ typedef struct seda_stage_stats {
     int depth_high, depth_low; /* queued at high and low priority */
     uint64_t handed_off;       /* itineraries that left this process here
                                   for JetStream (a remote stage) */
+    uint64_t long_holds;       /* consumer calls that held their worker
+                                  longer than the bus's hold_warn outside
+                                  seda's own waits */
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,
@@ -952,6 +964,7 @@ typedef struct seda_bus_stats {
     uint64_t waits_uncovered;  /* waits inside handlers (a full stage, a
                                   receive) no loan covered: max_loans was
                                   reached, so each held its worker */
+    uint64_t long_holds;       /* the stages' long_holds, summed */
 } seda_bus_stats;
 
 /* Snapshots.  Each stage's figures are read under its lock briefly; the bus

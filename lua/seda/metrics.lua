@@ -68,6 +68,9 @@ local STAGE_METRICS = {
   { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
   { "handed_off_total", "counter", "Itineraries that left this process " ..
     "here for JetStream.", "handed_off" },
+  { "long_holds_total", "counter", "Handler calls that held their " ..
+    "worker longer than the bus's hold_warn outside seda's waits (a " ..
+    "blocking call not wrapped in seda.blocking).", "long_holds" },
   { "handler_version", "gauge", "Version of the stage's handler code " ..
     "(1 at declaration, +1 per successful reload).", "version" },
 }
@@ -94,6 +97,9 @@ local BUS_METRICS = {
   { "waits_uncovered_total", "counter", "Waits inside handlers no loan " ..
     "covered (max_loans reached): each held its worker.",
     "waits_uncovered" },
+  { "long_holds_total", "counter", "Handler calls that held their " ..
+    "worker longer than hold_warn outside seda's waits, all stages.",
+    "long_holds" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
   { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
     "main state.", "callbacks_pending" },
