@@ -261,7 +261,8 @@ function M.metrics()
   family("seda_worker_lua_memory_bytes", "gauge", "Bytes the worker's Lua " ..
     "state holds, as of the end of its last handler call.", mem)
   -- Listeners (bus:listen): requests, responses by class, connections,
-  -- and the request latency over the stats window.
+  -- the request latency as a histogram (since the listener opened) and
+  -- as p50/p99 over the stats window.
   local LISTENER = {
     { "requests_total", "counter", "Whole requests handed to the bus.",
       function(l) return l.requests end },
@@ -277,7 +278,7 @@ function M.metrics()
   }
   local lsamples = {}
   for _, m in ipairs(LISTENER) do lsamples[m[1]] = {} end
-  local resp, lat = {}, {}
+  local resp, lat, hist = {}, {}, {}
   for _, e in ipairs(snap) do
     for addr, l in pairs(e.stats.listeners or {}) do
       local lab = 'listener="' .. esc(addr) .. '"'
@@ -286,10 +287,25 @@ function M.metrics()
         t[#t + 1] = "seda_http_" .. m[1] .. labels(e, nil, lab) .. " " ..
                     pnum(m[4](l))
       end
-      for _, c in ipairs({ "2xx", "4xx", "5xx", "503" }) do
+      -- The classes partition the answers: 5xx is every 5xx but 503.
+      for _, c in ipairs({ "1xx", "2xx", "3xx", "4xx", "503", "5xx" }) do
         resp[#resp + 1] = "seda_http_responses_total" ..
           labels(e, nil, lab .. ',class="' .. c .. '"') .. " " ..
-          pnum(l.responses[c])
+          pnum(l.responses[c] or 0)
+      end
+      local h = l.latency_hist
+      if h then
+        for i, le in ipairs(h.le) do
+          hist[#hist + 1] = "seda_http_request_seconds_bucket" ..
+            labels(e, nil, lab .. ',le="' .. pnum(le) .. '"') .. " " ..
+            pnum(h.cum[i])
+        end
+        hist[#hist + 1] = "seda_http_request_seconds_bucket" ..
+          labels(e, nil, lab .. ',le="+Inf"') .. " " .. pnum(h.count)
+        hist[#hist + 1] = "seda_http_request_seconds_sum" ..
+          labels(e, nil, lab) .. " " .. pnum(h.sum)
+        hist[#hist + 1] = "seda_http_request_seconds_count" ..
+          labels(e, nil, lab) .. " " .. pnum(h.count)
       end
       for _, q in ipairs({ "p50", "p99" }) do
         lat[q] = lat[q] or {}
@@ -307,8 +323,8 @@ function M.metrics()
     end
   end
   if #resp > 0 then
-    add("# HELP seda_http_responses_total Responses by class (503 counted " ..
-        "in 5xx too).")
+    add("# HELP seda_http_responses_total Responses by class: 1xx, 2xx, " ..
+        "3xx, 4xx, 503 and 5xx (every 5xx but 503): each answer in one.")
     add("# TYPE seda_http_responses_total counter")
     for _, x in ipairs(resp) do add(x) end
     for _, q in ipairs({ "p50", "p99" }) do
@@ -317,6 +333,12 @@ function M.metrics()
           "last 10 s.")
       add("# TYPE seda_http_request_" .. q .. "_seconds gauge")
       for _, x in ipairs(lat[q]) do add(x) end
+    end
+    if #hist > 0 then
+      add("# HELP seda_http_request_seconds Time from a whole request to " ..
+          "its answer, since the listener opened.")
+      add("# TYPE seda_http_request_seconds histogram")
+      for _, x in ipairs(hist) do add(x) end
     end
   end
   add("# HELP seda_buses Live buses in the process.")
