@@ -241,7 +241,7 @@ void seda_log_write_fields(int level, const char *stage, const char *msg,
         }
         puts_(&l, " ");
         put_safe(&l, msg ? msg : "", false);
-        for (size_t i = 0; i < nf && !l.full; i++) {
+        for (size_t i = 0; i < nf && !l.full && !cut_fields; i++) {
             fl.n = 0;
             fl.limit = sizeof fl.buf - LINE_END;
             fl.full = false;
