@@ -209,7 +209,16 @@ typedef struct seda_bus_opts {
                                   when a consumer sets one (0: the default,
                                   SEDA_MAX_PAYLOAD_DEFAULT; at most
                                   UINT32_MAX) */
+    double hold_warn;          /* seconds a consumer call may hold its
+                                  worker outside seda's own waits (managed
+                                  blocking, suspension) before it counts as
+                                  a long hold (long_holds) and is logged,
+                                  at most once a minute per stage (0: the
+                                  default, SEDA_HOLD_WARN_DEFAULT; < 0:
+                                  never; at most 3600) */
 } seda_bus_opts;
+
+#define SEDA_HOLD_WARN_DEFAULT 0.1
 
 #define SEDA_MAX_PAYLOAD_DEFAULT ((size_t)16 << 20)   /* 16 MiB */
 
@@ -775,8 +784,30 @@ void seda_log_set_format(int format);   /* process-wide; any thread */
 int seda_log_format(void);
 /* "debug", "info", "warn", "error"; NULL for another level. */
 const char *seda_log_level_name(int level);
-/* Write one event (stage may be NULL).  Any thread; never blocks long. */
+/* Write one event (stage may be NULL).  Any thread; never blocks long.
+ * Nothing is written for a level below seda_log_level(). */
 void seda_log_write(int level, const char *stage, const char *msg);
+/* The least level written (default SEDA_LOG_INFO: debug lines are left
+ * out); process-wide, any thread, clamped to DEBUG..ERROR. */
+void seda_log_set_level(int level);
+int seda_log_level(void);
+bool seda_log_enabled(int level);       /* level >= seda_log_level() */
+/* The level named "debug", "info", "warn" or "error"; -1 for another. */
+int seda_log_level_from_name(const char *name);
+/* A field of an event: "key":value in JSON, key=value in text (quoted
+ * when it has a space, a quote or '=').  raw: the value is a JSON number
+ * or boolean, written unquoted. */
+struct seda_log_field {
+    const char *key;
+    const char *value;
+    bool raw;
+};
+/* seda_log_write with fields, in the given order (JSON: before "msg";
+ * text: after the message).  Fields that would leave the message less
+ * than 512 bytes of the 4 KiB line are left out, "fields_cut":true (or
+ * "..." in text) saying so. */
+void seda_log_write_fields(int level, const char *stage, const char *msg,
+                           const struct seda_log_field *fields, size_t n);
 
 /* Report an error for a stage on stderr, rate-limited per stage (at most a
  * few lines a second; suppressed lines are counted and summarised).  Counts
@@ -891,6 +922,9 @@ typedef struct seda_stage_stats {
     int depth_high, depth_low; /* queued at high and low priority */
     uint64_t handed_off;       /* itineraries that left this process here
                                   for JetStream (a remote stage) */
+    uint64_t long_holds;       /* consumer calls that held their worker
+                                  longer than the bus's hold_warn outside
+                                  seda's own waits */
     double rate;               /* acks per second over the last ~5 s */
     /* Latency in microseconds from log-bucket histograms (about 3 %
      * resolution): sojourn = admitted to this stage -> handler start,
@@ -930,6 +964,7 @@ typedef struct seda_bus_stats {
     uint64_t waits_uncovered;  /* waits inside handlers (a full stage, a
                                   receive) no loan covered: max_loans was
                                   reached, so each held its worker */
+    uint64_t long_holds;       /* the stages' long_holds, summed */
 } seda_bus_stats;
 
 /* Snapshots.  Each stage's figures are read under its lock briefly; the bus

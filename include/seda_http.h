@@ -61,6 +61,25 @@ typedef struct seda_http_opts {
     void *ud;                  /* passed to on_request */
 } seda_http_opts;
 
+/* Request latency since a server started, as a Prometheus histogram
+ * wants it: n[i] answers that took at most seda_http_hist_le[i] seconds
+ * and more than the bound before it (n[SEDA_HTTP_HIST_N]: over the last
+ * bound), their count and their sum in seconds.  A server fills one with
+ * seda_http_hist_add, once per answer, when the answer is queued (the
+ * time since the whole request arrived), under the lock that guards its
+ * counters; seda_http_server_stats copies it out. */
+#define SEDA_HTTP_HIST_N 18
+extern const double seda_http_hist_le[SEDA_HTTP_HIST_N];
+typedef struct seda_http_hist {
+    uint64_t n[SEDA_HTTP_HIST_N + 1];
+    uint64_t count;
+    double sum;                /* seconds */
+} seda_http_hist;
+
+/* Count one answer that took seconds (negative counts as 0).  No lock of
+ * its own: the caller's guards h.  Cannot fail. */
+void seda_http_hist_add(seda_http_hist *h, double seconds);
+
 /* What a server counts (seda_http_server_stats). */
 typedef struct seda_http_stats {
     uint64_t requests;         /* whole requests handed to the application */
@@ -76,6 +95,8 @@ typedef struct seda_http_stats {
      * over the last ~10 s, in microseconds, and how many it covers. */
     double latency_p50, latency_p99, latency_max;
     uint64_t latency_count;
+    /* The same latency since the server started (seda_http_hist_add). */
+    seda_http_hist latency;
 } seda_http_stats;
 
 /* Defaults into o (the caller's).  Cannot fail; any thread. */

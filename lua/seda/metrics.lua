@@ -68,6 +68,9 @@ local STAGE_METRICS = {
   { "depth_low", "gauge", "Envelopes waiting at low priority.", "depth_low" },
   { "handed_off_total", "counter", "Itineraries that left this process " ..
     "here for JetStream.", "handed_off" },
+  { "long_holds_total", "counter", "Handler calls that held their " ..
+    "worker longer than the bus's hold_warn outside seda's waits (a " ..
+    "blocking call not wrapped in seda.blocking).", "long_holds" },
   { "handler_version", "gauge", "Version of the stage's handler code " ..
     "(1 at declaration, +1 per successful reload).", "version" },
 }
@@ -94,6 +97,9 @@ local BUS_METRICS = {
   { "waits_uncovered_total", "counter", "Waits inside handlers no loan " ..
     "covered (max_loans reached): each held its worker.",
     "waits_uncovered" },
+  { "long_holds_total", "counter", "Handler calls that held their " ..
+    "worker longer than hold_warn outside seda's waits, all stages.",
+    "long_holds" },
   { "paused", "gauge", "1 when the bus is paused.", "paused" },
   { "callbacks_pending", "gauge", "on_complete results waiting for the " ..
     "main state.", "callbacks_pending" },
@@ -255,7 +261,8 @@ function M.metrics()
   family("seda_worker_lua_memory_bytes", "gauge", "Bytes the worker's Lua " ..
     "state holds, as of the end of its last handler call.", mem)
   -- Listeners (bus:listen): requests, responses by class, connections,
-  -- and the request latency over the stats window.
+  -- the request latency as a histogram (since the listener opened) and
+  -- as p50/p99 over the stats window.
   local LISTENER = {
     { "requests_total", "counter", "Whole requests handed to the bus.",
       function(l) return l.requests end },
@@ -271,7 +278,7 @@ function M.metrics()
   }
   local lsamples = {}
   for _, m in ipairs(LISTENER) do lsamples[m[1]] = {} end
-  local resp, lat = {}, {}
+  local resp, lat, hist = {}, {}, {}
   for _, e in ipairs(snap) do
     for addr, l in pairs(e.stats.listeners or {}) do
       local lab = 'listener="' .. esc(addr) .. '"'
@@ -280,10 +287,25 @@ function M.metrics()
         t[#t + 1] = "seda_http_" .. m[1] .. labels(e, nil, lab) .. " " ..
                     pnum(m[4](l))
       end
-      for _, c in ipairs({ "2xx", "4xx", "5xx", "503" }) do
+      -- The classes partition the answers: 5xx is every 5xx but 503.
+      for _, c in ipairs({ "1xx", "2xx", "3xx", "4xx", "503", "5xx" }) do
         resp[#resp + 1] = "seda_http_responses_total" ..
           labels(e, nil, lab .. ',class="' .. c .. '"') .. " " ..
-          pnum(l.responses[c])
+          pnum(l.responses[c] or 0)
+      end
+      local h = l.latency_hist
+      if h then
+        for i, le in ipairs(h.le) do
+          hist[#hist + 1] = "seda_http_request_seconds_bucket" ..
+            labels(e, nil, lab .. ',le="' .. pnum(le) .. '"') .. " " ..
+            pnum(h.cum[i])
+        end
+        hist[#hist + 1] = "seda_http_request_seconds_bucket" ..
+          labels(e, nil, lab .. ',le="+Inf"') .. " " .. pnum(h.count)
+        hist[#hist + 1] = "seda_http_request_seconds_sum" ..
+          labels(e, nil, lab) .. " " .. pnum(h.sum)
+        hist[#hist + 1] = "seda_http_request_seconds_count" ..
+          labels(e, nil, lab) .. " " .. pnum(h.count)
       end
       for _, q in ipairs({ "p50", "p99" }) do
         lat[q] = lat[q] or {}
@@ -301,8 +323,8 @@ function M.metrics()
     end
   end
   if #resp > 0 then
-    add("# HELP seda_http_responses_total Responses by class (503 counted " ..
-        "in 5xx too).")
+    add("# HELP seda_http_responses_total Responses by class: 1xx, 2xx, " ..
+        "3xx, 4xx, 503 and 5xx (every 5xx but 503): each answer in one.")
     add("# TYPE seda_http_responses_total counter")
     for _, x in ipairs(resp) do add(x) end
     for _, q in ipairs({ "p50", "p99" }) do
@@ -311,6 +333,12 @@ function M.metrics()
           "last 10 s.")
       add("# TYPE seda_http_request_" .. q .. "_seconds gauge")
       for _, x in ipairs(lat[q]) do add(x) end
+    end
+    if #hist > 0 then
+      add("# HELP seda_http_request_seconds Time from a whole request to " ..
+          "its answer, since the listener opened.")
+      add("# TYPE seda_http_request_seconds histogram")
+      for _, x in ipairs(hist) do add(x) end
     end
   end
   add("# HELP seda_buses Live buses in the process.")

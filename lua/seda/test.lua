@@ -39,9 +39,18 @@
 --     loaded (unless a global `seda` exists), so `dofile` of a handler file
 --     works too.
 --
+--   * env:respond(status, body, headers) as lenv.c has it: the payload
+--     becomes { status =, body =, headers = } and the slip ends, undone by
+--     a nack; the result's `response` is that answer (nil without one);
+--   * T.stub_http(routes | fn) answers seda.http.request inside T.call
+--     and T.deliver from a table of canned answers or a function, checking
+--     the request's fields as lio.c does, and records every request.
+--
 --   What it does not model: pub/sub stages with several consumers,
---   handler_timeout, typed stages' checks, suspended calls (seda.sleep and
---   seda.http block the test instead of yielding).
+--   handler_timeout, typed stages' checks, suspended calls (seda.sleep
+--   and an unstubbed seda.http or seda.socket block the test instead of
+--   yielding), and the listener around env:respond (status line, JSON
+--   encoding of a table body, the request's timeout).
 local seda = require "seda"
 
 local T = {}
@@ -49,6 +58,7 @@ local T = {}
 -- ---- the handler-side `seda` table ------------------------------------
 
 local current                -- the call running now (its record), or nil
+local stub_request           -- seda.http.request under a stub (below)
 
 T.published = {}             -- seda.publish outside any T.call
 
@@ -82,6 +92,186 @@ end
 T.seda = hseda
 if rawget(_G, "seda") == nil then
   _G.seda = hseda
+end
+
+-- ---- stubbing seda.http.request ---------------------------------------
+
+local http_stub              -- the stub T.stub_http installed, or nil
+
+local req_fields = { method = true, url = true, headers = true, body = true,
+                     timeout = true, max_size = true, follow = true }
+local token = "^[!#$%%&'*+%-.^_`|~%w]+$"
+
+-- The request's options checked as lio.c checks them; raises naming the
+-- field.  Returns the request as the stub sees it (a copy).
+local function check_request(o)
+  if type(o) ~= "table" then
+    error("bad argument #1 to 'request' (table expected, got " .. type(o) ..
+          ")", 3)
+  end
+  for k in pairs(o) do
+    if not req_fields[k] then
+      error("seda.http.request: unknown field " ..
+            (type(k) == "string" and k or type(k)), 3)
+    end
+  end
+  local method = o.method
+  if method == nil then method = "GET" end
+  if type(method) ~= "string" or not method:match(token) then
+    error('seda.http.request: field method must be a method name such ' ..
+          'as "GET"', 3)
+  end
+  if type(o.url) ~= "string" then
+    error("seda.http.request: field url must be a string", 3)
+  end
+  if o.url:find("[\r\n\0]") then
+    error("seda.http.request: field url has a control character", 3)
+  end
+  local headers = {}
+  if o.headers ~= nil then
+    if type(o.headers) ~= "table" then
+      error("seda.http.request: field headers must be a table of " ..
+            "name = value", 3)
+    end
+    for k, v in pairs(o.headers) do
+      if type(k) ~= "string" or not k:match(token) then
+        error("seda.http.request: field headers has a bad name", 3)
+      end
+      if type(v) ~= "string" and type(v) ~= "number" then
+        error(("seda.http.request: field headers.%s must be a string")
+              :format(k), 3)
+      end
+      v = tostring(v)
+      if v:find("[\r\n\0]") then
+        error(("seda.http.request: field headers.%s has a control " ..
+               "character"):format(k), 3)
+      end
+      headers[k] = v
+    end
+  end
+  if o.body ~= nil and type(o.body) ~= "string" then
+    error("seda.http.request: field body must be a string", 3)
+  end
+  if o.timeout ~= nil and
+     (type(o.timeout) ~= "number" or not (o.timeout > 0)) then
+    error("seda.http.request: field timeout must be a positive number " ..
+          "of seconds", 3)
+  end
+  if o.max_size ~= nil and
+     (math.type(o.max_size) ~= "integer" or o.max_size <= 0) then
+    error("seda.http.request: field max_size must be a positive integer " ..
+          "(bytes)", 3)
+  end
+  if o.follow ~= nil and type(o.follow) ~= "boolean" then
+    error("seda.http.request: field follow must be a boolean", 3)
+  end
+  return { method = method, url = o.url, headers = headers, body = o.body,
+           timeout = o.timeout or 10, max_size = o.max_size,
+           follow = o.follow or false }
+end
+
+-- What spec answers req with: a response table, or nil and an error.
+local function stub_answer(spec, req)
+  local v
+  if type(spec) == "function" then
+    v = spec
+  else
+    local base = req.url:match("^[^?#]*")
+    for _, key in ipairs{ req.method .. " " .. req.url, req.url,
+                          req.method .. " " .. base, base } do
+      v = spec[key]
+      if v ~= nil then break end
+    end
+    if v == nil then
+      return nil, ("other: %s %s (no answer for it in T.stub_http)")
+                  :format(req.method, req.url)
+    end
+  end
+  local err
+  if type(v) == "function" then
+    v, err = v(req)
+    if v == nil then
+      return nil, err ~= nil and tostring(err) or
+             ("other: %s %s"):format(req.method, req.url)
+    end
+  end
+  if type(v) == "string" then return { status = 200, headers = {}, body = v } end
+  if type(v) ~= "table" then
+    error(("T.stub_http: the answer to %s %s is a %s (a string, a table " ..
+           "{ status =, headers =, body = } or nil, err)")
+          :format(req.method, req.url, type(v)), 0)
+  end
+  local status = v.status == nil and 200 or math.tointeger(v.status)
+  if not status or status < 100 or status > 999 then
+    error(("T.stub_http: the answer to %s %s has status %s (an integer " ..
+           "from 100 to 999)"):format(req.method, req.url,
+           tostring(v.status)), 0)
+  end
+  local headers = {}
+  for k, hv in pairs(v.headers or {}) do
+    headers[tostring(k):lower()] = tostring(hv)
+  end
+  local body = v.body == nil and "" or v.body
+  if type(body) ~= "string" then
+    error(("T.stub_http: the answer to %s %s has a %s body (a string)")
+          :format(req.method, req.url, type(body)), 0)
+  end
+  if req.max_size and #body > req.max_size then
+    return nil, ("too_large: %s %s (limit %d bytes)")
+                :format(req.method, req.url, req.max_size)
+  end
+  return { status = status, headers = headers, body = body }
+end
+
+-- seda.http.request inside a T.call with a stub: checked, recorded in the
+-- call's result (and the stub's list), answered from spec.
+stub_request = function(spec, rec, o)
+  local req = check_request(o)
+  rec.requests[#rec.requests + 1] = req
+  if http_stub and spec == http_stub.spec then
+    http_stub.requests[#http_stub.requests + 1] = req
+  end
+  return stub_answer(spec, req)
+end
+
+local function check_spec(spec, level)
+  if type(spec) == "function" then return end
+  if type(spec) ~= "table" then
+    error("T.stub_http: give a table of answers by \"METHOD URL\" or " ..
+          "URL, or a function(request) (got " .. type(spec) .. ")", level)
+  end
+  for k, v in pairs(spec) do
+    if type(k) ~= "string" then
+      error("T.stub_http: a key is a " .. type(k) ..
+            " (\"METHOD URL\" or a URL)", level)
+    end
+    local t = type(v)
+    if t ~= "string" and t ~= "table" and t ~= "function" then
+      error(("T.stub_http: the answer for '%s' is a %s (a string, a " ..
+             "table or a function)"):format(k, t), level)
+    end
+  end
+end
+
+-- T.stub_http(spec): seda.http.request inside T.call and T.deliver is
+-- answered from spec until T.stub_http(nil) or stub:restore().  spec: a
+-- table keyed by "METHOD URL" or URL (the query string may be left out)
+-- whose values are a body string (status 200), a table { status =,
+-- headers =, body = } or a function(request) returning either or nil,
+-- err; or one such function for every request.  Returns the stub: its
+-- requests (every request it saw, checked and defaulted) and restore().
+function T.stub_http(spec)
+  if spec == nil then
+    http_stub = nil
+    return nil
+  end
+  check_spec(spec, 2)
+  local stub = { spec = spec, requests = {} }
+  function stub.restore()
+    if http_stub == stub then http_stub = nil end
+  end
+  http_stub = stub
+  return stub
 end
 
 -- ---- loading a handler ------------------------------------------------
@@ -152,6 +342,35 @@ local function forward(env, ...)
   return true
 end
 
+-- env:respond(status, body, headers): the payload becomes the answer and
+-- the slip ends here (lenv.c's env_respond, the same argument checks).
+local function respond(env, status, body, headers)
+  local st = live(env)
+  local code = math.tointeger(type(status) == "string" and tonumber(status)
+                              or status)
+  if code == nil then
+    error("bad argument #1 to 'respond' (number expected, got " ..
+          (type(status) == "number" and "float" or type(status)) .. ")", 2)
+  end
+  if code < 100 or code > 999 then
+    error(("respond: status must be from 100 to 999 (got %d)"):format(code),
+          2)
+  end
+  local bt = type(body)
+  if bt ~= "nil" and bt ~= "string" and bt ~= "table" and bt ~= "number" then
+    error("bad argument #2 to 'respond' (string or table expected, got " ..
+          bt .. ")", 2)
+  end
+  if headers ~= nil and type(headers) ~= "table" then
+    error("bad argument #3 to 'respond' (table expected, got " ..
+          type(headers) .. ")", 2)
+  end
+  st.payload = { status = code, body = body, headers = headers }
+  st.decoded, st.payload_set, st.responded = true, true, true
+  st.slip = {}
+  return true
+end
+
 local env_mt = { __name = "envelope", __metatable = "envelope" }
 
 function env_mt.__index(env, k)
@@ -172,6 +391,8 @@ function env_mt.__index(env, k)
     return copy(st.slip)
   elseif k == "forward" then
     return forward
+  elseif k == "respond" then
+    return respond
   elseif k == "id" or k == "to" or k == "sender" or k == "attempts" or
          k == "published_at" then
     return st[k]
@@ -267,11 +488,23 @@ end
 local function attempt(fn, st, opts)
   local env = setmetatable({}, env_mt)
   ENV[env] = st
-  local rec = { published = {}, stats = opts.stats, attempts = st.attempts }
+  local rec = { published = {}, stats = opts.stats, attempts = st.attempts,
+                requests = {} }
   local outer = current
   current = rec
   local saved_slip = copy(st.slip)
+  st.responded = false
+  local spec = opts.http
+  if spec == nil and http_stub then spec = http_stub.spec end
+  local real_request
+  if spec ~= nil then
+    real_request = seda.http.request
+    seda.http.request = function(o)
+      return stub_request(spec, rec, o)
+    end
+  end
   local ok, res = xpcall(fn, debug.traceback, env)
+  if real_request then seda.http.request = real_request end
   current = outer
   ENV[env] = nil
   local acked = ok and res ~= false
@@ -303,6 +536,8 @@ local function attempt(fn, st, opts)
   rec.headers = copy(st.orig_headers)
   rec.slip = copy(st.slip)
   rec.next = rec.ok and rec.slip[1] or nil
+  rec.response = (rec.ok and st.responded) and rec.payload or nil
+  st.responded = false
   return rec
 end
 

@@ -109,6 +109,12 @@ size_t cli_term_escape(const char *s, size_t n, int flags, char *out);
 void cli_term_put(FILE *f, const char *s, size_t n, int flags);
 
 /* cli_loop.c */
+/* A line of the program's own on stderr: "seda-lua: MSG" ("seda-lua:
+ * warning: MSG" for SEDA_LOG_WARN) under --log-format text, one log
+ * event (level, msg) under json; a level below --log-level is left
+ * out. */
+void cli_logf(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 int cli_msghandler(lua_State *L);
 int cli_docall(lua_State *L, int nargs, int nres);
 int cli_setup(lua_State *L);            /* load cli.lua, install helpers */

@@ -107,8 +107,8 @@ int cli_control_fill_addr(struct sockaddr_un *a, const char *path)
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
     if (strlen(path) >= sizeof a->sun_path) {
-        fprintf(stderr, "%s: --control: socket path too long (at most %zu "
-                "bytes): %s\n", cli_progname, sizeof a->sun_path - 1, path);
+        cli_logf(SEDA_LOG_ERROR, "--control: socket path too long (at most %zu "
+                 "bytes): %s", sizeof a->sun_path - 1, path);
         return -1;
     }
     strcpy(a->sun_path, path);
@@ -123,43 +123,42 @@ int cli_control_listen(const char *path)
     struct stat sb;
     if (lstat(path, &sb) == 0) {
         if (!S_ISSOCK(sb.st_mode)) {
-            fprintf(stderr, "%s: --control: '%s' exists and is not a socket; "
-                    "refusing to replace it\n", cli_progname, path);
+            cli_logf(SEDA_LOG_ERROR, "--control: '%s' exists and is not a "
+                     "socket; refusing to replace it", path);
             return 1;
         }
         int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (probe < 0) {
-            perror("socket");
+            cli_logf(SEDA_LOG_ERROR, "--control: socket: %s",
+                     strerror(errno));
             return 1;
         }
         int rc = connect(probe, (struct sockaddr *)&a, sizeof a);
         int e = errno;
         close(probe);
         if (rc == 0) {
-            fprintf(stderr, "%s: --control: '%s' is in use by a running "
-                    "process; refusing to start\n", cli_progname, path);
+            cli_logf(SEDA_LOG_ERROR, "--control: '%s' is in use by a "
+                     "running process; refusing to start", path);
             return 1;
         }
         if (e != ECONNREFUSED) {
-            fprintf(stderr, "%s: --control: '%s' exists and cannot be "
-                    "checked (%s); refusing to start\n", cli_progname, path,
-                    strerror(e));
+            cli_logf(SEDA_LOG_ERROR, "--control: '%s' exists and cannot be "
+                     "checked (%s); refusing to start", path, strerror(e));
             return 1;
         }
         if (unlink(path) != 0) {        /* stale: nobody listens */
-            fprintf(stderr, "%s: --control: cannot remove the stale socket "
-                    "'%s': %s\n", cli_progname, path, strerror(errno));
+            cli_logf(SEDA_LOG_ERROR, "--control: cannot remove the stale "
+                     "socket '%s': %s", path, strerror(errno));
             return 1;
         }
     } else if (errno != ENOENT) {
-        fprintf(stderr, "%s: --control: '%s': %s\n", cli_progname, path,
-                strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--control: '%s': %s", path,
+                 strerror(errno));
         return 1;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        fprintf(stderr, "%s: --control: socket: %s\n", cli_progname,
-                strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--control: socket: %s", strerror(errno));
         return 1;
     }
     mode_t old = umask(0177);
@@ -167,14 +166,14 @@ int cli_control_listen(const char *path)
     int e = errno;
     umask(old);
     if (rc != 0) {
-        fprintf(stderr, "%s: --control: cannot bind '%s': %s\n",
-                cli_progname, path, strerror(e));
+        cli_logf(SEDA_LOG_ERROR, "--control: cannot bind '%s': %s",
+                 path, strerror(e));
         close(fd);
         return 1;
     }
     if (chmod(path, 0600) != 0 || listen(fd, 16) != 0) {
-        fprintf(stderr, "%s: --control: '%s': %s\n", cli_progname, path,
-                strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--control: '%s': %s", path,
+                 strerror(errno));
         close(fd);
         unlink(path);
         return 1;

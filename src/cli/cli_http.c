@@ -519,14 +519,14 @@ int cli_http_start(const char *spec)
     socklen_t sl;
     char err[256];
     if (parse_addr(spec, &ss, &sl, err, sizeof err) != 0) {
-        fprintf(stderr, "%s: --http %s\n", cli_progname, err);
+        cli_logf(SEDA_LOG_ERROR, "--http %s", err);
         return 1;
     }
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
                     0);
     if (fd < 0) {
-        fprintf(stderr, "%s: --http %s: socket: %s\n", cli_progname, spec,
-                strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--http %s: socket: %s", spec,
+                 strerror(errno));
         return 1;
     }
     int one = 1;
@@ -534,8 +534,8 @@ int cli_http_start(const char *spec)
     if (ss.ss_family == AF_INET6)
         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
     if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, 64) != 0) {
-        fprintf(stderr, "%s: --http %s: cannot listen: %s\n", cli_progname,
-                spec, strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--http %s: cannot listen: %s", spec,
+                 strerror(errno));
         close(fd);
         return 1;
     }
@@ -559,8 +559,8 @@ int cli_http_start(const char *spec)
     const union MHD_DaemonInfo *di = h.d ? MHD_get_daemon_info(
         h.d, MHD_DAEMON_INFO_EPOLL_FD) : NULL;
     if (!di) {
-        fprintf(stderr, "%s: --http %s: libmicrohttpd could not start\n",
-                cli_progname, spec);
+        cli_logf(SEDA_LOG_ERROR, "--http %s: libmicrohttpd could not start",
+                 spec);
         if (h.d)
             MHD_stop_daemon(h.d);
         else

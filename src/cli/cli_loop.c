@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,27 @@
 
 struct cli cli = { .mod_ref = LUA_NOREF };
 const char *cli_progname = "seda-lua";
+
+void cli_logf(int level, const char *fmt, ...)
+{
+    if (!seda_log_enabled(level))
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fflush(stdout);
+    if (seda_log_format() == SEDA_LOG_JSON) {
+        char m[8192];                   /* the log cuts a line at 4 KiB */
+        vsnprintf(m, sizeof m, fmt, ap);
+        seda_log_write(level, NULL, m);
+    } else {
+        fprintf(stderr, "%s: %s", cli_progname,
+                level == SEDA_LOG_WARN ? "warning: " : "");
+        vfprintf(stderr, fmt, ap);
+        fputc('\n', stderr);
+        fflush(stderr);
+    }
+    va_end(ap);
+}
 
 double cli_now(void)
 {
@@ -73,7 +95,7 @@ int cli_docall(lua_State *L, int nargs, int nres)
     int rc = lua_pcall(L, nargs, nres, base);
     lua_remove(L, base);
     if (rc != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         fflush(stderr);
         lua_pop(L, 1);
     }
@@ -280,13 +302,13 @@ int cli_setup(lua_State *L)
     size_t len = (size_t)(cli_lua_end - cli_lua_src);
     size_t plen = (size_t)(cli_pretty_end - cli_pretty_src);
     if (luaL_loadbuffer(L, cli_lua_src, len, "=[seda-lua cli]") != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
         return 1;
     }
     if (luaL_loadbuffer(L, cli_pretty_src, plen, "=[seda-lua pretty]") !=
         LUA_OK) {
-        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 2);
         return 1;
     }

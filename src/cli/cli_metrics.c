@@ -45,13 +45,13 @@ int cli_metrics_load(lua_State *L)
     size_t len = (size_t)(cli_metrics_end - cli_metrics_src);
     if (luaL_loadbuffer(L, cli_metrics_src, len, "=[seda-lua metrics]") !=
         LUA_OK) {
-        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
         return 1;
     }
     lua_pushvalue(L, -2);
     if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", cli_progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
         return 1;
     }
@@ -126,8 +126,7 @@ int cli_metrics_check(const char *path)
     const char *why = write_atomically(path, "", 0);
     if (!why)
         return 0;
-    fprintf(stderr, "%s: --metrics: cannot write '%s': %s\n", cli_progname,
-            path, why);
+    cli_logf(SEDA_LOG_ERROR, "--metrics: cannot write '%s': %s", path, why);
     return 1;
 }
 
@@ -155,8 +154,8 @@ void cli_metrics_tick(double now, bool force)
     const char *why = write_atomically(cli.o.metrics, s, n);
     if (why) {
         if (!warned)
-            fprintf(stderr, "%s: --metrics: cannot write '%s': %s\n",
-                    cli_progname, cli.o.metrics, why);
+            cli_logf(SEDA_LOG_ERROR, "--metrics: cannot write '%s': %s",
+                     cli.o.metrics, why);
         warned = true;
     } else {
         warned = false;

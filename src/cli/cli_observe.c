@@ -45,14 +45,12 @@ static int run_chunk(lua_State *L, const char *src, size_t len,
                      const char *name, int nargs)
 {
     if (luaL_loadbuffer(L, src, len, name) != LUA_OK) {
-        fprintf(stderr, "%s: observer: %s\n", cli_progname,
-                lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "observer: %s", lua_tostring(L, -1));
         return -1;
     }
     lua_insert(L, -nargs - 1);
     if (lua_pcall(L, nargs, 1, 0) != LUA_OK) {
-        fprintf(stderr, "%s: observer: %s\n", cli_progname,
-                lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "observer: %s", lua_tostring(L, -1));
         return -1;
     }
     return 0;
@@ -82,7 +80,7 @@ int cli_observe_open(void)
 {
     lua_State *L = luaL_newstate();
     if (!L) {
-        fprintf(stderr, "%s: observer: out of memory\n", cli_progname);
+        cli_logf(SEDA_LOG_ERROR, "observer: out of memory");
         return 1;
     }
     if (open_state(L) != 0) {
@@ -139,8 +137,8 @@ int cli_observe_start(void)
         return 0;
     if (pipe2(ob.stop, O_CLOEXEC) != 0 ||
         pthread_create(&ob.th, NULL, observe_main, NULL) != 0) {
-        fprintf(stderr, "%s: observer: cannot start its thread: %s\n",
-                cli_progname, strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "observer: cannot start its thread: %s",
+                 strerror(errno));
         return 1;
     }
     ob.running = true;

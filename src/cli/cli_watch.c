@@ -112,8 +112,7 @@ int cli_watch_start(void)
 {
     ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
     if (ifd < 0) {
-        fprintf(stderr, "%s: --watch: inotify: %s\n", cli_progname,
-                strerror(errno));
+        cli_logf(SEDA_LOG_ERROR, "--watch: inotify: %s", strerror(errno));
         return 1;
     }
     rescan();

@@ -90,7 +90,11 @@ static void usage(FILE *f)
         "event\n"
         "                  (time, level, stage, message), or one JSON object"
         " per\n"
-        "                  line (default text)\n"
+        "                  line (default text); the program's own errors too\n"
+        "  --log-level debug|info|warn|error  the least level the log "
+        "writes\n"
+        "                  (default info; seda.log_level() changes it "
+        "live)\n"
         "  -v, --version   print the version and exit\n"
         "  -h, --help      print this help and exit\n"
         "  --              stop handling options (options that take a "
@@ -150,14 +154,14 @@ static bool has_arg(const char *a)
            strcmp(a, "--control") == 0 || strcmp(a, "--metrics") == 0 ||
            strcmp(a, "--idle-timeout") == 0 || strcmp(a, "--http") == 0 ||
            strcmp(a, "--http-host") == 0 ||
-           strcmp(a, "--log-format") == 0;
+           strcmp(a, "--log-format") == 0 || strcmp(a, "--log-level") == 0;
 }
 
 /* The options seda-lua takes (for "did you mean"). */
 static const char *const known_opts[] = {
     "-e", "-i", "--serve", "--drain", "--watch", "--control",
     "--idle-timeout", "--metrics", "--http", "--http-host", "--log-format",
-    "-v", "--version", "-h", "--help", NULL
+    "--log-level", "-v", "--version", "-h", "--help", NULL
 };
 
 /* The edit distance of a and b (each at most 63 bytes used). */
@@ -211,13 +215,15 @@ static const char *did_you_mean(const char *a)
 __attribute__((format(printf, 1, 2)))
 static int usage_error(const char *fmt, ...)
 {
+    char msg[512];
     va_list ap;
-    fprintf(stderr, "%s: ", progname);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "\nusage: %s [options] [script [args]]  (%s --help "
-            "lists the options)\n", progname, progname);
+    cli_logf(SEDA_LOG_ERROR, "%s", msg);  /* one JSON object under json */
+    if (seda_log_format() != SEDA_LOG_JSON)
+        fprintf(stderr, "usage: %s [options] [script [args]]  (%s --help "
+                "lists the options)\n", progname, progname);
     return 2;
 }
 
@@ -283,8 +289,34 @@ static int option_arg(const char *a, const char *v)
         }
         seda_log_set_format(strcmp(v, "json") == 0 ? SEDA_LOG_JSON
                                                    : SEDA_LOG_TEXT);
+    } else if (strcmp(a, "--log-level") == 0) {
+        int lv = seda_log_level_from_name(v);
+        if (lv < 0) {
+            return usage_error("--log-level: 'debug', 'info', 'warn' or "
+                               "'error', not '%s'", v);
+        }
+        seda_log_set_level(lv);
     }
     return -1;
+}
+
+/* --log-format json, before anything else is read: an error about an
+ * option before it is a JSON line too. */
+static void log_format_first(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0 || a[0] != '-' || strcmp(a, "-") == 0)
+            return;
+        if (strcmp(a, "--log-format=json") == 0 ||
+            (strcmp(a, "--log-format") == 0 && i + 1 < argc &&
+             strcmp(argv[i + 1], "json") == 0)) {
+            seda_log_set_format(SEDA_LOG_JSON);
+            return;
+        }
+        if (has_arg(a))
+            i++;
+    }
 }
 
 /* The first pass over the command line: the options into o and cli.o
@@ -367,9 +399,9 @@ static int start_live(const struct opts *o)
                            cli.o.control ? "--control" : "--http");
     if (!live) {                        /* nothing keeps the process up */
         if (cli.o.metrics || cli.o.watch)
-            fprintf(stderr, "%s: warning: %s has no effect without --serve "
-                    "or -i (a plain run ends when its buses are idle)\n",
-                    progname, cli.o.watch ? "--watch" : "--metrics");
+            cli_logf(SEDA_LOG_WARN, "%s has no effect without --serve "
+                     "or -i (a plain run ends when its buses are idle)",
+                     cli.o.watch ? "--watch" : "--metrics");
         cli.o.metrics = NULL;
         cli.o.watch = false;
     }
@@ -397,7 +429,7 @@ static bool run_e_chunks(lua_State *L, int argc, char **argv,
         if (strcmp(argv[k], "-e") == 0) {
             if (luaL_loadbuffer(L, argv[k + 1], strlen(argv[k + 1]),
                                 "=(command line)") != LUA_OK) {
-                fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+                cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
                 lua_pop(L, 1);
                 failed = true;
             } else if (cli_docall(L, 0, 0) != LUA_OK) {
@@ -416,7 +448,7 @@ static bool run_e_chunks(lua_State *L, int argc, char **argv,
 static bool run_file(lua_State *L, const char *fname, char **args, int n)
 {
     if (luaL_loadfile(L, fname) != LUA_OK) {
-        fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+        cli_logf(SEDA_LOG_ERROR, "%s", lua_tostring(L, -1));
         lua_pop(L, 1);
         return true;
     }
@@ -543,9 +575,10 @@ int main(int argc, char **argv)
         }
         return cli_attach(argv[k], argc - k == 2 ? argv[k + 1] : NULL, json);
     }
+    log_format_first(argc, argv);
     lua_State *L = luaL_newstate();
     if (!L) {
-        fprintf(stderr, "%s: cannot create a Lua state\n", progname);
+        cli_logf(SEDA_LOG_ERROR, "cannot create a Lua state");
         return 1;
     }
     cli.L = L;

@@ -173,7 +173,8 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         opts->max_loans < -1 || opts->max_loans > SEDA_MAX_LOANS ||
         opts->max_payload > UINT32_MAX || !(opts->stats_window >= 0) ||
         opts->dead_letter_keep < -1 || opts->dead_letter_keep > 100000 ||
-        opts->stats_window > 86400 ||
+        opts->stats_window > 86400 || opts->hold_warn != opts->hold_warn ||
+        opts->hold_warn > 3600 ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -185,6 +186,10 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     b->hop_timeout_ns = seda__secs_to_ns(opts->hop_timeout);
     b->stats_window_ns = seda__secs_to_ns(opts->stats_window > 0
                                               ? opts->stats_window : 10.0);
+    b->hold_warn_ns = opts->hold_warn < 0 ? INT64_MAX
+                    : seda__secs_to_ns(opts->hold_warn > 0
+                                           ? opts->hold_warn
+                                           : SEDA_HOLD_WARN_DEFAULT);
     b->dead_letter_keep = opts->dead_letter_keep == 0 ? 100
                         : opts->dead_letter_keep < 0 ? 0
                         : opts->dead_letter_keep;
@@ -856,6 +861,8 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
         out->handed_off += st->stats.c.it_remote;
         out->suspended += st->dr.suspended;
         seda__mutex_unlock(&st->mu);
+        out->long_holds += atomic_load_explicit(&st->long_holds,
+                                                memory_order_relaxed);
     }
     uint64_t ended = out->completed + out->dead_lettered + out->dropped +
                      out->handed_off;

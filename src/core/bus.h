@@ -31,7 +31,7 @@ struct registry {
  *   idle_mu guards idle_gen, idle_waiters (idle_cv waits on it).
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
- *   stats_window_ns,
+ *   stats_window_ns, hold_warn_ns,
  *   dead_letter, data_dir, sync_normal, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
@@ -43,6 +43,8 @@ struct seda_bus_s {
     int batch;
     int64_t hop_timeout_ns;
     int64_t stats_window_ns;    /* what latency quantiles cover */
+    int64_t hold_warn_ns;       /* a long hold (deliver.c); INT64_MAX:
+                                   none */
     int dead_letter_keep;       /* dead letters each stage keeps */
     char *dead_letter;          /* owned, or NULL */
     atomic_bool paused;

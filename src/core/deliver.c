@@ -24,12 +24,19 @@
  *       bus stops, after a retry that must wait (backoff, journal), and
  *       after an envelope of SEDA_SHED_NS or more when other permits are
  *       free;
+ *     - a long hold (a consumer call over the bus's hold_warn) is looked
+ *       at only past that threshold, against the service time already
+ *       measured: the time the thread spent in seda's own waits
+ *       (managed blocking: pool.c counts it) comes off, and what is left
+ *       counts and is logged (long_hold below);
  *     - a durable stage's decisions are journaled together, then routed;
  *       a batch consumer's are routed after its call (as a plain
  *       consumer's are after each call: a hop that waits for room then
  *       holds no consumer state), a plain consumer's one by one.
  *   Threads: only the drain task's own (consumers run on it).
  */
+#include <stdio.h>
+
 #include "bus.h"
 #include "stage.h"
 
@@ -39,6 +46,53 @@ enum { DELIVER_NACK, DELIVER_ACK, DELIVER_NO_CONSUMERS };
  * C consumer's hand-off is a few dozen instructions, and a call per step
  * would be a visible share of them. */
 #define HOT static inline __attribute__((always_inline))
+
+/* ---- long holds ----
+ *
+ * A call that holds its worker long outside seda's waits (a blocking
+ * socket, a sleep, a long computation) stalls every stage the worker
+ * could have drained.  It is counted in the stage's long_holds and
+ * logged, at most once a minute per stage, naming the stage and the way
+ * out.  Checked where the clock was read anyway: a batch's settle (the
+ * service time), a suspension (the run before it) and a suspended call's
+ * resumed runs (seda_pending_enter/leave). */
+
+#define HOLD_WARN_EVERY_NS ((int64_t)60 * 1000000000)
+
+/* ns: a run of a consumer call, seda's own waits in it not yet taken
+ * off.  Cold: reached only past hold_warn_ns. */
+static __attribute__((noinline, cold)) void
+long_hold(struct seda_stage_s *st, int64_t ns)
+{
+    /* Inside managed blocking now (a blocking = true stage's whole
+     * call): the worker is lent, not held. */
+    if (seda__pool_in_block())
+        return;
+    ns -= seda__pool_blocked_take();
+    if (ns <= st->hold_warn_ns)
+        return;
+    uint64_t n = atomic_fetch_add_explicit(&st->long_holds, 1,
+                                           memory_order_relaxed) + 1;
+    int64_t now = seda__clock_ns();
+    int64_t last = atomic_load_explicit(&st->hold_warned,
+                                        memory_order_relaxed);
+    if (last && now - (last - 1) < HOLD_WARN_EVERY_NS)
+        return;
+    if (!atomic_compare_exchange_strong_explicit(&st->hold_warned, &last,
+                                                 now + 1,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed))
+        return;                         /* another thread warns */
+    char msg[512];
+    snprintf(msg, sizeof msg, "a handler held its worker %.3f s outside "
+             "seda's waits (over hold_warn %.3g s; %llu such holds so far, "
+             "this warning at most once a minute): a blocking call there "
+             "stalls every stage this worker could serve; wrap it in "
+             "seda.blocking(fn, ...) or declare the stage with blocking = "
+             "true (C: seda_block_begin/end)", (double)ns / 1e9,
+             (double)st->hold_warn_ns / 1e9, (unsigned long long)n);
+    seda_log_write(SEDA_LOG_WARN, st->name, msg);
+}
 
 /* ---- taking and settling ---- */
 
@@ -124,6 +178,8 @@ HOT void settle(struct seda_batch_s *b, int r)
     b->open = false;
     b->service[i] = end - b->t;
     b->t = end;
+    if (__builtin_expect(b->service[i] > st->hold_warn_ns, 0))
+        long_hold(st, b->service[i]);
     int res = r == DELIVER_ACK ? DR_ACK
             : r == DELIVER_NO_CONSUMERS ? DR_DEAD_NOCONS
             : env->attempts < st->max_attempts ? DR_RETRY : DR_DEAD_MAX;
@@ -254,6 +310,8 @@ void seda__batch_run(struct seda_batch_s *b)
 {
     struct seda_stage_s *st = b->st;
     int n0 = b->i;
+    /* seda's waits before this batch are no part of its calls. */
+    (void)seda__pool_blocked_take();
     /* Acquire: pairs with the release in seda_stage_consume. */
     int nc = atomic_load_explicit(&st->cons.n, memory_order_acquire);
     if (nc == 1 && st->cons.cons[0].bfn) {
@@ -347,6 +405,8 @@ struct seda_pending_s {
     struct seda_stage_s *st;    /* immutable */
     seda_env_t *env;            /* the call's envelope; immutable */
     int64_t start;              /* clock at the handler's start */
+    int64_t run;                /* clock at the current run's start
+                                   (seda_pending_enter) */
     int64_t sojourn;            /* its queue wait, ns */
     bool failed;                /* seda_env_fail called in a run */
     struct seda__undo undo;     /* what its runs changed (a nack puts it
@@ -380,7 +440,10 @@ seda_pending_t *seda_batch_suspend(seda_batch_t *b)
     b->service[i] = -1;
     b->open = false;
     b->i = i + 1;
-    b->t = seda__clock_ns();
+    int64_t now = seda__clock_ns();
+    if (now - b->t > st->hold_warn_ns)  /* the run before the wait */
+        long_hold(st, now - b->t);
+    b->t = now;
     return p;
 }
 
@@ -392,11 +455,16 @@ seda_env_t *seda_pending_env(seda_pending_t *p)
 void seda_pending_enter(seda_pending_t *p)
 {
     seda__env_resume_begin(p->env, &p->undo, p->failed);
+    (void)seda__pool_blocked_take();
+    p->run = seda__clock_ns();
 }
 
 void seda_pending_leave(seda_pending_t *p)
 {
     p->failed = seda__env_resume_end();
+    int64_t ns = seda__clock_ns() - p->run;
+    if (ns > p->st->hold_warn_ns)       /* a resumed run */
+        long_hold(p->st, ns);
 }
 
 /* The call is over (mu not held): its permit back, or to a drain task

@@ -243,6 +243,11 @@ static void wake_all(struct seda_pool *p)
 static _Thread_local struct seda_worker_s *tls_worker;
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
+/* seda's own waits on this thread (block_begin/end): nesting depth, the
+ * clock at the outermost begin, the time summed since the last take. */
+static _Thread_local int tls_block_depth;
+static _Thread_local int64_t tls_block_t0;
+static _Thread_local int64_t tls_blocked_ns;
 
 /* More loan threads in service than waits to cover (mu held). */
 static bool loan_excess(const struct seda_pool *p)
@@ -721,13 +726,29 @@ struct seda_pool *seda__pool_block_begin(void)
         loan_start(p, k);
         seda__mutex_unlock(&p->loan_mu);
     }
+    if (tls_block_depth++ == 0)
+        tls_block_t0 = seda__clock_ns();
     return p;
+}
+
+int64_t seda__pool_blocked_take(void)
+{
+    int64_t ns = tls_blocked_ns;
+    tls_blocked_ns = 0;
+    return ns;
+}
+
+bool seda__pool_in_block(void)
+{
+    return tls_block_depth > 0;
 }
 
 void seda__pool_block_end(struct seda_pool *p)
 {
     if (!p)
         return;
+    if (tls_block_depth > 0 && --tls_block_depth == 0)
+        tls_blocked_ns += seda__clock_ns() - tls_block_t0;
     seda__mutex_lock(&p->mu);
     p->blocked--;
     if (loan_excess(p)) {

@@ -77,6 +77,14 @@ SEDA__API void seda__pool_drop_timers(struct seda_pool *p,
 SEDA__API struct seda_pool *seda__pool_block_begin(void);
 SEDA__API void seda__pool_block_end(struct seda_pool *p);
 
+/* Time this thread spent between block_begin and block_end (the
+ * outermost pair) since the last call, in ns; the count starts again at
+ * 0.  Whether the thread is inside such a pair now.  Thread-local: no
+ * lock.  (The long-hold check in deliver.c subtracts seda's own waits
+ * from a handler's time with them.) */
+SEDA__API int64_t seda__pool_blocked_take(void);
+SEDA__API bool seda__pool_in_block(void);
+
 /* Loan figures: in service now, started so far, the most at once, and
  * the bound.  Takes mu. */
 SEDA__API void seda__pool_loan_stats(struct seda_pool *p, int *lent,

@@ -110,6 +110,7 @@ struct seda_stage_s {
     _Atomic(void *) userdata;   /* release/acquire */
     _Atomic(seda_check_fn) check; /* admission check; release/acquire */
     _Atomic(void *) check_ud;   /* its argument; stored before check */
+    int64_t hold_warn_ns;       /* the bus's (deliver.c); immutable */
 
     struct seda_consumers cons; /* deliver.c */
 
@@ -122,6 +123,13 @@ struct seda_stage_s {
     struct seda_pull pl;        /* pull.c */
     struct seda_stats stats;    /* stats.c */
     struct seda_taps taps;      /* tap.c */
+    /* Long holds (deliver.c): consumer calls that held their worker
+     * longer than hold_warn_ns outside seda's own waits.  Relaxed: a
+     * count, and the clock of the last warning on the log + 1 (0: none
+     * yet; a CAS picks the one thread that warns), written only when a
+     * call was that long. */
+    atomic_uint_least64_t long_holds;
+    atomic_int_least64_t hold_warned;
 };
 
 /* ---- making (stage_new.c) ---- */

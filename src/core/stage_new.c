@@ -105,6 +105,9 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     seda__taps_init(&st->taps);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
+    st->hold_warn_ns = bus->hold_warn_ns;
+    atomic_init(&st->long_holds, 0);
+    atomic_init(&st->hold_warned, 0);
     if (seda__stats_init(&st->stats, bus->stats_window_ns,
                          bus->dead_letter_keep) != 0) {
         seda__pull_free(&st->pl);

@@ -571,6 +571,8 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->depth_high = (int)seda__queue_count(&st->in.q_high);
     out->depth_low = (int)seda__queue_count(&st->in.q_low);
     out->handed_off = st->stats.c.it_remote;
+    out->long_holds = atomic_load_explicit(&st->long_holds,
+                                           memory_order_relaxed);
     for (int k = 0; k < SEDA__DEAD_N && k < SEDA_DEAD_REASONS; k++)
         out->dead_by_reason[k] = st->stats.c.dead_by[k];
     /* Rate over the newest sample and the oldest within 5 s of now. */

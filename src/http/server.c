@@ -285,6 +285,7 @@ static void record_latency(seda_http_server_t *s, int64_t from_ns)
 {
     int64_t now = now_ns();
     double us = (double)(now - from_ns) / 1e3;
+    seda_http_hist_add(&s->st.latency, us / 1e6);
     int64_t sec = now / 1000000000;
     struct hist_slot *h = &s->win[sec % WIN_SLOTS];
     if (h->sec != sec) {

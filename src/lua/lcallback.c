@@ -70,7 +70,8 @@ void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud)
     struct lbus *lb = ls->lb;
     struct lcompletion *c = calloc(1, sizeof *c);
     if (!c) {
-        fprintf(stderr, "seda: out of memory queueing on_complete\n");
+        seda_log_write(SEDA_LOG_ERROR, NULL,
+                       "out of memory queueing on_complete");
         return;
     }
     c->cb = ud;
@@ -103,7 +104,8 @@ void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud)
             memcpy(c->payload, p, len);
         ok &= c->payload != NULL;
         if (!ok) {
-            fprintf(stderr, "seda: out of memory copying a completion\n");
+            seda_log_write(SEDA_LOG_ERROR, NULL,
+                           "out of memory copying a completion");
             c->outcome = SEDA_DROPPED;   /* still release the callback */
         }
     }

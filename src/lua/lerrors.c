@@ -17,6 +17,7 @@
  *   so a Lua memory error while the list is built (lua_pushstring can
  *   raise) loses nothing (STYLE: no C memory unanchored across a raise).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,15 +317,135 @@ int seda__l_errors_dead_letters(lua_State *L)
 
 /* ---- seda.log ---- */
 
-/* seda.log(level, ...): one event on the log (stderr): level "debug",
- * "info", "warn" or "error", the values as print would join them, and,
- * in a handler, its stage.  Raises on an unknown level. */
+/* A string's NUL bytes written \x00 (the log's lines are C strings, and
+ * other control bytes are escaped there): replaces the string at idx
+ * when it has any.  Returns the string. */
+static const char *nul_safe(lua_State *L, int idx)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (!memchr(s, 0, len))
+        return s;
+    luaL_Buffer e;
+    luaL_buffinit(L, &e);
+    for (size_t k = 0; k < len; k++) {
+        if (s[k])
+            luaL_addchar(&e, s[k]);
+        else
+            luaL_addstring(&e, "\\x00");
+    }
+    luaL_pushresult(&e);
+    lua_replace(L, idx);
+    return lua_tostring(L, idx);
+}
+
+#define LOG_FIELDS_MAX 64
+
+/* A field's key: letters, digits, '_', '.', '-' (a JSON key and a k=v
+ * key alike), not one of the line's own. */
+static void log_field_key(lua_State *L, const char *k)
+{
+    static const char *const own[] = { "time", "level", "stage", "msg",
+                                       "fields_cut", NULL };
+    size_t n = strlen(k);
+    if (n == 0 || n > 64 ||
+        k[strspn(k, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789_.-")])
+        luaL_error(L, "seda.log: field name '%s' is not 1 to 64 letters, "
+                   "digits, '_', '.' or '-'", k);
+    for (int i = 0; own[i]; i++)
+        if (strcmp(k, own[i]) == 0)
+            luaL_error(L, "seda.log: field name '%s' is the line's own "
+                       "(time, level, stage, msg, fields_cut)", k);
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    const struct seda_log_field *x = a, *y = b;
+    return strcmp(x->key, y->key);
+}
+
+/* seda.log(level, ...[, fields]): one line on the event log at level
+ * ("debug", "info", "warn", "error"), the arguments joined with spaces
+ * (tostring), with the stage when a handler calls it.  A last argument
+ * that is a table without __tostring is the line's fields: string keys,
+ * string, number or boolean values, written as JSON keys (sorted) or
+ * k=v.  Nothing is built for a level the log leaves out. */
 int seda__l_errors_log(lua_State *L)
 {
     static const char *const levels[] = { "debug", "info", "warn", "error",
                                           NULL };
     int level = luaL_checkoption(L, 1, NULL, levels);
+    if (!seda_log_enabled(level))
+        return 0;
     int n = lua_gettop(L);
+    int ftab = 0;
+    if (n >= 2 && lua_type(L, n) == LUA_TTABLE &&
+        luaL_getmetafield(L, n, "__tostring") == LUA_TNIL) {
+        ftab = n--;
+    } else if (n >= 2 && lua_type(L, n) == LUA_TTABLE) {
+        lua_pop(L, 1);                  /* the __tostring */
+    }
+    struct seda_log_field f[LOG_FIELDS_MAX];
+    size_t nf = 0;
+    int top = lua_gettop(L);
+    if (ftab) {
+        lua_pushnil(L);
+        while (lua_next(L, ftab)) {
+            luaL_checkstack(L, 4, "seda.log: fields");
+            if (lua_type(L, -2) != LUA_TSTRING)
+                return luaL_error(L, "seda.log: fields: keys must be "
+                                  "strings (got %s)",
+                                  luaL_typename(L, -2));
+            const char *k = lua_tostring(L, -2);
+            log_field_key(L, k);
+            if (nf == LOG_FIELDS_MAX)
+                return luaL_error(L, "seda.log: more than %d fields",
+                                  LOG_FIELDS_MAX);
+            bool raw = false;
+            switch (lua_type(L, -1)) {
+            case LUA_TSTRING:
+                lua_pushvalue(L, -1);
+                break;
+            case LUA_TBOOLEAN:
+                lua_pushstring(L, lua_toboolean(L, -1) ? "true" : "false");
+                raw = true;
+                break;
+            case LUA_TNUMBER:
+                if (lua_isinteger(L, -1)) {
+                    lua_pushfstring(L, "%I", lua_tointeger(L, -1));
+                    raw = true;
+                } else {
+                    lua_Number x = lua_tonumber(L, -1);
+                    char nb[64];
+                    raw = x == x && x != HUGE_VAL && x != -HUGE_VAL;
+                    if (raw)
+                        snprintf(nb, sizeof nb, "%.14g", (double)x);
+                    else
+                        snprintf(nb, sizeof nb, "%s", x != x ? "nan"
+                                 : x > 0 ? "inf" : "-inf");
+                    lua_pushstring(L, nb);
+                }
+                break;
+            default:
+                return luaL_error(L, "seda.log: fields.%s is a %s (a "
+                                  "string, number or boolean)", k,
+                                  luaL_typename(L, -1));
+            }
+            /* (key, value, text): the text and a copy of the key stay
+             * anchored below the iteration. */
+            lua_insert(L, top + 1);
+            lua_pushvalue(L, -2);
+            lua_insert(L, top + 1);
+            top += 2;
+            f[nf].key = lua_tostring(L, top - 1);
+            f[nf].value = nul_safe(L, top);
+            f[nf].raw = raw;
+            nf++;
+            lua_pop(L, 1);
+        }
+        qsort(f, nf, sizeof *f, key_cmp);
+    }
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     for (int i = 2; i <= n; i++) {
@@ -334,24 +455,27 @@ int seda__l_errors_log(lua_State *L)
         luaL_addvalue(&b);
     }
     luaL_pushresult(&b);
-    size_t len;
-    const char *msg = lua_tolstring(L, -1, &len);
-    if (memchr(msg, 0, len)) {
-        /* A NUL would end the line's C string there: each is written
-         * \x00, as the log writes other control bytes. */
-        luaL_Buffer e;
-        luaL_buffinit(L, &e);
-        for (size_t k = 0; k < len; k++) {
-            if (msg[k])
-                luaL_addchar(&e, msg[k]);
-            else
-                luaL_addstring(&e, "\\x00");
-        }
-        luaL_pushresult(&e);
-        msg = lua_tostring(L, -1);
-    }
-    seda_log_write(level, seda__l_log_stage(L), msg);
+    const char *msg = nul_safe(L, lua_gettop(L));
+    seda_log_write_fields(level, seda__l_log_stage(L), msg, f, nf);
     return 0;
+}
+
+/* seda.log_level([level]): the least level the event log writes,
+ * process-wide; with a level, sets it.  Returns the level in effect
+ * before. */
+int seda__l_errors_log_level(lua_State *L)
+{
+    const char *was = seda_log_level_name(seda_log_level());
+    if (!lua_isnoneornil(L, 1)) {
+        const char *v = luaL_checkstring(L, 1);
+        int lv = seda_log_level_from_name(v);
+        if (lv < 0)
+            return luaL_error(L, "seda.log_level: 'debug', 'info', 'warn' "
+                              "or 'error', not '%s'", v);
+        seda_log_set_level(lv);
+    }
+    lua_pushstring(L, was);
+    return 1;
 }
 
 /* ---- live taps ---- */

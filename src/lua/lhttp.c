@@ -688,8 +688,13 @@ static void push_stats(lua_State *L, const struct lsnap *sn)
     lua_createtable(L, 0, 6);
     static const char *const cls[] = { "503", "1xx", "2xx", "3xx", "4xx",
                                        "5xx" };
+    /* A partition: "5xx" is the 5xx answers but 503 (the server counts a
+     * 503 in both), so the classes add up to the answers. */
     for (int i = 0; i < 6; i++)
-        set_int(L, cls[i], (lua_Integer)s.responses[i]);
+        set_int(L, cls[i], (lua_Integer)(i == 5 && s.responses[5] >=
+                                         s.responses[0]
+                                         ? s.responses[5] - s.responses[0]
+                                         : s.responses[i]));
     lua_setfield(L, -2, "responses");
     set_int(L, "timeouts", (lua_Integer)s.timeouts);
     set_int(L, "too_large", (lua_Integer)s.too_large);
@@ -701,6 +706,26 @@ static void push_stats(lua_State *L, const struct lsnap *sn)
     set_num(L, "latency_p99", s.latency_p99 / 1e6);
     set_num(L, "latency_max", s.latency_max / 1e6);
     set_int(L, "latency_count", (lua_Integer)s.latency_count);
+    /* Since the listener opened: cumulative counts per bound, as
+     * Prometheus's _bucket{le=} (the last, +Inf, is count). */
+    lua_createtable(L, 0, 4);
+    lua_createtable(L, SEDA_HTTP_HIST_N, 0);
+    lua_createtable(L, SEDA_HTTP_HIST_N + 1, 0);
+    uint64_t cum = 0;
+    for (int i = 0; i <= SEDA_HTTP_HIST_N; i++) {
+        cum += s.latency.n[i];
+        if (i < SEDA_HTTP_HIST_N) {
+            lua_pushnumber(L, seda_http_hist_le[i]);
+            lua_rawseti(L, -3, i + 1);
+        }
+        lua_pushinteger(L, (lua_Integer)cum);
+        lua_rawseti(L, -2, i + 1);
+    }
+    lua_setfield(L, -3, "cum");
+    lua_setfield(L, -2, "le");
+    set_int(L, "count", (lua_Integer)s.latency.count);
+    set_num(L, "sum", s.latency.sum);
+    lua_setfield(L, -2, "latency_hist");
     set_num(L, "stats_window", 10);
     lua_pushboolean(L, sn->open);
     lua_setfield(L, -2, "open");

@@ -367,7 +367,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", "dead_letter_keep", "name", NULL
+    "stats_window", "dead_letter_keep", "name", "hold_warn", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -446,6 +446,16 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
             luaL_error(L, "bus: stats_window must be a number of seconds in "
                        "(0, 86400]");
         o->stats_window = lua_tonumber(L, -1);
+    }
+    lua_getfield(L, 1, "hold_warn");
+    if (lua_type(L, -1) == LUA_TBOOLEAN && !lua_toboolean(L, -1)) {
+        o->hold_warn = -1;              /* never */
+    } else if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0) ||
+            lua_tonumber(L, -1) > 3600)
+            luaL_error(L, "bus: hold_warn must be a number of seconds in "
+                       "(0, 3600], or false (never)");
+        o->hold_warn = lua_tonumber(L, -1);
     }
     lua_getfield(L, 1, "dead_letter");
     if (!lua_isnil(L, -1)) {
@@ -780,6 +790,7 @@ static const luaL_Reg module_funcs[] = {
     { "now", l_now },
     { "process", seda__l_stats_process },
     { "log", seda__l_errors_log },
+    { "log_level", seda__l_errors_log_level },
     { "encode", l_encode },
     { "decode", l_decode },
     { "_poll_all", l_poll_all },

@@ -488,6 +488,7 @@ SEDA__API int seda__l_errors_dead_letters(lua_State *L);
 SEDA__API int seda__l_errors_tap(lua_State *L);
 /* seda.log(level, ...) (main state and workers). */
 SEDA__API int seda__l_errors_log(lua_State *L);
+SEDA__API int seda__l_errors_log_level(lua_State *L);
 /* The stage of the handler call L runs, or NULL (lworker.c). */
 SEDA__API const char *seda__l_log_stage(lua_State *L);
 

@@ -51,6 +51,7 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     set_int(L, "completed", (lua_Integer)s.completed);
     set_int(L, "invalid", (lua_Integer)s.invalid);
     set_int(L, "handed_off", (lua_Integer)s.handed_off);
+    set_int(L, "long_holds", (lua_Integer)s.long_holds);
     if (seda__l_remote_push_stats(L, st))
         lua_setfield(L, -2, "remote");
     set_int(L, "refused", (lua_Integer)s.refused);
@@ -197,6 +198,7 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "workers_loaned", b.workers_loaned);
     set_int(L, "suspended", b.suspended);
     set_int(L, "waits_uncovered", (lua_Integer)b.waits_uncovered);
+    set_int(L, "long_holds", (lua_Integer)b.long_holds);
     set_int(L, "loans", (lua_Integer)b.loans);
     set_int(L, "loans_peak", b.loans_peak);
     set_int(L, "max_loans", b.max_loans);

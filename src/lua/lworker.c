@@ -436,8 +436,10 @@ static struct lworker *worker_new(struct lbus *lb, int index, bool scratch)
     lua_pushcfunction(w->L, setup);
     lua_pushlightuserdata(w->L, w);
     if (lua_pcall(w->L, 1, SLOT_CO, 0) != LUA_OK) {
-        fprintf(stderr, "seda: worker %d: cannot set up its Lua state: %s\n",
-                index, lua_tostring(w->L, -1));
+        char m[512];
+        snprintf(m, sizeof m, "worker %d: cannot set up its Lua state: %s",
+                 index, lua_tostring(w->L, -1));
+        seda_log_write(SEDA_LOG_ERROR, NULL, m);
         lua_close(w->L);
         seda__l_suspend_free(w);
         small_free_all(w);

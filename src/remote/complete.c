@@ -300,8 +300,9 @@ static void fire(struct rcomp_entry *e, int outcome, const struct rw_done *d)
         e->done(env, outcome, e->ud);
         seda__env_free(env);
     } else {
-        fprintf(stderr, "seda: remote stage '%s': out of memory ending an "
-                "on_complete callback; it is lost\n", seda_stage_name(rs->st));
+        seda_log_write(SEDA_LOG_ERROR, seda_stage_name(rs->st),
+                       "remote stage: out of memory ending an on_complete "
+                       "callback; it is lost");
     }
     atomic_fetch_add_explicit(&rs->progress, 1, memory_order_relaxed);
     if (atomic_fetch_sub_explicit(&rs->awaiting, 1,

@@ -34,7 +34,7 @@ rc=$?
 check "busted runs examples/testing and every spec passes ($out)" \
     [ "$rc" = 0 ]
 n=$(printf '%s\n' "$out" | grep -c '^ok ')
-check "... all 9 of them ($n)" [ "$n" = 9 ]
+check "... all 13 of them ($n)" [ "$n" = 13 ]
 
 # docs/testing.md's Lua blocks run as written (from the top of the tree).
 awk -v d="$D" '/^```lua$/ { n++; f = d "/doc" n ".lua"; on = 1; next }

@@ -543,6 +543,76 @@ stop_server
 check "SIGTERM: exit 0" [ "$SRC" = 0 ]
 check "the endpoint is gone" [ "$(code "$URL/" 2>/dev/null)" = 000 ]
 
+# ---- a listener's requests in /metrics ------------------------------------
+# seda_http_request_seconds is a histogram (buckets, _sum, _count: it used
+# to be two gauges, p50 and p99, that nothing can aggregate), and
+# seda_http_responses_total's classes partition the answers: a 503 is
+# counted once (it used to be in 5xx too).
+cat >"$D/l.lua" <<'EOF'
+local seda = require "seda"
+local bus = seda.bus{ workers = 1, name = "web" }
+bus:stage{ name = "w", handler = function(env)
+  local p = env.payload.path
+  if p == "/busy" then return env:respond(503, "busy") end
+  if p == "/err" then return env:respond(500, "err") end
+  if p == "/moved" then return env:respond(301, "", { Location = "/ok" }) end
+  if p == "/slow" then seda.sleep(0.3) end
+  env:respond(200, "ok")
+end }
+local l = bus:listen{ http = 0, routes = { ["GET /ok"] = { "w" },
+  ["GET /busy"] = { "w" }, ["GET /err"] = { "w" }, ["GET /moved"] = { "w" },
+  ["GET /slow"] = { "w" } } }
+io.stderr:write("LISTENER " .. tostring(l) .. "\n")
+EOF
+start_server "$D/llog" --serve --http 127.0.0.1:0 "$D/l.lua"
+check "the listener and --http are up" wait_until "$DEADLINE" has_url "$D/llog"
+LURL=$(url_of "$D/llog")
+LADDR=$(sed -n 's/^LISTENER seda.listener (\(.*\))$/\1/p' "$D/llog")
+for p in ok ok ok busy err moved slow nope; do
+    C -o /dev/null "http://$LADDR/$p"
+done
+C -o "$D/lmetrics" "$LURL/metrics"
+if promtool check metrics <"$D/lmetrics" >"$D/lpromtool.out" 2>&1; then
+    ok "promtool check metrics accepts /metrics with a listener"
+else
+    cat "$D/lpromtool.out"
+    fail "promtool check metrics rejects /metrics with a listener"
+fi
+python3 - "$D/lmetrics" "$LADDR" >"$D/lhist.out" 2>&1 <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read(); addr = sys.argv[2]; bad = 0
+def err(*a):
+    global bad; print(*a); bad = 1
+sel = 'bus="web",listener="%s"' % addr
+def val(name, extra=""):
+    m = re.search(r'^%s\{%s%s\} (\S+)$' % (re.escape(name), re.escape(sel), re.escape(extra)), text, re.M)
+    return float(m.group(1)) if m else None
+if "# TYPE seda_http_request_seconds histogram" not in text: err("no histogram TYPE")
+buckets = re.findall(r'^seda_http_request_seconds_bucket\{%s,le="([^"]*)"\} (\S+)$' % re.escape(sel), text, re.M)
+les = [b[0] for b in buckets]
+if not les or les[-1] != "+Inf": err("buckets", les)
+cums = [float(b[1]) for b in buckets]
+if cums != sorted(cums): err("buckets not cumulative", buckets)
+count, total = val("seda_http_request_seconds_count"), val("seda_http_request_seconds_sum")
+if count != 8: err("_count", count, "want 8 answers")
+if not cums or cums[-1] != count: err("+Inf", cums[-1:], "!= count", count)
+if total is None or total < 0.3: err("_sum", total, "want >= 0.3 (the slow request)")
+under = dict(zip(les, cums))
+if under.get("0.25", 99) > 7: err("le=0.25 counts the 0.3 s request", under)
+cls = {c: val("seda_http_responses_total", ',class="%s"' % c) for c in ("1xx", "2xx", "3xx", "4xx", "503", "5xx")}
+want = {"1xx": 0, "2xx": 4, "3xx": 1, "4xx": 1, "503": 1, "5xx": 1}
+if cls != want: err("classes", cls, "want", want)
+if sum(cls.values()) != count: err("classes sum", sum(cls.values()), "!= answers", count)
+for q in ("p50", "p99"):
+    if val("seda_http_request_%s_seconds" % q) is None: err("gauge", q, "gone")
+sys.exit(bad)
+EOF
+rc=$?
+[ "$rc" = 0 ] || { cat "$D/lhist.out"; grep seda_http "$D/lmetrics"; }
+check "seda_http_request_seconds is a histogram; the response classes partition the answers" [ "$rc" = 0 ]
+stop_server
+check "... it stops on SIGTERM ($SRC)" [ "$SRC" = 0 ]
+
 # ---- -i serves too (the REPL on a pipe held open) ------------------------------
 mkfifo "$D/in"
 "$SEDA" -i --http 127.0.0.1:0 "$D/noop.lua" <"$D/in" >"$D/ilog" 2>&1 &

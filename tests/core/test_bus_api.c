@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -543,6 +544,63 @@ static void test_bus_publish_slip_without_count_is_einval(void **state)
     assert_int_equal(seda_publish(f->bus, "s", "x", 1, &po), 0);
 }
 
+/* A consumer that holds its worker past hold_warn is a long hold: counted
+ * on its stage and the bus; one that waits as long inside
+ * seda_block_begin/end (the worker lent) is not, and hold_warn < 0 turns
+ * the count off.  Bad values are refused. */
+static bool hold_consumer(seda_env_t *env, void *ud)
+{
+    (void)env;
+    struct timespec t = { 0, 250000000L };      /* 0.25 s */
+    void *tok = ud ? seda_block_begin() : NULL;
+    while (nanosleep(&t, &t) != 0)
+        ;
+    if (ud)
+        seda_block_end(tok);
+    return true;
+}
+
+static void test_bus_long_hold_counted(void **state)
+{
+    (void)state;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 1;
+    seda_bus_t *bus = NULL;
+    static const double bad[] = { 3601, NAN };
+    for (int i = 0; i < 2; i++) {
+        bo.hold_warn = bad[i];
+        assert_int_equal(seda_bus_new(&bo, &bus), SEDA_EINVAL);
+    }
+    for (int off = 0; off < 2; off++) {
+        bo.hold_warn = off ? -1 : 0.1;
+        assert_int_equal(seda_bus_new(&bo, &bus), 0);
+        seda_stage_opts so;
+        seda_stage_opts_init(&so);
+        seda_stage_t *held, *lent;
+        so.name = "held";
+        assert_int_equal(seda_stage_add(bus, &so, &held, NULL, 0), 0);
+        so.name = "lent";
+        assert_int_equal(seda_stage_add(bus, &so, &lent, NULL, 0), 0);
+        assert_true(seda_stage_consume(held, hold_consumer, NULL) >= 0);
+        assert_true(seda_stage_consume(lent, hold_consumer, bus) >= 0);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(seda_publish(bus, "held", "x", 1, NULL), 0);
+            assert_int_equal(seda_publish(bus, "lent", "x", 1, NULL), 0);
+        }
+        assert_int_equal(seda_bus_wait_idle(bus, 30), 0);
+        seda_stage_stats ss;
+        seda_stage_stats_get(held, &ss);
+        assert_int_equal(ss.long_holds, off ? 0 : 2);
+        seda_stage_stats_get(lent, &ss);
+        assert_int_equal(ss.long_holds, 0);
+        seda_bus_stats bs;
+        seda_bus_stats_get(bus, &bs);
+        assert_int_equal(bs.long_holds, off ? 0 : 2);
+        seda_bus_free(bus);
+    }
+}
+
 /* ==================================================================== */
 
 #define FX(t) cmocka_unit_test_setup_teardown(t, fx_setup, fx_teardown)
@@ -554,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_bus_strerror_words),
         cmocka_unit_test(test_bus_now_keeps_pace_with_monotonic),
         cmocka_unit_test(test_bus_max_payload_refuses_larger),
+        cmocka_unit_test(test_bus_long_hold_counted),
         FX(test_bus_stats_fields),
         FX(test_bus_workers_zero_means_cpus),
         FX(test_bus_publish_many_in_order),

@@ -203,4 +203,44 @@ T.test("bus names: busN by default, a given one kept, bad ones refused naming th
   d:shutdown(5)
 end)
 
+T.test("a handler that holds its worker past hold_warn is counted; seda's own waits are not", function()
+  -- Inline handlers capture no upvalues: each spins on its own.
+  local bus = T.bus{ workers = 1, hold_warn = 0.2, name = T.uniq("holds") }
+  bus:stage{ name = "slow", handler = function()
+    local t = seda.now() while seda.now() - t < 0.4 do end end }
+  bus:stage{ name = "wrapped", handler = function()
+    seda.blocking(function()
+      local t = seda.now() while seda.now() - t < 0.4 do end end) end }
+  bus:stage{ name = "sleeps", handler = function() seda.sleep(0.4) end }
+  bus:stage{ name = "lent", blocking = true, handler = function()
+    local t = seda.now() while seda.now() - t < 0.4 do end end }
+  bus:stage{ name = "quick", handler = function() end }
+  for _, st in ipairs{ "slow", "slow", "wrapped", "sleeps", "lent", "quick" } do
+    bus:publish(st, 1)
+  end
+  T.idle(bus, 30)
+  local s = bus:stats()
+  T.eq(s.stages.slow.long_holds, 2, "each long call counts")
+  T.eq(s.stages.wrapped.long_holds, 0, "seda.blocking's time is seda's wait")
+  T.eq(s.stages.sleeps.long_holds, 0, "a suspended call holds no worker")
+  T.eq(s.stages.lent.long_holds, 0, "a blocking = true stage lends its worker")
+  T.eq(s.stages.quick.long_holds, 0)
+  T.eq(s.long_holds, 2, "the bus sums its stages")
+  local m = metrics()
+  T.contains(m, ('seda_stage_long_holds_total{bus="%s",stage="slow"} 2')
+                :format(s.name), "/metrics")
+  T.contains(m, ('seda_bus_long_holds_total{bus="%s"} 2'):format(s.name))
+  -- hold_warn = false: never counted; bad values refused naming the option.
+  local off = T.bus{ workers = 1, hold_warn = false }
+  off:stage{ name = "slow", handler = function()
+    local t = seda.now() while seda.now() - t < 0.3 do end end }
+  off:publish("slow", 1)
+  T.idle(off, 30)
+  T.eq(off:stats().long_holds, 0, "hold_warn = false")
+  for _, bad in ipairs{ 0, -1, 3601, "1", true, 0/0 } do
+    T.raises(function() seda.bus{ hold_warn = bad } end, tostring(bad),
+             "hold_warn must be a number of seconds in (0, 3600], or false")
+  end
+end)
+
 T.done()
