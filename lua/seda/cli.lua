@@ -799,7 +799,8 @@ The buses keep running while you type.
                              bus's figures
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
-                             handle: handle:cancel()
+                             handle: handle:cancel(), handle:unref() (it
+                             keeps no plain run going), handle:ref()
   seda.sleep(seconds)        wait (here: blocks the prompt; in a handler it
                              suspends the call: its worker serves others)
   seda.http.request{url=, method=, headers=, body=, timeout=, max_size=,
@@ -894,6 +895,10 @@ local function settle_all()
     end
   end
 end
+
+-- settle(): the same for a plain run kept alive by a listener or a
+-- timer (cli_plain): true once no bus has work, false on a signal.
+M.settle = function() return settle_all() end
 
 function M.finish(drain, wait_first)
   local deadline

@@ -142,6 +142,8 @@ struct lloop {
     int efd;                    /* eventfd, or -1 (the host then polls) */
     struct ltimer **heap;       /* pending timers, a min-heap */
     int n, cap;                 /* heap entries, room */
+    int nref;                   /* pending timers not unref'd: what keeps
+                                   a plain run alive (main thread) */
     uint64_t seq;               /* next scheduling sequence number */
 };
 
