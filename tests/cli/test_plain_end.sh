@@ -54,12 +54,12 @@ check "... the unref'd every did not keep it (status 0)" [ "$(cat "$D/chain.rc")
 # Only unref'd timers: the run ends at once, the timer never fires.
 cat >"$D/unref.lua" <<'EOF'
 local seda = require "seda"
-seda.timer(5, function() print("should not run") end):unref()
+seda.timer(60, function() print("should not run") end):unref()
 print("script done")
 EOF
 t0=$(now_ms); run unref; t1=$(now_ms)
 check "an unref'd timer alone: the run ends" [ "$(cat "$D/unref.rc")" = 0 ]
-check "... without waiting for it ($((t1 - t0)) ms)" [ $((t1 - t0)) -lt 4000 ]
+check "... without waiting for it ($((t1 - t0)) ms)" [ $((t1 - t0)) -lt 15000 ]
 check "... which never fires" [ "$(cat "$D/unref.out")" = "script done" ]
 
 # A listener keeps the run (served meanwhile); l:close() from a timer ends
