@@ -123,6 +123,12 @@ int seda_io_sleep(seda_io_loop_t *loop, double seconds, seda_io_cb cb,
 
 #define SEDA_IO_HTTP_MAX_SIZE_DEFAULT ((size_t)16 << 20)    /* 16 MiB */
 
+/* The most header lines one response may carry (a repeated name counts
+ * each time); past it the request fails TOO_LARGE.  libcurl bounds a
+ * header line (100 KB) and a response's headers (300 KB) itself; those
+ * fail TOO_LARGE too. */
+#define SEDA_IO_HTTP_MAX_HEADERS 1000
+
 /* A request.  Everything is copied at submission: the caller may free or
  * reuse the strings when seda_io_http_request returns. */
 struct seda_io_http_req {
@@ -139,13 +145,27 @@ struct seda_io_http_req {
 
 /* Start REQ.  The op completes SEDA_IO_OK when a response came (whatever
  * its HTTP status), else TIMEOUT, REFUSED, DNS, TLS, TOO_LARGE (the
- * Content-Length or the body received over max_size), CLOSED (empty reply)
- * or OTHER, with curl's message.  0 and *opp set, or -EINVAL (no url, or
+ * Content-Length or the body received over max_size, more than
+ * SEDA_IO_HTTP_MAX_HEADERS header lines, a header line or the headers over
+ * libcurl's bounds; the message says which), CLOSED (empty reply) or
+ * OTHER, with curl's message.  0 and *opp set, or -EINVAL (no url, or
  * a header line without ':'), -ENOMEM, -ECANCELED.  Any thread; never
  * blocks. */
 int seda_io_http_request(seda_io_loop_t *loop,
                          const struct seda_io_http_req *req,
                          seda_io_cb cb, void *ud, seda_io_op_t **opp);
+
+/* The connection cache.  A finished request leaves its connection for the
+ * next request to the same host; at most SEDA_IO_HTTP_MAX_IDLE_CONNS stay
+ * (past it the oldest is closed).  libcurl drops a dead one (the server
+ * closed its side) when it next looks for a connection, which an idle
+ * loop never does: so once no request has run for the idle time (default
+ * SEDA_IO_HTTP_IDLE_DEFAULT seconds), the whole cache is closed.
+ * seda_io_http_set_idle sets LOOP's idle time (<= 0: the default); any
+ * thread, from the next idle period on. */
+#define SEDA_IO_HTTP_MAX_IDLE_CONNS 64
+#define SEDA_IO_HTTP_IDLE_DEFAULT 30.0
+void seda_io_http_set_idle(seda_io_loop_t *loop, double seconds);
 
 /* The response of an OK http op: its HTTP status (0 before a response). */
 int seda_io_http_status(const seda_io_op_t *op);

@@ -76,6 +76,11 @@ int seda_lua_wakefd(lua_State *L);
  * when no timer is pending. */
 double seda_lua_next_timer(lua_State *L);
 
+/* How many pending timers of L keep a run alive: every one not made
+ * unref'd with handle:unref() (libuv's and Node's rule).  A host that ends
+ * when nothing can make more work keeps running while this is over 0. */
+int seda_lua_timers_alive(lua_State *L);
+
 /* Run what is pending on L: the queued on_complete callbacks of every
  * live bus, then the timers due now; clears the wake descriptor.  Errors
  * in callbacks are reported on stderr (rate-limited), never raised.

@@ -112,12 +112,24 @@ typedef struct seda_remote_opts {
                                   or turned on, by this declaration; off
                                   by default: it costs the server a
                                   publish per message) */
+    const char *const *reach;  /* subjects a "nats:<subject>" hop after
+                                  this stage may publish to, besides those
+                                  this program's own slips name (nreach
+                                  NATS subject patterns: tokens separated
+                                  by dots, "*" one token, ">" the rest);
+                                  NULL: only the program's own.  Copied */
+    int nreach;
     bool consume;              /* this process will consume the stage
                                   (seda_remote_consume): the durable
                                   consumer is found or created now.  A
                                   process that only publishes leaves it
                                   to those that consume (false) */
 } seda_remote_opts;
+
+/* Whether PAT is a pattern seda_remote_opts.reach may list: tokens of
+ * [A-Za-z0-9_:-] separated by single dots, "*" for one token, ">" as the
+ * last for one or more.  Cannot fail; any thread. */
+bool seda_remote_reach_valid(const char *pat);
 
 /* Fill o (the caller's) with the defaults (url NULL).  Cannot fail; any
  * thread. */

@@ -835,7 +835,8 @@ The buses keep running while you type.
                              bus's figures
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
-                             handle: handle:cancel()
+                             handle: handle:cancel(), handle:unref() (it
+                             keeps no plain run going), handle:ref()
   seda.sleep(seconds)        wait (here: blocks the prompt; in a handler it
                              suspends the call: its worker serves others)
   seda.http.request{url=, method=, headers=, body=, timeout=, max_size=,
@@ -931,9 +932,44 @@ local function settle_all()
   end
 end
 
+-- settle(): the same for a plain run kept alive by a listener or a
+-- timer (cli_plain): true once no bus has work, false on a signal.
+M.settle = function() return settle_all() end
+
+-- When bus b's remote stages have all lost their server and no handler
+-- of a local stage is running: what b still holds can complete only
+-- through that server (acks, completions, remote hops), and JetStream
+-- redelivers what it had handed out to other consumers, so waiting out
+-- the drain gains nothing.  Returns the line saying so, or nil.
+local function remote_gone(b)
+  local ok, st = pcall(b.stats, b)
+  if not ok or type(st) ~= "table" then return nil end
+  local urls, held, remote = {}, 0, false
+  for name, s in pairs(st.stages or {}) do
+    local r = s.remote
+    if r then
+      remote = true
+      if r.state == "connected" then return nil end
+      held = held + (r.held or 0)
+      urls[r.url or "?"] = true
+    elseif (s.in_flight or 0) > 0 then
+      return nil                          -- a local handler still runs
+    end
+  end
+  if not remote then return nil end
+  local u = {}
+  for k in pairs(urls) do u[#u + 1] = k end
+  sort(u)
+  return fmt("drain of bus '%s' ended: the NATS server is unreachable " ..
+             "(%s) and what the bus still holds can only complete through " ..
+             "it; JetStream redelivers the messages handed out here%s to " ..
+             "other consumers", st.name or "?", concat(u, ", "),
+             held > 0 and fmt(" (%d held)", held) or "")
+end
+
 function M.finish(drain, wait_first)
   local deadline
-  local stopped, timed_out = false, false
+  local stopped, timed_out, unreachable = false, false, false
   local total, pull_left, seen = 0, {}, {}
   if wait_first then stopped = not settle_all() end
   while true do
@@ -951,6 +987,12 @@ function M.finish(drain, wait_first)
       if b:wait(left > 0.05 and 0.05 or (left > 0 and left or 0)) then break end
       if C.drain_stopped() then stopped = true; break end
       if seda.now() >= deadline then timed_out = true; break end
+      local gone = remote_gone(b)
+      if gone then
+        C.log("warn", nil, gone)
+        unreachable = true
+        break
+      end
     end
     local before = stage_counts(b)
     b:shutdown(0)
@@ -973,13 +1015,17 @@ function M.finish(drain, wait_first)
                         plural(p.n, "envelope"), p.name)
     pulled = pulled + p.n
   end
+  if unreachable then
+    why[#why + 1] = "the NATS server was unreachable"
+  end
   if stopped then
     why[#why + 1] = "a signal stopped the drain"
   elseif timed_out then
     why[#why + 1] = fmt("the drain did not finish within %gs (--drain)",
                         drain)
   end
-  if #why == 0 or (pulled < total and not stopped and not timed_out) then
+  if #why == 0 or (pulled < total and not stopped and not timed_out and
+                   not unreachable) then
     why[#why + 1] = plural(total - pulled, "envelope") ..
                     " still queued or in flight"
   end

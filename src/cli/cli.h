@@ -95,6 +95,8 @@ struct cli {
                                      * client's) is running on cli.L */
     volatile sig_atomic_t prompt;   /* the local REPL reads a terminal */
     volatile sig_atomic_t drain_stop;  /* a signal during the drain */
+    bool plain;                     /* a plain run kept alive (cli_plain):
+                                     * main thread only */
 };
 
 extern struct cli cli;
@@ -145,6 +147,17 @@ int cli_eval(lua_State *L, const char *chunk, size_t len, const char *name,
  * pretty-printed: what `seda-lua attach --json SOCK 'command'` shows. */
 int cli_eval_as(lua_State *L, const char *chunk, size_t len,
                 const char *name, int envidx, bool json);
+
+/* A plain run after its script (SPEC 7): let the buses settle (their
+ * callbacks may set timers or close a listener); while an open listener
+ * or a pending timer not unref'd can make more work, run the loop, and
+ * settle again when none is left.  Returns when nothing can make more
+ * work or a signal asked for the drain (cli.stop).  Catches SIGINT and
+ * SIGTERM from the first turn of the loop: the program then drains as
+ * --serve does. */
+void cli_plain(void);
+/* Whether an open listener or a timer not unref'd keeps a plain run. */
+bool cli_plain_alive(void);
 
 /* One turn of the event loop: wait up to timeout_ms (-1: as long as
  * nothing is due) for a completion, the control socket, the watcher and

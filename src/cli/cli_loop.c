@@ -663,7 +663,8 @@ int cli_run(void)
             cli.intr = 0;
             cli_repl_interrupt();
         }
-        if (!cli_repl_active() && !cli.o.serve)
+        if (!cli_repl_active() && !cli.o.serve &&
+            !(cli.plain && cli_plain_alive()))
             break;
         if (cli_step(-1, cli_repl_active() ? 0 : -1))
             cli_repl_input();
@@ -680,6 +681,50 @@ int cli_run(void)
     if (cli.o.metrics)
         cli_metrics_tick(cli_now(), true);
     return 0;
+}
+
+bool cli_plain_alive(void)
+{
+    return seda__l_http_open() > 0 || seda_lua_timers_alive(cli.L) > 0;
+}
+
+/* Let the buses settle (cli.lua's settle: their callbacks run until none
+ * has work); false when a signal stopped it. */
+static bool plain_settle(void)
+{
+    lua_State *L = cli.L;
+    if (!cli_get_fn(L, "settle"))
+        return true;
+    cli.drain_stop = 0;
+    cli.phase = CLI_DRAIN;              /* a signal stops the settling */
+    bool ok = cli_docall(L, 0, 1) == LUA_OK && lua_toboolean(L, -1);
+    if (lua_gettop(L) > 0)
+        lua_pop(L, 1);
+    cli.phase = CLI_IDLE;
+    return ok && !cli.drain_stop;
+}
+
+void cli_plain(void)
+{
+    bool signals = false;
+    for (;;) {
+        if (!plain_settle()) {          /* only once signals are caught */
+            cli.stop = 1;
+            seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
+            break;
+        }
+        if (!cli_plain_alive())
+            break;
+        if (!signals) {
+            cli_install_signals();
+            signals = true;
+        }
+        cli.plain = true;
+        cli_run();                      /* while alive, or to a signal */
+        cli.plain = false;
+        if (cli.stop)
+            break;
+    }
 }
 
 int cli_finish(bool wait_first)

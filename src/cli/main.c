@@ -6,8 +6,9 @@
  *   seda-lua attach PATH
  *
  * Runs a Lua script with the `seda` module preloaded, like the lua
- * interpreter (the same `arg` table), then waits until every bus the
- * script created is idle, shuts them down gracefully and exits 0.  A script
+ * interpreter (the same `arg` table), then runs until nothing can make
+ * more work (no bus has work, no listener is open, no timer not unref'd
+ * is pending), shuts the buses down gracefully and exits 0.  A script
  * error prints its message and traceback, drains what was published
  * (bounded by --drain) and exits 1.  --serve keeps the process up until
  * SIGINT/SIGTERM, running on_complete callbacks, then drains (bounded) and
@@ -44,8 +45,10 @@ static void usage(FILE *f)
         "       %s attach [--json] PATH ['command']\n"
         "       %s dlq DATA_DIR list|show ID|replay ID|purge|quarantine\n"
         "       %s dlq --control PATH [list [STAGE]] [--json]\n"
-        "Run a seda-lua pipeline script: run it, wait until its buses are\n"
-        "idle, shut them down gracefully and exit 0 (1 on a script error).\n"
+        "Run a seda-lua pipeline script: run it, go on until nothing can\n"
+        "make more work (no bus has work, no listener is open, no timer is\n"
+        "pending but unref'd ones), shut the buses down gracefully and\n"
+        "exit 0 (1 on a script error).\n"
         "Durable stages replay what a previous run left once the script\n"
         "(and -e code) has run, so every stage is declared by then (or at\n"
         "bus:start(), or the script's first publish/wait/poll/receive);\n"
@@ -395,12 +398,12 @@ static int start_live(const struct opts *o)
     bool live = o->interactive || o->serve;
     if (!live && (cli.o.control || cli.o.http))
         return usage_error("%s needs --serve or -i (a plain run ends when "
-                           "its buses are idle)",
+                           "nothing can make more work)",
                            cli.o.control ? "--control" : "--http");
     if (!live) {                        /* nothing keeps the process up */
         if (cli.o.metrics || cli.o.watch)
             cli_logf(SEDA_LOG_WARN, "%s has no effect without --serve "
-                     "or -i (a plain run ends when its buses are idle)",
+                     "or -i (a plain run ends when nothing can make more work)",
                      cli.o.watch ? "--watch" : "--metrics");
         cli.o.metrics = NULL;
         cli.o.watch = false;
@@ -514,15 +517,11 @@ static int run(lua_State *L, int argc, char **argv)
      * next run. */
     cli_start_buses(failed);
 
-    /* A listener (bus:listen) keeps a plain run serving until a signal,
-     * as --serve does (SPEC.md section 13). */
-    if (!live && !failed && seda__l_http_open() > 0) {
-        live = true;
-        o.serve = true;
-        cli.o.serve = true;
-        cli_install_signals();
-        cli.phase = CLI_IDLE;
-    }
+    /* A plain run goes on while an open listener (bus:listen) or a
+     * pending timer not unref'd can make more work (SPEC.md section 7);
+     * a signal then drains it as --serve's does. */
+    if (!live && !failed)
+        cli_plain();
     if (live && !failed && cli.stop) {
         seda_log_write(SEDA_LOG_INFO, NULL, "signal received, draining");
     } else if (live && !failed) {

@@ -218,6 +218,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     seda__mutex_init(&b->mu);
     seda__mutex_init(&b->shut_mu);
     seda__mutex_init(&b->idle_mu);
+    seda__ownhops_init(&b->ownhops);
     int rc = seda__cond_init(&b->idle_cv);
     if (rc == 0 && (rc = seda__cond_init(&b->stage_cv)) != 0)
         pthread_cond_destroy(&b->idle_cv);
@@ -239,6 +240,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         seda__mutex_destroy(&b->mu);
         seda__mutex_destroy(&b->shut_mu);
         seda__mutex_destroy(&b->idle_mu);
+        seda__ownhops_destroy(&b->ownhops);
         registry_free(r);
         seda__free(b->dead_letter);
         seda__free(b->data_dir);
@@ -247,6 +249,11 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
     }
     *out = b;
     return 0;
+}
+
+bool seda__bus_own_hop(struct seda_bus_s *b, const char *hop)
+{
+    return seda__ownhops_has(&b->ownhops, hop);
 }
 
 void seda_bus_free(seda_bus_t *b)
@@ -270,6 +277,7 @@ void seda_bus_free(seda_bus_t *b)
     seda__mutex_destroy(&b->idle_mu);
     seda__mutex_destroy(&b->shut_mu);
     seda__mutex_destroy(&b->mu);
+    seda__ownhops_destroy(&b->ownhops);
     seda__free(b->dead_letter);
     seda__free(b->data_dir);
     seda__free(b);

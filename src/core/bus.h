@@ -6,6 +6,7 @@
 #ifndef SEDA_BUS_H
 #define SEDA_BUS_H
 
+#include "ownhops.h"
 #include "pool.h"
 #include "stage.h"
 
@@ -61,6 +62,8 @@ struct seda_bus_s {
     const struct seda__store_ops *store_ops; /* written before store */
     char *data_dir;             /* owned; immutable */
     size_t max_payload;         /* bytes; immutable */
+    struct seda__ownhops ownhops; /* the program's own "nats:" hops (its
+                                   own lock; ownhops.h) */
     bool sync_normal;           /* immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;

@@ -60,6 +60,10 @@ SEDA__API const char *seda__bus_data_dir(const struct seda_bus_s *b);
 SEDA__API bool seda__bus_sync_normal(const struct seda_bus_s *b);
 SEDA__API const char *seda__bus_dead_letter_name(const struct seda_bus_s *b);
 
+/* Whether HOP ("nats:<subject>") is one this program's own slips named
+ * (a publish's slip or a forward: ownhops.h).  Any thread. */
+SEDA__API bool seda__bus_own_hop(struct seda_bus_s *b, const char *hop);
+
 /* Lookup by name through the current snapshot; lock-free. */
 SEDA__API struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b,
                                                 const char *name);

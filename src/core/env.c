@@ -522,6 +522,8 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
         return 0;
     if (!ext_of(env))
         return SEDA_ENOMEM;
+    if (env->at)                        /* the program's own hops */
+        seda__ownhops_note(&env->at->bus->ownhops, stages, n);
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;

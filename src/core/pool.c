@@ -793,6 +793,17 @@ int seda__pool_idle(struct seda_pool *p)
     return n;
 }
 
+bool seda__pool_self_mail(void)
+{
+    struct seda_worker_s *w = tls_worker;
+    if (!w)
+        return false;
+    seda__mutex_lock(&w->pool->mu);
+    bool mail = w->mail;
+    seda__mutex_unlock(&w->pool->mu);
+    return mail;
+}
+
 bool seda__pool_loans_exhausted(struct seda_pool *p)
 {
     seda__mutex_lock(&p->mu);

@@ -97,6 +97,11 @@ SEDA__API int seda__pool_idle(struct seda_pool *p);
 /* True when a worker waits without a loan because max_loans are in
  * service (for the message of a wait that timed out).  Takes mu. */
 SEDA__API bool seda__pool_loans_exhausted(struct seda_pool *p);
+
+/* True when the calling worker has mail it has not run (seda_worker_wake:
+ * a call suspended on its worker data, ready to resume, waits for it).
+ * False off the pool.  Takes mu. */
+SEDA__API bool seda__pool_self_mail(void);
 /* Waits no loan covered so far (max_loans reached).  Takes mu. */
 SEDA__API uint64_t seda__pool_uncovered(struct seda_pool *p);
 

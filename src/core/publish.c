@@ -104,6 +104,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
         return SEDA_ETOOLARGE;
     if ((rc = door_shed(b, st, opts)) != 0)
         return rc;
+    if (opts && opts->nslip > 0 && opts->slip)
+        seda__ownhops_note(&b->ownhops, opts->slip, opts->nslip);
     seda_env_t *env = seda__env_new(payload, len, opts, &rc);
     if (!env)
         return rc;
@@ -165,6 +167,8 @@ int seda_publish_many(seda_bus_t *b, const char *to,
         return 0;
     if ((*err = door_shed(b, st, opts)) != 0)
         return 0;
+    if (opts && opts->nslip > 0 && opts->slip)
+        seda__ownhops_note(&b->ownhops, opts->slip, opts->nslip);
     seda_env_t *small[64];
     seda_env_t **envs = n <= 64 ? small : seda__malloc(sizeof *envs *
                                                        (size_t)n);

@@ -121,6 +121,28 @@ int seda__lease_sweep(struct seda_stage_s *st)
     }
 }
 
+/* How long a receive on a worker waits before it looks again at what its
+ * wait holds up (STARVE_CHECK_NS), and the longest slice of its wait. */
+#define STARVE_CHECK_NS 500000000
+#define STARVE_SLICE_NS 250000000
+
+/* A handler waits in a receive while calls suspended on its worker's
+ * state are ready to resume: they wait until it returns (a resumed call
+ * runs only on its own state, so no loan can take it). */
+static void report_pinned(struct seda_stage_s *st)
+{
+    const seda_env_t *cur = seda__env_delivering();
+    const struct seda_stage_s *from = cur ? cur->at : NULL;
+    char msg[384];
+    snprintf(msg, sizeof msg, "a worker%s%s%s waits in receive here while "
+             "calls suspended on its state (seda.sleep, seda.http, a "
+             "socket) are ready to resume: they wait until it returns; "
+             "receive with a short timeout and seda.sleep between tries",
+             from ? " of stage '" : "", from ? from->name : "",
+             from ? "'" : "");
+    seda_stage_report(st, msg);
+}
+
 /* A handler waits in a receive with every loan in use: the stages that
  * need a worker wait until it returns.  Say so, as a publish's wait does
  * (reported on the stage received from; rate-limited there). */
@@ -153,6 +175,8 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     int rc = 0;
     bool on_pool = seda__pool_current_owner() != NULL;
     struct seda_pool *loaned = NULL;    /* the wait is a managed block */
+    bool reported = false;              /* what it holds up was said */
+    int64_t check_at = 0;               /* when to look at that again */
     seda__mutex_lock(&st->mu);
     for (;;) {
         int nre = seda__lease_expire(st, seda__now_ns(), requeue, 16);
@@ -180,16 +204,38 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
              * so the stages feeding this one keep draining. */
             seda__mutex_unlock(&st->mu);
             loaned = seda__pool_block_begin();
-            if (loaned && seda__pool_loans_exhausted(loaned))
+            if (loaned && seda__pool_loans_exhausted(loaned)) {
                 report_uncovered(st, loaned);
+                reported = true;
+            }
+            check_at = seda__now_ns() + STARVE_CHECK_NS;
             seda__mutex_lock(&st->mu);
             on_pool = loaned != NULL;
             continue;
         }
-        /* Wake for the oldest lease's expiry too. */
+        if (loaned && !reported && seda__now_ns() >= check_at) {
+            /* Waited a while: say what the wait holds up, if anything
+             * (loans used up since it began, or calls pinned to this
+             * worker's state), within a second, not when it times out. */
+            seda__mutex_unlock(&st->mu);
+            if (seda__pool_loans_exhausted(loaned)) {
+                report_uncovered(st, loaned);
+                reported = true;
+            } else if (seda__pool_self_mail()) {
+                report_pinned(st);
+                reported = true;
+            }
+            check_at = seda__now_ns() + STARVE_CHECK_NS;
+            seda__mutex_lock(&st->mu);
+            continue;
+        }
+        /* Wake for the oldest lease's expiry too, and, on a worker, to
+         * look at what the wait holds up. */
         int64_t until = deadline;
         if (st->pl.leases && st->pl.leases->deadline < until)
             until = st->pl.leases->deadline;
+        if (loaned && !reported && seda__now_ns() + STARVE_SLICE_NS < until)
+            until = seda__now_ns() + STARVE_SLICE_NS;
         st->pl.receivers++;
         seda__cond_wait(&st->pl.not_empty, &st->mu, until);
         st->pl.receivers--;

@@ -8,7 +8,11 @@
  *   HTTP never touches curl's multi).  Its connection cache is where
  *   keep-alive connections wait between requests: an easy handle is
  *   removed and cleaned up when its request is done, its connection stays
- *   in the multi for the next request to the same host.
+ *   in the multi for the next request to the same host.  The cache is
+ *   bounded (SEDA_IO_HTTP_MAX_IDLE_CONNS) and closed whole once no
+ *   request has run for the loop's idle time (the idle timer): a
+ *   connection its server closed is otherwise kept in CLOSE_WAIT until
+ *   the next request, as libcurl only prunes when it connects.
  *
  *   curl tells the loop what to watch (CURLMOPT_SOCKETFUNCTION: a struct
  *   sock per socket, registered with curl_multi_assign, released through
@@ -21,7 +25,10 @@
  *   The response: the header callback starts a fresh header list at each
  *   status line (a 100 Continue or a followed redirect leaves only the
  *   last response's headers), lower-cases names and joins repeats with
- *   ", ".  The body is limited twice: CURLOPT_MAXFILESIZE refuses a
+ *   ", ", in time linear in the headers (names found through a hash
+ *   index, a joined value grown by doubling: this runs on the loop every
+ *   wait shares), and refuses an answer of more than
+ *   SEDA_IO_HTTP_MAX_HEADERS lines as too large.  The body is limited twice: CURLOPT_MAXFILESIZE refuses a
  *   Content-Length over max_size before a byte is read, and the write
  *   callback stops a body that grows past it.  Loop thread only, except
  *   the submission (which copies the request) and the accessors.
@@ -37,10 +44,15 @@
 
 #include "io_int.h"
 
+#define SEDA__IO_STR_(x) #x
+#define SEDA__IO_STR(x) SEDA__IO_STR_(x)
+
 /* The loop's curl (loop thread only). */
 struct seda__io_http {
     CURLM *multi;
     struct seda__io_timer timer;    /* curl's timeout */
+    struct seda__io_timer idle;     /* armed while no transfer runs */
+    size_t running;                 /* easy handles in multi */
     seda_io_loop_t *loop;
 };
 
@@ -63,10 +75,19 @@ struct http_op {
     int follow;
     int status;                     /* HTTP status */
     char **hname, **hval;           /* response headers */
+    size_t *hvlen, *hvcap;          /* each value's length and room */
     size_t nh, hcap;
+    uint32_t *hidx;                 /* name -> index + 1 (0: empty slot),
+                                       open addressing, hidx_cap a power
+                                       of two over twice nh */
+    size_t hidx_cap;
+    size_t nlines;                  /* header lines of this response */
     char *rbody;                    /* response body (NUL-terminated) */
     size_t rlen, rcap;
-    bool too_large;                 /* the write callback refused */
+    enum { TL_NONE, TL_BODY, TL_LINES, TL_LINE, TL_HEAD } too_large;
+                                    /* what a callback (or curl) refused */
+    bool in_head;                   /* between a status line and the blank
+                                       line that ends its headers */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -160,6 +181,43 @@ static int on_timer(CURLM *m, long timeout_ms, void *userp)
     return seda__io_timer_arm(h->loop, &h->timer, due) == 0 ? 0 : -1;
 }
 
+/* A multi with the loop's callbacks and a bounded connection cache, or
+ * NULL. */
+static CURLM *multi_new(struct seda__io_http *h)
+{
+    CURLM *m = curl_multi_init();
+    if (!m)
+        return NULL;
+    curl_multi_setopt(m, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(m, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(m, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(m, CURLMOPT_TIMERDATA, h);
+    curl_multi_setopt(m, CURLMOPT_MAXCONNECTS,
+                      (long)SEDA_IO_HTTP_MAX_IDLE_CONNS);
+    return m;
+}
+
+/* No transfer has run for the idle time: close every cached connection
+ * (a dead one would otherwise sit in CLOSE_WAIT until the next request)
+ * by replacing the multi; a fresh one is made at once, so a failure here
+ * keeps the old one. */
+static void on_idle_fire(seda_io_loop_t *loop, struct seda__io_timer *t)
+{
+    (void)loop;
+    struct seda__io_http *h = (struct seda__io_http *)((char *)t -
+                                  offsetof(struct seda__io_http, idle));
+    if (h->running > 0)
+        return;
+    CURLM *m = multi_new(h);
+    if (!m)
+        return;
+    /* h->multi stays the old one until it is closed: its socket callbacks
+     * (CURL_POLL_REMOVE) name it. */
+    curl_multi_cleanup(h->multi);
+    seda__io_timer_disarm(h->loop, &h->timer);
+    h->multi = m;
+}
+
 static struct seda__io_http *http_of(seda_io_loop_t *loop)
 {
     struct seda__io_http **slot = seda__io_http_slot(loop);
@@ -168,17 +226,14 @@ static struct seda__io_http *http_of(seda_io_loop_t *loop)
     struct seda__io_http *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
-    h->multi = curl_multi_init();
+    h->loop = loop;
+    seda__io_timer_init(&h->timer, on_timer_fire);
+    seda__io_timer_init(&h->idle, on_idle_fire);
+    h->multi = multi_new(h);
     if (!h->multi) {
         free(h);
         return NULL;
     }
-    h->loop = loop;
-    seda__io_timer_init(&h->timer, on_timer_fire);
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_timer);
-    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
     *slot = h;
     return h;
 }
@@ -193,6 +248,7 @@ void seda__io_http_free(seda_io_loop_t *loop)
      * cached connections, whose sockets curl reports removed. */
     curl_multi_cleanup(h->multi);
     seda__io_timer_disarm(loop, &h->timer);
+    seda__io_timer_disarm(loop, &h->idle);
     free(h);
     *slot = NULL;
 }
@@ -227,13 +283,42 @@ static int map_error(struct http_op *r, CURLcode rc)
         return SEDA_IO_TOO_LARGE;
     case CURLE_WRITE_ERROR:
         return r->too_large ? SEDA_IO_TOO_LARGE : SEDA_IO_OTHER;
+    case CURLE_OUT_OF_MEMORY:
+        /* libcurl's answer to a header line over its 100 KB. */
+        if (!r->in_head)
+            return SEDA_IO_OTHER;
+        r->too_large = TL_LINE;
+        return SEDA_IO_TOO_LARGE;
+    case CURLE_RECV_ERROR:
+        /* libcurl's answer to headers over its 300 KB. */
+        if (r->in_head && strncmp(r->errbuf, "Too large response header",
+                                  25) == 0) {
+            r->too_large = TL_HEAD;
+            return SEDA_IO_TOO_LARGE;
+        }
+        return SEDA_IO_CLOSED;
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
-    case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
         return SEDA_IO_CLOSED;
     default:
         return SEDA_IO_OTHER;
+    }
+}
+
+/* What a TOO_LARGE op went over, for its message. */
+static const char *too_large_why(const struct http_op *r)
+{
+    switch (r->too_large) {
+    case TL_LINES:
+        return "more than " SEDA__IO_STR(SEDA_IO_HTTP_MAX_HEADERS)
+               " header lines";
+    case TL_LINE:
+        return "a header line over 100 KB";
+    case TL_HEAD:
+        return "headers over 300 KB";
+    default:
+        return "";              /* the body: the caller names max_size */
     }
 }
 
@@ -243,6 +328,9 @@ static void finish_easy(struct http_op *r)
     curl_multi_remove_handle(h->multi, r->easy);
     curl_easy_cleanup(r->easy);
     r->easy = NULL;
+    if (--h->running == 0)      /* a failed arm: reaped at the next one */
+        (void)seda__io_timer_arm(h->loop, &h->idle, seda__io_now() +
+                                 seda__io_http_idle_ns(h->loop));
 }
 
 static void check_done(struct seda__io_http *h)
@@ -267,8 +355,7 @@ static void check_done(struct seda__io_http *h)
             const char *text = r->errbuf[0] ? r->errbuf
                                              : curl_easy_strerror(rc);
             if (st == SEDA_IO_TOO_LARGE)
-                seda__io_complete(&r->op, st, "response over %zu bytes",
-                                  r->max_size);
+                seda__io_complete(&r->op, st, "%s", too_large_why(r));
             else
                 seda__io_complete(&r->op, st, "%s", text);
         }
@@ -282,7 +369,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     struct http_op *r = ud;
     size_t len = size * n;
     if (len > r->max_size - r->rlen) {
-        r->too_large = true;
+        r->too_large = TL_BODY;
         return 0;
     }
     if (r->rlen + len + 1 > r->rcap) {
@@ -308,25 +395,43 @@ static void clear_headers(struct http_op *r)
         free(r->hval[i]);
     }
     r->nh = 0;
+    r->nlines = 0;
+    if (r->hidx)
+        memset(r->hidx, 0, r->hidx_cap * sizeof *r->hidx);
 }
 
-static int add_header(struct http_op *r, const char *name, size_t nlen,
-                      const char *val, size_t vlen)
+/* FNV-1a of a header name. */
+static uint32_t name_hash(const char *name, size_t nlen)
 {
-    for (size_t i = 0; i < r->nh; i++) {
-        if (strlen(r->hname[i]) == nlen &&
-            memcmp(r->hname[i], name, nlen) == 0) {
-            size_t old = strlen(r->hval[i]);
-            char *v = realloc(r->hval[i], old + 2 + vlen + 1);
-            if (!v)
-                return -1;
-            memcpy(v + old, ", ", 2);
-            memcpy(v + old + 2, val, vlen);
-            v[old + 2 + vlen] = '\0';
-            r->hval[i] = v;
-            return 0;
-        }
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < nlen; i++)
+        h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h;
+}
+
+/* The slot of NAME in r->hidx: the one holding it, or the empty one where
+ * it goes.  r->hidx has an empty slot (it is over half empty). */
+static size_t name_slot(const struct http_op *r, const char *name,
+                        size_t nlen)
+{
+    size_t mask = r->hidx_cap - 1;
+    size_t s = name_hash(name, nlen) & mask;
+    for (;;) {
+        uint32_t k = r->hidx[s];
+        if (k == 0)
+            return s;
+        const char *n = r->hname[k - 1];
+        if (strncmp(n, name, nlen) == 0 && n[nlen] == '\0')
+            return s;
+        s = (s + 1) & mask;
     }
+}
+
+/* Room for one more distinct name: the arrays and an index kept under
+ * half full (rebuilt when it grows).  0 or -1 (out of memory, nothing
+ * changed that matters: the sizes only grew). */
+static int reserve_header(struct http_op *r)
+{
     if (r->nh == r->hcap) {
         size_t cap = r->hcap ? 2 * r->hcap : 16;
         char **a = realloc(r->hname, cap * sizeof *a);
@@ -337,7 +442,61 @@ static int add_header(struct http_op *r, const char *name, size_t nlen,
         if (!b)
             return -1;
         r->hval = b;
+        size_t *c = realloc(r->hvlen, cap * sizeof *c);
+        if (!c)
+            return -1;
+        r->hvlen = c;
+        size_t *d = realloc(r->hvcap, cap * sizeof *d);
+        if (!d)
+            return -1;
+        r->hvcap = d;
         r->hcap = cap;
+    }
+    if (2 * (r->nh + 1) > r->hidx_cap) {
+        size_t cap = r->hidx_cap ? 2 * r->hidx_cap : 32;
+        uint32_t *x = calloc(cap, sizeof *x);
+        if (!x)
+            return -1;
+        free(r->hidx);
+        r->hidx = x;
+        r->hidx_cap = cap;
+        for (size_t i = 0; i < r->nh; i++)
+            r->hidx[name_slot(r, r->hname[i], strlen(r->hname[i]))] =
+                (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+/* Add one header line of the response: a new name is appended, a repeated
+ * one has its value joined to the first's with ", ".  Linear in the
+ * response: a name is found through the index, a joined value grows by
+ * doubling.  0, or -1 (out of memory). */
+static int add_header(struct http_op *r, const char *name, size_t nlen,
+                      const char *val, size_t vlen)
+{
+    if (reserve_header(r) != 0)
+        return -1;
+    size_t s = name_slot(r, name, nlen);
+    if (r->hidx[s] != 0) {
+        size_t i = r->hidx[s] - 1;
+        size_t old = r->hvlen[i];
+        size_t need = old + 2 + vlen + 1;
+        if (need > r->hvcap[i]) {
+            size_t cap = 2 * r->hvcap[i];
+            if (cap < need)
+                cap = need;
+            char *v = realloc(r->hval[i], cap);
+            if (!v)
+                return -1;
+            r->hval[i] = v;
+            r->hvcap[i] = cap;
+        }
+        char *v = r->hval[i];
+        memcpy(v + old, ", ", 2);
+        memcpy(v + old + 2, val, vlen);
+        v[old + 2 + vlen] = '\0';
+        r->hvlen[i] = old + 2 + vlen;
+        return 0;
     }
     char *n = strndup(name, nlen);
     char *v = strndup(val, vlen);
@@ -348,6 +507,9 @@ static int add_header(struct http_op *r, const char *name, size_t nlen,
     }
     r->hname[r->nh] = n;
     r->hval[r->nh] = v;
+    r->hvlen[r->nh] = vlen;
+    r->hvcap[r->nh] = vlen + 1;
+    r->hidx[s] = (uint32_t)(r->nh + 1);
     r->nh++;
     return 0;
 }
@@ -358,11 +520,19 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
     size_t len = size * n;
     if (len >= 5 && memcmp(p, "HTTP/", 5) == 0) {
         clear_headers(r);       /* a new response begins */
+        r->in_head = true;
         return len;
     }
     const char *colon = memchr(p, ':', len);
-    if (!colon)
-        return len;             /* the blank line, or junk */
+    if (!colon) {
+        if (len <= 2)
+            r->in_head = false; /* the blank line */
+        return len;             /* or junk */
+    }
+    if (++r->nlines > SEDA_IO_HTTP_MAX_HEADERS) {
+        r->too_large = TL_LINES;
+        return 0;               /* curl ends the transfer (write error) */
+    }
     size_t nlen = (size_t)(colon - p);
     const char *v = colon + 1;
     const char *end = p + len;
@@ -417,7 +587,10 @@ static void http_start(seda_io_op_t *op)
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
     CURLMcode mc = curl_multi_add_handle(h->multi, e);
-    if (mc != CURLM_OK) {
+    if (mc == CURLM_OK) {
+        h->running++;
+        seda__io_timer_disarm(h->loop, &h->idle);
+    } else {
         curl_easy_cleanup(e);
         r->easy = NULL;
         seda__io_complete(op, SEDA_IO_OTHER, "%s", curl_multi_strerror(mc));
@@ -442,6 +615,9 @@ static void http_destroy(seda_io_op_t *op)
     clear_headers(r);
     free(r->hname);
     free(r->hval);
+    free(r->hvlen);
+    free(r->hvcap);
+    free(r->hidx);
     free(r->rbody);
     free(r);
 }

@@ -167,6 +167,8 @@ SEDA__API struct seda__io_timers *seda__io_timers_of(seda_io_loop_t *loop);
 SEDA__API int seda__io_http_global_init(void);
 /* At the loop's end (loop thread, after every op completed). */
 SEDA__API void seda__io_http_free(seda_io_loop_t *loop);
+/* seda_io_http_set_idle's setting, in ns (loop.c keeps it).  Any thread. */
+SEDA__API uint64_t seda__io_http_idle_ns(seda_io_loop_t *loop);
 
 /* ---- resolve.c ---- */
 

@@ -70,6 +70,8 @@ struct seda_io_loop_s {
     struct seda__io_watch *graveyard; /* released watches to free */
     struct seda__io_http *http;     /* http.c's, or NULL */
     struct seda__io_resolver *resolver; /* resolve.c's, or NULL */
+    _Atomic uint64_t http_idle_ns;  /* seda_io_http_set_idle's (relaxed:
+                                       a setting read when armed) */
 };
 
 /* ---- time ---- */
@@ -364,6 +366,21 @@ struct seda__io_http **seda__io_http_slot(seda_io_loop_t *loop)
     return &loop->http;
 }
 
+void seda_io_http_set_idle(seda_io_loop_t *loop, double seconds)
+{
+    if (!(seconds > 0))
+        seconds = SEDA_IO_HTTP_IDLE_DEFAULT;
+    if (seconds > 1e9)
+        seconds = 1e9;
+    atomic_store_explicit(&loop->http_idle_ns, (uint64_t)(seconds * 1e9),
+                          memory_order_relaxed);
+}
+
+uint64_t seda__io_http_idle_ns(seda_io_loop_t *loop)
+{
+    return atomic_load_explicit(&loop->http_idle_ns, memory_order_relaxed);
+}
+
 struct seda__io_resolver **seda__io_resolver_slot(seda_io_loop_t *loop)
 {
     return &loop->resolver;
@@ -447,6 +464,8 @@ int seda_io_loop_new(seda_io_loop_t **loopp)
     if (!loop)
         return -ENOMEM;
     pthread_mutex_init(&loop->mu, NULL);
+    atomic_init(&loop->http_idle_ns,
+                (uint64_t)(SEDA_IO_HTTP_IDLE_DEFAULT * 1e9));
     loop->epfd = epoll_create1(EPOLL_CLOEXEC);
     loop->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (loop->epfd < 0 || loop->efd < 0) {

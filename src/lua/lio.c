@@ -59,7 +59,12 @@ seda_io_loop_t *seda__l_io_loop(lua_State *L)
     struct lworker *w = seda__l_worker_of(L);
     if (w && w->lb) {
         pthread_mutex_lock(&w->lb->mu);
-        int rc = w->lb->io ? 0 : seda_io_loop_new(&w->lb->io);
+        int rc = 0;
+        if (!w->lb->io) {
+            rc = seda_io_loop_new(&w->lb->io);
+            if (rc == 0)
+                seda_io_http_set_idle(w->lb->io, w->lb->http_idle);
+        }
         seda_io_loop_t *io = w->lb->io;
         pthread_mutex_unlock(&w->lb->mu);
         if (rc != 0)
@@ -290,6 +295,9 @@ static int http_k(lua_State *L, int status, lua_KContext ctx)
         if (st == SEDA_IO_TIMEOUT)
             lua_pushfstring(L, "timeout: %s %s (after %f s)", method, url,
                             (lua_Number)timeout);
+        else if (st == SEDA_IO_TOO_LARGE && *seda_io_op_message(op))
+            lua_pushfstring(L, "too_large: %s %s (%s)", method, url,
+                            seda_io_op_message(op));
         else if (st == SEDA_IO_TOO_LARGE) {
             lua_getfield(L, H_OPTS, "max_size");
             lua_Integer lim = lua_isinteger(L, -1) ? lua_tointeger(L, -1)

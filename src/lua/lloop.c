@@ -30,6 +30,9 @@
  *   same moment fire in the order they were set.  A pending timer is kept
  *   alive by a registry reference to its handle (self_ref) and holds its
  *   function (fn_ref); both go when it fires (a one-shot) or is cancelled.
+ *   nref counts the pending timers not unref'd: what keeps a plain run
+ *   alive (seda_lua_timers_alive), kept by heap_push / heap_remove and
+ *   handle:unref() / ref().
  *   One pass runs only the timers scheduled before it began, so a
  *   callback that sets seda.timer(0, ...) cannot keep a pass going; a
  *   repeating timer is rescheduled before its callback runs (a callback
@@ -58,6 +61,7 @@ struct ltimer {
     int slot;                   /* heap index, -1 when not pending */
     int fn_ref;                 /* the callback (registry), or NOREF */
     int self_ref;               /* this handle (registry) while pending */
+    bool unref;                 /* handle:unref(): keeps no run alive */
 };
 
 /* ---- references ---- */
@@ -169,6 +173,8 @@ static void heap_down(struct lloop *lp, int i)
 /* Add t (room was made by the caller). */
 static void heap_push(struct lloop *lp, struct ltimer *t)
 {
+    if (!t->unref)
+        lp->nref++;
     t->seq = lp->seq++;
     lp->heap[lp->n] = t;
     t->slot = lp->n++;
@@ -179,6 +185,8 @@ static void heap_remove(struct lloop *lp, struct ltimer *t)
 {
     int i = t->slot;
     t->slot = -1;
+    if (!t->unref)
+        lp->nref--;
     struct ltimer *last = lp->heap[--lp->n];
     if (i == lp->n)
         return;
@@ -278,15 +286,46 @@ static int timer_pending(lua_State *L)
     return 1;
 }
 
+/* handle:unref() / handle:ref() -> handle.  An unref'd timer still fires,
+ * but does not keep a plain run alive on its own; ref undoes it.  Either
+ * works on a timer that has fired, and carries over while it repeats. */
+static int timer_setref(lua_State *L, bool unref)
+{
+    struct ltimer *t = luaL_checkudata(L, 1, TIMER_MT);
+    if (t->unref != unref && t->slot >= 0)
+        t->lp->nref += unref ? -1 : 1;
+    t->unref = unref;
+    lua_settop(L, 1);
+    return 1;
+}
+
+static int timer_unref(lua_State *L)
+{
+    return timer_setref(L, true);
+}
+
+static int timer_ref(lua_State *L)
+{
+    return timer_setref(L, false);
+}
+
+/* handle:has_ref() -> false after unref(), else true. */
+static int timer_has_ref(lua_State *L)
+{
+    struct ltimer *t = luaL_checkudata(L, 1, TIMER_MT);
+    lua_pushboolean(L, !t->unref);
+    return 1;
+}
+
 static int timer_tostring(lua_State *L)
 {
     struct ltimer *t = luaL_checkudata(L, 1, TIMER_MT);
     if (t->slot < 0)
         lua_pushstring(L, "seda.timer (done)");
     else
-        lua_pushfstring(L, "seda.timer (%s, due in %fs)",
+        lua_pushfstring(L, "seda.timer (%s, due in %fs%s)",
                         t->interval > 0 ? "every" : "once",
-                        t->due - seda_now());
+                        t->due - seda_now(), t->unref ? ", unref'd" : "");
     return 1;
 }
 
@@ -358,6 +397,12 @@ double seda_lua_next_timer(lua_State *L)
     return seda__l_loop_next_timer(L);
 }
 
+int seda_lua_timers_alive(lua_State *L)
+{
+    struct lloop *lp = seda__l_loop(L);
+    return lp ? lp->nref : 0;
+}
+
 int seda_lua_run_pending(lua_State *L)
 {
     struct lloop *lp = seda__l_loop(L);
@@ -377,6 +422,7 @@ static int loop_gc(lua_State *L)
         for (int i = 0; i < lp->n; i++)
             lp->heap[i]->slot = -1;     /* the states' refs go with L */
         lp->n = 0;
+        lp->nref = 0;
         loop_unref(lp);
     }
     return 0;
@@ -388,6 +434,9 @@ void seda__l_loop_open(lua_State *L)
         static const luaL_Reg m[] = {
             { "cancel", timer_cancel },
             { "pending", timer_pending },
+            { "unref", timer_unref },
+            { "ref", timer_ref },
+            { "has_ref", timer_has_ref },
             { NULL, NULL }
         };
         luaL_newlib(L, m);

@@ -27,7 +27,7 @@
 static const char *const remote_keys[] = {
     "url", "stream", "subject", "consumer", "ack_wait", "max_ack_pending",
     "connect_timeout", "dedup_window", "low_latency", "urls", "replicas",
-    "tls", "creds", "user", "password", "token", "tap", NULL
+    "tls", "creds", "user", "password", "token", "tap", "reach", NULL
 };
 
 /* A file option (tls.ca, tls.cert, tls.key, creds) names a file this
@@ -118,6 +118,52 @@ static void opt_urls(lua_State *L, int t, const char *stage,
     }
 }
 
+/* reach = { "results.>", ... }: the patterns stay referenced by the
+ * table, their array in a userdata left on the stack, as urls'.  A bad
+ * pattern raises naming it. */
+static void opt_reach(lua_State *L, int t, const char *stage,
+                      seda_remote_opts *ro)
+{
+    lua_getfield(L, t, "reach");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return;
+    }
+    if (lua_type(L, -1) == LUA_TSTRING) {   /* one pattern alone */
+        lua_createtable(L, 1, 0);
+        lua_insert(L, -2);
+        lua_rawseti(L, -2, 1);
+    }
+    if (!lua_istable(L, -1))
+        luaL_error(L, "stage '%s': remote: reach must be a list of NATS "
+                   "subject patterns (got %s)", stage, luaL_typename(L, -1));
+    int n = (int)luaL_len(L, -1);
+    if (n > 256)
+        luaL_error(L, "stage '%s': remote: reach lists at most 256 "
+                   "patterns", stage);
+    int rt = lua_gettop(L);
+    const char **a = lua_newuserdatauv(L, sizeof *a * (size_t)(n + 1), 1);
+    lua_pushvalue(L, rt);
+    lua_setiuservalue(L, -2, 1);        /* the strings live with it */
+    for (int i = 1; i <= n; i++) {
+        if (lua_geti(L, rt, i) != LUA_TSTRING ||
+            !seda_remote_reach_valid(lua_tostring(L, -1)))
+            luaL_error(L, "stage '%s': remote: reach[%d] %s%s%s is not a "
+                       "NATS subject pattern (tokens of [A-Za-z0-9_:-] "
+                       "separated by single dots, \"*\" for one token, "
+                       "\">\" last for the rest)", stage, i,
+                       lua_type(L, -1) == LUA_TSTRING ? "'" : "",
+                       lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1)
+                                                      : luaL_typename(L, -1),
+                       lua_type(L, -1) == LUA_TSTRING ? "'" : "");
+        a[i - 1] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    ro->reach = a;
+    ro->nreach = n;
+    lua_remove(L, rt);                  /* the userdata stays, below */
+}
+
 /* How the connection authenticates (creds, user and password, or token)
  * and its TLS files, each checked readable now. */
 static void opt_auth(lua_State *L, int t, const char *stage,
@@ -171,6 +217,7 @@ void seda__l_remote_opts(lua_State *L, int t, const char *stage,
     seda_remote_opts_init(ro);
     ro->url = opt_str(L, t, stage, "url");
     opt_urls(L, t, stage, ro);
+    opt_reach(L, t, stage, ro);
     if (!ro->url && !ro->urls)
         luaL_error(L, "stage '%s': remote: url is required (or urls) "
                    "(\"nats://host:port\")", stage);

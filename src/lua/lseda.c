@@ -367,7 +367,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", "dead_letter_keep", "name", "hold_warn", NULL
+    "stats_window", "dead_letter_keep", "name", "hold_warn", "http_idle", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -598,6 +598,15 @@ static int l_bus_new(lua_State *L)
     o.max_payload = (size_t)opt_range(L, "max_payload",
                                       (lua_Integer)SEDA_MAX_PAYLOAD_DEFAULT,
                                       1, (lua_Integer)UINT32_MAX);
+    double http_idle = SEDA_IO_HTTP_IDLE_DEFAULT;
+    if (lua_getfield(L, 1, "http_idle") != LUA_TNIL) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) > 0) ||
+            !(lua_tonumber(L, -1) <= 1e9))
+            return luaL_error(L, "bus: http_idle must be a number of "
+                              "seconds > 0");
+        http_idle = lua_tonumber(L, -1);
+    }
+    lua_pop(L, 1);
 
     struct lbusud *u = lua_newuserdatauv(L, sizeof *u, 0);
     memset(u, 0, sizeof *u);
@@ -606,6 +615,7 @@ static int l_bus_new(lua_State *L)
     int ud = lua_gettop(L);
     struct lbus *lb = bus_lbus(L, u, memory_limit, max_pending_cb,
                                o.max_payload);
+    lb->http_idle = http_idle;
     bus_name(L, lb);
     o.worker_start = seda__l_worker_start;
     o.worker_stop = seda__l_worker_stop;

@@ -142,6 +142,8 @@ struct lloop {
     int efd;                    /* eventfd, or -1 (the host then polls) */
     struct ltimer **heap;       /* pending timers, a min-heap */
     int n, cap;                 /* heap entries, room */
+    int nref;                   /* pending timers not unref'd: what keeps
+                                   a plain run alive (main thread) */
     uint64_t seq;               /* next scheduling sequence number */
 };
 
@@ -151,7 +153,7 @@ struct lloop {
  *   nworkers, cap_workers; cv is signalled (under mu) when a completion
  *   is queued.
  *   Immutable after creation: bus, loop, memory_limit, package_path,
- *   package_cpath, hop_timeout, max_pending_cb, max_payload.
+ *   package_cpath, hop_timeout, max_pending_cb, max_payload, http_idle.
  *   Atomic: npending_cb (relaxed counter: completions queued, not yet
  *   run; a hint for publish, exact when the bus is quiet).
  */
@@ -176,6 +178,7 @@ struct lbus {
     size_t memory_limit;        /* bytes per worker state */
     size_t max_payload;         /* the bus's, in bytes */
     int max_pending_cb;         /* publish runs callbacks past this */
+    double http_idle;           /* seconds: the HTTP client's idle time */
     atomic_int npending_cb;     /* completions queued; relaxed */
     char *package_path;         /* copied into every worker state */
     char *package_cpath;

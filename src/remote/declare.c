@@ -224,6 +224,14 @@ static int check_opts(seda_bus_t *bus, const seda_stage_opts *so,
                  "commas", i + 1);
     if (ro->replicas < 0 || ro->replicas > 5)
         FAIL(SEDA_EINVAL, "replicas must be 1-5 (got %d)", ro->replicas);
+    if (ro->nreach < 0 || (ro->nreach > 0 && !ro->reach))
+        FAIL(SEDA_EINVAL, "reach: nreach must be >= 0 and reach given");
+    for (int i = 0; i < ro->nreach; i++)
+        if (!seda__reach_valid(ro->reach[i]))
+            FAIL(SEDA_EINVAL, "reach[%d] '%s' is not a NATS subject pattern "
+                 "(tokens of [A-Za-z0-9_:-] separated by single dots, \"*\" "
+                 "for one token, \">\" last for the rest)", i + 1,
+                 ro->reach[i] ? ro->reach[i] : "(null)");
     if (so->durable)
         FAIL(SEDA_EINVAL, "durable: a remote stage is kept by JetStream; "
              "it cannot be durable too");
@@ -315,6 +323,21 @@ static struct rstage *rstage_make(seda_bus_t *bus, struct rconn *conn,
     rs->dup_ns = seda__secs_to_ns(dup);
     rs->replicas = ro->replicas;
     rs->tap = ro->tap;
+    if (ro->nreach > 0) {
+        rs->reach = seda__calloc((size_t)ro->nreach, sizeof *rs->reach);
+        for (int i = 0; rs->reach && i < ro->nreach; i++) {
+            if (!(rs->reach[i] = seda__strdup(ro->reach[i]))) {
+                rs->nreach = i;
+                seda__rstage_free(rs);
+                return NULL;
+            }
+            rs->nreach = i + 1;
+        }
+        if (!rs->reach) {
+            seda__rstage_free(rs);
+            return NULL;
+        }
+    }
     rs->format = ro->format;
     rs->readers = ro->readers;
     atomic_init(&rs->need_setup, false);

@@ -292,6 +292,14 @@ struct rheld {
  *   twice).
  *   pmu and fmu are never held together, nor while calling the core.
  */
+/* Whether PAT is a NATS subject pattern reach may list: tokens of
+ * [A-Za-z0-9_:-] separated by single dots, a token "*", or ">" as the
+ * last token (rstage.c).  NULL is not. */
+SEDA__API bool seda__reach_valid(const char *pat);
+/* Whether SUBJECT matches PAT (NATS rules: "*" one token, ">" one or
+ * more; rstage.c). */
+SEDA__API bool seda__reach_match(const char *pat, const char *subject);
+
 struct rstage {
     struct seda_stage_s *st;
     struct seda_bus_s *bus;
@@ -311,6 +319,10 @@ struct rstage {
     int64_t dup_ns;             /* the stream's dedup window, if made */
     int replicas;               /* the stream's replicas, if made */
     bool tap;                   /* the stream republishes to seda-tap */
+    char **reach;               /* nreach patterns (owned; immutable):
+                                   where a foreign slip's nats: hop may
+                                   publish */
+    int nreach;
     const seda_remote_format *format;   /* payloads written so, or NULL */
     const seda_remote_format *const *readers; /* more formats read by
                                    Content-Type (NULL-terminated), or

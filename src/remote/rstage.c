@@ -361,10 +361,76 @@ static int nats_out(struct rstage *rs, const seda_env_t *env,
     return rc;
 }
 
+bool seda__reach_valid(const char *pat)
+{
+    if (!pat || !*pat)
+        return false;
+    const char *p = pat;
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        if (n == 0)
+            return false;               /* an empty token */
+        if (n == 1 && (*p == '*' || *p == '>')) {
+            if (*p == '>' && dot)
+                return false;           /* ">" is last */
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                char c = p[i];
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                      (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                      c == ':'))
+                    return false;
+            }
+        }
+        if (!dot)
+            return true;
+        p = dot + 1;
+    }
+}
+
+bool seda_remote_reach_valid(const char *pat)
+{
+    return seda__reach_valid(pat);
+}
+
+bool seda__reach_match(const char *pat, const char *subject)
+{
+    const char *p = pat, *s = subject;
+    for (;;) {
+        const char *pd = strchr(p, '.'), *sd = strchr(s, '.');
+        size_t pn = pd ? (size_t)(pd - p) : strlen(p);
+        size_t sn = sd ? (size_t)(sd - s) : strlen(s);
+        if (pn == 1 && *p == '>')
+            return sn > 0;              /* one or more tokens left */
+        if (!(pn == 1 && *p == '*') && (pn != sn || memcmp(p, s, pn) != 0))
+            return false;
+        if (!pd || !sd)
+            return !pd && !sd;          /* both end here */
+        p = pd + 1;
+        s = sd + 1;
+    }
+}
+
+/* Whether a nats: hop after rs may publish to SUBJECT (HOP is
+ * "nats:<subject>"): a subject this program's own slips name, or one the
+ * stage's reach lists.  A slip that came in a message names any subject
+ * its sender chose, and the hop publishes with this process's
+ * credentials. */
+static bool reach_ok(struct rstage *rs, const char *hop, const char *subject)
+{
+    if (seda__bus_own_hop(rs->bus, hop))
+        return true;
+    for (int i = 0; i < rs->nreach; i++)
+        if (seda__reach_match(rs->reach[i], subject))
+            return true;
+    return false;
+}
+
 /* Publish env's leading "nats:" hops (popping them), then route it on
  * as any ack (the itinerary completes when nothing is left).  A hop that
- * cannot be published dead-letters the envelope (hop_refused, with
- * x-dead-detail). */
+ * cannot be published, or may not (out of the stage's reach),
+ * dead-letters the envelope (hop_refused, with x-dead-detail). */
 static void route_nats(struct rstage *rs, seda_env_t *env,
                        struct stage_counters *tally)
 {
@@ -373,7 +439,19 @@ static void route_nats(struct rstage *rs, seda_env_t *env,
            strncmp(next, "nats:", 5) == 0) {
         char subject[SEDA_NAME_MAX + 1], why[240];
         snprintf(subject, sizeof subject, "%s", next + 5);
+        bool ok = reach_ok(rs, next, subject);
         seda__env_slip_pop(env);
+        if (!ok) {
+            snprintf(why, sizeof why, "nats:%s: the subject is out of the "
+                     "reach of stage '%s' (remote.reach lists where a slip that "
+                     "came in a message may send results; this program's "
+                     "own slips may send anywhere)", subject,
+                     seda_stage_name(rs->st));
+            (void)seda_env_set_header(env, "x-dead-detail", why);
+            seda_stage_report(rs->st, why);
+            seda__bus_dead_letter(rs->st, env, "hop_refused", tally);
+            return;
+        }
         if (nats_out(rs, env, subject, why, sizeof why) != 0) {
             (void)seda_env_set_header(env, "x-dead-detail", why);
             seda_stage_report(rs->st, why);
@@ -455,6 +533,9 @@ static bool remote_idle(struct seda_stage_s *st, uint64_t *sum)
 
 void seda__rstage_free(struct rstage *rs)
 {
+    for (int i = 0; i < rs->nreach; i++)
+        seda__free(rs->reach[i]);
+    seda__free(rs->reach);
     seda__free(rs->stream);
     seda__free(rs->subject);
     seda__free(rs->consumer);

@@ -10,6 +10,10 @@
 --   /hang     no answer: waits for the client to give up and close
 --   /big?n=N  N bytes of "x" with a Content-Length
 --   /redirect 302 to /echo
+--   /headers?n=N  200 with N distinct header lines ("x1: 1", ...)
+--   /bighdr   200 with one 4 MiB header line
+--   /bye      200 "bye" kept alive by its headers, then the server closes
+--             its side (the client's cached connection is dead)
 --   /quit     200, then the server exits
 local socket = require "socket"
 
@@ -55,6 +59,17 @@ local function serve(c)
     return "hang"               -- no answer; dropped when the client closes
   elseif path:match("^/big%?n=") then
     respond(c, "200 OK", {}, string.rep("x", tonumber(path:match("=(%d+)"))))
+  elseif path:match("^/headers%?n=") then
+    local t = {}
+    for i = 1, tonumber(path:match("=(%d+)")) do t[i] = "x" .. i .. ": 1" end
+    respond(c, "200 OK", t, "ok")
+    return false                -- the client may have stopped reading
+  elseif path == "/bighdr" then
+    respond(c, "200 OK", { "X-Big: " .. string.rep("a", 4 << 20) }, "ok")
+    return false
+  elseif path == "/bye" then
+    respond(c, "200 OK", {}, "bye")
+    return false                -- closed here, kept by the client
   elseif path == "/redirect" then
     respond(c, "302 Found", { "Location: /echo" }, "")
   else

@@ -188,6 +188,54 @@ T.test("a nats:<subject> hop publishes the result to a plain subject", function(
   bus:shutdown(5)
 end)
 
+-- A slip that came in a message (another process wrote it: here another
+-- bus, whose publishes this bus never saw) may send results only to the
+-- subjects the stage's remote.reach lists; this bus's own slips may name
+-- any.  Before, any publisher on the stage's subject could make the
+-- consumer publish a chosen body to any subject with its credentials.
+T.test("a nats: hop reaches what remote.reach lists or the program's own slips name", function()
+  local key = T.uniq("reach")
+  seda.shared:set("reach.key", key)
+  local cons = T.bus{ workers = 2 }
+  cons:stage{ name = "dl", handler = function(env)
+    local k = seda.shared:get("reach.key")
+    seda.shared:set(k .. ".reason", env.headers["x-dead-reason"])
+    seda.shared:set(k .. ".detail", env.headers["x-dead-detail"])
+  end }
+  cons:stage{ name = "rw", dead_letter = "dl", handler = function(env) end,
+              remote = { url = URL, stream = "REACH", reach = { "results.*", "x.>" } } }
+  cons:stage{ name = "ok", handler = function(env) end,
+              remote = { url = URL, stream = "REACH", subject = "results.ok" } }
+  cons:stage{ name = "evil", handler = function(env) end,
+              remote = { url = URL, stream = "REACH", subject = "evil.x" } }
+  local pub = T.bus{ workers = 1 }
+  pub:stage{ name = "rw", remote = { url = URL, stream = "REACH" } }
+  assert(pub:publish("rw", "a", { slip = { "nats:results.ok" } }))
+  assert(pub:publish("rw", "b", { slip = { "nats:evil.x" } }))
+  T.wait_until(function()
+    return cons:stats("ok").delivered == 1 and seda.shared:get(key .. ".detail")
+  end, 20, "one result sent, one refused", cons)
+  T.eq(seda.shared:get(key .. ".reason"), "hop_refused", "dead-lettered hop_refused")
+  T.contains(seda.shared:get(key .. ".detail"), "nats:evil.x: the subject is out of the reach of stage 'rw'",
+             "naming the subject")
+  -- This bus's own slip may send anywhere.
+  assert(cons:publish("rw", "c", { slip = { "nats:evil.x" } }))
+  T.wait_until(function() return cons:stats("evil").delivered == 1 end, 20,
+               "the program's own slip reaches evil.x", cons)
+  T.eq(cons:stats("rw").dead_lettered, 1, "only the foreign one refused")
+  -- Patterns are checked when the stage is declared.
+  for _, bad in ipairs{ "a..b", "a.>.b", "", "a b", "a.*x" } do
+    T.raises(function()
+      cons:stage{ name = "bad", remote = { url = URL, stream = "REACH", reach = { bad } } }
+    end, "bad pattern " .. bad, "stage 'bad': remote: reach[1]", "not a NATS subject pattern")
+  end
+  T.raises(function()
+    cons:stage{ name = "bad", remote = { url = URL, stream = "REACH", reach = 5 } }
+  end, "not a list", "reach must be a list")
+  pub:shutdown(5)
+  cons:shutdown(5)
+end)
+
 T.test("tap = true on a stream made without it is refused, saying what to do", function()
   local bus = T.bus{ workers = 1 }
   bus:stage{ name = "t1", remote = { url = URL, stream = "FT1" } }

@@ -108,6 +108,100 @@ T.test("http bad arguments raise naming the field", function()
   T.raises(function() seda.http.request("http://x") end, "a string, not a table")
 end)
 
+T.test("http: a 4 MiB header is too_large, naming it", function()
+  local r, err = seda.http.request{ url = base .. "/bighdr", timeout = 10 }
+  T.eq(r, nil, "no response")
+  T.eq(err, "too_large: GET " .. base .. "/bighdr (a header line over 100 KB)",
+       "the error names the header line")
+end)
+
+-- A hostile upstream answers with 33 000 header lines (about 350 KB).
+-- Handling them once cost time quadratic in their number, on the loop
+-- every wait of the bus shares: other handlers' seda.sleep ended seconds
+-- late.  Now the answer is refused too_large at line 1001 and the header
+-- handling is linear.  The bar is a few milliseconds of lateness (under
+-- 20 ms on a quiet machine); but a machine loaded 6 times over its cores
+-- makes a 20 ms sleep 0.2 s late with no hostile call at all, so the
+-- test asserts 1.5 s, which the old code missed by seconds (5.4 s in
+-- release, more under the sanitizers), and prints the figure.
+T.test("http: an upstream with 33 000 headers is too_large and makes no other wait late", function()
+  local p = T.uniq("hostile")
+  seda.shared:set("hostile.key", p)
+  seda.shared:set("hostile.base", base)
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "ticker", handler = function(env)
+    local key = seda.shared:get("hostile.key")
+    local worst = 0
+    for _ = 1, 50 do
+      local t0 = seda.now()
+      seda.sleep(0.02)
+      local late = seda.now() - t0 - 0.02
+      if late > worst then worst = late end
+    end
+    seda.shared:set(key .. ".late", worst)
+  end }
+  bus:stage{ name = "fetch", handler = function(env)
+    local key = seda.shared:get("hostile.key")
+    seda.sleep(0.2)                   -- the ticker is running by then
+    local b = seda.shared:get("hostile.base")
+    local r, err = seda.http.request{ url = b .. "/headers?n=33000", timeout = 30 }
+    seda.shared:set(key .. ".err", r and "answered" or err)
+  end }
+  bus:publish("ticker", 1)
+  bus:publish("fetch", 1)
+  T.idle(bus, 60)
+  T.eq(seda.shared:get(p .. ".err"),
+       "too_large: GET " .. base .. "/headers?n=33000 (more than 1000 header lines)",
+       "refused naming the bound")
+  local late = seda.shared:get(p .. ".late")
+  io.stderr:write(string.format("  the worst lateness of a 20 ms sleep: %.1f ms\n", late * 1000))
+  T.ok(late < 1.5, string.format("no wait late by 1.5 s (worst %.3f s)", late))
+  bus:shutdown(5)
+end)
+
+-- Connections whose server closed its side: a bounded cache keeps at
+-- most 64 of them, and the idle timer (bus option http_idle, 30 s by
+-- default, 0.5 s here) closes the rest once no request runs.  Before,
+-- all 300 stayed open in CLOSE_WAIT until the next request.
+T.test("http: dead connections are bounded and closed after http_idle", function()
+  local script = T.write(T.tmpdir() .. "/idle.lua", [[
+local seda = require "seda"
+local base = arg[1]
+local pid = assert(io.open("/proc/self/stat")):read("l"):match("^(%d+)")
+local function sockets()
+  local f = io.popen("find /proc/" .. pid .. "/fd -lname 'socket:*' 2>/dev/null | wc -l")
+  local n = tonumber(f:read("a"))
+  f:close()
+  return n
+end
+local bus = seda.bus{ workers = 2, http_idle = 0.5 }
+bus:stage{ name = "get", concurrency = 300, capacity = 1000, handler = function(env)
+  local r, err = seda.http.request{ url = env.payload, timeout = 30 }
+  if not r then error(err) end
+end }
+local before = sockets()
+for _ = 1, 300 do bus:publish("get", base .. "/bye") end
+assert(bus:wait(60), "the requests did not finish")
+local s = bus:stats()
+local after = sockets()
+local t0, now = seda.now()
+repeat seda.sleep(0.05); now = sockets() until now <= before + 4 or seda.now() - t0 > 20
+print(s.completed, s.dead_lettered, before, after, now)
+]])
+  local out = T.sh("'" .. (arg[-1] or "build/release/seda-lua") .. "' " .. script .. " " .. base)
+  T.ok(out, "the script ran")
+  local completed, dead, before, after, now = out:match("^(%d+)%s+(%d+)%s+(%d+)%s+(%d+)%s+(%d+)$")
+  T.ok(completed, "its figures: " .. tostring(out))
+  completed, dead, before, after, now = tonumber(completed), tonumber(dead),
+    tonumber(before), tonumber(after), tonumber(now)
+  io.stderr:write(string.format("  sockets: %d before, %d after 300 requests, %d after the idle time\n",
+                                before, after, now))
+  T.eq(completed, 300, "every request answered")
+  T.eq(dead, 0, "none failed")
+  T.ok(after <= before + 64 + 4, "at most 64 kept (" .. after .. " sockets)")
+  T.ok(now <= before + 4, "closed after the idle time (" .. now .. " sockets)")
+end)
+
 T.test("socket: LuaSocket's returns over a raw HTTP exchange", function()
   local s = seda.socket.tcp()
   T.contains(tostring(s), "tcp{master}", "not connected")

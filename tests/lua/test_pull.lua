@@ -459,6 +459,45 @@ T.test("concurrent receivers in handlers: every envelope handed out once per att
 end)
 
 -- Last: a receipt that outlives its bus must not touch the freed bus.
+-- Handlers that suspend (seda.sleep) and then wait in receive hold their
+-- workers' states: another call suspended on such a state cannot resume
+-- until the receive returns (8 s here).  The wait says so within a
+-- second of waiting (it looks every 0.5 s); before, nothing said why the
+-- unrelated stage stalled.  The 4 s bound leaves room for a loaded
+-- machine.
+T.test("a receive holding up calls suspended on its state is reported within a second", function()
+  local key = T.uniq("pinned")
+  seda.shared:set("pinned.key", key)
+  -- One worker: "other" suspends on its state first; then a waiter on
+  -- that worker blocks in receive, and the calls after it on loans.
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "jobs", pull = true }
+  bus:stage{ name = "waiter", concurrency = 4, handler = function(env)
+    local e = seda.receive("jobs", 8)
+    if e then e:ack() end
+  end }
+  bus:stage{ name = "other", handler = function(env)
+    seda.shared:set(seda.shared:get("pinned.key") .. ".started", true)
+    seda.sleep(0.2)
+  end }
+  bus:publish("other", 1)
+  T.wait_until(function() return seda.shared:get(key .. ".started") end, 10,
+               "other started", bus)
+  for i = 1, 4 do bus:publish("waiter", i) end
+  local t0 = seda.now()
+  local msg = T.wait_until(function()
+    for _, e in ipairs(bus:errors("jobs")) do
+      if e.message:find("ready to resume", 1, true) then return e.message end
+    end
+  end, 4, "the report of the held-up call", bus)
+  io.stderr:write(string.format("  reported after %.2f s\n", seda.now() - t0))
+  T.contains(msg, "of stage 'waiter' waits in receive here", "names the waiting stage")
+  T.contains(msg, "receive with a short timeout", "says what to change")
+  for i = 1, 4 do bus:publish("jobs", i) end
+  T.idle(bus, 30)
+  T.accounting(bus)
+end)
+
 T.test("a receipt settled or collected after its bus was shut down and collected", function()
   local bus = seda.bus{ workers = 1 }
   bus:stage{ name = "p", pull = true }

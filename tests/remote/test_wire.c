@@ -25,6 +25,10 @@
 
 #include "core/seda_int.h"
 #include "remote/wire.h"
+#include "seda_remote.h"
+
+/* rstage.c's matcher of remote.reach patterns (NATS subject rules). */
+bool seda__reach_match(const char *pat, const char *subject);
 
 /* Read m back; the test's copy of what it carries. */
 static void read_ok(natsMsg *m, struct rw_in *in)
@@ -355,6 +359,34 @@ static int group_teardown(void **state)
     return 0;
 }
 
+/* remote.reach: which patterns are valid, and what each matches. */
+static void test_wire_reach_patterns(void **state)
+{
+    (void)state;
+    static const char *const good[] = { "a", "results.*", "x.>", "*.b.*",
+                                        ">", "a-b_c:d.e" };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        assert_true(seda_remote_reach_valid(good[i]));
+    static const char *const bad[] = { "", "a..b", ".a", "a.", "a.>.b",
+                                       "a.*x", "a b", "a>", NULL };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_false(seda_remote_reach_valid(bad[i]));
+    assert_true(seda__reach_match("results.*", "results.ok"));
+    assert_false(seda__reach_match("results.*", "results.ok.more"));
+    assert_false(seda__reach_match("results.*", "results"));
+    assert_true(seda__reach_match("x.>", "x.a"));
+    assert_true(seda__reach_match("x.>", "x.a.b.c"));
+    assert_false(seda__reach_match("x.>", "x"));
+    assert_false(seda__reach_match("x.>", "y.a"));
+    assert_true(seda__reach_match("*.b.*", "a.b.c"));
+    assert_false(seda__reach_match("*.b.*", "a.c.c"));
+    assert_true(seda__reach_match("a.b", "a.b"));
+    assert_false(seda__reach_match("a.b", "a.bc"));
+    assert_false(seda__reach_match("a.bc", "a.b"));
+    assert_false(seda__reach_match("a.b", "a.b.c"));
+    assert_true(seda__reach_match(">", "anything.at.all"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -367,6 +399,7 @@ int main(void)
         cmocka_unit_test(test_wire_content_types),
         cmocka_unit_test(test_wire_completion_round_trip),
         cmocka_unit_test(test_wire_values_escape_round_trip),
+        cmocka_unit_test(test_wire_reach_patterns),
     };
     return cmocka_run_group_tests_name("wire", tests, group_setup,
                                        group_teardown);

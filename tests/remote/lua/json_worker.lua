@@ -12,7 +12,8 @@ bus:stage{ name = "dlq", handler = function(env)
   io.flush()
 end }
 bus:stage{ name = "enrich", format = "json", dead_letter = "dlq",
-  remote = { url = url, stream = "NODE", tap = true },
+  remote = { url = url, stream = "NODE", tap = true,
+             reach = { "results.>" } },   -- the client asks for results.node
   handler = function(env)
     local p = env.payload
     env.payload = { n = p.n, doubled = p.n * 2, tags = p.tags,
