@@ -586,7 +586,9 @@ typedef struct seda_publish_opts {
     int priority;                 /* enum seda_priority (normal) */
     char *why;                    /* optional, the caller's: a SEDA_ETYPE
                                      refusal writes the stage check's
-                                     reason here (cut to whylen - 1) */
+                                     reason here, a SEDA_ESHED at the door
+                                     the name of the stage that sheds
+                                     (cut to whylen - 1) */
     size_t whylen;
 } seda_publish_opts;
 

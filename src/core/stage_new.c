@@ -105,6 +105,10 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     seda__taps_init(&st->taps);
     atomic_init(&st->check, NULL);
     atomic_init(&st->check_ud, NULL);
+    for (int i = 0; i < SEDA__FWD_SEEN; i++) {
+        atomic_init(&st->fwd.to[i], NULL);
+        atomic_init(&st->fwd.at[i], 0);
+    }
     if (seda__stats_init(&st->stats, bus->stats_window_ns,
                          bus->dead_letter_keep) != 0) {
         seda__pull_free(&st->pl);
