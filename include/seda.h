@@ -909,6 +909,9 @@ typedef struct seda_stage_stats {
      * settle of a pull stage's lease. */
     uint64_t sojourn_count, service_count;
     double sojourn_sum, service_sum;
+    int durable;               /* enum seda_durability: a durable stage's
+                                  envelopes dropped by a shutdown stay in
+                                  its journal (replayed at the next start) */
 } seda_stage_stats;
 
 typedef struct seda_bus_stats {
