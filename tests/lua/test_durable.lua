@@ -331,7 +331,7 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
     T.eq(stage, "dlq", "list stage")
     T.eq(from, "work", "list x-dead-from")
     T.eq(reason, "max_attempts", "list x-dead-reason")
-    T.eq(attempts, "1", "list attempts")
+    T.eq(attempts, "2", "list attempts: the one it died on (x-dead-attempts)")
     if i % 2 == 1 then T.eq(bytes, tostring(#("payload\t" .. i)), "list payload size") end
   end
   -- show
@@ -340,6 +340,13 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.contains(out, '"tag": "t1"', "show headers")
   T.contains(out, '"x-dead-reason": "max_attempts"', "show x-dead-reason")
   T.contains(out, '"x-dead-from": "work"', "show x-dead-from")
+  -- Every x-dead-* header survived the journal, not just reason and from.
+  T.contains(out, '"x-dead-error": "handler error: boom w1"', "show x-dead-error")
+  T.contains(out, '"x-dead-attempts": "2"', "show x-dead-attempts")
+  T.ok(out:match('"x%-dead%-at": "%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ"'),
+       "show x-dead-at: " .. out)
+  T.contains(out, "attempts: 1 in its dead-letter stage; it died on attempt 2",
+             "show: both attempt counts")
   T.contains(out, '"payload\\t1"', "show raw payload, escaped")
   T.contains(out, "slip:", "show slip")
   out, code = dlq_cli(dir, "show", "w2")
