@@ -676,9 +676,12 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
         c->it_dead++;
         env->flags |= ENV_DEAD;
         if (env->done) {
-            /* The callback may want to say why (an HTTP request's 500). */
+            /* The callback may want to say why (an HTTP request's 500,
+             * naming a missing stage). */
             seda_env_set_header(env, "x-dead-reason", reason);
             seda_env_set_header(env, "x-dead-from", st->name);
+            if (missing)
+                seda_env_set_header(env, "x-dead-stage", missing);
             seda_done_fn done = env->done;
             env->done = NULL;
             done(env, SEDA_DEAD_LETTERED, env->done_ud);

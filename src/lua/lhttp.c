@@ -277,6 +277,45 @@ static void answer_plain(seda_http_req_t *req, int status, const char *why)
     answer_detail(req, status, why, "");
 }
 
+/* A request that met a stage that does not exist is a mistake in the
+ * program (a route or a forward naming it), not load: answered 500
+ * naming the stage, and logged at most once every 10 s in the process,
+ * saying how many such requests were not logged since.  Any thread. */
+static _Atomic int64_t missing_logged;  /* ns (seda_now); relaxed CAS */
+static atomic_uint missing_quiet;       /* relaxed: a counter only */
+
+static void answer_missing(seda_http_req_t *req, const char *stage,
+                           const char *from)
+{
+    char at[200];
+    if (from)
+        snprintf(at, sizeof at, " (stage %s does not exist; forwarded "
+                 "there by stage %s)", stage, from);
+    else
+        snprintf(at, sizeof at, " (stage %s does not exist)", stage);
+    int64_t now = (int64_t)(seda_now() * 1e9) + 1;   /* 0: never logged */
+    int64_t last = atomic_load_explicit(&missing_logged,
+                                        memory_order_relaxed);
+    if ((last && now - last < 10 * (int64_t)1000000000) ||
+        !atomic_compare_exchange_strong_explicit(&missing_logged, &last, now,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&missing_quiet, 1, memory_order_relaxed);
+    } else {
+        unsigned quiet = atomic_exchange_explicit(&missing_quiet, 0,
+                                                  memory_order_relaxed);
+        char msg[512], more[80] = "";
+        if (quiet)
+            snprintf(more, sizeof more, " (and %u more since the last "
+                     "such line)", quiet);
+        snprintf(msg, sizeof msg, "listen: %s %s: answered 500 "
+                 "no_such_stage%s%s", seda_http_req_method(req),
+                 seda_http_req_path(req), at, more);
+        seda_log_write(SEDA_LOG_ERROR, from, msg);
+    }
+    answer_detail(req, 500, "no_such_stage", at);
+}
+
 /* The core's done callback (any thread, no Lua). */
 static void on_done(seda_env_t *env, int outcome, void *ud)
 {
@@ -284,6 +323,11 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
     if (outcome == SEDA_DEAD_LETTERED) {
         const char *why = seda_env_header(env, "x-dead-reason");
         const char *from = seda_env_header(env, "x-dead-from");
+        const char *missing = seda_env_header(env, "x-dead-stage");
+        if (missing && why && strcmp(why, "no_such_stage") == 0) {
+            answer_missing(req, missing, from);
+            return;
+        }
         char at[100] = "";
         if (from)
             snprintf(at, sizeof at, " (stage %s)", from);
@@ -421,11 +465,12 @@ static void on_request(seda_http_req_t *req, void *ud)
     seda_bus_t *bus = h->lb->bus;
     seda_stage_t *st = seda_bus_stage(bus, rt->stages[0]);
     if (!st) {
-        answer_plain(req, 503, seda_strerror(seda_bus_closed(bus)
-                                                 ? SEDA_ECLOSED
-                                             : seda_bus_paused(bus)
-                                                 ? SEDA_EPAUSED
-                                                 : SEDA_ENOSTAGE));
+        if (seda_bus_closed(bus) || seda_bus_paused(bus))
+            answer_plain(req, 503, seda_strerror(seda_bus_closed(bus)
+                                                     ? SEDA_ECLOSED
+                                                     : SEDA_EPAUSED));
+        else
+            answer_missing(req, rt->stages[0], NULL);
         return;
     }
     seda_publish_opts o;
@@ -679,7 +724,8 @@ static double opt_num(lua_State *L, int t, const char *k, double def,
     return v;
 }
 
-/* Parse the routes table at t into h (raises naming the route). */
+/* Parse the routes table at t into h (raises naming the route, and a
+ * stage the bus does not have: a typo would be answered for ever). */
 static void parse_routes(lua_State *L, int t, struct lhttp *h)
 {
     int n = 0;
@@ -730,6 +776,10 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
             if (lua_type(L, -1) != LUA_TSTRING || !seda__l_valid_name(s))
                 luaL_error(L, "listen: route '%s': [%d] is not a valid "
                            "stage name", key, i + 1);
+            if (!seda_bus_stage(h->lb->bus, s))
+                luaL_error(L, "listen: route '%s': stage '%s' does not "
+                           "exist (declare it with bus:stage before "
+                           "listen)", key, s);
             r->stages[i] = strdup(s);
             if (!r->stages[i])
                 luaL_error(L, "listen: out of memory");

@@ -115,6 +115,7 @@ bus:stage{ name = "store", handler = function(env)
 end }
 bus:stage{ name = "slow", capacity = 1, concurrency = 1, policy = "reject",
            handler = function(env) seda.sleep(0.15); env.payload = "slow done" end }
+bus:stage{ name = "forwarder", handler = function(env) return env:forward("nosuchstage") end }
 bus:stage{ name = "guarded", admit = function(env, stage)
              if env.payload.headers["x-deny"] then return false, "denied" end
              return true
@@ -128,7 +129,7 @@ local L = bus:listen{
     ["GET /orders"] = { "parse", "price", "store" },
     ["GET /slow"] = { "slow" },
     ["GET /guarded"] = { "guarded" },
-    ["GET /missing"] = { "nosuchstage" },
+    ["GET /missing"] = { "forwarder" },
   },
   timeout = 0.5, max_body = 1000, max_header = 2048,
   max_connections = 1100, client_timeout = 1,
@@ -282,10 +283,23 @@ T.test("every admission refusal is 503 with Retry-After and Seda-Reason", functi
   bus:resume()
   T.eq(s, 503)
   T.eq(h["seda-reason"], "paused")
-  -- a route whose stage does not exist
-  s, h = http(port, "GET", "/missing")
-  T.eq(s, 503)
+  -- a request that meets a stage that does not exist (forwarded there):
+  -- 500 naming that stage, not 503 (retrying cannot help)
+  local body
+  s, h, body = http(port, "GET", "/missing")
+  T.eq(s, 500)
   T.eq(h["seda-reason"], "no_such_stage")
+  T.contains(body, "stage nosuchstage does not exist; forwarded there by stage forwarder",
+             "names the missing stage and the one that forwarded")
+end)
+
+T.test("listen raises for a route naming a stage that does not exist", function()
+  T.raises(function()
+    bus:listen{ http = "127.0.0.1:0", routes = { ["GET /a"] = { "parse" }, ["POST /b"] = { "parse", "prise" } } }
+  end, "listen: route 'POST /b': stage 'prise' does not exist")
+  T.raises(function()
+    bus:listen{ http = "127.0.0.1:0", routes = { ["/c"] = { "nosuchstage" } } }
+  end, "listen: route '/c': stage 'nosuchstage' does not exist")
 end)
 
 T.test("past timeout the answer is 504; the itinerary still completes", function()
@@ -488,15 +502,15 @@ end)
 T.test("listen misuse raises naming the field", function()
   local ok, err = pcall(bus.listen, bus, { http = 0 })
   T.ok(not ok and err:find("routes", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["GET x"] = { "a" } } })
+  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["GET x"] = { "parse" } } })
   T.ok(not ok and err:find("METHOD /path", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = "example.com:80", routes = { ["/"] = { "a" } } })
+  ok, err = pcall(bus.listen, bus, { http = "example.com:80", routes = { ["/"] = { "parse" } } })
   T.ok(not ok and err:find("numeric", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, bogus = 1 })
+  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "parse" } }, bogus = 1 })
   T.ok(not ok and err:find("bogus", 1, true), err)
   -- A route no request could match raises naming it.
   for _, c in ipairs{ { "get /a", "upper-case" }, { " /a", "method is empty" } } do
-    ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "a" } } })
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "parse" } } })
     T.ok(not ok and err:find(c[1], 1, true) and err:find(c[2], 1, true), tostring(err))
   end
   -- A numeric option out of range names it and its range (the message
@@ -511,7 +525,7 @@ T.test("listen misuse raises naming the field", function()
     { "client_timeout", 1e300, "client_timeout must be a number from 0.001 to" },
     { "threads", 1e6, "threads must be a number from 1 to 1024" },
   } do
-    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, [c[1]] = c[2] })
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "parse" } }, [c[1]] = c[2] })
     T.ok(not ok and err:find(c[3], 1, true), tostring(err))
   end
 end)
