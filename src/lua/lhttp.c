@@ -70,6 +70,7 @@ int seda__l_http_open(void)
 }
 
 #include "lhttp_wire.h"
+#include "ljson_write.h"
 
 /* ---- the answer ---- */
 
@@ -86,6 +87,7 @@ struct answer {
     size_t len;
     struct buf json;
     const char *ctype;          /* unless the headers name one */
+    char why[200];              /* what JSON could not carry, or "" */
 };
 
 static bool has_header(const struct answer *a, const char *name)
@@ -117,7 +119,10 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
             vl = x.len;
         } else if (x.t == CV_INT || x.t == CV_FLOAT) {
             struct buf nb = { 0 };
-            seda__l_hw_json_num(&nb, &x);
+            if (seda__l_json_num(&nb, &x) != 0) {  /* nan, inf: skipped */
+                free(nb.p);
+                continue;
+            }
             vl = nb.len < sizeof num - 1 ? nb.len : sizeof num - 1;
             if (nb.p)
                 memcpy(num, nb.p, vl);
@@ -146,8 +151,9 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
     return 0;
 }
 
-/* The body at r (its head in v). */
-static int read_body(struct answer *a, struct cr *r, const struct cval *v)
+/* The body at r (its head in v), at path (for what JSON refuses). */
+static int read_body(struct answer *a, struct cr *r, const struct cval *v,
+                     const char *path)
 {
     if (v->t == CV_STR) {
         a->body = v->s;
@@ -157,7 +163,11 @@ static int read_body(struct answer *a, struct cr *r, const struct cval *v)
     if (v->t == CV_NIL || v->t == CV_NULL)
         return 0;
     a->ctype = "application/json";
-    if (seda__l_hw_json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
+    struct seda_jpath jp;
+    jp.n = (size_t)snprintf(jp.b, sizeof jp.b, "%s", path);
+    struct seda_jerr e = { a->why, sizeof a->why, false };
+    if (seda__l_json_write(&a->json, r, v, SEDA_JSON_ANSWER, &jp, 1, &e) != 0
+        || a->json.failed)
         return -1;
     a->body = a->json.p;
     a->len = a->json.len;
@@ -186,7 +196,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
     if (v.t != CV_TABLE) {
         if (v.t == CV_NIL || v.t == CV_NULL)
             a->status = 204;
-        return read_body(a, &r, &v);
+        return read_body(a, &r, &v, "payload");
     }
     /* { status =, headers =, body = }?  Look before reading.  A status
      * that is not a number makes the table data (sent as JSON): a record
@@ -209,7 +219,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
     }
     if (!shaped || data)
-        return read_body(a, &r, &v);
+        return read_body(a, &r, &v, "payload");
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&r, 1) != 0)
             return -1;
@@ -227,7 +237,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
                 return -1;
         } else if (key_is(&k, "body")) {
             body_seen = true;
-            if (read_body(a, &r, &x) != 0)
+            if (read_body(a, &r, &x, "payload.body") != 0)
                 return -1;
         } else if (seda__l_hw_rd_skip_rest(&r, &x, 1) != 0) {
             return -1;
@@ -344,7 +354,11 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
     if (answer_from(&a, p, len, seda_env_payload_kind(env)) != 0) {
         free(a.names.p);
         free(a.json.p);
-        answer_plain(req, 500, "bad_response");
+        /* What JSON could not carry, by its path (nan, inf). */
+        char at[220] = "";
+        if (a.why[0])
+            snprintf(at, sizeof at, " (%s)", a.why);
+        answer_detail(req, 500, "bad_response", at);
         return;
     }
     answer_send(req, &a);

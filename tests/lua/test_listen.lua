@@ -99,6 +99,8 @@ bus:stage{ name = "price", max_attempts = 1, concurrency = 64, handler = functio
   end
   if p.query.fail then error("price failed on purpose") end
   if p.query.bad then return env:respond(400, { error = "bad" }) end
+  if p.query.integral then return env:respond(200, { total = 2 * 1.5, n = 3, neg = -0.0, big = 1e300, list = { 1, 1.0 } }, { ["X-Total"] = 2 * 1.5 }) end
+  if p.query.nan then return env:respond(200, { order = { total = 0 / 0 } }) end
   if p.query.float then env.payload = { body = { x = 19.37, y = 0.1 + 0.2 } }; return env:respond(200, { x = 19.37, y = 1 / 3 }) end
   if p.query.sleep then seda.sleep(tonumber(p.query.sleep)) end
   p.price = p.n * 10
@@ -202,6 +204,22 @@ T.test("env:respond with a body alone; JSON numbers read back exactly", function
   T.eq(s, 200)
   T.ok(b:find('"x":19.37', 1, true), b)
   T.ok(b:find('"y":0.33333333333333331', 1, true) or b:find('"y":0.3333333333333333', 1, true), b)
+  -- A float with an integral value is written so it reads back a float
+  -- (3.0), an integer as an integer: as the remote JSON format writes
+  -- them (before, the answer said 3 for 2 * 1.5).
+  s, h, b = http(port, "GET", "/orders?integral=1")
+  T.eq(s, 200)
+  T.ok(b:find('"total":3.0', 1, true), b)
+  T.ok(b:find('"n":3[,}]'), b)
+  T.ok(b:find('"neg":-0.0', 1, true), b)
+  T.ok(b:find('"big":1e+300', 1, true), b)
+  T.ok(b:find('"list":[1,1.0]', 1, true), b)
+  T.eq(h["x-total"], "3.0", "a number header value alike")
+  -- nan is the only kind of number refused: 500 naming its path.
+  s, h, b = http(port, "GET", "/orders?nan=1")
+  T.eq(s, 500)
+  T.eq(h["seda-reason"], "bad_response")
+  T.contains(b, "payload.body.order.total: JSON cannot carry nan", "names the path")
 end)
 
 T.test("a dead letter is 500 with the reason", function()
