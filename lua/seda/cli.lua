@@ -795,8 +795,9 @@ The buses keep running while you type.
   errors([stage])            the recent errors (handler errors with their
                              tracebacks, hop timeouts...), newest first: the
                              last 32 distinct ones per stage, repeats folded
-  seda.buses()               the live bus objects; bus:stats([stage]) one
-                             bus's figures
+  seda.buses()               the live bus objects in declaration order,
+                             each also by name (seda.buses().orders);
+                             bus:stats([stage]) one bus's figures
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
                              handle: handle:cancel()

@@ -301,6 +301,32 @@ end)
 
 -- ---- dead letters on disk, the DLQ CLI ----------------------------------------
 
+T.test("a durable dead letter for a missing stage keeps x-dead-stage in the journal", function()
+  local base = T.tmpdir()
+  local dir = base .. "/data"
+  -- In a process of its own: the journal is free for the CLI once it ends.
+  local script = T.write(base .. "/missing.lua", ([[
+local seda = require "seda"
+local bus = seda.bus{ data_dir = %q, workers = 1, dead_letter = "dlq" }
+bus:stage{ name = "dlq", durable = "at_least_once", pull = true }
+bus:stage{ name = "work", durable = "at_least_once",
+           handler = function(env) return env:forward("gone") end }
+assert(bus:publish("work", "x", { id = "m1" }))
+local deadline = seda.now() + 20
+while bus:stats().dead_lettered < 1 and seda.now() < deadline do bus:poll() end
+print("dead_lettered " .. bus:stats().dead_lettered)
+bus:shutdown(0)
+]]):format(dir))
+  local out, code = sh(q(BIN) .. " " .. q(script))
+  T.contains(out, "dead_lettered 1", "dead-lettered")
+  out, code = dlq_cli(dir, "show", "m1")
+  T.eq(code, 0, "show exit: " .. out)
+  T.contains(out, '"x-dead-reason": "no_such_stage"', "reason")
+  T.contains(out, '"x-dead-stage": "gone"', "the missing stage survived the journal")
+  T.contains(out, '"x-dead-attempts": "1"', "attempts")
+  T.ok(out:match('"x%-dead%-at": "%d%d%d%d%-'), "when: " .. out)
+end)
+
 T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge", function()
   local base = T.tmpdir()
   local dir = base .. "/data"
