@@ -97,9 +97,10 @@ SEDA__API void seda__bus_dead_letter_to(struct seda_stage_s *st,
 
 /* The x-dead-* headers a dead letter from st carries (bus.c): reason,
  * from, error (the last seda_env_fail message, when one), attempts, at
- * (at: wall-clock seconds, written in UTC) and stage (the missing one of a no_such_stage, when
- * given), as name/value pairs ending in NULL in d->kv; the values written
- * here live in d.  The journal writes the same set (durable.c). */
+ * (wall-clock seconds at, written in UTC) and stage (the missing one of
+ * a no_such_stage, when given), as name/value pairs ending in NULL in
+ * d->kv; the values written here live in d.  The journal writes the same
+ * set (durable.c). */
 struct seda__dead_hdrs {
     const char *kv[13];
     char attempts[16];
