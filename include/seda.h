@@ -595,7 +595,9 @@ typedef struct seda_publish_opts {
     int priority;                 /* enum seda_priority (normal) */
     char *why;                    /* optional, the caller's: a SEDA_ETYPE
                                      refusal writes the stage check's
-                                     reason here (cut to whylen - 1) */
+                                     reason here, a SEDA_ESHED at the door
+                                     the name of the stage that sheds
+                                     (cut to whylen - 1) */
     size_t whylen;
 } seda_publish_opts;
 
@@ -941,6 +943,9 @@ typedef struct seda_stage_stats {
      * settle of a pull stage's lease. */
     uint64_t sojourn_count, service_count;
     double sojourn_sum, service_sum;
+    int durable;               /* enum seda_durability: a durable stage's
+                                  envelopes dropped by a shutdown stay in
+                                  its journal (replayed at the next start) */
 } seda_stage_stats;
 
 typedef struct seda_bus_stats {

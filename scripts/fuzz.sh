@@ -30,7 +30,7 @@ CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all
  -fno-omit-frame-pointer"
 TARGET="src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_codec.c"
-FORMAT_TARGET="src/lua/lformat.c src/lua/lcodec_read.c src/lua/lcodec_write.c src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_format.c"
+FORMAT_TARGET="src/lua/lformat.c src/lua/lcodec_read.c src/lua/lcodec_write.c src/lua/ljson_write.c src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_format.c"
 FORMAT_LIBS=$($PKG_CONFIG --libs jansson msgpack)
 mkdir -p "$OUT"
 

@@ -831,8 +831,9 @@ The buses keep running while you type.
   errors([stage])            the recent errors (handler errors with their
                              tracebacks, hop timeouts...), newest first: the
                              last 32 distinct ones per stage, repeats folded
-  seda.buses()               the live bus objects; bus:stats([stage]) one
-                             bus's figures
+  seda.buses()               the live bus objects in declaration order,
+                             each also by name (seda.buses().orders);
+                             bus:stats([stage]) one bus's figures
   seda.timer(delay, fn)      run fn once after delay seconds, on this state
   seda.every(interval, fn)   ... every interval seconds; both return a
                              handle: handle:cancel(), handle:unref() (it
@@ -884,14 +885,16 @@ local function plural(n, one, many)
   return n .. " " .. (n == 1 and one or (many or one .. "s"))
 end
 
--- Per stage of bus b: { name = { dropped=, depth=, in_flight=, pull= } }.
+-- Per stage of bus b: { name = { dropped=, depth=, in_flight=, pull=,
+-- durable= } }.
 local function stage_counts(b)
   local ok, st = pcall(b.stats, b)
   local t = {}
   if not ok or type(st) ~= "table" then return t end
   for name, s in pairs(st.stages or {}) do
     t[name] = { dropped = s.dropped or 0, depth = s.depth or 0,
-                in_flight = s.in_flight or 0, pull = s.consumers == 0 }
+                in_flight = s.in_flight or 0, pull = s.consumers == 0,
+                durable = s.durable }
   end
   return t
 end
@@ -970,7 +973,7 @@ end
 function M.finish(drain, wait_first)
   local deadline
   local stopped, timed_out, unreachable = false, false, false
-  local total, pull_left, seen = 0, {}, {}
+  local total, pull_left, kept, seen = 0, {}, {}, {}
   if wait_first then stopped = not settle_all() end
   while true do
     local b = buses()[1]
@@ -999,12 +1002,31 @@ function M.finish(drain, wait_first)
     for name, a in pairs(stage_counts(b)) do
       local p = before[name]
       local n = a.dropped - (p and p.dropped or 0)
-      total = total + n
-      -- Left queued in a pull stage: nothing received it.
-      if n > 0 and p and p.pull then
-        pull_left[#pull_left + 1] = { name = name, n = n }
+      if n > 0 and a.durable then
+        -- A durable stage's journal keeps them: the next run that
+        -- declares the stage delivers them.  Not lost.
+        kept[#kept + 1] = { name = name, n = n, pull = p and p.pull }
+      else
+        total = total + n
+        -- Left queued in a pull stage: nothing received it.
+        if n > 0 and p and p.pull then
+          pull_left[#pull_left + 1] = { name = name, n = n }
+        end
       end
     end
+  end
+  if #kept > 0 then
+    sort(kept, function(x, y) return x.name < y.name end)
+    local where, nkept = {}, 0
+    for _, k in ipairs(kept) do
+      where[#where + 1] = fmt("%s in %sstage '%s'", plural(k.n, "envelope"),
+                              k.pull and "durable pull " or "durable ", k.name)
+      nkept = nkept + k.n
+    end
+    C.log("info", nil, fmt("%s kept at exit in the journal: %s; the next " ..
+          "run that declares the stage delivers %s", plural(nkept,
+          "envelope was", "envelopes were"), concat(where, "; "),
+          nkept == 1 and "it" or "them"))
   end
   if total == 0 then return true end
   sort(pull_left, function(x, y) return x.name < y.name end)

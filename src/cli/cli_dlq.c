@@ -40,6 +40,7 @@
  * stage), 2 usage.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -71,7 +72,8 @@ static void dlq_usage(FILE *f)
         "bus\n"
         "(DATA_DIR is its seda.bus{data_dir = ...}).\n"
         "  list        one line per dead letter: id, stage, x-dead-from,\n"
-        "              x-dead-reason, attempts, payload bytes, row key,\n"
+        "              x-dead-reason, attempts (the one it died on,\n"
+        "              x-dead-attempts), payload bytes, row key,\n"
         "              state (queued, or done: handled and kept), published\n"
         "  show ID     headers, slip, times and the payload (decoded) of the\n"
         "              dead letter(s) ID\n"
@@ -165,6 +167,17 @@ static const char *hdr_get(const unsigned char *h, size_t hlen, const char *k)
         if (strcmp(key, k) == 0)
             return val;
     return NULL;
+}
+
+/* The attempt a dead letter died on (x-dead-attempts; its row counts
+ * the attempts in its dead-letter stage, from 1), or the row's count for
+ * one journaled without it. */
+static int died_on(const struct drow *r)
+{
+    const char *a = hdr_get(r->hdr, r->hlen, "x-dead-attempts");
+    char *end;
+    long v = a ? strtol(a, &end, 10) : 0;
+    return a && *a && !*end && v > 0 && v <= INT_MAX ? (int)v : r->attempts;
 }
 
 static bool is_dead(const struct drow *r)
@@ -366,7 +379,11 @@ static void show_row(FILE *f, const struct drow *r)
     } else {
         fputs("queued (delivered when a bus declares its stage)", f);
     }
-    fprintf(f, "\nattempts: %d\npublished: ", r->attempts);
+    fprintf(f, "\nattempts: %d", r->attempts);
+    if (hdr_get(r->hdr, r->hlen, "x-dead-attempts"))
+        fprintf(f, " in its dead-letter stage; it died on attempt %d",
+                died_on(r));
+    fputs("\npublished: ", f);
     if (r->published_wall > 0)
         put_time(f, r->published_wall);
     else
@@ -616,7 +633,7 @@ static int cmd_list(struct drow *rows, int n)
         put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-from"));
         putchar('\t');
         put_field(stdout, hdr_get(r->hdr, r->hlen, "x-dead-reason"));
-        printf("\t%d\t%zu\t%lld\t%s\t", r->attempts, r->plen,
+        printf("\t%d\t%zu\t%lld\t%s\t", died_on(r), r->plen,
                (long long)r->key, r->done_at > 0 ? "done" : "queued");
         put_time(stdout, r->published_wall);
         putchar('\n');

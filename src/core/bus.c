@@ -627,28 +627,47 @@ static double wall_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+void seda__bus_dead_hdrs(const struct seda_stage_s *st,
+                         const seda_env_t *env, const char *reason,
+                         const char *missing, double at,
+                         struct seda__dead_hdrs *d)
+{
+    int n = 0;
+    d->kv[n++] = "x-dead-reason";
+    d->kv[n++] = reason;
+    d->kv[n++] = "x-dead-from";
+    d->kv[n++] = st->name;
+    const char *err = seda__env_last_error(env);
+    if (err) {
+        d->kv[n++] = "x-dead-error";
+        d->kv[n++] = err;
+    }
+    snprintf(d->attempts, sizeof d->attempts, "%d", env->attempts);
+    d->kv[n++] = "x-dead-attempts";
+    d->kv[n++] = d->attempts;
+    time_t secs = (time_t)at;
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t k = strftime(d->at, sizeof d->at, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(d->at + k, sizeof d->at - k, ".%03dZ",
+             (int)((at - (double)secs) * 1000) % 1000);
+    d->kv[n++] = "x-dead-at";
+    d->kv[n++] = d->at;
+    if (missing) {
+        d->kv[n++] = "x-dead-stage";
+        d->kv[n++] = missing;
+    }
+    d->kv[n] = NULL;
+}
+
 /* The x-dead-* headers on env. */
 static void dead_headers(struct seda_stage_s *st, seda_env_t *env,
                          const char *reason, const char *missing, double at)
 {
-    seda_env_set_header(env, "x-dead-reason", reason);
-    seda_env_set_header(env, "x-dead-from", st->name);
-    const char *err = seda__env_last_error(env);
-    if (err)
-        seda_env_set_header(env, "x-dead-error", err);
-    char num[32];
-    snprintf(num, sizeof num, "%d", env->attempts);
-    seda_env_set_header(env, "x-dead-attempts", num);
-    time_t secs = (time_t)at;
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    char when[40];
-    size_t k = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when + k, sizeof when - k, ".%03dZ",
-             (int)((at - (double)secs) * 1000) % 1000);
-    seda_env_set_header(env, "x-dead-at", when);
-    if (missing)
-        seda_env_set_header(env, "x-dead-stage", missing);
+    struct seda__dead_hdrs d;
+    seda__bus_dead_hdrs(st, env, reason, missing, at, &d);
+    for (int i = 0; d.kv[i]; i += 2)
+        seda_env_set_header(env, d.kv[i], d.kv[i + 1]);
 }
 
 void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
@@ -670,9 +689,12 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
         c->it_dead++;
         env->flags |= ENV_DEAD;
         if (env->done) {
-            /* The callback may want to say why (an HTTP request's 500). */
+            /* The callback may want to say why (an HTTP request's 500,
+             * naming a missing stage). */
             seda_env_set_header(env, "x-dead-reason", reason);
             seda_env_set_header(env, "x-dead-from", st->name);
+            if (missing)
+                seda_env_set_header(env, "x-dead-stage", missing);
             seda_done_fn done = env->done;
             env->done = NULL;
             done(env, SEDA_DEAD_LETTERED, env->done_ud);

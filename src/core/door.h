@@ -99,6 +99,22 @@ SEDA__API void seda__bus_dead_letter_to(struct seda_stage_s *st,
                                         const char *missing,
                                         struct stage_counters *tally);
 
+/* The x-dead-* headers a dead letter from st carries (bus.c): reason,
+ * from, error (the last seda_env_fail message, when one), attempts, at
+ * (wall-clock seconds at, written in UTC) and stage (the missing one of
+ * a no_such_stage, when given), as name/value pairs ending in NULL in
+ * d->kv; the values written here live in d.  The journal writes the same
+ * set (durable.c). */
+struct seda__dead_hdrs {
+    const char *kv[13];
+    char attempts[16];
+    char at[40];
+};
+SEDA__API void seda__bus_dead_hdrs(const struct seda_stage_s *st,
+                                   const seda_env_t *env, const char *reason,
+                                   const char *missing, double at,
+                                   struct seda__dead_hdrs *d);
+
 /* Deadline for a publish from the calling thread: the given one, capped
  * at hop_timeout when the caller is one of b's workers. */
 SEDA__API int64_t seda__bus_publish_deadline(struct seda_bus_s *b,

@@ -534,6 +534,15 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
         seda__free(env->ext->slip);
     }
     env->ext->slip = s;
+    /* The door rule learns where this stage's handlers forward (shed.c):
+     * a new itinerary is refused while a stage it may reach sheds. */
+    if (env->at)
+        for (int i = 0; i < n; i++) {
+            struct seda_stage_s *to = seda__bus_lookup(env->at->bus,
+                                                       stages[i]);
+            if (to && to != env->at)
+                seda__stage_fwd_learn(env->at, to);
+        }
     return 0;
 }
 

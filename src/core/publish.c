@@ -45,36 +45,68 @@ static int check_id(const struct seda_stage_s *st,
                ? SEDA_EINVAL : 0;
 }
 
-/* Shedding at the door (SPEC.md section 13, amending section 10): a new
- * itinerary is refused with SEDA_ESHED when a stage on its slip is
- * shedding (its first stage, st, says so itself when it is offered the
- * envelope); hops never come here, so work already on its way is never
- * shed.  The refusal is counted at st (shed, dropped) and at the stage
- * that caused it (shed_for). */
-static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
-                     const seda_publish_opts *opts)
-{
-    if (!opts || opts->nslip <= 0 || !opts->slip ||
-        SEDA__LIKELY(!atomic_load_explicit(&b->shedding,
-                                           memory_order_relaxed)))
-        return 0;
-    for (int i = 0; i < opts->nslip; i++) {
-        struct seda_stage_s *h = opts->slip[i]
-                                     ? seda__bus_lookup(b, opts->slip[i])
-                                     : NULL;
-        if (h && h != st && seda__stage_door_shed(h, opts->priority)) {
-            seda__stage_count_shed(st);
-            return SEDA_ESHED;
-        }
-    }
-    return 0;
-}
-
 /* A check's refusal, to the publisher's buffer if it gave one. */
 static void tell_why(const seda_publish_opts *opts, const char *why)
 {
     if (opts && opts->why && opts->whylen)
         snprintf(opts->why, opts->whylen, "%s", why);
+}
+
+/* Shedding at the door (SPEC.md section 13, amending section 10): a new
+ * itinerary is refused with SEDA_ESHED when a stage it may reach is
+ * shedding: a stage on its slip, or a stage its first stage or those were
+ * seen to forward to (seda__stage_fwd_seen), and so on from there, up to
+ * DOOR_REACH stages (its first stage, st, says so itself when it is
+ * offered the envelope).  Hops never come here, so work already on its
+ * way is never shed.  The refusal is counted at st (shed, dropped) and at
+ * the stage that caused it (shed_for), whose name goes to opts->why.
+ * Costs one relaxed load while no stage of the bus sheds. */
+#define DOOR_REACH 32
+
+static bool door_seen(struct seda_stage_s *const *seen, int n,
+                      const struct seda_stage_s *h)
+{
+    for (int i = 0; i < n; i++)
+        if (seen[i] == h)
+            return true;
+    return false;
+}
+
+static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
+                     const seda_publish_opts *opts)
+{
+    if (SEDA__LIKELY(!atomic_load_explicit(&b->shedding,
+                                           memory_order_relaxed)))
+        return 0;
+    int prio = opts ? opts->priority : SEDA_PRIO_NORMAL;
+    if (prio == SEDA_PRIO_HIGH)
+        return 0;
+    struct seda_stage_s *seen[DOOR_REACH];
+    int n = 0;
+    seen[n++] = st;
+    int nslip = opts && opts->slip ? opts->nslip : 0;
+    for (int i = 0; i < nslip && n < DOOR_REACH; i++) {
+        struct seda_stage_s *h = opts->slip[i]
+                                     ? seda__bus_lookup(b, opts->slip[i])
+                                     : NULL;
+        if (h && !door_seen(seen, n, h))
+            seen[n++] = h;
+    }
+    int64_t now = seda__now_ns();
+    for (int i = 0; i < n; i++) {
+        struct seda_stage_s *h = seen[i];
+        if (h != st && seda__stage_door_shed(h, prio)) {
+            seda__stage_count_shed(st);
+            tell_why(opts, h->name);
+            return SEDA_ESHED;
+        }
+        struct seda_stage_s *to[SEDA__FWD_SEEN];
+        int k = seda__stage_fwd_seen(h, now, to);
+        for (int j = 0; j < k && n < DOOR_REACH; j++)
+            if (!door_seen(seen, n, to[j]))
+                seen[n++] = to[j];
+    }
+    return 0;
 }
 
 /* A publish's size as max_payload counts it: the payload and its

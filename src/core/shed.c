@@ -105,6 +105,50 @@ int seda__stage_door_shed(struct seda_stage_s *st, int prio)
     return refuse ? SEDA_ESHED : 0;
 }
 
+/* Forward targets seen (the door rule's reach beyond a slip).  A target
+ * already known gets its time refreshed (at most once a millisecond, so
+ * a busy forward does not keep writing the line); a new one takes the
+ * slot seen longest ago (an empty slot's time is 0). */
+void seda__stage_fwd_learn(struct seda_stage_s *st, struct seda_stage_s *to)
+{
+    int64_t now = seda__now_ns();
+    int oldest = 0;
+    int64_t oldest_at = INT64_MAX;
+    for (int i = 0; i < SEDA__FWD_SEEN; i++) {
+        struct seda_stage_s *p = atomic_load_explicit(&st->fwd.to[i],
+                                                      memory_order_acquire);
+        int64_t at = atomic_load_explicit(&st->fwd.at[i],
+                                          memory_order_relaxed);
+        if (p == to) {
+            if (now - at > 1000000)
+                atomic_store_explicit(&st->fwd.at[i], now,
+                                      memory_order_relaxed);
+            return;
+        }
+        if (at < oldest_at) {
+            oldest_at = at;
+            oldest = i;
+        }
+    }
+    atomic_store_explicit(&st->fwd.at[oldest], now, memory_order_relaxed);
+    atomic_store_explicit(&st->fwd.to[oldest], to, memory_order_release);
+}
+
+int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
+                         struct seda_stage_s **out)
+{
+    int64_t forget = st->bus->stats_window_ns;
+    int n = 0;
+    for (int i = 0; i < SEDA__FWD_SEEN; i++) {
+        struct seda_stage_s *p = atomic_load_explicit(&st->fwd.to[i],
+                                                      memory_order_acquire);
+        if (p && now - atomic_load_explicit(&st->fwd.at[i],
+                                            memory_order_relaxed) <= forget)
+            out[n++] = p;
+    }
+    return n;
+}
+
 void seda__stage_count_shed(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);

@@ -90,6 +90,21 @@ struct seda_admission {
     atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal) */
 };
 
+/*
+ * The stages this stage's handlers were seen to forward to
+ * (seda_env_forward), each with when it last was (shed.c): the door rule
+ * checks them as it checks a slip, and forgets a target not forwarded to
+ * within the bus's stats_window.  Lock-free: a slot's stage is swapped in
+ * with release after its time is stored, and read with acquire; the times
+ * are relaxed.  Stages live as long as their bus, so a pointer read here
+ * stays good.  Duplicates are possible after a race and harmless.
+ */
+#define SEDA__FWD_SEEN 8
+struct seda_fwd_seen {
+    _Atomic(struct seda_stage_s *) to[SEDA__FWD_SEEN];
+    _Atomic int64_t at[SEDA__FWD_SEEN];     /* clock ns; relaxed */
+};
+
 struct seda_stage_s {
     struct seda_bus_s *bus;
     void *mem;                  /* the allocation (st is aligned within it
@@ -130,6 +145,7 @@ struct seda_stage_s {
      * call was that long. */
     atomic_uint_least64_t long_holds;
     atomic_int_least64_t hold_warned;
+    struct seda_fwd_seen fwd;   /* shed.c; atomics as said there */
 };
 
 /* ---- making (stage_new.c) ---- */
@@ -168,6 +184,14 @@ SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
  * dropped).  No lock held; they take st->mu. */
 SEDA__API int seda__stage_door_shed(struct seda_stage_s *st, int prio);
 SEDA__API void seda__stage_count_shed(struct seda_stage_s *st);
+
+/* Forward targets (shed.c): st's handler forwarded to `to` (learned,
+ * lock-free); and the targets seen within the bus's stats_window, into
+ * out (up to SEDA__FWD_SEEN), returning how many. */
+SEDA__API void seda__stage_fwd_learn(struct seda_stage_s *st,
+                                     struct seda_stage_s *to);
+SEDA__API int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
+                                   struct seda_stage_s **out);
 
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */

@@ -108,6 +108,10 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->hold_warn_ns = bus->hold_warn_ns;
     atomic_init(&st->long_holds, 0);
     atomic_init(&st->hold_warned, 0);
+    for (int i = 0; i < SEDA__FWD_SEEN; i++) {
+        atomic_init(&st->fwd.to[i], NULL);
+        atomic_init(&st->fwd.at[i], 0);
+    }
     if (seda__stats_init(&st->stats, bus->stats_window_ns,
                          bus->dead_letter_keep) != 0) {
         seda__pull_free(&st->pl);

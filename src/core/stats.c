@@ -528,6 +528,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     memcpy(out->name, st->name, sizeof out->name);
     out->delivery = st->delivery;
     out->max_attempts = st->max_attempts;
+    out->durable = st->durable;
     out->consumers = atomic_load_explicit(&st->cons.n,
                                           memory_order_acquire);
     seda__mutex_lock(&st->mu);

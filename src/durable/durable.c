@@ -365,12 +365,19 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                      ? seda__bus_hop_target(st, env, dlq) : NULL;
         }
         if (to && seda__stage_durability(to)) {
-            const char *extra[] = { "x-dead-reason", reason, "x-dead-from",
-                                    seda_stage_name(st), NULL };
+            /* A dead letter journals every x-dead-* header the bus puts
+             * on it (the error, its attempt, when, the missing stage), so
+             * they survive a restart and `seda-lua dlq` shows them. */
+            struct seda__dead_hdrs dh;
+            if (reason)
+                seda__bus_dead_hdrs(st, env, reason, strcmp(reason,
+                                    "no_such_stage") == 0
+                                        ? seda_env_slip_at(env, 0) : NULL,
+                                    seda__journal_wall(), &dh);
             ops[nops].op = SEDA_JOP_MOVE;
             if (build_rec(env, seda_stage_name(to), 1,
                           reason ? seda_env_slip_count(env) : 1,
-                          reason ? extra : NULL, &rbs[nops],
+                          reason ? dh.kv : NULL, &rbs[nops],
                           &ops[nops].rec) != 0)
                 continue;               /* no flag: routing writes it */
         } else {

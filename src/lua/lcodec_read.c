@@ -84,3 +84,17 @@ int seda__l_cr_head(struct cr *r, struct cval *v)
     return 0;
 }
 
+int seda__l_cr_skip_rest(struct cr *r, const struct cval *v, int depth)
+{
+    if (v->t != CV_TABLE)
+        return 0;
+    if (depth > SEDA_CODEC_MAX_DEPTH)
+        return -1;
+    for (uint64_t i = 0; i < v->narr + 2 * v->nrec; i++) {
+        struct cval x;
+        if (seda__l_cr_head(r, &x) != 0 ||
+            seda__l_cr_skip_rest(r, &x, depth + 1) != 0)
+            return -1;
+    }
+    return 0;
+}

@@ -35,4 +35,10 @@ struct cr {
  * the bytes are not the codec's (or claim more than they hold). */
 SEDA__API int seda__l_cr_head(struct cr *r, struct cval *v);
 
+/* Skip the rest of a value whose head v was read (a table's elements),
+ * at nesting depth; 0, or -1 on bytes that are not the codec's or nest
+ * deeper than SEDA_CODEC_MAX_DEPTH. */
+SEDA__API int seda__l_cr_skip_rest(struct cr *r, const struct cval *v,
+                                   int depth);
+
 #endif /* SEDA_LCODEC_READ_H */

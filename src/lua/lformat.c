@@ -2,15 +2,16 @@
 /*
  * lformat.c -- the payload formats of remote stages (docs/wire.md):
  * `format = "json" | "msgpack" | "raw"`, the Lua codec's bytes written
- * as JSON (libjansson), MessagePack (libmsgpack-c) or a plain string,
- * and read back into the codec's bytes.  Pure C over bytes, no Lua
+ * as JSON (the one JSON writer, ljson_write.c; read with libjansson),
+ * MessagePack (libmsgpack-c) or a plain string, and read back into the
+ * codec's bytes.  Pure C over bytes, no Lua
  * state: the remote layer calls these on any thread (a publisher, a
  * worker routing a hop, the connection's dispatch thread), through the
  * seda_remote_format tables at the end.
  *
  * DESIGN
  *   - Writing walks the codec's bytes (the format of lcodec.c) once,
- *     building a jansson tree or packing MessagePack as it goes; what the
+ *     writing JSON text or packing MessagePack as it goes; what the
  *     format cannot carry exactly is refused with the path to it
  *     ("payload.items[3]: JSON cannot carry a binary string").
  *   - Reading parses with the library (untrusted input: both libraries
@@ -21,9 +22,10 @@
  *   - Mappings (docs/wire.md says them to users):
  *       JSON: a table with keys 1..n only is an array, one with string
  *       keys only (or empty) an object; refused: other keys, both kinds
- *       at once, strings that are not UTF-8, nan and inf, and floats with
- *       an integral value (JSON cannot tell 2.0 from 2).  Read back, a
- *       number with an integral value in int64's range is an integer.
+ *       at once, strings that are not UTF-8, nan and inf.  A float is
+ *       written with a fraction or an exponent (3.0), an integer without;
+ *       read back, a number with neither is an integer, any other a
+ *       float.
  *       MessagePack: exact for every codec value but nil (nil and
  *       seda.null are both nil, read back as seda.null) and the empty
  *       table (a map); strings that are not UTF-8 are bin.
@@ -43,235 +45,44 @@
 #include "lcodec.h"
 #include "lcodec_read.h"
 #include "lcodec_write.h"
+#include "ljson_write.h"
 #include "lseda.h"
 #include "seda_lua.h"
 #include "seda_remote.h"
 
-/* ---- paths ---- */
-
-/* The path to the value at hand, for messages: "payload.items[3]". */
-struct path {
-    char b[160];
-    size_t n;
-};
-
-static size_t path_key(struct path *p, const char *k, size_t kl)
-{
-    size_t old = p->n;
-    bool ident = kl > 0 && kl < 40 && !(k[0] >= '0' && k[0] <= '9');
-    for (size_t i = 0; i < kl && ident; i++)
-        ident = (k[i] >= 'a' && k[i] <= 'z') || (k[i] >= 'A' && k[i] <= 'Z')
-                || (k[i] >= '0' && k[i] <= '9') || k[i] == '_';
-    int w = ident ? snprintf(p->b + p->n, sizeof p->b - p->n, ".%.*s",
-                             (int)kl, k)
-                  : snprintf(p->b + p->n, sizeof p->b - p->n, "[\"%.*s\"]",
-                             (int)(kl < 40 ? kl : 40), k);
-    if (w > 0)
-        p->n += (size_t)w < sizeof p->b - p->n ? (size_t)w
-                                                : sizeof p->b - p->n - 1;
-    return old;
-}
-
-static size_t path_idx(struct path *p, long long i)
-{
-    size_t old = p->n;
-    int w = snprintf(p->b + p->n, sizeof p->b - p->n, "[%lld]", i);
-    if (w > 0)
-        p->n += (size_t)w < sizeof p->b - p->n ? (size_t)w
-                                                : sizeof p->b - p->n - 1;
-    return old;
-}
-
-static void path_back(struct path *p, size_t old)
-{
-    p->n = old;
-    p->b[old] = '\0';
-}
-
-/* A refusal: "<path>: <what>" into the caller's err. */
-struct ferr {
-    char *err;
-    size_t errlen;
-    bool set;
-};
-
-static int refuse(struct ferr *e, const struct path *p, const char *fmt,
-                  ...) __attribute__((format(printf, 3, 4)));
-
-static int refuse(struct ferr *e, const struct path *p, const char *fmt, ...)
-{
-    if (e->set)
-        return -1;
-    e->set = true;
-    int n = snprintf(e->err, e->errlen, "%s: ", p->b);
-    if (n < 0 || (size_t)n >= e->errlen)
-        return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->err + n, e->errlen - (size_t)n, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* ---- reading the codec ---- */
-
-static bool utf8_ok(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        size_t k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1
-                 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 9;
-        if (k == 9 || (k && c < 0xc2) || n - i - 1 < k)
-            return false;
-        uint32_t cp = k ? c & (0x3fu >> k) : c;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (s[i + j] & 0x3fu);
-        }
-        if ((k == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-            (k == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return false;
-        i += k + 1;
-    }
-    return true;
-}
-
-static const char *cv_name(const struct cval *v)
-{
-    static const char *const n[] = { "nil", "seda.null", "a boolean",
-                                     "an integer", "a float", "a string",
-                                     "a table" };
-    return n[v->t];
-}
-
 /* ---- JSON ---- */
 
-static json_t *to_json(struct cr *r, struct path *path, int depth,
-                       struct ferr *e);
-
-static json_t *json_table(struct cr *r, const struct cval *v,
-                          struct path *path, int depth, struct ferr *e)
-{
-    if (depth >= SEDA_CODEC_MAX_DEPTH) {
-        refuse(e, path, "nested deeper than %d", SEDA_CODEC_MAX_DEPTH);
-        return NULL;
-    }
-    if (v->narr && v->nrec) {
-        refuse(e, path, "JSON cannot carry a table with both list items "
-               "and other keys");
-        return NULL;
-    }
-    json_t *t = v->narr ? json_array() : json_object();
-    for (uint64_t i = 0; t && i < v->narr; i++) {
-        size_t old = path_idx(path, (long long)i + 1);
-        json_t *x = to_json(r, path, depth + 1, e);
-        path_back(path, old);
-        if (!x || json_array_append_new(t, x) != 0) {
-            json_decref(t);
-            return NULL;
-        }
-    }
-    for (uint64_t i = 0; t && i < v->nrec; i++) {
-        struct cval k;
-        if (seda__l_cr_head(r, &k) != 0) {
-            refuse(e, path, "not the payload codec's bytes");
-            json_decref(t);
-            return NULL;
-        }
-        if (k.t != CV_STR || !utf8_ok(k.s, k.len) ||
-            memchr(k.s, 0, k.len)) {
-            refuse(e, path, "JSON cannot carry the key %s (object keys are "
-                   "UTF-8 strings)", k.t == CV_STR ? "(a binary string)"
-                                                    : cv_name(&k));
-            json_decref(t);
-            return NULL;
-        }
-        size_t old = path_key(path, (const char *)k.s, k.len);
-        json_t *x = to_json(r, path, depth + 1, e);
-        path_back(path, old);
-        if (!x || json_object_setn_new_nocheck(t, (const char *)k.s, k.len,
-                                               x) != 0) {
-            json_decref(t);
-            return NULL;
-        }
-    }
-    return t;
-}
-
-static json_t *to_json(struct cr *r, struct path *path, int depth,
-                       struct ferr *e)
-{
-    struct cval v;
-    if (seda__l_cr_head(r, &v) != 0) {
-        refuse(e, path, "not the payload codec's bytes");
-        return NULL;
-    }
-    switch (v.t) {
-    case CV_NIL:
-    case CV_NULL:
-        return json_null();
-    case CV_BOOL:
-        return json_boolean(v.i);
-    case CV_INT:
-        return json_integer((json_int_t)v.i);
-    case CV_FLOAT:
-        if (!isfinite(v.f)) {
-            refuse(e, path, "JSON cannot carry %s", isnan(v.f) ? "nan"
-                   : v.f > 0 ? "inf" : "-inf");
-            return NULL;
-        }
-        if (v.f == floor(v.f) && v.f >= -0x1p63 && v.f < 0x1p63) {
-            refuse(e, path, "JSON cannot tell the float %.17g from an "
-                   "integer (send math.tointeger(x), or use format "
-                   "\"msgpack\")", v.f);
-            return NULL;
-        }
-        return json_real(v.f);
-    case CV_STR:
-        if (!utf8_ok(v.s, v.len)) {
-            refuse(e, path, "JSON cannot carry a binary string (not UTF-8; "
-                   "use format \"msgpack\")");
-            return NULL;
-        }
-        return json_stringn_nocheck((const char *)v.s, v.len);
-    default:
-        return json_table(r, &v, path, depth, e);
-    }
-}
-
+/* Written by the one JSON writer (ljson_write.c), read with jansson. */
 static int json_enc(int kind, const void *p, size_t len, void **out,
                     size_t *outlen, char *err, size_t errlen)
 {
     *out = NULL;
     *outlen = 0;
-    struct path path = { "payload", 7 };
-    struct ferr e = { err, errlen, false };
-    json_t *root;
+    struct seda_jpath path = { "payload", 7 };
+    struct seda_jerr e = { err, errlen, false };
+    struct buf b = { 0 };
+    int rc;
     if (kind == SEDA_KIND_RAW) {        /* a Lua string */
-        if (!utf8_ok(p, len))
-            return refuse(&e, &path, "JSON cannot carry a binary string "
-                          "(not UTF-8; use format \"msgpack\")");
-        root = json_stringn_nocheck(p, len);
+        struct cval v = { .t = CV_STR, .s = p, .len = len };
+        rc = seda__l_json_write(&b, NULL, &v, SEDA_JSON_EXACT, &path, 0, &e);
     } else {
         struct cr r = { p, (const unsigned char *)p + len };
-        root = to_json(&r, &path, 0, &e);
+        struct cval v;
+        rc = seda__l_cr_head(&r, &v) != 0
+                 ? seda__l_jrefuse(&e, &path, "not the payload codec's bytes")
+                 : seda__l_json_write(&b, &r, &v, SEDA_JSON_EXACT, &path, 0,
+                                      &e);
     }
-    if (!root) {
+    if (rc == 0 && !b.failed)
+        seda__l_cw_byte(&b, 0);         /* the remote layer frees it */
+    if (rc != 0 || b.failed) {
+        free(b.p);
         if (!e.set)
             snprintf(err, errlen, "out of memory writing JSON");
         return -1;
     }
-    char *s = json_dumps(root, JSON_COMPACT | JSON_ENCODE_ANY |
-                                   JSON_REAL_PRECISION(17));
-    json_decref(root);
-    if (!s) {
-        snprintf(err, errlen, "out of memory writing JSON");
-        return -1;
-    }
-    *out = s;
-    *outlen = strlen(s);
+    *out = b.p;
+    *outlen = b.len - 1;
     return 0;
 }
 
@@ -294,15 +105,11 @@ static void from_json(struct buf *b, json_t *j, int depth, bool *deep)
     case JSON_INTEGER:
         seda__l_cw_int(b, (int64_t)json_integer_value(j));
         break;
-    case JSON_REAL: {
-        /* 2.0 is 2: JSON does not tell them apart (nor do writers). */
-        double d = json_real_value(j);
-        if (d == floor(d) && d >= -0x1p63 && d < 0x1p63)
-            seda__l_cw_int(b, (int64_t)d);
-        else
-            seda__l_cw_float(b, d);
+    case JSON_REAL:
+        /* A number with a fraction or an exponent (3.0, 1e3) is a
+         * float; one without (3) an integer (JSON_INTEGER). */
+        seda__l_cw_float(b, json_real_value(j));
         break;
-    }
     case JSON_STRING:
         seda__l_cw_str(b, json_string_value(j), json_string_length(j));
         break;
@@ -356,12 +163,12 @@ static int json_dec(const void *p, size_t len, int *kind, void **out,
 
 /* ---- MessagePack ---- */
 
-static int to_mp(struct cr *r, msgpack_packer *pk, struct path *path,
-                 int depth, struct ferr *e)
+static int to_mp(struct cr *r, msgpack_packer *pk, struct seda_jpath *path,
+                 int depth, struct seda_jerr *e)
 {
     struct cval v;
     if (seda__l_cr_head(r, &v) != 0)
-        return refuse(e, path, "not the payload codec's bytes");
+        return seda__l_jrefuse(e, path, "not the payload codec's bytes");
     switch (v.t) {
     case CV_NIL:
     case CV_NULL:
@@ -374,15 +181,15 @@ static int to_mp(struct cr *r, msgpack_packer *pk, struct path *path,
         return msgpack_pack_double(pk, v.f);
     case CV_STR:
         if (v.len > UINT32_MAX)
-            return refuse(e, path, "a string over 4 GiB");
-        if (utf8_ok(v.s, v.len))
+            return seda__l_jrefuse(e, path, "a string over 4 GiB");
+        if (seda__l_utf8_ok(v.s, v.len))
             return msgpack_pack_str_with_body(pk, v.s, v.len);
         return msgpack_pack_bin_with_body(pk, v.s, v.len);
     default:
         break;
     }
     if (depth >= SEDA_CODEC_MAX_DEPTH)
-        return refuse(e, path, "nested deeper than %d",
+        return seda__l_jrefuse(e, path, "nested deeper than %d",
                       SEDA_CODEC_MAX_DEPTH);
     bool array = v.narr && !v.nrec;
     int rc = array ? msgpack_pack_array(pk, v.narr)
@@ -390,22 +197,22 @@ static int to_mp(struct cr *r, msgpack_packer *pk, struct path *path,
     for (uint64_t i = 0; !rc && i < v.narr; i++) {
         if (!array)
             rc = msgpack_pack_int64(pk, (int64_t)i + 1);
-        size_t old = path_idx(path, (long long)i + 1);
+        size_t old = seda__l_jpath_idx(path, (long long)i + 1);
         rc = rc ? rc : to_mp(r, pk, path, depth + 1, e);
-        path_back(path, old);
+        seda__l_jpath_back(path, old);
     }
     for (uint64_t i = 0; !rc && i < v.nrec; i++) {
         const unsigned char *kp = r->p;
         struct cval k;
         if (seda__l_cr_head(r, &k) != 0)
-            return refuse(e, path, "not the payload codec's bytes");
+            return seda__l_jrefuse(e, path, "not the payload codec's bytes");
         r->p = kp;
         rc = to_mp(r, pk, path, depth + 1, e);  /* the key */
-        size_t old = k.t == CV_STR ? path_key(path, (const char *)k.s, k.len)
-                     : k.t == CV_INT ? path_idx(path, (long long)k.i)
-                                     : path_key(path, "?", 1);
+        size_t old = k.t == CV_STR ? seda__l_jpath_key(path, (const char *)k.s, k.len)
+                     : k.t == CV_INT ? seda__l_jpath_idx(path, (long long)k.i)
+                                     : seda__l_jpath_key(path, "?", 1);
         rc = rc ? rc : to_mp(r, pk, path, depth + 1, e);
-        path_back(path, old);
+        seda__l_jpath_back(path, old);
     }
     return rc;
 }
@@ -420,12 +227,12 @@ static int mp_enc(int kind, const void *p, size_t len, void **out,
     msgpack_packer pk;
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     struct cr r = { p, (const unsigned char *)p + len };
-    struct path path = { "payload", 7 };
-    struct ferr e = { err, errlen, false };
+    struct seda_jpath path = { "payload", 7 };
+    struct seda_jerr e = { err, errlen, false };
     int rc;
     if (kind == SEDA_KIND_RAW)          /* a Lua string */
-        rc = len > UINT32_MAX ? refuse(&e, &path, "a string over 4 GiB")
-             : utf8_ok(p, len) ? msgpack_pack_str_with_body(&pk, p, len)
+        rc = len > UINT32_MAX ? seda__l_jrefuse(&e, &path, "a string over 4 GiB")
+             : seda__l_utf8_ok(p, len) ? msgpack_pack_str_with_body(&pk, p, len)
                                : msgpack_pack_bin_with_body(&pk, p, len);
     else
         rc = to_mp(&r, &pk, &path, 0, &e);
@@ -627,7 +434,7 @@ static int raw_enc(int kind, const void *p, size_t len, void **out,
     if (seda__l_cr_head(&r, &v) != 0 || v.t != CV_STR) {
         snprintf(err, errlen, "payload: format \"raw\" carries a string "
                  "(got %s)", seda__l_cr_head(&(struct cr){ p, r.end }, &v) == 0
-                                 ? cv_name(&v) : "bad bytes");
+                                 ? seda__l_cv_name(&v) : "bad bytes");
         return -1;
     }
     *out = malloc(v.len ? v.len : 1);

@@ -71,6 +71,7 @@ int seda__l_http_open(void)
 }
 
 #include "lhttp_wire.h"
+#include "ljson_write.h"
 
 /* ---- the answer ---- */
 
@@ -89,6 +90,7 @@ struct answer {
     const char *ctype;          /* unless the headers name one */
     char bad[200];              /* the first thing of the answer not sent
                                  * as given (logged), or "" */
+    char why[200];              /* what JSON could not carry, or "" */
 };
 
 /* Say on a's log line what was not sent as given (the first thing). */
@@ -168,7 +170,10 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
             vl = x.len;
         } else if (x.t == CV_INT || x.t == CV_FLOAT) {
             struct buf nb = { 0 };
-            seda__l_hw_json_num(&nb, &x);
+            if (seda__l_json_num(&nb, &x) != 0) {  /* nan, inf: skipped */
+                free(nb.p);
+                continue;
+            }
             vl = nb.len < sizeof num - 1 ? nb.len : sizeof num - 1;
             if (nb.p)
                 memcpy(num, nb.p, vl);
@@ -214,8 +219,9 @@ static int read_headers(struct answer *a, struct cr *r, const struct cval *v)
     return 0;
 }
 
-/* The body at r (its head in v). */
-static int read_body(struct answer *a, struct cr *r, const struct cval *v)
+/* The body at r (its head in v), at path (for what JSON refuses). */
+static int read_body(struct answer *a, struct cr *r, const struct cval *v,
+                     const char *path)
 {
     if (v->t == CV_STR) {
         a->body = v->s;
@@ -225,7 +231,11 @@ static int read_body(struct answer *a, struct cr *r, const struct cval *v)
     if (v->t == CV_NIL || v->t == CV_NULL)
         return 0;
     a->ctype = "application/json";
-    if (seda__l_hw_json_rest(&a->json, r, v, 1) != 0 || a->json.failed)
+    struct seda_jpath jp;
+    jp.n = (size_t)snprintf(jp.b, sizeof jp.b, "%s", path);
+    struct seda_jerr e = { a->why, sizeof a->why, false };
+    if (seda__l_json_write(&a->json, r, v, SEDA_JSON_ANSWER, &jp, 1, &e) != 0
+        || a->json.failed)
         return -1;
     a->body = a->json.p;
     a->len = a->json.len;
@@ -254,7 +264,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
     if (v.t != CV_TABLE) {
         if (v.t == CV_NIL || v.t == CV_NULL)
             a->status = 204;
-        return read_body(a, &r, &v);
+        return read_body(a, &r, &v, "payload");
     }
     /* { status =, headers =, body = }?  Look before reading.  A status
      * that is not a number makes the table data (sent as JSON): a record
@@ -277,7 +287,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
     }
     if (!shaped || data)
-        return read_body(a, &r, &v);
+        return read_body(a, &r, &v, "payload");
     for (uint64_t i = 0; i < v.narr; i++)
         if (seda__l_hw_rd_skip(&r, 1) != 0)
             return -1;
@@ -298,7 +308,7 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
                 return -1;
         } else if (key_is(&k, "body")) {
             body_seen = true;
-            if (read_body(a, &r, &x) != 0)
+            if (read_body(a, &r, &x, "payload.body") != 0)
                 return -1;
         } else if (seda__l_hw_rd_skip_rest(&r, &x, 1) != 0) {
             return -1;
@@ -348,6 +358,45 @@ static void answer_plain(seda_http_req_t *req, int status, const char *why)
     answer_detail(req, status, why, "");
 }
 
+/* A request that met a stage that does not exist is a mistake in the
+ * program (a route or a forward naming it), not load: answered 500
+ * naming the stage, and logged at most once every 10 s in the process,
+ * saying how many such requests were not logged since.  Any thread. */
+static _Atomic int64_t missing_logged;  /* ns (seda_now); relaxed CAS */
+static atomic_uint missing_quiet;       /* relaxed: a counter only */
+
+static void answer_missing(seda_http_req_t *req, const char *stage,
+                           const char *from)
+{
+    char at[200];
+    if (from)
+        snprintf(at, sizeof at, " (stage %s does not exist; forwarded "
+                 "there by stage %s)", stage, from);
+    else
+        snprintf(at, sizeof at, " (stage %s does not exist)", stage);
+    int64_t now = (int64_t)(seda_now() * 1e9) + 1;   /* 0: never logged */
+    int64_t last = atomic_load_explicit(&missing_logged,
+                                        memory_order_relaxed);
+    if ((last && now - last < 10 * (int64_t)1000000000) ||
+        !atomic_compare_exchange_strong_explicit(&missing_logged, &last, now,
+                                                 memory_order_relaxed,
+                                                 memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&missing_quiet, 1, memory_order_relaxed);
+    } else {
+        unsigned quiet = atomic_exchange_explicit(&missing_quiet, 0,
+                                                  memory_order_relaxed);
+        char msg[512], more[80] = "";
+        if (quiet)
+            snprintf(more, sizeof more, " (and %u more since the last "
+                     "such line)", quiet);
+        snprintf(msg, sizeof msg, "listen: %s %s: answered 500 "
+                 "no_such_stage%s%s", seda_http_req_method(req),
+                 seda_http_req_path(req), at, more);
+        seda_log_write(SEDA_LOG_ERROR, from, msg);
+    }
+    answer_detail(req, 500, "no_such_stage", at);
+}
+
 /* The core's done callback (any thread, no Lua). */
 static void on_done(seda_env_t *env, int outcome, void *ud)
 {
@@ -355,6 +404,11 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
     if (outcome == SEDA_DEAD_LETTERED) {
         const char *why = seda_env_header(env, "x-dead-reason");
         const char *from = seda_env_header(env, "x-dead-from");
+        const char *missing = seda_env_header(env, "x-dead-stage");
+        if (missing && why && strcmp(why, "no_such_stage") == 0) {
+            answer_missing(req, missing, from);
+            return;
+        }
         char at[100] = "";
         if (from)
             snprintf(at, sizeof at, " (stage %s)", from);
@@ -371,7 +425,11 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
     if (answer_from(&a, p, len, seda_env_payload_kind(env)) != 0) {
         free(a.names.p);
         free(a.json.p);
-        answer_plain(req, 500, "bad_response");
+        /* What JSON could not carry, by its path (nan, inf). */
+        char at[220] = "";
+        if (a.why[0])
+            snprintf(at, sizeof at, " (%s)", a.why);
+        answer_detail(req, 500, "bad_response", at);
         return;
     }
     if (a.bad[0]) {
@@ -496,11 +554,12 @@ static void on_request(seda_http_req_t *req, void *ud)
     seda_bus_t *bus = h->lb->bus;
     seda_stage_t *st = seda_bus_stage(bus, rt->stages[0]);
     if (!st) {
-        answer_plain(req, 503, seda_strerror(seda_bus_closed(bus)
-                                                 ? SEDA_ECLOSED
-                                             : seda_bus_paused(bus)
-                                                 ? SEDA_EPAUSED
-                                                 : SEDA_ENOSTAGE));
+        if (seda_bus_closed(bus) || seda_bus_paused(bus))
+            answer_plain(req, 503, seda_strerror(seda_bus_closed(bus)
+                                                     ? SEDA_ECLOSED
+                                                     : SEDA_EPAUSED));
+        else
+            answer_missing(req, rt->stages[0], NULL);
         return;
     }
     seda_publish_opts o;
@@ -812,7 +871,8 @@ static bool has_control(const char *s, size_t n)
     return false;
 }
 
-/* Parse the routes table at t into h (raises naming the route). */
+/* Parse the routes table at t into h (raises naming the route, and a
+ * stage the bus does not have: a typo would be answered for ever). */
 static void parse_routes(lua_State *L, int t, struct lhttp *h)
 {
     int n = 0;
@@ -875,6 +935,10 @@ static void parse_routes(lua_State *L, int t, struct lhttp *h)
                            "stage name%s%s%s", key, i + 1,
                            s ? " ('" : "", s ? shown(L, s, sl) : "",
                            s ? "')" : "");
+            if (!seda_bus_stage(h->lb->bus, s))
+                luaL_error(L, "listen: route '%s': stage '%s' does not "
+                           "exist (declare it with bus:stage before "
+                           "listen)", key, s);
             r->stages[i] = strdup(s);
             if (!r->stages[i])
                 luaL_error(L, "listen: out of memory");

@@ -2,9 +2,8 @@
 /*
  * lhttp_wire.h -- what bus:listen (lhttp.c) needs of lhttp_wire.c: a
  * request written as a payload in the codec's wire format, a payload
- * skipped through without a Lua state (read with lcodec_read.h), and a
- * table written as JSON.  Internal to the
- * Lua layer.
+ * skipped through without a Lua state (read with lcodec_read.h).  An
+ * answer's JSON is ljson_write.h's.  Internal to the Lua layer.
  */
 #ifndef SEDA_LHTTP_WIRE_H
 #define SEDA_LHTTP_WIRE_H
@@ -26,11 +25,5 @@ SEDA__API void seda__l_hw_encode_request(struct buf *b, const seda_http_req_t *r
 SEDA__API int seda__l_hw_rd_skip(struct cr *r, int depth);
 SEDA__API int seda__l_hw_rd_skip_rest(struct cr *r, const struct cval *v,
                                       int depth);
-
-/* JSON: a number, and the rest of a value whose head was read (a table
- * as an array when its keys are 1..n, else an object). */
-SEDA__API void seda__l_hw_json_num(struct buf *b, const struct cval *v);
-SEDA__API int seda__l_hw_json_rest(struct buf *b, struct cr *r,
-                                   const struct cval *v, int depth);
 
 #endif /* SEDA_LHTTP_WIRE_H */

@@ -251,6 +251,11 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         lua_pushboolean(L, 0);
         lua_pushstring(L, rc == SEDA_ETYPE ? why
                                            : seda_strerror(rc));
+        if (rc == SEDA_ESHED) {
+            /* The stage that sheds: a stage it may reach, or its own. */
+            lua_pushstring(L, why[0] ? why : to);
+            return 3;
+        }
         return 2;
     }
     lua_pushboolean(L, 1);
@@ -356,6 +361,10 @@ int seda__l_publish_many(lua_State *L)
     if (rc) {
         lua_pushstring(L, rc == SEDA_ETYPE ? why
                                            : seda_strerror(rc));
+        if (rc == SEDA_ESHED) {
+            lua_pushstring(L, why[0] ? why : to);
+            return 3;
+        }
         return 2;
     }
     if (erridx) {

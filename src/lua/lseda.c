@@ -630,9 +630,12 @@ static int l_bus_new(lua_State *L)
         if (seda_bus_open_journal(lb->bus, jerr, sizeof jerr) != 0)
             return luaL_error(L, "bus: data_dir: %s", jerr);
     }
+    /* The value: the bus's place in declaration order (seda.buses). */
+    static atomic_llong made_seq;       /* relaxed: a counter only */
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
     lua_pushvalue(L, ud);
-    lua_pushboolean(L, 1);
+    lua_pushinteger(L, (lua_Integer)atomic_fetch_add_explicit(
+                           &made_seq, 1, memory_order_relaxed) + 1);
     lua_rawset(L, -3);
     lua_pop(L, 1);
     seda__l_observe_add(lb);
@@ -753,19 +756,51 @@ static int l_bus_workers(lua_State *L)
     return 1;
 }
 
-/* seda.buses(): the live bus objects (created and not yet shut down). */
+/* seda.buses(): the live bus objects (created and not yet shut down), in
+ * the order they were made, each also under its name (seda.buses().orders).
+ * The registry's set maps each bus to its place in that order. */
 static int l_buses(lua_State *L)
 {
     lua_newtable(L);
-    int n = 0;
+    int t = lua_gettop(L);
     lua_getfield(L, LUA_REGISTRYINDEX, BUSES_KEY);
+    int reg = lua_gettop(L);
+    int n = 0;
     lua_pushnil(L);
-    while (lua_next(L, -2)) {
+    while (lua_next(L, reg)) {
         lua_pop(L, 1);
         lua_pushvalue(L, -1);
-        lua_rawseti(L, -4, ++n);
+        lua_rawseti(L, t, ++n);
     }
-    lua_pop(L, 1);
+    /* Insertion sort by place (a handful of buses). */
+    for (int i = 2; i <= n; i++) {
+        lua_rawgeti(L, t, i);
+        lua_pushvalue(L, -1);
+        lua_rawget(L, reg);
+        lua_Integer key = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        int j = i - 1;
+        for (; j >= 1; j--) {
+            lua_rawgeti(L, t, j);
+            lua_rawget(L, reg);
+            lua_Integer kj = lua_tointeger(L, -1);
+            lua_pop(L, 1);
+            if (kj <= key)
+                break;
+            lua_rawgeti(L, t, j);
+            lua_rawseti(L, t, j + 1);
+        }
+        lua_rawseti(L, t, j + 1);
+    }
+    for (int i = 1; i <= n; i++) {
+        lua_rawgeti(L, t, i);
+        struct lbusud *u = lua_touserdata(L, -1);
+        if (u && u->lb)
+            lua_setfield(L, t, u->lb->name);
+        else
+            lua_pop(L, 1);
+    }
+    lua_settop(L, t);
     return 1;
 }
 

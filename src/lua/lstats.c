@@ -100,6 +100,8 @@ static void push_stage_stats(lua_State *L, seda_stage_t *st, int index)
     lua_setfield(L, -2, "rate");
     lua_pushstring(L, seda_delivery_name(s.delivery));
     lua_setfield(L, -2, "delivery");
+    lua_pushboolean(L, s.durable != SEDA_MEMORY);
+    lua_setfield(L, -2, "durable");
     if (ls) {
         pthread_mutex_lock(&ls->mu);
         uint64_t version = ls->version;

@@ -778,6 +778,13 @@ int seda__rw_msg_read(natsMsg *m, const char *fallback_id, struct rw_in *in,
     uint64_t att = 1, hop = 1;
     const char *pv = NULL;
     int prio = 0;
+    /* A foreign message without Seda-Id is known by its Nats-Msg-Id (the
+     * id its publisher gave it, which JetStream deduplicates by) when it
+     * has one that fits; else by fallback_id (<stream>:<sequence>). */
+    if (id == -1 && natsMsgHeader_Get(m, "Nats-Msg-Id", &pv) == NATS_OK &&
+        pv && pv[0] && strlen(pv) < SEDA_ID_MAX)
+        id = g_str(&g, pv, strlen(pv));
+    pv = NULL;
     if (id == -1)
         id = g_str(&g, fallback_id, strlen(fallback_id));
     if (id < 0 || g.s->len - g.off[id] > SEDA_ID_MAX ||

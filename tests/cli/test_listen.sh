@@ -116,6 +116,43 @@ kill -TERM "$HPID"
 hgone() { ! kill -0 "$HPID" 2>/dev/null; }
 check "it stops on SIGTERM" wait_until 10 hgone
 
+# A request that meets a stage that does not exist (forwarded there) is
+# answered 500 naming it, and logged at most once every 10 s.
+P=$(free_port)
+cat >"$D/missing.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 2 }
+bus:stage{ name = "route", handler = function(env) return env:forward("audit") end }
+bus:listen{ http = $P, routes = { ["POST /orders"] = { "route" } } }
+EOF
+"$SEDA" "$D/missing.lua" >"$D/mout" 2>"$D/merr" &
+MPID=$!
+PIDS="$PIDS $MPID"
+mup() { curl -s -o /dev/null -d x "http://127.0.0.1:$P/orders"; }
+check "missing: the service comes up" wait_until 10 mup
+out=$(curl -s -i -d x "http://127.0.0.1:$P/orders")
+check "missing: 500" contains "$out" "500"
+check "missing: names the missing stage" contains "$out" "stage audit does not exist; forwarded there by stage route"
+check "missing: no Retry-After (retrying cannot help)" eval '! printf "%s" "$out" | grep -qi "retry-after"'
+for i in 1 2 3 4 5; do curl -s -o /dev/null -d x "http://127.0.0.1:$P/orders"; done
+kill -TERM "$MPID"
+mgone() { ! kill -0 "$MPID" 2>/dev/null; }
+check "missing: SIGTERM stops it" wait_until 10 mgone
+check "missing: logged, naming route and stage" contains "$(cat "$D/merr")" "listen: POST /orders: answered 500 no_such_stage (stage audit does not exist; forwarded there by stage route)"
+# (Seven requests within seconds: one line, two if 10 s passed between
+# them on a loaded machine.)
+check "missing: rate-limited: one line for seven requests" [ "$(grep -c 'no_such_stage' "$D/merr")" -le 2 ]
+# And listen raises at once for a route naming a stage that does not exist.
+cat >"$D/typo.lua" <<EOF
+local seda = require "seda"
+local bus = seda.bus{ workers = 1 }
+bus:stage{ name = "orders", handler = function() end }
+bus:listen{ http = 0, routes = { ["POST /orders"] = { "odrers" } } }
+EOF
+"$SEDA" "$D/typo.lua" >"$D/tout" 2>&1; rc=$?
+check "typo: exits 1" [ "$rc" = 1 ]
+check "typo: names route and stage" contains "$(cat "$D/tout")" "listen: route 'POST /orders': stage 'odrers' does not exist"
+
 # ---- examples/orders ----
 P=$(free_port)
 "$SEDA" "$ROOT/examples/orders/service.lua" "$P" >"$D/oout" 2>"$D/oerr" &

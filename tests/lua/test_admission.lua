@@ -426,6 +426,93 @@ T.test("shed engages under overload (low first, then normal; never high) and dis
   T.accounting(bus)
 end)
 
+-- Shedding at the door reaches the stages a slip stage forwards to: the
+-- shape of examples/service.lua (parse -> route, route forwarding to
+-- orders, orders slow and shedding).  Before, orders shed nothing (only
+-- hops reached it) and parse and route filled behind it.
+T.test("door: a stage reached only by env:forward sheds at the entrance", function()
+  local bus = T.bus{ workers = 2 }
+  bus:stage{ name = "parse", capacity = 10000, handler = function() end }
+  bus:stage{ name = "route", capacity = 10000, handler = function(env)
+    return env:forward("orders")
+  end }
+  -- 2 ms an envelope: 500/s; published at twice that.
+  bus:stage{ name = "orders", shed = { target = 0.005, interval = 0.03 }, handler = function()
+    local d = seda.now() + 0.002
+    while seda.now() < d do end
+  end }
+  local accepted, shed, other, sent = 0, 0, {}, 0
+  local t0, deadline = seda.now(), seda.now() + 30
+  while shed < 50 and seda.now() < deadline do
+    local due = math.floor((seda.now() - t0) * 1000)
+    while sent < due do
+      sent = sent + 1
+      local ok, why, who = bus:publish("parse", sent, { slip = { "route" }, timeout = 0 })
+      if ok then
+        accepted = accepted + 1
+      elseif why == "shed" then
+        T.eq(who, "orders", "the refusal names the stage that sheds")
+        shed = shed + 1
+      else
+        other[#other + 1] = why
+      end
+    end
+  end
+  T.ok(shed >= 50, "new itineraries refused at the entrance (" .. shed .. " of " .. sent .. ")")
+  T.deep_eq(other, {}, "every refusal was shed (none for a full queue)")
+  T.idle(bus, 60)
+  local s = T.accounting(bus)
+  T.eq(s.completed, accepted, "every accepted itinerary completed")
+  T.eq(s.dead_lettered, 0, "none dead-lettered")
+  T.eq(bus:stats("parse").shed, shed, "counted shed at the entrance")
+  T.eq(bus:stats("orders").shed_for, shed, "and in shed_for at the stage that caused it")
+  T.eq(bus:stats("orders").shed, 0, "orders itself refused nothing: hops are never shed")
+  T.eq(bus:stats("route").shed_for, 0, "route caused none")
+  -- A publish with high priority still goes in; one to orders alone is the
+  -- stage's own refusal (third value: the stage itself).
+  T.eq(bus:publish("parse", 1, { slip = { "route" }, priority = "high" }), true, "high is never shed")
+  T.idle(bus, 30)
+end)
+
+T.test("door: a forward target is forgotten when unused for stats_window", function()
+  local bus = T.bus{ workers = 2, stats_window = 1 }
+  local function fwd(env) if env.payload == "fwd" then return env:forward("slow") end end
+  bus:stage{ name = "c", handler = fwd }
+  bus:stage{ name = "d", handler = fwd }
+  bus:stage{ name = "slow", shed = { target = 0.005, interval = 0.02 }, handler = function()
+    local d = seda.now() + 0.01
+    while seda.now() < d do end
+  end }
+  -- c forwards to slow once, then the window passes: forgotten.
+  assert(bus:publish("c", "fwd"))
+  T.idle(bus, 10)
+  T.spin(1.2)
+  -- d keeps forwarding to slow; slow is driven into shedding.  A new
+  -- itinerary at d is refused for slow; one at c goes in (c's target was
+  -- forgotten), and d is refused again after it (slow still shed then).
+  local d_refused, c_ok = 0, 0
+  T.wait_until(function()
+    -- slow's queue is kept short (a few at a time, and d's forwards
+    -- only while it is): enough to shed, quick to drain.
+    local depth = bus:stats("slow").depth
+    if depth < 10 then
+      for i = 1, 5 do bus:publish("slow", i, { timeout = 0 }) end
+    end
+    if depth >= 50 then return false end
+    local ok, why, who = bus:publish("d", "fwd", { timeout = 0 })
+    if ok then return false end
+    T.deep_eq({ why, who }, { "shed", "slow" }, "d refused for slow")
+    d_refused = d_refused + 1
+    local okc, whyc = bus:publish("c", "x", { timeout = 0 })
+    T.eq(okc, true, "c's forward target was forgotten (" .. tostring(whyc) .. ")")
+    c_ok = c_ok + 1
+    return (bus:publish("d", "fwd", { timeout = 0 })) == false
+  end, 30, "d refused, c accepted, d refused again")
+  T.ok(d_refused >= 1 and c_ok >= 1, "both seen")
+  T.idle(bus, 30)
+  T.accounting(bus)
+end)
+
 -- ---- retry backoff ----
 
 T.test("retry backoff: delays grow by multiplier, at least as long as asked, in order", function()

@@ -343,6 +343,35 @@ print("published")
   T.ok(require("seda").now() - t0 < 10, "no long wait")
 end)
 
+T.test("at exit, a durable stage's envelopes are said kept, not dropped", function()
+  local dir = T.tmpdir()
+  local s = script("durable_left.lua", ([[
+local seda = require "seda"
+local bus = seda.bus{ workers = 1, data_dir = %q }
+bus:stage{ name = "jobs", pull = true, durable = true }
+bus:stage{ name = "mem", pull = true }
+if arg[1] == "pub" then
+  for i = 1, 2 do assert(bus:publish("jobs", i)) end
+  for i = 1, 3 do assert(bus:publish("mem", i)) end
+  print("published")
+else
+  local n = 0
+  while bus:receive("jobs", 0.5) do n = n + 1 end
+  print("received " .. n)
+end
+]]):format(dir))
+  local out, rc = seda_lua(q(s) .. " pub")
+  T.eq(rc, 0, "exit status")
+  T.contains(out, "published", "script ran")
+  T.contains(out, "2 envelopes were kept at exit in the journal: 2 envelopes " ..
+             "in durable pull stage 'jobs'", "kept, naming the stage")
+  T.contains(out, "3 envelopes were dropped at exit: 3 envelopes queued " ..
+             "in pull stage 'mem' with no receiver", "only the in-memory ones dropped")
+  T.ok(not out:find("5 envelopes"), "the two are not added up: " .. out)
+  out = seda_lua(q(s))
+  T.contains(out, "received 2", "and kept they were: the next run gets them")
+end)
+
 T.test("-e without a script: arg like lua's", function()
   local out, rc = seda_lua("-e 'print(arg[0] ~= nil, arg[-1], arg[1], arg[2] ~= nil, #arg)'")
   T.eq(rc, 0, "exit status")

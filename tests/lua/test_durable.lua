@@ -301,6 +301,32 @@ end)
 
 -- ---- dead letters on disk, the DLQ CLI ----------------------------------------
 
+T.test("a durable dead letter for a missing stage keeps x-dead-stage in the journal", function()
+  local base = T.tmpdir()
+  local dir = base .. "/data"
+  -- In a process of its own: the journal is free for the CLI once it ends.
+  local script = T.write(base .. "/missing.lua", ([[
+local seda = require "seda"
+local bus = seda.bus{ data_dir = %q, workers = 1, dead_letter = "dlq" }
+bus:stage{ name = "dlq", durable = "at_least_once", pull = true }
+bus:stage{ name = "work", durable = "at_least_once",
+           handler = function(env) return env:forward("gone") end }
+assert(bus:publish("work", "x", { id = "m1" }))
+local deadline = seda.now() + 20
+while bus:stats().dead_lettered < 1 and seda.now() < deadline do bus:poll() end
+print("dead_lettered " .. bus:stats().dead_lettered)
+bus:shutdown(0)
+]]):format(dir))
+  local out, code = sh(q(BIN) .. " " .. q(script))
+  T.contains(out, "dead_lettered 1", "dead-lettered")
+  out, code = dlq_cli(dir, "show", "m1")
+  T.eq(code, 0, "show exit: " .. out)
+  T.contains(out, '"x-dead-reason": "no_such_stage"', "reason")
+  T.contains(out, '"x-dead-stage": "gone"', "the missing stage survived the journal")
+  T.contains(out, '"x-dead-attempts": "1"', "attempts")
+  T.ok(out:match('"x%-dead%-at": "%d%d%d%d%-'), "when: " .. out)
+end)
+
 T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge", function()
   local base = T.tmpdir()
   local dir = base .. "/data"
@@ -331,7 +357,7 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
     T.eq(stage, "dlq", "list stage")
     T.eq(from, "work", "list x-dead-from")
     T.eq(reason, "max_attempts", "list x-dead-reason")
-    T.eq(attempts, "1", "list attempts")
+    T.eq(attempts, "2", "list attempts: the one it died on (x-dead-attempts)")
     if i % 2 == 1 then T.eq(bytes, tostring(#("payload\t" .. i)), "list payload size") end
   end
   -- show
@@ -340,6 +366,13 @@ T.test("dead letters stay in a durable DLQ; seda-lua dlq list/show/replay/purge"
   T.contains(out, '"tag": "t1"', "show headers")
   T.contains(out, '"x-dead-reason": "max_attempts"', "show x-dead-reason")
   T.contains(out, '"x-dead-from": "work"', "show x-dead-from")
+  -- Every x-dead-* header survived the journal, not just reason and from.
+  T.contains(out, '"x-dead-error": "handler error: boom w1"', "show x-dead-error")
+  T.contains(out, '"x-dead-attempts": "2"', "show x-dead-attempts")
+  T.ok(out:match('"x%-dead%-at": "%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ"'),
+       "show x-dead-at: " .. out)
+  T.contains(out, "attempts: 1 in its dead-letter stage; it died on attempt 2",
+             "show: both attempt counts")
   T.contains(out, '"payload\\t1"', "show raw payload, escaped")
   T.contains(out, "slip:", "show slip")
   out, code = dlq_cli(dir, "show", "w2")

@@ -81,6 +81,31 @@ T.test("a receive that holds its worker (every loan in use) is reported and coun
   bus:shutdown(5)
 end)
 
+T.test("seda.buses(): in declaration order, each also under its name", function()
+  -- Twelve names whose hash order differs from their declaration order
+  -- (before, the list came in the order of a table's keys).
+  local made, names = {}, {}
+  for i = 1, 12 do
+    names[i] = T.uniq("b" .. (13 - i) * 7)
+    made[i] = T.bus{ workers = 1, name = names[i] }
+  end
+  local mine = {}
+  for _, b in ipairs(seda.buses()) do
+    for i = 1, 12 do if b == made[i] then mine[#mine + 1] = i end end
+  end
+  T.deep_eq(mine, { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 }, "declaration order")
+  local t = seda.buses()
+  for i = 1, 12 do T.eq(t[names[i]], made[i], "by name: " .. names[i]) end
+  made[5]:shutdown(5)
+  t = seda.buses()
+  T.eq(t[names[5]], nil, "a shut down bus is gone by name")
+  local order = {}
+  for _, b in ipairs(t) do
+    for i = 1, 12 do if b == made[i] then order[#order + 1] = i end end
+  end
+  T.deep_eq(order, { 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12 }, "and from the list; the rest keep their order")
+end)
+
 T.test("a bus lives until it is shut down, listed by seda.buses(); then it is gone", function()
   local function count(b)
     for _, x in ipairs(seda.buses()) do if x == b then return true end end

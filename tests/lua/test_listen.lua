@@ -99,6 +99,8 @@ bus:stage{ name = "price", max_attempts = 1, concurrency = 64, handler = functio
   end
   if p.query.fail then error("price failed on purpose") end
   if p.query.bad then return env:respond(400, { error = "bad" }) end
+  if p.query.integral then return env:respond(200, { total = 2 * 1.5, n = 3, neg = -0.0, big = 1e300, list = { 1, 1.0 } }, { ["X-Total"] = 2 * 1.5 }) end
+  if p.query.nan then return env:respond(200, { order = { total = 0 / 0 } }) end
   if p.query.float then env.payload = { body = { x = 19.37, y = 0.1 + 0.2 } }; return env:respond(200, { x = 19.37, y = 1 / 3 }) end
   if p.query.sleep then seda.sleep(tonumber(p.query.sleep)) end
   p.price = p.n * 10
@@ -115,6 +117,7 @@ bus:stage{ name = "store", handler = function(env)
 end }
 bus:stage{ name = "slow", capacity = 1, concurrency = 1, policy = "reject",
            handler = function(env) seda.sleep(0.15); env.payload = "slow done" end }
+bus:stage{ name = "forwarder", handler = function(env) return env:forward("nosuchstage") end }
 bus:stage{ name = "guarded", admit = function(env, stage)
              if env.payload.headers["x-deny"] then return false, "denied" end
              return true
@@ -128,7 +131,7 @@ local L = bus:listen{
     ["GET /orders"] = { "parse", "price", "store" },
     ["GET /slow"] = { "slow" },
     ["GET /guarded"] = { "guarded" },
-    ["GET /missing"] = { "nosuchstage" },
+    ["GET /missing"] = { "forwarder" },
   },
   timeout = 0.5, max_body = 1000, max_header = 2048,
   max_connections = 1100, client_timeout = 1,
@@ -201,6 +204,22 @@ T.test("env:respond with a body alone; JSON numbers read back exactly", function
   T.eq(s, 200)
   T.ok(b:find('"x":19.37', 1, true), b)
   T.ok(b:find('"y":0.33333333333333331', 1, true) or b:find('"y":0.3333333333333333', 1, true), b)
+  -- A float with an integral value is written so it reads back a float
+  -- (3.0), an integer as an integer: as the remote JSON format writes
+  -- them (before, the answer said 3 for 2 * 1.5).
+  s, h, b = http(port, "GET", "/orders?integral=1")
+  T.eq(s, 200)
+  T.ok(b:find('"total":3.0', 1, true), b)
+  T.ok(b:find('"n":3[,}]'), b)
+  T.ok(b:find('"neg":-0.0', 1, true), b)
+  T.ok(b:find('"big":1e+300', 1, true), b)
+  T.ok(b:find('"list":[1,1.0]', 1, true), b)
+  T.eq(h["x-total"], "3.0", "a number header value alike")
+  -- nan is the only kind of number refused: 500 naming its path.
+  s, h, b = http(port, "GET", "/orders?nan=1")
+  T.eq(s, 500)
+  T.eq(h["seda-reason"], "bad_response")
+  T.contains(b, "payload.body.order.total: JSON cannot carry nan", "names the path")
 end)
 
 T.test("a dead letter is 500 with the reason", function()
@@ -282,10 +301,23 @@ T.test("every admission refusal is 503 with Retry-After and Seda-Reason", functi
   bus:resume()
   T.eq(s, 503)
   T.eq(h["seda-reason"], "paused")
-  -- a route whose stage does not exist
-  s, h = http(port, "GET", "/missing")
-  T.eq(s, 503)
+  -- a request that meets a stage that does not exist (forwarded there):
+  -- 500 naming that stage, not 503 (retrying cannot help)
+  local body
+  s, h, body = http(port, "GET", "/missing")
+  T.eq(s, 500)
   T.eq(h["seda-reason"], "no_such_stage")
+  T.contains(body, "stage nosuchstage does not exist; forwarded there by stage forwarder",
+             "names the missing stage and the one that forwarded")
+end)
+
+T.test("listen raises for a route naming a stage that does not exist", function()
+  T.raises(function()
+    bus:listen{ http = "127.0.0.1:0", routes = { ["GET /a"] = { "parse" }, ["POST /b"] = { "parse", "prise" } } }
+  end, "listen: route 'POST /b': stage 'prise' does not exist")
+  T.raises(function()
+    bus:listen{ http = "127.0.0.1:0", routes = { ["/c"] = { "nosuchstage" } } }
+  end, "listen: route '/c': stage 'nosuchstage' does not exist")
 end)
 
 T.test("past timeout the answer is 504; the itinerary still completes", function()
@@ -488,15 +520,15 @@ end)
 T.test("listen misuse raises naming the field", function()
   local ok, err = pcall(bus.listen, bus, { http = 0 })
   T.ok(not ok and err:find("routes", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["GET x"] = { "a" } } })
+  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["GET x"] = { "parse" } } })
   T.ok(not ok and err:find("METHOD /path", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = "example.com:80", routes = { ["/"] = { "a" } } })
+  ok, err = pcall(bus.listen, bus, { http = "example.com:80", routes = { ["/"] = { "parse" } } })
   T.ok(not ok and err:find("numeric", 1, true), err)
-  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, bogus = 1 })
+  ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "parse" } }, bogus = 1 })
   T.ok(not ok and err:find("bogus", 1, true), err)
   -- A route no request could match raises naming it.
   for _, c in ipairs{ { "get /a", "upper-case" }, { " /a", "method is empty" } } do
-    ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "a" } } })
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { [c[1]] = { "parse" } } })
     T.ok(not ok and err:find(c[1], 1, true) and err:find(c[2], 1, true), tostring(err))
   end
   -- A numeric option out of range names it and its range (the message
@@ -511,7 +543,7 @@ T.test("listen misuse raises naming the field", function()
     { "client_timeout", 1e300, "client_timeout must be a number from 0.001 to" },
     { "threads", 1e6, "threads must be a number from 1 to 1024" },
   } do
-    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "a" } }, [c[1]] = c[2] })
+    ok, err = pcall(bus.listen, bus, { http = 0, routes = { ["/"] = { "parse" } }, [c[1]] = c[2] })
     T.ok(not ok and err:find(c[3], 1, true), tostring(err))
   end
 end)

@@ -288,7 +288,7 @@ T.test("a stage whose calls wait on the network sheds when its queue is slow, at
     T.spin(0.002)
   end
   T.eq(why, "shed", "the waiting stage sheds")
-  T.deep_eq({ bus:publish("front", 1, { slip = { "net" } }) }, { false, "shed" },
+  T.deep_eq({ bus:publish("front", 1, { slip = { "net" } }) }, { false, "shed", "net" },
             "a new itinerary through it is refused at the door")
   T.ok(bus:stats("net").shed >= 1, "counted in shed")
   seda.shared:set("wshed.fast", true)

@@ -108,7 +108,7 @@ static void test_wire_foreign_message_gets_defaults(void **state)
     natsMsgHeader_Set(m, "Nats-Msg-Id", "theirs");
     struct rw_in in;
     read_ok(m, &in);
-    assert_string_equal(in.env.id, "S:1");
+    assert_string_equal(in.env.id, "theirs");   /* its Nats-Msg-Id */
     assert_null(in.env.origin);
     assert_null(in.env.sender);
     assert_null(in.env.content_type);
@@ -121,6 +121,37 @@ static void test_wire_foreign_message_gets_defaults(void **state)
     assert_int_equal(in.env.plen, 2);
     seda__rw_in_free(&in);
     natsMsg_Destroy(m);
+}
+
+/* A foreign message's id: its Seda-Id, else its Nats-Msg-Id when that
+ * fits an id, else <stream>:<sequence>. */
+static void test_wire_foreign_id_from_nats_msg_id(void **state)
+{
+    (void)state;
+    char big[SEDA_ID_MAX + 8];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    const struct { const char *seda_id, *msg_id, *want; } c[] = {
+        { NULL, NULL, "S:1" },
+        { NULL, "order-42", "order-42" },
+        { "mine", "order-42", "mine" },
+        { NULL, "", "S:1" },
+        { NULL, big, "S:1" },               /* too long for an id */
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        natsMsg *m = NULL;
+        assert_int_equal(natsMsg_Create(&m, "seda.S.in", NULL, "{}", 2),
+                         NATS_OK);
+        if (c[i].seda_id)
+            natsMsgHeader_Set(m, "Seda-Id", c[i].seda_id);
+        if (c[i].msg_id)
+            natsMsgHeader_Set(m, "Nats-Msg-Id", c[i].msg_id);
+        struct rw_in in;
+        read_ok(m, &in);
+        assert_string_equal(in.env.id, c[i].want);
+        seda__rw_in_free(&in);
+        natsMsg_Destroy(m);
+    }
 }
 
 /* User headers: plain when NATS carries them exactly and no key clashes
@@ -392,6 +423,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_message_round_trip),
         cmocka_unit_test(test_wire_foreign_message_gets_defaults),
+        cmocka_unit_test(test_wire_foreign_id_from_nats_msg_id),
         cmocka_unit_test(test_wire_user_headers_plain_or_packed),
         cmocka_unit_test(test_wire_build_refuses_bad_fields),
         cmocka_unit_test(test_wire_bad_metadata_named),

@@ -151,7 +151,8 @@ elseif mode == "order" then
   bus:shutdown(5)
 
 elseif mode == "dlq_fill" then
-  -- dlq_fill DIR N: "work" always nacks (max_attempts 2): w1..wN become
+  -- dlq_fill DIR N: "work" always raises "boom <id>" (max_attempts 2):
+  -- w1..wN become
   -- dead letters in the durable DLQ "dlq" (a pull stage nobody receives
   -- from, so they stay).  One envelope also waits in "held" (not a dead
   -- letter; purge must keep it).
@@ -159,7 +160,7 @@ elseif mode == "dlq_fill" then
   bus:stage{ name = "dlq", durable = "at_least_once", pull = true }
   bus:stage{ name = "held", durable = "at_least_once", pull = true }
   bus:stage{ name = "work", durable = "at_least_once", max_attempts = 2,
-             handler = function(env) return false end }
+             handler = function(env) error("boom " .. env.id, 0) end }
   local n = tonumber(arg[3])
   assert(bus:publish("held", "keep me", { id = "h1" }))
   for i = 1, n do
