@@ -66,6 +66,10 @@ samples() {
         'import json,sys; sys.exit(0 if len(json.load(sys.stdin)["t"]) >= 2 else 1)'
 }
 check "/history.json has samples" wait_until "$DEADLINE" samples
+if [ "$FAILS" != 0 ]; then
+    echo "    the server's log:"; tail -30 "$D/log" | sed 's/^/    /'
+    finish
+fi
 
 # Requests to the listener all along (5 a second), until told to stop.
 python3 - "$LPORT" "$D/stop" >"$D/client.log" 2>&1 <<'EOF' &
@@ -302,4 +306,5 @@ check "/history.json?since=T has only the samples after T" wait_until "$DEADLINE
 
 stop_server
 check "server exits 0 (got $SRC)" [ "$SRC" = 0 ]
+[ "$SRC" = 0 ] || { echo "    the server's log:"; grep -v 'handler error' "$D/log" | tail -40 | sed 's/^/    /'; }
 finish
