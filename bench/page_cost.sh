@@ -9,11 +9,17 @@
 # second (GET /stats.json and /history.json?since=, after one full
 # /history.json), so that B pays for the observer thread, its history
 # samples and the page's answers.  Prints each trial and the median ratio
-# B/A per load.  Needs curl and python3.
+# B/A per load.  On a shared machine those ratios are mostly noise; so it
+# also prints the server's own CPU (utime + stime from /proc, over
+# CPU_SECONDS, default 20) serving examples/service.lua at 1 line a second
+# with --http, without and with the page client: what the history and
+# the page's answers cost, independent of the machine's other load.
+# Needs curl and python3.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SEDA=${SEDA:-$ROOT/build/release/seda-lua}
 ROUNDS=${1:-5}
+CPU_SECONDS=${CPU_SECONDS:-20}
 T=$(mktemp -d "${TMPDIR:-/tmp}/seda-pagecost.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 cat >"$T/load.lua" <<'LUA'
@@ -85,3 +91,22 @@ ma, mb = statistics.median(a), statistics.median(b)
 print("%s: median A (no page) %.0f/s, B (page open) %.0f/s, B/A %.3f" % (sys.argv[1], ma, mb, mb / ma))
 PY
 done
+cpu_ms() {   # yes|no: the server's CPU ms a second, page client or not
+    "$SEDA" --serve --http 127.0.0.1:0 "$ROOT/examples/service.lua" 1 \
+        >/dev/null 2>"$T/cerr" &
+    S=$!
+    url=""
+    while [ -z "$url" ]; do
+        sleep 0.05
+        url=$(sed -n 's|.*listening on \(http://[^/]*\)/.*|\1|p' "$T/cerr")
+    done
+    [ "$1" = yes ] && page_client "$url"
+    sleep 3
+    t0=$(awk '{ print $14 + $15 }' "/proc/$S/stat")
+    sleep "$CPU_SECONDS"
+    t1=$(awk '{ print $14 + $15 }' "/proc/$S/stat")
+    [ "$1" = yes ] && { kill "$CLIENT"; wait "$CLIENT" 2>/dev/null || true; }
+    kill -TERM "$S"; wait "$S" 2>/dev/null || true
+    echo $(( (t1 - t0) * 1000 / $(getconf CLK_TCK) / CPU_SECONDS ))
+}
+echo "server CPU, examples/service.lua at 1 line/s with --http: page closed $(cpu_ms no) ms/s, page open $(cpu_ms yes) ms/s"
