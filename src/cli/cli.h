@@ -261,7 +261,8 @@ int cli_history_json(struct cli_jbuf *b, double since);
  * how many were copied, or -1 for an unknown bus, stage or series. */
 int cli_history_series(const char *bus, const char *stage,
                        const char *series, float *out, int n);
-/* Whether the observer thread runs (it then takes the samples). */
+/* Whether the observer thread runs (it then takes the samples).  Main
+ * thread only. */
 bool cli_observe_running(void);
 
 /* cli_http.c: the endpoint's limits */

@@ -8,10 +8,11 @@
  * change of a counter of bus:stats() over the second, divided by the
  * seconds that really passed), levels read at the sample (depth, in
  * flight, suspended, the shedding level: at least 1 when itineraries
- * were refused at the door for this stage during the second), and the p99 of the sojourn and
- * service times of that second alone (the change of the stage's
- * cumulative histogram, bus:histogram, at HIST_BOUNDS log-spaced bounds:
- * the bound the 99th sample falls under, within a factor of 1.29).  Per
+ * were refused at the door for this stage during the second), and the
+ * p99 of the sojourn and service times of that second alone (the
+ * change of the stage's cumulative histogram, bus:histogram, at
+ * HIST_BOUNDS log-spaced bounds: the bound the 99th sample falls under,
+ * within a factor of 1.29).  Per
  * listener: requests/s, responses/s by class, and the listener's own p99
  * (its last 10 s, as bus:stats() gives it).  Per bus: completed/s and
  * dead-lettered/s.  A series' first second, and the seconds before a
@@ -24,9 +25,10 @@
  *   it, else by the run loop (cli_periodic) on the main state.  Memory is
  *   bounded: every series is a ring of HIST_SLOTS floats sharing its bus's
  *   ring of sample times; a stage, listener or bus that is gone at a
- *   sample is dropped with its rings.  About 16 KiB per stage (HS_N rings
- *   of 300 4-byte floats and the previous histogram counts), 8.4 KiB per
- *   listener, 3.6 KiB per bus.
+ *   sample is dropped with its rings.  About 15.6 KB per stage (HS_N =
+ *   12 rings of 300 4-byte floats, 14 400 bytes, and the previous
+ *   histogram counts), 8.5 KB per listener (7 rings), 2.4 KB per bus,
+ *   and the 2.4 KB of sample times.
  *
  *   One thread samples at a time (the observer's while it runs, else the
  *   main one): it reads every bus through Lua with no lock of ours held
