@@ -427,7 +427,7 @@ $(B)/seda-lua.pc: include/seda.h Makefile
 	@mv $@.tmp $@
 
 INSTALL_LUA := lua/seda/test.lua
-INSTALL_DOC := $(wildcard docs/*.md) docs/status-page.png
+INSTALL_DOC := $(wildcard docs/*.md) docs/page.png
 
 install: all $(B)/seda.pc $(B)/seda-lua.pc
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LUA_CMOD_DIR) \

@@ -417,6 +417,63 @@ function M.format_stats(only_bus, only_stage)
   return printable(concat(text, "\n") .. "\n", true)
 end
 
+-- ---- top(): a sparkline per stage from the history ---------------------
+
+local BLOCKS = { "\u{2581}", "\u{2582}", "\u{2583}", "\u{2584}",
+                 "\u{2585}", "\u{2586}", "\u{2587}", "\u{2588}" }
+local SPARK_SECONDS = 60
+
+-- One line of unicode blocks for values (NaN, a second without a sample,
+-- is a space), scaled to their largest; "" when there is no history.
+local function sparkline(values)
+  local max = 0
+  for _, v in ipairs(values) do
+    if v == v and v > max then max = v end
+  end
+  local cells = {}
+  for i, v in ipairs(values) do
+    if v ~= v then cells[i] = " "
+    elseif max <= 0 then cells[i] = BLOCKS[1]
+    else cells[i] = BLOCKS[1 + math.floor(v / max * 7 + 0.5)] end
+  end
+  return concat(cells), max
+end
+M.sparkline = sparkline
+
+-- What top() draws: the stats table, then per stage the deliveries per
+-- second of the last minute as a sparkline (from the history that
+-- /history.json serves), its peak, and the seconds it was shedding.
+function M.format_top()
+  local text = { M.format_stats() }
+  for _, e in ipairs(snapshot()) do
+    local bname = bus_name(e.stats, e.index)
+    local names = stage_names(e.stats)
+    local w = 0
+    for _, n in ipairs(names) do if #n > w then w = #n end end
+    local lines = {}
+    for _, n in ipairs(names) do
+      local d = C.history(bname, n, "delivered", SPARK_SECONDS)
+      if d and #d > 0 then
+        local line, max = sparkline(d)
+        local shed = 0
+        for _, v in ipairs(C.history(bname, n, "shedding", SPARK_SECONDS)
+                           or {}) do
+          if v == v and v > 0 then shed = shed + 1 end
+        end
+        lines[#lines + 1] = fmt("  %s%s  %s%s  peak %s/s%s", n,
+          (" "):rep(w - #n), (" "):rep(SPARK_SECONDS - #d), line, num(max),
+          shed > 0 and fmt(", shedding %d s", shed) or "")
+      end
+    end
+    if #lines > 0 then
+      text[#text + 1] = fmt("%s: delivered/s, the last %d s (oldest left)\n",
+                            bname, SPARK_SECONDS)
+      text[#text + 1] = concat(lines, "\n") .. "\n"
+    end
+  end
+  return concat(text)
+end
+
 -- The banner of the REPL (-i on a terminal, attach): the version, the
 -- live buses with their stages in pipeline order, and where help is.
 function M.banner(extra)
@@ -813,7 +870,8 @@ The buses keep running while you type.
                              { [stage] = stats }; tostring gives the table);
                              stats("fetch"): that stage only
   top([seconds])             stats redrawn every `seconds` (default 1) until
-                             a key is pressed
+                             a key is pressed, with each stage's delivered/s
+                             over the last 60 s as a sparkline
   reload([stage])            hot-reload one stage's handler code, or all
   tune(stage, {concurrency=, capacity=, policy=, shed=, retry=,
                admit=, starve_after=})

@@ -13,6 +13,8 @@
  *   cli_http.c     --http: /metrics, /stats.json, /dlq.json and the
  *                  status page (cli_page.html) on libmicrohttpd
  *   cli_tap.c      --http's /tap?stage=NAME: Server-Sent Events streams
+ *   cli_history.c  the last five minutes of every bus, one sample a
+ *                  second: /history.json, the page's charts, top()
  *   cli_observe.c  the observer: a Lua state and a thread of their own
  *                  that serve --http and write --metrics
  *   cli_json.c     Lua values as JSON; the /stats.json document
@@ -269,6 +271,28 @@ void cli_observe_close(void);
 lua_State *cli_observe_state(void);
 void cli_observe_release(void);
 bool cli_observe_fn(lua_State *L, const char *name);
+
+/* cli_history.c: the history of every live bus, HIST_SLOTS samples one
+ * second apart (see the file).  cli_history_tick takes a sample through
+ * L's `seda` module when one is due at monotonic time mono (the observer
+ * thread on its state, else the run loop on the main one);
+ * cli_history_due says in how many ms the next is due (0: now). */
+#define HIST_SLOTS 300
+struct cli_jbuf;
+void cli_history_tick(lua_State *L, double mono);
+int cli_history_due(double mono);
+void cli_history_free(void);
+/* The /history.json document (the samples taken after wall-clock time
+ * since; 0 for all) into b: 0, or -1 out of memory. */
+int cli_history_json(struct cli_jbuf *b, double since);
+/* The last n (at most) values of a stage's series (a name of
+ * /history.json's, e.g. "delivered"), oldest first, NaN where none:
+ * how many were copied, or -1 for an unknown bus, stage or series. */
+int cli_history_series(const char *bus, const char *stage,
+                       const char *series, float *out, int n);
+/* Whether the observer thread runs (it then takes the samples).  Main
+ * thread only. */
+bool cli_observe_running(void);
 
 /* cli_http.c: the endpoint's limits */
 #define HTTP_CONN_LIMIT 512     /* connections at once (more are closed) */

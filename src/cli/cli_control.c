@@ -626,7 +626,7 @@ static void handle_line(struct client *c, const char *line, size_t len)
                 push_fn_result(c, "complete", 3);
             }
         } else if (len == 4 && memcmp(line + 1, "top", 3) == 0) {
-            if (cli_get_fn(L, "format_stats"))
+            if (cli_get_fn(L, "format_top"))
                 push_fn_result(c, "top", 0);
         } else {
             static const char m[] = "error: unknown control request\n";

@@ -10,6 +10,9 @@
  *   /metrics     the Prometheus text exposition (lua/seda/metrics.lua)
  *   /stats.json  every live bus's stats and recent errors (cli_json.c)
  *   /dlq.json    every live bus's kept dead letters, newest first
+ *   /history.json  the last five minutes of every live bus, a sample a
+ *                second (cli_history.c); ?since=T: only the samples
+ *                after wall-clock time T
  *   /tap?stage=  the envelopes entering a stage, live, as Server-Sent
  *                Events (cli_tap.c), until the client goes away
  *
@@ -274,6 +277,37 @@ static enum MHD_Result serve_json(struct MHD_Connection *c, const char *what,
     return ret;
 }
 
+/* /history.json[?since=T]: no Lua state needed (cli_history.c copies
+ * under its own mutex). */
+static enum MHD_Result serve_history(struct MHD_Connection *c)
+{
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+                                                "since");
+    double since = 0;
+    if (q) {
+        char *end;
+        errno = 0;
+        since = strtod(q, &end);
+        if (!*q || *end || errno || !(since >= 0)) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "bad request: since=%.60s: expected "
+                     "a wall-clock time in seconds (a \"t\" of "
+                     "/history.json)\n", q);
+            return reply_text(c, MHD_HTTP_BAD_REQUEST, buf);
+        }
+    }
+    struct cli_jbuf b = { 0 };
+    enum MHD_Result ret;
+    if (cli_history_json(&b, since) != 0)
+        ret = reply_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                         "history.json: out of memory\n");
+    else
+        ret = reply(c, MHD_HTTP_OK, "application/json", b.p, b.len,
+                    MHD_RESPMEM_MUST_COPY);
+    free(b.p);
+    return ret;
+}
+
 /* /tap?stage=NAME: a Server-Sent Events stream (cli_tap.c), exempt from
  * the whole-request deadline and MHD's idle timeout while it lasts. */
 static enum MHD_Result serve_tap(struct MHD_Connection *c)
@@ -397,11 +431,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
         return serve_json(c, "stats.json", cli_json_stats);
     if (strcmp(url, "/dlq.json") == 0)
         return serve_json(c, "dlq.json", cli_json_dlq);
+    if (strcmp(url, "/history.json") == 0)
+        return serve_history(c);
     if (strcmp(url, "/tap") == 0)
         return serve_tap(c);
     char buf[256];
     snprintf(buf, sizeof buf, "not found: %.120s\nendpoints: / (status "
-             "page), /metrics, /stats.json, /dlq.json, /tap?stage=NAME\n",
+             "page), /metrics, /stats.json, /dlq.json, /history.json, "
+             "/tap?stage=NAME\n",
              url);
     return reply_text(c, MHD_HTTP_NOT_FOUND, buf);
 }

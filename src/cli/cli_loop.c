@@ -297,6 +297,30 @@ static int c_os_exit(lua_State *L)
     return 0;
 }
 
+/* C.history(bus, stage, series, n): the last n values (at most; NaN
+ * where there was none) of a stage's series of the history
+ * (cli_history.c), oldest first, or nil when it has none. */
+static int c_history(lua_State *L)
+{
+    const char *bus = luaL_checkstring(L, 1);
+    const char *stage = luaL_checkstring(L, 2);
+    const char *series = luaL_checkstring(L, 3);
+    lua_Integer n = luaL_checkinteger(L, 4);
+    luaL_argcheck(L, n > 0 && n <= HIST_SLOTS, 4, "1 to HIST_SLOTS values");
+    float v[HIST_SLOTS];
+    int got = cli_history_series(bus, stage, series, v, (int)n);
+    if (got < 0) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_createtable(L, got, 0);
+    for (int i = 0; i < got; i++) {
+        lua_pushnumber(L, (lua_Number)v[i]);
+        lua_rawseti(L, -2, i + 1);
+    }
+    return 1;
+}
+
 int cli_setup(lua_State *L)
 {
     size_t len = (size_t)(cli_lua_end - cli_lua_src);
@@ -326,6 +350,7 @@ int cli_setup(lua_State *L)
         { "log", c_log },
         { "drain_stopped", c_drain_stopped },
         { "quiesce", c_quiesce },
+        { "history", c_history },
         { NULL, NULL }
     };
     luaL_newlib(L, fns);
@@ -635,6 +660,9 @@ void cli_periodic(double now)
         if (cli_get_fn(cli.L, "sample"))
             cli_docall(cli.L, 0, 0);
     }
+    /* The history: the observer thread's when it runs, else ours. */
+    if (!cli_observe_running() && cli_history_due(now) == 0)
+        cli_history_tick(cli.L, now);
 }
 
 int cli_start(void)
@@ -763,4 +791,5 @@ void cli_stop_all(void)
     cli_observe_stop();
     cli_http_stop();
     cli_watch_stop();
+    cli_history_free();
 }

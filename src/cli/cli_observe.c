@@ -9,7 +9,8 @@
  * is the binding's observer (seda_lua_open_observer): every live bus seen
  * read-only, never waiting for the main thread.  The thread polls the
  * HTTP endpoint's descriptor (cli_http.c; libmicrohttpd's request callback
- * runs on it) and writes the metrics file every second.  The main thread
+ * runs on it), writes the metrics file every second and takes the
+ * history's samples (cli_history.c).  The main thread
  * uses the state only before the thread starts and after it stopped (the
  * first and last metrics files), and the mutex below says so to whoever
  * calls cli_observe_state from elsewhere.
@@ -119,16 +120,29 @@ static void *observe_main(void *arg)
         struct pollfd p[2] = { { .fd = ob.stop[0], .events = POLLIN },
                                { .fd = cli_http_fd(), .events = POLLIN } };
         int ms = cli_http_timeout(250);  /* the reaper's and the file's pace */
+        int due = cli_history_due(cli_now());
+        if (ms < 0 || due < ms)
+            ms = due;
         int r = poll(p, p[1].fd >= 0 ? 2 : 1, ms);
         if (r < 0 && errno != EINTR)
             break;
         if (r > 0 && p[0].revents)
             break;
         cli_http_run();
+        if (cli_history_due(cli_now()) == 0) {
+            lua_State *L = cli_observe_state();
+            cli_history_tick(L, cli_now());
+            cli_observe_release();
+        }
         if (cli.o.metrics)
             cli_metrics_tick(cli_now(), false);
     }
     return NULL;
+}
+
+bool cli_observe_running(void)
+{
+    return ob.running;
 }
 
 int cli_observe_start(void)

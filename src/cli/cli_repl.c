@@ -341,7 +341,7 @@ void cli_repl_end(void)
 static bool draw_top(double secs)
 {
     lua_State *L = cli.L;
-    if (!cli_get_fn(L, "format_stats"))
+    if (!cli_get_fn(L, "format_top"))
         return false;
     if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
         lua_pop(L, 1);
@@ -358,7 +358,7 @@ void cli_repl_top_local(double secs)
 {
     lua_State *L = cli.L;
     if (!isatty(0) || !isatty(1)) {
-        if (cli_get_fn(L, "format_stats") && lua_pcall(L, 0, 1, 0) == LUA_OK)
+        if (cli_get_fn(L, "format_top") && lua_pcall(L, 0, 1, 0) == LUA_OK)
             cli_outs(lua_tostring(L, -1));
         lua_pop(L, 1);
         return;

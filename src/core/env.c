@@ -407,12 +407,15 @@ void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u, bool keep)
             (void)seda_env_set_payload_kind(env, u->pay, u->len, u->kind);
             tls_undo_env = was;
         }
-        if (!u->reuse || u->cap > UNDO_KEEP) {
-            seda__free(u->pay);
-            u->pay = NULL;
-            u->cap = 0;
-        }
         u->payload = false;
+    }
+    /* Outside the branch above: a suspended call's record (reuse false)
+     * may own the buffer its worker kept from an earlier call without
+     * having saved anything in it (seda__env_suspend moves it over). */
+    if (u->pay && (!u->reuse || u->cap > UNDO_KEEP)) {
+        seda__free(u->pay);
+        u->pay = NULL;
+        u->cap = 0;
     }
     if (u->hdrs) {
         if (!keep && env->ext) {

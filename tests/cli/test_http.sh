@@ -101,7 +101,8 @@ self_contained() {
     [ "$(grep -Eo "https?://[^\"' )]*" "$1" | sort -u)" = "http://www.w3.org/2000/svg" ]
 }
 check "/ is self-contained: no CDN, nothing fetched from elsewhere" self_contained "$D/page.html"
-check "/ fetches /stats.json every second" grep -q "fetch('/stats.json'" "$D/page.html"
+check "/ fetches /stats.json every second" grep -q "getJSON('/stats.json')" "$D/page.html"
+check "... and /history.json" grep -q "getJSON('/history.json'" "$D/page.html"
 C -I -o "$D/head" "$URL/"
 check "HEAD / answers 200 with the length and no body" eval \
     "grep -q '^HTTP/1.1 200' '$D/head' && grep -qi '^content-length: [1-9]' '$D/head'"
@@ -504,7 +505,7 @@ if names != ["zulu", "alpha", "mike", "q2", "q1"]:
 rates = dict(rows)
 for n in ("zulu", "alpha", "mike"):
     if not float(rates.get(n, 0)) > 0: fail("stage", n, "rate not > 0:", rates.get(n))
-for col in ('class="queue"', 'class="inflight"', 'class="sojourn-p99"', 'class="dead', 'class="shed', '<svg class="spark rate"', '<svg class="spark soj"'):
+for col in ('class="queue"', 'class="inflight"', 'class="sojourn-p99"', 'class="dead', 'class="shed', 'data-chart="rate:bus1/zulu"', 'data-chart="p99:bus1/alpha"', 'data-chart="depth:bus2/q1"'):
     if col not in dom: fail("no", col)
 for word in ("loaned", "loans", "dead-lettered", "recent errors", "suspended calls",
              "delayed retries", "worker Lua memory", "dead letters by reason",

@@ -3,7 +3,8 @@
 # declaration order, sojourn and service p99, a rate over the last second
 # (0 a second after the work stops, where the binding's `rate` is a
 # trailing 5 s figure), a bus throughput line counting each itinerary
-# once, and the memory of every worker's Lua state.
+# once, the memory of every worker's Lua state, and top()'s sparkline
+# per stage from the history (sampled by the run loop: no --http).
 . "$(dirname "$0")/lib.sh"
 
 cat >"$D/p.lua" <<'LUA'
@@ -28,6 +29,16 @@ busy() {
     [ -n "$r" ] && [ "$r" != "-" ] && [ "$r" -gt 0 ] 2>/dev/null
 }
 check "under load the rate column is non-zero" wait_until "$DEADLINE" busy
+# top()'s sparkline per stage, from the history the run loop samples
+# (no --http here: no observer thread).
+sparkline() {
+    out=$(ask "$S" 'top()')
+    printf '%s\n' "$out" | grep -qE '^  zz_first +[ ▁▂▃▄▅▆▇█]*[▁▂▃▄▅▆▇█]  peak [1-9]' &&
+        printf '%s\n' "$out" | grep -qE '^  aa_second +[ ▁▂▃▄▅▆▇█]*[▁▂▃▄▅▆▇█]  peak [1-9]'
+}
+check "top() draws each stage's delivered/s of the last minute (the run loop's samples)" wait_until "$DEADLINE" sparkline
+check "... under its header" contains "$(ask "$S" 'top()')" "bus1: delivered/s, the last 60 s (oldest left)"
+check "stats() has no sparkline" eval '! contains "$(ask "$S" "print(stats())")" "the last 60 s"'
 out=$(ask "$S" 'print(stats())')
 first=$(printf '%s\n' "$out" | awk '$1 == "zz_first" { print NR }')
 second=$(printf '%s\n' "$out" | awk '$1 == "aa_second" { print NR }')

@@ -100,6 +100,29 @@ T.test("a handler keeps its env across a wait, and changes after it travel on", 
   bus:shutdown(5)
 end)
 
+T.test("a wait after the worker changed another envelope's payload: both travel on, nothing kept", function()
+  -- One worker: "a" changes its payload (the worker keeps a buffer for
+  -- undoing such changes), then "b" waits on the same worker; the
+  -- suspended call took that buffer along and never freed it (make asan:
+  -- a leak per suspended call).
+  local p = T.uniq("keepbuf")
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "a", handler = function(env) env.payload = env.payload .. "!" end }
+  bus:stage{ name = "b", handler = function(env)
+    seda.sleep(0.001)
+    seda.shared:set(env.payload, true)
+  end }
+  for i = 1, 20 do
+    T.eq(bus:publish("a", p .. i, { slip = { "b" } }), true, "publish")
+  end
+  T.idle(bus, 20)
+  for i = 1, 20 do
+    T.eq(seda.shared:get(p .. i .. "!"), true, "b saw a's change of " .. i)
+  end
+  T.eq(bus:stats().completed, 20, "every itinerary completed")
+  T.accounting(bus)
+end)
+
 T.test("a nack after a wait retries, and what the attempt changed is undone", function()
   local p = T.uniq("nack")
   local bus = T.bus{ workers = 1 }
