@@ -70,8 +70,8 @@ void seda__rstage_need_setup(struct rstage *rs, const char *why)
     if (!atomic_exchange_explicit(&rs->need_setup, true,
                                   memory_order_acq_rel) && why)
         seda__rconn_report(rs->conn, "stage '%s': %s: its stream and "
-                           "consumer are declared again",
-                           seda_stage_name(rs->st), why);
+                           "consumer are looked up (declared again only "
+                           "if missing)", seda_stage_name(rs->st), why);
 }
 
 void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
@@ -95,9 +95,12 @@ void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
         if (rs->setup_backoff > 10000000000LL)
             rs->setup_backoff = 10000000000LL;
         rs->setup_at = now + rs->setup_backoff;
-        seda__rconn_report(rs->conn, "stage '%s': declaring its stream "
-                           "again failed (next try in %.1f s): %s",
-                           seda_stage_name(rs->st),
+        seda__rconn_report(rs->conn, "stage '%s': %s (next try in "
+                           "%.1f s): %s", seda_stage_name(rs->st),
+                           rc == SEDA_EUNAVAIL
+                               ? "its stream is not available (no quorum, "
+                                 "or a leader being elected?)"
+                               : "declaring its stream again failed",
                            (double)rs->setup_backoff / 1e9, e);
         return;
     }
@@ -255,7 +258,8 @@ fail:
 
 /* Several urls: one connection string, joined by commas (cnats tries
  * each, and those the cluster gossips); -1 when they do not fit. */
-static int join_urls(const seda_remote_opts *ro, char *urls, size_t size)
+int seda__rconn_join_urls(const seda_remote_opts *ro, char *urls,
+                          size_t size)
 {
     size_t ul = 0;
     urls[0] = '\0';
@@ -336,7 +340,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
     char urls[1024];
-    if (join_urls(ro, urls, sizeof urls) != 0)
+    if (seda__rconn_join_urls(ro, urls, sizeof urls) != 0)
         FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
              sizeof urls - 1);
     struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,
