@@ -422,7 +422,8 @@ static int run(lua_State *L, int argc, char **argv)
 
     /* A listener (bus:listen) keeps a plain run serving until a signal,
      * as --serve does (SPEC.md section 13). */
-    if (!live && !failed && seda__l_http_open() > 0) {
+    if (!live && !failed &&
+        (seda__l_http_open() > 0 || seda__l_nats_open() > 0)) {
         live = true;
         o.serve = true;
         cli.o.serve = true;
