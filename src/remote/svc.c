@@ -846,7 +846,19 @@ void seda_nsvc_stop(seda_nsvc_t *s)
     while (s->subs_done < s->subs &&
            seda__cond_wait(&s->cv, &s->mu, deadline) == 0) {
     }
+    bool done = s->subs_done >= s->subs;
     seda__mutex_unlock(&s->mu);
+    if (!done)
+        return;
+    /* Freed now, not with the service: cnats lets go of a subscription's
+     * thread (detaches it) only when the subscription is freed, and a
+     * program may exit without collecting its bus. */
+    for (int i = 0; i < s->nep; i++) {
+        natsSubscription_Destroy(s->eps[i].sub);
+        s->eps[i].sub = NULL;
+    }
+    natsSubscription_Destroy(s->disc);
+    s->disc = NULL;
 }
 
 void seda_nsvc_free(seda_nsvc_t *s)
