@@ -174,6 +174,12 @@ $row"
     check "$s: none dead-lettered or dropped" [ "$((dead + cdead))" -eq 0 -a "$drop" -eq 0 ]
     check "$s: the longest stall ($stall s) within the fault plus ack_wait plus 10 s (+11 s to leave a silent server: $bound s)" \
         awk "BEGIN { exit !($stall <= $bound) }"
+    check "$s: no stream or consumer declared again (no quorum is not a lost stream)" \
+        sh -c "! grep -q 'created again' '$D/$s'.*.err"
+    case $s in origin|own)
+        check "$s: the origin said it lost its connection and got it back" \
+            sh -c "grep -q 'was lost' '$D/$s.o.err' && grep -q 'connected again' '$D/$s.o.err'" ;;
+    esac
     for c in c1 c2; do
         check "$s: consumer $c stops cleanly" stop_serve "$s.$c"
     done
