@@ -9,6 +9,10 @@
 #   make fuzz       run the payload-decoder fuzzer for FUZZ_SECONDS
 #   make soak-remote  remote stages for SOAK_SECONDS: a consumer killed and
 #                   the server restarted every minute
+#   make test-partition  remote stages under network partitions: a 3-server
+#                   cluster, an origin and two consumers in network
+#                   namespaces, six fault scenarios (root; a few minutes;
+#                   make test runs the short flap one)
 #   make soak       the mixed pipeline for SOAK_SECONDS (600) under a
 #                   control client: loss, stalls, memory growth
 #   make run        build and run examples/pipeline.lua
@@ -196,6 +200,7 @@ LIBSEDA_SO   := $(B)/libseda.so
 ZDEFS        := -Wl,-z,defs
 ALL += $(LIBSEDA_SOV) $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO)
 
+.PHONY: test-partition
 .PHONY: all test check asan tsan bench fuzz fuzz-quick run run-remote install uninstall clean layers deps soak soak-remote
 .PHONY: serve tsan-repeat test-bins
 .SECONDARY:
@@ -312,6 +317,11 @@ $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO)
 # scripts; stop at the first failure.
 test: layers all $(TEST_BIN) $(LINK_CORE)
 	@V=$(V) B=$(B) sh scripts/run-tests.sh $(TEST_BIN) $(EXAMPLES) $(LINK_CORE)
+
+# Remote stages under network partitions (tests/remote/test_partition.sh:
+# root, iptables; says so and passes when it cannot run).
+test-partition: all
+	SEDA=$(B)/seda-lua sh tests/remote/test_partition.sh consumer origin own minority loss flap
 
 # The layers depend on each other one way, as src/layers says: fails on
 # an include (or a require) the rule does not allow; the self-test plants

@@ -161,6 +161,8 @@ SEDA__API extern bool (*seda__l_callback_interrupt_pending)(lua_State *L);
 /* Listeners (bus:listen) open in the process, every bus's: a plain run of
  * seda-lua with one keeps serving, as --serve does.  Any thread. */
 SEDA__API int seda__l_http_open(void);
+/* The same for NATS service listeners (bus:listen{ nats = ... }). */
+SEDA__API int seda__l_nats_open(void);
 
 /* The listeners of the bus at idx (nothing if it is not a live bus) stop
  * accepting connections, as bus:shutdown's first step: the program's

@@ -212,6 +212,88 @@ typedef struct seda_remote_stats {
  * remote stage.  Any thread. */
 int seda_remote_stats_get(seda_stage_t *st, seda_remote_stats *out);
 
+/* ---- NATS services (the micro protocol) ----
+ *
+ * A service answers NATS requests as the services of NATS's own clients
+ * do (their "micro" framework): each endpoint subscribes its subject in
+ * a queue group, so the processes running one service share its
+ * requests; an error is an answer with the headers Nats-Service-Error
+ * (the description) and Nats-Service-Error-Code; and the service answers
+ * discovery on $SRV.PING, $SRV.INFO and $SRV.STATS (bare, .<name>, and
+ * .<name>.<id>) with the io.nats.micro.v1 JSON (ping_response,
+ * info_response, stats_response), so `nats micro ls` and the clients'
+ * service clients list it.  The service has a connection of its own,
+ * with the remote stages' settings (reconnects forever, a silent server
+ * given up within 11 s, urls, TLS, authentication). */
+typedef struct seda_nsvc seda_nsvc_t;
+typedef struct seda_nsvc_req seda_nsvc_req_t;
+
+/* A request of endpoint ep (its index in the options), on one of the
+ * service's subscription threads.  The callee owns req until it answers
+ * it (seda_nsvc_respond or seda_nsvc_respond_error, exactly once, from
+ * any thread). */
+typedef void (*seda_nsvc_fn)(seda_nsvc_req_t *req, int ep, void *ud);
+
+typedef struct seda_nsvc_opts {
+    const seda_remote_opts *conn;   /* url, urls, connect_timeout, TLS and
+                                       authentication (other fields
+                                       unused) */
+    const char *name;          /* [A-Za-z0-9_-]+ */
+    const char *version;       /* semantic version ("1.0.0") */
+    const char *description;   /* or NULL */
+    const char *queue;         /* queue group ("q") */
+    int nendpoints;
+    const char *const *ep_names;    /* endpoint names */
+    const char *const *ep_subjects; /* their subjects */
+    double timeout;            /* a request not answered in this many
+                                  seconds is answered 504 (0: never) */
+    seda_nsvc_fn on_request;
+    void *ud;
+} seda_nsvc_opts;
+
+/* Connect, subscribe the endpoints and the discovery subjects: 0 and
+ * *out, or SEDA_EINVAL (a bad name, version or subject: err says which),
+ * SEDA_EUNAVAIL (the server), SEDA_ENOMEM.  Blocks while connecting. */
+int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
+                  size_t errlen);
+/* The service's id (a NUID, shown by discovery). */
+const char *seda_nsvc_id(const seda_nsvc_t *s);
+/* Stop taking requests (unsubscribe everything) and wait (bounded) until
+ * no request callback runs; answers still go out.  Idempotent; main
+ * thread. */
+void seda_nsvc_stop(seda_nsvc_t *s);
+/* Free: every request must have been answered.  Main thread. */
+void seda_nsvc_free(seda_nsvc_t *s);
+
+/* A request's subject, reply subject (NULL: nobody waits for an answer),
+ * body, and headers (i from 0; values of a header given twice come
+ * once each). */
+const char *seda_nsvc_req_subject(const seda_nsvc_req_t *r);
+const char *seda_nsvc_req_reply(const seda_nsvc_req_t *r);
+const void *seda_nsvc_req_data(const seda_nsvc_req_t *r, size_t *len);
+int seda_nsvc_req_header_count(const seda_nsvc_req_t *r);
+void seda_nsvc_req_header_at(const seda_nsvc_req_t *r, int i,
+                             const char **name, const char **value);
+
+/* Answer r with data and nh header pairs (hv: name, value, ...), and
+ * let go of it.  A request answered already (504 past the timeout) or
+ * without a reply subject is only let go of.  Counted in the endpoint's
+ * num_requests and processing_time. */
+void seda_nsvc_respond(seda_nsvc_req_t *r, const char *const *hv, int nh,
+                       const void *data, size_t len);
+/* Answer r with an error (code: 503, 500, ...; desc its description),
+ * counted in num_errors and last_error too. */
+void seda_nsvc_respond_error(seda_nsvc_req_t *r, int code,
+                             const char *desc);
+
+/* An endpoint's figures (the stats_response's). */
+typedef struct seda_nsvc_ep_stats {
+    uint64_t num_requests, num_errors;
+    int64_t processing_time;   /* ns, in all */
+    char last_error[200];
+} seda_nsvc_ep_stats;
+void seda_nsvc_ep_stats_get(seda_nsvc_t *s, int ep, seda_nsvc_ep_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -713,7 +713,8 @@ int cli_run(void)
 
 bool cli_plain_alive(void)
 {
-    return seda__l_http_open() > 0 || seda_lua_timers_alive(cli.L) > 0;
+    return seda__l_http_open() > 0 || seda__l_nats_open() > 0 ||
+           seda_lua_timers_alive(cli.L) > 0;
 }
 
 /* Let the buses settle (cli.lua's settle: their callbacks run until none

@@ -965,6 +965,9 @@ int seda__l_http_listen(lua_State *L)
     struct lbusud *bu = seda__l_check_bus(L);
     struct lbus *lb = bu->lb;
     luaL_checktype(L, 2, LUA_TTABLE);
+    if (lua_getfield(L, 2, "nats") != LUA_TNIL)
+        return seda__l_nats_listen(L);  /* NATS requests (lnats.c) */
+    lua_pop(L, 1);
     seda__l_check_keys(L, 2, listen_keys, "listen");
     if (lb->shut || seda_bus_closed(lb->bus))
         return luaL_error(L, "listen: the bus is shut down");

@@ -283,6 +283,7 @@ static int l_bus_shutdown(lua_State *L)
     /* Listeners stop accepting first; what they took in is drained and
      * answered, then they close. */
     seda__l_http_quiesce(u->lb);
+    seda__l_nats_stop_all(u->lb);
     int rc = seda_bus_shutdown(u->lb->bus, t);
     seda__l_http_close_all(u->lb, 1.0);
     u->lb->shut = true;
@@ -298,6 +299,7 @@ static int l_bus_shutdown_now(lua_State *L)
     struct lbusud *u = check_bus(L);
     hold(u->lb);
     seda__l_http_quiesce(u->lb);
+    seda__l_nats_stop_all(u->lb);
     seda_bus_shutdown_now(u->lb->bus);
     seda__l_http_close_all(u->lb, 0.2);
     u->lb->shut = true;
@@ -317,7 +319,9 @@ static int l_bus_gc(lua_State *L)
     u->lb = NULL;
     seda__l_observe_remove(lb);         /* before anything is freed */
     seda__l_http_free_all(lb);          /* no request publishes after */
+    seda__l_nats_stop_all(lb);
     seda_bus_free(lb->bus);             /* joins the workers */
+    seda__l_nats_free_all(lb);          /* every answer was sent */
     lb->bus = NULL;
     seda_io_loop_free(lb->io);          /* after the workers' calls ended */
     lb->io = NULL;
@@ -346,6 +350,7 @@ static int l_bus_close(lua_State *L)
     if (u->lb && u->lb->bus && !u->lb->shut) {
         hold(u->lb);
         seda__l_http_quiesce(u->lb);
+        seda__l_nats_stop_all(u->lb);
         seda_bus_shutdown(u->lb->bus, 30.0);
         seda__l_http_close_all(u->lb, 1.0);
         u->lb->shut = true;
@@ -864,6 +869,7 @@ int luaopen_seda(lua_State *L)
     lua_pop(L, 1);
     seda__l_loop_open(L);
     seda__l_http_open_lib(L);
+    seda__l_nats_open_lib(L);
     luaL_newlib(L, module_funcs);
     seda__l_loop_register(L);
     seda__l_io_register(L);     /* sleep, http, socket (lio.c) */

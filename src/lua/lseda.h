@@ -188,6 +188,9 @@ struct lbus {
                                    made on first use; guarded by mu */
     struct lhttp *listeners;    /* bus:listen's (lhttp.c); guarded by mu,
                                    changed on the main thread only */
+    struct lnats *nats;         /* bus:listen{ nats = }'s (lnats.c);
+                                   guarded by mu, changed on the main
+                                   thread only */
 };
 
 /* When a bus's durable stages replay (lbus.start). */
@@ -403,6 +406,18 @@ SEDA__API void seda__l_http_close_all(struct lbus *lb, double grace);
 SEDA__API void seda__l_http_free_all(struct lbus *lb);
 /* The listener metatable (luaopen_seda). */
 SEDA__API void seda__l_http_open_lib(lua_State *L);
+
+/* ---- lnats.c ---- */
+
+struct lnats;
+/* bus:listen{ nats = {...}, routes = {...} }: a NATS service listener
+ * (lhttp.c's listen hands a call with a nats table here). */
+SEDA__API int seda__l_nats_listen(lua_State *L);
+/* Stop taking requests (shutdown's first step, and before the bus is
+ * freed); then free them (after the bus is freed: every answer sent). */
+SEDA__API void seda__l_nats_stop_all(struct lbus *lb);
+SEDA__API void seda__l_nats_free_all(struct lbus *lb);
+SEDA__API void seda__l_nats_open_lib(lua_State *L);
 
 /* ---- ladmit.c ---- */
 

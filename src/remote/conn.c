@@ -42,6 +42,20 @@
 
 #define TICK_MS 100
 
+/* A server that stops answering: cnats pings every PING_MS and declares
+ * the connection stale when PINGS_OUT pings are unanswered at the next
+ * one (so after 4 to 6 s of silence).  The ping runs under the lock a
+ * writer holds while it writes, and a write to a peer gone silent
+ * blocks once the socket's send buffer is full (TCP retransmits for
+ * minutes): the write deadline bounds every write, and a write past it
+ * closes the socket, which reconnects.  So a connection whose server
+ * went silent is given up within 11 s (PING_MS * (PINGS_OUT + 1) +
+ * WRITE_DEADLINE_MS; docs/remote.md), and the client moves on to another
+ * server of urls. */
+#define PING_MS 2000
+#define PINGS_OUT 2
+#define WRITE_DEADLINE_MS 5000
+
 /* ---- registry ---- */
 
 /* Guards g_conns, g_atexit and every rconn's refs and next. */
@@ -451,11 +465,40 @@ static void on_sub_done(void *closure)
 
 /* ---- connection events (cnats's callback thread) ---- */
 
+/* The server connected to, redacted, into c->server. */
+static void note_server(struct rconn *c)
+{
+    char url[256], shown[256];
+    if (natsConnection_GetConnectedUrl(c->nc, url, sizeof url) != NATS_OK ||
+        !url[0])
+        return;
+    seda__rconn_redact(url, shown, sizeof shown);
+    seda__mutex_lock(&c->mu);
+    snprintf(c->server, sizeof c->server, "%s", shown);
+    seda__mutex_unlock(&c->mu);
+}
+
 static void on_disconnected(natsConnection *nc, void *closure)
 {
-    (void)nc;
     struct rconn *c = closure;
     atomic_fetch_add_explicit(&c->disconnects, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&c->closing, memory_order_acquire) ||
+        c->lost_at)
+        return;
+    c->lost_at = seda__now_ns();
+    const char *why = NULL;
+    natsStatus s = natsConnection_GetLastError(nc, &why);
+    char server[256], line[900];
+    seda__mutex_lock(&c->mu);
+    snprintf(server, sizeof server, "%s", c->server);
+    seda__mutex_unlock(&c->mu);
+    snprintf(line, sizeof line, "remote %s: the connection to %s was lost "
+             "(%s%s%s); reconnecting to the servers of the url (publishing "
+             "answers unavailable meanwhile)", c->shown,
+             server[0] ? server : "the server",
+             s == NATS_OK ? "closed" : natsStatus_GetText(s),
+             why && *why ? ": " : "", why && *why ? why : "");
+    seda_log_write(SEDA_LOG_WARN, NULL, line);
 }
 
 static void on_reconnected(natsConnection *nc, void *closure)
@@ -463,6 +506,18 @@ static void on_reconnected(natsConnection *nc, void *closure)
     (void)nc;
     struct rconn *c = closure;
     atomic_fetch_add_explicit(&c->reconnects, 1, memory_order_relaxed);
+    note_server(c);
+    char server[256], line[900];
+    seda__mutex_lock(&c->mu);
+    snprintf(server, sizeof server, "%s", c->server);
+    seda__mutex_unlock(&c->mu);
+    double away = c->lost_at ? (double)(seda__now_ns() - c->lost_at) / 1e9
+                             : 0.0;
+    c->lost_at = 0;
+    snprintf(line, sizeof line, "remote %s: connected again, to %s, after "
+             "%.1f s (messages awaiting their acknowledgement are sent "
+             "again)", c->shown, server, away);
+    seda_log_write(SEDA_LOG_INFO, NULL, line);
     /* Wake the hops waiting for the connection (seda__rconn_wait_up). */
     seda__mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
@@ -624,6 +679,25 @@ static natsStatus set_servers(natsOptions *o, const char *url)
     return s;
 }
 
+natsStatus seda__rconn_options(natsOptions *o, const char *url,
+                               double timeout, const struct rauth *auth)
+{
+    int64_t ms = timeout >= 1e6 ? INT64_C(1000000000)
+                                : (int64_t)(timeout * 1e3);
+    natsStatus s;
+    if ((s = set_servers(o, url)) != NATS_OK ||
+        (s = natsOptions_SetTimeout(o, ms > 0 ? ms : 1)) != NATS_OK ||
+        (s = natsOptions_SetAllowReconnect(o, true)) != NATS_OK ||
+        (s = natsOptions_SetMaxReconnect(o, -1)) != NATS_OK ||
+        (s = natsOptions_SetReconnectWait(o, 250)) != NATS_OK ||
+        (s = natsOptions_SetReconnectJitter(o, 100, 0)) != NATS_OK ||
+        (s = natsOptions_SetPingInterval(o, PING_MS)) != NATS_OK ||
+        (s = natsOptions_SetMaxPingsOut(o, PINGS_OUT)) != NATS_OK ||
+        (s = natsOptions_SetWriteDeadline(o, WRITE_DEADLINE_MS)) != NATS_OK)
+        return s;
+    return auth ? set_auth(o, auth) : NATS_OK;
+}
+
 static int conn_open(const void *bus, const char *url, double timeout,
                      bool low_latency, const struct rauth *auth,
                      struct rconn **out, char *err, size_t errlen)
@@ -652,19 +726,13 @@ static int conn_open(const void *bus, const char *url, double timeout,
     atomic_init(&c->reconnects, 0);
     atomic_init(&c->async_errors, 0);
     atomic_init(&c->completions_refused, 0);
+    atomic_init(&c->closing, false);
     char name[64];
     snprintf(name, sizeof name, "seda-lua pid %ld", (long)getpid());
     int64_t ms = timeout >= 1e6 ? INT64_C(1000000000) : (int64_t)(timeout * 1e3);
     if ((s = natsOptions_Create(&o)) != NATS_OK ||
-        (s = set_servers(o, url)) != NATS_OK ||
+        (s = seda__rconn_options(o, url, timeout, NULL)) != NATS_OK ||
         (s = natsOptions_SetName(o, name)) != NATS_OK ||
-        (s = natsOptions_SetTimeout(o, ms > 0 ? ms : 1)) != NATS_OK ||
-        (s = natsOptions_SetAllowReconnect(o, true)) != NATS_OK ||
-        (s = natsOptions_SetMaxReconnect(o, -1)) != NATS_OK ||
-        (s = natsOptions_SetReconnectWait(o, 250)) != NATS_OK ||
-        (s = natsOptions_SetReconnectJitter(o, 100, 0)) != NATS_OK ||
-        (s = natsOptions_SetPingInterval(o, 2000)) != NATS_OK ||
-        (s = natsOptions_SetMaxPingsOut(o, 2)) != NATS_OK ||
         (s = natsOptions_SetSendAsap(o, low_latency)) != NATS_OK ||
         (s = natsOptions_SetDisconnectedCB(o, on_disconnected, c)) !=
             NATS_OK ||
@@ -680,6 +748,7 @@ static int conn_open(const void *bus, const char *url, double timeout,
         connect_hint(s, auth, err, errlen);
         goto fail;
     }
+    note_server(c);
     jsOptions jo;
     jsOptions_Init(&jo);
     jo.Wait = 5000;
@@ -711,6 +780,7 @@ fail:
     natsOptions_Destroy(o);
     if (c->nc) {
         /* Connected once: let the closed callback run before freeing. */
+        atomic_store_explicit(&c->closing, true, memory_order_release);
         natsConnection_Close(c->nc);
         wait_flag(c, &c->closed_done, 5.0);
         if (c->sub)
@@ -776,6 +846,7 @@ void seda__rconn_put(struct rconn *c)
         return;
     if (seda__rconn_up(c))
         natsConnection_FlushTimeout(c->nc, 2000);   /* naks, acks */
+    atomic_store_explicit(&c->closing, true, memory_order_release);
     natsConnection_Close(c->nc);
     if (!wait_flag(c, &c->sub_done, 10.0) ||
         !wait_flag(c, &c->closed_done, 10.0)) {

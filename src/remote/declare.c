@@ -101,9 +101,12 @@ void seda__rstage_setup_tick(struct rstage *rs, int64_t now)
         if (rs->setup_backoff > 10000000000LL)
             rs->setup_backoff = 10000000000LL;
         rs->setup_at = now + rs->setup_backoff;
-        seda__rconn_report(rs->conn, "stage '%s': declaring its stream "
-                           "again failed (next try in %.1f s): %s",
-                           seda_stage_name(rs->st),
+        seda__rconn_report(rs->conn, "stage '%s': %s (next try in "
+                           "%.1f s): %s", seda_stage_name(rs->st),
+                           rc == SEDA_EUNAVAIL
+                               ? "its stream is not available (no quorum, "
+                                 "or a leader being elected?)"
+                               : "declaring its stream again failed",
                            (double)rs->setup_backoff / 1e9, e);
         return;
     }
@@ -280,7 +283,8 @@ fail:
 
 /* Several urls: one connection string, joined by commas (cnats tries
  * each, and those the cluster gossips); -1 when they do not fit. */
-static int join_urls(const seda_remote_opts *ro, char *urls, size_t size)
+int seda__rconn_join_urls(const seda_remote_opts *ro, char *urls,
+                          size_t size)
 {
     size_t ul = 0;
     urls[0] = '\0';
@@ -377,7 +381,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     const char *stream = ro->stream ? ro->stream : "SEDA";
     char e[400];
     char urls[1024];
-    if (join_urls(ro, urls, sizeof urls) != 0)
+    if (seda__rconn_join_urls(ro, urls, sizeof urls) != 0)
         FAIL(SEDA_EINVAL, "urls: longer than %zu bytes together",
              sizeof urls - 1);
     struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,

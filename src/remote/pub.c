@@ -23,7 +23,17 @@
  *   after an outage (what was written before it broke may or may not
  *   have arrived).  While the connection is down a record due again is
  *   parked; the reconnect sends it.  A record past its deadline (the
- *   publish timeout, or hop_timeout for a hop) is given up.
+ *   publish timeout, or hop_timeout for a hop) is given up -- unless it
+ *   is in doubt: a send of it was never answered, so JetStream may have
+ *   stored it (the connection broke before the PubAck came back).  One
+ *   in doubt goes on being sent until an answer settles it (a PubAck
+ *   says stored, or stored before: a duplicate), up to DOUBT_MARGIN
+ *   before the duplicate window since its first send closes; only then,
+ *   when a re-send could store it twice, is it given up.  "No
+ *   responders" and JetStream's 503 say that send stored nothing; with
+ *   every send so answered it is not in doubt.  JetStream's 503 (no
+ *   quorum, a leader being elected) is not a lost stream: the stream is
+ *   not declared again for it.
  *
  *   Records are found by n through a chained hash and kept in a list in
  *   order of their last send, so the tick looks only at the oldest.
@@ -38,6 +48,19 @@
 #include "remote_int.h"
 
 #define ATTEMPT_NS  2000000000LL    /* a PubAck later than this: re-send */
+#define DOUBT_MARGIN 10000000000LL  /* given up this long before the
+                                       duplicate window closes */
+#define DUP_DEFAULT 120000000000LL  /* JetStream's duplicate window, for a
+                                       stream this process did not make */
+
+/* May a send of r have been stored, and may it still be sent again
+ * without risk of storing it twice? (pmu held) */
+static bool in_doubt(const struct rstage *rs, const struct rpub_rec *r,
+                     int64_t now)
+{
+    int64_t dup = rs->dup_ns > 0 ? rs->dup_ns : DUP_DEFAULT;
+    return r->sends > r->refused && now < r->first_sent + dup - DOUBT_MARGIN;
+}
 
 /* ---- records ---- */
 
@@ -226,6 +249,7 @@ int seda__rpub_send(struct rstage *rs, natsMsg *msg, uint64_t n,
         return s == NATS_MAX_PAYLOAD ? SEDA_ETOOLARGE : SEDA_EUNAVAIL;
     }
     r->sent = seda__now_ns();
+    r->first_sent = r->sent;
     r->sends = 1;
     uint32_t b = (uint32_t)n & rs->hmask;
     r->hnext = rs->hash[b];
@@ -288,9 +312,13 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
                                     "leader, or restoring)");
     } else if (len > 0 && memmem(body, (size_t)len, "\"error\"", 7)) {
         int code = api_error(body, len, d.why, sizeof d.why);
-        retry = code == 503;            /* JetStream not ready */
-        if (code == 404 || code == 503)
+        retry = code == 503;            /* JetStream not ready: no quorum */
+        if (code == 404)
             seda__rstage_need_setup(rs, d.why);
+        else if (retry)
+            seda__rconn_report(rs->conn, "stage '%s': %s (publishes are "
+                               "sent again until it is back)",
+                               seda_stage_name(rs->st), d.why);
         d.result = SEDA_EIO;
     } else if (len > 0 && memmem(body, (size_t)len, "\"seq\"", 5)) {
         bool dup = memmem(body, (size_t)len, "\"duplicate\"", 11) != NULL;
@@ -306,8 +334,10 @@ void seda__rpub_on_reply(struct rstage *rs, uint64_t n, natsMsg *reply)
         for (struct rpub_rec *h = rs->hash ? rs->hash[(uint32_t)n &
                                                       rs->hmask] : NULL;
              h; h = h->hnext)
-            if (h->n == n)
+            if (h->n == n) {
                 h->parked = true;
+                h->refused++;       /* that send stored nothing */
+            }
         seda__mutex_unlock(&rs->pmu);
         return;
     }
@@ -339,14 +369,21 @@ void seda__rpub_tick(struct rstage *rs, int64_t now)
     for (struct rpub_rec *r = rs->head; r && budget-- > 0 && nd < 32;
          r = next) {
         next = r->next;
-        if (now >= r->deadline) {
+        if (now >= r->deadline && !in_doubt(rs, r, now)) {
             hash_take(rs, r->n);
             dead[nd].r = r;
             dead[nd].result = SEDA_ETIMEDOUT;
             dead[nd].last = false;
-            snprintf(dead[nd].why, sizeof dead[nd].why,
-                     "JetStream did not acknowledge it within the publish "
-                     "timeout (sent %d times)", r->sends);
+            if (r->sends > r->refused)
+                snprintf(dead[nd].why, sizeof dead[nd].why,
+                         "JetStream did not acknowledge it within the "
+                         "duplicate window (sent %d times; it may have "
+                         "been stored)", r->sends);
+            else
+                snprintf(dead[nd].why, sizeof dead[nd].why,
+                         "JetStream did not store it within the publish "
+                         "timeout (sent %d times, refused each time)",
+                         r->sends);
             nd++;
         } else if (r->parked) {
             /* Backoff: 100 ms after the first send, doubling to 5 s, and

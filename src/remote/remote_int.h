@@ -121,6 +121,12 @@ struct rconn {
     bool sub_done;              /* no more dispatch calls; mu */
     bool closed_done;           /* cnats's closed callback ran; mu */
     int64_t last_tick;          /* dispatch thread only */
+    char server[256];           /* the server connected to (redacted);
+                                   guarded by mu */
+    int64_t lost_at;            /* when the connection was lost (ns; 0:
+                                   up); cnats's callback thread only */
+    atomic_bool closing;        /* put is closing it: no loss is said
+                                   (release on set / acquire on read) */
     int refs;                   /* registry mutex */
     struct rconn *next;         /* registry mutex */
     atomic_uint_fast64_t disconnects;
@@ -148,6 +154,17 @@ struct rauth {
 int seda__rconn_get(const void *bus, const char *url, double connect_timeout,
                     bool low_latency, const struct rauth *auth,
                     struct rconn **out, char *err, size_t errlen);
+
+/* The connection settings every NATS connection of this layer has: the
+ * servers (url, several joined by commas), the connect timeout, reconnects
+ * forever, pings and the write deadline (a silent server given up within
+ * 11 s), and, unless auth is NULL, TLS and authentication. */
+natsStatus seda__rconn_options(natsOptions *o, const char *url,
+                               double timeout, const struct rauth *auth);
+/* ro's url and urls as one connection string, joined by commas; -1 when
+ * they do not fit in size. */
+int seda__rconn_join_urls(const seda_remote_opts *ro, char *urls,
+                          size_t size);
 
 /* Drop a reference; the last one flushes what is buffered, closes the
  * connection and waits (bounded) until no callback runs.  Not from a
@@ -237,6 +254,11 @@ struct rpub_rec {
     int64_t deadline;           /* give up then (monotonic ns) */
     int64_t sent;               /* last sent (monotonic ns) */
     int sends;                  /* times sent */
+    int refused;                /* sends answered "not stored" (no
+                                   responders, JetStream 503): while
+                                   sends > refused, one may have been
+                                   stored (the record is in doubt) */
+    int64_t first_sent;         /* first send (monotonic ns) */
     bool parked;                /* due again while the connection is down */
     bool user_dup;              /* a first hop: a duplicate is the
                                    publisher's repeat, not our re-send */

@@ -170,6 +170,54 @@ repeat bus:wait(0.05) until bus:stats("r").remote.js_age >= 0 or seda.now() > d
   T.contains(out, "published=3 publishing=0 failed=0 | taken=3 acked=3", "figures")
 end)
 
+T.test("bus:listen{ nats = }: options checked, naming the field; stats", function()
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "up", handler = function(env)
+    env.payload = { got = env.payload.body.n, subject = env.payload.subject }
+  end }
+  T.raises(function() bus:listen{ nats = "x", routes = { a = { "up" } } } end,
+    "not a table", "nats must be a table")
+  T.raises(function() bus:listen{ nats = { url = URL }, routes = { a = { "up" } } } end,
+    "no service", "nats.service is required")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "s", bogus = 1 }, routes = { a = { "up" } } }
+  end, "unknown key", "unknown option 'bogus'")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "a.b" }, routes = { a = { "up" } } }
+  end, "service name", "letters, digits, _ and -")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "s", version = "1.2" }, routes = { a = { "up" } } }
+  end, "version", "not a semantic version")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "s" }, routes = { a = { "up", subject = "x.>.y" } } }
+  end, "subject", "not a subject requests can be sent to")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "s" }, routes = { a = {} } }
+  end, "empty route", "must be an array of stage names")
+  T.raises(function()
+    bus:listen{ nats = { url = URL, service = "s", format = "xml" }, routes = { a = { "up" } } }
+  end, "format", "nats.format must be")
+  T.raises(function()
+    bus:listen{ nats = { service = "s" }, routes = { a = { "up" } } }
+  end, "no url", "url is required")
+  T.raises(function()
+    bus:listen{ nats = { url = "nats://127.0.0.1:1", service = "s", connect_timeout = 0.5 },
+                routes = { a = { "up" } } }
+  end, "unreachable", "service 's': cannot connect to nats://127.0.0.1:1")
+  local L = bus:listen{ nats = { url = URL, service = "lt", version = "2.0.1" },
+                        routes = { up = { "up" }, other = { "up", subject = "lt.v2.other" } } }
+  T.eq(#L:id(), 22, "a NUID")
+  local st = L:stats()
+  T.eq(st.service, "lt", "service")
+  T.eq(st.version, "2.0.1", "version")
+  T.eq(st.endpoints.other.subject, "lt.v2.other", "a subject given")
+  T.eq(st.endpoints.up.subject, "lt.up", "the default subject")
+  T.eq(st.endpoints.up.requests, 0, "no request yet (tests/remote/test_micro.sh sends them)")
+  T.ok(st.open, "open")
+  L:close()
+  T.ok(not L:stats().open, "closed")
+end)
+
 T.natsd("stop", dir)
 os.execute("rm -rf '" .. dir .. "'")
 T.done()

@@ -403,6 +403,118 @@ static void test_trust_completions_survive_a_stopped_server(void **state)
     done_destroy(&d);
 }
 
+/* A publisher writing into a server that stopped answering (SIGSTOP):
+ * the socket's buffers fill and the write blocks, holding the client's
+ * lock.  Before, the ping that finds a silent server waited for that
+ * lock, so the connection was never given up (the publisher stayed
+ * blocked for as long as the server was stopped, minutes in a network
+ * partition).  Now every write has a deadline: the connection is given
+ * up within its bound (docs/remote.md: 11 s), the publisher hears
+ * "unavailable", and once the server answers again every message that
+ * was accepted is stored and completes -- none is reported dropped. */
+struct stuck_pub {
+    seda_bus_t *bus;
+    struct done_rec *d;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int accepted;               /* guarded by mu */
+    int refused_rc;             /* the refusal's code (0: none); mu */
+    bool ended;                 /* mu */
+};
+
+static void *stuck_publisher(void *arg)
+{
+    struct stuck_pub *p = arg;
+    enum { SIZE = 256 * 1024, MAX = 400 };
+    char *big = malloc(SIZE);
+    memset(big, 'p', SIZE);
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.done = on_done;
+    o.done_ud = p->d;
+    int rc = 0;
+    for (int i = 0; i < MAX && rc == 0; i++) {
+        rc = seda_publish(p->bus, "bulk", big, SIZE, &o);
+        pthread_mutex_lock(&p->mu);
+        if (rc == 0)
+            p->accepted++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    free(big);
+    pthread_mutex_lock(&p->mu);
+    p->refused_rc = rc;
+    p->ended = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void test_trust_silent_server_is_left_while_a_write_blocks(
+    void **state)
+{
+    (void)state;
+    struct natsd srv;
+    assert_true(natsd_start(&srv, NULL));
+    seda_bus_t *origin = new_bus(1), *b = new_bus(2);
+    add_remote(origin, &(struct radd){ .name = "bulk", .stream = "STUCK",
+                                       .url = srv.url, .capacity = 400 });
+    struct rec rr;
+    rec_init(&rr);
+    seda_stage_t *st = add_remote(b, &(struct radd){
+        .name = "bulk", .stream = "STUCK", .url = srv.url, .consume = true,
+        .capacity = 8 });
+    seda_stage_consume(st, record, &rr);
+    assert_int_equal(seda_remote_consume(st), 0);
+    struct done_rec d;
+    done_init(&d);
+    struct stuck_pub p = { .bus = origin, .d = &d };
+    pthread_mutex_init(&p.mu, NULL);
+    tu_cond_init(&p.cv);
+    kill(srv.pid, SIGSTOP);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, stuck_publisher, &p), 0);
+    /* The bound is 11 s; a loaded machine is given more. */
+    struct timespec ts;
+    tu_abstime(25.0, &ts);
+    pthread_mutex_lock(&p.mu);
+    while (!p.ended && pthread_cond_timedwait(&p.cv, &p.mu, &ts) == 0) {
+    }
+    bool ended = p.ended;
+    int accepted = p.accepted, rc = p.refused_rc;
+    pthread_mutex_unlock(&p.mu);
+    kill(srv.pid, SIGCONT);
+    pthread_join(t, NULL);              /* ends once the server reads */
+    if (!ended)
+        fail_msg("the publisher was still blocked 25 s after the server "
+                 "stopped answering (%d accepted)", accepted);
+    assert_int_equal(rc, SEDA_EUNAVAIL);
+    assert_true(accepted > 0);
+    /* Everything accepted is stored and completes once the server is
+     * back: nothing given up as dropped. */
+    if (!done_wait(&d, accepted))
+        fail_msg("%d of %d on_complete fired", d.completed, accepted);
+    pthread_mutex_lock(&d.mu);
+    assert_int_equal(d.completed, accepted);
+    assert_int_equal(d.dead + d.dropped, 0);
+    pthread_mutex_unlock(&d.mu);
+    assert_true(wait_idle(origin));
+    assert_true(wait_idle(b));
+    seda_stage_t *ost = seda_bus_stage(origin, "bulk");
+    seda_remote_stats ors;
+    seda_remote_stats_get(ost, &ors);
+    assert_true(ors.reconnects >= 1);
+    assert_int_equal(ors.publish_failed, 0);
+    assert_books(origin);
+    assert_books(b);
+    seda_bus_free(b);
+    seda_bus_free(origin);
+    natsd_cleanup(&srv);
+    pthread_cond_destroy(&p.cv);
+    pthread_mutex_destroy(&p.mu);
+    rec_destroy(&rr);
+    done_destroy(&d);
+}
+
 /* ---- 3: the stream lost ---- */
 
 /* The stream deleted under running processes (as a server restarted with
@@ -902,6 +1014,8 @@ int main(void)
         cmocka_unit_test(
             test_trust_forged_completions_and_origins_are_refused),
         cmocka_unit_test(test_trust_completions_survive_a_stopped_server),
+        cmocka_unit_test(
+            test_trust_silent_server_is_left_while_a_write_blocks),
         cmocka_unit_test(test_trust_lost_stream_is_declared_again),
         cmocka_unit_test(test_trust_stats_never_show_the_password),
         cmocka_unit_test(test_trust_too_large_is_refused_counted_and_said),
