@@ -12,7 +12,7 @@ bus:stage{ name = "dlq", handler = function(env)
   io.flush()
 end }
 bus:stage{ name = "price", format = "json", dead_letter = "dlq",
-  remote = { url = url, stream = "PYJSON" },
+  remote = { url = url, stream = "PYJSON", reach = { "results.>" } },
   handler = function(env)
     local p = env.payload
     if p.qty then p.total = p.qty * p.unit end
