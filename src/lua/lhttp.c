@@ -55,8 +55,8 @@ struct lhttp {
     char *name;                 /* the address given */
     int nroutes;
     struct lroute *routes;
-    pthread_mutex_t door_mu;    /* guards door and ac: with threads > 1
-                                   several server threads may admit */
+    pthread_mutex_t door_mu;    /* guards door and ac: the threads that
+                                   hand requests over may be several */
     lua_State *door;            /* for admit rules; guarded by door_mu */
     struct ladmit_cache ac;     /* the door state's; guarded by door_mu */
     struct lhttp *next;         /* lb's list; guarded by lb->mu */
@@ -86,6 +86,8 @@ struct answer {
     size_t len;
     struct buf json;
     const char *ctype;          /* unless the headers name one */
+    bool bad;                   /* the status given was outside 200-599 */
+    double bad_status;          /* and it was this */
 };
 
 static bool has_header(const struct answer *a, const char *name)
@@ -221,7 +223,13 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
         if (key_is(&k, "status") && (x.t == CV_INT || x.t == CV_FLOAT)) {
             double s = x.t == CV_INT ? (double)x.i : x.f;
-            a->status = s >= 100 && s <= 999 ? (int)s : 500;
+            if (s >= 200 && s <= 599 && s == floor(s)) {
+                a->status = (int)s;
+            } else {                    /* on_done answers 500 naming it */
+                a->status = 500;
+                a->bad_status = s;
+                a->bad = true;
+            }
         } else if (key_is(&k, "headers") && x.t == CV_TABLE) {
             if (read_headers(a, &r, &x) != 0)
                 return -1;
@@ -301,6 +309,20 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
         free(a.names.p);
         free(a.json.p);
         answer_plain(req, 500, "bad_response");
+        return;
+    }
+    if (a.bad) {
+        /* 1xx would leave the client waiting for a final answer, 6xx and
+         * up are no class of HTTP: the handler's mistake, said. */
+        char detail[120], line[200];
+        snprintf(detail, sizeof detail, ": the handler's status %.15g is "
+                 "outside 200-599", a.bad_status);
+        snprintf(line, sizeof line, "listen: %s %s%s",
+                 seda_http_req_method(req), seda_http_req_path(req), detail);
+        seda_log_write(SEDA_LOG_ERROR, NULL, line);
+        free(a.names.p);
+        free(a.json.p);
+        answer_detail(req, 500, "bad_status", detail);
         return;
     }
     answer_send(req, &a);
@@ -800,7 +822,13 @@ int seda__l_http_listen(lua_State *L)
     o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024, 0x1p30);
     o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1, INT_MAX);
     o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001, 1e9);
-    o.threads = (int)opt_num(L, 2, "threads", 1, 1, 1024);
+    lua_getfield(L, 2, "threads");
+    if (!lua_isnil(L, -1))
+        return luaL_error(L, "listen: threads is not an option: a listener "
+                          "has no threads to size (SPEC 16: its requests "
+                          "run on the bus's workers, sized by "
+                          "bus:workers(n))");
+    lua_pop(L, 1);
     o.on_request = on_request;
     o.ud = h;
     char err[256];
