@@ -47,9 +47,28 @@ extern "C" {
 typedef struct seda_http_server_s seda_http_server_t;
 typedef struct seda_http_req_s seda_http_req_t;
 
-/* A whole request has arrived.  Runs on the server's loop; must not block.
+/* A whole request has arrived.  Runs where the server's loop runs
+ * callbacks (its thread, or a worker of the bus); must not block.
  * The request's accessors are valid until it is answered. */
 typedef void (*seda_http_request_fn)(seda_http_req_t *req, void *ud);
+
+/* The readiness a server's descriptors are watched with.  A server given
+ * none (opts.loop NULL) runs one thread of its own around an epoll set;
+ * bus:listen gives the bus's (seda_watch_add: the workers serve the
+ * sockets, and a request is read, published and often run on the same
+ * worker).  add watches fd for events and sets *watch; mod changes the
+ * events; del stops watching and gives ud back through release, at once
+ * or, when fn is running, once it returns.  fn never runs on two threads
+ * at once for one watch, and must tolerate stale events. */
+typedef void (*seda_http_ready_fn)(void *ud, uint32_t events);
+typedef void (*seda_http_release_fn)(void *ud);
+typedef struct seda_http_loop {
+    void *ctx;
+    int (*add)(void *ctx, int fd, uint32_t events, seda_http_ready_fn fn,
+               void *ud, void **watch);
+    int (*mod)(void *watch, uint32_t events);
+    void (*del)(void *watch, seda_http_release_fn release);
+} seda_http_loop;
 
 typedef struct seda_http_opts {
     const char *addr;          /* "ADDR:PORT", "[V6]:PORT" or "PORT" (binds
@@ -62,6 +81,8 @@ typedef struct seda_http_opts {
                                   or read one answer (10) */
     seda_http_request_fn on_request;
     void *ud;                  /* passed to on_request */
+    const seda_http_loop *loop; /* NULL: a thread of the server's own
+                                   (copied; ctx must outlive the server) */
 } seda_http_opts;
 
 /* What a server counts (seda_http_server_stats). */

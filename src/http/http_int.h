@@ -19,7 +19,7 @@
 /* A connection's state: reading a request; its request with the
  * application; writing an answer; lingering after an answer that closes
  * it (the client's bytes read and dropped until it closes); failed. */
-enum { C_READ, C_APP, C_WRITE, C_LINGER, C_DEAD };
+enum { C_READ, C_APP, C_WRITE, C_LINGER, C_DEAD, C_CLOSED };
 
 /* A header line of the request being read, as offsets into c->in. */
 struct hline {
@@ -32,8 +32,8 @@ struct hline {
  */
 struct hconn {
     struct hconn *prev, *next;  /* the server's list */
-    struct hconn *rnext;        /* the ready list, when on_ready */
-    bool on_ready;
+    seda_http_server_t *srv;    /* immutable */
+    void *w;                    /* its watch (the loop's) */
     int fd;
     int state;                  /* C_* */
     uint32_t events;            /* the epoll interest now */
@@ -102,6 +102,13 @@ SEDA__API int seda__http_parse(seda_http_server_t *s, struct hconn *c);
 SEDA__API void seda__http_req_free(struct seda_http_req_s *r);
 SEDA__API size_t seda__http_max_header(const seda_http_server_t *s);
 SEDA__API size_t seda__http_max_body(const seda_http_server_t *s);
+
+/* ownloop.c: the loop of a server given none */
+struct ownloop;
+SEDA__API int seda__http_ownloop_new(struct ownloop **out, seda_http_loop *ops);
+SEDA__API int seda__http_ownloop_start(struct ownloop *l);
+SEDA__API void seda__http_ownloop_stop(struct ownloop *l);
+SEDA__API void seda__http_ownloop_free(struct ownloop *l);
 
 /* answer.c */
 SEDA__API char *seda__http_format(int status, const char *const *hv, int nh,

@@ -42,6 +42,7 @@ struct hconn *seda__http_conn_new(seda_http_server_t *s, int fd)
     if (!c)
         return NULL;
     c->fd = fd;
+    c->srv = s;
     c->max_body = seda__http_max_body(s);
     c->state = C_READ;
     http_parser_init(&c->p, HTTP_REQUEST);

@@ -4,9 +4,13 @@
  * loop, deadlines, counters.
  *
  * DESIGN
- *   One epoll loop (loop_main, the server's one thread) accepts, reads and
- *   parses (request.c: strict framing, then nodejs http-parser), and hands
- *   each whole request to on_request.  The answer comes back through
+ *   The server's descriptors (the listening socket, the connections, a
+ *   timerfd for deadlines) are watched by
+ *   a loop (seda_http_loop): the bus's workers for bus:listen (SPEC.md
+ *   section 16: no thread of the server's own), else one thread of its
+ *   own (ownloop.c).  Their callbacks accept, read and parse (request.c:
+ *   strict framing, then nodejs http-parser), and hand each whole request
+ *   to on_request on the thread that read it.  The answer comes back through
  *   seda_http_respond on any thread, which writes it at once when the
  *   socket takes it (no hop back to the loop); what the socket does not
  *   take is left to the loop (EPOLLOUT).  A connection whose request is
@@ -23,26 +27,39 @@
  *
  *   Locking: one mutex per server (mu) guards every connection's state and
  *   buffers, every request's state, the lists, the counters and the
- *   histogram; a socket is read, written and closed only under it.  The
- *   loop drops mu around on_request only.  epoll_ctl is called under mu
- *   (the interest set of a connection is part of its state).
+ *   histogram; a socket is read, written and closed only under it.
+ *   Callbacks take mu and drop it around on_request only, and only in the
+ *   callback of that request's connection (the loop never runs a watch's
+ *   callback twice at once, so the connection cannot be given back
+ *   meanwhile): pipelined input whose turn has come is served by the
+ *   connection's own callback, asked for by watching EPOLLOUT too (a
+ *   socket with room is ready at once).  The loop's
+ *   mod and del are called under mu (the interest set of a connection is
+ *   part of its state); the loop never calls back under its own locks.
  *
- *   Lifetimes: a connection is freed by the loop only, when closed; a
- *   request the application holds is cut loose from it first (r->c =
- *   NULL).  A request is freed by seda_http_respond.  The server struct is
- *   held by itself (until seda_http_server_free) and by every request the
- *   application holds, so a late respond finds its mutex.
+ *   Lifetimes: a connection is closed (unlisted, its descriptor closed,
+ *   state C_CLOSED) under mu by whoever finds it done; its memory goes
+ *   when the loop gives its watch back (conn_release: at once, or after a
+ *   callback of it still running elsewhere returns, which finds it
+ *   closed).  A request the application holds is cut loose from its
+ *   connection first (r->c = NULL).  A request is freed by
+ *   seda_http_respond.  The server struct is held by itself (until
+ *   seda_http_server_free, which waits for every watch to be given back)
+ *   and by every request the application holds, so a late respond finds
+ *   its mutex.
  */
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,31 +106,30 @@ static double bucket_top(int b)
 
 /*
  * Locking: mu guards everything below it but the immutable settings (o,
- * addr, port, ep, wake_fd) and lfd (written under mu; read by the loop
- * under mu).
+ * addr, port, L, own, tfd) and watches (atomic).
  */
 struct seda_http_server_s {
     pthread_mutex_t mu;
     seda_http_opts o;
     char *addr;                 /* o.addr's copy */
     int port;
-    int ep;                     /* the epoll set */
-    int wake_fd;                /* eventfd: ready list, stop */
+    seda_http_loop L;           /* the loop's operations */
+    struct ownloop *own;        /* the loop of our own, or NULL */
+    atomic_int watches;         /* watches not yet given back (relaxed;
+                                   free waits for 0, acquire) */
+    int tfd;                    /* timerfd: deadlines */
+    void *lw, *tw;              /* the listener's and tfd's watches */
+    int tick_ms;                /* tfd's period now (0: disarmed) */
     int lfd;                    /* listening socket, or -1 once closed */
-    bool accepting;             /* lfd is in the set (not at the limit) */
+    bool accepting;             /* lfd is watched for EPOLLIN */
     int refs;                   /* self + requests the application holds */
-    bool stop;
-    pthread_t loop;
-    bool loop_on;
+    bool stop;                  /* closing: callbacks return at once */
+    int64_t next_conns;         /* the next walk of the connections */
     struct seda_http_req_s *waiting;    /* with the application */
     struct hconn *conns;
-    struct hconn *ready;        /* to parse again (pipelined input) */
     seda_http_stats st;
     struct hist_slot win[WIN_SLOTS];
 };
-
-/* epoll tags for the two descriptors that are not connections. */
-static char tag_listen, tag_wake;
 
 /* ---- server references ---- */
 
@@ -125,43 +141,29 @@ static void server_release_locked(seda_http_server_t *s)
     }
     pthread_mutex_unlock(&s->mu);
     pthread_mutex_destroy(&s->mu);
-    if (s->ep >= 0)
-        close(s->ep);
-    if (s->wake_fd >= 0)
-        close(s->wake_fd);
+    if (s->tfd >= 0)
+        close(s->tfd);
+    seda__http_ownloop_free(s->own);
     free(s->addr);
     free(s);
 }
 
-static void wake(seda_http_server_t *s)
-{
-    uint64_t one = 1;
-    ssize_t n = write(s->wake_fd, &one, sizeof one);
-    (void)n;                    /* EAGAIN: the counter is already set */
-}
-
-/* ---- interest ---- */
+static void unwatch_locked(seda_http_server_t *s);
 
 /* Set c's epoll interest to ev (mu held). */
 static void interest(seda_http_server_t *s, struct hconn *c, uint32_t ev)
 {
     if (c->fd < 0 || c->events == ev)
         return;
-    struct epoll_event e = { .events = ev, .data.ptr = c };
-    epoll_ctl(s->ep, EPOLL_CTL_MOD, c->fd, &e);
+    s->L.mod(c->w, ev);
     c->events = ev;
 }
 
-/* c has input to parse and nobody to parse it: the loop's ready list
- * (mu held). */
+/* c has input to parse whose turn has come: its own callback parses it,
+ * called at once as its socket has room (mu held). */
 static void make_ready(seda_http_server_t *s, struct hconn *c)
 {
-    if (c->on_ready)
-        return;
-    c->on_ready = true;
-    c->rnext = s->ready;
-    s->ready = c;
-    wake(s);
+    interest(s, c, EPOLLIN | EPOLLOUT);
 }
 
 /* ---- answers ---- */
@@ -345,6 +347,24 @@ int seda_http_respond(seda_http_req_t *r, int status,
     return rc;
 }
 
+/* ---- the deadlines' clock ---- */
+
+#define TICK_MS 10              /* with requests waiting: 504s on time */
+#define IDLE_TICK_MS 100        /* with connections only: slow clients */
+
+/* The timerfd's period for what is open now (mu held): a syscall only
+ * when it changes. */
+static void tick_arm(seda_http_server_t *s)
+{
+    int ms = s->stop ? 0 : s->waiting ? TICK_MS : s->conns ? IDLE_TICK_MS : 0;
+    if (ms == s->tick_ms)
+        return;
+    struct itimerspec its = { 0 };
+    its.it_interval.tv_nsec = its.it_value.tv_nsec = (long)ms * 1000000;
+    timerfd_settime(s->tfd, 0, &its, NULL);
+    s->tick_ms = ms;
+}
+
 /* ---- handing a request over ---- */
 
 /* r, just parsed on c, goes to the application (mu held; dropped around
@@ -368,6 +388,7 @@ void seda__http_hand_over(seda_http_server_t *s, struct hconn *c,
     s->waiting = r;
     s->st.waiting++;
     s->st.requests++;
+    tick_arm(s);
     pthread_mutex_unlock(&s->mu);
     s->o.on_request(r, s->o.ud);
     pthread_mutex_lock(&s->mu);
@@ -375,18 +396,26 @@ void seda__http_hand_over(seda_http_server_t *s, struct hconn *c,
 
 /* ---- connections ---- */
 
+static void conn_release(void *ud)
+{
+    struct hconn *c = ud;
+    seda_http_server_t *s = c->srv;
+    seda__http_conn_free(c);
+    atomic_fetch_sub_explicit(&s->watches, 1, memory_order_release);
+}
+
+static void server_watch_release(void *ud)
+{
+    seda_http_server_t *s = ud;
+    atomic_fetch_sub_explicit(&s->watches, 1, memory_order_release);
+}
+
+/* Close c (mu held): its memory goes when the loop gives it back. */
 static void conn_close(seda_http_server_t *s, struct hconn *c)
 {
     if (c->req) {                       /* with the application: cut loose */
         c->req->c = NULL;
         c->req = NULL;
-    }
-    if (c->on_ready) {
-        for (struct hconn **p = &s->ready; *p; p = &(*p)->rnext)
-            if (*p == c) {
-                *p = c->rnext;
-                break;
-            }
     }
     if (c->prev)
         c->prev->next = c->next;
@@ -395,24 +424,27 @@ static void conn_close(seda_http_server_t *s, struct hconn *c)
     if (c->next)
         c->next->prev = c->prev;
     s->st.open_connections--;
-    epoll_ctl(s->ep, EPOLL_CTL_DEL, c->fd, NULL);
-    close(c->fd);
-    seda__http_conn_free(c);
+    int fd = c->fd;
+    c->fd = -1;
+    c->state = C_CLOSED;
+    c->prev = c->next = NULL;
+    s->L.del(c->w, conn_release);       /* c may be gone after this */
+    close(fd);
     if (!s->accepting && s->lfd >= 0 &&
         s->st.open_connections < s->o.max_connections) {
-        struct epoll_event e = { .events = EPOLLIN, .data.ptr = &tag_listen };
-        epoll_ctl(s->ep, EPOLL_CTL_MOD, s->lfd, &e);
+        s->L.mod(s->lw, EPOLLIN);
         s->accepting = true;
     }
 }
+
+static void on_conn(void *ud, uint32_t ev);
 
 static void accept_some(seda_http_server_t *s)
 {
     for (int i = 0; i < 64 && s->lfd >= 0; i++) {
         if (s->st.open_connections >= s->o.max_connections) {
             /* At the limit: the rest wait in the backlog. */
-            struct epoll_event e = { .events = 0, .data.ptr = &tag_listen };
-            epoll_ctl(s->ep, EPOLL_CTL_MOD, s->lfd, &e);
+            s->L.mod(s->lw, 0);
             s->accepting = false;
             return;
         }
@@ -428,12 +460,12 @@ static void accept_some(seda_http_server_t *s)
         }
         c->clock_ns = seda__http_now_ns();
         c->events = EPOLLIN;
-        struct epoll_event e = { .events = EPOLLIN, .data.ptr = c };
-        if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &e) != 0) {
+        if (s->L.add(s->L.ctx, fd, EPOLLIN, on_conn, c, &c->w) != 0) {
             close(fd);
             seda__http_conn_free(c);
             continue;
         }
+        atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
         c->next = s->conns;
         if (s->conns)
             s->conns->prev = c;
@@ -441,6 +473,7 @@ static void accept_some(seda_http_server_t *s)
         s->st.connections++;
         s->st.open_connections++;
     }
+    tick_arm(s);
 }
 
 /* Read once from c into its buffer: >0 bytes read, 0 would block, -1 the
@@ -487,11 +520,19 @@ static void conn_serve(seda_http_server_t *s, struct hconn *c)
         make_ready(s, c);
 }
 
+/* c is ready to be read (or was asked to parse what it holds). */
+static void serve_ready(seda_http_server_t *s, struct hconn *c)
+{
+    if (c->events & EPOLLOUT)
+        interest(s, c, EPOLLIN);        /* asked once: asked again below */
+    conn_serve(s, c);
+}
+
 static void on_event(seda_http_server_t *s, struct hconn *c, uint32_t ev)
 {
     switch (c->state) {
     case C_READ:
-        conn_serve(s, c);
+        serve_ready(s, c);
         return;
     case C_WRITE:
         if (ev & (EPOLLERR | EPOLLHUP)) {
@@ -500,7 +541,7 @@ static void on_event(seda_http_server_t *s, struct hconn *c, uint32_t ev)
         }
         flush(s, c);
         if (c->state == C_READ)
-            conn_serve(s, c);
+            serve_ready(s, c);
         return;
     case C_APP:
         /* Pipelined input (or the client left): not read until the
@@ -556,50 +597,45 @@ static void reap(seda_http_server_t *s, int64_t now, bool conns)
     }
 }
 
-#define TICK_MS 10
+/* ---- the callbacks ---- */
 
-static void *loop_main(void *arg)
+static void on_conn(void *ud, uint32_t ev)
 {
-    seda_http_server_t *s = arg;
-    struct epoll_event evs[64];
-    int64_t next_conns = 0;
+    struct hconn *c = ud;
+    seda_http_server_t *s = c->srv;
     pthread_mutex_lock(&s->mu);
-    while (!s->stop) {
-        /* Pipelined input first. */
-        while (s->ready) {
-            struct hconn *c = s->ready;
-            s->ready = c->rnext;
-            c->on_ready = false;
-            if (c->state == C_READ)
-                conn_serve(s, c);
-        }
-        int timeout = s->waiting || s->conns ? TICK_MS : -1;
-        pthread_mutex_unlock(&s->mu);
-        int n = epoll_wait(s->ep, evs, 64, timeout);
-        pthread_mutex_lock(&s->mu);
-        for (int i = 0; i < n; i++) {
-            void *p = evs[i].data.ptr;
-            if (p == &tag_wake) {
-                uint64_t v;
-                ssize_t r = read(s->wake_fd, &v, sizeof v);
-                (void)r;
-            } else if (p == &tag_listen) {
-                accept_some(s);
-            } else {
-                on_event(s, p, evs[i].events);
-            }
-        }
-        /* A connection closed above may have been a later event's: an
-         * event names a connection only while it is open, as events are
-         * taken under mu and a close removes the descriptor first. */
+    if (c->state != C_CLOSED && !s->stop)
+        on_event(s, c, ev);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_listen(void *ud, uint32_t ev)
+{
+    (void)ev;
+    seda_http_server_t *s = ud;
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop)
+        accept_some(s);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_tick(void *ud, uint32_t ev)
+{
+    (void)ev;
+    seda_http_server_t *s = ud;
+    uint64_t v;
+    ssize_t n = read(s->tfd, &v, sizeof v);
+    (void)n;
+    pthread_mutex_lock(&s->mu);
+    if (!s->stop) {
         int64_t now = seda__http_now_ns();
-        bool conns = now >= next_conns;
+        bool conns = now >= s->next_conns;
         if (conns)
-            next_conns = now + 100 * 1000000;
+            s->next_conns = now + (int64_t)IDLE_TICK_MS * 1000000;
         reap(s, now, conns);
+        tick_arm(s);
     }
     pthread_mutex_unlock(&s->mu);
-    return NULL;
 }
 
 /* ---- the server ---- */
@@ -631,17 +667,24 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
     s->addr = strdup(o->addr);
     s->o.addr = s->addr;
     s->refs = 1;
-    s->lfd = s->ep = s->wake_fd = -1;
+    s->lfd = s->tfd = -1;
+    atomic_init(&s->watches, 0);
     for (int i = 0; i < WIN_SLOTS; i++)
         s->win[i].sec = -1;
     pthread_mutex_init(&s->mu, NULL);
     int rc = s->addr ? 0 : -ENOMEM;
     if (rc == 0) {
-        s->ep = epoll_create1(EPOLL_CLOEXEC);
-        s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (s->ep < 0 || s->wake_fd < 0) {
+        s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        if (s->tfd < 0) {
             rc = -errno;
-            snprintf(err, errlen, "epoll: %s", strerror(errno));
+            snprintf(err, errlen, "timerfd: %s", strerror(errno));
+        }
+    }
+    if (rc == 0) {
+        if (o->loop) {
+            s->L = *o->loop;
+        } else if ((rc = seda__http_ownloop_new(&s->own, &s->L)) != 0) {
+            snprintf(err, errlen, "epoll: %s", strerror(-rc));
         }
     }
     if (rc == 0) {
@@ -651,28 +694,34 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
         else
             s->lfd = fd;
     }
-    if (rc == 0) {
-        struct epoll_event e = { .events = EPOLLIN, .data.ptr = &tag_listen };
-        struct epoll_event w = { .events = EPOLLIN, .data.ptr = &tag_wake };
-        if (epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &e) != 0 ||
-            epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake_fd, &w) != 0) {
-            rc = -errno;
-            snprintf(err, errlen, "epoll: %s", strerror(errno));
+    /* The watches: the server's two, then connections. */
+    if (rc == 0 && (rc = s->L.add(s->L.ctx, s->tfd, EPOLLIN, on_tick, s,
+                                  &s->tw)) == 0) {
+        atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
+        if ((rc = s->L.add(s->L.ctx, s->lfd, EPOLLIN, on_listen, s,
+                           &s->lw)) == 0) {
+            atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
+            s->accepting = true;
         }
-        s->accepting = true;
+        if (rc)
+            snprintf(err, errlen, "cannot watch the sockets: %s",
+                     strerror(rc < 0 ? -rc : rc));
     }
-    if (rc == 0 && pthread_create(&s->loop, NULL, loop_main, s) != 0) {
+    if (rc == 0 && s->own && seda__http_ownloop_start(s->own) != 0) {
         snprintf(err, errlen, "cannot start a thread");
         rc = -EAGAIN;
     }
     if (rc != 0) {
+        pthread_mutex_lock(&s->mu);
+        unwatch_locked(s);
+        pthread_mutex_unlock(&s->mu);
+        seda__http_ownloop_stop(s->own);
         if (s->lfd >= 0)
             close(s->lfd);
         pthread_mutex_lock(&s->mu);
         server_release_locked(s);
         return rc;
     }
-    s->loop_on = true;
     *out = s;
     return 0;
 }
@@ -692,15 +741,37 @@ int seda_http_server_port(const seda_http_server_t *s)
     return s->port;
 }
 
-void seda_http_server_quiesce(seda_http_server_t *s)
+/* Stop accepting (mu held). */
+static void quiesce_locked(seda_http_server_t *s)
 {
-    pthread_mutex_lock(&s->mu);
+    if (s->lw) {
+        s->L.del(s->lw, server_watch_release);
+        s->lw = NULL;
+    }
     if (s->lfd >= 0) {
-        epoll_ctl(s->ep, EPOLL_CTL_DEL, s->lfd, NULL);
         close(s->lfd);
         s->lfd = -1;
         s->accepting = false;
     }
+}
+
+/* Every watch given back (mu held): the server's, the connections'. */
+static void unwatch_locked(seda_http_server_t *s)
+{
+    s->stop = true;
+    quiesce_locked(s);
+    while (s->conns)
+        conn_close(s, s->conns);
+    if (s->tw) {
+        s->L.del(s->tw, server_watch_release);
+        s->tw = NULL;
+    }
+}
+
+void seda_http_server_quiesce(seda_http_server_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    quiesce_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -756,19 +827,19 @@ void seda_http_server_free(seda_http_server_t *s, double grace)
             sleep_ms(5);
         }
     pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    wake(s);
-    pthread_mutex_unlock(&s->mu);
-    if (s->loop_on)
-        pthread_join(s->loop, NULL);
-    pthread_mutex_lock(&s->mu);
     while (s->waiting) {                /* out of memory above */
         struct seda_http_req_s *r = s->waiting;
         r->state = R_ANSWERED;          /* its respond only lets go */
         waiting_remove(s, r);
     }
-    while (s->conns)
-        conn_close(s, s->conns);
+    unwatch_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    /* A callback still running elsewhere gives its watch back when it
+     * returns (it finds the server stopped). */
+    while (atomic_load_explicit(&s->watches, memory_order_acquire) > 0)
+        sleep_ms(1);
+    seda__http_ownloop_stop(s->own);
+    pthread_mutex_lock(&s->mu);
     server_release_locked(s);
 }
 

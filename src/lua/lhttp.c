@@ -3,8 +3,10 @@
  * lhttp.c -- bus:listen: HTTP requests as itineraries (SPEC.md section 13).
  *
  * DESIGN
- *   The server (include/seda_http.h) hands over whole requests on its own
- *   thread.  There, with no Lua state, a request becomes an envelope: the
+ *   The server (include/seda_http.h) has no thread: its sockets are
+ *   watched by the bus's workers (seda_watch_add), and it hands whole
+ *   requests over on the worker that read them.  There, with no Lua state
+ *   of the worker's, a request becomes an envelope: the
  *   payload { method =, path =, query = {...}, headers = {...}, body = } is
  *   written in the codec's wire format directly (lcodec.c's header
  *   describes it), published to the route's first stage with the rest of
@@ -20,7 +22,7 @@
  *   500 with x-dead-reason; a drop (shutdown) is 503.
  *
  *   A route whose first stage has an admit rule runs it in the listener's
- *   own Lua state (made on first use, confined to the server thread), as
+ *   own Lua state (made on first use, one thread at a time: door_mu), as
  *   bus:publish runs it in the main state.
  *
  *   Listeners belong to their bus: bus:shutdown stops their accepting
@@ -495,6 +497,28 @@ static void on_request(seda_http_req_t *req, void *ud)
                            : seda_strerror(rc));
 }
 
+/* ---- the loop: the bus's workers (SPEC.md section 16) ---- */
+
+static int watch_add(void *ctx, int fd, uint32_t events,
+                     seda_http_ready_fn fn, void *ud, void **watch)
+{
+    seda_watch_t *w;
+    int rc = seda_watch_add(ctx, fd, events, fn, ud, &w);
+    if (rc == 0)
+        *watch = w;
+    return rc;
+}
+
+static int watch_mod(void *watch, uint32_t events)
+{
+    return seda_watch_mod(watch, events);
+}
+
+static void watch_del(void *watch, seda_http_release_fn release)
+{
+    seda_watch_del(watch, release);
+}
+
 /* ---- the listener object ---- */
 
 static void routes_free(struct lroute *r, int n)
@@ -831,6 +855,8 @@ int seda__l_http_listen(lua_State *L)
     lua_pop(L, 1);
     o.on_request = on_request;
     o.ud = h;
+    seda_http_loop loop = { lb->bus, watch_add, watch_mod, watch_del };
+    o.loop = &loop;
     char err[256];
     int rc = seda_http_server_new(&o, &h->srv, err, sizeof err);
     if (rc)
