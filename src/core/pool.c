@@ -55,7 +55,10 @@
  *   looks (epoll_wait, timeout 0) between tasks when nobody polls, at
  *   most every LOOK_NS, as Go's scheduler polls the network between
  *   goroutines: readiness is served within about a task's time even with
- *   every worker busy.
+ *   every worker busy.  With watches registered an idle worker does not
+ *   spin before it parks: it would take the poller's next task (the
+ *   request it just read) from under it, and compete with the network
+ *   for the cores; the idle wait is epoll_wait or a condition variable.
  *
  *   Each worker publishes its identity in thread-local storage so the bus
  *   can tell when a publish comes from one of its own workers (hop timeout)
@@ -267,10 +270,13 @@ static void wake_one(struct seda_pool *p)
     pthread_cond_signal(&w->cv);
 }
 
-/* Wake the worker waiting for readiness (mu held). */
+static _Thread_local struct seda_worker_s *tls_worker;
+
+/* Wake the worker waiting for readiness (mu held); not when that is the
+ * caller (running what it got: it looks again before it waits). */
 static void kick(struct seda_pool *p)
 {
-    if (p->poller && !p->kicked) {
+    if (p->poller && !p->kicked && p->poller != tls_worker) {
         p->kicked = true;
         seda__ready_kick(p->rd);
     }
@@ -316,7 +322,6 @@ static int poll_ready(struct seda_pool *p, struct seda_worker_s *w,
     return n;
 }
 
-static _Thread_local struct seda_worker_s *tls_worker;
 static _Thread_local bool tls_looking;  /* callbacks run inside a task */
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
@@ -393,7 +398,11 @@ static void *worker_main(void *arg)
     seda__mutex_lock(&p->mu);
     for (;;) {
         int64_t idle_at = 0;
-        if (p->count == 0 && !must_leave(p, w) && !poll_wanted(p)) {
+        /* With watches, no spin: a worker that would take the poller's
+         * next task from under it (a request it read and published) is
+         * not wanted, and the cores are the network's too. */
+        if (p->count == 0 && !must_leave(p, w) &&
+            !(p->rd && seda__ready_any(p->rd))) {
             seda__mutex_unlock(&p->mu);
             idle_at = spin_for_work(p);
             seda__mutex_lock(&p->mu);
@@ -467,7 +476,10 @@ static void *worker_main(void *arg)
                 atomic_store_explicit(&p->looked_ns, now,
                                       memory_order_relaxed);
                 poll_ready(p, w, now);
-                continue;               /* mu was dropped: look again */
+                /* mu was dropped.  Take a task now if one is left (a
+                 * look slower than LOOK_NS must not start another). */
+                if (p->count == 0 || must_leave(p, w))
+                    continue;
             }
         }
         struct task t = p->ring[p->head];
