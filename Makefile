@@ -94,6 +94,7 @@ $(CONFIG): scripts/deps.sh
 	  echo "READLINE_LIBS := $$(pc --libs readline)"; \
 	  echo "MHD_CFLAGS := $$(pc --cflags libmicrohttpd)"; \
 	  echo "MHD_LIBS := $$(pc --libs libmicrohttpd)"; \
+	  echo "HTTP_PARSER_LIBS := -lhttp_parser"; \
 	  echo "NATS_CFLAGS := $$(pc --cflags $(NATS_PC))"; \
 	  echo "NATS_LIBS := $$(pc --libs $(NATS_PC))"; \
 	  echo "CURL_CFLAGS := $$(pc --cflags libcurl)"; \
@@ -221,10 +222,11 @@ $(B)/src/io/%.o: src/io/%.c
 	@mkdir -p $(@D)
 	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(CURL_CFLAGS) -c $< -o $@
 
-# The http layer is the one that includes <microhttpd.h> (with cli).
+# The http layer is the one that includes <http_parser.h> (nodejs
+# http-parser: no pkg-config file; its header is in the default path).
 $(B)/src/http/%.o: src/http/%.c
 	@mkdir -p $(@D)
-	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) $(MHD_CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CFLAGS) -c $< -o $@
 
 $(B)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
@@ -272,7 +274,7 @@ $(LIBSLUA): $(LUA_OBJ)
 	$(Q)$(call say,AR,$@)$(AR) rcs $@ $^
 
 $(SEDA_LUA): $(B)/src/cli/main.o $(CLI_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -rdynamic $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(READLINE_LIBS) $(MHD_LIBS) $(HTTP_PARSER_LIBS) $(LDLIBS) -o $@
 
 # lua/seda/cli.lua and pretty.lua are embedded into seda-lua (.incbin in
 # src/cli/cli_lua.c).
@@ -308,10 +310,10 @@ $(B)/libseda.so.$(SO_MAJOR) $(LIBSEDA_SO): $(LIBSEDA_SOV)
 	$(Q)ln -sf $(notdir $<) $@
 
 $(SEDA_SO): $(LUA_OBJ) $(REMOTE_OBJ) $(IO_OBJ) $(HTTP_OBJ) $(CORE_OBJ)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared $^ $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(HTTP_PARSER_LIBS) $(LDLIBS) -o $@
 
 $(B)/tests/%: $(B)/tests/%.o $(filter $(LIBSLUA),$(ALL)) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(CMOCKA_LIBS) $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(HTTP_PARSER_LIBS) $(LDLIBS) -o $@
 
 # Run every cmocka binary (each under a 120 s timeout), then the Lua
 # scripts; stop at the first failure.
@@ -433,7 +435,7 @@ $(B)/seda-lua.pc: include/seda.h Makefile
 	   echo "Name: seda-lua"; \
 	   echo "Description: seda-lua's embeddable Lua binding (seda_lua.h, libsedalua), remote stages (seda_remote.h, libsedaremote), the I/O loop (seda_io.h, libsedaio) and the HTTP server (seda_http.h, libsedahttp), over the static C core"; \
 	   echo "Requires: $(LUA_PC) sqlite3 $(NATS_PC) jansson msgpack"; \
-	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libsedahttp.a $${libdir}/libseda.a -pthread -lm -lcurl -lmicrohttpd'; } >$@.tmp
+	   echo 'Libs: $${libdir}/libsedalua.a $${libdir}/libsedaremote.a $${libdir}/libsedaio.a $${libdir}/libsedahttp.a $${libdir}/libseda.a -pthread -lm -lcurl -lmicrohttpd -lhttp_parser'; } >$@.tmp
 	@mv $@.tmp $@
 
 INSTALL_LUA := lua/seda/test.lua
@@ -507,7 +509,7 @@ BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 
 $(BENCH_BIN): $(BENCH_OBJ) $(LIBSLUA) $(LIBSREMOTE) $(LIBSIO) $(LIBSHTTP) $(LIBSEDA)
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(LDLIBS) -o $@
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) $^ $(LUA_LIBS) $(SQLITE_LIBS) $(NATS_LIBS) $(FORMAT_LIBS) $(CURL_LIBS) $(MHD_LIBS) $(HTTP_PARSER_LIBS) $(LDLIBS) -o $@
 
 # bench/run builds $(BENCH_BIN) itself (make -s, output on stderr), so that
 # stdout carries nothing but the JSON rows.

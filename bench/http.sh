@@ -181,7 +181,7 @@ wrk_row() {
     us() { echo "$1" | awk '/us$/ {sub("us",""); print $1; next} /ms$/ {sub("ms",""); print $1*1000; next} /s$/ {sub("s",""); print $1*1e6; next} {print 0}'; }
     printf '{"config":"%s","handler":"%s","server":"%s","trial":%s,"workers":%s,"client":"wrk %s -t1 -c%s -d%ss","server_version":"%s","requests":%s,"throughput_eps":%s,"p50_us":%s,"p99_us":%s,"non_2xx":%s,"errors":%s}\n' \
         "$1" "$2" "$3" "$4" "$WORKERS" "$WRK_V" "${WRK_C:-64}" "$DUR" \
-        "$([ "$3" = openresty ] && echo "nginx $NGX_V + lua-nginx-module (LuaJIT)" || echo "$SEDA_V (Lua 5.4, libmicrohttpd)")" \
+        "$([ "$3" = openresty ] && echo "nginx $NGX_V + lua-nginx-module (LuaJIT)" || echo "$SEDA_V (Lua 5.4, bus:listen on the workers, http-parser)")" \
         "${req:-0}" "${rps:-0}" "$(us "${p50:-0}")" "$(us "${p99:-0}")" "${non2xx:-0}" "${errs:-0}"
 }
 

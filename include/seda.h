@@ -743,6 +743,37 @@ void seda_block_end(void *token);
  * before it runs make one run.  Any thread; never blocks for long. */
 void seda_worker_wake(seda_worker_t *w);
 
+/* ---- readiness: descriptors the workers watch (SPEC.md section 16) ----
+ *
+ * The bus's workers wait for work and for network readiness in one place,
+ * so a server needs no thread of its own.  A watched descriptor's
+ * callback runs on a worker when epoll(7) reports events for it (events:
+ * EPOLLIN, EPOLLOUT, ... of <sys/epoll.h>, level-triggered).  An idle
+ * worker waits for them; a busy one looks between tasks, so readiness is
+ * served within about a task's time even when every worker is busy.  One
+ * watch's callback never runs on two threads at once.  It must not block
+ * (no waiting on a socket) and may publish: what it publishes is queued
+ * behind what is there and is often that worker's next task.  Events may
+ * be stale: a read may find nothing (EAGAIN). */
+typedef struct seda_watch_s seda_watch_t;
+typedef void (*seda_watch_fn)(void *ud, uint32_t events);
+typedef void (*seda_watch_release_fn)(void *ud);
+
+/* Watch fd for events with fn(ud, events).  0 with *out set,
+ * SEDA_ECLOSED (the bus stops), SEDA_ENOMEM, or a negative errno from
+ * epoll_ctl (-EEXIST: fd is watched already).  Any thread. */
+int seda_watch_add(seda_bus_t *bus, int fd, uint32_t events,
+                   seda_watch_fn fn, void *ud, seda_watch_t **out);
+/* The events w waits for now (0: none; errors and hang-ups are reported
+ * all the same).  0 or a negative errno.  Any thread. */
+int seda_watch_mod(seda_watch_t *w, uint32_t events);
+/* Stop watching (before closing the descriptor) and give ud back through
+ * release (may be NULL): at once when the callback is not running, else
+ * on its thread when it returns -- never waiting, so a callback may end
+ * its own watch.  w is dead after it.  Any thread.  Watches are ended
+ * before seda_bus_free (one left then is dropped without its release). */
+void seda_watch_del(seda_watch_t *w, seda_watch_release_fn release);
+
 /* ---- live taps ----
  *
  * A tap copies the envelopes entering a stage (id, headers, the first 128

@@ -3,15 +3,15 @@
  * seda_http.h -- an HTTP/1.1 server whose requests are answered later, from
  * any thread (SPEC.md section 13: the ingress of bus:listen).
  *
- * A server (seda_http_server_t) owns its listening socket and a few
- * threads of libmicrohttpd.  When a whole request has arrived (request
- * line, headers and a body of at most max_body bytes) the server calls
- * on_request on one of its threads with the request; the application
- * answers it with seda_http_respond, then or later, from any thread.
- * Meanwhile the connection is suspended: no thread waits on it, and
- * pipelined requests behind it wait unread, so they are answered in order.
- * The layer uses libc, pthreads and libmicrohttpd only; it knows nothing
- * of the bus or of Lua.
+ * A server (seda_http_server_t) owns its listening socket and one epoll
+ * loop.  When a whole request has arrived (request line, headers and a
+ * body of at most max_body bytes) the server calls on_request on its loop
+ * with the request; the application answers it with seda_http_respond,
+ * then or later, from any thread, and that thread writes the answer when
+ * the socket takes it (the loop writes the rest).  Meanwhile no thread
+ * waits on the connection, and pipelined requests behind it wait unread,
+ * so they are answered in order.  The layer uses libc, pthreads and nodejs
+ * http-parser only; it knows nothing of the bus or of Lua.
  *
  * OWNERSHIP OF A REQUEST
  *   Every request given to on_request must be answered with
@@ -21,10 +21,14 @@
  *   server is stopping: 503) still takes its seda_http_respond, which then
  *   only lets go (and returns 1).
  *
- * What the server answers by itself: 400 for a malformed request
- * (libmicrohttpd's parser), 413 for a body over max_body, 431 for headers
- * over max_header, 504 when the application did not answer within
- * timeout.  A client that takes longer than client_timeout to send a whole
+ * What the server answers by itself, closing the connection after: 400
+ * for a malformed request, read strictly (RFC 9112): a bare CR, a NUL or
+ * another control character in the head, a folded header line, a space
+ * before a header's colon, Content-Length repeated or beside
+ * Transfer-Encoding, on HTTP/1.1 no Host or two, %00 in the target; 501
+ * for a transfer coding other than chunked; 413 for a body over max_body;
+ * 431 for a head over max_header.  And 504 when the application did not
+ * answer within timeout (the connection stays open).  A client that takes longer than client_timeout to send a whole
  * request (or to read an answer) is disconnected: the clock runs from the
  * connection's start or its previous answer, so a slow drip of bytes does
  * not keep it alive.
@@ -43,9 +47,28 @@ extern "C" {
 typedef struct seda_http_server_s seda_http_server_t;
 typedef struct seda_http_req_s seda_http_req_t;
 
-/* A whole request has arrived.  Runs on a server thread; must not block.
+/* A whole request has arrived.  Runs where the server's loop runs
+ * callbacks (its thread, or a worker of the bus); must not block.
  * The request's accessors are valid until it is answered. */
 typedef void (*seda_http_request_fn)(seda_http_req_t *req, void *ud);
+
+/* The readiness a server's descriptors are watched with.  A server given
+ * none (opts.loop NULL) runs one thread of its own around an epoll set;
+ * bus:listen gives the bus's (seda_watch_add: the workers serve the
+ * sockets, and a request is read, published and often run on the same
+ * worker).  add watches fd for events and sets *watch; mod changes the
+ * events; del stops watching and gives ud back through release, at once
+ * or, when fn is running, once it returns.  fn never runs on two threads
+ * at once for one watch, and must tolerate stale events. */
+typedef void (*seda_http_ready_fn)(void *ud, uint32_t events);
+typedef void (*seda_http_release_fn)(void *ud);
+typedef struct seda_http_loop {
+    void *ctx;
+    int (*add)(void *ctx, int fd, uint32_t events, seda_http_ready_fn fn,
+               void *ud, void **watch);
+    int (*mod)(void *watch, uint32_t events);
+    void (*del)(void *watch, seda_http_release_fn release);
+} seda_http_loop;
 
 typedef struct seda_http_opts {
     const char *addr;          /* "ADDR:PORT", "[V6]:PORT" or "PORT" (binds
@@ -56,9 +79,10 @@ typedef struct seda_http_opts {
     double timeout;            /* seconds until the server answers 504 (30) */
     double client_timeout;     /* seconds a client has to send one request
                                   or read one answer (10) */
-    int threads;               /* server threads (1) */
     seda_http_request_fn on_request;
     void *ud;                  /* passed to on_request */
+    const seda_http_loop *loop; /* NULL: a thread of the server's own
+                                   (copied; ctx must outlive the server) */
 } seda_http_opts;
 
 /* Request latency since a server started, as a Prometheus histogram
@@ -126,7 +150,8 @@ void seda_http_server_free(seda_http_server_t *s, double grace);
 void seda_http_server_stats(seda_http_server_t *s, seda_http_stats *out);
 
 /* The request (valid until answered; strings NUL-terminated, the server's;
- * the query and header values are percent-decoded by libmicrohttpd). */
+ * the path and the query's keys and values percent-decoded, '+' a space in
+ * the query; header values as sent, without surrounding blanks). */
 const char *seda_http_req_method(const seda_http_req_t *r);
 const char *seda_http_req_path(const seda_http_req_t *r);
 int seda_http_req_header_count(const seda_http_req_t *r);

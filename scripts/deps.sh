@@ -18,6 +18,8 @@ have_pc cmocka || need="$need libcmocka-dev"
 have_pc sqlite3 || need="$need libsqlite3-dev"
 have_pc readline || need="$need libreadline-dev"
 have_pc libmicrohttpd || need="$need libmicrohttpd-dev"   # seda-lua --http
+# bus:listen's request parser (src/http); Debian ships no .pc for it.
+[ -e /usr/include/http_parser.h ] || need="$need libhttp-parser-dev"
 have_pc libnats || need="$need libnats-dev"            # remote stages
 have_pc libcurl || need="$need libcurl4-openssl-dev"   # seda.http (src/io)
 have_pc jansson || need="$need libjansson-dev"         # remote format json

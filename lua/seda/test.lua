@@ -352,8 +352,8 @@ local function respond(env, status, body, headers)
     error("bad argument #1 to 'respond' (number expected, got " ..
           (type(status) == "number" and "float" or type(status)) .. ")", 2)
   end
-  if code < 100 or code > 999 then
-    error(("respond: status must be from 100 to 999 (got %d)"):format(code),
+  if code < 200 or code > 599 then
+    error(("respond: status must be from 200 to 599 (got %d)"):format(code),
           2)
   end
   local bt = type(body)

@@ -302,6 +302,16 @@ int seda_bus_set_workers(seda_bus_t *b, int n)
     return seda__pool_resize(b->pool, n);
 }
 
+int seda_watch_add(seda_bus_t *b, int fd, uint32_t events, seda_watch_fn fn,
+                   void *ud, seda_watch_t **out)
+{
+    if (!fn || fd < 0)
+        return SEDA_EINVAL;
+    if (atomic_load_explicit(&b->stopping, memory_order_acquire))
+        return SEDA_ECLOSED;
+    return seda__pool_watch(b->pool, fd, events, fn, ud, out);
+}
+
 void seda_bus_pause(seda_bus_t *b)
 {
     atomic_store_explicit(&b->paused, true, memory_order_release);

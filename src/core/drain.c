@@ -351,8 +351,14 @@ void seda__drain_run(void *arg)
              * the rescheduled task would only hop to another worker and
              * leave this one's cache behind, so carry on here. */
             if (seda__pool_pending(b->pool) == 0) {
-                gather(st, depth);
-                continue;
+                /* Readiness first, as Go's scheduler polls the network
+                 * between goroutines (SPEC.md section 16): a request read
+                 * now may be refused at the door at once, or queued. */
+                seda__pool_look(b->pool);
+                if (seda__pool_pending(b->pool) == 0) {
+                    gather(st, depth);
+                    continue;
+                }
             }
             seda__drain_schedule(st);
             /* A hop waiting for room here looked for this stage's task

@@ -41,6 +41,25 @@
  *   blocks in a system call -- with a hard bound, since their users'
  *   common complaint is thread explosion under many blocked tasks.
  *
+ *   Readiness (SPEC.md section 16): descriptors watched through
+ *   seda_watch_add (ready.c) are served by these same workers, no thread
+ *   of their own.  With watches registered, one idle worker at a time
+ *   waits in epoll_wait instead of on its condition variable (the
+ *   poller; the others park as before), with the next timed task as its
+ *   deadline; a submit that finds no parked worker kicks the poller
+ *   (eventfd).  The poller runs the callbacks of what it got itself --
+ *   a request read there is published there and, the ring being FIFO and
+ *   the submit prompt, its drain task is usually this worker's next
+ *   (run to completion) -- and a worker that takes a task while nobody
+ *   polls and a worker is parked wakes that one to poll.  A busy worker
+ *   looks (epoll_wait, timeout 0) between tasks when nobody polls, at
+ *   most every LOOK_NS, as Go's scheduler polls the network between
+ *   goroutines: readiness is served within about a task's time even with
+ *   every worker busy.  With watches registered an idle worker does not
+ *   spin before it parks: it would take the poller's next task (the
+ *   request it just read) from under it, and compete with the network
+ *   for the cores; the idle wait is epoll_wait or a condition variable.
+ *
  *   Each worker publishes its identity in thread-local storage so the bus
  *   can tell when a publish comes from one of its own workers (hop timeout)
  *   and handlers can reach their per-worker data (the Lua state).
@@ -50,6 +69,7 @@
 #include <string.h>
 
 #include "pool.h"
+#include "ready.h"
 #include "timeheap.h"
 
 struct task {
@@ -146,6 +166,17 @@ struct seda_pool {
     seda_worker_stop_fn stop;
     void *ud;
     void *owner;
+    /* Readiness (ready.c; see DESIGN), guarded by mu: the set (made at
+     * the first watch, then immutable until free), the worker waiting on
+     * it now (blocking, or looking between tasks), whether it was kicked
+     * since, and when a busy worker last looked. */
+    struct seda_ready *rd;
+    struct seda_worker_s *poller;
+    bool kicked;
+    atomic_bool has_rd;         /* rd is set (release; read acquire
+                                   without mu, then rd is immutable) */
+    _Atomic int64_t looked_ns;  /* a busy worker's last look (relaxed: a
+                                   hint, decided again under mu) */
 };
 
 /* How long an idle worker watches for new tasks before sleeping.  A
@@ -160,6 +191,12 @@ struct seda_pool {
  * spins SPIN_NS as before. */
 #define SPIN_NS 20000
 #define SPIN_MAX_NS 1000000
+
+/* How often at most a busy worker looks for readiness between tasks. */
+#define LOOK_NS 10000
+
+/* Events taken per wait. */
+#define READY_BATCH 64
 
 /* How long a retired loan thread waits to be lent again before it exits,
  * and how many slots keep their worker data after that. */
@@ -233,14 +270,59 @@ static void wake_one(struct seda_pool *p)
     pthread_cond_signal(&w->cv);
 }
 
+static _Thread_local struct seda_worker_s *tls_worker;
+
+/* Wake the worker waiting for readiness (mu held); not when that is the
+ * caller (running what it got: it looks again before it waits). */
+static void kick(struct seda_pool *p)
+{
+    if (p->poller && !p->kicked && p->poller != tls_worker) {
+        p->kicked = true;
+        seda__ready_kick(p->rd);
+    }
+}
+
 /* Wake every parked worker (mu held): stop and resize. */
 static void wake_all(struct seda_pool *p)
 {
     while (p->idle > 0)
         wake_one(p);
+    kick(p);
 }
 
-static _Thread_local struct seda_worker_s *tls_worker;
+/* Whether an idle worker should wait for readiness (mu held): watches
+ * are registered and nobody waits for them. */
+static bool poll_wanted(const struct seda_pool *p)
+{
+    return p->rd && !p->poller && seda__ready_any(p->rd);
+}
+
+/* Wait for readiness until due (or a look, when due is now), run what
+ * came (mu held; dropped while waiting and running).  Returns how many
+ * events came. */
+static int poll_ready(struct seda_pool *p, struct seda_worker_s *w,
+                      int64_t due)
+{
+    int ms = -1;
+    if (due != INT64_MAX) {
+        int64_t left = due - seda__now_ns();
+        ms = left <= 0 ? 0 : left / 1000000 >= INT32_MAX ? INT32_MAX
+                                                        : (int)((left + 999999) / 1000000);
+    }
+    p->poller = w;
+    p->kicked = false;
+    struct seda_ready *rd = p->rd;
+    seda__mutex_unlock(&p->mu);
+    struct epoll_event evs[READY_BATCH];
+    int n = seda__ready_wait(rd, evs, READY_BATCH, ms);
+    if (n > 0)
+        seda__ready_dispatch(rd, evs, n);
+    seda__mutex_lock(&p->mu);
+    p->poller = NULL;
+    return n;
+}
+
+static _Thread_local bool tls_looking;  /* callbacks run inside a task */
 static _Thread_local void *tls_data;
 static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
 /* seda's own waits on this thread (block_begin/end): nesting depth, the
@@ -321,7 +403,11 @@ static void *worker_main(void *arg)
     seda__mutex_lock(&p->mu);
     for (;;) {
         int64_t idle_at = 0;
-        if (p->count == 0 && !must_leave(p, w)) {
+        /* With watches, no spin: a worker that would take the poller's
+         * next task from under it (a request it read and published) is
+         * not wanted, and the cores are the network's too. */
+        if (p->count == 0 && !must_leave(p, w) &&
+            !(p->rd && seda__ready_any(p->rd))) {
             seda__mutex_unlock(&p->mu);
             idle_at = spin_for_work(p);
             seda__mutex_lock(&p->mu);
@@ -329,6 +415,11 @@ static void *worker_main(void *arg)
         while (p->count == 0 && !must_leave(p, w) &&
                !seda__timeheap_due(&p->timers) && !w->mail) {
             int64_t due = seda__timeheap_next(&p->timers);
+            if (poll_wanted(p)) {
+                /* The pool's one waiter on readiness (see DESIGN). */
+                poll_ready(p, w, due);
+                continue;
+            }
             if (parked_room(p) != 0) {
                 /* No memory to park: look again in a millisecond. */
                 int64_t soon = seda__now_ns() + 1000000;
@@ -382,6 +473,20 @@ static void *worker_main(void *arg)
             continue;                   /* woken for a timer not yet due */
         if (idle_at)
             note_gap(p, seda__now_ns() - idle_at);
+        if (poll_wanted(p)) {
+            /* Busy, and nobody waits for readiness: look first. */
+            int64_t now = seda__now_ns();
+            if (now - atomic_load_explicit(&p->looked_ns,
+                                           memory_order_relaxed) >= LOOK_NS) {
+                atomic_store_explicit(&p->looked_ns, now,
+                                      memory_order_relaxed);
+                poll_ready(p, w, now);
+                /* mu was dropped.  Take a task now if one is left (a
+                 * look slower than LOOK_NS must not start another). */
+                if (p->count == 0 || must_leave(p, w))
+                    continue;
+            }
+        }
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;
@@ -389,6 +494,10 @@ static void *worker_main(void *arg)
         /* More work than this worker: pass the wake-up on so a sleeper
          * is not left idle beside a queued task. */
         if (p->count > 0 && p->idle > 0)
+            wake_one(p);
+        /* Nobody would wait for readiness while this task runs: a parked
+         * worker does. */
+        else if (p->idle > 0 && poll_wanted(p))
             wake_one(p);
         seda__mutex_unlock(&p->mu);
         t.fn(t.arg);
@@ -541,6 +650,8 @@ int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
     atomic_init(&p->gap_ns, 0);
+    atomic_init(&p->has_rd, false);
+    atomic_init(&p->looked_ns, 0);
     atomic_init(&p->n, 0);
     p->start = start;
     p->stop = stop;
@@ -614,7 +725,8 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg,
 {
     /* From one of our own workers that returns promptly, the caller takes
      * the next task itself, so one queued task needs no wake-up. */
-    bool self = prompt && tls_worker && tls_worker->pool == p;
+    bool self = prompt && tls_worker && tls_worker->pool == p &&
+                !tls_looking;   /* a task runs on: it is not coming back */
     seda__mutex_lock(&p->mu);
     if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
         seda__mutex_unlock(&p->mu);
@@ -627,11 +739,14 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg,
     atomic_store_explicit(&p->pending, p->count, memory_order_release);
     /* A spinning worker will take one task (and re-checks under mu before
      * it sleeps), so wake a sleeper only for tasks beyond the spinners. */
-    if (p->idle > 0 &&
-        p->count > (uint32_t)atomic_load_explicit(&p->spinning,
+    if (p->count > (uint32_t)atomic_load_explicit(&p->spinning,
                                                   memory_order_relaxed) +
-                       (self ? 1u : 0u))
-        wake_one(p);
+                       (self ? 1u : 0u)) {
+        if (p->idle > 0)
+            wake_one(p);
+        else
+            kick(p);            /* the one waiting for readiness */
+    }
     seda__mutex_unlock(&p->mu);
     return 0;
 }
@@ -751,6 +866,8 @@ void seda__pool_block_end(struct seda_pool *p)
         tls_blocked_ns += seda__clock_ns() - tls_block_t0;
     seda__mutex_lock(&p->mu);
     p->blocked--;
+    if (loan_excess(p) && p->poller && p->poller->slot >= 0)
+        kick(p);                /* a loan thread waits for readiness */
     if (loan_excess(p)) {
         /* A loan thread asleep on the idle stack retires now; one that is
          * running retires when its task returns. */
@@ -826,8 +943,11 @@ int seda__pool_submit_at(struct seda_pool *p, int64_t due, seda__task_fn fn,
     }
     /* A new earliest due time: a sleeper must wait for it, not for the
      * one it went to sleep with (busy workers look at each boundary). */
-    if (p->timers.v[0].arg == arg && p->timers.v[0].fn == fn && p->idle > 0)
-        wake_one(p);
+    if (p->timers.v[0].arg == arg && p->timers.v[0].fn == fn) {
+        if (p->idle > 0)
+            wake_one(p);
+        kick(p);                /* it waits with the old deadline */
+    }
     seda__mutex_unlock(&p->mu);
     return 0;
 }
@@ -936,6 +1056,7 @@ void seda__pool_free(struct seda_pool *p)
     seda__free(p->slots);
     seda__free(p->spares);
     seda__timeheap_free(&p->timers);
+    seda__ready_free(p->rd);
     seda__free(p->ring);
     seda__free(p->workers);
     seda__free(p->parked);
@@ -975,6 +1096,8 @@ void seda_worker_wake(seda_worker_t *w)
     if (w->parked) {
         unpark(p, w);
         pthread_cond_signal(&w->cv);
+    } else if (p->poller == w) {
+        kick(p);
     }
     seda__mutex_unlock(&p->mu);
 }
@@ -1017,4 +1140,53 @@ void *seda_worker_data(void)
         tls_data_set = true;
     }
     return tls_data;
+}
+
+int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
+                     seda_watch_fn fn, void *ud, seda_watch_t **out)
+{
+    seda__mutex_lock(&p->mu);
+    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        seda__mutex_unlock(&p->mu);
+        return SEDA_ECLOSED;
+    }
+    if (!p->rd) {
+        int rc = seda__ready_new(&p->rd);
+        if (rc) {
+            seda__mutex_unlock(&p->mu);
+            return rc;
+        }
+        atomic_store_explicit(&p->has_rd, true, memory_order_release);
+    }
+    struct seda_ready *rd = p->rd;
+    seda__mutex_unlock(&p->mu);
+    int rc = seda__ready_add(rd, fd, events, fn, ud, out);
+    if (rc == 0) {
+        /* Every worker may be parked: one waits for readiness now. */
+        seda__mutex_lock(&p->mu);
+        if (p->idle > 0 && poll_wanted(p))
+            wake_one(p);
+        seda__mutex_unlock(&p->mu);
+    }
+    return rc;
+}
+
+void seda__pool_look(struct seda_pool *p)
+{
+    struct seda_worker_s *w = tls_worker;
+    if (SEDA__LIKELY(!atomic_load_explicit(&p->has_rd, memory_order_acquire)) ||
+        !w || w->pool != p || !seda__ready_any(p->rd))
+        return;
+    int64_t now = seda__now_ns();
+    if (now - atomic_load_explicit(&p->looked_ns, memory_order_relaxed) <
+        LOOK_NS)
+        return;
+    seda__mutex_lock(&p->mu);
+    if (poll_wanted(p)) {
+        atomic_store_explicit(&p->looked_ns, now, memory_order_relaxed);
+        tls_looking = true;
+        poll_ready(p, w, now);
+        tls_looking = false;
+    }
+    seda__mutex_unlock(&p->mu);
 }

@@ -124,6 +124,18 @@ SEDA__API void seda__pool_free(struct seda_pool *p);
 
 /* Install the mail hook regular workers run when seda_worker_wake wakes
  * them (before their next task), with the pool's ud.  Any thread. */
+/* seda_watch_add on p's readiness set (made at the first call). */
+SEDA__API int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
+                               seda_watch_fn fn, void *ud,
+                               seda_watch_t **out);
+
+/* A worker of p between batches of a long drain task: look for readiness
+ * (at most every few microseconds, and only when no worker waits for it)
+ * and run what came, here.  What those callbacks publish is not this
+ * worker's to take next (it drains on).  No lock held; cheap when nothing
+ * is watched. */
+SEDA__API void seda__pool_look(struct seda_pool *p);
+
 SEDA__API void seda__pool_set_mail(struct seda_pool *p,
                                    seda_worker_mail_fn fn);
 

@@ -152,11 +152,13 @@ static int env_respond(lua_State *L)
         return luaL_error(L, "respond: already called in this call (a "
                           "request has one answer)");
     if (!lua_isinteger(L, 2) && lua_type(L, 2) == LUA_TNUMBER)
-        return luaL_error(L, "respond: status must be an integer from 100 "
-                          "to 999 (got %s)", lua_tostring(L, 2));
+        return luaL_error(L, "respond: status must be an integer from 200 "
+                          "to 599 (got %s)", lua_tostring(L, 2));
     lua_Integer status = luaL_checkinteger(L, 2);
-    if (status < 100 || status > 999)
-        return luaL_error(L, "respond: status must be from 100 to 999 "
+    /* A 1xx would leave the client waiting for a final answer; 600 and
+     * up are no class of HTTP. */
+    if (status < 200 || status > 599)
+        return luaL_error(L, "respond: status must be from 200 to 599 "
                           "(got %d)", (int)status);
     int bt = lua_type(L, 3);
     if (bt != LUA_TNONE && bt != LUA_TNIL && bt != LUA_TSTRING &&

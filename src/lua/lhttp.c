@@ -3,8 +3,10 @@
  * lhttp.c -- bus:listen: HTTP requests as itineraries (SPEC.md section 13).
  *
  * DESIGN
- *   The server (include/seda_http.h) hands over whole requests on its own
- *   thread.  There, with no Lua state, a request becomes an envelope: the
+ *   The server (include/seda_http.h) has no thread: its sockets are
+ *   watched by the bus's workers (seda_watch_add), and it hands whole
+ *   requests over on the worker that read them.  There, with no Lua state
+ *   of the worker's, a request becomes an envelope: the
  *   payload { method =, path =, query = {...}, headers = {...}, body = } is
  *   written in the codec's wire format directly (lcodec.c's header
  *   describes it), published to the route's first stage with the rest of
@@ -20,7 +22,7 @@
  *   500 with x-dead-reason; a drop (shutdown) is 503.
  *
  *   A route whose first stage has an admit rule runs it in the listener's
- *   own Lua state (made on first use, confined to the server thread), as
+ *   own Lua state (made on first use, one thread at a time: door_mu), as
  *   bus:publish runs it in the main state.
  *
  *   Listeners belong to their bus: bus:shutdown stops their accepting
@@ -56,8 +58,8 @@ struct lhttp {
     char *name;                 /* the address given */
     int nroutes;
     struct lroute *routes;
-    pthread_mutex_t door_mu;    /* guards door and ac: with threads > 1
-                                   several server threads may admit */
+    pthread_mutex_t door_mu;    /* guards door and ac: the threads that
+                                   hand requests over may be several */
     lua_State *door;            /* for admit rules; guarded by door_mu */
     struct ladmit_cache ac;     /* the door state's; guarded by door_mu */
     struct lhttp *next;         /* lb's list; guarded by lb->mu */
@@ -91,6 +93,8 @@ struct answer {
     char bad[200];              /* the first thing of the answer not sent
                                  * as given (logged), or "" */
     char why[200];              /* what JSON could not carry, or "" */
+    bool bad_st;                /* the status given was outside 200-599 */
+    double bad_status;          /* and it was this */
 };
 
 /* Say on a's log line what was not sent as given (the first thing). */
@@ -299,10 +303,13 @@ static int answer_from(struct answer *a, const void *p, size_t len, int kind)
             return -1;
         if (key_is(&k, "status") && (x.t == CV_INT || x.t == CV_FLOAT)) {
             double s = x.t == CV_INT ? (double)x.i : x.f;
-            a->status = s >= 100 && s <= 999 && s == floor(s) ? (int)s : 500;
-            if (a->status == 500 && s != 500)
-                answer_bad(a, "status %.17g is not an integer from 100 to "
-                           "999: answered 500", s);
+            if (s >= 200 && s <= 599 && s == floor(s)) {
+                a->status = (int)s;
+            } else {                    /* on_done answers 500 naming it */
+                a->status = 500;
+                a->bad_status = s;
+                a->bad_st = true;
+            }
         } else if (key_is(&k, "headers") && x.t == CV_TABLE) {
             if (read_headers(a, &r, &x) != 0)
                 return -1;
@@ -430,6 +437,20 @@ static void on_done(seda_env_t *env, int outcome, void *ud)
         if (a.why[0])
             snprintf(at, sizeof at, " (%s)", a.why);
         answer_detail(req, 500, "bad_response", at);
+        return;
+    }
+    if (a.bad_st) {
+        /* 1xx would leave the client waiting for a final answer, 6xx and
+         * up are no class of HTTP: the handler's mistake, said. */
+        char detail[120], line[200];
+        snprintf(detail, sizeof detail, ": the handler's status %.15g is "
+                 "outside 200-599", a.bad_status);
+        snprintf(line, sizeof line, "listen: %s %s%s",
+                 seda_http_req_method(req), seda_http_req_path(req), detail);
+        seda_log_write(SEDA_LOG_ERROR, NULL, line);
+        free(a.names.p);
+        free(a.json.p);
+        answer_detail(req, 500, "bad_status", detail);
         return;
     }
     if (a.bad[0]) {
@@ -605,6 +626,28 @@ static void on_request(seda_http_req_t *req, void *ud)
                            : rc == SEDA_ETIMEDOUT ? "full"
                            : rc == SEDA_ETOOLARGE ? "too_large"
                            : seda_strerror(rc));
+}
+
+/* ---- the loop: the bus's workers (SPEC.md section 16) ---- */
+
+static int watch_add(void *ctx, int fd, uint32_t events,
+                     seda_http_ready_fn fn, void *ud, void **watch)
+{
+    seda_watch_t *w;
+    int rc = seda_watch_add(ctx, fd, events, fn, ud, &w);
+    if (rc == 0)
+        *watch = w;
+    return rc;
+}
+
+static int watch_mod(void *watch, uint32_t events)
+{
+    return seda_watch_mod(watch, events);
+}
+
+static void watch_del(void *watch, seda_http_release_fn release)
+{
+    seda_watch_del(watch, release);
 }
 
 /* ---- the listener object ---- */
@@ -1012,9 +1055,17 @@ int seda__l_http_listen(lua_State *L)
     o.max_header = (size_t)opt_num(L, 2, "max_header", 16384, 1024, 0x1p30);
     o.max_connections = (int)opt_num(L, 2, "max_connections", 1024, 1, INT_MAX);
     o.client_timeout = opt_num(L, 2, "client_timeout", 10, 0.001, 1e9);
-    o.threads = (int)opt_num(L, 2, "threads", 1, 1, 1024);
+    lua_getfield(L, 2, "threads");
+    if (!lua_isnil(L, -1))
+        return luaL_error(L, "listen: threads is not an option: a listener "
+                          "has no threads to size (SPEC 16: its requests "
+                          "run on the bus's workers, sized by "
+                          "bus:workers(n))");
+    lua_pop(L, 1);
     o.on_request = on_request;
     o.ud = h;
+    seda_http_loop loop = { lb->bus, watch_add, watch_mod, watch_del };
+    o.loop = &loop;
     char err[256];
     int rc = seda_http_server_new(&o, &h->srv, err, sizeof err);
     if (rc)

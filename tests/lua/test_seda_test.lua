@@ -157,7 +157,7 @@ H.test("env:respond: the answer, the slip ended, undone by a nack", function()
   H.eq(r.returned, true, "respond returns true")
   -- The worker's argument checks.
   for _, bad in ipairs{
-      { function(env) env:respond(99) end, "from 100 to 999" },
+      { function(env) env:respond(99) end, "from 200 to 599" },
       { function(env) env:respond(nil) end, "bad argument #1 to 'respond'" },
       { function(env) env:respond(200, print) end, "bad argument #2" },
       { function(env) env:respond(200, "b", "h") end, "bad argument #3" },
