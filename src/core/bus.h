@@ -32,7 +32,7 @@ struct registry {
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
  *   stats_window_ns,
- *   dead_letter, data_dir, sync_normal, max_payload.
+ *   dead_letter, data_dir, sync_normal, group_wait, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
 struct seda_bus_s {
@@ -60,6 +60,7 @@ struct seda_bus_s {
     char *data_dir;             /* owned; immutable */
     size_t max_payload;         /* bytes; immutable */
     bool sync_normal;           /* immutable */
+    double group_wait;          /* seconds; immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;
     uint64_t idle_gen;          /* guarded by idle_mu */

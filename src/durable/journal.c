@@ -340,6 +340,7 @@ static int do_purge(struct seda_journal *j, struct jreq *r)
  * rc.  Leader only. */
 static void run_group(struct seda_journal *j, struct jreq *batch)
 {
+    uint64_t syncs = seda__walvfs_thread_syncs();
     int rc = exec_stmt(j->st[ST_BEGIN]);
     for (struct jreq *r = batch; r && rc == SQLITE_OK; r = r->next) {
         switch (r->type) {
@@ -351,7 +352,13 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
     if (rc == SQLITE_OK)
         rc = exec_stmt(j->st[ST_COMMIT]);
     if (rc == SQLITE_OK) {
+        uint64_t n = 0;
+        for (struct jreq *r = batch; r; r = r->next)
+            n++;
         atomic_fetch_add_explicit(&j->txns, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&j->reqs, n, memory_order_relaxed);
+        if (n > atomic_load_explicit(&j->grp_max, memory_order_relaxed))
+            atomic_store_explicit(&j->grp_max, n, memory_order_relaxed);
         for (struct jreq *r = batch; r; r = r->next)
             if (r->quarantined)
                 atomic_fetch_add_explicit(&j->quarantined,
@@ -363,6 +370,9 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
             exec_stmt(j->st[ST_ROLLBACK]);
         seqs_drop(j);
     }
+    atomic_fetch_add_explicit(&j->fsyncs,
+                              seda__walvfs_thread_syncs() - syncs,
+                              memory_order_relaxed);
     int e = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
     for (struct jreq *r = batch; r; r = r->next)
         r->rc = e;
@@ -464,11 +474,23 @@ static void finish(struct jreq *r, int state)
 
 /* Nobody leads but requests wait (hold was just lifted, or close began):
  * make the oldest waiter the leader.  mu held. */
+/* Give the lead (busy is set) to the oldest request: its caller, or the
+ * committer when nobody waits for it.  mu held. */
+static void pass_lead(struct seda_journal *j)
+{
+    if (j->head->done) {
+        j->go = true;
+        pthread_cond_signal(&j->commit_cv);
+    } else {
+        finish(j->head, JR_LEAD);
+    }
+}
+
 static void wake_leader(struct seda_journal *j)
 {
     if (j->head && !j->busy && !j->hold) {
         j->busy = true;
-        finish(j->head, JR_LEAD);
+        pass_lead(j);
     }
 }
 
@@ -491,15 +513,38 @@ static void defer_learn(struct seda_journal *j, bool company)
         j->defer_score = j->defer_score > 2 ? j->defer_score - 2 : 0;
 }
 
-/* Run pending requests, oldest first, until self is done; then pass the
+/* Call the done callbacks of batch's async requests (and free them);
+ * return the others, in order.  Leader, mu not held. */
+static struct jreq *done_async(struct jreq *batch)
+{
+    struct jreq *keep = NULL, **tail = &keep;
+    for (struct jreq *r = batch, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->done) {
+            r->done(r->rc, r->done_ud);
+            seda__free(r);
+        } else {
+            *tail = r;
+            tail = &r->next;
+        }
+    }
+    *tail = NULL;
+    return keep;
+}
+
+/* Run pending requests, oldest first, until self is done (self NULL: the
+ * committer, until none is left; with once, one group); then pass the
  * lead to the oldest waiter, or go idle.  A read runs alone and only on
  * its caller's thread: meeting someone else's read first, the leader
  * passes the lead to it and returns with self still queued.  mu held
  * (released around SQLite); busy is set for us. */
-static void lead(struct seda_journal *j, struct jreq *self)
+static void lead(struct seda_journal *j, struct jreq *self, bool once)
 {
-    while (atomic_load_explicit(&self->state, memory_order_relaxed) !=
-           JR_DONE && !j->hold) {
+    for (int groups = 0;
+         (self ? atomic_load_explicit(&self->state, memory_order_relaxed)
+                     != JR_DONE
+               : j->head != NULL && !(once && groups > 0)) && !j->hold;
+         groups++) {
         if (j->head == self && j->tail == self && self->type == REQ_APPLY &&
             !j->stop && defer_now(j)) {
             /* Alone with a drain's decisions: wait a moment for company
@@ -517,6 +562,22 @@ static void lead(struct seda_journal *j, struct jreq *self)
             }
             seda__mutex_lock(&j->mu);
             defer_learn(j, company);
+        }
+        if (j->group_wait_ns > 0 && j->head->done && !j->stop) {
+            /* group_wait: a group led by an async request (nobody's
+             * thread waits on it) waits up to group_wait from that
+             * request's arrival for company; arrivals queue behind. */
+            int64_t until = j->head->t0 + j->group_wait_ns;
+            int64_t now = seda__clock_ns();
+            if (now < until) {
+                seda__mutex_unlock(&j->mu);
+                struct timespec ts = {
+                    .tv_sec = (until - now) / 1000000000,
+                    .tv_nsec = (until - now) % 1000000000,
+                };
+                nanosleep(&ts, NULL);
+                seda__mutex_lock(&j->mu);
+            }
         }
         struct jreq *batch = j->head, *last = batch;
         if (batch->type >= REQ_READ && batch != self)
@@ -538,6 +599,7 @@ static void lead(struct seda_journal *j, struct jreq *self)
             batch->rc = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
         } else {
             run_group(j, batch);
+            batch = done_async(batch);
         }
         seda__mutex_lock(&j->mu);
         for (struct jreq *r = batch, *nx; r; r = nx) {
@@ -546,12 +608,81 @@ static void lead(struct seda_journal *j, struct jreq *self)
         }
     }
     if (j->head && !j->hold) {
-        finish(j->head, JR_LEAD);       /* busy stays set: it leads now */
+        pass_lead(j);                   /* busy stays set: it leads now */
     } else {
         j->busy = false;
         if (j->stop)
             pthread_cond_broadcast(&j->idle_cv);
     }
+}
+
+/* The committer: leads whenever the lead is passed to an async request
+ * (go), until close. */
+static void *committer_main(void *arg)
+{
+    struct seda_journal *j = arg;
+    seda__mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->go && !j->cstop)
+            seda__cond_wait(&j->commit_cv, &j->mu, INT64_MAX);
+        if (!j->go)
+            break;
+        j->go = false;
+        lead(j, NULL, false);
+    }
+    seda__mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* Queue r (append, count, stamp).  mu held. */
+static void enqueue(struct seda_journal *j, struct jreq *r)
+{
+    if (j->group_wait_ns > 0)
+        r->t0 = seda__clock_ns();
+    if (j->tail)
+        j->tail->next = r;
+    else
+        j->head = r;
+    j->tail = r;
+    atomic_fetch_add_explicit(&j->npending, 1, memory_order_relaxed);
+}
+
+/* Queue an async request r (the journal's from here on when it returns
+ * 0).  Returns 0, -ECANCELED after close began, -EAGAIN when the
+ * committer could not be started. */
+static int submit_async(struct seda_journal *j, struct jreq *r)
+{
+    r->rc = 0;
+    r->next = NULL;
+    r->rows = NULL;
+    r->sleeping = false;
+    atomic_init(&r->state, JR_WAIT);
+    seda__mutex_lock(&j->mu);
+    if (j->stop) {
+        seda__mutex_unlock(&j->mu);
+        return -ECANCELED;
+    }
+    if (!j->cstarted) {
+        if (pthread_create(&j->committer, NULL, committer_main, j) != 0) {
+            seda__mutex_unlock(&j->mu);
+            return -EAGAIN;
+        }
+        j->cstarted = true;
+    }
+    enqueue(j, r);
+    if (!j->busy && !j->hold && j->group_wait_ns == 0 && j->head == r) {
+        /* Idle: commit it here, at once, with no hand-off (as a waiting
+         * caller alone would).  Whatever arrives meanwhile forms the
+         * next group, which the committer takes. */
+        j->busy = true;
+        lead(j, NULL, true);
+    } else if (!j->busy && !j->hold) {
+        j->busy = true;
+        j->go = true;
+        pthread_cond_signal(&j->commit_cv);
+    }
+    seda__mutex_unlock(&j->mu);
+    return 0;
 }
 
 /* Run r and return its result (0 or a negative errno), or -ECANCELED when
@@ -572,15 +703,10 @@ static int submit(struct seda_journal *j, struct jreq *r)
         pthread_cond_destroy(&r->cv);
         return -ECANCELED;
     }
-    if (j->tail)
-        j->tail->next = r;
-    else
-        j->head = r;
-    j->tail = r;
-    atomic_fetch_add_explicit(&j->npending, 1, memory_order_relaxed);
+    enqueue(j, r);
     if (!j->busy && !j->hold) {
         j->busy = true;
-        lead(j, r);             /* r is the head: it is done after this */
+        lead(j, r, false);      /* r is the head: it is done after this */
     }
     for (;;) {
         int st = atomic_load_explicit(&r->state, memory_order_acquire);
@@ -588,7 +714,7 @@ static int submit(struct seda_journal *j, struct jreq *r)
             break;
         if (st == JR_LEAD) {
             atomic_store_explicit(&r->state, JR_WAIT, memory_order_relaxed);
-            lead(j, r);
+            lead(j, r, false);
             continue;
         }
         /* A commit takes microseconds: spin a little before sleeping. */
@@ -643,6 +769,46 @@ int seda__journal_insert(struct seda_journal *j, seda_jrec *recs, int n,
         .window = dedup_window > 0 ? dedup_window : 0, .dup = dup,
     };
     return submit(j, &r);
+}
+
+int seda__journal_insert_async(struct seda_journal *j, seda_jrec *recs,
+                               int n, int dedup_window, int *dup,
+                               seda_jdone_fn done, void *ud)
+{
+    if (!j || n <= 0 || !recs || (dedup_window > 0 && !dup) || !done)
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        int rc = check_rec(&recs[i]);
+        if (rc)
+            return rc;
+    }
+    struct jreq *r = seda__calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->type = REQ_INSERT;
+    r->recs = recs;
+    r->n = n;
+    r->window = dedup_window > 0 ? dedup_window : 0;
+    r->dup = dup;
+    r->done = done;
+    r->done_ud = ud;
+    int rc = submit_async(j, r);
+    if (rc)
+        seda__free(r);
+    return rc;
+}
+
+void seda__journal_set_group_wait(struct seda_journal *j, int64_t ns)
+{
+    j->group_wait_ns = ns > 0 ? ns : 0;
+}
+
+void seda__journal_groups(struct seda_journal *j, struct seda_jgroups *out)
+{
+    out->txns = atomic_load_explicit(&j->txns, memory_order_relaxed);
+    out->reqs = atomic_load_explicit(&j->reqs, memory_order_relaxed);
+    out->max = atomic_load_explicit(&j->grp_max, memory_order_relaxed);
+    out->fsyncs = atomic_load_explicit(&j->fsyncs, memory_order_relaxed);
 }
 
 int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
@@ -842,6 +1008,11 @@ int seda__journal_open(const char *dir, bool sync_full,
         journal_free(j);
         return -ENOMEM;
     }
+    if (seda__cond_init(&j->commit_cv) != 0) {
+        pthread_cond_destroy(&j->idle_cv);
+        journal_free(j);
+        return -ENOMEM;
+    }
     /* What recovery dropped of a WAL a crash left behind: said once, on
      * stderr, and kept for the stats (seda_bus_journal_stats). */
     if (seda__walvfs_discarded(j->db, &j->wal_lost) == 0 &&
@@ -857,6 +1028,9 @@ int seda__journal_open(const char *dir, bool sync_full,
     }
     seda__mutex_init(&j->mu);
     atomic_init(&j->txns, 0);
+    atomic_init(&j->reqs, 0);
+    atomic_init(&j->grp_max, 0);
+    atomic_init(&j->fsyncs, 0);
     atomic_init(&j->quarantined, 0);
     j->defer_score = DEFER_MAX;
     *out = j;
@@ -873,7 +1047,13 @@ void seda__journal_close(struct seda_journal *j)
     wake_leader(j);
     while (j->busy)
         seda__cond_wait(&j->idle_cv, &j->mu, INT64_MAX);
+    bool started = j->cstarted;
+    j->cstop = true;
+    pthread_cond_signal(&j->commit_cv);
     seda__mutex_unlock(&j->mu);
+    if (started)
+        pthread_join(j->committer, NULL);
+    pthread_cond_destroy(&j->commit_cv);
     pthread_cond_destroy(&j->idle_cv);
     seda__mutex_destroy(&j->mu);
     journal_free(j);

@@ -9,12 +9,23 @@
  *   reusable buffer, then handed to the C API, whose refusals come back
  *   as false, reason.  publish_many encodes every payload first, then
  *   admits runs of payloads of one kind in one step each.
+ *
+ *   A handler's publish into a durable stage waits for its commit as a
+ *   suspension (lsuspend.c): the call is suspended before publishing,
+ *   the publish is queued for the journal's next group commit
+ *   (seda_publish_opts.on_durable) and the coroutine yields; the
+ *   journal's committer posts the call when the commit ended, and it
+ *   resumes with true or false, reason.  Meanwhile the worker runs other
+ *   calls, whose publishes join the same commit.  Where a call cannot be
+ *   suspended (the main state, a durable or blocking handler stage, a
+ *   coroutine of the handler's own) publish waits for the commit as
+ *   before.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lseda.h"
+#include "lworker.h"
 
 /* ---- publishing ---- */
 
@@ -181,6 +192,75 @@ static int id_misuse(lua_State *L, const char *to)
                       "unique within the process)", to);
 }
 
+/* ---- a handler's durable publish, suspended until committed ---- */
+
+/* pw.st: whichever of the commit's callback and the yielding call comes
+ * second posts the call. */
+enum { PW_PENDING, PW_FIRED, PW_ARMED };
+
+/* A userdata on the suspended coroutine's stack (collected with it if the
+ * call is dropped at shutdown).  rc is written before st turns FIRED
+ * (acq_rel); the call reads it after its post (the mailbox's mutex). */
+struct lpubwait {
+    atomic_int st;
+    int rc;
+    struct lcall *call;         /* immutable once queued */
+};
+
+/* on_durable: the journal's committing thread. */
+static void pubwait_done(int rc, void *ud)
+{
+    struct lpubwait *pw = ud;
+    struct lcall *c = pw->call;
+    pw->rc = rc;
+    if (atomic_exchange_explicit(&pw->st, PW_FIRED, memory_order_acq_rel) ==
+        PW_ARMED)
+        seda__l_suspend_post(c);
+}
+
+/* The call resumed: its result.  ctx is the lpubwait's stack index; a
+ * refusal before queueing left its reason above it. */
+static int publish_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    struct lpubwait *pw = lua_touserdata(L, (int)ctx);
+    if (pw->rc == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pushboolean(L, 0);
+    if (lua_type(L, (int)ctx + 1) == LUA_TSTRING)
+        lua_pushvalue(L, (int)ctx + 1);
+    else
+        lua_pushstring(L, seda_strerror(pw->rc));
+    return 2;
+}
+
+static int publish_suspended(lua_State *L, struct lcall *c, seda_stage_t *st,
+                             const void *p, size_t len, seda_publish_opts *o,
+                             seda_wbuf *wb)
+{
+    struct lpubwait *pw = lua_newuserdatauv(L, sizeof *pw, 0);
+    int idx = lua_gettop(L);
+    atomic_init(&pw->st, PW_PENDING);
+    pw->rc = 0;
+    pw->call = c;
+    o->on_durable = pubwait_done;
+    o->on_durable_ud = pw;
+    int rc = seda_stage_publish(st, p, len, o);
+    seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
+    if (rc) {
+        /* Refused before queueing: resume at once with the reason. */
+        pw->rc = rc;
+        lua_pushstring(L, rc == SEDA_ETYPE ? o->why : seda_strerror(rc));
+        atomic_store_explicit(&pw->st, PW_FIRED, memory_order_release);
+    }
+    if (atomic_exchange_explicit(&pw->st, PW_ARMED, memory_order_acq_rel) ==
+        PW_FIRED)
+        seda__l_suspend_post(c);
+    return seda__l_suspend_yield(L, c, NULL, NULL, idx, publish_k);
+}
+
 int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                     seda_wbuf *wb, struct ladmit_cache *ac, bool main)
 {
@@ -235,6 +315,11 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         return 2;
     }
     o.kind = kind;
+    if (!main && seda_stage_durability(st) != SEDA_MEMORY) {
+        struct lcall *c = seda__l_suspend_begin(L);
+        if (c)
+            return publish_suspended(L, c, st, p, len, &o, wb);
+    }
     struct lcb *cb = NULL;
     if (cbidx) {
         cb = seda__l_callback_new(L, cbidx, 1);

@@ -367,7 +367,7 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", "dead_letter_keep", "name", NULL
+    "stats_window", "dead_letter_keep", "name", "group_wait", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -467,6 +467,14 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
             (strcmp(sy, "full") != 0 && strcmp(sy, "normal") != 0))
             luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
         o->sync_normal = strcmp(sy, "normal") == 0;
+    }
+    lua_getfield(L, 1, "group_wait");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) ||
+            lua_tonumber(L, -1) > 1)
+            luaL_error(L, "bus: group_wait must be a number of seconds in "
+                       "[0, 1]");
+        o->group_wait = lua_tonumber(L, -1);
     }
 }
 
