@@ -31,7 +31,7 @@
 
 static const char *const publish_keys[] = {
     "headers", "slip", "sender", "timeout", "on_complete", "id",
-    "priority", NULL
+    "priority", "on_durable", NULL
 };
 
 /* Parse the publish options table at oidx into o.  Strings and arrays
@@ -81,9 +81,10 @@ static void parse_headers(lua_State *L, seda_publish_opts *o,
 }
 
 static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
-                      bool main, const char *what)
+                      bool main, const char *what, int *durable_idx)
 {
     seda_publish_opts_init(o);
+    *durable_idx = 0;
     if (lua_isnoneornil(L, oidx))
         return 0;
     luaL_checktype(L, oidx, LUA_TTABLE);
@@ -137,6 +138,20 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
             luaL_error(L, "%s: on_complete is only available on the main "
                        "state", what);
         cb = lua_gettop(L);
+    }
+    lua_getfield(L, oidx, "on_durable");
+    if (!lua_isnil(L, -1)) {
+        found++;
+        if (!lua_isfunction(L, -1))
+            luaL_error(L, "%s: on_durable must be a function", what);
+        if (!main)
+            luaL_error(L, "%s: on_durable is only available on the main "
+                       "state (a handler's publish into a durable stage "
+                       "already waits without holding its worker)", what);
+        if (strcmp(what, "publish") != 0)
+            luaL_error(L, "%s: on_durable is for bus:publish (one "
+                       "envelope a call)", what);
+        *durable_idx = lua_gettop(L);
     }
     lua_getfield(L, oidx, "slip");
     if (!lua_isnil(L, -1)) {
@@ -270,7 +285,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     seda_publish_opts o;
     char why[256];                  /* written on a SEDA_ETYPE refusal */
     why[0] = '\0';
-    int cbidx = parse_opts(L, oidx, &o, main, "publish");
+    int duridx;
+    int cbidx = parse_opts(L, oidx, &o, main, "publish", &duridx);
     o.why = why;
     o.whylen = sizeof why;
     seda_stage_t *st = seda_bus_stage(lb->bus, to);
@@ -283,6 +299,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                                             : SEDA_ENOSTAGE));
         return 2;
     }
+    if (duridx && seda_stage_durability(st) == SEDA_MEMORY)
+        luaL_error(L, "publish: on_durable: stage '%s' is not durable", to);
     /* The stage's admit rule, before anything is made. */
     struct lstage *ls = seda_stage_userdata(st);
     if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
@@ -326,11 +344,20 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         o.done = seda__l_callback_on_done;
         o.done_ud = cb;
     }
+    struct lcb *dcb = NULL;
+    if (duridx) {
+        dcb = seda__l_callback_new(L, duridx, 1);
+        dcb->lb = lb;
+        o.on_durable = seda__l_callback_on_durable;
+        o.on_durable_ud = dcb;
+    }
     int rc = seda_stage_publish(st, p, len, &o);
     seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
     if (rc) {
         if (cb)
             seda__l_callback_release(L, cb, 1);
+        if (dcb)
+            seda__l_callback_release(L, dcb, 1);
         if (rc == SEDA_EINVAL && o.id)
             id_misuse(L, to);
         lua_pushboolean(L, 0);
@@ -353,7 +380,8 @@ int seda__l_publish_many(lua_State *L)
     seda_publish_opts o;
     char why[256];                  /* written on a SEDA_ETYPE refusal */
     why[0] = '\0';
-    int cbidx = parse_opts(L, 4, &o, true, "publish_many");
+    int duridx;
+    int cbidx = parse_opts(L, 4, &o, true, "publish_many", &duridx);
     o.why = why;
     o.whylen = sizeof why;
     const char *to = lua_tostring(L, 2);

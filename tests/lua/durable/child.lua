@@ -293,6 +293,23 @@ elseif mode == "diskcheck" then
   say(bus:wait(30) == true and "idle" or "not idle")
   bus:shutdown(5)
 
+elseif mode == "dcount" then
+  -- dcount DIR: replay the durable stage "d" (test_durable_group.lua)
+  -- and print "PAYLOAD COUNT" per payload (trailing z padding cut), then
+  -- "total N".
+  local bus = seda.bus{ data_dir = dir, workers = 2 }
+  bus:stage{ name = "d", durable = "at_least_once", concurrency = 4,
+             capacity = 1000000, handler = function(env)
+               seda.shared:incr("p:" .. (tostring(env.payload):gsub("z+$", "")), 1)
+               seda.shared:incr("total", 1)
+             end }
+  say(bus:wait(60) == true and "idle" or "not idle")
+  for _, k in ipairs(seda.shared:keys()) do
+    if k:sub(1, 2) == "p:" then say(k:sub(3), seda.shared:get(k)) end
+  end
+  say("total", seda.shared:get("total") or 0)
+  bus:shutdown(5)
+
 else
   error("child.lua: unknown mode " .. tostring(mode))
 end
