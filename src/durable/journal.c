@@ -533,18 +533,16 @@ static struct jreq *done_async(struct jreq *batch)
 }
 
 /* Run pending requests, oldest first, until self is done (self NULL: the
- * committer, until none is left; with once, one group); then pass the
+ * committer, until none is left); then pass the
  * lead to the oldest waiter, or go idle.  A read runs alone and only on
  * its caller's thread: meeting someone else's read first, the leader
  * passes the lead to it and returns with self still queued.  mu held
  * (released around SQLite); busy is set for us. */
-static void lead(struct seda_journal *j, struct jreq *self, bool once)
+static void lead(struct seda_journal *j, struct jreq *self)
 {
-    for (int groups = 0;
-         (self ? atomic_load_explicit(&self->state, memory_order_relaxed)
-                     != JR_DONE
-               : j->head != NULL && !(once && groups > 0)) && !j->hold;
-         groups++) {
+    while ((self ? atomic_load_explicit(&self->state, memory_order_relaxed)
+                       != JR_DONE
+                 : j->head != NULL) && !j->hold) {
         if (j->head == self && j->tail == self && self->type == REQ_APPLY &&
             !j->stop && defer_now(j)) {
             /* Alone with a drain's decisions: wait a moment for company
@@ -628,7 +626,7 @@ static void *committer_main(void *arg)
         if (!j->go)
             break;
         j->go = false;
-        lead(j, NULL, false);
+        lead(j, NULL);
     }
     seda__mutex_unlock(&j->mu);
     return NULL;
@@ -670,13 +668,10 @@ static int submit_async(struct seda_journal *j, struct jreq *r)
         j->cstarted = true;
     }
     enqueue(j, r);
-    if (!j->busy && !j->hold && j->group_wait_ns == 0 && j->head == r) {
-        /* Idle: commit it here, at once, with no hand-off (as a waiting
-         * caller alone would).  Whatever arrives meanwhile forms the
-         * next group, which the committer takes. */
-        j->busy = true;
-        lead(j, NULL, true);
-    } else if (!j->busy && !j->hold) {
+    /* Even when the journal is idle the committer commits it, not this
+     * thread: its caller (a worker) goes on with other calls, whose
+     * publishes then join the next group. */
+    if (!j->busy && !j->hold) {
         j->busy = true;
         j->go = true;
         pthread_cond_signal(&j->commit_cv);
@@ -706,7 +701,7 @@ static int submit(struct seda_journal *j, struct jreq *r)
     enqueue(j, r);
     if (!j->busy && !j->hold) {
         j->busy = true;
-        lead(j, r, false);      /* r is the head: it is done after this */
+        lead(j, r);             /* r is the head: it is done after this */
     }
     for (;;) {
         int st = atomic_load_explicit(&r->state, memory_order_acquire);
@@ -714,7 +709,7 @@ static int submit(struct seda_journal *j, struct jreq *r)
             break;
         if (st == JR_LEAD) {
             atomic_store_explicit(&r->state, JR_WAIT, memory_order_relaxed);
-            lead(j, r, false);
+            lead(j, r);
             continue;
         }
         /* A commit takes microseconds: spin a little before sleeping. */
