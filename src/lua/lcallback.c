@@ -67,6 +67,10 @@ struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs)
 static void queue_completion(struct lbus *lb, struct lcompletion *c)
 {
     pthread_mutex_lock(&lb->mu);
+    /* An on_durable report leaves the count in the same step (lb->mu,
+     * before the broadcast): bus:wait sees it counted or queued. */
+    if (c->durable)
+        atomic_fetch_sub_explicit(&lb->ndurable, 1, memory_order_acq_rel);
     if (lb->ctail)
         lb->ctail->next = c;
     else
@@ -84,6 +88,8 @@ void seda__l_callback_on_durable(int rc, void *ud)
     struct lcompletion *c = calloc(1, sizeof *c);
     if (!c) {
         fprintf(stderr, "seda: out of memory queueing on_durable\n");
+        atomic_fetch_sub_explicit(&cb->lb->ndurable, 1,
+                                  memory_order_acq_rel);
         return;
     }
     c->cb = cb;

@@ -351,13 +351,18 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         o.on_durable = seda__l_callback_on_durable;
         o.on_durable_ud = dcb;
     }
+    if (dcb)
+        atomic_fetch_add_explicit(&lb->ndurable, 1, memory_order_acq_rel);
     int rc = seda_stage_publish(st, p, len, &o);
     seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
     if (rc) {
         if (cb)
             seda__l_callback_release(L, cb, 1);
-        if (dcb)
+        if (dcb) {
+            atomic_fetch_sub_explicit(&lb->ndurable, 1,
+                                      memory_order_acq_rel);
             seda__l_callback_release(L, dcb, 1);
+        }
         if (rc == SEDA_EINVAL && o.id)
             id_misuse(L, to);
         lua_pushboolean(L, 0);

@@ -231,6 +231,7 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
         seda__l_callback_run(L, lb);
         seda__l_loop_run_timers(L);
         if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
+            atomic_load_explicit(&lb->ndurable, memory_order_acquire) == 0 &&
             !seda__l_callback_pending(lb))
             return true;
         if (seda_now() >= until)
@@ -512,6 +513,7 @@ static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
     lb->memory_limit = memory_limit;
     lb->max_pending_cb = max_pending_cb;
     atomic_init(&lb->npending_cb, 0);
+    atomic_init(&lb->ndurable, 0);
     /* Before the pool starts: worker states read it as they are made. */
     lb->max_payload = max_payload;
     u->wb.limit = lb->max_payload;

@@ -180,6 +180,9 @@ struct lbus {
     size_t max_payload;         /* the bus's, in bytes */
     int max_pending_cb;         /* publish runs callbacks past this */
     atomic_int npending_cb;     /* completions queued; relaxed */
+    atomic_int ndurable;        /* on_durable publishes not yet reported
+                                   (queued after their completion is):
+                                   bus:wait waits for them; acq_rel */
     char *package_path;         /* copied into every worker state */
     char *package_cpath;
     bool shut;                  /* main thread only: shutdown done */

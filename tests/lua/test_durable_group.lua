@@ -148,7 +148,9 @@ T.test("the main state's bus:publish with on_durable: told once the row is commi
   T.eq(bus:publish("d", "again", { id = "i1", on_durable = function(ok2, why)
     told[#told + 1] = { "dup", ok2, why }
   end }), true)
-  T.wait_until(function() return #told == 51 end, 30, "51 reports", bus)
+  -- bus:wait returns once every on_durable report has run
+  T.eq(bus:wait(30), true, "idle")
+  T.eq(#told, 51, "51 reports")
   for n = 1, 50 do
     T.deep_eq(told[n], { n, true, nil }, "report " .. n)
   end
