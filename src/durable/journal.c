@@ -22,7 +22,20 @@
  *   meanwhile, it hands the lead to the oldest waiter and returns.
  *   Concurrent publishers thus share one commit, and with
  *   synchronous=FULL one fsync, per group; a caller alone commits its own
- *   request with no thread hand-off at all.  A waiter spins briefly (a
+ *   request with no thread hand-off at all.
+ *
+ *   An async request (insert_async: a publish whose publisher does not
+ *   wait -- a suspended handler, on_durable, an HTTP request) has no
+ *   caller to lead: it is the journal's (heap) and its done callback is
+ *   called by whoever commits it, with no lock held, right after the
+ *   commit.  When the lead falls to one (nobody leads, or a leader passes
+ *   the lead on and the oldest request is async), the COMMITTER leads: a
+ *   thread of the journal, started by the first async request, that
+ *   commits until nothing is queued.  It commits an async request even
+ *   when the journal is idle, so its publisher's thread goes on at once
+ *   and what it publishes meanwhile joins the next group.  With
+ *   group_wait, a group the committer starts with an async request first
+ *   waits until that request has waited group_wait (arrivals queue).  A waiter spins briefly (a
  *   commit takes microseconds) before it sleeps on its own condition
  *   variable.  A leader holding nothing but one drain batch's decisions
  *   waits up to DEFER_NS for company first: with one publisher and one
@@ -60,7 +73,7 @@
  *   The database itself (schema, statements, opening the connection) is
  *   journal_db.c's; the types both files use are in journal_int.h.
  *
- *   Threads: none of its own.  One mutex (mu).
+ *   Threads: the committer, once an async request came.  One mutex (mu).
  */
 #include <errno.h>
 #include <limits.h>
@@ -472,8 +485,6 @@ static void finish(struct jreq *r, int state)
         pthread_cond_signal(&r->cv);
 }
 
-/* Nobody leads but requests wait (hold was just lifted, or close began):
- * make the oldest waiter the leader.  mu held. */
 /* Give the lead (busy is set) to the oldest request: its caller, or the
  * committer when nobody waits for it.  mu held. */
 static void pass_lead(struct seda_journal *j)
@@ -486,6 +497,8 @@ static void pass_lead(struct seda_journal *j)
     }
 }
 
+/* Nobody leads but requests wait (hold was just lifted, or close began):
+ * make the oldest waiter the leader.  mu held. */
 static void wake_leader(struct seda_journal *j)
 {
     if (j->head && !j->busy && !j->hold) {

@@ -60,10 +60,12 @@
  *   journal is upgraded in place when opened (the two columns are added,
  *   NULL in its rows).
  *
- * THREADS: every function is thread-safe unless it says otherwise, and
- * the journal has no threads of its own.  Writes (insert, apply,
- * delete_stage) block until committed, by the caller itself or by the
- * caller whose commit was running when they arrived.  Reads (replay,
+ * THREADS: every function is thread-safe unless it says otherwise.  The
+ * journal has one thread of its own, the committer, started by the first
+ * insert_async: it commits the requests nobody waits for.  Writes
+ * (insert, apply, delete_stage) block until committed, by the caller
+ * itself, by the caller whose commit was running when they arrived, or by
+ * the committer.  Reads (replay,
  * count, get, scan) wait their turn on the same connection, copy the rows
  * and call back with the journal free, and see only committed rows.  While
  * a journal is open nothing else (not even the sqlite3 tool) can read
