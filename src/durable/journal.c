@@ -35,7 +35,9 @@
  *   when the journal is idle, so its publisher's thread goes on at once
  *   and what it publishes meanwhile joins the next group.  With
  *   group_wait, a group the committer starts with an async request first
- *   waits until that request has waited group_wait (arrivals queue).  A waiter spins briefly (a
+ *   waits until that request has waited group_wait (arrivals queue), or
+ *   until a caller that does wait queues: holding a thread is not what
+ *   group_wait trades.  A waiter spins briefly (a
  *   commit takes microseconds) before it sleeps on its own condition
  *   variable.  A leader holding nothing but one drain batch's decisions
  *   waits up to DEFER_NS for company first: with one publisher and one
@@ -574,21 +576,16 @@ static void lead(struct seda_journal *j, struct jreq *self)
             seda__mutex_lock(&j->mu);
             defer_learn(j, company);
         }
-        if (j->group_wait_ns > 0 && j->head->done && !j->stop) {
-            /* group_wait: a group led by an async request (nobody's
-             * thread waits on it) waits up to group_wait from that
-             * request's arrival for company; arrivals queue behind. */
+        if (!self && j->group_wait_ns > 0 && j->head->done) {
+            /* group_wait: a group the committer starts with an async
+             * request (nobody's thread waits on it) waits until that
+             * request has waited group_wait, for company (arrivals queue
+             * behind it) -- unless a caller that does wait arrives. */
             int64_t until = j->head->t0 + j->group_wait_ns;
-            int64_t now = seda__clock_ns();
-            if (now < until) {
-                seda__mutex_unlock(&j->mu);
-                struct timespec ts = {
-                    .tv_sec = (until - now) / 1000000000,
-                    .tv_nsec = (until - now) % 1000000000,
-                };
-                nanosleep(&ts, NULL);
-                seda__mutex_lock(&j->mu);
-            }
+            j->gwaiting = true;
+            while (j->nwaiting == 0 && !j->stop && seda__clock_ns() < until)
+                seda__cond_wait(&j->commit_cv, &j->mu, until);
+            j->gwaiting = false;
         }
         struct jreq *batch = j->head, *last = batch;
         if (batch->type >= REQ_READ && batch != self)
@@ -603,6 +600,8 @@ static void lead(struct seda_journal *j, struct jreq *self)
         if (!j->head)
             j->tail = NULL;
         last->next = NULL;
+        for (struct jreq *r = batch; r; r = r->next)
+            j->nwaiting -= !r->done;
         atomic_fetch_sub_explicit(&j->npending, n, memory_order_relaxed);
         seda__mutex_unlock(&j->mu);
         if (batch->type >= REQ_READ) {
@@ -712,6 +711,9 @@ static int submit(struct seda_journal *j, struct jreq *r)
         return -ECANCELED;
     }
     enqueue(j, r);
+    j->nwaiting++;
+    if (j->gwaiting)
+        pthread_cond_signal(&j->commit_cv);     /* a thread waits now */
     if (!j->busy && !j->hold) {
         j->busy = true;
         lead(j, r);             /* r is the head: it is done after this */
@@ -1052,6 +1054,7 @@ void seda__journal_close(struct seda_journal *j)
     seda__mutex_lock(&j->mu);
     j->stop = true;
     j->hold = false;
+    pthread_cond_signal(&j->commit_cv);     /* ends a group_wait */
     wake_leader(j);
     while (j->busy)
         seda__cond_wait(&j->idle_cv, &j->mu, INT64_MAX);

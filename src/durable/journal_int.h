@@ -84,12 +84,11 @@ enum {
  * after open: dir, path, lockfd, wal_lost.  db, st, seqs and next_key
  * belong to the leader -- whoever set busy (under mu) -- until it clears
  * busy or passes the lead.  Atomic: txns, reqs, grp_max, fsyncs,
- * quarantined (relaxed
- * counters).  Only one lock; it is never held across SQLite calls.
- * The committer thread (started by the first async request) leads when
- * asked: go, cstop and cstarted are guarded by mu, commit_cv is signalled
- * under it.  group_wait_ns is immutable after open (set before any
- * request).
+ * quarantined (relaxed counters).  Only one lock; it is never held
+ * across SQLite calls.  The committer thread (started by the first async
+ * request) leads when asked: go, cstop, cstarted, gwaiting and nwaiting
+ * are guarded by mu, commit_cv is signalled under it.  group_wait_ns is
+ * immutable after open (set before any request).
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -119,6 +118,10 @@ struct seda_journal {
     bool go;                    /* committer: lead now (busy is set for
                                    it); mu */
     bool cstop;                 /* committer: exit; mu */
+    bool gwaiting;              /* committer in group_wait; mu */
+    int nwaiting;               /* queued requests whose caller waits
+                                   (not async): they end a group_wait;
+                                   mu */
     pthread_cond_t commit_cv;   /* the committer waits here, with mu */
     atomic_uint_fast64_t quarantined; /* rows quarantined; relaxed */
     struct seda_wal_discard wal_lost; /* what recovery dropped at open;

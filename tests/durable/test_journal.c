@@ -711,6 +711,47 @@ static void test_journal_async_close_flushes(void **state)
     seda__journal_close(j);
 }
 
+/* group_wait: an async request alone is committed no sooner than
+ * group_wait after it was queued (a lower bound only); a caller that
+ * waits ends the wait at once, and both share the commit. */
+static void test_journal_async_group_wait(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    static struct as_seen s;
+    as_init(&s);
+    static seda_jrec recs[2];
+    static struct as_req reqs[2];
+    seda__journal_set_group_wait(j, 200000000);            /* 0.2 s */
+    recs[0] = mkrec("gw", "a", "", 0);
+    reqs[0] = (struct as_req){ .s = &s, .i = 0 };
+    double t0 = seda_now();
+    assert_int_equal(seda__journal_insert_async(j, &recs[0], 1, 0, NULL,
+                                                as_done, &reqs[0]), 0);
+    as_wait(&s, 1);
+    assert_true(seda_now() - t0 >= 0.2);
+    assert_int_equal(s.rc[0], 0);
+    seda__journal_close(j);
+
+    /* A minute of group_wait: the waiting caller does not sit it out. */
+    j = jopen(f->sub, false);
+    seda__journal_set_group_wait(j, 60000000000LL);
+    uint64_t txns = seda__journal_txns(j);
+    recs[1] = mkrec("gw", "b", "", 0);
+    reqs[1] = (struct as_req){ .s = &s, .i = 1 };
+    t0 = seda_now();
+    assert_int_equal(seda__journal_insert_async(j, &recs[1], 1, 0, NULL,
+                                                as_done, &reqs[1]), 0);
+    seda_jrec c = mkrec("gw", "c", "", 0);
+    assert_int_equal(seda__journal_insert(j, &c, 1, 0, NULL), 0);
+    assert_true(seda_now() - t0 < 30.0);
+    as_wait(&s, 2);
+    assert_int_equal(s.rc[1], 0);
+    assert_int_equal(seda__journal_txns(j) - txns, 1);
+    assert_int_equal(count(j, "gw"), 3);
+    seda__journal_close(j);
+}
+
 /* A group that cannot be written (a 1 MiB tmpfs, 2 MiB of rows queued at
  * once) fails as a whole: every request of it is told -EIO, and none of
  * its rows is in the journal. */
@@ -1163,6 +1204,7 @@ int main(void)
         T(test_journal_group_commit_shares_transactions),
         T(test_journal_async_inserts_share_one_commit),
         T(test_journal_async_close_flushes),
+        T(test_journal_async_group_wait),
         T(test_journal_async_failed_group_fails_every_request),
         T(test_journal_dedup_refuses_accepted_id),
         T(test_journal_dedup_window_evicts_oldest),
