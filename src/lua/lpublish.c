@@ -213,13 +213,16 @@ static int id_misuse(lua_State *L, const char *to)
  * second posts the call. */
 enum { PW_PENDING, PW_FIRED, PW_ARMED };
 
-/* A userdata on the suspended coroutine's stack (collected with it if the
- * call is dropped at shutdown).  rc is written before st turns FIRED
- * (acq_rel); the call reads it after its post (the mailbox's mutex). */
+/* A userdata on the suspended coroutine's stack, made before the call is
+ * suspended (nothing may raise between suspending and yielding; it is
+ * collected with the coroutine if the call is dropped at shutdown).  rc
+ * is written before st turns FIRED (acq_rel); the call reads it after its
+ * post (the mailbox's mutex). */
 struct lpubwait {
     atomic_int st;
     int rc;
     struct lcall *call;         /* immutable once queued */
+    char why[256];              /* a SEDA_ETYPE refusal's reason */
 };
 
 /* on_durable: the journal's committing thread. */
@@ -233,8 +236,7 @@ static void pubwait_done(int rc, void *ud)
         seda__l_suspend_post(c);
 }
 
-/* The call resumed: its result.  ctx is the lpubwait's stack index; a
- * refusal before queueing left its reason above it. */
+/* The call resumed: its result.  ctx is the lpubwait's stack index. */
 static int publish_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
@@ -244,22 +246,24 @@ static int publish_k(lua_State *L, int status, lua_KContext ctx)
         return 1;
     }
     lua_pushboolean(L, 0);
-    if (lua_type(L, (int)ctx + 1) == LUA_TSTRING)
-        lua_pushvalue(L, (int)ctx + 1);
-    else
-        lua_pushstring(L, seda_strerror(pw->rc));
+    lua_pushstring(L, pw->rc == SEDA_ETYPE ? pw->why
+                                           : seda_strerror(pw->rc));
     return 2;
 }
 
-static int publish_suspended(lua_State *L, struct lcall *c, seda_stage_t *st,
-                             const void *p, size_t len, seda_publish_opts *o,
-                             seda_wbuf *wb)
+/* Publish with the call c suspended (pw at idx, made before), then yield
+ * until the commit ended.  Nothing here may raise. */
+static int publish_suspended(lua_State *L, struct lcall *c, int idx,
+                             seda_stage_t *st, const void *p, size_t len,
+                             seda_publish_opts *o, seda_wbuf *wb)
 {
-    struct lpubwait *pw = lua_newuserdatauv(L, sizeof *pw, 0);
-    int idx = lua_gettop(L);
+    struct lpubwait *pw = lua_touserdata(L, idx);
     atomic_init(&pw->st, PW_PENDING);
     pw->rc = 0;
     pw->call = c;
+    pw->why[0] = '\0';
+    o->why = pw->why;
+    o->whylen = sizeof pw->why;
     o->on_durable = pubwait_done;
     o->on_durable_ud = pw;
     int rc = seda_stage_publish(st, p, len, o);
@@ -267,7 +271,6 @@ static int publish_suspended(lua_State *L, struct lcall *c, seda_stage_t *st,
     if (rc) {
         /* Refused before queueing: resume at once with the reason. */
         pw->rc = rc;
-        lua_pushstring(L, rc == SEDA_ETYPE ? o->why : seda_strerror(rc));
         atomic_store_explicit(&pw->st, PW_FIRED, memory_order_release);
     }
     if (atomic_exchange_explicit(&pw->st, PW_ARMED, memory_order_acq_rel) ==
@@ -334,9 +337,12 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     }
     o.kind = kind;
     if (!main && seda_stage_durability(st) != SEDA_MEMORY) {
+        lua_newuserdatauv(L, sizeof(struct lpubwait), 0);
+        int idx = lua_gettop(L);
         struct lcall *c = seda__l_suspend_begin(L);
         if (c)
-            return publish_suspended(L, c, st, p, len, &o, wb);
+            return publish_suspended(L, c, idx, st, p, len, &o, wb);
+        lua_pop(L, 1);                  /* not suspendable: wait here */
     }
     struct lcb *cb = NULL;
     if (cbidx) {

@@ -130,6 +130,20 @@ T.test("a handler's publish into a durable stage that refuses: false, reason at 
   T.idle(bus, 30)
   T.eq(seda.shared:get(k .. ":a:1"), "true nil", "first publish accepted")
   T.eq(seda.shared:get(k .. ":a:2"), "false duplicate", "the repeat: false, duplicate")
+  -- refused before anything is queued (the stage's payload check): the
+  -- call resumes at once with the check's reason
+  bus:stage{ name = "typed", durable = "at_least_once", pull = true,
+             accepts = { n = "integer" } }
+  bus:stage{ name = "src2", handler = function(env)
+    local ok, err = seda.publish("typed", { n = env.payload })
+    seda.shared:set(env.headers.k .. ":typed:" .. tostring(env.payload),
+                    tostring(ok) .. " " .. tostring(err))
+  end }
+  assert(bus:publish("src2", "x", { headers = { k = k } }))
+  assert(bus:publish("src2", 7, { headers = { k = k } }))
+  T.idle(bus, 30)
+  T.contains(seda.shared:get(k .. ":typed:x"), "false type: payload.n: expected integer")
+  T.eq(seda.shared:get(k .. ":typed:7"), "true nil", "a good payload goes")
 end)
 
 T.test("the main state's bus:publish with on_durable: told once the row is committed", function()
