@@ -87,7 +87,7 @@ static const char *const CONFIGS[] = {
     "floor", "cap1", "cap8", "cap1_smooth", "seq", "par", "chan",
     "cap1_table", "codec",
     "pipeline", "reload", "memory", "durable1", "durable_batch",
-    "durable_pipeline", "count", "fanout", "overload", "overload_slow",
+    "durable_pipeline", "durable_group", "count", "fanout", "overload", "overload_slow",
     "overload_smooth", "admit", "remote", "io", NULL
 };
 
@@ -284,6 +284,8 @@ static void run_configs(const char *const *sel, int nsel)
         for (int i = 0; dur[i]; i++)
             if (selected(sel, nsel, dur[i]))
                 bench_durable(dur[i]);
+        if (selected(sel, nsel, "durable_group"))
+            bench_durable_group();
     }
     if (selected(sel, nsel, "pipeline"))
         bench_pipeline();               /* Lua and C, alternating */

@@ -24,6 +24,7 @@ void bench_count(void);       /* count: the C runtime's hand-off rate */
 void bench_fanout(void);      /* fanout: handlers publishing (loans) */
 /* durable1, durable_batch, durable_pipeline */
 void bench_durable(const char *config);
+void bench_durable_group(void);
 /* remote (and remote_raw rows): remote stages over a private nats-server;
  * and the consumer process it starts (seda-bench --remote-consumer). */
 void bench_remote(void);

@@ -12,6 +12,11 @@
 #   http_io        a route whose handler makes one HTTP GET to an upstream
 #                  answering after 5 ms (a third nginx, one worker), wrk
 #                  -c256; OpenResty with a cosocket to the same upstream
+#   http_durable   the light route with a durable first stage (sync full:
+#                  each request's envelope is journaled before its handler
+#                  runs; concurrent requests share group commits) beside
+#                  the same route with an in-memory first stage, wrk -c64,
+#                  trials interleaved; seda-lua only
 #   http_overload  a route doing ~200 us of work; capacity calibrated with
 #                  wrk; then bench/openloop at 2x capacity for 10 s, latency
 #                  from each request's scheduled time; seda-lua with
@@ -53,8 +58,13 @@ HEAVY='local s = 0 for i = 1, 70 do s = s + #(("x"):rep(i % 17) .. tostring(i)) 
 
 cat >"$D/svc.lua" <<EOF
 local seda = require "seda"
-local bus = seda.bus{ workers = $WORKERS }
+local bus = seda.bus{ workers = $WORKERS, data_dir = "$D/data" }
 bus:stage{ name = "light", concurrency = 64, handler = function(env)
+  local p = env.payload
+  env.payload = { status = 200, body = { ok = true, len = #p.body } }
+end }
+bus:stage{ name = "dlight", concurrency = 64, durable = "at_least_once",
+           capacity = 4096, handler = function(env)
   local p = env.payload
   env.payload = { status = 200, body = { ok = true, len = #p.body } }
 end }
@@ -74,6 +84,7 @@ bus:stage{ name = "io", concurrency = 256, handler = function(env)
 end }
 bus:listen{ http = $SP, max_connections = 4096, routes = {
   ["POST /light"] = { "light" }, ["POST /heavy"] = { "heavy" },
+  ["POST /dlight"] = { "dlight" },
   ["GET /work"] = { "work" }, ["GET /io"] = { "io" } } }
 EOF
 mkdir -p "$D/ngx/logs"
@@ -185,7 +196,7 @@ wrk_row() {
         "${req:-0}" "${rps:-0}" "$(us "${p50:-0}")" "$(us "${p99:-0}")" "${non2xx:-0}" "${errs:-0}"
 }
 
-ROWS=${ROWS:-http http_io http_overload}
+ROWS=${ROWS:-http http_io http_durable http_overload}
 case " $ROWS " in *" http "*) ;; *) TRIALS_HTTP=0 ;; esac
 for t in $(seq "${TRIALS_HTTP:-$TRIALS}"); do
     for h in light heavy; do
@@ -198,6 +209,15 @@ case " $ROWS " in *" http_io "*) TRIALS_IO=$TRIALS ;; *) TRIALS_IO=0 ;; esac
 for t in $(seq "$TRIALS_IO"); do
     WRK_C=256 wrk_row http_io upstream openresty "$t" "http://127.0.0.1:$NP/io"
     WRK_C=256 wrk_row http_io upstream seda-lua "$t" "http://127.0.0.1:$SP/io"
+done
+
+case " $ROWS " in *" http_durable "*) TRIALS_DUR=$TRIALS ;; *) TRIALS_DUR=0 ;; esac
+for t in $(seq "$TRIALS_DUR"); do
+    for st in memory durable; do
+        path=light; [ "$st" = durable ] && path=dlight
+        wrk_row http_durable light seda-lua "$t" "http://127.0.0.1:$SP/$path" "$D/post.lua" |
+            sed "s/^{/{\"first_stage\":\"$st\",\"sync\":\"full\",/"
+    done
 done
 
 # http_overload: capacity by wrk (closed loop), then 2x open loop.

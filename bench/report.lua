@@ -238,6 +238,46 @@ if #dur > 0 then
   out("")
 end
 
+-- ---- durable_group ----
+local grp = select(function(r) return r.config == "durable_group" end)
+if #grp > 0 then
+  out("## Durable group commit (Lua handlers publishing into a durable stage)")
+  out("")
+  out("1, 8 and 64 handlers (2 workers) each publishing into a durable " ..
+      "stage; their publishes wait suspended and share group commits.  " ..
+      "Publish latency: seda.publish's wait for its commit.  Beside it, " ..
+      "SQLite alone on the same schema and pragmas, one row and 64 rows " ..
+      "a transaction (rows/s).")
+  out("")
+  out("| sync | publishers | throughput/s | publish p50 µs | publish p99 µs | fsyncs/s (SQLite: commits/s) | publishes a commit | not drained |")
+  out("|---|---|---|---|---|---|---|---|")
+  for _, s in ipairs{"normal", "full"} do
+    for _, p in ipairs{1, 8, 64} do
+      local rs = select(function(r)
+        return r.config == "durable_group" and not r.reference and
+               r.sync == s and r.publishers == p
+      end)
+      if #rs > 0 then
+        out("| %s | %d | %s | %s | %s | %s | %s | %d |", s, p,
+            cell(rs, "throughput_eps", rate), cell(rs, "publish_p50_us", num),
+            cell(rs, "publish_p99_us", num), cell(rs, "fsyncs_per_s", rate),
+            cell(rs, "publishes_per_commit", num), undrained(rs))
+      end
+    end
+    for _, k in ipairs{1, 64} do
+      local rs = select(function(r)
+        return r.config == "durable_group" and r.reference == "sqlite" and
+               r.sync == s and r.rows_per_txn == k
+      end)
+      if #rs > 0 then
+        out("| %s | SQLite, %d a transaction | %s | | | %s | | |", s, k,
+            cell(rs, "throughput_eps", rate), cell(rs, "txns_per_s", rate))
+      end
+    end
+  end
+  out("")
+end
+
 -- ---- reload ----
 local rel = select(function(r) return r.config == "reload" end)
 if #rel > 0 then

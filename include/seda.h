@@ -216,6 +216,10 @@ typedef struct seda_bus_opts {
                                   at most once a minute per stage (0: the
                                   default, SEDA_HOLD_WARN_DEFAULT; < 0:
                                   never; at most 3600) */
+    double group_wait;         /* journal: seconds a commit may wait for
+                                  more publishes to share it (0, the
+                                  default: commit as soon as the journal
+                                  is free; at most 1) */
 } seda_bus_opts;
 
 #define SEDA_HOLD_WARN_DEFAULT 0.1
@@ -333,6 +337,9 @@ seda_stage_t *seda_bus_stage_at(seda_bus_t *bus, int i);
 
 /* The stage's name (owned by the stage) and options.  Any thread. */
 const char *seda_stage_name(const seda_stage_t *st);
+/* Its durability (enum seda_durability; SEDA_MEMORY for an in-memory or
+ * remote stage).  Any thread. */
+int seda_stage_durability(const seda_stage_t *st);
 double seda_stage_handler_timeout(const seda_stage_t *st);
 
 /* Add a consumer.  Returns its index (>= 0), or SEDA_ERANGE past
@@ -540,6 +547,15 @@ typedef struct seda_journal_stats {
                                      left by a crash; said on stderr) */
     uint64_t wal_discarded_bytes; /* the bytes of the file they held */
     uint64_t quarantined;         /* malformed rows replay set aside */
+    uint64_t commits;             /* transactions committed (groups) */
+    uint64_t requests;            /* write requests they held: a publish
+                                     (or publish_many), a drain batch's
+                                     decisions, a single hop; requests /
+                                     commits is the mean group size */
+    uint64_t group_max;           /* most requests in one commit */
+    uint64_t fsyncs;              /* fsyncs those commits made (one per
+                                     commit at sync = full; checkpoints
+                                     only at normal) */
 } seda_journal_stats;
 
 /* Fill out (all zero when the bus has no journal).  Any thread; cannot
@@ -577,6 +593,12 @@ int seda_lease_nack(seda_lease_t *lease);
 
 /* ---- publish ---- */
 
+/* Told when a publish made with seda_publish_opts.on_durable is settled:
+ * rc 0 (the envelope is in the journal -- on disk at sync = full -- and
+ * queued at its stage) or the refusal publish would have returned
+ * (SEDA_EIO: the commit failed, SEDA_EDUP, SEDA_ECLOSED...). */
+typedef void (*seda_durable_fn)(int rc, void *ud);
+
 typedef struct seda_publish_opts {
     const char *sender;           /* optional */
     const char *const *headers;   /* key, value, key, value, ... */
@@ -599,6 +621,10 @@ typedef struct seda_publish_opts {
                                      the name of the stage that sheds
                                      (cut to whylen - 1) */
     size_t whylen;
+    seda_durable_fn on_durable;   /* durable first stage only: publish
+                                     without waiting for the commit (see
+                                     seda_publish) */
+    void *on_durable_ud;
 } seda_publish_opts;
 
 /* Fill o (the caller's) with the defaults (no sender, headers, slip or
@@ -615,7 +641,21 @@ void seda_publish_opts_init(seda_publish_opts *o);
  * SEDA_ENOMEM, and for durable stages SEDA_EDUP and SEDA_EIO; on failure
  * done is not called.  Blocks only under the block
  * policy, for at most the timeout (at most the bus's hop_timeout when called
- * from one of its workers).  Any thread. */
+ * from one of its workers), and, on a durable stage, until the journal
+ * committed the envelope.  Any thread.
+ *
+ * With opts->on_durable set (the first stage must be durable, otherwise
+ * SEDA_EINVAL), publish does not wait for the commit: it holds the
+ * envelope's slot, queues its row for the journal's next group commit and
+ * returns 0; on_durable(rc, on_durable_ud) is then called exactly once,
+ * on the thread that committed (the journal's committer thread, or a
+ * publisher leading a group), with 0 once the row is committed and the
+ * envelope queued, or with the refusal (the envelope is then dropped and
+ * done never fires).  A refusal before anything was queued is returned
+ * by publish itself and on_durable is not called.  Keep on_durable short
+ * and never wait in it for another publish's commit: the commits of the
+ * whole journal wait for it.  Publishes queued this way by many threads
+ * share one transaction and one fsync. */
 int seda_publish(seda_bus_t *bus, const char *to, const void *payload,
                  size_t len, const seda_publish_opts *opts);
 
@@ -626,7 +666,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
 
 /* Publish n payloads in order through one admission step.  Returns how many
  * were accepted (>= 0); when fewer than n, *err (if not NULL) says why the
- * next was refused.  The same opts apply to each.  Any thread. */
+ * next was refused.  The same opts apply to each (on_durable is refused:
+ * SEDA_EINVAL).  Any thread. */
 int seda_publish_many(seda_bus_t *bus, const char *to,
                       const void *const *payloads, const size_t *lens, int n,
                       const seda_publish_opts *opts, int *err);

@@ -110,6 +110,19 @@ local BUS_METRICS = {
     "wal_discarded_frames" },
   { "wal_discarded_bytes_total", "counter", "Bytes of the WAL frames " ..
     "recovery dropped when the journal opened.", "wal_discarded_bytes" },
+  -- The journal's group commits (stats().journal, when it is open).
+  { "journal_commits_total", "counter", "Journal transactions committed " ..
+    "(groups).", function(s) return s.journal and s.journal.commits end },
+  { "journal_requests_total", "counter", "Write requests those commits " ..
+    "held (publishes, drain batches' decisions, single hops).",
+    function(s) return s.journal and s.journal.requests end },
+  { "journal_group_mean", "gauge", "Mean requests per commit since the " ..
+    "journal opened.", function(s) return s.journal and s.journal.group_mean end },
+  { "journal_group_max", "gauge", "Most requests one commit held.",
+    function(s) return s.journal and s.journal.group_max end },
+  { "journal_fsyncs_total", "counter", "fsyncs the journal's commits made " ..
+    "(one per commit at sync = full; checkpoints only at normal).",
+    function(s) return s.journal and s.journal.fsyncs end },
 }
 
 -- Histogram bounds, seconds.
@@ -239,7 +252,8 @@ function M.metrics()
   for _, m in ipairs(BUS_METRICS) do
     local samples = {}
     for _, e in ipairs(snap) do
-      local v = e.stats[m[4]]
+      local v
+      if type(m[4]) == "function" then v = m[4](e.stats) else v = e.stats[m[4]] end
       if v ~= nil then
         samples[#samples + 1] = "seda_bus_" .. m[1] .. labels(e) .. " " .. pnum(v)
       end

@@ -175,6 +175,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
         opts->dead_letter_keep < -1 || opts->dead_letter_keep > 100000 ||
         opts->stats_window > 86400 || opts->hold_warn != opts->hold_warn ||
         opts->hold_warn > 3600 ||
+        !(opts->group_wait >= 0) || opts->group_wait > 1 ||
         (opts->dead_letter && !seda__valid_name(opts->dead_letter)))
         return SEDA_EINVAL;
 
@@ -194,6 +195,7 @@ int seda_bus_new(const seda_bus_opts *opts, seda_bus_t **out)
                         : opts->dead_letter_keep < 0 ? 0
                         : opts->dead_letter_keep;
     b->sync_normal = opts->sync_normal;
+    b->group_wait = opts->group_wait;
     b->max_payload = opts->max_payload ? opts->max_payload
                                        : SEDA_MAX_PAYLOAD_DEFAULT;
     struct registry *r = registry_build(NULL, NULL);
@@ -349,6 +351,11 @@ const char *seda__bus_data_dir(const struct seda_bus_s *b)
 bool seda__bus_sync_normal(const struct seda_bus_s *b)
 {
     return b->sync_normal;
+}
+
+double seda__bus_group_wait(const struct seda_bus_s *b)
+{
+    return b->group_wait;
 }
 
 const char *seda__bus_dead_letter_name(const struct seda_bus_s *b)

@@ -33,7 +33,7 @@ struct registry {
  *   stage_cv waits on mu (a registration, or stopping).
  *   Immutable after seda_bus_new: pool, workers, batch, hop_timeout_ns,
  *   stats_window_ns, hold_warn_ns,
- *   dead_letter, data_dir, sync_normal, max_payload.
+ *   dead_letter, data_dir, sync_normal, group_wait, max_payload.
  *   Lock order: mu -> stage->mu -> pool->mu -> idle_mu.
  */
 struct seda_bus_s {
@@ -65,6 +65,7 @@ struct seda_bus_s {
     struct seda__ownhops ownhops; /* the program's own "nats:" hops (its
                                    own lock; ownhops.h) */
     bool sync_normal;           /* immutable */
+    double group_wait;          /* seconds; immutable */
     seda__mutex_t idle_mu;
     pthread_cond_t idle_cv;
     uint64_t idle_gen;          /* guarded by idle_mu */

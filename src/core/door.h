@@ -58,6 +58,7 @@ SEDA__API int64_t seda__stage_backoff_ns(struct seda_stage_s *st, int next);
 SEDA__API bool seda__bus_stopping(struct seda_bus_s *b);
 SEDA__API const char *seda__bus_data_dir(const struct seda_bus_s *b);
 SEDA__API bool seda__bus_sync_normal(const struct seda_bus_s *b);
+SEDA__API double seda__bus_group_wait(const struct seda_bus_s *b);
 SEDA__API const char *seda__bus_dead_letter_name(const struct seda_bus_s *b);
 
 /* Whether HOP ("nats:<subject>") is one this program's own slips named

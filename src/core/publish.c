@@ -128,7 +128,8 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     int rc = refuse_early(b);
     if (rc)
         return rc;
-    if ((!payload && len) || check_id(st, opts))
+    if ((!payload && len) || check_id(st, opts) ||
+        (opts && opts->on_durable && !st->durable))
         return SEDA_EINVAL;
     if (len > b->max_payload ||
         (opts && opts->nheaders > 0 &&
@@ -150,6 +151,10 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     }
     double t = opts && opts->timeout >= 0 ? opts->timeout
                                           : st->publish_timeout;
+    if (st->durable && opts && opts->on_durable)
+        return seda__bus_store_ops(b)->publish_async(st, env, t,
+                                                     opts->on_durable,
+                                                     opts->on_durable_ud);
     if (st->durable) {
         seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
         return rc;
@@ -197,6 +202,10 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     }
     if ((*err = check_id(st, opts)) != 0)
         return 0;
+    if (opts && opts->on_durable) {
+        *err = SEDA_EINVAL;             /* one envelope a call */
+        return 0;
+    }
     if ((*err = door_shed(b, st, opts)) != 0)
         return 0;
     if (opts && opts->nslip > 0 && opts->slip)

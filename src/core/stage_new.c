@@ -158,6 +158,11 @@ uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
 
 const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
 
+int seda_stage_durability(const seda_stage_t *st)
+{
+    return seda__stage_durability(st);
+}
+
 double seda_stage_handler_timeout(const seda_stage_t *st)
 {
     return st->handler_timeout;

@@ -33,6 +33,13 @@ struct seda__store_ops {
      * policy refusal).  Refused envelopes are freed. */
     int (*publish)(struct seda_stage_s *st, seda_env_t **envs, int n,
                    double timeout, int *rc);
+    /* Publish env into durable stage st without waiting for the commit:
+     * hold a slot, queue its row for the next group commit and return 0;
+     * done(rc, ud) follows once, from the committing thread (0: committed
+     * and queued; else the refusal, env freed).  A refusal before
+     * queueing is returned (env freed, done not called). */
+    int (*publish_async)(struct seda_stage_s *st, seda_env_t *env,
+                         double timeout, seda_durable_fn done, void *ud);
     /* Write a durable stage's batch of decisions res[i] (DR_*) in one
      * commit; envelopes whose decision is written get ENV_JDONE. */
     void (*batch)(struct seda_stage_s *st, seda_env_t **envs,

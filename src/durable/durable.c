@@ -9,7 +9,11 @@
  *   publish   hold a queue slot under the stage's policy, insert the rows
  *             (one group commit; exactly_once refuses known ids), then
  *             queue.  publish returns only after the commit, and a failed
- *             commit gives the slot back and returns SEDA_EIO.
+ *             commit gives the slot back and returns SEDA_EIO.  With
+ *             on_durable the same steps run, but the commit is the
+ *             journal's committer's: publish returns once the row is
+ *             queued, and the journal's callback (apub_done) queues the
+ *             envelope or gives the slot back, then tells the publisher.
  *   drain     a durable stage's batch is delivered first, then every
  *             routing decision of the batch is written in ONE transaction
  *             (hop to a durable stage = MOVE the row; completion, hop to
@@ -169,8 +173,11 @@ int seda_bus_open_journal(seda_bus_t *b, char *err, size_t errlen)
         char e[512];
         rc = seda__journal_open(seda__bus_data_dir(b), !seda__bus_sync_normal(b), &j, e,
                                 sizeof e);
-        if (rc == 0)
+        if (rc == 0) {
+            seda__journal_set_group_wait(
+                j, (int64_t)(seda__bus_group_wait(b) * 1e9));
             seda__bus_set_store(b, &journal_ops, j);
+        }
         else if (err && errlen)
             snprintf(err, errlen, "%s", e);
     }
@@ -196,6 +203,12 @@ void seda_bus_journal_stats(seda_bus_t *b, seda_journal_stats *out)
     out->wal_discarded_frames = (uint64_t)d.frames;
     out->wal_discarded_bytes = (uint64_t)d.bytes;
     out->quarantined = seda__journal_quarantine_count(j);
+    struct seda_jgroups g;
+    seda__journal_groups(j, &g);
+    out->commits = g.txns;
+    out->requests = g.reqs;
+    out->group_max = g.max;
+    out->fsyncs = g.fsyncs;
 }
 
 /* ---- publishing ---- */
@@ -251,6 +264,81 @@ static int durable_publish(struct seda_stage_s *st, seda_env_t **envs,
     seda__free(rbs);
     seda__free(dup);
     return accepted;
+}
+
+/* One publish waiting for its commit without its publisher (on_durable):
+ * the journal's callback settles it. */
+struct apub {
+    struct seda_stage_s *st;
+    seda_env_t *env;
+    seda_jrec rec;
+    struct recbuf rb;
+    int dup;
+    seda_durable_fn done;
+    void *ud;
+};
+
+/* The journal's callback (the committing thread, no journal lock). */
+static void apub_done(int jrc, void *arg)
+{
+    struct apub *a = arg;
+    int rc = 0;
+    if (jrc == 0 && !a->dup) {
+        /* Cannot fail: the envelope's ext was made before queueing. */
+        seda__env_set_jkey(a->env, a->rec.key);
+        seda__stage_fill(a->st, a->env);
+    } else {
+        rc = jrc == -EIO ? SEDA_EIO : jrc ? jrc : SEDA_EDUP;
+        seda__env_set_jkey(a->env, 0);
+        seda__stage_unreserve(a->st);
+        a->env->done = NULL;
+        seda__env_free(a->env);
+    }
+    recbuf_free(&a->rb);
+    seda_durable_fn done = a->done;
+    void *ud = a->ud;
+    seda__free(a);
+    done(rc, ud);
+}
+
+static int durable_publish_async(struct seda_stage_s *st, seda_env_t *env,
+                                 double timeout, seda_durable_fn done,
+                                 void *ud)
+{
+    int rc = seda__stage_reserve(st, timeout);
+    if (rc) {
+        env->done = NULL;
+        seda__env_free(env);
+        return rc;
+    }
+    struct apub *a = seda__calloc(1, sizeof *a);
+    /* The key lands in env's ext after the commit: made now (a -1 no
+     * one reads: env is nobody else's yet), so that cannot fail then. */
+    rc = a && seda__env_set_jkey(env, -1) == 0 ? 0 : SEDA_ENOMEM;
+    if (rc == 0)
+        rc = build_rec(env, seda_stage_name(st), seda_env_attempts(env), 0,
+                       NULL, &a->rb, &a->rec);
+    if (rc == 0) {
+        a->st = st;
+        a->env = env;
+        a->done = done;
+        a->ud = ud;
+        rc = seda__journal_insert_async(
+            journal_of(st), &a->rec, 1,
+            seda__stage_durability(st) == SEDA_EXACTLY_ONCE
+                ? seda__stage_dedup_window(st) : 0, &a->dup, apub_done, a);
+        if (rc)
+            recbuf_free(&a->rb);
+    }
+    if (rc) {
+        seda__free(a);
+        seda__env_set_jkey(env, 0);
+        seda__stage_unreserve(st);
+        env->done = NULL;
+        seda__env_free(env);
+        return rc == -EIO ? SEDA_EIO : rc;
+    }
+    return 0;
 }
 
 /* ---- single steps ---- */
@@ -418,6 +506,7 @@ static void journal_close(void *store)
 
 static const struct seda__store_ops journal_ops = {
     .publish = durable_publish,
+    .publish_async = durable_publish_async,
     .batch = durable_batch,
     .enter = durable_enter,
     .move = durable_move,

@@ -22,7 +22,22 @@
  *   meanwhile, it hands the lead to the oldest waiter and returns.
  *   Concurrent publishers thus share one commit, and with
  *   synchronous=FULL one fsync, per group; a caller alone commits its own
- *   request with no thread hand-off at all.  A waiter spins briefly (a
+ *   request with no thread hand-off at all.
+ *
+ *   An async request (insert_async: a publish whose publisher does not
+ *   wait -- a suspended handler, on_durable, an HTTP request) has no
+ *   caller to lead: it is the journal's (heap) and its done callback is
+ *   called by whoever commits it, with no lock held, right after the
+ *   commit.  When the lead falls to one (nobody leads, or a leader passes
+ *   the lead on and the oldest request is async), the COMMITTER leads: a
+ *   thread of the journal, started by the first async request, that
+ *   commits until nothing is queued.  It commits an async request even
+ *   when the journal is idle, so its publisher's thread goes on at once
+ *   and what it publishes meanwhile joins the next group.  With
+ *   group_wait, a group the committer starts with an async request first
+ *   waits until that request has waited group_wait (arrivals queue), or
+ *   until a caller that does wait queues: holding a thread is not what
+ *   group_wait trades.  A waiter spins briefly (a
  *   commit takes microseconds) before it sleeps on its own condition
  *   variable.  A leader holding nothing but one drain batch's decisions
  *   waits up to DEFER_NS for company first: with one publisher and one
@@ -60,7 +75,7 @@
  *   The database itself (schema, statements, opening the connection) is
  *   journal_db.c's; the types both files use are in journal_int.h.
  *
- *   Threads: none of its own.  One mutex (mu).
+ *   Threads: the committer, once an async request came.  One mutex (mu).
  */
 #include <errno.h>
 #include <limits.h>
@@ -340,6 +355,7 @@ static int do_purge(struct seda_journal *j, struct jreq *r)
  * rc.  Leader only. */
 static void run_group(struct seda_journal *j, struct jreq *batch)
 {
+    uint64_t syncs = seda__walvfs_thread_syncs();
     int rc = exec_stmt(j->st[ST_BEGIN]);
     for (struct jreq *r = batch; r && rc == SQLITE_OK; r = r->next) {
         switch (r->type) {
@@ -351,7 +367,13 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
     if (rc == SQLITE_OK)
         rc = exec_stmt(j->st[ST_COMMIT]);
     if (rc == SQLITE_OK) {
+        uint64_t n = 0;
+        for (struct jreq *r = batch; r; r = r->next)
+            n++;
         atomic_fetch_add_explicit(&j->txns, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&j->reqs, n, memory_order_relaxed);
+        if (n > atomic_load_explicit(&j->grp_max, memory_order_relaxed))
+            atomic_store_explicit(&j->grp_max, n, memory_order_relaxed);
         for (struct jreq *r = batch; r; r = r->next)
             if (r->quarantined)
                 atomic_fetch_add_explicit(&j->quarantined,
@@ -363,6 +385,9 @@ static void run_group(struct seda_journal *j, struct jreq *batch)
             exec_stmt(j->st[ST_ROLLBACK]);
         seqs_drop(j);
     }
+    atomic_fetch_add_explicit(&j->fsyncs,
+                              seda__walvfs_thread_syncs() - syncs,
+                              memory_order_relaxed);
     int e = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
     for (struct jreq *r = batch; r; r = r->next)
         r->rc = e;
@@ -462,13 +487,25 @@ static void finish(struct jreq *r, int state)
         pthread_cond_signal(&r->cv);
 }
 
+/* Give the lead (busy is set) to the oldest request: its caller, or the
+ * committer when nobody waits for it.  mu held. */
+static void pass_lead(struct seda_journal *j)
+{
+    if (j->head->done) {
+        j->go = true;
+        pthread_cond_signal(&j->commit_cv);
+    } else {
+        finish(j->head, JR_LEAD);
+    }
+}
+
 /* Nobody leads but requests wait (hold was just lifted, or close began):
  * make the oldest waiter the leader.  mu held. */
 static void wake_leader(struct seda_journal *j)
 {
     if (j->head && !j->busy && !j->hold) {
         j->busy = true;
-        finish(j->head, JR_LEAD);
+        pass_lead(j);
     }
 }
 
@@ -491,15 +528,36 @@ static void defer_learn(struct seda_journal *j, bool company)
         j->defer_score = j->defer_score > 2 ? j->defer_score - 2 : 0;
 }
 
-/* Run pending requests, oldest first, until self is done; then pass the
+/* Call the done callbacks of batch's async requests (and free them);
+ * return the others, in order.  Leader, mu not held. */
+static struct jreq *done_async(struct jreq *batch)
+{
+    struct jreq *keep = NULL, **tail = &keep;
+    for (struct jreq *r = batch, *nx; r; r = nx) {
+        nx = r->next;
+        if (r->done) {
+            r->done(r->rc, r->done_ud);
+            seda__free(r);
+        } else {
+            *tail = r;
+            tail = &r->next;
+        }
+    }
+    *tail = NULL;
+    return keep;
+}
+
+/* Run pending requests, oldest first, until self is done (self NULL: the
+ * committer, until none is left); then pass the
  * lead to the oldest waiter, or go idle.  A read runs alone and only on
  * its caller's thread: meeting someone else's read first, the leader
  * passes the lead to it and returns with self still queued.  mu held
  * (released around SQLite); busy is set for us. */
 static void lead(struct seda_journal *j, struct jreq *self)
 {
-    while (atomic_load_explicit(&self->state, memory_order_relaxed) !=
-           JR_DONE && !j->hold) {
+    while ((self ? atomic_load_explicit(&self->state, memory_order_relaxed)
+                       != JR_DONE
+                 : j->head != NULL) && !j->hold) {
         if (j->head == self && j->tail == self && self->type == REQ_APPLY &&
             !j->stop && defer_now(j)) {
             /* Alone with a drain's decisions: wait a moment for company
@@ -518,6 +576,17 @@ static void lead(struct seda_journal *j, struct jreq *self)
             seda__mutex_lock(&j->mu);
             defer_learn(j, company);
         }
+        if (!self && j->group_wait_ns > 0 && j->head->done) {
+            /* group_wait: a group the committer starts with an async
+             * request (nobody's thread waits on it) waits until that
+             * request has waited group_wait, for company (arrivals queue
+             * behind it) -- unless a caller that does wait arrives. */
+            int64_t until = j->head->t0 + j->group_wait_ns;
+            j->gwaiting = true;
+            while (j->nwaiting == 0 && !j->stop && seda__clock_ns() < until)
+                seda__cond_wait(&j->commit_cv, &j->mu, until);
+            j->gwaiting = false;
+        }
         struct jreq *batch = j->head, *last = batch;
         if (batch->type >= REQ_READ && batch != self)
             break;
@@ -531,6 +600,8 @@ static void lead(struct seda_journal *j, struct jreq *self)
         if (!j->head)
             j->tail = NULL;
         last->next = NULL;
+        for (struct jreq *r = batch; r; r = r->next)
+            j->nwaiting -= !r->done;
         atomic_fetch_sub_explicit(&j->npending, n, memory_order_relaxed);
         seda__mutex_unlock(&j->mu);
         if (batch->type >= REQ_READ) {
@@ -538,6 +609,7 @@ static void lead(struct seda_journal *j, struct jreq *self)
             batch->rc = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
         } else {
             run_group(j, batch);
+            batch = done_async(batch);
         }
         seda__mutex_lock(&j->mu);
         for (struct jreq *r = batch, *nx; r; r = nx) {
@@ -546,12 +618,78 @@ static void lead(struct seda_journal *j, struct jreq *self)
         }
     }
     if (j->head && !j->hold) {
-        finish(j->head, JR_LEAD);       /* busy stays set: it leads now */
+        pass_lead(j);                   /* busy stays set: it leads now */
     } else {
         j->busy = false;
         if (j->stop)
             pthread_cond_broadcast(&j->idle_cv);
     }
+}
+
+/* The committer: leads whenever the lead is passed to an async request
+ * (go), until close. */
+static void *committer_main(void *arg)
+{
+    struct seda_journal *j = arg;
+    seda__mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->go && !j->cstop)
+            seda__cond_wait(&j->commit_cv, &j->mu, INT64_MAX);
+        if (!j->go)
+            break;
+        j->go = false;
+        lead(j, NULL);
+    }
+    seda__mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* Queue r (append, count, stamp).  mu held. */
+static void enqueue(struct seda_journal *j, struct jreq *r)
+{
+    if (j->group_wait_ns > 0)
+        r->t0 = seda__clock_ns();
+    if (j->tail)
+        j->tail->next = r;
+    else
+        j->head = r;
+    j->tail = r;
+    atomic_fetch_add_explicit(&j->npending, 1, memory_order_relaxed);
+}
+
+/* Queue an async request r (the journal's from here on when it returns
+ * 0).  Returns 0, -ECANCELED after close began, -EAGAIN when the
+ * committer could not be started. */
+static int submit_async(struct seda_journal *j, struct jreq *r)
+{
+    r->rc = 0;
+    r->next = NULL;
+    r->rows = NULL;
+    r->sleeping = false;
+    atomic_init(&r->state, JR_WAIT);
+    seda__mutex_lock(&j->mu);
+    if (j->stop) {
+        seda__mutex_unlock(&j->mu);
+        return -ECANCELED;
+    }
+    if (!j->cstarted) {
+        if (pthread_create(&j->committer, NULL, committer_main, j) != 0) {
+            seda__mutex_unlock(&j->mu);
+            return -EAGAIN;
+        }
+        j->cstarted = true;
+    }
+    enqueue(j, r);
+    /* Even when the journal is idle the committer commits it, not this
+     * thread: its caller (a worker) goes on with other calls, whose
+     * publishes then join the next group. */
+    if (!j->busy && !j->hold) {
+        j->busy = true;
+        j->go = true;
+        pthread_cond_signal(&j->commit_cv);
+    }
+    seda__mutex_unlock(&j->mu);
+    return 0;
 }
 
 /* Run r and return its result (0 or a negative errno), or -ECANCELED when
@@ -572,12 +710,10 @@ static int submit(struct seda_journal *j, struct jreq *r)
         pthread_cond_destroy(&r->cv);
         return -ECANCELED;
     }
-    if (j->tail)
-        j->tail->next = r;
-    else
-        j->head = r;
-    j->tail = r;
-    atomic_fetch_add_explicit(&j->npending, 1, memory_order_relaxed);
+    enqueue(j, r);
+    j->nwaiting++;
+    if (j->gwaiting)
+        pthread_cond_signal(&j->commit_cv);     /* a thread waits now */
     if (!j->busy && !j->hold) {
         j->busy = true;
         lead(j, r);             /* r is the head: it is done after this */
@@ -643,6 +779,46 @@ int seda__journal_insert(struct seda_journal *j, seda_jrec *recs, int n,
         .window = dedup_window > 0 ? dedup_window : 0, .dup = dup,
     };
     return submit(j, &r);
+}
+
+int seda__journal_insert_async(struct seda_journal *j, seda_jrec *recs,
+                               int n, int dedup_window, int *dup,
+                               seda_jdone_fn done, void *ud)
+{
+    if (!j || n <= 0 || !recs || (dedup_window > 0 && !dup) || !done)
+        return -EINVAL;
+    for (int i = 0; i < n; i++) {
+        int rc = check_rec(&recs[i]);
+        if (rc)
+            return rc;
+    }
+    struct jreq *r = seda__calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->type = REQ_INSERT;
+    r->recs = recs;
+    r->n = n;
+    r->window = dedup_window > 0 ? dedup_window : 0;
+    r->dup = dup;
+    r->done = done;
+    r->done_ud = ud;
+    int rc = submit_async(j, r);
+    if (rc)
+        seda__free(r);
+    return rc;
+}
+
+void seda__journal_set_group_wait(struct seda_journal *j, int64_t ns)
+{
+    j->group_wait_ns = ns > 0 ? ns : 0;
+}
+
+void seda__journal_groups(struct seda_journal *j, struct seda_jgroups *out)
+{
+    out->txns = atomic_load_explicit(&j->txns, memory_order_relaxed);
+    out->reqs = atomic_load_explicit(&j->reqs, memory_order_relaxed);
+    out->max = atomic_load_explicit(&j->grp_max, memory_order_relaxed);
+    out->fsyncs = atomic_load_explicit(&j->fsyncs, memory_order_relaxed);
 }
 
 int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
@@ -842,6 +1018,11 @@ int seda__journal_open(const char *dir, bool sync_full,
         journal_free(j);
         return -ENOMEM;
     }
+    if (seda__cond_init(&j->commit_cv) != 0) {
+        pthread_cond_destroy(&j->idle_cv);
+        journal_free(j);
+        return -ENOMEM;
+    }
     /* What recovery dropped of a WAL a crash left behind: said once, on
      * stderr, and kept for the stats (seda_bus_journal_stats). */
     if (seda__walvfs_discarded(j->db, &j->wal_lost) == 0 &&
@@ -857,6 +1038,9 @@ int seda__journal_open(const char *dir, bool sync_full,
     }
     seda__mutex_init(&j->mu);
     atomic_init(&j->txns, 0);
+    atomic_init(&j->reqs, 0);
+    atomic_init(&j->grp_max, 0);
+    atomic_init(&j->fsyncs, 0);
     atomic_init(&j->quarantined, 0);
     j->defer_score = DEFER_MAX;
     *out = j;
@@ -870,10 +1054,17 @@ void seda__journal_close(struct seda_journal *j)
     seda__mutex_lock(&j->mu);
     j->stop = true;
     j->hold = false;
+    pthread_cond_signal(&j->commit_cv);     /* ends a group_wait */
     wake_leader(j);
     while (j->busy)
         seda__cond_wait(&j->idle_cv, &j->mu, INT64_MAX);
+    bool started = j->cstarted;
+    j->cstop = true;
+    pthread_cond_signal(&j->commit_cv);
     seda__mutex_unlock(&j->mu);
+    if (started)
+        pthread_join(j->committer, NULL);
+    pthread_cond_destroy(&j->commit_cv);
     pthread_cond_destroy(&j->idle_cv);
     seda__mutex_destroy(&j->mu);
     journal_free(j);

@@ -60,10 +60,12 @@
  *   journal is upgraded in place when opened (the two columns are added,
  *   NULL in its rows).
  *
- * THREADS: every function is thread-safe unless it says otherwise, and
- * the journal has no threads of its own.  Writes (insert, apply,
- * delete_stage) block until committed, by the caller itself or by the
- * caller whose commit was running when they arrived.  Reads (replay,
+ * THREADS: every function is thread-safe unless it says otherwise.  The
+ * journal has one thread of its own, the committer, started by the first
+ * insert_async: it commits the requests nobody waits for.  Writes
+ * (insert, apply, delete_stage) block until committed, by the caller
+ * itself, by the caller whose commit was running when they arrived, or by
+ * the committer.  Reads (replay,
  * count, get, scan) wait their turn on the same connection, copy the rows
  * and call back with the journal free, and see only committed rows.  While
  * a journal is open nothing else (not even the sqlite3 tool) can read
@@ -112,6 +114,11 @@ struct seda_wal_discard {
     char why[160];              /* the cause, "" when nothing dropped */
 };
 
+/* fsyncs made through SEDA_JOURNAL_VFS by the calling thread so far (a
+ * connection is used by one thread at a time: the journal's leader reads
+ * it before and after its SQLite calls). */
+SEDA__API uint64_t seda__walvfs_thread_syncs(void);
+
 /* The discard figures of db's WAL as it was opened through
  * SEDA_JOURNAL_VFS.  Returns 0, or -1 (no WAL open, or not through the
  * shim: *out is zeroed).  The thread that owns db. */
@@ -131,6 +138,38 @@ SEDA__API int seda__walvfs_discarded(struct sqlite3 *db,
  * -ECANCELED after close began.  Any thread; blocks until committed. */
 SEDA__API int seda__journal_insert(struct seda_journal *j, seda_jrec *recs,
                                    int n, int dedup_window, int *dup);
+
+/* Called once when an async insert's commit ended: rc 0 (committed, keys
+ * and dup flags written) or as seda__journal_insert's.  Runs on the thread
+ * that committed (the journal's committer, or a caller leading a group),
+ * with no journal lock held: it may queue other requests, but must not
+ * wait for one. */
+typedef void (*seda_jdone_fn)(int rc, void *ud);
+
+/* seda__journal_insert without waiting: the request joins the next group
+ * commit (the journal's committer thread leads it when no caller does),
+ * and done(rc, ud) is called when it ended.  recs and dup must stay valid
+ * until then.  Returns 0 (done will be called exactly once), or a
+ * negative errno before anything was queued (done is not called). */
+SEDA__API int seda__journal_insert_async(struct seda_journal *j,
+                                         seda_jrec *recs, int n,
+                                         int dedup_window, int *dup,
+                                         seda_jdone_fn done, void *ud);
+
+/* How long a commit may wait for company, ns (0, the default: commit as
+ * soon as the journal is free).  Set once, before the first request. */
+SEDA__API void seda__journal_set_group_wait(struct seda_journal *j,
+                                            int64_t ns);
+
+/* Group commit figures (relaxed): transactions committed, the write
+ * requests they held (a publish, a drain batch's decisions, ...), the
+ * largest group, and the fsyncs the database files had (the VFS counts
+ * them: one per commit at sync = full, checkpoints only at normal). */
+struct seda_jgroups {
+    uint64_t txns, reqs, max, fsyncs;
+};
+SEDA__API void seda__journal_groups(struct seda_journal *j,
+                                    struct seda_jgroups *out);
 
 /* Call cb(rec, ud) for every committed live row of stage (kept dead
  * letters are not), in key order (the original publish order), until cb

@@ -27,7 +27,8 @@ struct jrow {
     char data[];
 };
 
-/* A queued request.  Lives on the caller's stack until it returns.
+/* A queued request.  Lives on the caller's stack until it returns (an
+ * async one on the heap, until its done callback returned).
  * Locking: next and sleeping are guarded by j->mu; state is stored under
  * j->mu with release order and may be read without it (acquire) by its
  * caller, who reads rc, keys, dup flags, rows and count only after seeing
@@ -46,6 +47,12 @@ struct jreq {
     int64_t count;              /* READ: rows; COUNT: the count */
     int quarantined;            /* APPLY: rows quarantined (leader) */
     int rc;                     /* result, set by the leader */
+    seda_jdone_fn done;         /* async (insert_async): called once with
+                                   rc by the leader, mu not held; the
+                                   request is the journal's (malloc'd) and
+                                   freed after; NULL: a caller waits */
+    void *done_ud;
+    int64_t t0;                 /* queued at (group_wait > 0 only) */
     atomic_int state;           /* JR_*; see above */
     bool sleeping;              /* the caller waits on cv; mu */
     pthread_cond_t cv;          /* the caller sleeps here, with j->mu */
@@ -76,8 +83,12 @@ enum {
  * without it (relaxed) by a deferring leader and by tests.  Immutable
  * after open: dir, path, lockfd, wal_lost.  db, st, seqs and next_key
  * belong to the leader -- whoever set busy (under mu) -- until it clears
- * busy or passes the lead.  Atomic: txns, quarantined (relaxed
- * counters).  Only one lock; it is never held across SQLite calls.
+ * busy or passes the lead.  Atomic: txns, reqs, grp_max, fsyncs,
+ * quarantined (relaxed counters).  Only one lock; it is never held
+ * across SQLite calls.  The committer thread (started by the first async
+ * request) leads when asked: go, cstop, cstarted, gwaiting and nwaiting
+ * are guarded by mu, commit_cv is signalled under it.  group_wait_ns is
+ * immutable after open (set before any request).
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -98,6 +109,20 @@ struct seda_journal {
     bool stop;                  /* close began; guarded by mu */
     bool busy;                  /* a leader is running; guarded by mu */
     atomic_uint_fast64_t txns;  /* committed transactions; relaxed */
+    atomic_uint_fast64_t reqs;  /* write requests they held; relaxed */
+    atomic_uint_fast64_t grp_max; /* most requests in one; relaxed */
+    atomic_uint_fast64_t fsyncs; /* fsyncs of the commits; relaxed */
+    int64_t group_wait_ns;      /* see seda__journal_set_group_wait */
+    pthread_t committer;        /* runs async requests' commits */
+    bool cstarted;              /* committer started; mu */
+    bool go;                    /* committer: lead now (busy is set for
+                                   it); mu */
+    bool cstop;                 /* committer: exit; mu */
+    bool gwaiting;              /* committer in group_wait; mu */
+    int nwaiting;               /* queued requests whose caller waits
+                                   (not async): they end a group_wait;
+                                   mu */
+    pthread_cond_t commit_cv;   /* the committer waits here, with mu */
     atomic_uint_fast64_t quarantined; /* rows quarantined; relaxed */
     struct seda_wal_discard wal_lost; /* what recovery dropped at open;
                                          immutable after open */

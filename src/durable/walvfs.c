@@ -155,11 +155,22 @@ static int w_truncate(sqlite3_file *p, sqlite3_int64 size)
     return rc != SQLITE_OK ? rc : f->real->pMethods->xTruncate(f->real, size);
 }
 
+/* fsyncs of this thread (seda__walvfs_thread_syncs). */
+static _Thread_local uint64_t t_syncs;
+
+uint64_t seda__walvfs_thread_syncs(void)
+{
+    return t_syncs;
+}
+
 static int w_sync(sqlite3_file *p, int flags)
 {
     struct wfile *f = (struct wfile *)p;
     int rc = flush(f);
-    return rc != SQLITE_OK ? rc : f->real->pMethods->xSync(f->real, flags);
+    if (rc != SQLITE_OK)
+        return rc;
+    t_syncs++;
+    return f->real->pMethods->xSync(f->real, flags);
 }
 
 static int w_size(sqlite3_file *p, sqlite3_int64 *size)

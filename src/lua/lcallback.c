@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lcallback.c -- on_complete callbacks: from the thread that ended an
- * itinerary to the main Lua state.
+ * lcallback.c -- on_complete and on_durable callbacks: from the thread
+ * that ended an itinerary (or committed a publish) to the main Lua state.
  *
  * DESIGN
  *   The function is kept in the main registry (struct lcb, shared by the
@@ -60,7 +60,42 @@ struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs)
     lua_pushvalue(L, idx);
     cb->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     cb->refs = refs;
+    cb->lb = NULL;
     return cb;
+}
+
+static void queue_completion(struct lbus *lb, struct lcompletion *c)
+{
+    pthread_mutex_lock(&lb->mu);
+    /* An on_durable report leaves the count in the same step (lb->mu,
+     * before the broadcast): bus:wait sees it counted or queued. */
+    if (c->durable)
+        atomic_fetch_sub_explicit(&lb->ndurable, 1, memory_order_acq_rel);
+    if (lb->ctail)
+        lb->ctail->next = c;
+    else
+        lb->chead = c;
+    lb->ctail = c;
+    pthread_cond_broadcast(&lb->cv);
+    pthread_mutex_unlock(&lb->mu);
+    atomic_fetch_add_explicit(&lb->npending_cb, 1, memory_order_relaxed);
+    seda__l_loop_signal(lb->loop);      /* after the enqueue: see lloop.c */
+}
+
+void seda__l_callback_on_durable(int rc, void *ud)
+{
+    struct lcb *cb = ud;
+    struct lcompletion *c = calloc(1, sizeof *c);
+    if (!c) {
+        fprintf(stderr, "seda: out of memory queueing on_durable\n");
+        atomic_fetch_sub_explicit(&cb->lb->ndurable, 1,
+                                  memory_order_acq_rel);
+        return;
+    }
+    c->cb = cb;
+    c->durable = true;
+    c->outcome = rc;
+    queue_completion(cb->lb, c);
 }
 
 /* The core's done callback: any thread, no Lua. */
@@ -109,24 +144,23 @@ void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud)
             c->outcome = SEDA_DROPPED;   /* still release the callback */
         }
     }
-    pthread_mutex_lock(&lb->mu);
-    if (lb->ctail)
-        lb->ctail->next = c;
-    else
-        lb->chead = c;
-    lb->ctail = c;
-    pthread_cond_broadcast(&lb->cv);
-    pthread_mutex_unlock(&lb->mu);
-    atomic_fetch_add_explicit(&lb->npending_cb, 1, memory_order_relaxed);
-    seda__l_loop_signal(lb->loop);      /* after the enqueue: see lloop.c */
+    queue_completion(lb, c);
 }
 
 
 /* Protected part of running one completion: push the env table and call
- * the callback at index 1. */
+ * the callback at index 1 (on_durable's: ok, reason). */
 static int call_completion(lua_State *L)
 {
     struct lcompletion *c = lua_touserdata(L, 2);
+    if (c->durable) {
+        lua_settop(L, 1);
+        lua_pushboolean(L, c->outcome == 0);
+        if (c->outcome)
+            lua_pushstring(L, seda_strerror(c->outcome));
+        lua_call(L, c->outcome ? 2 : 1, 0);
+        return 0;
+    }
     lua_settop(L, 1);
     lua_createtable(L, 0, 7);
     lua_pushstring(L, c->id);
@@ -221,7 +255,7 @@ int seda__l_callback_run(lua_State *L, struct lbus *lb)
             struct lcompletion *next = c->next;
             atomic_fetch_sub_explicit(&lb->npending_cb, 1,
                                       memory_order_relaxed);
-            if (c->outcome == SEDA_COMPLETED) {
+            if (c->outcome == SEDA_COMPLETED || c->durable) {
                 int top = lua_gettop(L);
                 lua_pushcfunction(L, seda__l_worker_msghandler);
                 lua_pushcfunction(L, call_completion);
@@ -231,7 +265,8 @@ int seda__l_callback_run(lua_State *L, struct lbus *lb)
                 int rc = lua_pcall(L, 2, 0, top + 1);
                 seda__l_callback_depth--;
                 if (rc != LUA_OK)
-                    seda__l_callback_report_error("on_complete",
+                    seda__l_callback_report_error(c->durable ? "on_durable"
+                                                             : "on_complete",
                                                   lua_tostring(L, -1));
                 lua_settop(L, top);
                 ran++;

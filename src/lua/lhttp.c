@@ -12,7 +12,11 @@
  *   describes it), published to the route's first stage with the rest of
  *   the route as its slip and a done callback that holds the request.
  *   Publishing never waits (timeout 0): a refusal is answered 503 at once,
- *   with the reason in Seda-Reason.
+ *   with the reason in Seda-Reason.  Into a durable first stage the
+ *   publish does not wait for its commit either (on_durable): requests
+ *   that arrive meanwhile share the journal's next group commit, and a
+ *   failed commit is answered 503 from the committing thread.  An answer
+ *   comes only from the itinerary's end, after the commit.
  *
  *   The done callback runs where the itinerary ends (a worker, usually)
  *   and turns the final payload into the answer by reading the wire
@@ -563,6 +567,17 @@ static int door_admit(struct lhttp *h, struct lstage *ls,
     return rc;
 }
 
+/* on_durable of a request whose first stage is durable: the committing
+ * thread.  Accepted (0): nothing to do -- the itinerary's done callback
+ * answers, and may already have (req is not touched).  Refused: the
+ * envelope is gone and done never fires, so the answer is 503 here. */
+static void on_durable(int rc, void *ud)
+{
+    if (rc != 0)
+        answer_plain(ud, 503, rc == SEDA_ETIMEDOUT ? "full"
+                              : seda_strerror(rc));
+}
+
 static void on_request(seda_http_req_t *req, void *ud)
 {
     struct lhttp *h = ud;
@@ -616,6 +631,12 @@ static void on_request(seda_http_req_t *req, void *ud)
     o.kind = SEDA_KIND_LUA;
     o.done = on_done;
     o.done_ud = req;
+    if (seda_stage_durability(st) != SEDA_MEMORY) {
+        /* The server thread does not wait for the commit: requests
+         * arriving meanwhile join the same group commit. */
+        o.on_durable = on_durable;
+        o.on_durable_ud = req;
+    }
     int rc = seda_stage_publish(st, b->p, b->len, &o);
     if (!b->borrowed)
         free(b->p);

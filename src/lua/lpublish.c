@@ -9,18 +9,29 @@
  *   reusable buffer, then handed to the C API, whose refusals come back
  *   as false, reason.  publish_many encodes every payload first, then
  *   admits runs of payloads of one kind in one step each.
+ *
+ *   A handler's publish into a durable stage waits for its commit as a
+ *   suspension (lsuspend.c): the call is suspended before publishing,
+ *   the publish is queued for the journal's next group commit
+ *   (seda_publish_opts.on_durable) and the coroutine yields; the
+ *   journal's committer posts the call when the commit ended, and it
+ *   resumes with true or false, reason.  Meanwhile the worker runs other
+ *   calls, whose publishes join the same commit.  Where a call cannot be
+ *   suspended (the main state, a durable or blocking handler stage, a
+ *   coroutine of the handler's own) publish waits for the commit as
+ *   before.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "lseda.h"
+#include "lworker.h"
 
 /* ---- publishing ---- */
 
 static const char *const publish_keys[] = {
     "headers", "slip", "sender", "timeout", "on_complete", "id",
-    "priority", NULL
+    "priority", "on_durable", NULL
 };
 
 /* Parse the publish options table at oidx into o.  Strings and arrays
@@ -70,9 +81,10 @@ static void parse_headers(lua_State *L, seda_publish_opts *o,
 }
 
 static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
-                      bool main, const char *what)
+                      bool main, const char *what, int *durable_idx)
 {
     seda_publish_opts_init(o);
+    *durable_idx = 0;
     if (lua_isnoneornil(L, oidx))
         return 0;
     luaL_checktype(L, oidx, LUA_TTABLE);
@@ -126,6 +138,20 @@ static int parse_opts(lua_State *L, int oidx, seda_publish_opts *o,
             luaL_error(L, "%s: on_complete is only available on the main "
                        "state", what);
         cb = lua_gettop(L);
+    }
+    lua_getfield(L, oidx, "on_durable");
+    if (!lua_isnil(L, -1)) {
+        found++;
+        if (!lua_isfunction(L, -1))
+            luaL_error(L, "%s: on_durable must be a function", what);
+        if (!main)
+            luaL_error(L, "%s: on_durable is only available on the main "
+                       "state (a handler's publish into a durable stage "
+                       "already waits without holding its worker)", what);
+        if (strcmp(what, "publish") != 0)
+            luaL_error(L, "%s: on_durable is for bus:publish (one "
+                       "envelope a call)", what);
+        *durable_idx = lua_gettop(L);
     }
     lua_getfield(L, oidx, "slip");
     if (!lua_isnil(L, -1)) {
@@ -181,6 +207,78 @@ static int id_misuse(lua_State *L, const char *to)
                       "unique within the process)", to);
 }
 
+/* ---- a handler's durable publish, suspended until committed ---- */
+
+/* pw.st: whichever of the commit's callback and the yielding call comes
+ * second posts the call. */
+enum { PW_PENDING, PW_FIRED, PW_ARMED };
+
+/* A userdata on the suspended coroutine's stack, made before the call is
+ * suspended (nothing may raise between suspending and yielding; it is
+ * collected with the coroutine if the call is dropped at shutdown).  rc
+ * is written before st turns FIRED (acq_rel); the call reads it after its
+ * post (the mailbox's mutex). */
+struct lpubwait {
+    atomic_int st;
+    int rc;
+    struct lcall *call;         /* immutable once queued */
+    char why[256];              /* a SEDA_ETYPE refusal's reason */
+};
+
+/* on_durable: the journal's committing thread. */
+static void pubwait_done(int rc, void *ud)
+{
+    struct lpubwait *pw = ud;
+    struct lcall *c = pw->call;
+    pw->rc = rc;
+    if (atomic_exchange_explicit(&pw->st, PW_FIRED, memory_order_acq_rel) ==
+        PW_ARMED)
+        seda__l_suspend_post(c);
+}
+
+/* The call resumed: its result.  ctx is the lpubwait's stack index. */
+static int publish_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    struct lpubwait *pw = lua_touserdata(L, (int)ctx);
+    if (pw->rc == 0) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    lua_pushboolean(L, 0);
+    lua_pushstring(L, pw->rc == SEDA_ETYPE ? pw->why
+                                           : seda_strerror(pw->rc));
+    return 2;
+}
+
+/* Publish with the call c suspended (pw at idx, made before), then yield
+ * until the commit ended.  Nothing here may raise. */
+static int publish_suspended(lua_State *L, struct lcall *c, int idx,
+                             seda_stage_t *st, const void *p, size_t len,
+                             seda_publish_opts *o, seda_wbuf *wb)
+{
+    struct lpubwait *pw = lua_touserdata(L, idx);
+    atomic_init(&pw->st, PW_PENDING);
+    pw->rc = 0;
+    pw->call = c;
+    pw->why[0] = '\0';
+    o->why = pw->why;
+    o->whylen = sizeof pw->why;
+    o->on_durable = pubwait_done;
+    o->on_durable_ud = pw;
+    int rc = seda_stage_publish(st, p, len, o);
+    seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
+    if (rc) {
+        /* Refused before queueing: resume at once with the reason. */
+        pw->rc = rc;
+        atomic_store_explicit(&pw->st, PW_FIRED, memory_order_release);
+    }
+    if (atomic_exchange_explicit(&pw->st, PW_ARMED, memory_order_acq_rel) ==
+        PW_FIRED)
+        seda__l_suspend_post(c);
+    return seda__l_suspend_yield(L, c, NULL, NULL, idx, publish_k);
+}
+
 int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                     seda_wbuf *wb, struct ladmit_cache *ac, bool main)
 {
@@ -190,7 +288,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     seda_publish_opts o;
     char why[256];                  /* written on a SEDA_ETYPE refusal */
     why[0] = '\0';
-    int cbidx = parse_opts(L, oidx, &o, main, "publish");
+    int duridx;
+    int cbidx = parse_opts(L, oidx, &o, main, "publish", &duridx);
     o.why = why;
     o.whylen = sizeof why;
     seda_stage_t *st = seda_bus_stage(lb->bus, to);
@@ -203,6 +302,8 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
                                             : SEDA_ENOSTAGE));
         return 2;
     }
+    if (duridx && seda_stage_durability(st) == SEDA_MEMORY)
+        luaL_error(L, "publish: on_durable: stage '%s' is not durable", to);
     /* The stage's admit rule, before anything is made. */
     struct lstage *ls = seda_stage_userdata(st);
     if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
@@ -235,17 +336,39 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
         return 2;
     }
     o.kind = kind;
+    if (!main && seda_stage_durability(st) != SEDA_MEMORY) {
+        lua_newuserdatauv(L, sizeof(struct lpubwait), 0);
+        int idx = lua_gettop(L);
+        struct lcall *c = seda__l_suspend_begin(L);
+        if (c)
+            return publish_suspended(L, c, idx, st, p, len, &o, wb);
+        lua_pop(L, 1);                  /* not suspendable: wait here */
+    }
     struct lcb *cb = NULL;
     if (cbidx) {
         cb = seda__l_callback_new(L, cbidx, 1);
         o.done = seda__l_callback_on_done;
         o.done_ud = cb;
     }
+    struct lcb *dcb = NULL;
+    if (duridx) {
+        dcb = seda__l_callback_new(L, duridx, 1);
+        dcb->lb = lb;
+        o.on_durable = seda__l_callback_on_durable;
+        o.on_durable_ud = dcb;
+    }
+    if (dcb)
+        atomic_fetch_add_explicit(&lb->ndurable, 1, memory_order_acq_rel);
     int rc = seda_stage_publish(st, p, len, &o);
     seda__codec_wbuf_trim(wb, SEDA_WBUF_KEEP);
     if (rc) {
         if (cb)
             seda__l_callback_release(L, cb, 1);
+        if (dcb) {
+            atomic_fetch_sub_explicit(&lb->ndurable, 1,
+                                      memory_order_acq_rel);
+            seda__l_callback_release(L, dcb, 1);
+        }
         if (rc == SEDA_EINVAL && o.id)
             id_misuse(L, to);
         lua_pushboolean(L, 0);
@@ -273,7 +396,8 @@ int seda__l_publish_many(lua_State *L)
     seda_publish_opts o;
     char why[256];                  /* written on a SEDA_ETYPE refusal */
     why[0] = '\0';
-    int cbidx = parse_opts(L, 4, &o, true, "publish_many");
+    int duridx;
+    int cbidx = parse_opts(L, 4, &o, true, "publish_many", &duridx);
     o.why = why;
     o.whylen = sizeof why;
     const char *to = lua_tostring(L, 2);

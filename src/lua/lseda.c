@@ -231,6 +231,7 @@ static bool wait_idle(lua_State *L, struct lbus *lb, double timeout)
         seda__l_callback_run(L, lb);
         seda__l_loop_run_timers(L);
         if ((lb->shut || seda_bus_wait_idle(lb->bus, 0) == 0) &&
+            atomic_load_explicit(&lb->ndurable, memory_order_acquire) == 0 &&
             !seda__l_callback_pending(lb))
             return true;
         if (seda_now() >= until)
@@ -372,7 +373,8 @@ static int l_bus_tostring(lua_State *L)
 static const char *const bus_keys[] = {
     "workers", "batch", "hop_timeout", "dead_letter", "memory_limit",
     "data_dir", "sync", "max_loans", "max_pending_callbacks", "max_payload",
-    "stats_window", "dead_letter_keep", "name", "hold_warn", "http_idle", NULL
+    "stats_window", "dead_letter_keep", "name", "hold_warn", "http_idle",
+    "group_wait", NULL
 };
 
 /* Defaults of the Lua-level bus options. */
@@ -483,6 +485,14 @@ static void bus_opts(lua_State *L, seda_bus_opts *o)
             luaL_error(L, "bus: sync must be \"full\" or \"normal\"");
         o->sync_normal = strcmp(sy, "normal") == 0;
     }
+    lua_getfield(L, 1, "group_wait");
+    if (!lua_isnil(L, -1)) {
+        if (lua_type(L, -1) != LUA_TNUMBER || !(lua_tonumber(L, -1) >= 0) ||
+            lua_tonumber(L, -1) > 1)
+            luaL_error(L, "bus: group_wait must be a number of seconds in "
+                       "[0, 1]");
+        o->group_wait = lua_tonumber(L, -1);
+    }
 }
 
 /* The Lua-level bus options: memory_limit (bytes per worker state) and
@@ -519,6 +529,7 @@ static struct lbus *bus_lbus(lua_State *L, struct lbusud *u,
     lb->memory_limit = memory_limit;
     lb->max_pending_cb = max_pending_cb;
     atomic_init(&lb->npending_cb, 0);
+    atomic_init(&lb->ndurable, 0);
     /* Before the pool starts: worker states read it as they are made. */
     lb->max_payload = max_payload;
     u->wb.limit = lb->max_payload;

@@ -107,13 +107,16 @@ struct lstage {
 struct lcb {
     int ref;                    /* the function in the main registry */
     int refs;                   /* envelopes still to report */
+    struct lbus *lb;            /* on_durable's: where to queue */
 };
 
 /* A finished itinerary waiting for the main state. */
 struct lcompletion {
     struct lcompletion *next;
     struct lcb *cb;             /* the callback to run and release */
-    int outcome;                /* enum seda_outcome */
+    int outcome;                /* enum seda_outcome; on_durable's: the
+                                   publish's result (0 or a SEDA_E*) */
+    bool durable;               /* an on_durable report */
     int attempts;
     int kind;                   /* payload kind */
     char id[SEDA_ID_MAX];
@@ -180,6 +183,9 @@ struct lbus {
     int max_pending_cb;         /* publish runs callbacks past this */
     double http_idle;           /* seconds: the HTTP client's idle time */
     atomic_int npending_cb;     /* completions queued; relaxed */
+    atomic_int ndurable;        /* on_durable publishes not yet reported
+                                   (queued after their completion is):
+                                   bus:wait waits for them; acq_rel */
     char *package_path;         /* copied into every worker state */
     char *package_cpath;
     bool shut;                  /* main thread only: shutdown done */
@@ -352,6 +358,8 @@ SEDA__API void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud);
  * (raises on allocation failure), and dropping n of them (the last one
  * releases the function).  Main thread. */
 SEDA__API struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs);
+/* on_durable's seda_durable_fn (ud: an lcb with lb set): any thread. */
+SEDA__API void seda__l_callback_on_durable(int rc, void *ud);
 SEDA__API void seda__l_callback_release(lua_State *L, struct lcb *cb, int n);
 SEDA__API void seda__l_callback_completion_free(struct lcompletion *c);
 /* Run the bus's queued completions on L; returns how many ran. */

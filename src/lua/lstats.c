@@ -209,6 +209,18 @@ int seda__l_stats_push(lua_State *L, struct lbus *lb, const char *name)
     set_int(L, "wal_discarded_frames", (lua_Integer)js.wal_discarded_frames);
     set_int(L, "wal_discarded_bytes", (lua_Integer)js.wal_discarded_bytes);
     set_int(L, "quarantined", (lua_Integer)js.quarantined);
+    if (js.open) {
+        /* The journal's group commits (see docs/guide.md, durable). */
+        lua_createtable(L, 0, 5);
+        set_int(L, "commits", (lua_Integer)js.commits);
+        set_int(L, "requests", (lua_Integer)js.requests);
+        set_int(L, "group_max", (lua_Integer)js.group_max);
+        set_int(L, "fsyncs", (lua_Integer)js.fsyncs);
+        lua_pushnumber(L, js.commits ? (double)js.requests /
+                                           (double)js.commits : 0.0);
+        lua_setfield(L, -2, "group_mean");
+        lua_setfield(L, -2, "journal");
+    }
     set_int(L, "callbacks_pending", atomic_load_explicit(&lb->npending_cb,
                                                          memory_order_relaxed));
     lua_pushboolean(L, b.paused);

@@ -47,7 +47,7 @@ check "--help shows --http" contains "$("$SEDA" --help)" "--http [ADDR:]PORT"
 # comparison of /stats.json with bus:stats().
 cat >"$D/p.lua" <<'EOF'
 local seda = require "seda"
-local bus = seda.bus{ workers = 2 }
+local bus = seda.bus{ workers = 2, data_dir = os.getenv("P_DATA") }
 bus:stage{ name = "zulu", handler = function(env)
   local x = 0
   for i = 1, 500 do x = x + i end
@@ -72,6 +72,7 @@ quiet:wait(10)
 EOF
 
 S="$D/ctl.sock"
+export P_DATA="$D/pdata"                # bus 1 has a journal (its metrics)
 start_server "$D/log" --serve --control "$S" --http 127.0.0.1:0 "$D/p.lua"
 url_of() { sed -n 's|.*http: listening on \(http://[^/]*\)/.*|\1|p' "$1" | head -1; }
 has_url() { [ -n "$(url_of "$1")" ]; }
@@ -164,6 +165,11 @@ check "in_flight's HELP says envelopes being handled" \
     grep -q '^# HELP seda_stage_in_flight Envelopes being handled' "$D/metrics"
 check "the histogram count is the sample count" \
     grep -q '^seda_stage_service_seconds_count{bus="bus2",stage="q1"} 7$' "$D/metrics"
+check "the journal's group commits are metrics" eval \
+    "grep -q '^seda_bus_journal_group_mean{bus=\"bus1\"} [0-9]' '$D/metrics' &&
+     grep -q '^# TYPE seda_bus_journal_fsyncs_total counter$' '$D/metrics' &&
+     grep -q '^seda_bus_journal_commits_total{bus=\"bus1\"} [0-9]' '$D/metrics' &&
+     ! grep -q '^seda_bus_journal_commits_total{bus=\"bus2\"}' '$D/metrics'"
 check "admission figures are metrics (shed, refused, delayed)" eval \
     "grep -q '^seda_stage_shed_total{bus=\"bus1\",stage=\"zulu\"} 0$' '$D/metrics' &&
      grep -q '^# TYPE seda_stage_refused_total counter$' '$D/metrics' &&

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -578,6 +579,220 @@ static void test_journal_group_commit_shares_transactions(void **state)
     seda__journal_close(j);
 }
 
+/* ---- async inserts (the committer) ---- */
+
+#define AS_N 24
+
+/* What the async inserts' callbacks report; mu guards every field. */
+struct as_seen {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    int rc[AS_N];
+    bool other_thread;          /* every callback off the test's thread */
+    pthread_t test_thread;
+};
+
+struct as_req {
+    struct as_seen *s;
+    int i;
+};
+
+static void as_done(int rc, void *ud)
+{
+    struct as_req *r = ud;
+    struct as_seen *s = r->s;
+    pthread_mutex_lock(&s->mu);
+    s->rc[r->i] = rc;
+    s->done++;
+    if (pthread_equal(pthread_self(), s->test_thread))
+        s->other_thread = false;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void as_init(struct as_seen *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->other_thread = true;
+    s->test_thread = pthread_self();
+    for (int i = 0; i < AS_N; i++)
+        s->rc[i] = 1;           /* not reported */
+}
+
+/* Wait (deadline 30 s) until n callbacks reported. */
+static void as_wait(struct as_seen *s, int n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    pthread_mutex_lock(&s->mu);
+    while (s->done < n)
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &ts) != 0)
+            break;
+    int done = s->done;
+    pthread_mutex_unlock(&s->mu);
+    if (done < n)
+        fail_msg("deadline passed: %d of %d async inserts reported", done, n);
+}
+
+/* Deterministic: async inserts queued while the writer is held are
+ * committed by the committer thread in one transaction, each told once. */
+static void test_journal_async_inserts_share_one_commit(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, true);
+    static struct as_seen s;
+    as_init(&s);
+    static seda_jrec recs[AS_N];
+    static struct as_req reqs[AS_N];
+    static char ids[AS_N][16];
+    uint64_t t0 = seda__journal_txns(j);
+    seda__journal_hold(j, true);
+    for (int i = 0; i < AS_N; i++) {
+        snprintf(ids[i], sizeof ids[i], "a%d", i);
+        recs[i] = mkrec("as", ids[i], ids[i], strlen(ids[i]));
+        reqs[i] = (struct as_req){ .s = &s, .i = i };
+        assert_int_equal(seda__journal_insert_async(j, &recs[i], 1, 0, NULL,
+                                                    as_done, &reqs[i]), 0);
+    }
+    /* Queued and returned: nobody waited. */
+    assert_int_equal(seda__journal_pending(j), AS_N);
+    assert_int_equal(seda__journal_txns(j), t0);
+    seda__journal_hold(j, false);
+    as_wait(&s, AS_N);
+    assert_int_equal(seda__journal_txns(j) - t0, 1);
+    struct seda_jgroups g;
+    seda__journal_groups(j, &g);
+    assert_true(g.max >= AS_N);
+    assert_true(g.fsyncs >= 1);
+    for (int i = 0; i < AS_N; i++) {
+        assert_int_equal(s.rc[i], 0);
+        assert_true(recs[i].key > 0);
+        for (int k = 0; k < i; k++)
+            assert_true(recs[k].key != recs[i].key);
+    }
+    assert_true(s.other_thread);
+    assert_int_equal(count(j, "as"), AS_N);
+    /* Arguments are checked before queueing: refused, never told. */
+    seda_jrec bad = mkrec("as", NULL, "", 0);
+    assert_int_equal(seda__journal_insert_async(j, &bad, 1, 0, NULL,
+                                                as_done, &reqs[0]), -EINVAL);
+    assert_int_equal(seda__journal_insert_async(j, &recs[0], 1, 0, NULL,
+                                                NULL, NULL), -EINVAL);
+    seda__journal_close(j);
+    assert_int_equal(s.done, AS_N);
+}
+
+/* Close commits what is queued and tells each; after it nothing queues. */
+static void test_journal_async_close_flushes(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    static struct as_seen s;
+    as_init(&s);
+    static seda_jrec recs[4];
+    static struct as_req reqs[4];
+    seda__journal_hold(j, true);
+    for (int i = 0; i < 4; i++) {
+        recs[i] = mkrec("cl", "x", "", 0);
+        reqs[i] = (struct as_req){ .s = &s, .i = i };
+        assert_int_equal(seda__journal_insert_async(j, &recs[i], 1, 0, NULL,
+                                                    as_done, &reqs[i]), 0);
+    }
+    seda__journal_close(j);
+    assert_int_equal(s.done, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(s.rc[i], 0);
+    j = jopen(f->sub, false);
+    assert_int_equal(count(j, "cl"), 4);
+    seda__journal_close(j);
+}
+
+/* group_wait: an async request alone is committed no sooner than
+ * group_wait after it was queued (a lower bound only); a caller that
+ * waits ends the wait at once, and both share the commit. */
+static void test_journal_async_group_wait(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, false);
+    static struct as_seen s;
+    as_init(&s);
+    static seda_jrec recs[2];
+    static struct as_req reqs[2];
+    seda__journal_set_group_wait(j, 200000000);            /* 0.2 s */
+    recs[0] = mkrec("gw", "a", "", 0);
+    reqs[0] = (struct as_req){ .s = &s, .i = 0 };
+    double t0 = seda_now();
+    assert_int_equal(seda__journal_insert_async(j, &recs[0], 1, 0, NULL,
+                                                as_done, &reqs[0]), 0);
+    as_wait(&s, 1);
+    assert_true(seda_now() - t0 >= 0.2);
+    assert_int_equal(s.rc[0], 0);
+    seda__journal_close(j);
+
+    /* A minute of group_wait: the waiting caller does not sit it out. */
+    j = jopen(f->sub, false);
+    seda__journal_set_group_wait(j, 60000000000LL);
+    uint64_t txns = seda__journal_txns(j);
+    recs[1] = mkrec("gw", "b", "", 0);
+    reqs[1] = (struct as_req){ .s = &s, .i = 1 };
+    t0 = seda_now();
+    assert_int_equal(seda__journal_insert_async(j, &recs[1], 1, 0, NULL,
+                                                as_done, &reqs[1]), 0);
+    seda_jrec c = mkrec("gw", "c", "", 0);
+    assert_int_equal(seda__journal_insert(j, &c, 1, 0, NULL), 0);
+    assert_true(seda_now() - t0 < 30.0);
+    as_wait(&s, 2);
+    assert_int_equal(s.rc[1], 0);
+    assert_int_equal(seda__journal_txns(j) - txns, 1);
+    assert_int_equal(count(j, "gw"), 3);
+    seda__journal_close(j);
+}
+
+/* A group that cannot be written (a 1 MiB tmpfs, 2 MiB of rows queued at
+ * once) fails as a whole: every request of it is told -EIO, and none of
+ * its rows is in the journal. */
+static void test_journal_async_failed_group_fails_every_request(void **state)
+{
+    struct fx *f = *state;
+    assert_int_equal(mkdir(f->sub, 0755), 0);
+    if (mount("tmpfs", f->sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
+        print_message("skipped: cannot mount a tmpfs (%s)\n",
+                      strerror(errno));
+        skip();
+    }
+    f->mounted = true;
+    struct seda_journal *j = jopen(f->sub, true);
+    static unsigned char big[96 * 1024];
+    memset(big, 0xcd, sizeof big);
+    static struct as_seen s;
+    as_init(&s);
+    static seda_jrec recs[AS_N];
+    static struct as_req reqs[AS_N];
+    seda__journal_hold(j, true);
+    for (int i = 0; i < AS_N; i++) {
+        recs[i] = mkrec("ff", "big", big, sizeof big);
+        reqs[i] = (struct as_req){ .s = &s, .i = i };
+        assert_int_equal(seda__journal_insert_async(j, &recs[i], 1, 0, NULL,
+                                                    as_done, &reqs[i]), 0);
+    }
+    seda__journal_hold(j, false);
+    as_wait(&s, AS_N);
+    for (int i = 0; i < AS_N; i++)
+        assert_int_equal(s.rc[i], -EIO);
+    assert_int_equal(count(j, "ff"), 0);
+    /* The journal goes on: a small row commits. */
+    seda_jrec small = mkrec("ff", "small", "s", 1);
+    assert_int_equal(seda__journal_insert(j, &small, 1, 0, NULL), 0);
+    seda__journal_close(j);
+    j = jopen(f->sub, false);
+    assert_int_equal(count(j, "ff"), 1);
+    seda__journal_close(j);
+}
+
 /* ---- dedup ---- */
 
 static int insert_id(struct seda_journal *j, const char *id, int window)
@@ -987,6 +1202,10 @@ int main(void)
         T(test_journal_reads_interleave_with_writers),
         T(test_journal_group_commit_one_txn_for_queued),
         T(test_journal_group_commit_shares_transactions),
+        T(test_journal_async_inserts_share_one_commit),
+        T(test_journal_async_close_flushes),
+        T(test_journal_async_group_wait),
+        T(test_journal_async_failed_group_fails_every_request),
         T(test_journal_dedup_refuses_accepted_id),
         T(test_journal_dedup_window_evicts_oldest),
         T(test_journal_reopen_keeps_data),

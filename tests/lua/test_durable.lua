@@ -255,6 +255,62 @@ T.test("crash recovery: SIGKILL at random moments, nothing lost, duplicates only
   os.execute("rm -rf " .. q(base))
 end)
 
+-- ---- crash recovery of group commits -----------------------------------------
+--
+-- Each round: a child's 64 concurrent handlers publish into the durable
+-- stage "d" at sync = full (their publishes wait suspended and share group
+-- commits), each recording its id once publish returned true; the child is
+-- SIGKILLed at a random moment, mid-group (commits follow each other
+-- back to back while it runs).  A recovery child replays "d" until idle.
+-- Every id whose publish returned true was handled by d (before the kill or
+-- after the replay): none lost.
+
+T.test("crash recovery of group commits: 64 publishing handlers, SIGKILL mid-group, nothing lost", function()
+  math.randomseed(SEED + 1)
+  local base = T.tmpdir()
+  local data = base .. "/data"
+  local errfile = base .. "/stderr"
+  local total = 0
+  for round = 1, 5 do
+    local rdir = base .. "/g" .. round
+    os.execute("mkdir -p " .. q(rdir))
+    local prefix = "G" .. round .. "-"
+    local pubfile = rdir .. "/pub"
+    local logs = { rdir .. "/p1.log", rdir .. "/p2.log" }
+    local h = spawn(errfile, "grouppub", data, logs[1], pubfile, prefix)
+    T.eq(h:readline(), "ready", "round " .. round .. ": publisher started (stderr: "
+         .. readall(errfile) .. ")")
+    sleep(0.1 + math.random() * 0.4)
+    h:kill()
+    local code, rest = h:close()
+    T.eq(code, 137, "round " .. round .. ": publisher killed (" .. tostring(rest) .. ")")
+    local out, code2 = child("grouprec", data, logs[2])
+    T.eq(code2, 0, "round " .. round .. ": recovery exit: " .. out .. readall(errfile))
+    T.contains(out, "idle", "round " .. round .. ": recovery went idle")
+    local fin = {}
+    for _, log in ipairs(logs) do
+      for _, l in ipairs(lines(log)) do
+        local id = l:match("^fin (%S+)$")
+        T.ok(id, "round " .. round .. ": bad log line " .. l)
+        T.eq(id:sub(1, #prefix), prefix, "round " .. round .. ": foreign id " .. id)
+        fin[id] = true
+      end
+    end
+    local pub = lines(pubfile)
+    local lost = {}
+    for _, id in ipairs(pub) do
+      if not fin[id] then lost[#lost + 1] = id end
+    end
+    T.eq(#lost, 0, "round " .. round .. ": publishes that returned true and were "
+         .. "never handled: " .. table.concat(lost, " ", 1, math.min(#lost, 10)))
+    total = total + #pub
+  end
+  print(string.format("  5 rounds: %d publishes returned true before the kills", total))
+  T.ok(total > 0, "something was published before the kills")
+  T.eq(readall(errfile), "", "children's stderr")
+  os.execute("rm -rf " .. q(base))
+end)
+
 -- ---- exactly_once across a restart -----------------------------------------
 
 T.test("exactly_once refuses an id accepted before a restart", function()

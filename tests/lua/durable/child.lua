@@ -294,6 +294,72 @@ elseif mode == "diskcheck" then
   say(bus:wait(30) == true and "idle" or "not idle")
   bus:shutdown(5)
 
+elseif mode == "grouppub" or mode == "grouprec" then
+  -- grouppub DIR LOG PUBLOG PREFIX: the main state publishes PREFIX1,
+  -- PREFIX2, ... into "src" (in memory) until killed (or 30 s); each of
+  -- src's 64 concurrent handlers (2 workers) publishes its payload into
+  -- the durable stage "d" (sync full: the publishes meet in group
+  -- commits) and, once that returned true, appends the id to PUBLOG.
+  -- grouprec DIR LOG: replay "d" and run until idle.  d's handler
+  -- logs "fin ID" to LOG.  One write(2) per line.
+  seda.shared:set("log", arg[3])
+  local bus = seda.bus{ data_dir = dir, workers = 2, sync = "full" }
+  bus:stage{ name = "d", durable = "at_least_once", concurrency = 2,
+             capacity = 1000000, handler = function(env)
+               if not DLOG then
+                 DLOG = assert(io.open(seda.shared:get("log"), "a"))
+                 DLOG:setvbuf("full", 4096)
+               end
+               DLOG:write("fin " .. env.payload .. "\n")
+               DLOG:flush()
+             end }
+  if mode == "grouprec" then
+    say("ready")
+    say(bus:wait(60) == true and "idle" or "not idle")
+    bus:shutdown(5)
+    os.exit(0)
+  end
+  seda.shared:set("publog", arg[4])
+  bus:stage{ name = "src", concurrency = 64, capacity = 256, policy = "block",
+             handler = function(env)
+               if seda.publish("d", env.payload) then
+                 if not PLOG then
+                   PLOG = assert(io.open(seda.shared:get("publog"), "a"))
+                   PLOG:setvbuf("full", 4096)
+                 end
+                 PLOG:write(env.payload .. "\n")
+                 PLOG:flush()
+               end
+             end }
+  say("ready")
+  local prefix = arg[5]
+  local deadline = seda.now() + 30
+  local i = 0
+  while seda.now() < deadline do
+    i = i + 1
+    bus:publish("src", prefix .. i)
+  end
+  bus:wait(30)
+  bus:shutdown(5)
+  say("finished")
+
+elseif mode == "dcount" then
+  -- dcount DIR: replay the durable stage "d" (test_durable_group.lua)
+  -- and print "PAYLOAD COUNT" per payload (trailing z padding cut), then
+  -- "total N".
+  local bus = seda.bus{ data_dir = dir, workers = 2 }
+  bus:stage{ name = "d", durable = "at_least_once", concurrency = 4,
+             capacity = 1000000, handler = function(env)
+               seda.shared:incr("p:" .. (tostring(env.payload):gsub("z+$", "")), 1)
+               seda.shared:incr("total", 1)
+             end }
+  say(bus:wait(60) == true and "idle" or "not idle")
+  for _, k in ipairs(seda.shared:keys()) do
+    if k:sub(1, 2) == "p:" then say(k:sub(3), seda.shared:get(k)) end
+  end
+  say("total", seda.shared:get("total") or 0)
+  bus:shutdown(5)
+
 else
   error("child.lua: unknown mode " .. tostring(mode))
 end
