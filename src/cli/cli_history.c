@@ -570,8 +570,12 @@ static void apply(const struct reading *rd, double mono, double wall)
     sweep();
     for (int i = 0; i < hist.nb; i++) {
         struct hbus *b = hist.b[i];
-        qsort(b->st, (size_t)b->nst, sizeof *b->st, by_index);
-        qsort(b->ls, (size_t)b->nls, sizeof *b->ls, by_addr);
+        /* (an empty list's pointer may be NULL, which qsort must not
+         * be given) */
+        if (b->nst > 1)
+            qsort(b->st, (size_t)b->nst, sizeof *b->st, by_index);
+        if (b->nls > 1)
+            qsort(b->ls, (size_t)b->nls, sizeof *b->ls, by_addr);
     }
     hist.head = (slot + 1) % HIST_SLOTS;
     if (hist.n < HIST_SLOTS)
