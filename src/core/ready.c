@@ -154,18 +154,22 @@ int seda__ready_add(struct seda_ready *rd, int fd, uint32_t events,
     }
     w->slot = k;
     rd->slots[k].w = w;
+    /* *out is written under mu, before the descriptor is watched: a
+     * worker may run fn as soon as epoll_ctl returns, and fn may read
+     * *out (the caller's handle of the watch); dispatch takes mu first. */
+    *out = w;
     struct epoll_event e = { .events = events, .data.u64 = key(rd, w) };
     if (epoll_ctl(rd->ep, EPOLL_CTL_ADD, fd, &e) != 0) {
         int rc = -errno;
         rd->slots[k].w = NULL;
         rd->free[rd->nfree++] = k;
+        *out = NULL;
         seda__mutex_unlock(&rd->mu);
         seda__free(w);
         return rc;
     }
     atomic_fetch_add_explicit(&rd->nwatch, 1, memory_order_relaxed);
     seda__mutex_unlock(&rd->mu);
-    *out = w;
     return 0;
 }
 

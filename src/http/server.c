@@ -696,18 +696,28 @@ int seda_http_server_new(const seda_http_opts *o, seda_http_server_t **out,
             s->lfd = fd;
     }
     /* The watches: the server's two, then connections. */
-    if (rc == 0 && (rc = s->L.add(s->L.ctx, s->tfd, EPOLLIN, on_tick, s,
-                                  &s->tw)) == 0) {
+    /* What a callback reads is set before its watch exists: a worker may
+     * run it as soon as the add returns (the add and the dispatch take
+     * the loop's lock, so these writes are seen). */
+    bool watched = rc == 0;
+    if (rc == 0) {
         atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
-        if ((rc = s->L.add(s->L.ctx, s->lfd, EPOLLIN, on_listen, s,
-                           &s->lw)) == 0) {
-            atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
-            s->accepting = true;
-        }
-        if (rc)
-            snprintf(err, errlen, "cannot watch the sockets: %s",
-                     strerror(rc < 0 ? -rc : rc));
+        if ((rc = s->L.add(s->L.ctx, s->tfd, EPOLLIN, on_tick, s,
+                           &s->tw)) != 0)
+            atomic_fetch_sub_explicit(&s->watches, 1, memory_order_relaxed);
     }
+    if (rc == 0) {
+        atomic_fetch_add_explicit(&s->watches, 1, memory_order_relaxed);
+        s->accepting = true;
+        if ((rc = s->L.add(s->L.ctx, s->lfd, EPOLLIN, on_listen, s,
+                           &s->lw)) != 0) {
+            atomic_fetch_sub_explicit(&s->watches, 1, memory_order_relaxed);
+            s->accepting = false;
+        }
+    }
+    if (watched && rc)
+        snprintf(err, errlen, "cannot watch the sockets: %s",
+                 strerror(rc < 0 ? -rc : rc));
     if (rc == 0 && s->own && seda__http_ownloop_start(s->own) != 0) {
         snprintf(err, errlen, "cannot start a thread");
         rc = -EAGAIN;
