@@ -447,11 +447,11 @@ static void accept_some(seda_http_server_t *s)
             /* At the limit: the rest wait in the backlog. */
             s->L.mod(s->lw, 0);
             s->accepting = false;
-            return;
+            break;
         }
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0)
-            return;             /* EAGAIN, or a client already gone */
+            break;              /* EAGAIN, or a client already gone */
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         struct hconn *c = seda__http_conn_new(s, fd);
@@ -474,6 +474,9 @@ static void accept_some(seda_http_server_t *s)
         s->st.connections++;
         s->st.open_connections++;
     }
+    /* Every way out: a new connection's client_timeout needs the clock
+     * running (it stops when no connection is open), even when the
+     * client never sends a whole request. */
     tick_arm(s);
 }
 
