@@ -9,6 +9,7 @@
  * strings.  On a pipe or file it reads lines itself, without prompts.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,6 +355,18 @@ static bool draw_top(double secs)
     return true;
 }
 
+/* The rest of an escape sequence (an arrow or function key: at most 7
+ * more bytes) already waiting on stdin (raw mode), without waiting. */
+static void drain_escape(void)
+{
+    struct pollfd p = { .fd = 0, .events = POLLIN };
+    char buf[7];
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN)) {
+        ssize_t n = read(0, buf, sizeof buf);
+        (void)n;
+    }
+}
+
 void cli_repl_top_local(double secs)
 {
     lua_State *L = cli.L;
@@ -386,9 +399,15 @@ void cli_repl_top_local(double secs)
             double left = (deadline - cli_now()) * 1000.0;
             int ms = left > 10 ? 10 : left < 0 ? 0 : (int)left;
             if (cli_step(ms, 0)) {
-                char buf[64];
-                if (read(0, buf, sizeof buf) >= 0)
+                /* The key that stops it, and no more: what was typed after
+                 * it is the next line's (an arrow key's escape sequence
+                 * goes with it). */
+                char c;
+                if (read(0, &c, 1) >= 0) {
                     done = true;
+                    if (c == '\033')
+                        drain_escape();
+                }
             }
         }
     }
