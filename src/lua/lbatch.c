@@ -10,8 +10,9 @@
  * sets up one protected call and calls each handler inside it.
  *
  * DESIGN
- *   The trampoline (SLOT_TRAMP, l_run) is a C function called once per
- *   batch under lua_pcall.  It loops: take the next envelope
+ *   The trampoline (l_run) is a C function called once per batch, as the
+ *   body of the batch's coroutine (pushed straight onto it with the
+ *   handler: nothing is moved across stacks per batch).  It loops: take the next envelope
  *   (seda_batch_next), call the handler with its env (a fresh light
  *   userdata token, lenv.c) through lua_call, and settle it with what the
  *   handler returned (false nacks; anything else, or nothing, acks; a
@@ -88,7 +89,7 @@ static inline uintptr_t env_start(struct lworker *w, seda_env_t *env)
  * seda_env_fail).  The user values keep the last payload and headers
  * alive until the next envelope overwrites them (the flags say they are
  * stale): one value each, and no barrier work per envelope. */
-static void env_settle(lua_State *L, struct lworker *w, bool ok)
+static inline void env_settle(lua_State *L, struct lworker *w, bool ok)
 {
     struct lenv *le = w->le;
     le->env = NULL;
@@ -186,7 +187,7 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
  * (w->reload). */
 static int l_run(lua_State *L)
 {
-    lua_settop(L, 2);                   /* [2]: each call's result */
+    lua_pushnil(L);                     /* [2]: each call's result */
     return run_loop(L, worker_of(L));
 }
 
@@ -210,11 +211,6 @@ static int run_loop(lua_State *L, struct lworker *w)
         lua_callk(L, 1, 1, 0, run_k);
         env_returned(L, w, 2);
     }
-}
-
-void seda__l_batch_push_trampoline(lua_State *L)
-{
-    lua_pushcfunction(L, l_run);
 }
 
 /* ---- runaway handlers ---- */
@@ -320,13 +316,12 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
          * none when the stage has no handler_timeout. */
         if (timeout > 0)
             lua_sethook(co, timeout_hook, LUA_MASKCOUNT, 1000);
-        else
+        else if (lua_gethook(co))
             lua_sethook(co, NULL, 0, 0);
         w->reload = false;
         w->bco = co;
-        lua_pushvalue(L, SLOT_TRAMP);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
-        lua_xmove(L, co, 2);
+        lua_pushcfunction(co, l_run);   /* no allocation: a light function */
+        lua_rawgeti(co, LUA_REGISTRYINDEX, c->ref[lc->index]);
         int nres;
         int rc = lua_resume(co, L, 1, &nres);
         w->bco = NULL;
@@ -338,8 +333,10 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
             continue;
         }
         if (rc == LUA_OK) {
-            lua_settop(co, 0);          /* stays in SLOT_CO for the next */
-            lua_settop(L, SLOT_CO);
+            /* co stays in SLOT_CO for the next batch, empty (l_run
+             * returns nothing); L is as it was. */
+            if (nres != 0)
+                lua_settop(co, 0);
             if (!w->reload)
                 break;
             if (!code_ready(w, ls, c, lc->index)) {
@@ -376,7 +373,8 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
         seda_env_fail(w->le->env, buf);
         env_settle(L, w, false);
     }
-    lua_settop(L, SLOT_CO);
+    if (lua_gettop(L) != SLOT_CO)
+        lua_settop(L, SLOT_CO);
     seda_block_end(loan);
     w->bt = NULL;
     w->bls = NULL;

@@ -25,8 +25,8 @@
  *
  *   What the per-envelope path needs sits at fixed stack slots for the
  *   state's whole life (lworker.h): the message handler, the first call
- *   context's userdata and the batch trampoline; the envelope's field
- *   names are interned once (lenv.c compares keys by address).
+ *   context's userdata and the coroutine batches run in; the envelope's
+ *   field names are interned once (lenv.c compares keys by address).
  *
  *   Each state allocates through a counting allocator that refuses past
  *   the bus's memory_limit, which surfaces as a Lua memory error (a
@@ -345,9 +345,8 @@ static int setup(lua_State *L)
     /* The envelope metatable, for every light userdata (see lenv.c). */
     seda__l_env_metatable(L);
     seda__l_env_keys(L, w);
-    seda__l_batch_push_trampoline(L);               /* SLOT_TRAMP */
     lua_pushnil(L);                                 /* SLOT_CO */
-    return 4;
+    return SLOT_CO;
 }
 
 /* A bare worker: its state allocates through l_alloc and its extra space

@@ -15,8 +15,7 @@
 /* What a worker state keeps on its stack for its whole life. */
 #define SLOT_MSGH 1             /* the message handler (traceback) */
 #define SLOT_ENV 2              /* the first struct lenv's userdata */
-#define SLOT_TRAMP 3            /* the batch trampoline (lbatch.c) */
-#define SLOT_CO 4               /* the coroutine batches run in, kept from
+#define SLOT_CO 3               /* the coroutine batches run in, kept from
                                    batch to batch; nil when a suspended
                                    call took it (lsuspend.c) */
 
@@ -241,8 +240,5 @@ SEDA__API void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool re
 /* The message of an error that ended coroutine co, with its traceback,
  * pushed on L. */
 SEDA__API void seda__l_suspend_co_error(lua_State *L, lua_State *co);
-
-/* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
-SEDA__API void seda__l_batch_push_trampoline(lua_State *L);
 
 #endif /* SEDA_LWORKER_H */
