@@ -91,15 +91,16 @@ struct lenv *seda__l_env_new(lua_State *L, struct lworker *w)
 
 void seda__l_env_give(lua_State *L, struct lworker *w, struct lenv *le)
 {
-    if (le->decoded || le->headers_loaded) {
-        /* Not kept alive by a context no call owns. */
-        int v = push_view(L, le);
-        lua_pushnil(L);
-        lua_setiuservalue(L, v, 1);
-        lua_pushnil(L);
-        lua_setiuservalue(L, v, 2);
-        lua_pop(L, 1);
-    }
+    /* What the call decoded is not kept alive by a context no call owns
+     * (its flags may be clear already: the settle that ended the call
+     * leaves the values, as a batch's context keeps them till the next
+     * call overwrites them). */
+    int v = push_view(L, le);
+    lua_pushnil(L);
+    lua_setiuservalue(L, v, 1);
+    lua_pushnil(L);
+    lua_setiuservalue(L, v, 2);
+    lua_pop(L, 1);
     le->env = NULL;
     le->token = 0;
     le->decoded = le->decoded_table = le->payload_set =
