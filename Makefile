@@ -503,8 +503,9 @@ clean:
 # with the release libraries) and run the full suite through bench/run.
 # bench/run --help lists the options (--config, --handler, --quick).
 # bench/: the driver (bench.c), the harness (harness.c, recorder.c,
-# inst.c) and one file per config; codec_loop.c is a standalone tool.
-BENCH_SRC := $(filter-out bench/codec_loop.c bench/openloop.c,$(wildcard bench/*.c))
+# inst.c) and one file per config; codec_loop.c and path_c.c (built by
+# bench/lua_path.sh) are standalone tools.
+BENCH_SRC := $(filter-out bench/codec_loop.c bench/openloop.c bench/path_c.c,$(wildcard bench/*.c))
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(B)/bench/%.o)
 BENCH_BIN := $(B)/bench/seda-bench
 

@@ -190,7 +190,7 @@ static seda_env_t *env_alloc(uint32_t inl)
     return e;
 }
 
-static void env_release(seda_env_t *e)
+static inline __attribute__((always_inline)) void env_release(seda_env_t *e)
 {
     int k = class_of(e->inl_cap);
     if (RECYCLE && k >= 0 && !seda__custom_alloc) {

@@ -10,15 +10,23 @@
  * sets up one protected call and calls each handler inside it.
  *
  * DESIGN
- *   The trampoline (SLOT_TRAMP, l_run) is a C function called once per
- *   batch under lua_pcall.  It loops: take the next envelope
+ *   The trampoline (l_run) is a C function called once per batch, as the
+ *   body of the batch's coroutine (pushed straight onto it with the
+ *   handler: nothing is moved across stacks per batch).  It loops: take the next envelope
  *   (seda_batch_next), call the handler with its env (a fresh light
  *   userdata token, lenv.c) through lua_call, and settle it with what the
  *   handler returned (false nacks; anything else, or nothing, acks; a
  *   changed payload or headers are copied back first).  A lua_call from
  *   C is cheaper per envelope than a lua_pcall (which saves a recovery
  *   point each time), and than a loop written in Lua that calls the
- *   handler and then a C function to settle it.
+ *   handler and then a C function to settle it.  The trampoline's stack
+ *   is [1] the handler, [2] the last call's result: each call copies the
+ *   handler over the result (one API call where pushing a copy and
+ *   popping the result took two, the pop the dearer).
+ *
+ *   Each call runs in the batch's context (w->le, struct lenv): its env,
+ *   token and deadline.  A call that suspends keeps that context and the
+ *   batch's next call gets another (lsuspend.c).
  *
  *   HOW AN ERROR IS HANDLED
  *   An error in a handler unwinds through the trampoline to the one
@@ -63,26 +71,29 @@ static int64_t now_ns(void)
 
 /* ---- one envelope ---- */
 
-/* Give env to the handler: a new token, the lenv pointing at it. */
-static void env_start(struct lworker *w, seda_env_t *env)
+/* Give env to the handler: a new token, the call's context pointing at
+ * it.  Returns the token. */
+static inline uintptr_t env_start(struct lworker *w, seda_env_t *env)
 {
     struct lenv *le = w->le;
     le->env = env;
-    w->calls++;
-    w->token = w->calls * 2 + 1;
+    uintptr_t token = ++w->calls * 2 + 1;
+    le->token = token;
+    le->timeout = w->timeout;
     if (w->timeout > 0)
-        w->deadline = now_ns() + (int64_t)(w->timeout * 1e9);
+        le->deadline = now_ns() + (int64_t)(w->timeout * 1e9);
+    return token;
 }
 
 /* Settle the envelope out with ok (a nack's message already given to
  * seda_env_fail).  The user values keep the last payload and headers
  * alive until the next envelope overwrites them (the flags say they are
  * stale): one value each, and no barrier work per envelope. */
-static void env_settle(lua_State *L, struct lworker *w, bool ok)
+static inline void env_settle(lua_State *L, struct lworker *w, bool ok)
 {
     struct lenv *le = w->le;
     le->env = NULL;
-    w->token = 0;
+    le->token = 0;
     le->decoded = le->decoded_table = le->payload_set =
         le->headers_loaded = le->responded = false;
     if (w->cur) {
@@ -104,8 +115,7 @@ static __attribute__((noinline)) bool env_copy_back(lua_State *L,
                                                     struct lworker *w)
 {
     char err[1024];
-    if (seda__l_env_finish(L, w, lua_upvalueindex(1), w->bls->nsrc, err,
-                           sizeof err) == 0)
+    if (seda__l_env_finish(L, w, w->bls->nsrc, err, sizeof err) == 0)
         return true;
     char buf[2048];
     lua_Debug ar;
@@ -131,11 +141,11 @@ static __attribute__((noinline)) bool env_late(struct lworker *w)
     /* The hook only sees Lua instructions: a handler that overran inside
      * a C call (a blocking read, os.execute) and returned soon after is
      * over its limit all the same. */
-    if (now_ns() < w->deadline)
+    if (now_ns() < w->le->deadline)
         return false;
     char buf[96];
     snprintf(buf, sizeof buf, "handler error: handler timeout (%gs): "
-             "returned after its deadline", w->timeout);
+             "returned after its deadline", w->le->timeout);
     seda_env_fail(w->le->env, buf);
     return true;
 }
@@ -146,7 +156,7 @@ static inline void env_returned(lua_State *L, struct lworker *w, int res)
 {
     struct lenv *le = w->le;
     bool ok = !(lua_type(L, res) == LUA_TBOOLEAN && !lua_toboolean(L, res));
-    if (ok && w->timeout > 0 && env_late(w))
+    if (ok && le->timeout > 0 && env_late(w))
         ok = false;
     if (ok && (le->payload_set || le->headers_loaded || le->decoded_table))
         ok = env_copy_back(L, w);
@@ -166,7 +176,6 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
     (void)ctx;
     struct lworker *w = worker_of(L);
     env_returned(L, w, 2);
-    lua_settop(L, 1);
     if (w->cur)
         return 0;
     return run_loop(L, w);
@@ -175,12 +184,14 @@ static int run_k(lua_State *L, int status, lua_KContext ctx)
 /* run(h), in the batch's coroutine: hand the batch's envelopes to the
  * handler h one by one, settling each with what it returned.  Returns
  * when the batch is over, or when new code must be loaded first
- * (w->reload).  Upvalue 1: the lenv userdata. */
+ * (w->reload). */
 static int l_run(lua_State *L)
 {
+    lua_pushnil(L);                     /* [2]: each call's result */
     return run_loop(L, worker_of(L));
 }
 
+/* The stack: [1] the handler, [2] the last result (see DESIGN). */
 static int run_loop(lua_State *L, struct lworker *w)
 {
     for (;;) {
@@ -194,19 +205,12 @@ static int run_loop(lua_State *L, struct lworker *w)
         seda_env_t *env = seda_batch_next(w->bt);
         if (!env)
             return 0;
-        env_start(w, env);
-        lua_pushvalue(L, 1);
-        lua_pushlightuserdata(L, (void *)w->token);
+        uintptr_t token = env_start(w, env);
+        lua_copy(L, 1, 2);
+        lua_pushlightuserdata(L, (void *)token);
         lua_callk(L, 1, 1, 0, run_k);
         env_returned(L, w, 2);
-        lua_settop(L, 1);
     }
-}
-
-void seda__l_batch_push_trampoline(lua_State *L)
-{
-    lua_pushvalue(L, SLOT_ENV);         /* setup's stack is the state's */
-    lua_pushcclosure(L, l_run, 1);
 }
 
 /* ---- runaway handlers ---- */
@@ -222,13 +226,13 @@ static void timeout_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     struct lworker *w = worker_of(L);
-    if (!w->le->env || now_ns() < w->deadline)
+    if (!w->le->env || now_ns() < w->le->deadline)
         return;
     /* From now on every instruction raises, so a pcall inside the handler
      * cannot keep it running. */
     lua_sethook(L, timeout_hook, LUA_MASKCOUNT, 1);
     char msg[64];
-    snprintf(msg, sizeof msg, "handler timeout (%gs)", w->timeout);
+    snprintf(msg, sizeof msg, "handler timeout (%gs)", w->le->timeout);
     lua_pushstring(L, msg);
     lua_error(L);
 }
@@ -312,13 +316,12 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
          * none when the stage has no handler_timeout. */
         if (timeout > 0)
             lua_sethook(co, timeout_hook, LUA_MASKCOUNT, 1000);
-        else
+        else if (lua_gethook(co))
             lua_sethook(co, NULL, 0, 0);
         w->reload = false;
         w->bco = co;
-        lua_pushvalue(L, SLOT_TRAMP);
-        lua_rawgeti(L, LUA_REGISTRYINDEX, c->ref[lc->index]);
-        lua_xmove(L, co, 2);
+        lua_pushcfunction(co, l_run);   /* no allocation: a light function */
+        lua_rawgeti(co, LUA_REGISTRYINDEX, c->ref[lc->index]);
         int nres;
         int rc = lua_resume(co, L, 1, &nres);
         w->bco = NULL;
@@ -330,8 +333,10 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
             continue;
         }
         if (rc == LUA_OK) {
-            lua_settop(co, 0);          /* stays in SLOT_CO for the next */
-            lua_settop(L, SLOT_CO);
+            /* co stays in SLOT_CO for the next batch, empty (l_run
+             * returns nothing); L is as it was. */
+            if (nres != 0)
+                lua_settop(co, 0);
             if (!w->reload)
                 break;
             if (!code_ready(w, ls, c, lc->index)) {
@@ -368,7 +373,8 @@ void seda__l_batch_consume(seda_batch_t *bt, void *ud)
         seda_env_fail(w->le->env, buf);
         env_settle(L, w, false);
     }
-    lua_settop(L, SLOT_CO);
+    if (lua_gettop(L) != SLOT_CO)
+        lua_settop(L, SLOT_CO);
     seda_block_end(loan);
     w->bt = NULL;
     w->bls = NULL;

@@ -14,13 +14,15 @@
 /* ---- the envelope object ---- */
 
 /* What a handler gets as `env` is a light userdata whose value is a
- * token of that one call (odd, so never a block's address); the worker's
- * single struct lenv holds the envelope and, as its user values, the
- * decoded payload and headers.  All light userdata in a worker state
- * share the envelope metatable (Lua keeps one per type), whose methods
- * are closures over that lenv.  An env kept past its call is a different
- * value from every later call's, so it raises instead of reaching
- * whatever envelope the worker handles then -- and a fresh value costs no
+ * token of that one call (odd, so never a block's address).  The call's
+ * context (struct lenv, lworker.h) holds the envelope and, as its
+ * userdata's user values, the decoded payload and headers; w->le is the
+ * context of the call running now.  All light userdata in a worker state
+ * share the envelope metatable (Lua keeps one per type).  Only the
+ * running call's env reaches its envelope: an env kept past its call (or
+ * a suspended call's, reached from another call) is a different value
+ * from the running call's, so it raises instead of reaching whatever
+ * envelope the worker handles then -- and a fresh value costs no
  * allocation.  Indexing any other light userdata raises the same way. */
 
 static struct lenv *env_self(lua_State *L)
@@ -29,9 +31,82 @@ static struct lenv *env_self(lua_State *L)
     void *p = lua_touserdata(L, 1);
     if (lua_type(L, 1) != LUA_TLIGHTUSERDATA)
         luaL_typeerror(L, 1, "envelope");
-    if (w->token == 0 || p != (void *)w->token)
+    struct lenv *le = w->le;
+    if (le->token == 0 || p != (void *)le->token)
         luaL_error(L, "envelope used outside its handler");
-    return w->le;
+    return le;
+}
+
+/* Push le's userdata (its user values: 1 the payload, 2 the headers);
+ * returns its stack index. */
+static int push_view(lua_State *L, const struct lenv *le)
+{
+    lua_rawgeti(L, LUA_REGISTRYINDEX, le->ref);
+    return lua_gettop(L);
+}
+
+/* Push user value n of le's userdata. */
+static void get_view_value(lua_State *L, const struct lenv *le, int n)
+{
+    lua_getiuservalue(L, push_view(L, le), n);
+    lua_replace(L, -2);
+}
+
+/* Pop the value on top into user value n of le's userdata. */
+static void set_view_value(lua_State *L, const struct lenv *le, int n)
+{
+    int v = push_view(L, le);
+    lua_pushvalue(L, v - 1);
+    lua_setiuservalue(L, v, n);
+    lua_pop(L, 2);
+}
+
+static int new_view(lua_State *L)
+{
+    struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);
+    memset(le, 0, sizeof *le);
+    lua_pushvalue(L, -1);
+    le->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    return 1;
+}
+
+struct lenv *seda__l_env_new(lua_State *L, struct lworker *w)
+{
+    struct lenv *le = w->le_free;
+    if (le) {
+        w->le_free = le->next;
+        le->next = NULL;
+        return le;
+    }
+    /* In a protected call: running out of memory is a NULL here. */
+    lua_pushcfunction(L, new_view);
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    le = lua_touserdata(L, -1);
+    lua_pop(L, 1);                      /* anchored by its ref */
+    return le;
+}
+
+void seda__l_env_give(lua_State *L, struct lworker *w, struct lenv *le)
+{
+    /* What the call decoded is not kept alive by a context no call owns
+     * (its flags may be clear already: the settle that ended the call
+     * leaves the values, as a batch's context keeps them till the next
+     * call overwrites them). */
+    int v = push_view(L, le);
+    lua_pushnil(L);
+    lua_setiuservalue(L, v, 1);
+    lua_pushnil(L);
+    lua_setiuservalue(L, v, 2);
+    lua_pop(L, 1);
+    le->env = NULL;
+    le->token = 0;
+    le->decoded = le->decoded_table = le->payload_set =
+        le->headers_loaded = le->responded = false;
+    le->next = w->le_free;
+    w->le_free = le;
 }
 
 static void push_headers_table(lua_State *L, const seda_env_t *env)
@@ -135,8 +210,7 @@ static void check_answer_headers(lua_State *L, int idx)
  * itinerary completes (and an HTTP request is answered, see lhttp.c)
  * when this handler acks.  Raises outside the itinerary of a bus:listen
  * request (sender "http", also past a remote hop), when called twice in
- * one call, and on a status or header an answer cannot carry.  Upvalue
- * 1: the lenv userdata. */
+ * one call, and on a status or header an answer cannot carry. */
 static int env_respond(lua_State *L)
 {
     struct lenv *le = env_self(L);
@@ -180,7 +254,7 @@ static int env_respond(lua_State *L)
         lua_pushvalue(L, 4);
         lua_setfield(L, -2, "headers");
     }
-    lua_setiuservalue(L, lua_upvalueindex(1), 1);
+    set_view_value(L, le, 1);
     le->decoded = true;
     le->decoded_table = true;
     le->payload_set = true;
@@ -199,10 +273,10 @@ static int env_field(lua_State *L, struct lworker *w, const char *k)
     if (k == w->k_headers) {
         if (!le->headers_loaded) {
             push_headers_table(L, env);
-            lua_setiuservalue(L, lua_upvalueindex(1), 2);
+            set_view_value(L, le, 2);
             le->headers_loaded = true;
         }
-        lua_getiuservalue(L, lua_upvalueindex(1), 2);
+        get_view_value(L, le, 2);
     } else if (k == w->k_id) {
         lua_pushstring(L, seda_env_id(env, idbuf));
     } else if (k == w->k_to) {
@@ -220,8 +294,7 @@ static int env_field(lua_State *L, struct lworker *w, const char *k)
     } else if (k == w->k_forward) {
         lua_pushcfunction(L, env_forward);
     } else if (k == w->k_respond) {
-        lua_pushvalue(L, lua_upvalueindex(1));
-        lua_pushcclosure(L, env_respond, 1);
+        lua_pushcfunction(L, env_respond);
     } else if (k == w->k_published_at) {
         lua_pushnumber(L, seda_env_published_at(env));
     } else {
@@ -232,22 +305,22 @@ static int env_field(lua_State *L, struct lworker *w, const char *k)
 
 /* __index.  The fast path: the running call's env, a field name (short
  * strings are interned, so a name is the same string as the one this
- * state keeps: compared by address), and the payload.  Upvalues: the
- * lenv userdata, the state's key cache (lcodec.c). */
+ * state keeps: compared by address), and the payload.  Upvalue: the
+ * state's key cache (lcodec.c). */
 static int env_index(lua_State *L)
 {
     struct lworker *w = worker_of(L);
+    struct lenv *le = w->le;
     const char *k = lua_tostring(L, 2);
-    if (__builtin_expect(!!(w->token == 0 ||
-                         lua_touserdata(L, 1) != (void *)w->token || !k), 0)) {
+    if (__builtin_expect(!!(le->token == 0 ||
+                         lua_touserdata(L, 1) != (void *)le->token || !k), 0)) {
         env_self(L);                    /* raises for a stale env */
         luaL_checkstring(L, 2);         /* raises for a bad key */
     }
     if (k != w->k_payload)
         return env_field(L, w, k);
-    struct lenv *le = w->le;
     if (le->decoded) {
-        lua_getiuservalue(L, lua_upvalueindex(1), 1);
+        get_view_value(L, le, 1);
         return 1;
     }
     size_t len;
@@ -257,13 +330,13 @@ static int env_index(lua_State *L)
         lua_pushlstring(L, p, len);     /* a string: nothing to keep */
         return 1;
     }
-    seda__l_push_payload(L, p, len, kind, lua_upvalueindex(2));
+    seda__l_push_payload(L, p, len, kind, lua_upvalueindex(1));
     /* A table is kept (the handler may change it in place, and reads must
      * see one table); a scalar is decoded again on the next read, which
      * saves the store on the common single read. */
     if (lua_type(L, -1) == LUA_TTABLE) {
         lua_pushvalue(L, -1);
-        lua_setiuservalue(L, lua_upvalueindex(1), 1);
+        set_view_value(L, le, 1);
         le->decoded = true;
         le->decoded_table = true;
     }
@@ -287,7 +360,7 @@ static int env_newindex(lua_State *L)
                                                       : lua_typename(L, t));
         }
         le->decoded_table = t == LUA_TTABLE;
-        lua_setiuservalue(L, lua_upvalueindex(1), 1);
+        set_view_value(L, le, 1);
         le->decoded = true;
         le->payload_set = true;
         return 0;
@@ -295,7 +368,7 @@ static int env_newindex(lua_State *L)
     if (k == w->k_headers) {
         luaL_checktype(L, 3, LUA_TTABLE);
         lua_settop(L, 3);
-        lua_setiuservalue(L, lua_upvalueindex(1), 2);
+        set_view_value(L, le, 2);
         le->headers_loaded = true;
         return 0;
     }
@@ -307,7 +380,7 @@ static int env_tostring(lua_State *L)
     struct lworker *w = worker_of(L);
     struct lenv *le = w->le;
     char idbuf[SEDA_ID_MAX];
-    if (w->token != 0 && lua_touserdata(L, 1) == (void *)w->token &&
+    if (le->token != 0 && lua_touserdata(L, 1) == (void *)le->token &&
         le->env)
         lua_pushfstring(L, "envelope %s at %s", seda_env_id(le->env, idbuf),
                         seda_env_to(le->env));
@@ -324,8 +397,8 @@ static int env_tostring(lua_State *L)
         return -1; \
     } while (0)
 
-/* Copy the headers table (user value 2) back into env.  Raw access only,
- * so no handler code runs; 0 or -1 with err. */
+/* Copy the headers table (user value 2 of the userdata at le_idx) back
+ * into env.  Raw access only, so no handler code runs; 0 or -1 with err. */
 static int sync_headers(lua_State *L, seda_env_t *env, int le_idx,
                         char *err, size_t errlen)
 {
@@ -376,8 +449,8 @@ static int sync_headers(lua_State *L, seda_env_t *env, int le_idx,
     return 0;
 }
 
-int seda__l_env_finish(lua_State *L, struct lworker *w, int le_idx,
-                       int nhandlers, char *err, size_t errlen)
+int seda__l_env_finish(lua_State *L, struct lworker *w, int nhandlers,
+                       char *err, size_t errlen)
 {
     struct lenv *le = w->le;
     seda_env_t *env = le->env;
@@ -389,11 +462,16 @@ int seda__l_env_finish(lua_State *L, struct lworker *w, int le_idx,
         seda_env_slip_count(env) == 0 && !seda_env_has_done(env) &&
         nhandlers <= 1)
         return 0;
-    if (le->headers_loaded && sync_headers(L, env, le_idx, err, errlen) != 0)
-        return -1;
-    if (!le->decoded)
-        return 0;
     int top = lua_gettop(L);
+    int le_idx = push_view(L, le);
+    if (le->headers_loaded && sync_headers(L, env, le_idx, err, errlen) != 0) {
+        lua_settop(L, top);
+        return -1;
+    }
+    if (!le->decoded) {
+        lua_settop(L, top);
+        return 0;
+    }
     lua_getiuservalue(L, le_idx, 1);
     const void *p;
     size_t len;
@@ -442,12 +520,10 @@ void seda__l_env_metatable(lua_State *L)
 {
     lua_pushlightuserdata(L, NULL);
     luaL_newmetatable(L, LSEDA_ENV_MT);
-    lua_pushvalue(L, 2);
     seda__codec_push_keycache(L);       /* the decoder's, kept at hand */
-    lua_pushcclosure(L, env_index, 2);
+    lua_pushcclosure(L, env_index, 1);
     lua_setfield(L, -2, "__index");
-    lua_pushvalue(L, 2);
-    lua_pushcclosure(L, env_newindex, 1);
+    lua_pushcfunction(L, env_newindex);
     lua_setfield(L, -2, "__newindex");
     lua_pushcfunction(L, env_tostring);
     lua_setfield(L, -2, "__tostring");

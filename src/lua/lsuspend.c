@@ -11,16 +11,20 @@
  *     stage's only handler, not durable), the core takes the envelope out
  *     of the batch unsettled (seda_batch_suspend: it keeps a permit of its
  *     stage, not the worker), and the function arms its operation to post
- *     the call when it ends, then seda__l_suspend_yield saves the
- *     handler's view of its envelope into the struct lcall and the
- *     coroutine yields.  lbatch.c sees the yield, leaves the coroutine to
- *     the call and goes on with the batch in a fresh coroutine.  When the
+ *     the call when it ends, then seda__l_suspend_yield leaves the call
+ *     its context (struct lenv: its view of its envelope, its token and
+ *     deadline) and gives the batch the spare context begin made, and the
+ *     coroutine yields.  Nothing is copied: each call owns its context
+ *     from its start to its end, as lua-nginx-module gives each coroutine
+ *     its ctx.  lbatch.c sees the yield, leaves the coroutine to the call
+ *     and goes on with the batch in a fresh coroutine.  When the
  *     operation ends, on whatever thread, seda__l_suspend_post queues the
  *     call in its worker's mailbox and wakes the worker
  *     (seda_worker_wake), which runs seda__l_suspend_mail before its next
- *     task: the view is put back, the coroutine resumed (the waiting
- *     function's continuation reads the result), and when the handler
- *     returns the call is settled as a batch's envelope would be.
+ *     task: the call's context becomes the running one (w->le), the
+ *     coroutine is resumed (the waiting function's continuation reads the
+ *     result), and when the handler returns the call is settled as a
+ *     batch's envelope would be.
  *   - Anywhere else (begin returns NULL) the function blocks, with a loan
  *     when it runs on a pool worker: the main state, a loan's state (its
  *     thread may end with the loan), a stage with several handlers, a
@@ -199,59 +203,6 @@ void seda__l_suspend_post(struct lcall *c)
     pthread_mutex_unlock(&w->mail_mu);
 }
 
-/* Save the handler's view of its envelope into c and clear the state's
- * (another envelope uses it next). */
-static void view_save(struct lworker *w, struct lcall *c)
-{
-    lua_State *L = w->L;
-    struct lenv *le = w->le;
-    c->env = le->env;
-    c->decoded = le->decoded;
-    c->decoded_table = le->decoded_table;
-    c->payload_set = le->payload_set;
-    c->headers_loaded = le->headers_loaded;
-    c->responded = le->responded;
-    c->token = w->token;
-    c->deadline = w->deadline;
-    c->timeout = w->timeout;
-    if (c->uv_ref == LUA_NOREF || c->uv_ref == 0) {
-        lua_createtable(L, 2, 0);
-        c->uv_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    }
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->uv_ref);
-    lua_getiuservalue(L, SLOT_ENV, 1);
-    lua_rawseti(L, -2, 1);
-    lua_getiuservalue(L, SLOT_ENV, 2);
-    lua_rawseti(L, -2, 2);
-    lua_pop(L, 1);
-    le->env = NULL;
-    le->decoded = le->decoded_table = le->payload_set =
-        le->headers_loaded = le->responded = false;
-    w->token = 0;
-}
-
-/* Put c's view back into the state's lenv. */
-static void view_restore(struct lworker *w, struct lcall *c)
-{
-    lua_State *L = w->L;
-    struct lenv *le = w->le;
-    le->env = c->env;
-    le->decoded = c->decoded;
-    le->decoded_table = c->decoded_table;
-    le->payload_set = c->payload_set;
-    le->headers_loaded = c->headers_loaded;
-    le->responded = c->responded;
-    w->token = c->token;
-    w->deadline = c->deadline;
-    w->timeout = c->timeout;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, c->uv_ref);
-    lua_rawgeti(L, -1, 1);
-    lua_setiuservalue(L, SLOT_ENV, 1);
-    lua_rawgeti(L, -1, 2);
-    lua_setiuservalue(L, SLOT_ENV, 2);
-    lua_pop(L, 1);
-}
-
 struct lcall *seda__l_suspend_begin(lua_State *L)
 {
     if (!lua_isyieldable(L))
@@ -269,15 +220,23 @@ struct lcall *seda__l_suspend_begin(lua_State *L)
     struct lcall *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    /* The batch's next context, made now: once the core took the
+     * envelope out, nothing may fail. */
+    struct lenv *spare = seda__l_env_new(L, w);
+    if (!spare) {
+        free(c);
+        return NULL;
+    }
     seda_pending_t *p = seda_batch_suspend(w->bt);
     if (!p) {
+        seda__l_env_give(L, w, spare);
         free(c);
         return NULL;
     }
     c->w = w;
     c->co = L;
     c->p = p;
-    c->uv_ref = LUA_NOREF;
+    c->spare = spare;
     c->ls = w->bls;
     c->bindex = w->bindex;
     /* The coroutine is the call's now: the batch goes on in another. */
@@ -293,7 +252,14 @@ int seda__l_suspend_yield(lua_State *L, struct lcall *c,
                           lua_KContext ctx, lua_KFunction k)
 {
     struct lworker *w = c->w;
-    view_save(w, c);
+    if (c->spare) {
+        /* Its first wait: the call keeps the context it ran in, and the
+         * batch goes on in the spare (a call run again from the mailbox
+         * waits in its own; call_resume puts the batch's back). */
+        c->le = w->le;
+        w->le = c->spare;
+        c->spare = NULL;
+    }
     c->cancel = cancel;
     c->wait_arg = arg;
     c->suspended = true;
@@ -316,7 +282,10 @@ static void call_free(struct lworker *w, struct lcall *c, bool reset)
     lua_State *L = w->L;
     seda__l_suspend_co_give(w, c->co, reset);   /* anchored anew, or let go */
     luaL_unref(L, LUA_REGISTRYINDEX, c->co_ref);
-    luaL_unref(L, LUA_REGISTRYINDEX, c->uv_ref);
+    if (c->le)
+        seda__l_env_give(L, w, c->le);
+    if (c->spare)
+        seda__l_env_give(L, w, c->spare);
     free(c);
 }
 
@@ -327,22 +296,23 @@ static void call_resume(struct lworker *w, struct lcall *c)
     lua_State *L = w->L;
     c->suspended = false;
     c->settled = false;
-    view_restore(w, c);
+    struct lenv *batch_le = w->le;      /* between batches: no call's */
+    w->le = c->le;
     w->cur = c;
     w->bls = c->ls;
     w->bws = seda__l_worker_wstage(w, c->ls);
     w->bindex = c->bindex;
     seda_pending_enter(c->p);
     int nres, rc;
-    if (w->timeout > 0 && now_ns() >= w->deadline) {
+    if (c->le->timeout > 0 && now_ns() >= c->le->deadline) {
         /* handler_timeout covers the wait: the call is over (the wait
          * itself ended no later than the deadline: seda__l_suspend_budget
          * capped it).  Not run again. */
         lua_pushfstring(L, "handler timeout (%f s) while waiting",
-                        w->timeout);
+                        c->le->timeout);
         rc = LUA_ERRRUN;
     } else {
-        if (w->timeout > 0)
+        if (c->le->timeout > 0)
             seda__l_batch_timeout_hook(c->co);
         rc = lua_resume(c->co, L, 0, &nres);
         if (rc != LUA_OK && rc != LUA_YIELD)
@@ -352,6 +322,7 @@ static void call_resume(struct lworker *w, struct lcall *c)
     if (rc == LUA_YIELD && w->yielded == c) {
         w->yielded = NULL;
         seda_pending_leave(c->p);       /* waits again */
+        w->le = batch_le;
         w->cur = NULL;
         w->bls = NULL;
         w->bws = NULL;
@@ -375,10 +346,7 @@ static void call_resume(struct lworker *w, struct lcall *c)
     }
     lua_settop(c->co, 0);
     seda_pending_leave(c->p);
-    w->le->env = NULL;
-    w->le->decoded = w->le->decoded_table = w->le->payload_set =
-        w->le->headers_loaded = w->le->responded = false;
-    w->token = 0;
+    w->le = batch_le;                   /* c's goes back with c (call_free) */
     w->cur = NULL;
     w->bls = NULL;
     w->bws = NULL;
@@ -391,9 +359,9 @@ static void call_resume(struct lworker *w, struct lcall *c)
 double seda__l_suspend_budget(lua_State *L)
 {
     struct lworker *w = seda__l_worker_of(L);
-    if (!w || !(w->timeout > 0) || !w->le->env)
+    if (!w || !(w->le->timeout > 0) || !w->le->env)
         return -1;
-    double left = (double)(w->deadline - now_ns()) / 1e9;
+    double left = (double)(w->le->deadline - now_ns()) / 1e9;
     return left > 0 ? left : 0;
 }
 

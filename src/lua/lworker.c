@@ -24,9 +24,9 @@
  *   code before: a reload is taken by all workers or by none.
  *
  *   What the per-envelope path needs sits at fixed stack slots for the
- *   state's whole life (lworker.h): the message handler, the one reusable
- *   envelope userdata and the batch trampoline; the envelope's field
- *   names are interned once (lenv.c compares keys by address).
+ *   state's whole life (lworker.h): the message handler, the first call
+ *   context's userdata and the coroutine batches run in; the envelope's
+ *   field names are interned once (lenv.c compares keys by address).
  *
  *   Each state allocates through a counting allocator that refuses past
  *   the bus's memory_limit, which surfaces as a Lua memory error (a
@@ -335,16 +335,18 @@ static int setup(lua_State *L)
     lua_rawsetp(L, LUA_REGISTRYINDEX, &g_worker_key);
 
     lua_pushcfunction(L, seda__l_worker_msghandler);  /* SLOT_MSGH */
+    /* The first call's context (lenv.c), also anchored by its ref. */
     struct lenv *le = lua_newuserdatauv(L, sizeof *le, 2);  /* SLOT_ENV */
     memset(le, 0, sizeof *le);
+    lua_pushvalue(L, -1);
+    le->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     worker_of(L)->le = le;
 
     /* The envelope metatable, for every light userdata (see lenv.c). */
     seda__l_env_metatable(L);
     seda__l_env_keys(L, w);
-    seda__l_batch_push_trampoline(L);               /* SLOT_TRAMP */
     lua_pushnil(L);                                 /* SLOT_CO */
-    return 4;
+    return SLOT_CO;
 }
 
 /* A bare worker: its state allocates through l_alloc and its extra space

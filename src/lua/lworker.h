@@ -14,9 +14,8 @@
 
 /* What a worker state keeps on its stack for its whole life. */
 #define SLOT_MSGH 1             /* the message handler (traceback) */
-#define SLOT_ENV 2              /* the struct lenv userdata */
-#define SLOT_TRAMP 3            /* the batch trampoline (lbatch.c) */
-#define SLOT_CO 4               /* the coroutine batches run in, kept from
+#define SLOT_ENV 2              /* the first struct lenv's userdata */
+#define SLOT_CO 3               /* the coroutine batches run in, kept from
                                    batch to batch; nil when a suspended
                                    call took it (lsuspend.c) */
 
@@ -60,10 +59,11 @@ struct lworker {
     struct ladmit_cache ac;     /* admit rules compiled here */
     struct wstage *ws;          /* indexed by stage index */
     int nws;
-    int64_t deadline;           /* handler timeout, monotonic ns */
-    double timeout;             /* for the message */
-    struct lenv *le;            /* the handlers' view of the envelope */
-    uintptr_t token;            /* the running call's env value, 0 none */
+    double timeout;             /* the batch's stage's handler_timeout
+                                   (0: none), for its calls' lenv */
+    struct lenv *le;            /* the context of the call running now,
+                                   or of the batch's next call */
+    struct lenv *le_free;       /* contexts no call owns (lenv.next) */
     uintptr_t calls;            /* handler calls so far (for tokens) */
     /* The batch being run (lbatch.c), NULL between batches. */
     seda_batch_t *bt;           /* the core's session */
@@ -93,9 +93,20 @@ struct lworker {
     int nsmall[SMALL_CLASSES];  /* how many each list holds */
 };
 
-/* The envelope userdata handed to handlers. */
+/* A handler call's context: its view of its envelope (what `env` reaches)
+ * and its deadline, as lua-nginx-module gives each coroutine its own ctx.
+ * The call owns it from its start to its end, so a call that suspends
+ * keeps its context and copies nothing: the batch goes on with another
+ * (w->le), and a call that runs again is given its own back.  A full
+ * userdata (anchored by ref) whose user values hold the decoded payload
+ * (1) and the headers table (2).  Owner thread only. */
 struct lenv {
     seda_env_t *env;            /* NULL outside a handler call */
+    uintptr_t token;            /* the call's env value (odd), 0 none */
+    int64_t deadline;           /* handler_timeout, monotonic ns */
+    double timeout;             /* its stage's handler_timeout, 0 none */
+    struct lenv *next;          /* w->le_free */
+    int ref;                    /* registry ref of its userdata */
     bool decoded;               /* payload value cached in user value 1 */
     bool decoded_table;         /* ... and it is a table (may be changed
                                    in place, so it is written back) */
@@ -110,23 +121,32 @@ static inline struct lworker *worker_of(lua_State *L)
     return *(struct lworker **)lua_getextraspace(L);
 }
 
-/* Install the envelope metatable on light userdata (the state's SLOT_ENV
- * lenv at stack index 2 is captured by its methods).  Runs in setup,
+/* Install the envelope metatable on light userdata.  Runs in setup,
  * under lua_pcall. */
 SEDA__API void seda__l_env_metatable(lua_State *L);
+
+/* A context no call owns, or a new one (a userdata anchored in the
+ * registry by its ref); NULL when out of memory.  Raises nothing.  L: a
+ * thread of w's state that may call (the running coroutine, or the state
+ * between batches). */
+SEDA__API struct lenv *seda__l_env_new(lua_State *L, struct lworker *w);
+
+/* Give context le back once its call is over: its view is cleared (what
+ * its user values held is let go) and it waits in w->le_free. */
+SEDA__API void seda__l_env_give(lua_State *L, struct lworker *w,
+                                struct lenv *le);
 
 /* Intern the envelope's field names into w (runs in setup, under
  * lua_pcall). */
 SEDA__API void seda__l_env_keys(lua_State *L, struct lworker *w);
 
-/* After an acking handler: copy its view of the envelope (w->le, whose
- * userdata is at le_idx) back into it when something changed and someone
- * will see it (the next hop, a completion callback, another pub/sub
- * consumer: nhandlers > 1).  Returns 0, or -1 with err (bad headers, a
- * payload that cannot be encoded).  Raises only a memory error. */
+/* After an acking handler: copy its view of the envelope (w->le) back
+ * into it when something changed and someone will see it (the next hop, a
+ * completion callback, another pub/sub consumer: nhandlers > 1).  Returns
+ * 0, or -1 with err (bad headers, a payload that cannot be encoded).
+ * Raises only a memory error. */
 SEDA__API int seda__l_env_finish(lua_State *L, struct lworker *w,
-                                 int le_idx, int nhandlers, char *err,
-                                 size_t errlen);
+                                 int nhandlers, char *err, size_t errlen);
 
 /* The worker's view of stage ls (NULL when out of memory), and bringing
  * it up to the stage's current code (lworker.c). */
@@ -138,9 +158,9 @@ SEDA__API void seda__l_worker_refresh(struct lworker *w, struct lstage *ls,
 /* ---- suspended calls (lsuspend.c) ---- */
 
 /* A handler call suspended on a wait: its coroutine, the core's handle,
- * and the handler's view of its envelope while other envelopes use the
- * state's lenv.  Owned by its state's thread, but mail_next (the
- * mailbox's, guarded by w->mail_mu). */
+ * and its context (lenv), which other calls do not touch meanwhile.
+ * Owned by its state's thread, but mail_next (the mailbox's, guarded by
+ * w->mail_mu). */
 struct lcall {
     struct lcall *next;         /* w->calls */
     struct lcall *mail_next;    /* w->mail; guarded by w->mail_mu */
@@ -154,14 +174,11 @@ struct lcall {
     void (*cancel)(void *);     /* ends its wait early */
     void *wait_arg;             /* its argument */
     bool suspended;             /* waiting now (not running) */
-    /* The view saved while suspended (struct lenv's, user values in the
-     * registry table uv_ref). */
-    seda_env_t *env;
-    bool decoded, decoded_table, payload_set, headers_loaded, responded;
-    int uv_ref;
-    uintptr_t token;
-    int64_t deadline;
-    double timeout;
+    struct lenv *le;            /* its context, its own from its first
+                                   wait to its end (NULL before) */
+    struct lenv *spare;         /* the batch's next context, made before
+                                   the call suspends (nothing can fail
+                                   once it has); NULL once given */
     struct lstage *ls;          /* its stage */
     int bindex;                 /* which of the stage's handlers */
     /* The run that just ended settled it (lbatch.c): with what. */
@@ -223,8 +240,5 @@ SEDA__API void seda__l_suspend_co_give(struct lworker *w, lua_State *co, bool re
 /* The message of an error that ended coroutine co, with its traceback,
  * pushed on L. */
 SEDA__API void seda__l_suspend_co_error(lua_State *L, lua_State *co);
-
-/* Push the batch trampoline for SLOT_TRAMP (runs in setup). */
-SEDA__API void seda__l_batch_push_trampoline(lua_State *L);
 
 #endif /* SEDA_LWORKER_H */

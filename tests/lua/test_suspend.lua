@@ -144,6 +144,98 @@ T.test("a nack after a wait retries, and what the attempt changed is undone", fu
   bus:shutdown(5)
 end)
 
+T.test("two suspended calls on one worker: each env reaches its own envelope, the other's raises", function()
+  -- Each call owns its context (its env's view): a call that waits
+  -- keeps it, the batch's next call gets another, and a call run again
+  -- gets its own back, across a second wait too.  The env of a call that
+  -- is suspended, reached from the call running now, is not that call's:
+  -- it raises, as an env kept past its call does.
+  local p = T.uniq("ctx2")
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", concurrency = 2, handler = function(env)
+    local key = env.headers.key
+    local function wait_for(k)
+      local t_end = seda.now() + 20
+      while not seda.shared:get(k) and seda.now() < t_end do seda.sleep(0.005) end
+      return seda.shared:get(k) ~= nil
+    end
+    local function mine(tag)
+      return env.payload.who == tag and env.headers.mark == tag and
+             env.headers.other == nil and env.id == env.payload.id_seen
+    end
+    if seda.shared:incr(key .. ".order", 1) == 1 then
+      -- A: its view filled in (a decoded table, headers), then it waits
+      -- while B runs on the same worker.
+      held_env = env
+      env.payload = { who = "A", id_seen = env.id }
+      env.headers.mark = "A"
+      seda.shared:set(key .. ".a_waits", true)
+      if not wait_for(key .. ".b_done") then return false end
+      seda.shared:set(key .. ".a1", mine("A"))
+      seda.sleep(0.01)                  -- a second wait, in its own context
+      seda.shared:set(key .. ".a2", mine("A"))
+      env.headers.after = "A"
+    else
+      if not wait_for(key .. ".a_waits") then return false end
+      local ok, err = pcall(function() return held_env.payload end)
+      seda.shared:set(key .. ".b_stale", not ok and tostring(err) or "no error")
+      env.payload = { who = "B", id_seen = env.id }
+      env.headers.mark = "B"
+      seda.sleep(0.01)
+      seda.shared:set(key .. ".b1", mine("B"))
+      seda.shared:set(key .. ".b_done", true)
+      env.headers.after = "B"
+    end
+  end }
+  bus:stage{ name = "sink", handler = function(env)
+    local key = env.headers.key
+    if env.payload.who == env.headers.mark and env.headers.after == env.headers.mark then
+      seda.shared:incr(key .. ".sink_ok", 1)
+    end
+  end }
+  for i = 1, 2 do
+    T.eq(bus:publish("s", i, { slip = { "sink" }, headers = { key = p } }), true, "publish")
+  end
+  T.idle(bus, 30)
+  T.contains(seda.shared:get(p .. ".b_stale") or "", "envelope used outside its handler",
+             "the suspended call's env raises in the other call")
+  T.eq(seda.shared:get(p .. ".a1"), true, "A sees its own view after B ran")
+  T.eq(seda.shared:get(p .. ".a2"), true, "and after a second wait")
+  T.eq(seda.shared:get(p .. ".b1"), true, "B sees its own view after its wait")
+  T.eq(seda.shared:get(p .. ".sink_ok"), 2, "each call's changes travel on with its envelope")
+  T.eq(bus:stats("s").delivered, 2, "both acked")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
+T.test("many calls suspended and run again on one worker keep their own views", function()
+  -- Contexts are reused from call to call: a context given back by a
+  -- call that ended must come to the next call clean (no payload or
+  -- headers of the call before).
+  local p = T.uniq("ctxmany")
+  local bus = T.bus{ workers = 1 }
+  bus:stage{ name = "s", concurrency = 16, capacity = 1000, handler = function(env)
+    local key, n = env.headers.key, env.payload.n
+    if env.headers.mark ~= nil then return false end     -- a stale view
+    env.headers.mark = tostring(n)
+    env.payload = { n = n, t = { n, n * 2 } }
+    seda.sleep(0.001 * (n % 5))
+    local ok = env.payload.n == n and env.payload.t[2] == n * 2 and
+               env.headers.mark == tostring(n)
+    seda.sleep(0.001 * (n % 3))
+    ok = ok and env.payload.n == n and env.headers.mark == tostring(n)
+    if ok then seda.shared:incr(key .. ".ok", 1) end
+  end }
+  for i = 1, 300 do
+    T.eq(bus:publish("s", { n = i }, { headers = { key = p } }), true, "publish")
+  end
+  T.idle(bus, 60)
+  T.eq(seda.shared:get(p .. ".ok"), 300, "every call saw only its own envelope")
+  T.eq(bus:stats("s").nacked, 0, "no call saw another's headers")
+  T.accounting(bus)
+  bus:shutdown(5)
+end)
+
 T.test("handler_timeout covers a wait: the call is nacked with a timeout", function()
   local bus = T.bus{ workers = 1 }
   bus:stage{ name = "dlq", handler = function(env)
