@@ -631,6 +631,45 @@ char *seda__env_headers_copy(const seda_env_t *env, const char **hv, char *q)
     return q;
 }
 
+char *seda__env_snapshot(const seda_env_t *env, size_t keep,
+                         bool with_error, seda_env_snapshot *out,
+                         size_t *len)
+{
+    const char *err = with_error ? seda__env_last_error(env) : NULL;
+    size_t plen;
+    const void *p = seda_env_payload(env, &plen);
+    size_t pkeep = plen < keep ? plen : keep;
+    int nh = seda_env_header_count(env);
+    size_t n = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
+               + pkeep;
+    char *blob = seda__malloc(n ? n : 1);
+    if (!blob)
+        return NULL;
+    memset(out, 0, sizeof *out);
+    seda_env_id(env, out->id);
+    out->attempts = seda_env_attempts(env);
+    out->kind = seda_env_payload_kind(env);
+    out->payload_size = plen;
+    out->nheaders = nh;
+    const char **hv = (const char **)(void *)blob;
+    char *q = blob + (size_t)nh * 2 * sizeof(char *);
+    if (err) {
+        size_t en = strlen(err) + 1;
+        memcpy(q, err, en);
+        out->error = q;
+        q += en;
+    }
+    if (pkeep)
+        memcpy(q, p, pkeep);
+    out->payload = q;
+    out->payload_len = pkeep;
+    q += pkeep;
+    seda__env_headers_copy(env, hv, q);
+    out->headers = nh ? hv : NULL;
+    *len = n;
+    return blob;
+}
+
 int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
 {
     if (!key)

@@ -183,6 +183,17 @@ SEDA__API size_t seda__env_headers_size(const seda_env_t *env);
 SEDA__API char *seda__env_headers_copy(const seda_env_t *env,
                                        const char **hv, char *q);
 
+/* A snapshot of env (seda.h's seda_env_snapshot, for taps and dead
+ * letters): its id, attempts, kind, headers, the first `keep` bytes of
+ * its payload and, when with_error, its last error, into *out (the rest
+ * zero), their copies in one allocation of *len bytes that the caller
+ * owns (seda__free) and *out points into.  Returns it, or NULL when out
+ * of memory (*out is then not to be used).  Any thread; env is only
+ * read. */
+SEDA__API char *seda__env_snapshot(const seda_env_t *env, size_t keep,
+                                   bool with_error, seda_env_snapshot *out,
+                                   size_t *len);
+
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);
 

@@ -158,6 +158,12 @@ uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
 
 const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
 
+/* The tap part (tap.c) sees only its own struct. */
+int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out)
+{
+    return seda__taps_open(&st->taps, capacity, out);
+}
+
 int seda_stage_durability(const seda_stage_t *st)
 {
     return seda__stage_durability(st);

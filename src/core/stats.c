@@ -348,44 +348,16 @@ void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
 {
     if (s->dl_keep == 0)
         return;
-    const char *err = seda__env_last_error(env);
-    size_t plen;
-    const void *p = seda_env_payload(env, &plen);
-    size_t pkeep = plen < DEAD_PAYLOAD_KEEP ? plen : DEAD_PAYLOAD_KEEP;
-    int nh = seda_env_header_count(env);
-    size_t len = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
-                 + pkeep;
-    char *blob = seda__malloc(len ? len : 1);
+    struct seda__dead r;
+    char *blob = seda__env_snapshot(env, DEAD_PAYLOAD_KEEP, true, &r.d,
+                                    &r.blob_len);
     if (!blob)
         return;
-    struct seda__dead r;
-    memset(&r, 0, sizeof r);
     r.blob = blob;
-    r.blob_len = len;
-    seda_env_id(env, r.d.id);
     snprintf(r.d.reason, sizeof r.d.reason, "%s", reason);
     if (missing)
         snprintf(r.d.missing, sizeof r.d.missing, "%s", missing);
-    r.d.attempts = seda_env_attempts(env);
     r.d.at = at;
-    r.d.kind = seda_env_payload_kind(env);
-    r.d.payload_size = plen;
-    r.d.nheaders = nh;
-    const char **hv = (const char **)(void *)blob;
-    char *q = blob + (size_t)nh * 2 * sizeof(char *);
-    r.d.headers = hv;
-    if (err) {
-        size_t n = strlen(err) + 1;
-        memcpy(q, err, n);
-        r.d.error = q;
-        q += n;
-    }
-    if (pkeep)
-        memcpy(q, p, pkeep);
-    r.d.payload = q;
-    r.d.payload_len = pkeep;
-    q += pkeep;
-    q = seda__env_headers_copy(env, hv, q);
     char *drop = NULL;
     seda__mutex_lock(&s->dl_mu);
     if (!s->dl)
