@@ -390,27 +390,27 @@ const struct seda__store_ops *seda__bus_store_ops(struct seda_bus_s *b)
     return seda__bus_store(b) ? b->store_ops : NULL;
 }
 
-void seda__store_forget(struct seda_stage_s *st, seda_env_t *env)
+void seda__bus_store_forget(struct seda_stage_s *st, seda_env_t *env)
 {
     if (seda__env_jkey(env))
         seda__bus_store_ops(st->bus)->forget(st, env);
 }
 
-int seda__store_enter(struct seda_stage_s *to, seda_env_t *env)
+int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env)
 {
     return seda__bus_store_ops(to->bus)->enter(to, env);
 }
 
-int seda__store_move(struct seda_stage_s *from, struct seda_stage_s *to,
-                     seda_env_t *env, int skip_slip)
+int seda__bus_store_move(struct seda_stage_s *from, struct seda_stage_s *to,
+                         seda_env_t *env, int skip_slip)
 {
     return seda__bus_store_ops(from->bus)->move(from, to, env, skip_slip);
 }
 
-int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
-                            const struct seda__remote_ops *ops, void *ctx,
-                            struct seda_stage_s **out, char *err,
-                            size_t errlen)
+int seda__bus_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
+                          const struct seda__remote_ops *ops, void *ctx,
+                          struct seda_stage_s **out, char *err,
+                          size_t errlen)
 {
     int rc = seda__stage_new(b, o, out, err, errlen);
     if (rc == 0) {
@@ -430,12 +430,12 @@ int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
 int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
                    seda_stage_t **out, char *err, size_t errlen)
 {
-    return seda__stage_add(b, o, out, err, errlen, seda_bus_open_journal);
+    return seda__bus_stage_add(b, o, out, err, errlen, seda_bus_open_journal);
 }
 
-int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
-                    seda_stage_t **out, char *err, size_t errlen,
-                    seda__open_store_fn open_store)
+int seda__bus_stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                        seda_stage_t **out, char *err, size_t errlen,
+                        seda__open_store_fn open_store)
 {
     struct seda_stage_s *st;
     int rc = seda__stage_new(b, o, &st, err, errlen);
@@ -456,11 +456,11 @@ int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
             return rc;
         }
     }
-    return seda__stage_register(b, st, out, err, errlen);
+    return seda__bus_register(b, st, out, err, errlen);
 }
 
-int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
-                         seda_stage_t **out, char *err, size_t errlen)
+int seda__bus_register(seda_bus_t *b, struct seda_stage_s *st,
+                       seda_stage_t **out, char *err, size_t errlen)
 {
     int rc = 0;
     seda__mutex_lock(&b->mu);
@@ -585,7 +585,7 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     const char *next = seda_env_slip_at(env, 0);
     if (!next) {
         if (!jdone && seda__env_jkey(env))
-            seda__store_forget(st, env);          /* completed */
+            seda__bus_store_forget(st, env);          /* completed */
         seda__env_end(st, env, SEDA_COMPLETED, tally);
         return;
     }
@@ -602,11 +602,11 @@ void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
     if (!jdone) {
         if (to->durable) {
             if (seda__env_jkey(env))
-                seda__store_move(st, to, env, 1);
+                seda__bus_store_move(st, to, env, 1);
             else
-                (void)seda__store_enter(to, env); /* reported */
+                (void)seda__bus_store_enter(to, env); /* reported */
         } else if (seda__env_jkey(env)) {
-            seda__store_forget(st, env);
+            seda__bus_store_forget(st, env);
         }
     } else if (!to->durable) {
         seda__env_set_jkey(env, 0);
@@ -753,11 +753,11 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
         env->acked = 0;
         if (!jdone) {
             if (to->durable && seda__env_jkey(env))
-                seda__store_move(st, to, env, 0);
+                seda__bus_store_move(st, to, env, 0);
             else if (to->durable)
-                (void)seda__store_enter(to, env); /* reported */
+                (void)seda__bus_store_enter(to, env); /* reported */
             else if (seda__env_jkey(env))
-                seda__store_forget(st, env);
+                seda__bus_store_forget(st, env);
         } else if (!to->durable) {
             seda__env_set_jkey(env, 0);
         }
@@ -770,9 +770,9 @@ void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
                  "envelope: discarded", to->name);
         seda_stage_report(st, msg);
         if (seda__env_jkey(env))
-            seda__store_forget(to, env);
+            seda__bus_store_forget(to, env);
     } else if (!jdone && seda__env_jkey(env)) {
-        seda__store_forget(st, env);
+        seda__bus_store_forget(st, env);
     }
     seda__env_free(env);                /* discarded, already counted */
 }

@@ -118,8 +118,8 @@ SEDA__API void seda__bus_dead_hdrs(const struct seda_stage_s *st,
 
 /* Deadline for a publish from the calling thread: the given one, capped
  * at hop_timeout when the caller is one of b's workers. */
-SEDA__API int64_t seda__bus_publish_deadline(struct seda_bus_s *b,
-                                             double timeout);
+SEDA__API int64_t seda__publish_deadline(struct seda_bus_s *b,
+                                         double timeout);
 
 /* ---- admission by the layers ---- */
 

@@ -544,7 +544,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
             struct seda_stage_s *to = seda__bus_lookup(env->at->bus,
                                                        stages[i]);
             if (to && to != env->at)
-                seda__stage_fwd_learn(env->at, to);
+                seda__shed_fwd_learn(env->at, to);
         }
     return 0;
 }

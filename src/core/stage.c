@@ -159,7 +159,8 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
     int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    if (SEDA__UNLIKELY(level > 0) && !hop && (level = seda__stage_shed_level_now(st))) {
+    if (SEDA__UNLIKELY(level > 0) && !hop &&
+        (level = seda__shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -369,7 +370,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     int rc;
     while ((rc = offer_locked(st, env, hop, &nsched, &victim)) == 1) {
         if (deadline_ns == 0) {
-            deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
+            deadline_ns = seda__publish_deadline(st->bus, timeout);
             capped = seda__pool_current_owner() == (void *)st->bus &&
                      deadline_ns < seda__deadline(timeout);
         }
@@ -422,7 +423,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         seda__drain_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
-            seda__store_forget(st, victim);
+            seda__bus_store_forget(st, victim);
         end_dropped(victim);
     }
     return rc;
@@ -453,7 +454,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                 continue;
         } else if (r == 1) {
             if (deadline_ns == 0) {
-                deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
+                deadline_ns = seda__publish_deadline(st->bus, timeout);
                 capped = seda__pool_current_owner() == (void *)st->bus &&
                          deadline_ns < seda__deadline(timeout);
             }
@@ -919,7 +920,7 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         st->adm.shed_above_since = 0;
         st->adm.shed_rearm = 0;                /* a new rule starts afresh */
         if (o->shed_target == 0)
-            seda__stage_shed_set(st, 0);
+            seda__shed_set(st, 0);
     }
     if (retry) {
         st->adm.retry_backoff = o->retry_backoff;

@@ -182,16 +182,16 @@ SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
  * is shedding at priority prio (counted in st's shed_for), else 0; and
  * the refusal counted at the stage the itinerary was offered to (shed,
  * dropped).  No lock held; they take st->mu. */
-SEDA__API int seda__stage_door_shed(struct seda_stage_s *st, int prio);
-SEDA__API void seda__stage_count_shed(struct seda_stage_s *st);
+SEDA__API int seda__shed_door(struct seda_stage_s *st, int prio);
+SEDA__API void seda__shed_count(struct seda_stage_s *st);
 
 /* Forward targets (shed.c): st's handler forwarded to `to` (learned,
  * lock-free); and the targets seen within the bus's stats_window, into
  * out (up to SEDA__FWD_SEEN), returning how many. */
-SEDA__API void seda__stage_fwd_learn(struct seda_stage_s *st,
-                                     struct seda_stage_s *to);
-SEDA__API int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
-                                   struct seda_stage_s **out);
+SEDA__API void seda__shed_fwd_learn(struct seda_stage_s *st,
+                                    struct seda_stage_s *to);
+SEDA__API int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
+                                  struct seda_stage_s **out);
 
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */
@@ -213,17 +213,17 @@ SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
 
 /* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
  * the queue was `least` ns started at clock time now. */
-SEDA__API void seda__stage_shed_update(struct seda_stage_s *st,
-                                       int64_t least, int64_t now);
+SEDA__API void seda__shed_update(struct seda_stage_s *st,
+                                 int64_t least, int64_t now);
 
 /* The shedding level now (mu held): ended here when the queue could not
  * be slow (empty, or its backlog under target at the recent handling
  * time). */
-SEDA__API int seda__stage_shed_level_now(struct seda_stage_s *st);
+SEDA__API int seda__shed_level_now(struct seda_stage_s *st);
 
 /* Set the shedding level (mu held), keeping the bus's count of stages
  * that shed. */
-SEDA__API void seda__stage_shed_set(struct seda_stage_s *st, int level);
+SEDA__API void seda__shed_set(struct seda_stage_s *st, int level);
 
 /* Put env back at the head (mu held). */
 SEDA__API void seda__stage_push_head(struct seda_stage_s *st,

@@ -177,7 +177,7 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
     struct rstage *rs = seda__stage_remote_ctx(st);
-    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
+    int64_t deadline = seda__publish_deadline(rs->bus, timeout);
     if (!seda__rconn_up(rs->conn) && hop &&
         !atomic_load_explicit(&rs->closing, memory_order_acquire)) {
         /* A hop waits out a reconnect up to its timeout (hop_timeout), as
