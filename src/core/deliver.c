@@ -152,10 +152,10 @@ HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
     switch (res) {
     case DR_ACK:
         b->tally->delivered++;
-        seda__bus_route_ack(st, env, b->tally);
+        seda__route_ack(st, env, b->tally);
         break;
     case DR_DEAD_NOCONS:
-        seda__bus_dead_letter(st, env, "no_consumers", b->tally);
+        seda__route_dead_letter(st, env, "no_consumers", b->tally);
         break;
     case DR_RETRY:
         begin_retry(env, b->tally, now);
@@ -163,7 +163,7 @@ HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
         break;
     default:
         b->tally->nacked++;
-        seda__bus_dead_letter(st, env, "max_attempts", b->tally);
+        seda__route_dead_letter(st, env, "max_attempts", b->tally);
         break;
     }
 }
@@ -509,8 +509,8 @@ void seda_pending_settle(seda_pending_t *p, bool ok)
          * task's retry goes. */
         begin_retry(env, &tally, end);
         seda__mutex_lock(&st->mu);
-        if (!seda__stage_retry_later(st, env))
-            seda__stage_push_head(st, env);
+        if (!seda__route_retry_later(st, env))
+            seda__route_push_head(st, env);
         seda__mutex_unlock(&st->mu);
     } else {
         struct seda_batch_s b = { .st = st, .tally = &tally };

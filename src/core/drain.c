@@ -248,10 +248,10 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
      * the retries, both in their original order (retries with a backoff
      * wait on a timer instead). */
     for (int k = n - 1; k >= i; k--)
-        seda__stage_push_head(st, batch[k]);
+        seda__route_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
-        if (!seda__stage_retry_later(st, retry[k]))
-            seda__stage_push_head(st, retry[k]);
+        if (!seda__route_retry_later(st, retry[k]))
+            seda__route_push_head(st, retry[k]);
     st->dr.in_flight -= n;
     seda__stats_fold(&st->stats.c, &tally);
     if (i > 0) {

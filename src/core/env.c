@@ -1007,3 +1007,42 @@ void seda_env_fail(seda_env_t *env, const char *msg)
     if (env->at)
         seda_stage_report(env->at, msg ? msg : "consumer failed");
 }
+
+/* ---- ending an envelope ---- */
+
+void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
+                   struct stage_counters *tally)
+{
+    if (!(env->flags & ENV_DEAD)) {
+        if (tally) {
+            if (outcome == SEDA_COMPLETED)
+                tally->completed++;
+            else if (outcome == SEDA_DROPPED)
+                tally->it_lost++;
+        } else {
+            seda__mutex_lock(&st->mu);
+            if (outcome == SEDA_COMPLETED)
+                st->stats.c.completed++;
+            else if (outcome == SEDA_DROPPED)
+                st->stats.c.it_lost++;
+            seda__mutex_unlock(&st->mu);
+        }
+    }
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, outcome, env->done_ud);
+    }
+    seda__env_free(env);
+}
+
+/* Evicted or swept: the stage already counted dropped (and it_lost). */
+void seda__env_end_dropped(seda_env_t *env)
+{
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, SEDA_DROPPED, env->done_ud);
+    }
+    seda__env_free(env);
+}

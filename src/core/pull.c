@@ -184,7 +184,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
             /* Expired leases count as nacks; settle them unlocked. */
             seda__mutex_unlock(&st->mu);
             for (int i = 0; i < nre; i++)
-                seda__stage_nack(st, requeue[i]);
+                seda__route_nack(st, requeue[i]);
             seda__mutex_lock(&st->mu);
             continue;
         }
@@ -329,12 +329,12 @@ int seda_lease_ack(seda_lease_t *l)
     if (!env)
         return SEDA_ETIMEDOUT;
     if (late) {
-        seda__stage_nack(st, env);
+        seda__route_nack(st, env);
         return SEDA_ETIMEDOUT;
     }
     struct stage_counters tally = { 0 };
     tally.delivered = 1;
-    seda__bus_route_ack(st, env, &tally);
+    seda__route_ack(st, env, &tally);
     seda__mutex_lock(&st->mu);
     seda__stats_fold(&st->stats.c, &tally);
     seda__mutex_unlock(&st->mu);
@@ -348,6 +348,6 @@ int seda_lease_nack(seda_lease_t *l)
     seda_env_t *env = settle(l, false, &late);
     if (!env)
         return SEDA_ETIMEDOUT;
-    seda__stage_nack(st, env);
+    seda__route_nack(st, env);
     return late ? SEDA_ETIMEDOUT : 0;
 }

@@ -1,30 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stage.c -- a stage's admission: the policy at a full queue, retry
- * backoff, the payload check, tuning; and the end of an envelope (the
- * queue is inbox.c, adaptive shedding shed.c, the drain task drain.c, the
- * stage's making stage_new.c, its counters stats.c).
+ * stage.c -- a stage's admission: the policy at a full queue, the
+ * payload check, tuning (the queue is inbox.c, adaptive shedding shed.c,
+ * the drain task and its scheduling drain.c, an envelope's fate after an
+ * attempt route.c, the stage's making stage_new.c, its counters stats.c).
  *
  * DESIGN
  *   Admission (any thread) takes the stage lock once: room below capacity
- *   means push and maybe schedule; otherwise the policy decides (refuse,
- *   discard, evict the head, or wait on not_full until the deadline).
- *
- *   Scheduling: `running` counts drain tasks queued in the pool or running.
- *   A push schedules one only while running < concurrency, so an idle stage
- *   costs nothing and a busy one never floods the pool.  A drain task takes
- *   up to `batch` envelopes in one lock round, delivers them with no lock
- *   held, then in one more lock round folds its counters in, requeues its
- *   nacks at the head, and either resubmits itself (queue not empty: the
- *   permit passes to the new task, which goes to the back of the pool's
- *   FIFO so other stages get their turn) or gives the permit back.
+ *   means push and maybe claim a drain task's permit; otherwise the policy
+ *   decides (refuse, discard, evict the head, or wait on not_full until
+ *   the deadline).
  *
  *   The ring holds capacity + concurrency * batch slots: admissions stop at
  *   capacity, and the headroom guarantees that every envelope a drain task
  *   took can go back to the head (retry, or an interrupted batch at stop).
- *
- *   Invariant: the queue is non-empty only while running > 0 (until the
- *   pool is stopped, after which the bus sweeps it).
  *
  *   The queue itself (the lock-free inbox and the head ring) is
  *   inbox.c; HOW IT WORKS there explains the publish path's pairing
@@ -45,43 +34,6 @@ void seda__stage_count_dropped(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     st->stats.c.dropped++;
     seda__mutex_unlock(&st->mu);
-}
-
-void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
-                   struct stage_counters *tally)
-{
-    if (!(env->flags & ENV_DEAD)) {
-        if (tally) {
-            if (outcome == SEDA_COMPLETED)
-                tally->completed++;
-            else if (outcome == SEDA_DROPPED)
-                tally->it_lost++;
-        } else {
-            seda__mutex_lock(&st->mu);
-            if (outcome == SEDA_COMPLETED)
-                st->stats.c.completed++;
-            else if (outcome == SEDA_DROPPED)
-                st->stats.c.it_lost++;
-            seda__mutex_unlock(&st->mu);
-        }
-    }
-    if (env->done) {
-        seda_done_fn done = env->done;
-        env->done = NULL;
-        done(env, outcome, env->done_ud);
-    }
-    seda__env_free(env);
-}
-
-/* Evicted or swept: the stage already counted dropped (and it_lost). */
-static void end_dropped(seda_env_t *env)
-{
-    if (env->done) {
-        seda_done_fn done = env->done;
-        env->done = NULL;
-        done(env, SEDA_DROPPED, env->done_ud);
-    }
-    seda__env_free(env);
 }
 
 /* ---- admission ---- */
@@ -424,7 +376,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     if (victim) {
         if (seda__env_jkey(victim))
             seda__bus_store_forget(st, victim);
-        end_dropped(victim);
+        seda__env_end_dropped(victim);
     }
     return rc;
 }
@@ -492,7 +444,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
         /* Victim buffer full: flush it outside the lock. */
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < nv; i++)
-            end_dropped(victims[i]);
+            seda__env_end_dropped(victims[i]);
         nv = 0;
         seda__mutex_lock(&st->mu);
     }
@@ -503,7 +455,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
     while (nsched-- > 0)
         seda__drain_schedule(st);
     for (int i = 0; i < nv; i++)
-        end_dropped(victims[i]);
+        seda__env_end_dropped(victims[i]);
     return done;
 }
 
@@ -567,163 +519,7 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_unlock(&st->mu);
 }
 
-/* ---- retry backoff ---- */
-
-/* A uniform double in [0, 1) from a per-thread xorshift generator. */
-static double jitter01(void)
-{
-    static _Thread_local uint64_t x;
-    if (!x)
-        x = (uint64_t)seda__now_ns() ^ ((uint64_t)(uintptr_t)&x << 17) ^
-            0x9E3779B97F4A7C15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* The timer's task: the retry is due, back to the head of its stage. */
-static void retry_due(void *arg)
-{
-    seda_env_t *env = arg;
-    struct seda_stage_s *st = env->at;
-    bool sched = false;
-    seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
-    env->enq_ts = seda__clock_ns();
-    seda__stage_push_head(st, env);
-    if (st->pull)
-        seda__pull_wake(&st->pl, false);
-    else
-        sched = seda__drain_claim(&st->dr, st->adm.concurrency,
-                                  seda__stage_depth(st), true);
-    seda__mutex_unlock(&st->mu);
-    if (sched)
-        seda__drain_schedule(st);
-}
-
-/* The backoff before retry attempt `next` (mu held). */
-static int64_t backoff_locked(struct seda_stage_s *st, int next)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    if (!(st->adm.retry_backoff > 0))
-        return 0;
-    /* The first retry (attempts 2) waits backoff, each next one
-     * multiplier times longer, up to max_backoff; jitter adds up to half
-     * again, still within max_backoff. */
-    double d = st->adm.retry_backoff;
-    for (int k = 2; k < next && d < st->adm.retry_max; k++)
-        d *= st->adm.retry_mult;
-    if (st->adm.retry_jitter)
-        d *= 1.0 + 0.5 * jitter01();
-    if (d > st->adm.retry_max)
-        d = st->adm.retry_max;
-    return seda__secs_to_ns(d);
-}
-
-int64_t seda__stage_backoff_ns(struct seda_stage_s *st, int next)
-{
-    seda__mutex_lock(&st->mu);
-    int64_t d = backoff_locked(st, next);
-    seda__mutex_unlock(&st->mu);
-    return d;
-}
-
-bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    int64_t due;
-    if (env->ext && env->ext->due) {
-        due = env->ext->due;            /* journaled: the row says so */
-        env->ext->due = 0;
-    } else if (st->adm.retry_backoff > 0) {
-        due = seda__now_ns() + backoff_locked(st, env->attempts);
-    } else {
-        return false;
-    }
-    env->at = st;
-    if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
-        return false;                   /* stopping, or out of memory */
-    st->adm.delayed++;
-    return true;
-}
-
-int seda__stage_requeue_later(struct seda_stage_s *st, seda_env_t *env)
-{
-    seda__mutex_lock(&st->mu);
-    int64_t due = env->ext->due;
-    env->at = st;
-    int rc = seda__pool_submit_at(st->bus->pool, due, retry_due, env);
-    if (rc == 0) {
-        env->ext->due = 0;
-        st->adm.delayed++;
-        st->stats.c.enqueued++;
-        st->stats.c.accepted++;
-    }
-    seda__mutex_unlock(&st->mu);
-    return rc;
-}
-
-void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
-{
-    (void)ud;
-    if (fn != retry_due)
-        return;
-    seda_env_t *env = arg;
-    struct seda_stage_s *st = env->at;
-    seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
-    st->stats.c.dropped++;
-    if (!(env->flags & ENV_DEAD))
-        st->stats.c.it_lost++;
-    seda__mutex_unlock(&st->mu);
-    end_dropped(env);
-}
-
-void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
-{
-    if (env->attempts < st->max_attempts) {
-        env->attempts++;
-        env->enq_ts = seda__clock_ns();
-        seda__mutex_lock(&st->mu);
-        st->stats.c.nacked++;
-        if (!seda__stage_retry_later(st, env))
-            seda__stage_push_head(st, env);
-        if (st->pull)
-            seda__pull_wake(&st->pl, false);
-        seda__mutex_unlock(&st->mu);
-        return;
-    }
-    seda__mutex_lock(&st->mu);
-    st->stats.c.nacked++;
-    seda__mutex_unlock(&st->mu);
-    seda__bus_dead_letter(st, env, "max_attempts", NULL);
-}
-
 /* ---- shutdown helpers ---- */
-
-int seda__stage_sweep(struct seda_stage_s *st)
-{
-    int swept = st->pull ? seda__lease_sweep(st) : 0;
-    for (;;) {
-        seda_env_t *chunk[64];
-        seda__mutex_lock(&st->mu);
-        uint32_t n = seda__inbox_take_all(&st->in, chunk, 64);
-        for (uint32_t k = 0; k < n; k++) {
-            st->stats.c.dropped++;
-            if (!(chunk[k]->flags & ENV_DEAD))
-                st->stats.c.it_lost++;
-        }
-        if (n == 0)
-            seda__drain_reset(&st->dr);
-        seda__mutex_unlock(&st->mu);
-        if (n == 0)
-            return swept;
-        for (uint32_t k = 0; k < n; k++)
-            end_dropped(chunk[k]);
-        swept += (int)n;
-    }
-}
 
 bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
 {
@@ -737,7 +533,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         *sum += st->stats.c.enqueued + st->stats.c.nacked + seda__inbox_fast_all(&st->in);
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < n; i++)
-            seda__stage_nack(st, requeue[i]);
+            seda__route_nack(st, requeue[i]);
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
@@ -770,11 +566,6 @@ void seda__stage_count_remote(struct seda_stage_s *st, int what)
         st->stats.c.it_lost++;
     }
     seda__mutex_unlock(&st->mu);
-}
-
-void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
-{
-    seda__inbox_push_head(&st->in, env);
 }
 
 /* ---- making and tuning admission ---- */

@@ -41,6 +41,7 @@
 #include "inbox.h"
 #include "pool.h"
 #include "pull.h"
+#include "route.h"
 #include "remote.h"
 #include "seda_int.h"
 #include "stats.h"
@@ -193,24 +194,6 @@ SEDA__API void seda__shed_fwd_learn(struct seda_stage_s *st,
 SEDA__API int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
                                   struct seda_stage_s **out);
 
-/* Requeue a nacked envelope at the head, or dead-letter it when out of
- * attempts (no lock held).  Counts the nack. */
-SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
-
-/* Retry backoff (mu held): when st has a backoff, count env delayed and
- * set a timer that puts it back at the head when due (attempts already
- * raised for its next try); true.  A due time already set on env (a
- * durable stage journals it first: env.h's ext->due) is used as it is.
- * Without either, or when the timer cannot be set, false: the caller
- * requeues it at once. */
-SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
-                                       seda_env_t *env);
-
-/* After the pool stopped: end a retry still waiting out its backoff as
- * dropped (swept).  A seda__pool_drop_timers callback; no lock held. */
-SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
-                                      void *ud);
-
 /* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
  * the queue was `least` ns started at clock time now. */
 SEDA__API void seda__shed_update(struct seda_stage_s *st,
@@ -225,25 +208,12 @@ SEDA__API int seda__shed_level_now(struct seda_stage_s *st);
  * that shed. */
 SEDA__API void seda__shed_set(struct seda_stage_s *st, int level);
 
-/* Put env back at the head (mu held). */
-SEDA__API void seda__stage_push_head(struct seda_stage_s *st,
-                                     seda_env_t *env);
-
 /* Wake every publisher and receiver blocked on st (close and stop). */
 SEDA__API void seda__stage_wake(struct seda_stage_s *st);
-
-/* After the pool stopped: take everything left, count it dropped and end
- * it.  Returns how many envelopes were swept. */
-SEDA__API int seda__stage_sweep(struct seda_stage_s *st);
 
 /* Idle check for the bus: true when nothing is queued or scheduled; adds
  * the stage's progress count to *sum. */
 SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
-
-/* End an envelope with an outcome: count it (in tally, or on st under its
- * lock when tally is NULL), fire done, free it. */
-SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
-                             int outcome, struct stage_counters *tally);
 
 /* Admission's part: made and freed with the stage (0 or SEDA_ENOMEM),
  * and its options' ranges checked for the parts `what` names

@@ -493,7 +493,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
             n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
             seda__mutex_unlock(&st->mu);
             for (int i = 0; i < n; i++)
-                seda__stage_nack(st, requeue[i]);
+                seda__route_nack(st, requeue[i]);
         } while (n == 64);
     }
     memset(out, 0, sizeof *out);
