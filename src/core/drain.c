@@ -215,7 +215,7 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
         pthread_cond_broadcast(&st->adm.not_full);
     /* Retry backoff (read under mu: tune changes it): nacked envelopes
      * wait on a timer instead of being delivered again at once. */
-    bool later = st->adm.retry_backoff > 0;
+    bool later = st->rt.backoff > 0;
     seda__mutex_unlock(&st->mu);
 
     /* Deliver and route (deliver.c). */

@@ -282,6 +282,14 @@ void seda__route_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
 
 /* ---- retry backoff ---- */
 
+void seda__route_retry_set(struct seda_retry *r, const seda_stage_opts *o)
+{
+    r->backoff = o->retry_backoff;
+    r->max = o->retry_max_backoff;
+    r->mult = o->retry_multiplier;
+    r->jitter = o->retry_jitter;
+}
+
 /* A uniform double in [0, 1) from a per-thread xorshift generator. */
 static double jitter01(void)
 {
@@ -302,7 +310,7 @@ static void retry_due(void *arg)
     struct seda_stage_s *st = env->at;
     bool sched = false;
     seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
+    st->rt.delayed--;
     env->enq_ts = seda__clock_ns();
     seda__route_push_head(st, env);
     if (st->pull)
@@ -319,18 +327,18 @@ static void retry_due(void *arg)
 static int64_t backoff_locked(struct seda_stage_s *st, int next)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    if (!(st->adm.retry_backoff > 0))
+    if (!(st->rt.backoff > 0))
         return 0;
     /* The first retry (attempts 2) waits backoff, each next one
      * multiplier times longer, up to max_backoff; jitter adds up to half
      * again, still within max_backoff. */
-    double d = st->adm.retry_backoff;
-    for (int k = 2; k < next && d < st->adm.retry_max; k++)
-        d *= st->adm.retry_mult;
-    if (st->adm.retry_jitter)
+    double d = st->rt.backoff;
+    for (int k = 2; k < next && d < st->rt.max; k++)
+        d *= st->rt.mult;
+    if (st->rt.jitter)
         d *= 1.0 + 0.5 * jitter01();
-    if (d > st->adm.retry_max)
-        d = st->adm.retry_max;
+    if (d > st->rt.max)
+        d = st->rt.max;
     return seda__secs_to_ns(d);
 }
 
@@ -349,7 +357,7 @@ bool seda__route_retry_later(struct seda_stage_s *st, seda_env_t *env)
     if (env->ext && env->ext->due) {
         due = env->ext->due;            /* journaled: the row says so */
         env->ext->due = 0;
-    } else if (st->adm.retry_backoff > 0) {
+    } else if (st->rt.backoff > 0) {
         due = seda__now_ns() + backoff_locked(st, env->attempts);
     } else {
         return false;
@@ -357,7 +365,7 @@ bool seda__route_retry_later(struct seda_stage_s *st, seda_env_t *env)
     env->at = st;
     if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
         return false;                   /* stopping, or out of memory */
-    st->adm.delayed++;
+    st->rt.delayed++;
     return true;
 }
 
@@ -369,7 +377,7 @@ int seda__route_requeue_later(struct seda_stage_s *st, seda_env_t *env)
     int rc = seda__pool_submit_at(st->bus->pool, due, retry_due, env);
     if (rc == 0) {
         env->ext->due = 0;
-        st->adm.delayed++;
+        st->rt.delayed++;
         st->stats.c.enqueued++;
         st->stats.c.accepted++;
     }
@@ -385,7 +393,7 @@ void seda__route_drop_timer(seda__task_fn fn, void *arg, void *ud)
     seda_env_t *env = arg;
     struct seda_stage_s *st = env->at;
     seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
+    st->rt.delayed--;
     st->stats.c.dropped++;
     if (!(env->flags & ENV_DEAD))
         st->stats.c.it_lost++;

@@ -16,6 +16,24 @@
 
 struct seda_stage_s;
 
+/*
+ * Retry backoff (route.c): a stage's part.  Guarded by the stage's mu:
+ * set when the stage is made and by seda_stage_tune_admission, read by
+ * the nack path and the drain task.
+ */
+struct seda_retry {
+    double backoff;             /* seconds; 0: retry at once */
+    double max;                 /* max_backoff, seconds */
+    double mult;                /* each next retry waits this much longer */
+    bool jitter;                /* add up to half again */
+    int delayed;                /* retries waiting out their backoff */
+};
+
+/* Set r from o's retry options (checked by the caller; the stage's mu
+ * held, or the stage not yet shared).  Cannot fail. */
+SEDA__API void seda__route_retry_set(struct seda_retry *r,
+                                     const seda_stage_opts *o);
+
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */
 SEDA__API void seda__route_nack(struct seda_stage_s *st, seda_env_t *env);

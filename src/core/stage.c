@@ -538,7 +538,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
     }
     seda__mutex_lock(&st->mu);
     bool idle = seda__drain_running(&st->dr) == 0 &&
-                seda__stage_depth(st) == 0 && st->adm.delayed == 0;
+                seda__stage_depth(st) == 0 && st->rt.delayed == 0;
     *sum += st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     seda__mutex_unlock(&st->mu);
     if (st->remote_ops && !st->remote_ops->idle(st, sum))
@@ -580,10 +580,6 @@ int seda__stage_admission_init(struct seda_admission *a,
     a->policy = o->policy;
     a->shed_target_ns = seda__secs_to_ns(o->shed_target);
     a->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
-    a->retry_backoff = o->retry_backoff;
-    a->retry_max = o->retry_max_backoff;
-    a->retry_mult = o->retry_multiplier;
-    a->retry_jitter = o->retry_jitter;
     atomic_init(&a->cap_fast, o->capacity);
     atomic_init(&a->conc_fast, o->concurrency);
     atomic_init(&a->shed_level, 0);
@@ -713,12 +709,8 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         if (o->shed_target == 0)
             seda__shed_set(st, 0);
     }
-    if (retry) {
-        st->adm.retry_backoff = o->retry_backoff;
-        st->adm.retry_max = o->retry_max_backoff;
-        st->adm.retry_mult = o->retry_multiplier;
-        st->adm.retry_jitter = o->retry_jitter;
-    }
+    if (retry)
+        seda__route_retry_set(&st->rt, o);
     if (starve)
         seda__inbox_set_starve(&st->in, seda__secs_to_ns(o->starve_after));
     seda__mutex_unlock(&st->mu);

@@ -5,8 +5,9 @@
  * written by the file that owns it:
  *
  *   in      the queue (inbox.c, a leaf: struct seda_inbox)
- *   adm     admission: capacity, policy, shedding, retry backoff
- *           (stage.c; the struct is here)
+ *   adm     admission: capacity, policy, shedding (stage.c; the
+ *           struct is here)
+ *   rt      retry backoff and the retries waiting it out (route.c)
  *   dr      the drain task's permits and handling time (drain.c)
  *   cons    the consumers (deliver.c)
  *   pl      a pull stage's receivers and leases (pull.c)
@@ -18,7 +19,7 @@
  * stage through door.h.
  *
  * Locking:
- *   mu guards the guarded fields of adm, in, dr, pl and stats.c (each
+ *   mu guards the guarded fields of adm, rt, in, dr, pl and stats.c (each
  *   part's header lists them).  Takers of envelopes (drain tasks,
  *   evictions, sweeps, receivers) always hold it, so the inbox has one
  *   consumer at a time.
@@ -78,13 +79,6 @@ struct seda_admission {
                                    shed_rearm_until; 0: never shed */
     int64_t shed_rearm_until;   /* (clock ns) */
 
-    /* Retry backoff. */
-    double retry_backoff;       /* seconds; 0: retry at once */
-    double retry_max;
-    double retry_mult;
-    bool retry_jitter;
-    int delayed;                /* retries waiting out their backoff */
-
     /* ---- the publishers' line ---- */
     _Alignas(64) atomic_int cap_fast;   /* capacity mirror */
     atomic_int conc_fast;       /* concurrency mirror */
@@ -134,6 +128,7 @@ struct seda_stage_s {
      * above, which publishers read on every publish. */
     _Alignas(64) seda__mutex_t mu;
     struct seda_admission adm;  /* stage.c */
+    struct seda_retry rt;       /* route.c */
     struct seda_inbox in;       /* inbox.c */
     struct seda_drain dr;       /* drain.c */
     struct seda_pull pl;        /* pull.c */

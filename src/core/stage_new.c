@@ -85,6 +85,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         goto oom;
     if (o->dead_letter && !(st->dead_letter = seda__strdup(o->dead_letter)))
         goto oom_in;
+    seda__route_retry_set(&st->rt, o);
     if (seda__stage_admission_init(&st->adm, o) != 0)
         goto oom_in;
     if (seda__pull_init(&st->pl, seda__secs_to_ns(o->ack_timeout)) != 0) {

@@ -538,7 +538,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->refused = st->stats.c.refused;
     out->shed = st->stats.c.shed;
     out->shed_for = st->stats.c.shed_for;
-    out->delayed = st->adm.delayed;
+    out->delayed = st->rt.delayed;
     out->shedding = atomic_load_explicit(&st->adm.shed_level,
                                          memory_order_relaxed);
     out->depth_high = (int)seda__queue_count(&st->in.q_high);
