@@ -13,7 +13,12 @@
 #   - every require in lua/seda/*.lua and bench/*.lua: a module the rule
 #     lists, named by a string literal;
 #   - every folder of src/ has a rule (a layer whose folder does not exist
-#     yet is skipped).
+#     yet is skipped);
+#   - every internal function a src/core/ file defines (seda__NAME, not
+#     static) is named after that file, not another: where NAME begins
+#     with the name of a core file (the longest that fits: seda__stage_new
+#     is stage_new's, seda__stage_admit stage's), that file defines it.
+#     The one exception is a constructor's pair: X_new.c holds seda__X_free.
 # Anything else is an error naming the file, line and rule.
 #
 #   scripts/layers.sh [ROOT]        check the tree at ROOT (default: the
@@ -212,6 +217,61 @@ END {
 }' "$root/src/layers"
 }
 
+# prefixes ROOT: print every internal core function named after another
+# core file; return 1 if there was one.
+prefixes() {
+    root=$1
+    [ -d "$root/src/core" ] || return 0
+    names=$(cd "$root/src/core" && ls *.c *.h 2>/dev/null |
+            sed 's/\.[ch]$//' | sort -u | tr '\n' ' ')
+    (cd "$root" && awk -v names="$names" '
+BEGIN { nn = split(names, nm, " ") }
+function report(fn, line,    n, best, k, b) {
+    n = substr(fn, 7)
+    best = ""
+    for (k = 1; k <= nn; k++) {
+        b = nm[k]
+        if ((n == b || index(n, b "_") == 1) && length(b) > length(best))
+            best = b
+    }
+    if (best == "" || best == base || (base == best "_new" && n == best "_free"))
+        return
+    print FILENAME ":" line ": " fn " is named after core/" best ".*, not " \
+          base ".c: name it seda__" base "_..., or move it there" \
+          " (scripts/layers.sh)"
+    bad = 1
+}
+FNR == 1 {
+    base = FILENAME
+    sub(/.*\//, "", base)
+    sub(/\.c$/, "", base)
+    pend = ""
+}
+pend != "" {
+    if ($0 ~ /;/ && ($0 !~ /\{/ || index($0, ";") < index($0, "{")))
+        pend = ""
+    else if ($0 ~ /\{/) {
+        report(pend, pline)
+        pend = ""
+    }
+    next
+}
+/^[A-Za-z_][^(;=]*[ *]seda__[a-z0-9_]+\(/ && $0 !~ /^(static|extern|typedef)/ {
+    fn = $0
+    sub(/\(.*/, "", fn)
+    sub(/.*[ *]/, "", fn)
+    if ($0 ~ /\)[ \t]*;/)
+        next
+    if ($0 ~ /\{/)
+        report(fn, FNR)
+    else {
+        pend = fn
+        pline = FNR
+    }
+}
+END { exit bad }' src/core/*.c)
+}
+
 # The parts of the tree the check reads, copied to $1.
 copy_tree() {
     mkdir -p "$1/tests/remote" "$1/lua" "$1/bench"
@@ -243,14 +303,16 @@ if [ "${1:-}" = "--self-test" ]; then
                  'src/cli/cli_dlq.c|#include "durable/journal.h"' \
                  'bench/pipeline.c|#include "lua/lseda.h"' \
                  'lua/seda/pretty.lua|local socket = require "socket"' \
-                 'src/io/loop.c|#include "seda.h"'; do
+                 'src/io/loop.c|#include "seda.h"' \
+                 'src/core/tap.c|void seda__stage_planted(void)|{|}' \
+                 'src/core/stage_new.c|int seda__bus_planted(int x,|int y)|{|return x + y;|}'; do
         pf=${plant%%|*}
         add=${plant#*|}
         rm -rf "$tmp/t"
         copy_tree "$tmp/t"
         mkdir -p "$(dirname "$tmp/t/$pf")"
         printf '%s\n' "$add" | tr '|' '\n' >>"$tmp/t/$pf"
-        if out=$(check "$tmp/t"); then
+        if out=$(check "$tmp/t" && prefixes "$tmp/t"); then
             echo "layers --self-test: a planted '$add' in $pf was NOT caught"
             fails=1
         else
@@ -259,7 +321,7 @@ if [ "${1:-}" = "--self-test" ]; then
     done
     rm -rf "$tmp/t"
     copy_tree "$tmp/t"
-    if ! check "$tmp/t" >/dev/null; then
+    if ! check "$tmp/t" >/dev/null || ! prefixes "$tmp/t" >/dev/null; then
         echo "layers --self-test: the unchanged copy fails"
         fails=1
     fi
@@ -267,9 +329,12 @@ if [ "${1:-}" = "--self-test" ]; then
 fi
 
 cd "$(dirname "$0")/.."
-if check "${1:-.}"; then
+ok=0
+check "${1:-.}" || ok=1
+prefixes "${1:-.}" || ok=1
+if [ $ok = 0 ]; then
     echo "layers: ok (src/layers: core <- durable, core <- remote;" \
-         "io; all <- lua <- cli; bench and lua/seda checked)"
-    exit 0
+         "io; all <- lua <- cli; bench and lua/seda checked; every" \
+         "internal core function named after its file)"
 fi
-exit 1
+exit $ok

@@ -749,3 +749,57 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
     return SEDA_ETYPE;
 }
 
+/* ---- what the layers beside the core read (door.h) ---- */
+
+uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
+                           int concurrency)
+{
+    return (uint64_t)capacity +
+           (uint64_t)concurrency * (uint64_t)st->bus->batch;
+}
+
+struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
+{
+    return st->bus;
+}
+
+int seda__stage_durability(const struct seda_stage_s *st)
+{
+    return st->durable;
+}
+
+int seda__stage_dedup_window(const struct seda_stage_s *st)
+{
+    return st->dedup_window;
+}
+
+const char *seda__stage_dead_letter(const struct seda_stage_s *st)
+{
+    return st->dead_letter;
+}
+
+double seda__stage_publish_timeout(const struct seda_stage_s *st)
+{
+    return st->publish_timeout;
+}
+
+int seda__stage_consumer_count(const struct seda_stage_s *st)
+{
+    return seda__consumers_count(&((struct seda_stage_s *)st)->cons);
+}
+
+int seda__stage_capacity(const struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&((struct seda_stage_s *)st)->adm.cap_fast,
+                                memory_order_relaxed);
+}
+
+void *seda__stage_remote_ctx(const struct seda_stage_s *st)
+{
+    return st->remote;
+}
+
+bool seda__stage_is_remote(const struct seda_stage_s *st, const void *ops)
+{
+    return st->remote_ops && (const void *)st->remote_ops == ops;
+}

@@ -154,8 +154,8 @@ SEDA__API int seda__stage_new(struct seda_bus_s *bus,
                               struct seda_stage_s **out, char *err,
                               size_t errlen);
 
-/* The head ring's size for a capacity and concurrency: admissions stop
- * at capacity, and the headroom guarantees that every envelope a drain
+/* The head ring's size for a capacity and concurrency (stage.c): admissions
+ * stop at capacity, and the headroom guarantees that every envelope a drain
  * task took can go back to the head (retry, or an interrupted batch). */
 SEDA__API uint64_t seda__stage_slots(const struct seda_stage_s *st,
                                      int capacity, int concurrency);

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stage_new.c -- making a stage: its options checked, its parts made
- * (each by the file that owns it: the queue, admission, the pull side,
- * the stats), and freed; the settings every part reads, and the
- * accessors that show them to the C API and to the layers beside the
- * core (door.h).
+ * (each by the file that owns it: the queue, admission, retry, the pull
+ * side, the stats, the taps), and freed; and the public readers of what
+ * was fixed at its making (the layers beside the core read it through
+ * door.h's accessors, in stage.c).
  */
 #include <assert.h>
 #include <stdio.h>
@@ -148,13 +148,6 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__free(st->mem);
 }
 
-uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
-                           int concurrency)
-{
-    return (uint64_t)capacity +
-           (uint64_t)concurrency * (uint64_t)st->bus->batch;
-}
-
 /* ---- settings ---- */
 
 const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
@@ -173,52 +166,6 @@ int seda_stage_durability(const seda_stage_t *st)
 double seda_stage_handler_timeout(const seda_stage_t *st)
 {
     return st->handler_timeout;
-}
-
-struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
-{
-    return st->bus;
-}
-
-int seda__stage_durability(const struct seda_stage_s *st)
-{
-    return st->durable;
-}
-
-int seda__stage_dedup_window(const struct seda_stage_s *st)
-{
-    return st->dedup_window;
-}
-
-const char *seda__stage_dead_letter(const struct seda_stage_s *st)
-{
-    return st->dead_letter;
-}
-
-double seda__stage_publish_timeout(const struct seda_stage_s *st)
-{
-    return st->publish_timeout;
-}
-
-int seda__stage_consumer_count(const struct seda_stage_s *st)
-{
-    return seda__consumers_count(&((struct seda_stage_s *)st)->cons);
-}
-
-int seda__stage_capacity(const struct seda_stage_s *st)
-{
-    return atomic_load_explicit(&((struct seda_stage_s *)st)->adm.cap_fast,
-                                memory_order_relaxed);
-}
-
-void *seda__stage_remote_ctx(const struct seda_stage_s *st)
-{
-    return st->remote;
-}
-
-bool seda__stage_is_remote(const struct seda_stage_s *st, const void *ops)
-{
-    return st->remote_ops && (const void *)st->remote_ops == ops;
 }
 
 void seda_stage_set_userdata(seda_stage_t *st, void *ud)
