@@ -430,7 +430,7 @@ seda_pending_t *seda_batch_suspend(seda_batch_t *b)
     p->sojourn = b->sojourn[i];
     seda__env_suspend(p->env, &p->undo, &p->failed);
     seda__mutex_lock(&st->mu);
-    if (!seda__drain_claim(&st->dr, st->adm.concurrency, 0, true)) {
+    if (!seda__permits_claim(&st->dr, st->adm.concurrency, 0, true)) {
         b->gave_permit = true;          /* the task's permit is the call's */
         b->cut = true;
     }
@@ -481,8 +481,8 @@ static void pending_end(struct seda_stage_s *st,
         st->dr.life_ns = old ? (old * 7 + v) / 8 : v;
     }
     st->dr.suspended--;
-    sched = seda__drain_release(&st->dr, &st->in, st->adm.concurrency,
-                                seda__bus_stopping(st->bus), &idle);
+    sched = seda__permits_release(&st->dr, &st->in, st->adm.concurrency,
+                                  seda__bus_stopping(st->bus), &idle);
     seda__mutex_unlock(&st->mu);
     if (sched)
         seda__drain_schedule(st);

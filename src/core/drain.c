@@ -261,58 +261,6 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
     spread(st, bt.shed);
 }
 
-/* ---- permits ---- */
-
-bool seda__drain_claim(struct seda_drain *d, int concurrency, uint32_t depth,
-                       bool force)
-{
-    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
-    if (run < concurrency &&
-        (force || seda__drain_want_task(d, run, depth))) {
-        atomic_store_explicit(&d->running, run + 1, memory_order_seq_cst);
-        return true;
-    }
-    return false;
-}
-
-int seda__drain_claim_n(struct seda_drain *d, int concurrency,
-                        uint32_t depth)
-{
-    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
-    int n = 0;
-    while (run < concurrency && (uint32_t)run < depth) {
-        run++;
-        n++;
-    }
-    atomic_store_explicit(&d->running, run, memory_order_seq_cst);
-    return n;
-}
-
-bool seda__drain_release(struct seda_drain *d, struct seda_inbox *in,
-                         int concurrency, bool stopping, bool *idle)
-{
-    *idle = false;
-    if (!stopping && seda__inbox_depth(in) > 0)
-        return true;                    /* the permit goes on as a task */
-    /* Give it back, then look once more (seq_cst, the Dekker pairing with
-     * the lock-free publish path, as at the end of a drain task). */
-    atomic_fetch_sub_explicit(&d->running, 1, memory_order_seq_cst);
-    if (!stopping && seda__inbox_depth(in) > 0 &&
-        atomic_load_explicit(&d->running, memory_order_relaxed) <
-            concurrency) {
-        atomic_fetch_add_explicit(&d->running, 1, memory_order_seq_cst);
-        return true;
-    }
-    *idle = atomic_load_explicit(&d->running, memory_order_relaxed) == 0 &&
-            seda__inbox_depth(in) == 0;
-    return false;
-}
-
-void seda__drain_reset(struct seda_drain *d)
-{
-    atomic_store_explicit(&d->running, 0, memory_order_seq_cst);
-}
-
 void seda__drain_schedule(struct seda_stage_s *st)
 {
     /* Inside a consumer call (a handler publishing) the worker may run on

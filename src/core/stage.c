@@ -69,8 +69,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
         seda__pull_wake(&st->pl, false);
         return false;
     }
-    return seda__drain_claim(&st->dr, st->adm.concurrency,
-                             seda__stage_depth(st), false);
+    return seda__permits_claim(&st->dr, st->adm.concurrency,
+                               seda__stage_depth(st), false);
 }
 
 
@@ -262,8 +262,8 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (run < atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) &&
         seda__drain_want_task(&st->dr, run, depth + 1)) {
         seda__mutex_lock(&st->mu);
-        bool sched = seda__drain_claim(&st->dr, st->adm.concurrency,
-                                       seda__stage_depth(st), false);
+        bool sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+                                         seda__stage_depth(st), false);
         seda__mutex_unlock(&st->mu);
         if (sched)
             seda__drain_schedule(st);
@@ -502,8 +502,8 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     if (st->pull)
         seda__pull_wake(&st->pl, true);
     else
-        nsched = seda__drain_claim_n(&st->dr, st->adm.concurrency,
-                                     seda__stage_depth(st));
+        nsched = seda__permits_claim_n(&st->dr, st->adm.concurrency,
+                                       seda__stage_depth(st));
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
         seda__drain_schedule(st);
@@ -674,8 +674,8 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         atomic_store_explicit(&st->adm.cap_fast, cap, memory_order_relaxed);
         atomic_store_explicit(&st->adm.conc_fast, conc, memory_order_relaxed);
         if (!st->pull)
-            nsched = seda__drain_claim_n(&st->dr, conc,
-                                         seda__stage_depth(st));
+            nsched = seda__permits_claim_n(&st->dr, conc,
+                                           seda__stage_depth(st));
         pthread_cond_broadcast(&st->adm.not_full);
     }
     seda__mutex_unlock(&st->mu);

@@ -40,6 +40,7 @@
 #include "drain.h"
 #include "env.h"
 #include "inbox.h"
+#include "permits.h"
 #include "pool.h"
 #include "pull.h"
 #include "route.h"
