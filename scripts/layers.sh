@@ -14,6 +14,8 @@
 #     lists, named by a string literal;
 #   - every folder of src/ has a rule (a layer whose folder does not exist
 #     yet is skipped);
+#   - a header on a `whole` line (core/stage.h, core/bus.h) is included
+#     only by the files that line names;
 #   - every internal function a src/core/ file defines (seda__NAME, not
 #     static) is named after that file, not another: where NAME begins
 #     with the name of a core file (the longest that fits: seda__stage_new
@@ -58,6 +60,18 @@ function may_include(l, key,    top) {
     return 0
 }
 
+# May file p include the whole-struct header key (src/layers whole)?
+function whole_check(p, n, key,    base) {
+    if (!(key in whole))
+        return
+    base = p
+    sub(/.*\//, "", base)
+    if (!((key SUBSEP base) in whole_ok))
+        err(p ":" n ": includes " key ", which only" whole[key] \
+            " may include (src/layers: a part takes its part, never the" \
+            " whole)")
+}
+
 function check_c(l, dir, p,    line, n, h, key, d, lib) {
     n = 0
     while ((getline line < (root "/" p)) > 0) {
@@ -77,6 +91,9 @@ function check_c(l, dir, p,    line, n, h, key, d, lib) {
             } else if (h ~ /\//) {
                 key = h
             } else if (exists(dir "/" h)) {
+                key = dir "/" h
+                sub(/^src\//, "", key)
+                whole_check(p, n, key)
                 continue
             } else if (exists("include/" h)) {
                 key = "include/" h
@@ -85,6 +102,7 @@ function check_c(l, dir, p,    line, n, h, key, d, lib) {
                     "/ nor in include/ (name the folder: \"core/" h "\")")
                 continue
             }
+            whole_check(p, n, key)
             if (!may_include(l, key))
                 err(p ":" n ": includes " h ": " l " may include only its" \
                     " own folder and:" (incl[l] == "" ? " nothing else" : \
@@ -173,12 +191,17 @@ function check_lua(g, p,    line, n, s, m, computed, literal) {
         if (!side)
             err("src/layers:" NR ": layer " l ": no \"|\" before its" \
                 " libraries")
+    } else if ($1 == "whole" && NF >= 3) {
+        for (i = 3; i <= NF; i++) {
+            whole[$2] = whole[$2] " " $i
+            whole_ok[$2, $i] = 1
+        }
     } else if ($1 == "require" && NF >= 3) {
         rq[++nrq] = $2
         for (i = 3; i <= NF; i++)
             mods[$2] = mods[$2] " " $i
     } else {
-        err("src/layers:" NR ": not a lib, layer or require line")
+        err("src/layers:" NR ": not a lib, layer, whole or require line")
     }
 }
 
@@ -305,6 +328,8 @@ if [ "${1:-}" = "--self-test" ]; then
                  'lua/seda/pretty.lua|local socket = require "socket"' \
                  'src/io/loop.c|#include "seda.h"' \
                  'src/core/tap.c|void seda__stage_planted(void)|{|}' \
+                 'src/core/stats.c|#include "stage.h"' \
+                 'src/core/permits.c|#include "bus.h"' \
                  'src/core/stage_new.c|int seda__bus_planted(int x,|int y)|{|return x + y;|}'; do
         pf=${plant%%|*}
         add=${plant#*|}
