@@ -528,7 +528,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
          * the bus busy.  Leases do (in flight), until they expire. */
         seda_env_t *requeue[64];
         seda__mutex_lock(&st->mu);
-        int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+        int n = seda__pull_expire(&st->pl, seda__now_ns(), requeue, 64);
         bool idle = seda__pull_settled(&st->pl);
         *sum += st->stats.c.enqueued + st->stats.c.nacked + seda__inbox_fast_all(&st->in);
         seda__mutex_unlock(&st->mu);

@@ -88,7 +88,8 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     seda__route_retry_set(&st->rt, o);
     if (seda__stage_admission_init(&st->adm, o) != 0)
         goto oom_in;
-    if (seda__pull_init(&st->pl, seda__secs_to_ns(o->ack_timeout)) != 0) {
+    if (seda__pull_init(&st->pl, seda__secs_to_ns(o->ack_timeout),
+                        &st->mu) != 0) {
         seda__stage_admission_free(&st->adm);
         goto oom_in;
     }
@@ -216,7 +217,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
         int n;
         do {
             seda__mutex_lock(&st->mu);
-            n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+            n = seda__pull_expire(&st->pl, seda__now_ns(), requeue, 64);
             seda__mutex_unlock(&st->mu);
             for (int i = 0; i < n; i++)
                 seda__route_nack(st, requeue[i]);
