@@ -80,8 +80,4 @@ static inline bool seda__pull_settled(const struct seda_pull *p)
     return p->leases == NULL;
 }
 
-/* Settle every lease at shutdown, each counted dropped on st and ended
- * (receive.c; no lock held).  Returns how many. */
-SEDA__API int seda__receive_sweep(struct seda_stage_s *st);
-
 #endif /* SEDA_PULL_H */

@@ -43,6 +43,7 @@
 #include "permits.h"
 #include "pool.h"
 #include "pull.h"
+#include "receive.h"
 #include "route.h"
 #include "remote.h"
 #include "seda_int.h"
