@@ -815,6 +815,33 @@ int seda_watch_mod(seda_watch_t *w, uint32_t events);
  * before seda_bus_free (one left then is dropped without its release). */
 void seda_watch_del(seda_watch_t *w, seda_watch_release_fn release);
 
+/* ---- envelope snapshots ----
+ *
+ * A copy of what an envelope was at one moment: its id, headers and the
+ * first bytes of its payload.  Live taps (seda_tap_entry) and a stage's
+ * kept dead letters (seda_dead_letter) hand out the same record; the
+ * fields a kind does not fill are zero (empty strings, NULL). */
+typedef struct seda_env_snapshot {
+    char id[SEDA_ID_MAX];      /* the envelope's id */
+    char reason[32];           /* dead letter: x-dead-reason; tap: "" */
+    char missing[SEDA_NAME_MAX + 1]; /* no_such_stage: the name; else "" */
+    const char *error;         /* dead letter: x-dead-error, or NULL */
+    int attempts;
+    double at;                 /* tap: seda_now() when it entered; dead
+                                  letter: seconds since the epoch */
+    int kind;                  /* the payload's kind */
+    const void *payload;       /* its first bytes (tap: at most 128, dead
+                                  letter: at most 256) */
+    size_t payload_len;        /* how many */
+    size_t payload_size;       /* the whole payload's size */
+    int nheaders;              /* its headers (a dead letter's x-dead-*
+                                  ones too) */
+    const char *const *headers;/* key, value, key, value, ...; NULL when
+                                  there are none */
+    void *priv;                /* tap: the copy, for seda_tap_entry_free;
+                                  dead letter: NULL */
+} seda_env_snapshot;
+
 /* ---- live taps ----
  *
  * A tap copies the envelopes entering a stage (id, headers, the first 128
@@ -822,18 +849,10 @@ void seda_watch_del(seda_watch_t *w, seda_watch_release_fn release);
  * slower than the traffic loses copies (counted), never slows the stage.
  * With no tap open a stage pays one relaxed load per admission. */
 typedef struct seda_tap_s seda_tap_t;
-typedef struct seda_tap_entry {
-    char id[SEDA_ID_MAX];
-    double at;                 /* seda_now() when it entered */
-    int attempts;
-    int kind;                  /* the payload's kind */
-    const void *payload;       /* its first bytes */
-    size_t payload_len;        /* how many */
-    size_t payload_size;       /* the whole payload's size */
-    int nheaders;
-    const char *const *headers;/* key, value, ... */
-    void *priv;                /* the copy: seda_tap_entry_free */
-} seda_tap_entry;
+/* A tap's copy is an envelope snapshot (below, with the dead letters):
+ * at is seda_now() when it entered, reason and missing are empty, error
+ * is NULL, and priv holds the copy until seda_tap_entry_free. */
+typedef struct seda_env_snapshot seda_tap_entry;
 
 /* Open a tap of `capacity` copies on st: 0, SEDA_EINVAL or SEDA_ENOMEM.
  * Close it (any thread, once) before the bus is freed. */
@@ -934,20 +953,7 @@ void seda_errors_free(seda_error *errs);
  * missing name).  Each stage also keeps its last dead letters
  * (seda_bus_opts.dead_letter_keep, default 100), whether or not a
  * dead-letter stage took them. */
-typedef struct seda_dead_letter {
-    char id[SEDA_ID_MAX];      /* the envelope's id */
-    char reason[32];           /* x-dead-reason */
-    char missing[SEDA_NAME_MAX + 1]; /* no_such_stage: the name; else "" */
-    const char *error;         /* x-dead-error, or NULL */
-    int attempts;
-    double at;                 /* seconds since the epoch */
-    const void *payload;       /* its first bytes (at most 256) */
-    size_t payload_len;        /* how many of them */
-    size_t payload_size;       /* the whole payload's size */
-    int kind;                  /* the payload's kind */
-    int nheaders;              /* its headers (the x-dead-* ones too) */
-    const char *const *headers;/* key, value, key, value, ... */
-} seda_dead_letter;
+typedef struct seda_env_snapshot seda_dead_letter;
 
 /* Dead-letter reasons as seda_stage_stats.dead_by_reason counts them;
  * seda_dead_reason_name(i) is the word (x-dead-reason), NULL past the

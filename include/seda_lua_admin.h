@@ -112,14 +112,17 @@ SEDA__API int seda__l_worker_msghandler(lua_State *L);
 
 /* ---- live taps seen by a tool (src/lua/lerrors.c, src/lua/lobserve.c) ---- */
 
-struct seda_tap_entry;          /* seda.h */
+struct seda_env_snapshot;       /* seda.h: seda_tap_entry, seda_dead_letter */
 
-/* Push a table for the tap copy e: the fields of bus:tap()'s entries (id,
- * at, attempts, payload_size, headers, and payload when the whole payload
- * was copied and decodes, else payload_preview).  May raise (memory).
- * Any thread that owns L. */
-SEDA__API void seda__l_errors_tap_entry(lua_State *L,
-                                        const struct seda_tap_entry *e);
+/* Push a table for the envelope snapshot e (a tap's copy or a dead
+ * letter): id, at, attempts, payload_size, headers, and payload when the
+ * whole payload was kept and decodes, else payload_preview; a dead letter
+ * also reason, error, missing (when set) and payload_preview beside a
+ * decoded codec payload; stage when not NULL.  May raise (memory).  Any
+ * thread that owns L. */
+SEDA__API void seda__l_errors_snapshot(lua_State *L,
+                                       const struct seda_env_snapshot *e,
+                                       const char *stage);
 
 /* An observer's tap: a tap (seda_tap_open) on a stage of a live bus that
  * a thread other than the main one reads (seda-lua's /tap).  A bus can be
@@ -142,7 +145,8 @@ SEDA__API int seda__l_observe_tap_open(const char *label, int capacity,
  * tap is then closed: only seda__l_observe_tap_close is left to call).
  * One reader at a time per tap; any thread. */
 SEDA__API int seda__l_observe_tap_read(seda_lua_otap *t,
-                                       struct seda_tap_entry *out, int max,
+                                       struct seda_env_snapshot *out,
+                                       int max,
                                        uint64_t *missed);
 /* Close t (accepts NULL).  Any thread; cannot fail. */
 SEDA__API void seda__l_observe_tap_close(seda_lua_otap *t);

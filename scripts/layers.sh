@@ -13,7 +13,14 @@
 #   - every require in lua/seda/*.lua and bench/*.lua: a module the rule
 #     lists, named by a string literal;
 #   - every folder of src/ has a rule (a layer whose folder does not exist
-#     yet is skipped).
+#     yet is skipped);
+#   - a header on a `whole` line (core/stage.h, core/bus.h) is included
+#     only by the files that line names;
+#   - every internal function a src/core/ file defines (seda__NAME, not
+#     static) is named after that file, not another: where NAME begins
+#     with the name of a core file (the longest that fits: seda__stage_new
+#     is stage_new's, seda__stage_admit stage's), that file defines it.
+#     The one exception is a constructor's pair: X_new.c holds seda__X_free.
 # Anything else is an error naming the file, line and rule.
 #
 #   scripts/layers.sh [ROOT]        check the tree at ROOT (default: the
@@ -53,6 +60,18 @@ function may_include(l, key,    top) {
     return 0
 }
 
+# May file p include the whole-struct header key (src/layers whole)?
+function whole_check(p, n, key,    base) {
+    if (!(key in whole))
+        return
+    base = p
+    sub(/.*\//, "", base)
+    if (!((key SUBSEP base) in whole_ok))
+        err(p ":" n ": includes " key ", which only" whole[key] \
+            " may include (src/layers: a part takes its part, never the" \
+            " whole)")
+}
+
 function check_c(l, dir, p,    line, n, h, key, d, lib) {
     n = 0
     while ((getline line < (root "/" p)) > 0) {
@@ -72,6 +91,9 @@ function check_c(l, dir, p,    line, n, h, key, d, lib) {
             } else if (h ~ /\//) {
                 key = h
             } else if (exists(dir "/" h)) {
+                key = dir "/" h
+                sub(/^src\//, "", key)
+                whole_check(p, n, key)
                 continue
             } else if (exists("include/" h)) {
                 key = "include/" h
@@ -80,6 +102,7 @@ function check_c(l, dir, p,    line, n, h, key, d, lib) {
                     "/ nor in include/ (name the folder: \"core/" h "\")")
                 continue
             }
+            whole_check(p, n, key)
             if (!may_include(l, key))
                 err(p ":" n ": includes " h ": " l " may include only its" \
                     " own folder and:" (incl[l] == "" ? " nothing else" : \
@@ -168,12 +191,17 @@ function check_lua(g, p,    line, n, s, m, computed, literal) {
         if (!side)
             err("src/layers:" NR ": layer " l ": no \"|\" before its" \
                 " libraries")
+    } else if ($1 == "whole" && NF >= 3) {
+        for (i = 3; i <= NF; i++) {
+            whole[$2] = whole[$2] " " $i
+            whole_ok[$2, $i] = 1
+        }
     } else if ($1 == "require" && NF >= 3) {
         rq[++nrq] = $2
         for (i = 3; i <= NF; i++)
             mods[$2] = mods[$2] " " $i
     } else {
-        err("src/layers:" NR ": not a lib, layer or require line")
+        err("src/layers:" NR ": not a lib, layer, whole or require line")
     }
 }
 
@@ -212,6 +240,61 @@ END {
 }' "$root/src/layers"
 }
 
+# prefixes ROOT: print every internal core function named after another
+# core file; return 1 if there was one.
+prefixes() {
+    root=$1
+    [ -d "$root/src/core" ] || return 0
+    names=$(cd "$root/src/core" && ls *.c *.h 2>/dev/null |
+            sed 's/\.[ch]$//' | sort -u | tr '\n' ' ')
+    (cd "$root" && awk -v names="$names" '
+BEGIN { nn = split(names, nm, " ") }
+function report(fn, line,    n, best, k, b) {
+    n = substr(fn, 7)
+    best = ""
+    for (k = 1; k <= nn; k++) {
+        b = nm[k]
+        if ((n == b || index(n, b "_") == 1) && length(b) > length(best))
+            best = b
+    }
+    if (best == "" || best == base || (base == best "_new" && n == best "_free"))
+        return
+    print FILENAME ":" line ": " fn " is named after core/" best ".*, not " \
+          base ".c: name it seda__" base "_..., or move it there" \
+          " (scripts/layers.sh)"
+    bad = 1
+}
+FNR == 1 {
+    base = FILENAME
+    sub(/.*\//, "", base)
+    sub(/\.c$/, "", base)
+    pend = ""
+}
+pend != "" {
+    if ($0 ~ /;/ && ($0 !~ /\{/ || index($0, ";") < index($0, "{")))
+        pend = ""
+    else if ($0 ~ /\{/) {
+        report(pend, pline)
+        pend = ""
+    }
+    next
+}
+/^[A-Za-z_][^(;=]*[ *]seda__[a-z0-9_]+\(/ && $0 !~ /^(static|extern|typedef)/ {
+    fn = $0
+    sub(/\(.*/, "", fn)
+    sub(/.*[ *]/, "", fn)
+    if ($0 ~ /\)[ \t]*;/)
+        next
+    if ($0 ~ /\{/)
+        report(fn, FNR)
+    else {
+        pend = fn
+        pline = FNR
+    }
+}
+END { exit bad }' src/core/*.c)
+}
+
 # The parts of the tree the check reads, copied to $1.
 copy_tree() {
     mkdir -p "$1/tests/remote" "$1/lua" "$1/bench"
@@ -243,14 +326,18 @@ if [ "${1:-}" = "--self-test" ]; then
                  'src/cli/cli_dlq.c|#include "durable/journal.h"' \
                  'bench/pipeline.c|#include "lua/lseda.h"' \
                  'lua/seda/pretty.lua|local socket = require "socket"' \
-                 'src/io/loop.c|#include "seda.h"'; do
+                 'src/io/loop.c|#include "seda.h"' \
+                 'src/core/tap.c|void seda__stage_planted(void)|{|}' \
+                 'src/core/stats.c|#include "stage.h"' \
+                 'src/core/permits.c|#include "bus.h"' \
+                 'src/core/stage_new.c|int seda__bus_planted(int x,|int y)|{|return x + y;|}'; do
         pf=${plant%%|*}
         add=${plant#*|}
         rm -rf "$tmp/t"
         copy_tree "$tmp/t"
         mkdir -p "$(dirname "$tmp/t/$pf")"
         printf '%s\n' "$add" | tr '|' '\n' >>"$tmp/t/$pf"
-        if out=$(check "$tmp/t"); then
+        if out=$(check "$tmp/t" && prefixes "$tmp/t"); then
             echo "layers --self-test: a planted '$add' in $pf was NOT caught"
             fails=1
         else
@@ -259,7 +346,7 @@ if [ "${1:-}" = "--self-test" ]; then
     done
     rm -rf "$tmp/t"
     copy_tree "$tmp/t"
-    if ! check "$tmp/t" >/dev/null; then
+    if ! check "$tmp/t" >/dev/null || ! prefixes "$tmp/t" >/dev/null; then
         echo "layers --self-test: the unchanged copy fails"
         fails=1
     fi
@@ -267,9 +354,12 @@ if [ "${1:-}" = "--self-test" ]; then
 fi
 
 cd "$(dirname "$0")/.."
-if check "${1:-.}"; then
+ok=0
+check "${1:-.}" || ok=1
+prefixes "${1:-.}" || ok=1
+if [ $ok = 0 ]; then
     echo "layers: ok (src/layers: core <- durable, core <- remote;" \
-         "io; all <- lua <- cli; bench and lua/seda checked)"
-    exit 0
+         "io; all <- lua <- cli; bench and lua/seda checked; every" \
+         "internal core function named after its file)"
 fi
-exit 1
+exit $ok

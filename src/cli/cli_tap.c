@@ -147,9 +147,7 @@ static int event_of(lua_State *L)
 {
     struct stream *s = lua_touserdata(L, 1);
     const seda_tap_entry *e = lua_touserdata(L, 2);
-    seda__l_errors_tap_entry(L, e);
-    lua_pushstring(L, s->label);
-    lua_setfield(L, -2, "stage");
+    seda__l_errors_snapshot(L, e, s->label);
     cli_json_add(&s->out, "data: ", 6);
     cli_json_value(&s->out, L, -1);
     cli_json_add(&s->out, "\n\n", 2);

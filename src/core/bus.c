@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bus.c -- the bus: stage registry, routing, lifecycle, stats (publishing
- * is publish.c).
+ * bus.c -- the bus: stage registry, lifecycle, idleness, stats (publishing
+ * is publish.c, an envelope's routing after an attempt route.c).
  *
  * DESIGN
  *   Registry: stages are found by name through an immutable hash snapshot
@@ -9,14 +9,6 @@
  *   lock.  Adding a stage (rare) builds a new snapshot under bus->mu and
  *   publishes it with a release store; old snapshots stay allocated until
  *   seda_bus_free.
- *
- *   Routing runs on the worker that delivered the envelope, with no lock
- *   held: ack pops the next hop and admits the envelope there (waiting at
- *   most hop_timeout, so full queues cannot deadlock the pool), or ends the
- *   itinerary; a final nack dead-letters.  A dead letter ends its itinerary
- *   at once (done fires with SEDA_DEAD_LETTERED, counted once) and then
- *   travels to the dead-letter stage as a flagged envelope that no later
- *   outcome counts again.
  *
  *   Accounting: every counter lives on a stage, under its lock; the bus
  *   totals are sums, so at a quiet moment
@@ -390,27 +382,27 @@ const struct seda__store_ops *seda__bus_store_ops(struct seda_bus_s *b)
     return seda__bus_store(b) ? b->store_ops : NULL;
 }
 
-void seda__store_forget(struct seda_stage_s *st, seda_env_t *env)
+void seda__bus_store_forget(struct seda_stage_s *st, seda_env_t *env)
 {
     if (seda__env_jkey(env))
         seda__bus_store_ops(st->bus)->forget(st, env);
 }
 
-int seda__store_enter(struct seda_stage_s *to, seda_env_t *env)
+int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env)
 {
     return seda__bus_store_ops(to->bus)->enter(to, env);
 }
 
-int seda__store_move(struct seda_stage_s *from, struct seda_stage_s *to,
-                     seda_env_t *env, int skip_slip)
+int seda__bus_store_move(struct seda_stage_s *from, struct seda_stage_s *to,
+                         seda_env_t *env, int skip_slip)
 {
     return seda__bus_store_ops(from->bus)->move(from, to, env, skip_slip);
 }
 
-int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
-                            const struct seda__remote_ops *ops, void *ctx,
-                            struct seda_stage_s **out, char *err,
-                            size_t errlen)
+int seda__bus_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
+                          const struct seda__remote_ops *ops, void *ctx,
+                          struct seda_stage_s **out, char *err,
+                          size_t errlen)
 {
     int rc = seda__stage_new(b, o, out, err, errlen);
     if (rc == 0) {
@@ -430,12 +422,12 @@ int seda__stage_make_remote(struct seda_bus_s *b, const seda_stage_opts *o,
 int seda_stage_add(seda_bus_t *b, const seda_stage_opts *o,
                    seda_stage_t **out, char *err, size_t errlen)
 {
-    return seda__stage_add(b, o, out, err, errlen, seda_bus_open_journal);
+    return seda__bus_stage_add(b, o, out, err, errlen, seda_bus_open_journal);
 }
 
-int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
-                    seda_stage_t **out, char *err, size_t errlen,
-                    seda__open_store_fn open_store)
+int seda__bus_stage_add(seda_bus_t *b, const seda_stage_opts *o,
+                        seda_stage_t **out, char *err, size_t errlen,
+                        seda__open_store_fn open_store)
 {
     struct seda_stage_s *st;
     int rc = seda__stage_new(b, o, &st, err, errlen);
@@ -456,11 +448,11 @@ int seda__stage_add(seda_bus_t *b, const seda_stage_opts *o,
             return rc;
         }
     }
-    return seda__stage_register(b, st, out, err, errlen);
+    return seda__bus_register(b, st, out, err, errlen);
 }
 
-int seda__stage_register(seda_bus_t *b, struct seda_stage_s *st,
-                         seda_stage_t **out, char *err, size_t errlen)
+int seda__bus_register(seda_bus_t *b, struct seda_stage_s *st,
+                       seda_stage_t **out, char *err, size_t errlen)
 {
     int rc = 0;
     seda__mutex_lock(&b->mu);
@@ -521,260 +513,11 @@ void seda__bus_replay_begins(struct seda_bus_s *b)
         ;
 }
 
-/* A declared stage is ready for a replayed hop once it can take it: it
- * has a consumer (a declaration adds its consumers right after it
- * registers the stage), or it needs none (pull, remote). */
-static bool stage_ready(struct seda_stage_s *to)
-{
-    return to->pull || to->remote_ops ||
-           seda__consumers_count(&to->cons) > 0;
-}
-
 void seda__bus_wake_hops(struct seda_bus_s *b)
 {
     seda__mutex_lock(&b->mu);
     pthread_cond_broadcast(&b->stage_cv);
     seda__mutex_unlock(&b->mu);
-}
-
-struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
-                                          seda_env_t *env, const char *name)
-{
-    struct seda_bus_s *b = st->bus;
-    struct seda_stage_s *to = seda__bus_lookup(b, name);
-    if ((to && stage_ready(to)) || !(env->flags & ENV_REPLAYED))
-        return to;
-    int64_t until = atomic_load_explicit(&b->replay_until,
-                                         memory_order_relaxed);
-    if (seda__now_ns() >= until ||
-        atomic_load_explicit(&b->stopping, memory_order_acquire))
-        return NULL;
-    char id[SEDA_ID_MAX], msg[256];
-    seda_env_id(env, id);
-    snprintf(msg, sizeof msg, "replayed envelope '%s' waits for stage '%s', "
-             "which is not declared yet (at most %.3gs after the replay "
-             "began: hop_timeout)", id, name,
-             (double)b->hop_timeout_ns / 1e9);
-    seda_stage_report(st, msg);
-    struct seda_pool *loaned = seda__pool_block_begin();
-    seda__mutex_lock(&b->mu);
-    while (!((to = seda__bus_lookup(b, name)) && stage_ready(to)) &&
-           !atomic_load_explicit(&b->stopping, memory_order_acquire) &&
-           seda__now_ns() < until)
-        seda__cond_wait(&b->stage_cv, &b->mu, until);
-    seda__mutex_unlock(&b->mu);
-    seda__pool_block_end(loaned);
-    if (!to) {
-        snprintf(msg, sizeof msg, "stage '%s' was not declared within "
-                 "hop_timeout of the replay: replayed envelope '%s' goes on "
-                 "as if it named no stage", name, id);
-        seda_stage_report(st, msg);
-    }
-    return to;
-}
-
-/* ---- routing ---- */
-
-void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
-                         struct stage_counters *tally)
-{
-    struct seda_bus_s *b = st->bus;
-    bool jdone = env->flags & ENV_JDONE;
-    if (jdone)                  /* no store otherwise: see env.h */
-        env->flags &= (uint8_t)~ENV_JDONE;
-    const char *next = seda_env_slip_at(env, 0);
-    if (!next) {
-        if (!jdone && seda__env_jkey(env))
-            seda__store_forget(st, env);          /* completed */
-        seda__env_end(st, env, SEDA_COMPLETED, tally);
-        return;
-    }
-    struct seda_stage_s *to = seda__bus_hop_target(st, env, next);
-    if (!to) {
-        char missing[SEDA_NAME_MAX + 1];
-        snprintf(missing, sizeof missing, "%s", next);
-        seda__bus_dead_letter_to(st, env, "no_such_stage", missing, tally);
-        return;
-    }
-    /* The journal follows the envelope: a durable next stage gets the row
-     * (moved, or inserted when it comes from memory), an in-memory one
-     * means the row goes. */
-    if (!jdone) {
-        if (to->durable) {
-            if (seda__env_jkey(env))
-                seda__store_move(st, to, env, 1);
-            else
-                (void)seda__store_enter(to, env); /* reported */
-        } else if (seda__env_jkey(env)) {
-            seda__store_forget(st, env);
-        }
-    } else if (!to->durable) {
-        seda__env_set_jkey(env, 0);
-    }
-    seda__env_slip_pop(env);
-    env->attempts = 1;
-    env->acked = 0;
-    char why[256];
-    if (seda__stage_check(to, env, why, sizeof why) != 0) {
-        seda__bus_dead_letter(st, env, "type", tally);
-        return;
-    }
-    int rc = seda__stage_enter(to, env, (double)b->hop_timeout_ns / 1e9,
-                               true);
-    if (rc == 0)
-        return;
-    if (rc == SEDA_ECLOSED) {           /* the pool is stopping */
-        env->at = st;                   /* swept here, counted here */
-        if (tally)
-            tally->dropped++;
-        else
-            seda__stage_count_dropped(st);
-        seda__env_end(st, env, SEDA_DROPPED, tally);
-        return;
-    }
-    env->at = st;
-    seda__bus_dead_letter(st, env, "hop_refused", tally);
-}
-
-/* Seconds since the epoch, now. */
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-void seda__bus_dead_hdrs(const struct seda_stage_s *st,
-                         const seda_env_t *env, const char *reason,
-                         const char *missing, double at,
-                         struct seda__dead_hdrs *d)
-{
-    int n = 0;
-    d->kv[n++] = "x-dead-reason";
-    d->kv[n++] = reason;
-    d->kv[n++] = "x-dead-from";
-    d->kv[n++] = st->name;
-    const char *err = seda__env_last_error(env);
-    if (err) {
-        d->kv[n++] = "x-dead-error";
-        d->kv[n++] = err;
-    }
-    snprintf(d->attempts, sizeof d->attempts, "%d", env->attempts);
-    d->kv[n++] = "x-dead-attempts";
-    d->kv[n++] = d->attempts;
-    time_t secs = (time_t)at;
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t k = strftime(d->at, sizeof d->at, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(d->at + k, sizeof d->at - k, ".%03dZ",
-             (int)((at - (double)secs) * 1000) % 1000);
-    d->kv[n++] = "x-dead-at";
-    d->kv[n++] = d->at;
-    if (missing) {
-        d->kv[n++] = "x-dead-stage";
-        d->kv[n++] = missing;
-    }
-    d->kv[n] = NULL;
-}
-
-/* The x-dead-* headers on env. */
-static void dead_headers(struct seda_stage_s *st, seda_env_t *env,
-                         const char *reason, const char *missing, double at)
-{
-    struct seda__dead_hdrs d;
-    seda__bus_dead_hdrs(st, env, reason, missing, at, &d);
-    for (int i = 0; d.kv[i]; i += 2)
-        seda_env_set_header(env, d.kv[i], d.kv[i + 1]);
-}
-
-void seda__bus_dead_letter(struct seda_stage_s *st, seda_env_t *env,
-                           const char *reason, struct stage_counters *tally)
-{
-    seda__bus_dead_letter_to(st, env, reason, NULL, tally);
-}
-
-void seda__bus_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
-                              const char *reason, const char *missing,
-                              struct stage_counters *tally)
-{
-    struct seda_bus_s *b = st->bus;
-    struct stage_counters one = { 0 };
-    struct stage_counters *c = tally ? tally : &one;
-    c->dead_lettered++;
-    c->dead_by[seda__stats_dead_reason(reason)]++;
-    if (!(env->flags & ENV_DEAD)) {
-        c->it_dead++;
-        env->flags |= ENV_DEAD;
-        if (env->done) {
-            /* The callback may want to say why (an HTTP request's 500,
-             * naming a missing stage). */
-            seda_env_set_header(env, "x-dead-reason", reason);
-            seda_env_set_header(env, "x-dead-from", st->name);
-            if (missing)
-                seda_env_set_header(env, "x-dead-stage", missing);
-            seda_done_fn done = env->done;
-            env->done = NULL;
-            done(env, SEDA_DEAD_LETTERED, env->done_ud);
-        }
-    }
-    if (!tally) {
-        seda__mutex_lock(&st->mu);
-        seda__stats_fold(&st->stats.c, &one);
-        seda__mutex_unlock(&st->mu);
-    }
-    /* The stage's dead-letter stage, else the bus's.  One that names no
-     * stage (stages can be declared in any order, so this is only known
-     * now) is reported and passed over. */
-    struct seda_stage_s *to = NULL;
-    const char *names[2] = { st->dead_letter, b->dead_letter };
-    for (int k = 0; k < 2 && !to; k++) {
-        if (!names[k] || strcmp(names[k], st->name) == 0 ||
-            (k == 1 && names[0] && strcmp(names[0], names[1]) == 0))
-            continue;
-        to = seda__bus_hop_target(st, env, names[k]);
-        if (!to) {
-            char msg[160];
-            snprintf(msg, sizeof msg, "dead-letter stage '%s' does not "
-                     "exist%s", names[k], k == 0 && names[1]
-                     ? ": trying the bus's" : ": the envelope is discarded");
-            seda_stage_report(st, msg);
-        }
-    }
-    bool jdone = env->flags & ENV_JDONE;
-    env->flags &= (uint8_t)~ENV_JDONE;
-    /* Why, on the envelope (best effort: out of memory still delivers)
-     * and in the stage's ring. */
-    double at = wall_now();
-    dead_headers(st, env, reason, missing, at);
-    seda__stats_dead(&st->stats, env, reason, missing, at);
-    if (to) {
-        seda__env_slip_clear(env);
-        env->attempts = 1;
-        env->acked = 0;
-        if (!jdone) {
-            if (to->durable && seda__env_jkey(env))
-                seda__store_move(st, to, env, 0);
-            else if (to->durable)
-                (void)seda__store_enter(to, env); /* reported */
-            else if (seda__env_jkey(env))
-                seda__store_forget(st, env);
-        } else if (!to->durable) {
-            seda__env_set_jkey(env, 0);
-        }
-        if (seda__stage_enter(to, env, (double)b->hop_timeout_ns / 1e9,
-                              true) == 0)
-            return;
-        /* The DLQ refused it: it is discarded after all. */
-        char msg[160];
-        snprintf(msg, sizeof msg, "dead-letter stage '%s' refused an "
-                 "envelope: discarded", to->name);
-        seda_stage_report(st, msg);
-        if (seda__env_jkey(env))
-            seda__store_forget(to, env);
-    } else if (!jdone && seda__env_jkey(env)) {
-        seda__store_forget(st, env);
-    }
-    seda__env_free(env);                /* discarded, already counted */
 }
 
 /* ---- idleness, shutdown ---- */
@@ -873,10 +616,10 @@ int seda_bus_shutdown(seda_bus_t *b, double timeout)
 
     /* Retries still waiting out their backoff are swept too. */
     int swept = seda__pool_timers(b->pool);
-    seda__pool_drop_timers(b->pool, seda__stage_drop_timer, NULL);
+    seda__pool_drop_timers(b->pool, seda__route_drop_timer, NULL);
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
     for (int i = 0; i < r->n; i++)
-        swept += seda__stage_sweep(r->list[i]);
+        swept += seda__route_sweep(r->list[i]);
     if (rc == 0 && swept > 0)
         rc = SEDA_ETIMEDOUT;
 

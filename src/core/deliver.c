@@ -156,17 +156,17 @@ HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
             !(env->flags & (ENV_DEAD | ENV_JDONE))) {
             /* The itinerary completes here with nothing more to do: no
              * slip, no journal row (both live in ext), no callback, not
-             * counted dead.  What seda__bus_route_ack and seda__env_end
+             * counted dead.  What seda__route_ack and seda__env_end
              * do then, without their calls (a third of a C consumer's
              * hand-off); keep the two in step. */
             b->tally->completed++;
             seda__env_free(env);
             break;
         }
-        seda__bus_route_ack(st, env, b->tally);
+        seda__route_ack(st, env, b->tally);
         break;
     case DR_DEAD_NOCONS:
-        seda__bus_dead_letter(st, env, "no_consumers", b->tally);
+        seda__route_dead_letter(st, env, "no_consumers", b->tally);
         break;
     case DR_RETRY:
         begin_retry(env, b->tally, now);
@@ -174,7 +174,7 @@ HOT void route(struct seda_stage_s *st, seda_env_t *env, int res,
         break;
     default:
         b->tally->nacked++;
-        seda__bus_dead_letter(st, env, "max_attempts", b->tally);
+        seda__route_dead_letter(st, env, "max_attempts", b->tally);
         break;
     }
 }
@@ -441,7 +441,7 @@ seda_pending_t *seda_batch_suspend(seda_batch_t *b)
     p->sojourn = b->sojourn[i];
     seda__env_suspend(p->env, &p->undo, &p->failed);
     seda__mutex_lock(&st->mu);
-    if (!seda__drain_claim(&st->dr, st->adm.concurrency, 0, true)) {
+    if (!seda__permits_claim(&st->dr, st->adm.concurrency, 0, true)) {
         b->gave_permit = true;          /* the task's permit is the call's */
         b->cut = true;
     }
@@ -492,8 +492,8 @@ static void pending_end(struct seda_stage_s *st,
         st->dr.life_ns = old ? (old * 7 + v) / 8 : v;
     }
     st->dr.suspended--;
-    sched = seda__drain_release(&st->dr, &st->in, st->adm.concurrency,
-                                seda__bus_stopping(st->bus), &idle);
+    sched = seda__permits_release(&st->dr, &st->in, st->adm.concurrency,
+                                  seda__bus_stopping(st->bus), &idle);
     seda__mutex_unlock(&st->mu);
     if (sched)
         seda__drain_schedule(st);
@@ -520,8 +520,8 @@ void seda_pending_settle(seda_pending_t *p, bool ok)
          * task's retry goes. */
         begin_retry(env, &tally, end);
         seda__mutex_lock(&st->mu);
-        if (!seda__stage_retry_later(st, env))
-            seda__stage_push_head(st, env);
+        if (!seda__route_retry_later(st, env))
+            seda__route_push_head(st, env);
         seda__mutex_unlock(&st->mu);
     } else {
         struct seda_batch_s b = { .st = st, .tally = &tally };

@@ -51,7 +51,7 @@ SEDA__API int seda__stage_full_answer(struct seda_stage_s *st);
 
 /* The backoff before retry attempt `next` (>= 2), in ns, jitter drawn;
  * 0 without a retry option.  Takes the stage lock. */
-SEDA__API int64_t seda__stage_backoff_ns(struct seda_stage_s *st, int next);
+SEDA__API int64_t seda__route_backoff_ns(struct seda_stage_s *st, int next);
 
 /* ---- the bus ---- */
 
@@ -75,9 +75,9 @@ SEDA__API struct seda_stage_s *seda__bus_lookup(struct seda_bus_s *b,
  * hop_timeout after the latest replay began or the pool stops, with its
  * worker covered by a loan; the wait and a wait in vain are reported on
  * st.  Returns the stage or NULL.  Takes the bus lock while it waits. */
-SEDA__API struct seda_stage_s *seda__bus_hop_target(struct seda_stage_s *st,
-                                                    seda_env_t *env,
-                                                    const char *name);
+SEDA__API struct seda_stage_s *seda__route_hop_target(struct seda_stage_s *st,
+                                                      seda_env_t *env,
+                                                      const char *name);
 
 /* A replay begins now: replayed envelopes may wait for undeclared hops
  * until hop_timeout from now. */
@@ -89,16 +89,16 @@ SEDA__API void seda__bus_idle_notify(struct seda_bus_s *b);
 /* Routing after a delivery, on the worker; st is the stage that handled
  * env.  Counts go to tally (the drain task folds it into the stage's
  * counters later) or, when tally is NULL, straight into st's. */
-SEDA__API void seda__bus_route_ack(struct seda_stage_s *st, seda_env_t *env,
-                                   struct stage_counters *tally);
-SEDA__API void seda__bus_dead_letter(struct seda_stage_s *st,
-                                     seda_env_t *env, const char *reason,
-                                     struct stage_counters *tally);
+SEDA__API void seda__route_ack(struct seda_stage_s *st, seda_env_t *env,
+                               struct stage_counters *tally);
+SEDA__API void seda__route_dead_letter(struct seda_stage_s *st,
+                                       seda_env_t *env, const char *reason,
+                                       struct stage_counters *tally);
 /* The same, naming the missing stage of a no_such_stage (x-dead-stage). */
-SEDA__API void seda__bus_dead_letter_to(struct seda_stage_s *st,
-                                        seda_env_t *env, const char *reason,
-                                        const char *missing,
-                                        struct stage_counters *tally);
+SEDA__API void seda__route_dead_letter_to(struct seda_stage_s *st,
+                                          seda_env_t *env, const char *reason,
+                                          const char *missing,
+                                          struct stage_counters *tally);
 
 /* The x-dead-* headers a dead letter from st carries (bus.c): reason,
  * from, error (the last seda_env_fail message, when one), attempts, at
@@ -111,15 +111,15 @@ struct seda__dead_hdrs {
     char attempts[16];
     char at[40];
 };
-SEDA__API void seda__bus_dead_hdrs(const struct seda_stage_s *st,
-                                   const seda_env_t *env, const char *reason,
-                                   const char *missing, double at,
-                                   struct seda__dead_hdrs *d);
+SEDA__API void seda__route_dead_hdrs(const struct seda_stage_s *st,
+                                     const seda_env_t *env, const char *reason,
+                                     const char *missing, double at,
+                                     struct seda__dead_hdrs *d);
 
 /* Deadline for a publish from the calling thread: the given one, capped
  * at hop_timeout when the caller is one of b's workers. */
-SEDA__API int64_t seda__bus_publish_deadline(struct seda_bus_s *b,
-                                             double timeout);
+SEDA__API int64_t seda__publish_deadline(struct seda_bus_s *b,
+                                         double timeout);
 
 /* ---- admission by the layers ---- */
 
@@ -145,7 +145,7 @@ SEDA__API int seda__stage_requeue_front(struct seda_stage_s *st,
 /* Queue env (replayed, its ext->due set: a journaled retry not yet due)
  * on a timer for its due time, counted accepted and delayed.  0, or
  * SEDA_ECLOSED / SEDA_ENOMEM when no timer can be set (nothing done). */
-SEDA__API int seda__stage_requeue_later(struct seda_stage_s *st,
+SEDA__API int seda__route_requeue_later(struct seda_stage_s *st,
                                         seda_env_t *env);
 
 /* Run st's admission check on env (no lock held); 0 when admitted or no

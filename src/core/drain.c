@@ -215,7 +215,7 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
         pthread_cond_broadcast(&st->adm.not_full);
     /* Retry backoff (read under mu: tune changes it): nacked envelopes
      * wait on a timer instead of being delivered again at once. */
-    bool later = st->adm.retry_backoff > 0;
+    bool later = st->rt.backoff > 0;
     seda__mutex_unlock(&st->mu);
 
     /* Deliver and route (deliver.c). */
@@ -248,69 +248,17 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
      * the retries, both in their original order (retries with a backoff
      * wait on a timer instead). */
     for (int k = n - 1; k >= i; k--)
-        seda__stage_push_head(st, batch[k]);
+        seda__route_push_head(st, batch[k]);
     for (int k = nretry - 1; k >= 0; k--)
-        if (!seda__stage_retry_later(st, retry[k]))
-            seda__stage_push_head(st, retry[k]);
+        if (!seda__route_retry_later(st, retry[k]))
+            seda__route_push_head(st, retry[k]);
     st->dr.in_flight -= n;
     seda__stats_fold(&st->stats.c, &tally);
     if (i > 0) {
         seda__stats_rate_sample(&st->stats, t);
-        seda__stage_shed_update(st, least, t);
+        seda__shed_update(st, least, t);
     }
     spread(st, bt.shed);
-}
-
-/* ---- permits ---- */
-
-bool seda__drain_claim(struct seda_drain *d, int concurrency, uint32_t depth,
-                       bool force)
-{
-    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
-    if (run < concurrency &&
-        (force || seda__drain_want_task(d, run, depth))) {
-        atomic_store_explicit(&d->running, run + 1, memory_order_seq_cst);
-        return true;
-    }
-    return false;
-}
-
-int seda__drain_claim_n(struct seda_drain *d, int concurrency,
-                        uint32_t depth)
-{
-    int run = atomic_load_explicit(&d->running, memory_order_relaxed);
-    int n = 0;
-    while (run < concurrency && (uint32_t)run < depth) {
-        run++;
-        n++;
-    }
-    atomic_store_explicit(&d->running, run, memory_order_seq_cst);
-    return n;
-}
-
-bool seda__drain_release(struct seda_drain *d, struct seda_inbox *in,
-                         int concurrency, bool stopping, bool *idle)
-{
-    *idle = false;
-    if (!stopping && seda__inbox_depth(in) > 0)
-        return true;                    /* the permit goes on as a task */
-    /* Give it back, then look once more (seq_cst, the Dekker pairing with
-     * the lock-free publish path, as at the end of a drain task). */
-    atomic_fetch_sub_explicit(&d->running, 1, memory_order_seq_cst);
-    if (!stopping && seda__inbox_depth(in) > 0 &&
-        atomic_load_explicit(&d->running, memory_order_relaxed) <
-            concurrency) {
-        atomic_fetch_add_explicit(&d->running, 1, memory_order_seq_cst);
-        return true;
-    }
-    *idle = atomic_load_explicit(&d->running, memory_order_relaxed) == 0 &&
-            seda__inbox_depth(in) == 0;
-    return false;
-}
-
-void seda__drain_reset(struct seda_drain *d)
-{
-    atomic_store_explicit(&d->running, 0, memory_order_seq_cst);
 }
 
 void seda__drain_schedule(struct seda_stage_s *st)

@@ -86,31 +86,6 @@ static inline void seda__drain_init(struct seda_drain *d)
     d->life_ns = 0;
 }
 
-/* Guarded: with `depth` queued, take a permit for one more task when
- * fewer than `concurrency` run and the work wants it (seda__drain_want_task;
- * force: whenever a permit is free).  True when the caller must submit
- * the task (seda__drain_schedule) after unlocking. */
-SEDA__API bool seda__drain_claim(struct seda_drain *d, int concurrency,
-                                 uint32_t depth, bool force);
-
-/* Guarded: take permits for up to `want` more tasks (fewer than
- * concurrency in all, at most one per queued envelope: a tune that raised
- * concurrency, a replay, a shutdown).  Returns how many to submit. */
-SEDA__API int seda__drain_claim_n(struct seda_drain *d, int concurrency,
-                                  uint32_t depth);
-
-/* Guarded: a permit comes back from a call that ended, with in the
- * stage's queue.  True when it goes on as a new drain task (what is
- * queued needs one: submit it after unlocking); otherwise it is given
- * back, with the Dekker check against the lock-free publish path, and
- * *idle says whether the stage has nothing left (notify the bus). */
-SEDA__API bool seda__drain_release(struct seda_drain *d,
-                                   struct seda_inbox *in, int concurrency,
-                                   bool stopping, bool *idle);
-
-/* Guarded: a swept stage runs no task. */
-SEDA__API void seda__drain_reset(struct seda_drain *d);
-
 /* Submit a drain task for st (its permit already counted).  When the pool
  * is stopping the permit is given back (the bus sweeps the queue).  No
  * lock held. */

@@ -544,7 +544,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
             struct seda_stage_s *to = seda__bus_lookup(env->at->bus,
                                                        stages[i]);
             if (to && to != env->at)
-                seda__stage_fwd_learn(env->at, to);
+                seda__shed_fwd_learn(env->at, to);
         }
     return 0;
 }
@@ -629,6 +629,45 @@ char *seda__env_headers_copy(const seda_env_t *env, const char **hv, char *q)
         q += vn;
     }
     return q;
+}
+
+char *seda__env_snapshot(const seda_env_t *env, size_t keep,
+                         bool with_error, seda_env_snapshot *out,
+                         size_t *len)
+{
+    const char *err = with_error ? seda__env_last_error(env) : NULL;
+    size_t plen;
+    const void *p = seda_env_payload(env, &plen);
+    size_t pkeep = plen < keep ? plen : keep;
+    int nh = seda_env_header_count(env);
+    size_t n = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
+               + pkeep;
+    char *blob = seda__malloc(n ? n : 1);
+    if (!blob)
+        return NULL;
+    memset(out, 0, sizeof *out);
+    seda_env_id(env, out->id);
+    out->attempts = seda_env_attempts(env);
+    out->kind = seda_env_payload_kind(env);
+    out->payload_size = plen;
+    out->nheaders = nh;
+    const char **hv = (const char **)(void *)blob;
+    char *q = blob + (size_t)nh * 2 * sizeof(char *);
+    if (err) {
+        size_t en = strlen(err) + 1;
+        memcpy(q, err, en);
+        out->error = q;
+        q += en;
+    }
+    if (pkeep)
+        memcpy(q, p, pkeep);
+    out->payload = q;
+    out->payload_len = pkeep;
+    q += pkeep;
+    seda__env_headers_copy(env, hv, q);
+    out->headers = nh ? hv : NULL;
+    *len = n;
+    return blob;
 }
 
 int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
@@ -967,4 +1006,43 @@ void seda_env_fail(seda_env_t *env, const char *msg)
     keep_error(env, msg ? msg : "consumer failed");
     if (env->at)
         seda_stage_report(env->at, msg ? msg : "consumer failed");
+}
+
+/* ---- ending an envelope ---- */
+
+void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
+                   struct stage_counters *tally)
+{
+    if (!(env->flags & ENV_DEAD)) {
+        if (tally) {
+            if (outcome == SEDA_COMPLETED)
+                tally->completed++;
+            else if (outcome == SEDA_DROPPED)
+                tally->it_lost++;
+        } else {
+            seda__mutex_lock(&st->mu);
+            if (outcome == SEDA_COMPLETED)
+                st->stats.c.completed++;
+            else if (outcome == SEDA_DROPPED)
+                st->stats.c.it_lost++;
+            seda__mutex_unlock(&st->mu);
+        }
+    }
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, outcome, env->done_ud);
+    }
+    seda__env_free(env);
+}
+
+/* Evicted or swept: the stage already counted dropped (and it_lost). */
+void seda__env_end_dropped(seda_env_t *env)
+{
+    if (env->done) {
+        seda_done_fn done = env->done;
+        env->done = NULL;
+        done(env, SEDA_DROPPED, env->done_ud);
+    }
+    seda__env_free(env);
 }

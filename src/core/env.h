@@ -13,6 +13,7 @@
 #include "seda_int.h"
 
 struct seda_stage_s;
+struct stage_counters;
 
 /* The routing slip: remaining hops, stored reversed (the next hop is
  * name[n-1]) so popping is n--.  One allocation holds the header, the
@@ -37,7 +38,7 @@ enum {
     ENV_DEAD = 1,               /* already counted dead-lettered */
     ENV_REPLAYED = 2,           /* came back from the journal: a hop to a
                                    stage not declared yet waits for it
-                                   (seda__bus_hop_target) */
+                                   (seda__route_hop_target) */
     /* 4 is free (delivery state is per thread: env.c) */
     ENV_JDONE = 8,              /* the journal already reflects the
                                    routing decision about to be made */
@@ -182,6 +183,27 @@ SEDA__API size_t seda__env_headers_size(const seda_env_t *env);
  * what was written. */
 SEDA__API char *seda__env_headers_copy(const seda_env_t *env,
                                        const char **hv, char *q);
+
+/* A snapshot of env (seda.h's seda_env_snapshot, for taps and dead
+ * letters): its id, attempts, kind, headers, the first `keep` bytes of
+ * its payload and, when with_error, its last error, into *out (the rest
+ * zero), their copies in one allocation of *len bytes that the caller
+ * owns (seda__free) and *out points into.  Returns it, or NULL when out
+ * of memory (*out is then not to be used).  Any thread; env is only
+ * read. */
+SEDA__API char *seda__env_snapshot(const seda_env_t *env, size_t keep,
+                                   bool with_error, seda_env_snapshot *out,
+                                   size_t *len);
+
+/* End an envelope with an outcome: count it (in tally, or on st under its
+ * lock when tally is NULL), fire done, free it (env.c, the end of every
+ * envelope). */
+SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
+                             int outcome, struct stage_counters *tally);
+
+/* End an envelope that was evicted or swept (its stage already counted
+ * it dropped): fire done with SEDA_DROPPED, free it. */
+SEDA__API void seda__env_end_dropped(seda_env_t *env);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

@@ -12,7 +12,7 @@
 
 #include "bus.h"
 
-int64_t seda__bus_publish_deadline(struct seda_bus_s *b, double timeout)
+int64_t seda__publish_deadline(struct seda_bus_s *b, double timeout)
 {
     int64_t d = seda__deadline(timeout);
     if (seda__pool_current_owner() == b) {
@@ -55,7 +55,7 @@ static void tell_why(const seda_publish_opts *opts, const char *why)
 /* Shedding at the door (SPEC.md section 13, amending section 10): a new
  * itinerary is refused with SEDA_ESHED when a stage it may reach is
  * shedding: a stage on its slip, or a stage its first stage or those were
- * seen to forward to (seda__stage_fwd_seen), and so on from there, up to
+ * seen to forward to (seda__shed_fwd_seen), and so on from there, up to
  * DOOR_REACH stages (its first stage, st, says so itself when it is
  * offered the envelope).  Hops never come here, so work already on its
  * way is never shed.  The refusal is counted at st (shed, dropped) and at
@@ -95,13 +95,13 @@ static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
     int64_t now = seda__now_ns();
     for (int i = 0; i < n; i++) {
         struct seda_stage_s *h = seen[i];
-        if (h != st && seda__stage_door_shed(h, prio)) {
-            seda__stage_count_shed(st);
+        if (h != st && seda__shed_door(h, prio)) {
+            seda__shed_count(st);
             tell_why(opts, h->name);
             return SEDA_ESHED;
         }
         struct seda_stage_s *to[SEDA__FWD_SEEN];
-        int k = seda__stage_fwd_seen(h, now, to);
+        int k = seda__shed_fwd_seen(h, now, to);
         for (int j = 0; j < k && n < DOOR_REACH; j++)
             if (!door_seen(seen, n, to[j]))
                 seen[n++] = to[j];

@@ -5,7 +5,7 @@
  * without including it.
  *
  * DESIGN
- *   The remote layer makes a remote stage with seda__stage_make_remote,
+ *   The remote layer makes a remote stage with seda__bus_make_remote,
  *   which installs its table of functions and its context on the stage
  *   before the stage is registered (so no publish can miss them); both
  *   are then immutable.  The core calls through them at four points:
@@ -60,15 +60,15 @@ struct seda__remote_ops {
  * SEDA_ENOMEM, err naming the stage and field; free an unregistered
  * stage with seda__stage_free); register adds it to the bus (0,
  * SEDA_EEXIST, SEDA_ECLOSED or SEDA_ENOMEM; on failure st is freed). */
-SEDA__API int seda__stage_make_remote(struct seda_bus_s *b,
-                                      const seda_stage_opts *o,
-                                      const struct seda__remote_ops *ops,
-                                      void *ctx, struct seda_stage_s **out,
-                                      char *err, size_t errlen);
-SEDA__API int seda__stage_register(struct seda_bus_s *b,
-                                   struct seda_stage_s *st,
-                                   struct seda_stage_s **out, char *err,
-                                   size_t errlen);
+SEDA__API int seda__bus_make_remote(struct seda_bus_s *b,
+                                    const seda_stage_opts *o,
+                                    const struct seda__remote_ops *ops,
+                                    void *ctx, struct seda_stage_s **out,
+                                    char *err, size_t errlen);
+SEDA__API int seda__bus_register(struct seda_bus_s *b,
+                                 struct seda_stage_s *st,
+                                 struct seda_stage_s **out, char *err,
+                                 size_t errlen);
 
 /* Admit env into `to`, or hand it to the remote layer when `to` is a
  * remote stage.  As seda__stage_admit. */

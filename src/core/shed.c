@@ -22,7 +22,7 @@
 /* The shedding level becomes level (mu held): the bus counts the stages
  * that shed, so a new itinerary's door check costs nothing while none
  * does. */
-void seda__stage_shed_set(struct seda_stage_s *st, int level)
+void seda__shed_set(struct seda_stage_s *st, int level)
 {
     int was = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
     atomic_store_explicit(&st->adm.shed_level, level, memory_order_relaxed);
@@ -36,18 +36,18 @@ static void shed_end(struct seda_stage_s *st, int level, int64_t now)
     st->adm.shed_above_since = 0;
     st->adm.shed_rearm = level;
     st->adm.shed_rearm_until = now + SHED_REARM_INTERVALS * st->adm.shed_interval_ns;
-    seda__stage_shed_set(st, 0);
+    seda__shed_set(st, 0);
 }
 
 /* Shedding rises to level (mu held). */
 static void shed_rise(struct seda_stage_s *st, int level, int64_t now)
 {
     st->adm.shed_level_at = now;
-    seda__stage_shed_set(st, level);
+    seda__shed_set(st, level);
 }
 
-void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
-                             int64_t now)
+void seda__shed_update(struct seda_stage_s *st, int64_t least,
+                       int64_t now)
 {
     SEDA__ASSERT_HELD(&st->mu);
     if (!st->adm.shed_target_ns)
@@ -90,14 +90,14 @@ void seda__stage_shed_update(struct seda_stage_s *st, int64_t least,
  * names st is refused while st sheds at its priority, as st would refuse
  * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
  * when st is shedding. */
-int seda__stage_door_shed(struct seda_stage_s *st, int prio)
+int seda__shed_door(struct seda_stage_s *st, int prio)
 {
     if (prio == SEDA_PRIO_HIGH ||
         SEDA__LIKELY(!atomic_load_explicit(&st->adm.shed_level,
                                            memory_order_relaxed)))
         return 0;
     seda__mutex_lock(&st->mu);
-    int level = seda__stage_shed_level_now(st);
+    int level = seda__shed_level_now(st);
     bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
     if (refuse)
         st->stats.c.shed_for++;
@@ -109,7 +109,7 @@ int seda__stage_door_shed(struct seda_stage_s *st, int prio)
  * already known gets its time refreshed (at most once a millisecond, so
  * a busy forward does not keep writing the line); a new one takes the
  * slot seen longest ago (an empty slot's time is 0). */
-void seda__stage_fwd_learn(struct seda_stage_s *st, struct seda_stage_s *to)
+void seda__shed_fwd_learn(struct seda_stage_s *st, struct seda_stage_s *to)
 {
     int64_t now = seda__now_ns();
     int oldest = 0;
@@ -134,8 +134,8 @@ void seda__stage_fwd_learn(struct seda_stage_s *st, struct seda_stage_s *to)
     atomic_store_explicit(&st->fwd.to[oldest], to, memory_order_release);
 }
 
-int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
-                         struct seda_stage_s **out)
+int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
+                        struct seda_stage_s **out)
 {
     int64_t forget = st->bus->stats_window_ns;
     int n = 0;
@@ -149,7 +149,7 @@ int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
     return n;
 }
 
-void seda__stage_count_shed(struct seda_stage_s *st)
+void seda__shed_count(struct seda_stage_s *st)
 {
     seda__mutex_lock(&st->mu);
     st->stats.c.shed++;
@@ -160,14 +160,14 @@ void seda__stage_count_shed(struct seda_stage_s *st)
 /* Shedding while the queue could not be slow (mu held): an empty queue,
  * or one whose backlog takes less than target at the recent handling
  * time, ends it (the batches that would say so may never come). */
-int seda__stage_shed_level_now(struct seda_stage_s *st)
+int seda__shed_level_now(struct seda_stage_s *st)
 {
     int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
     if (!level)
         return 0;
     if (!st->adm.shed_target_ns) {
         st->adm.shed_above_since = 0;
-        seda__stage_shed_set(st, 0);
+        seda__shed_set(st, 0);
         return 0;
     }
     /* A call suspended on the network holds its permit for its whole

@@ -1,30 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stage.c -- a stage's admission: the policy at a full queue, retry
- * backoff, the payload check, tuning; and the end of an envelope (the
- * queue is inbox.c, adaptive shedding shed.c, the drain task drain.c, the
- * stage's making stage_new.c, its counters stats.c).
+ * stage.c -- a stage's admission: the policy at a full queue, the
+ * payload check, tuning (the queue is inbox.c, adaptive shedding shed.c,
+ * the drain task and its scheduling drain.c, an envelope's fate after an
+ * attempt route.c, the stage's making stage_new.c, its counters stats.c).
  *
  * DESIGN
  *   Admission (any thread) takes the stage lock once: room below capacity
- *   means push and maybe schedule; otherwise the policy decides (refuse,
- *   discard, evict the head, or wait on not_full until the deadline).
- *
- *   Scheduling: `running` counts drain tasks queued in the pool or running.
- *   A push schedules one only while running < concurrency, so an idle stage
- *   costs nothing and a busy one never floods the pool.  A drain task takes
- *   up to `batch` envelopes in one lock round, delivers them with no lock
- *   held, then in one more lock round folds its counters in, requeues its
- *   nacks at the head, and either resubmits itself (queue not empty: the
- *   permit passes to the new task, which goes to the back of the pool's
- *   FIFO so other stages get their turn) or gives the permit back.
+ *   means push and maybe claim a drain task's permit; otherwise the policy
+ *   decides (refuse, discard, evict the head, or wait on not_full until
+ *   the deadline).
  *
  *   The ring holds capacity + concurrency * batch slots: admissions stop at
  *   capacity, and the headroom guarantees that every envelope a drain task
  *   took can go back to the head (retry, or an interrupted batch at stop).
- *
- *   Invariant: the queue is non-empty only while running > 0 (until the
- *   pool is stopped, after which the bus sweeps it).
  *
  *   The queue itself (the lock-free inbox and the head ring) is
  *   inbox.c; HOW IT WORKS there explains the publish path's pairing
@@ -45,43 +34,6 @@ void seda__stage_count_dropped(struct seda_stage_s *st)
     seda__mutex_lock(&st->mu);
     st->stats.c.dropped++;
     seda__mutex_unlock(&st->mu);
-}
-
-void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
-                   struct stage_counters *tally)
-{
-    if (!(env->flags & ENV_DEAD)) {
-        if (tally) {
-            if (outcome == SEDA_COMPLETED)
-                tally->completed++;
-            else if (outcome == SEDA_DROPPED)
-                tally->it_lost++;
-        } else {
-            seda__mutex_lock(&st->mu);
-            if (outcome == SEDA_COMPLETED)
-                st->stats.c.completed++;
-            else if (outcome == SEDA_DROPPED)
-                st->stats.c.it_lost++;
-            seda__mutex_unlock(&st->mu);
-        }
-    }
-    if (env->done) {
-        seda_done_fn done = env->done;
-        env->done = NULL;
-        done(env, outcome, env->done_ud);
-    }
-    seda__env_free(env);
-}
-
-/* Evicted or swept: the stage already counted dropped (and it_lost). */
-static void end_dropped(seda_env_t *env)
-{
-    if (env->done) {
-        seda_done_fn done = env->done;
-        env->done = NULL;
-        done(env, SEDA_DROPPED, env->done_ud);
-    }
-    seda__env_free(env);
 }
 
 /* ---- admission ---- */
@@ -117,8 +69,8 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
         seda__pull_wake(&st->pl, false);
         return false;
     }
-    return seda__drain_claim(&st->dr, st->adm.concurrency,
-                             seda__stage_depth(st), false);
+    return seda__permits_claim(&st->dr, st->adm.concurrency,
+                               seda__stage_depth(st), false);
 }
 
 
@@ -159,7 +111,8 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
     int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
-    if (SEDA__UNLIKELY(level > 0) && !hop && (level = seda__stage_shed_level_now(st))) {
+    if (SEDA__UNLIKELY(level > 0) && !hop &&
+        (level = seda__shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -309,8 +262,8 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (run < atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) &&
         seda__drain_want_task(&st->dr, run, depth + 1)) {
         seda__mutex_lock(&st->mu);
-        bool sched = seda__drain_claim(&st->dr, st->adm.concurrency,
-                                       seda__stage_depth(st), false);
+        bool sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+                                         seda__stage_depth(st), false);
         seda__mutex_unlock(&st->mu);
         if (sched)
             seda__drain_schedule(st);
@@ -369,7 +322,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     int rc;
     while ((rc = offer_locked(st, env, hop, &nsched, &victim)) == 1) {
         if (deadline_ns == 0) {
-            deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
+            deadline_ns = seda__publish_deadline(st->bus, timeout);
             capped = seda__pool_current_owner() == (void *)st->bus &&
                      deadline_ns < seda__deadline(timeout);
         }
@@ -422,8 +375,8 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
         seda__drain_schedule(st);
     if (victim) {
         if (seda__env_jkey(victim))
-            seda__store_forget(st, victim);
-        end_dropped(victim);
+            seda__bus_store_forget(st, victim);
+        seda__env_end_dropped(victim);
     }
     return rc;
 }
@@ -453,7 +406,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
                 continue;
         } else if (r == 1) {
             if (deadline_ns == 0) {
-                deadline_ns = seda__bus_publish_deadline(st->bus, timeout);
+                deadline_ns = seda__publish_deadline(st->bus, timeout);
                 capped = seda__pool_current_owner() == (void *)st->bus &&
                          deadline_ns < seda__deadline(timeout);
             }
@@ -491,7 +444,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
         /* Victim buffer full: flush it outside the lock. */
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < nv; i++)
-            end_dropped(victims[i]);
+            seda__env_end_dropped(victims[i]);
         nv = 0;
         seda__mutex_lock(&st->mu);
     }
@@ -502,7 +455,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
     while (nsched-- > 0)
         seda__drain_schedule(st);
     for (int i = 0; i < nv; i++)
-        end_dropped(victims[i]);
+        seda__env_end_dropped(victims[i]);
     return done;
 }
 
@@ -549,8 +502,8 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     if (st->pull)
         seda__pull_wake(&st->pl, true);
     else
-        nsched = seda__drain_claim_n(&st->dr, st->adm.concurrency,
-                                     seda__stage_depth(st));
+        nsched = seda__permits_claim_n(&st->dr, st->adm.concurrency,
+                                       seda__stage_depth(st));
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
         seda__drain_schedule(st);
@@ -566,163 +519,7 @@ void seda__stage_unreserve(struct seda_stage_s *st)
     seda__mutex_unlock(&st->mu);
 }
 
-/* ---- retry backoff ---- */
-
-/* A uniform double in [0, 1) from a per-thread xorshift generator. */
-static double jitter01(void)
-{
-    static _Thread_local uint64_t x;
-    if (!x)
-        x = (uint64_t)seda__now_ns() ^ ((uint64_t)(uintptr_t)&x << 17) ^
-            0x9E3779B97F4A7C15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
-}
-
-/* The timer's task: the retry is due, back to the head of its stage. */
-static void retry_due(void *arg)
-{
-    seda_env_t *env = arg;
-    struct seda_stage_s *st = env->at;
-    bool sched = false;
-    seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
-    env->enq_ts = seda__clock_ns();
-    seda__stage_push_head(st, env);
-    if (st->pull)
-        seda__pull_wake(&st->pl, false);
-    else
-        sched = seda__drain_claim(&st->dr, st->adm.concurrency,
-                                  seda__stage_depth(st), true);
-    seda__mutex_unlock(&st->mu);
-    if (sched)
-        seda__drain_schedule(st);
-}
-
-/* The backoff before retry attempt `next` (mu held). */
-static int64_t backoff_locked(struct seda_stage_s *st, int next)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    if (!(st->adm.retry_backoff > 0))
-        return 0;
-    /* The first retry (attempts 2) waits backoff, each next one
-     * multiplier times longer, up to max_backoff; jitter adds up to half
-     * again, still within max_backoff. */
-    double d = st->adm.retry_backoff;
-    for (int k = 2; k < next && d < st->adm.retry_max; k++)
-        d *= st->adm.retry_mult;
-    if (st->adm.retry_jitter)
-        d *= 1.0 + 0.5 * jitter01();
-    if (d > st->adm.retry_max)
-        d = st->adm.retry_max;
-    return seda__secs_to_ns(d);
-}
-
-int64_t seda__stage_backoff_ns(struct seda_stage_s *st, int next)
-{
-    seda__mutex_lock(&st->mu);
-    int64_t d = backoff_locked(st, next);
-    seda__mutex_unlock(&st->mu);
-    return d;
-}
-
-bool seda__stage_retry_later(struct seda_stage_s *st, seda_env_t *env)
-{
-    SEDA__ASSERT_HELD(&st->mu);
-    int64_t due;
-    if (env->ext && env->ext->due) {
-        due = env->ext->due;            /* journaled: the row says so */
-        env->ext->due = 0;
-    } else if (st->adm.retry_backoff > 0) {
-        due = seda__now_ns() + backoff_locked(st, env->attempts);
-    } else {
-        return false;
-    }
-    env->at = st;
-    if (seda__pool_submit_at(st->bus->pool, due, retry_due, env) != 0)
-        return false;                   /* stopping, or out of memory */
-    st->adm.delayed++;
-    return true;
-}
-
-int seda__stage_requeue_later(struct seda_stage_s *st, seda_env_t *env)
-{
-    seda__mutex_lock(&st->mu);
-    int64_t due = env->ext->due;
-    env->at = st;
-    int rc = seda__pool_submit_at(st->bus->pool, due, retry_due, env);
-    if (rc == 0) {
-        env->ext->due = 0;
-        st->adm.delayed++;
-        st->stats.c.enqueued++;
-        st->stats.c.accepted++;
-    }
-    seda__mutex_unlock(&st->mu);
-    return rc;
-}
-
-void seda__stage_drop_timer(seda__task_fn fn, void *arg, void *ud)
-{
-    (void)ud;
-    if (fn != retry_due)
-        return;
-    seda_env_t *env = arg;
-    struct seda_stage_s *st = env->at;
-    seda__mutex_lock(&st->mu);
-    st->adm.delayed--;
-    st->stats.c.dropped++;
-    if (!(env->flags & ENV_DEAD))
-        st->stats.c.it_lost++;
-    seda__mutex_unlock(&st->mu);
-    end_dropped(env);
-}
-
-void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env)
-{
-    if (env->attempts < st->max_attempts) {
-        env->attempts++;
-        env->enq_ts = seda__clock_ns();
-        seda__mutex_lock(&st->mu);
-        st->stats.c.nacked++;
-        if (!seda__stage_retry_later(st, env))
-            seda__stage_push_head(st, env);
-        if (st->pull)
-            seda__pull_wake(&st->pl, false);
-        seda__mutex_unlock(&st->mu);
-        return;
-    }
-    seda__mutex_lock(&st->mu);
-    st->stats.c.nacked++;
-    seda__mutex_unlock(&st->mu);
-    seda__bus_dead_letter(st, env, "max_attempts", NULL);
-}
-
 /* ---- shutdown helpers ---- */
-
-int seda__stage_sweep(struct seda_stage_s *st)
-{
-    int swept = st->pull ? seda__lease_sweep(st) : 0;
-    for (;;) {
-        seda_env_t *chunk[64];
-        seda__mutex_lock(&st->mu);
-        uint32_t n = seda__inbox_take_all(&st->in, chunk, 64);
-        for (uint32_t k = 0; k < n; k++) {
-            st->stats.c.dropped++;
-            if (!(chunk[k]->flags & ENV_DEAD))
-                st->stats.c.it_lost++;
-        }
-        if (n == 0)
-            seda__drain_reset(&st->dr);
-        seda__mutex_unlock(&st->mu);
-        if (n == 0)
-            return swept;
-        for (uint32_t k = 0; k < n; k++)
-            end_dropped(chunk[k]);
-        swept += (int)n;
-    }
-}
 
 bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
 {
@@ -731,17 +528,17 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
          * the bus busy.  Leases do (in flight), until they expire. */
         seda_env_t *requeue[64];
         seda__mutex_lock(&st->mu);
-        int n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
+        int n = seda__pull_expire(&st->pl, seda__now_ns(), requeue, 64);
         bool idle = seda__pull_settled(&st->pl);
         *sum += st->stats.c.enqueued + st->stats.c.nacked + seda__inbox_fast_all(&st->in);
         seda__mutex_unlock(&st->mu);
         for (int i = 0; i < n; i++)
-            seda__stage_nack(st, requeue[i]);
+            seda__route_nack(st, requeue[i]);
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
     bool idle = seda__drain_running(&st->dr) == 0 &&
-                seda__stage_depth(st) == 0 && st->adm.delayed == 0;
+                seda__stage_depth(st) == 0 && st->rt.delayed == 0;
     *sum += st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     seda__mutex_unlock(&st->mu);
     if (st->remote_ops && !st->remote_ops->idle(st, sum))
@@ -771,11 +568,6 @@ void seda__stage_count_remote(struct seda_stage_s *st, int what)
     seda__mutex_unlock(&st->mu);
 }
 
-void seda__stage_push_head(struct seda_stage_s *st, seda_env_t *env)
-{
-    seda__inbox_push_head(&st->in, env);
-}
-
 /* ---- making and tuning admission ---- */
 
 int seda__stage_admission_init(struct seda_admission *a,
@@ -788,10 +580,6 @@ int seda__stage_admission_init(struct seda_admission *a,
     a->policy = o->policy;
     a->shed_target_ns = seda__secs_to_ns(o->shed_target);
     a->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
-    a->retry_backoff = o->retry_backoff;
-    a->retry_max = o->retry_max_backoff;
-    a->retry_mult = o->retry_multiplier;
-    a->retry_jitter = o->retry_jitter;
     atomic_init(&a->cap_fast, o->capacity);
     atomic_init(&a->conc_fast, o->concurrency);
     atomic_init(&a->shed_level, 0);
@@ -886,8 +674,8 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         atomic_store_explicit(&st->adm.cap_fast, cap, memory_order_relaxed);
         atomic_store_explicit(&st->adm.conc_fast, conc, memory_order_relaxed);
         if (!st->pull)
-            nsched = seda__drain_claim_n(&st->dr, conc,
-                                         seda__stage_depth(st));
+            nsched = seda__permits_claim_n(&st->dr, conc,
+                                           seda__stage_depth(st));
         pthread_cond_broadcast(&st->adm.not_full);
     }
     seda__mutex_unlock(&st->mu);
@@ -919,14 +707,10 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
         st->adm.shed_above_since = 0;
         st->adm.shed_rearm = 0;                /* a new rule starts afresh */
         if (o->shed_target == 0)
-            seda__stage_shed_set(st, 0);
+            seda__shed_set(st, 0);
     }
-    if (retry) {
-        st->adm.retry_backoff = o->retry_backoff;
-        st->adm.retry_max = o->retry_max_backoff;
-        st->adm.retry_mult = o->retry_multiplier;
-        st->adm.retry_jitter = o->retry_jitter;
-    }
+    if (retry)
+        seda__route_retry_set(&st->rt, o);
     if (starve)
         seda__inbox_set_starve(&st->in, seda__secs_to_ns(o->starve_after));
     seda__mutex_unlock(&st->mu);
@@ -965,3 +749,57 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
     return SEDA_ETYPE;
 }
 
+/* ---- what the layers beside the core read (door.h) ---- */
+
+uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
+                           int concurrency)
+{
+    return (uint64_t)capacity +
+           (uint64_t)concurrency * (uint64_t)st->bus->batch;
+}
+
+struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
+{
+    return st->bus;
+}
+
+int seda__stage_durability(const struct seda_stage_s *st)
+{
+    return st->durable;
+}
+
+int seda__stage_dedup_window(const struct seda_stage_s *st)
+{
+    return st->dedup_window;
+}
+
+const char *seda__stage_dead_letter(const struct seda_stage_s *st)
+{
+    return st->dead_letter;
+}
+
+double seda__stage_publish_timeout(const struct seda_stage_s *st)
+{
+    return st->publish_timeout;
+}
+
+int seda__stage_consumer_count(const struct seda_stage_s *st)
+{
+    return seda__consumers_count(&((struct seda_stage_s *)st)->cons);
+}
+
+int seda__stage_capacity(const struct seda_stage_s *st)
+{
+    return atomic_load_explicit(&((struct seda_stage_s *)st)->adm.cap_fast,
+                                memory_order_relaxed);
+}
+
+void *seda__stage_remote_ctx(const struct seda_stage_s *st)
+{
+    return st->remote;
+}
+
+bool seda__stage_is_remote(const struct seda_stage_s *st, const void *ops)
+{
+    return st->remote_ops && (const void *)st->remote_ops == ops;
+}

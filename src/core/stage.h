@@ -5,8 +5,9 @@
  * written by the file that owns it:
  *
  *   in      the queue (inbox.c, a leaf: struct seda_inbox)
- *   adm     admission: capacity, policy, shedding, retry backoff
- *           (stage.c; the struct is here)
+ *   adm     admission: capacity, policy, shedding (stage.c; the
+ *           struct is here)
+ *   rt      retry backoff and the retries waiting it out (route.c)
  *   dr      the drain task's permits and handling time (drain.c)
  *   cons    the consumers (deliver.c)
  *   pl      a pull stage's receivers and leases (pull.c)
@@ -18,7 +19,7 @@
  * stage through door.h.
  *
  * Locking:
- *   mu guards the guarded fields of adm, in, dr, pl and stats.c (each
+ *   mu guards the guarded fields of adm, rt, in, dr, pl and stats.c (each
  *   part's header lists them).  Takers of envelopes (drain tasks,
  *   evictions, sweeps, receivers) always hold it, so the inbox has one
  *   consumer at a time.
@@ -39,8 +40,11 @@
 #include "drain.h"
 #include "env.h"
 #include "inbox.h"
+#include "permits.h"
 #include "pool.h"
 #include "pull.h"
+#include "receive.h"
+#include "route.h"
 #include "remote.h"
 #include "seda_int.h"
 #include "stats.h"
@@ -76,13 +80,6 @@ struct seda_admission {
                                    ended: armed with it until
                                    shed_rearm_until; 0: never shed */
     int64_t shed_rearm_until;   /* (clock ns) */
-
-    /* Retry backoff. */
-    double retry_backoff;       /* seconds; 0: retry at once */
-    double retry_max;
-    double retry_mult;
-    bool retry_jitter;
-    int delayed;                /* retries waiting out their backoff */
 
     /* ---- the publishers' line ---- */
     _Alignas(64) atomic_int cap_fast;   /* capacity mirror */
@@ -133,6 +130,7 @@ struct seda_stage_s {
      * above, which publishers read on every publish. */
     _Alignas(64) seda__mutex_t mu;
     struct seda_admission adm;  /* stage.c */
+    struct seda_retry rt;       /* route.c */
     struct seda_inbox in;       /* inbox.c */
     struct seda_drain dr;       /* drain.c */
     struct seda_pull pl;        /* pull.c */
@@ -158,8 +156,8 @@ SEDA__API int seda__stage_new(struct seda_bus_s *bus,
                               struct seda_stage_s **out, char *err,
                               size_t errlen);
 
-/* The head ring's size for a capacity and concurrency: admissions stop
- * at capacity, and the headroom guarantees that every envelope a drain
+/* The head ring's size for a capacity and concurrency (stage.c): admissions
+ * stop at capacity, and the headroom guarantees that every envelope a drain
  * task took can go back to the head (retry, or an interrupted batch). */
 SEDA__API uint64_t seda__stage_slots(const struct seda_stage_s *st,
                                      int capacity, int concurrency);
@@ -182,68 +180,37 @@ SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
  * is shedding at priority prio (counted in st's shed_for), else 0; and
  * the refusal counted at the stage the itinerary was offered to (shed,
  * dropped).  No lock held; they take st->mu. */
-SEDA__API int seda__stage_door_shed(struct seda_stage_s *st, int prio);
-SEDA__API void seda__stage_count_shed(struct seda_stage_s *st);
+SEDA__API int seda__shed_door(struct seda_stage_s *st, int prio);
+SEDA__API void seda__shed_count(struct seda_stage_s *st);
 
 /* Forward targets (shed.c): st's handler forwarded to `to` (learned,
  * lock-free); and the targets seen within the bus's stats_window, into
  * out (up to SEDA__FWD_SEEN), returning how many. */
-SEDA__API void seda__stage_fwd_learn(struct seda_stage_s *st,
-                                     struct seda_stage_s *to);
-SEDA__API int seda__stage_fwd_seen(struct seda_stage_s *st, int64_t now,
-                                   struct seda_stage_s **out);
-
-/* Requeue a nacked envelope at the head, or dead-letter it when out of
- * attempts (no lock held).  Counts the nack. */
-SEDA__API void seda__stage_nack(struct seda_stage_s *st, seda_env_t *env);
-
-/* Retry backoff (mu held): when st has a backoff, count env delayed and
- * set a timer that puts it back at the head when due (attempts already
- * raised for its next try); true.  A due time already set on env (a
- * durable stage journals it first: env.h's ext->due) is used as it is.
- * Without either, or when the timer cannot be set, false: the caller
- * requeues it at once. */
-SEDA__API bool seda__stage_retry_later(struct seda_stage_s *st,
-                                       seda_env_t *env);
-
-/* After the pool stopped: end a retry still waiting out its backoff as
- * dropped (swept).  A seda__pool_drop_timers callback; no lock held. */
-SEDA__API void seda__stage_drop_timer(seda__task_fn fn, void *arg,
-                                      void *ud);
+SEDA__API void seda__shed_fwd_learn(struct seda_stage_s *st,
+                                    struct seda_stage_s *to);
+SEDA__API int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
+                                  struct seda_stage_s **out);
 
 /* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
  * the queue was `least` ns started at clock time now. */
-SEDA__API void seda__stage_shed_update(struct seda_stage_s *st,
-                                       int64_t least, int64_t now);
+SEDA__API void seda__shed_update(struct seda_stage_s *st,
+                                 int64_t least, int64_t now);
 
 /* The shedding level now (mu held): ended here when the queue could not
  * be slow (empty, or its backlog under target at the recent handling
  * time). */
-SEDA__API int seda__stage_shed_level_now(struct seda_stage_s *st);
+SEDA__API int seda__shed_level_now(struct seda_stage_s *st);
 
 /* Set the shedding level (mu held), keeping the bus's count of stages
  * that shed. */
-SEDA__API void seda__stage_shed_set(struct seda_stage_s *st, int level);
-
-/* Put env back at the head (mu held). */
-SEDA__API void seda__stage_push_head(struct seda_stage_s *st,
-                                     seda_env_t *env);
+SEDA__API void seda__shed_set(struct seda_stage_s *st, int level);
 
 /* Wake every publisher and receiver blocked on st (close and stop). */
 SEDA__API void seda__stage_wake(struct seda_stage_s *st);
 
-/* After the pool stopped: take everything left, count it dropped and end
- * it.  Returns how many envelopes were swept. */
-SEDA__API int seda__stage_sweep(struct seda_stage_s *st);
-
 /* Idle check for the bus: true when nothing is queued or scheduled; adds
  * the stage's progress count to *sum. */
 SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
-
-/* End an envelope with an outcome: count it (in tally, or on st under its
- * lock when tally is NULL), fire done, free it. */
-SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
-                             int outcome, struct stage_counters *tally);
 
 /* Admission's part: made and freed with the stage (0 or SEDA_ENOMEM),
  * and its options' ranges checked for the parts `what` names

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * stage_new.c -- making a stage: its options checked, its parts made
- * (each by the file that owns it: the queue, admission, the pull side,
- * the stats), and freed; the settings every part reads, and the
- * accessors that show them to the C API and to the layers beside the
- * core (door.h).
+ * (each by the file that owns it: the queue, admission, retry, the pull
+ * side, the stats, the taps), and freed; and the public readers of what
+ * was fixed at its making (the layers beside the core read it through
+ * door.h's accessors, in stage.c).
  */
 #include <assert.h>
 #include <stdio.h>
@@ -85,9 +85,11 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
         goto oom;
     if (o->dead_letter && !(st->dead_letter = seda__strdup(o->dead_letter)))
         goto oom_in;
+    seda__route_retry_set(&st->rt, o);
     if (seda__stage_admission_init(&st->adm, o) != 0)
         goto oom_in;
-    if (seda__pull_init(&st->pl, seda__secs_to_ns(o->ack_timeout)) != 0) {
+    if (seda__pull_init(&st->pl, seda__secs_to_ns(o->ack_timeout),
+                        &st->mu) != 0) {
         seda__stage_admission_free(&st->adm);
         goto oom_in;
     }
@@ -147,16 +149,15 @@ void seda__stage_free(struct seda_stage_s *st)
     seda__free(st->mem);
 }
 
-uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
-                           int concurrency)
-{
-    return (uint64_t)capacity +
-           (uint64_t)concurrency * (uint64_t)st->bus->batch;
-}
-
 /* ---- settings ---- */
 
 const char *seda_stage_name(const seda_stage_t *st) { return st->name; }
+
+/* The tap part (tap.c) sees only its own struct. */
+int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out)
+{
+    return seda__taps_open(&st->taps, capacity, out);
+}
 
 int seda_stage_durability(const seda_stage_t *st)
 {
@@ -166,52 +167,6 @@ int seda_stage_durability(const seda_stage_t *st)
 double seda_stage_handler_timeout(const seda_stage_t *st)
 {
     return st->handler_timeout;
-}
-
-struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
-{
-    return st->bus;
-}
-
-int seda__stage_durability(const struct seda_stage_s *st)
-{
-    return st->durable;
-}
-
-int seda__stage_dedup_window(const struct seda_stage_s *st)
-{
-    return st->dedup_window;
-}
-
-const char *seda__stage_dead_letter(const struct seda_stage_s *st)
-{
-    return st->dead_letter;
-}
-
-double seda__stage_publish_timeout(const struct seda_stage_s *st)
-{
-    return st->publish_timeout;
-}
-
-int seda__stage_consumer_count(const struct seda_stage_s *st)
-{
-    return seda__consumers_count(&((struct seda_stage_s *)st)->cons);
-}
-
-int seda__stage_capacity(const struct seda_stage_s *st)
-{
-    return atomic_load_explicit(&((struct seda_stage_s *)st)->adm.cap_fast,
-                                memory_order_relaxed);
-}
-
-void *seda__stage_remote_ctx(const struct seda_stage_s *st)
-{
-    return st->remote;
-}
-
-bool seda__stage_is_remote(const struct seda_stage_s *st, const void *ops)
-{
-    return st->remote_ops && (const void *)st->remote_ops == ops;
 }
 
 void seda_stage_set_userdata(seda_stage_t *st, void *ud)
@@ -226,3 +181,112 @@ void *seda_stage_userdata(const seda_stage_t *st)
                                 memory_order_acquire);
 }
 
+/* ---- the parts' public readers ----
+ *
+ * Each part's file sees only its part (stats.c its struct seda_stats);
+ * the stage's readers pass it, and seda_stage_stats_get reads every part
+ * into one snapshot.
+ */
+
+int seda_stage_errors(seda_stage_t *st, seda_error **out)
+{
+    return seda__stats_errors(&st->stats, out);
+}
+
+int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out)
+{
+    return seda__stats_dead_letters(&st->stats, out);
+}
+
+int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
+                         int n, uint64_t *cum, uint64_t *count, double *sum)
+{
+    return seda__stats_histogram(&st->stats, which, le, n, cum, count, sum);
+}
+
+void seda_stage_report(seda_stage_t *st, const char *msg)
+{
+    seda__stats_report(&st->stats, st->name, &st->mu, msg);
+}
+
+void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
+{
+    if (st->pull) {
+        /* Overdue leases count as nacks before we report. */
+        seda_env_t *requeue[64];
+        int n;
+        do {
+            seda__mutex_lock(&st->mu);
+            n = seda__pull_expire(&st->pl, seda__now_ns(), requeue, 64);
+            seda__mutex_unlock(&st->mu);
+            for (int i = 0; i < n; i++)
+                seda__route_nack(st, requeue[i]);
+        } while (n == 64);
+    }
+    memset(out, 0, sizeof *out);
+    memcpy(out->name, st->name, sizeof out->name);
+    out->delivery = st->delivery;
+    out->max_attempts = st->max_attempts;
+    out->durable = st->durable;
+    out->consumers = atomic_load_explicit(&st->cons.n,
+                                          memory_order_acquire);
+    seda__mutex_lock(&st->mu);
+    out->capacity = st->adm.capacity;
+    out->concurrency = st->adm.concurrency;
+    out->policy = st->adm.policy;
+    /* Counts an inbox ticket whose publisher is mid-way as queued (it
+     * was admitted); a ticket voided by a publisher racing a close counts
+     * until a taker skips it. */
+    out->depth = (int)seda__stage_depth(st);
+    /* Envelopes being handled: at most one per drain task, so never above
+     * the permits.  What a task has taken and not yet started (up to a
+     * batch of a fast handler's, for microseconds) is neither queued nor
+     * being handled; the bus's in_system counts it.  A pull stage's are
+     * its leases. */
+    out->in_flight = st->pull ? st->pl.leased : st->dr.in_flight;
+    out->suspended = st->dr.suspended;
+    if (!st->pull) {
+        /* Drain tasks hold the permits suspended calls do not. */
+        int run = atomic_load_explicit(&st->dr.running,
+                                       memory_order_relaxed) -
+                  st->dr.suspended;
+        if (out->in_flight > run)
+            out->in_flight = run;
+        out->in_flight += st->dr.suspended;
+    }
+    out->enqueued = st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
+    out->delivered = st->stats.c.delivered;
+    out->nacked = st->stats.c.nacked;
+    out->dropped = st->stats.c.dropped;
+    out->dead_lettered = st->stats.c.dead_lettered;
+    out->errors = st->stats.c.errors;
+    out->completed = st->stats.c.completed;
+    out->invalid = st->stats.c.invalid;
+    out->refused = st->stats.c.refused;
+    out->shed = st->stats.c.shed;
+    out->shed_for = st->stats.c.shed_for;
+    out->delayed = st->rt.delayed;
+    out->shedding = atomic_load_explicit(&st->adm.shed_level,
+                                         memory_order_relaxed);
+    out->depth_high = (int)seda__queue_count(&st->in.q_high);
+    out->depth_low = (int)seda__queue_count(&st->in.q_low);
+    out->handed_off = st->stats.c.it_remote;
+    out->long_holds = atomic_load_explicit(&st->long_holds,
+                                           memory_order_relaxed);
+    for (int k = 0; k < SEDA__DEAD_N && k < SEDA_DEAD_REASONS; k++)
+        out->dead_by_reason[k] = st->stats.c.dead_by[k];
+    /* Rate over the newest sample and the oldest within 5 s of now. */
+    int64_t now = seda__clock_ns();
+    uint64_t d_now = st->stats.c.delivered;
+    for (int k = st->stats.rate_n; k >= 1; k--) {
+        int idx = (st->stats.rate_head - k + 64) % 64;
+        int64_t dt = now - st->stats.rate[idx].t;
+        if (dt <= 5000000000LL && dt > 0) {
+            out->rate = (double)(d_now - st->stats.rate[idx].delivered) * 1e9 /
+                        (double)dt;
+            break;
+        }
+    }
+    seda__mutex_unlock(&st->mu);
+    seda__stats_latency_get(&st->stats, out);
+}

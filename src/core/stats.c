@@ -3,14 +3,16 @@
  * stats.c -- what a stage counts and remembers: its counters (a tally the
  * core's files add to under the stage lock), the latency histograms, the
  * delivery-rate samples, the recent-errors ring and the rate limit on
- * error reports; and seda_stage_stats_get, which reads every part of the
- * stage into one snapshot.
+ * error reports.  It sees only its part (struct seda_stats): the stage's
+ * public readers (stage_new.c) pass it.
  */
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "stage.h"
+#include "env.h"
+#include "seda_int.h"
+#include "stats.h"
 
 /* ---- making ---- */
 
@@ -268,9 +270,8 @@ static void err_keep(struct seda_stats *s, const char *msg)
     seda__free(drop);
 }
 
-int seda_stage_errors(seda_stage_t *st, seda_error **out)
+int seda__stats_errors(struct seda_stats *s, seda_error **out)
 {
-    struct seda_stats *s = &st->stats;
     *out = NULL;
     seda__mutex_lock(&s->errs_mu);
     int n = s->errs_n;
@@ -348,44 +349,16 @@ void seda__stats_dead(struct seda_stats *s, const seda_env_t *env,
 {
     if (s->dl_keep == 0)
         return;
-    const char *err = seda__env_last_error(env);
-    size_t plen;
-    const void *p = seda_env_payload(env, &plen);
-    size_t pkeep = plen < DEAD_PAYLOAD_KEEP ? plen : DEAD_PAYLOAD_KEEP;
-    int nh = seda_env_header_count(env);
-    size_t len = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
-                 + pkeep;
-    char *blob = seda__malloc(len ? len : 1);
+    struct seda__dead r;
+    char *blob = seda__env_snapshot(env, DEAD_PAYLOAD_KEEP, true, &r.d,
+                                    &r.blob_len);
     if (!blob)
         return;
-    struct seda__dead r;
-    memset(&r, 0, sizeof r);
     r.blob = blob;
-    r.blob_len = len;
-    seda_env_id(env, r.d.id);
     snprintf(r.d.reason, sizeof r.d.reason, "%s", reason);
     if (missing)
         snprintf(r.d.missing, sizeof r.d.missing, "%s", missing);
-    r.d.attempts = seda_env_attempts(env);
     r.d.at = at;
-    r.d.kind = seda_env_payload_kind(env);
-    r.d.payload_size = plen;
-    r.d.nheaders = nh;
-    const char **hv = (const char **)(void *)blob;
-    char *q = blob + (size_t)nh * 2 * sizeof(char *);
-    r.d.headers = hv;
-    if (err) {
-        size_t n = strlen(err) + 1;
-        memcpy(q, err, n);
-        r.d.error = q;
-        q += n;
-    }
-    if (pkeep)
-        memcpy(q, p, pkeep);
-    r.d.payload = q;
-    r.d.payload_len = pkeep;
-    q += pkeep;
-    q = seda__env_headers_copy(env, hv, q);
     char *drop = NULL;
     seda__mutex_lock(&s->dl_mu);
     if (!s->dl)
@@ -409,9 +382,8 @@ static const void *relocate(const void *ptr, const char *from, char *to)
     return ptr ? to + ((const char *)ptr - from) : NULL;
 }
 
-int seda_stage_dead_letters(seda_stage_t *st, seda_dead_letter **out)
+int seda__stats_dead_letters(struct seda_stats *s, seda_dead_letter **out)
 {
-    struct seda_stats *s = &st->stats;
     *out = NULL;
     seda__mutex_lock(&s->dl_mu);
     int n = s->dl_n;
@@ -454,13 +426,13 @@ void seda_dead_letters_free(seda_dead_letter *dl)
 
 /* ---- error reports ---- */
 
-int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
-                         int n, uint64_t *cum, uint64_t *count, double *sum)
+int seda__stats_histogram(struct seda_stats *s, int which, const double *le,
+                          int n, uint64_t *cum, uint64_t *count,
+                          double *sum)
 {
     if (n < 0 || (n > 0 && (!le || !cum)) ||
         (which != SEDA_HIST_SOJOURN && which != SEDA_HIST_SERVICE))
         return SEDA_EINVAL;
-    struct seda_stats *s = &st->stats;
     static _Thread_local struct seda_hist lso, lsv;    /* off the stack */
     seda__mutex_lock(&s->hist_mu);
     lifetime_merge(s, &lso, &lsv);
@@ -475,128 +447,52 @@ int seda_stage_histogram(seda_stage_t *st, int which, const double *le,
     return 0;
 }
 
-void seda_stage_report(seda_stage_t *st, const char *msg)
+void seda__stats_report(struct seda_stats *s, const char *name,
+                        seda__mutex_t *mu, const char *msg)
 {
     int64_t now = seda__now_ns();
     uint64_t suppressed = 0;
     bool print = false;
-    err_keep(&st->stats, msg);
-    seda__mutex_lock(&st->stats.report_mu);
-    if (now - st->stats.report_window >= 1000000000) {
-        suppressed = st->stats.report_suppressed;
-        st->stats.report_suppressed = 0;
-        st->stats.report_window = now;
-        st->stats.report_lines = 0;
+    err_keep(s, msg);
+    seda__mutex_lock(&s->report_mu);
+    if (now - s->report_window >= 1000000000) {
+        suppressed = s->report_suppressed;
+        s->report_suppressed = 0;
+        s->report_window = now;
+        s->report_lines = 0;
     }
-    if (st->stats.report_lines < 5) {
-        st->stats.report_lines++;
+    if (s->report_lines < 5) {
+        s->report_lines++;
         print = true;
     } else {
-        st->stats.report_suppressed++;
+        s->report_suppressed++;
     }
-    seda__mutex_unlock(&st->stats.report_mu);
-    seda__mutex_lock(&st->mu);
-    st->stats.c.errors++;
-    seda__mutex_unlock(&st->mu);
+    seda__mutex_unlock(&s->report_mu);
+    seda__mutex_lock(mu);
+    s->c.errors++;
+    seda__mutex_unlock(mu);
     if (suppressed) {
         char line[96];
         snprintf(line, sizeof line, "%llu similar errors suppressed",
                  (unsigned long long)suppressed);
-        seda_log_write(SEDA_LOG_WARN, st->name, line);
+        seda_log_write(SEDA_LOG_WARN, name, line);
     }
     if (print)
-        seda_log_write(SEDA_LOG_ERROR, st->name, msg);
+        seda_log_write(SEDA_LOG_ERROR, name, msg);
 }
 
 /* ---- stats ---- */
 
-void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
+void seda__stats_latency_get(struct seda_stats *s, seda_stage_stats *out)
 {
-    if (st->pull) {
-        /* Overdue leases count as nacks before we report. */
-        seda_env_t *requeue[64];
-        int n;
-        do {
-            seda__mutex_lock(&st->mu);
-            n = seda__lease_expire(st, seda__now_ns(), requeue, 64);
-            seda__mutex_unlock(&st->mu);
-            for (int i = 0; i < n; i++)
-                seda__stage_nack(st, requeue[i]);
-        } while (n == 64);
-    }
-    memset(out, 0, sizeof *out);
-    memcpy(out->name, st->name, sizeof out->name);
-    out->delivery = st->delivery;
-    out->max_attempts = st->max_attempts;
-    out->durable = st->durable;
-    out->consumers = atomic_load_explicit(&st->cons.n,
-                                          memory_order_acquire);
-    seda__mutex_lock(&st->mu);
-    out->capacity = st->adm.capacity;
-    out->concurrency = st->adm.concurrency;
-    out->policy = st->adm.policy;
-    /* Counts an inbox ticket whose publisher is mid-way as queued (it
-     * was admitted); a ticket voided by a publisher racing a close counts
-     * until a taker skips it. */
-    out->depth = (int)seda__stage_depth(st);
-    /* Envelopes being handled: at most one per drain task, so never above
-     * the permits.  What a task has taken and not yet started (up to a
-     * batch of a fast handler's, for microseconds) is neither queued nor
-     * being handled; the bus's in_system counts it.  A pull stage's are
-     * its leases. */
-    out->in_flight = st->pull ? st->pl.leased : st->dr.in_flight;
-    out->suspended = st->dr.suspended;
-    if (!st->pull) {
-        /* Drain tasks hold the permits suspended calls do not. */
-        int run = atomic_load_explicit(&st->dr.running,
-                                       memory_order_relaxed) -
-                  st->dr.suspended;
-        if (out->in_flight > run)
-            out->in_flight = run;
-        out->in_flight += st->dr.suspended;
-    }
-    out->enqueued = st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
-    out->delivered = st->stats.c.delivered;
-    out->nacked = st->stats.c.nacked;
-    out->dropped = st->stats.c.dropped;
-    out->dead_lettered = st->stats.c.dead_lettered;
-    out->errors = st->stats.c.errors;
-    out->completed = st->stats.c.completed;
-    out->invalid = st->stats.c.invalid;
-    out->refused = st->stats.c.refused;
-    out->shed = st->stats.c.shed;
-    out->shed_for = st->stats.c.shed_for;
-    out->delayed = st->adm.delayed;
-    out->shedding = atomic_load_explicit(&st->adm.shed_level,
-                                         memory_order_relaxed);
-    out->depth_high = (int)seda__queue_count(&st->in.q_high);
-    out->depth_low = (int)seda__queue_count(&st->in.q_low);
-    out->handed_off = st->stats.c.it_remote;
-    out->long_holds = atomic_load_explicit(&st->long_holds,
-                                           memory_order_relaxed);
-    for (int k = 0; k < SEDA__DEAD_N && k < SEDA_DEAD_REASONS; k++)
-        out->dead_by_reason[k] = st->stats.c.dead_by[k];
-    /* Rate over the newest sample and the oldest within 5 s of now. */
-    int64_t now = seda__clock_ns();
-    uint64_t d_now = st->stats.c.delivered;
-    for (int k = st->stats.rate_n; k >= 1; k--) {
-        int idx = (st->stats.rate_head - k + 64) % 64;
-        int64_t dt = now - st->stats.rate[idx].t;
-        if (dt <= 5000000000LL && dt > 0) {
-            out->rate = (double)(d_now - st->stats.rate[idx].delivered) * 1e9 /
-                        (double)dt;
-            break;
-        }
-    }
-    seda__mutex_unlock(&st->mu);
     /* Quantiles and maxima over the recent window; counts and sums since
      * the stage was made (a Prometheus summary's _count and _sum). */
     static _Thread_local struct seda_hist wso, wsv, lso, lsv; /* 18 KiB:
                                                          off the stack */
-    seda__mutex_lock(&st->stats.hist_mu);
-    window_merge(st->stats.win, seda__clock_ns(), &wso, &wsv);
-    lifetime_merge(&st->stats, &lso, &lsv);
-    out->window = (double)(st->stats.win->slot_ns * SEDA_WINDOW_SLOTS) / 1e9;
+    seda__mutex_lock(&s->hist_mu);
+    window_merge(s->win, seda__clock_ns(), &wso, &wsv);
+    lifetime_merge(s, &lso, &lsv);
+    out->window = (double)(s->win->slot_ns * SEDA_WINDOW_SLOTS) / 1e9;
     out->sojourn_p50 = seda__hist_quantile(&wso, 0.50) / 1e3;
     out->sojourn_p99 = seda__hist_quantile(&wso, 0.99) / 1e3;
     out->sojourn_p999 = seda__hist_quantile(&wso, 0.999) / 1e3;
@@ -610,5 +506,5 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->sojourn_sum = (double)lso.sum / 1e3;
     out->service_count = lsv.count;
     out->service_sum = (double)lsv.sum / 1e3;
-    seda__mutex_unlock(&st->stats.hist_mu);
+    seda__mutex_unlock(&s->hist_mu);
 }

@@ -2,13 +2,14 @@
 /*
  * stats.h -- what a stage counts and remembers (stats.c): its counters,
  * latency histograms, delivery-rate samples, the recent-errors ring and
- * the rate limiter of its error reports; and the snapshot that
- * seda_stage_stats_get reads out of every part of the stage.
+ * the rate limiter of its error reports.  stats.c sees only this part;
+ * seda_stage_stats_get (stage_new.c) reads it with the other parts.
  *
  * Locking:
  *   c, rate[], rate_n, rate_head: guarded by the stage's mu.  c is a
  *   tally: core files that hold mu add to it (a drain task folds a
- *   batch's tally in at once: seda__stats_fold); only stats.c reads it.
+ *   batch's tally in at once: seda__stats_fold); stats.c and the stage's
+ *   snapshot (seda_stage_stats_get) read it.
  *   hist_mu guards sojourn and service; report_mu the rate limiter;
  *   errs_mu the ring.  All three are leaf locks (taken after mu, never
  *   two at once).
@@ -20,8 +21,6 @@
 #include "hist.h"
 #include "seda_int.h"
 #include "tally.h"
-
-struct seda_stage_s;
 
 struct seda__err {
     char *msg;                  /* owned copy (cut at SEDA_ERROR_MSG_MAX),
@@ -116,5 +115,26 @@ SEDA__API int seda__stats_dead_reason(const char *reason);
 
 /* Record a delivery-rate sample at most every 100 ms (mu held). */
 SEDA__API void seda__stats_rate_sample(struct seda_stats *s, int64_t now);
+
+/* The part's side of the stage's public readers (stage_new.c passes the
+ * part; each takes its own leaf lock): seda_stage_errors,
+ * seda_stage_dead_letters and seda_stage_histogram, as seda.h says. */
+SEDA__API int seda__stats_errors(struct seda_stats *s, seda_error **out);
+SEDA__API int seda__stats_dead_letters(struct seda_stats *s,
+                                       seda_dead_letter **out);
+SEDA__API int seda__stats_histogram(struct seda_stats *s, int which,
+                                    const double *le, int n, uint64_t *cum,
+                                    uint64_t *count, double *sum);
+
+/* seda_stage_report for the stage named `name`, whose mu (not held)
+ * guards s->c: keep msg in the ring, count it, log it within the rate
+ * limit.  Any thread. */
+SEDA__API void seda__stats_report(struct seda_stats *s, const char *name,
+                                  seda__mutex_t *mu, const char *msg);
+
+/* The latency figures of seda_stage_stats_get (the window's quantiles
+ * and maxima, the lifetime counts and sums) into out.  Takes hist_mu. */
+SEDA__API void seda__stats_latency_get(struct seda_stats *s,
+                                       seda_stage_stats *out);
 
 #endif /* SEDA_STATS_H */

@@ -71,11 +71,11 @@ SEDA__API const struct seda__store_ops *seda__bus_store_ops(
 /* Shorthands for journaled envelopes (jkey != 0) and durable stages,
  * which exist only once a store is set; forget is a no-op for an
  * envelope without a row. */
-SEDA__API void seda__store_forget(struct seda_stage_s *st, seda_env_t *env);
-SEDA__API int seda__store_enter(struct seda_stage_s *to, seda_env_t *env);
-SEDA__API int seda__store_move(struct seda_stage_s *from,
-                               struct seda_stage_s *to, seda_env_t *env,
-                               int skip_slip);
+SEDA__API void seda__bus_store_forget(struct seda_stage_s *st, seda_env_t *env);
+SEDA__API int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env);
+SEDA__API int seda__bus_store_move(struct seda_stage_s *from,
+                                   struct seda_stage_s *to, seda_env_t *env,
+                                   int skip_slip);
 
 /* The layer above makes the stage (seda_stage_add is the durable layer's:
  * it opens the journal for a durable stage).  open_store, for a stage
@@ -84,8 +84,9 @@ SEDA__API int seda__store_move(struct seda_stage_s *from,
  * naming the problem).  Otherwise as seda_stage_add. */
 typedef int (*seda__open_store_fn)(struct seda_bus_s *b, char *err,
                                    size_t errlen);
-SEDA__API int seda__stage_add(struct seda_bus_s *b, const seda_stage_opts *o,
-                              seda_stage_t **out, char *err, size_t errlen,
-                              seda__open_store_fn open_store);
+SEDA__API int seda__bus_stage_add(struct seda_bus_s *b,
+                                  const seda_stage_opts *o,
+                                  seda_stage_t **out, char *err, size_t errlen,
+                                  seda__open_store_fn open_store);
 
 #endif /* SEDA_STORE_H */

@@ -13,7 +13,9 @@
  */
 #include <string.h>
 
-#include "stage.h"
+#include "env.h"
+#include "seda_int.h"
+#include "tap.h"
 
 #define TAP_PAYLOAD 128
 
@@ -46,29 +48,10 @@ void seda__taps_free(struct seda_taps *t)
 /* One copy of env, or NULL when out of memory. */
 static char *copy_of(const seda_env_t *env, seda_tap_entry *e)
 {
-    size_t plen;
-    const void *p = seda_env_payload(env, &plen);
-    size_t keep = plen < TAP_PAYLOAD ? plen : TAP_PAYLOAD;
-    int nh = seda_env_header_count(env);
-    size_t len = seda__env_headers_size(env) + keep;
-    char *blob = seda__malloc(len ? len : 1);
-    if (!blob)
-        return NULL;
-    memset(e, 0, sizeof *e);
-    seda_env_id(env, e->id);
-    e->at = seda_now();
-    e->attempts = seda_env_attempts(env);
-    e->kind = seda_env_payload_kind(env);
-    e->payload_size = plen;
-    e->nheaders = nh;
-    const char **hv = (const char **)(void *)blob;
-    char *q = blob + (size_t)nh * 2 * sizeof(char *);
-    memcpy(q, p, keep);
-    e->payload = q;
-    e->payload_len = keep;
-    q += keep;
-    q = seda__env_headers_copy(env, hv, q);
-    e->headers = nh ? hv : NULL;
+    size_t len;
+    char *blob = seda__env_snapshot(env, TAP_PAYLOAD, false, e, &len);
+    if (blob)
+        e->at = seda_now();
     return blob;
 }
 
@@ -107,7 +90,7 @@ void seda__taps_offer(struct seda_taps *t, const seda_env_t *env)
     seda__free(blob);                   /* no tap took it */
 }
 
-int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out)
+int seda__taps_open(struct seda_taps *t, int capacity, seda_tap_t **out)
 {
     if (capacity <= 0 || capacity > 100000)
         return SEDA_EINVAL;
@@ -121,8 +104,7 @@ int seda_tap_open(seda_stage_t *st, int capacity, seda_tap_t **out)
         return SEDA_ENOMEM;
     }
     tap->cap = capacity;
-    tap->taps = &st->taps;
-    struct seda_taps *t = &st->taps;
+    tap->taps = t;
     seda__mutex_lock(&t->mu);
     tap->next = t->list;
     t->list = tap;

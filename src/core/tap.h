@@ -35,4 +35,9 @@ static inline bool seda__taps_active(struct seda_taps *t)
  * (one that is full counts a miss).  Any thread; takes mu. */
 SEDA__API void seda__taps_offer(struct seda_taps *t, const seda_env_t *env);
 
+/* seda_tap_open on the stage whose taps t are (the stage's file passes
+ * its part): 0, SEDA_EINVAL or SEDA_ENOMEM.  Any thread; takes mu. */
+SEDA__API int seda__taps_open(struct seda_taps *t, int capacity,
+                              seda_tap_t **out);
+
 #endif /* SEDA_TAP_H */

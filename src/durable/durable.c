@@ -414,7 +414,7 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
             /* The retry's attempt and, with a backoff, when it is due
              * (drawn once here: the timer uses the same), so a restart
              * honours both. */
-            int64_t delay = seda__stage_backoff_ns(st, env->attempts + 1);
+            int64_t delay = seda__route_backoff_ns(st, env->attempts + 1);
             env->ext->due = delay > 0 ? seda__now_ns() + delay : 0;
             ops[nops].op = SEDA_JOP_RETRY;
             ops[nops].rec = (seda_jrec){
@@ -441,7 +441,7 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                 nops++;
                 continue;
             }
-            to = seda__bus_hop_target(st, env, next);
+            to = seda__route_hop_target(st, env, next);
             if (!to)
                 reason = "no_such_stage";
         }
@@ -450,7 +450,7 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                                   ? seda__stage_dead_letter(st)
                                   : seda__bus_dead_letter_name(b);
             to = dlq && strcmp(dlq, seda_stage_name(st)) != 0
-                     ? seda__bus_hop_target(st, env, dlq) : NULL;
+                     ? seda__route_hop_target(st, env, dlq) : NULL;
         }
         if (to && seda__stage_durability(to)) {
             /* A dead letter journals every x-dead-* header the bus puts
@@ -458,10 +458,10 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
              * they survive a restart and `seda-lua dlq` shows them. */
             struct seda__dead_hdrs dh;
             if (reason)
-                seda__bus_dead_hdrs(st, env, reason, strcmp(reason,
-                                    "no_such_stage") == 0
+                seda__route_dead_hdrs(st, env, reason, strcmp(reason,
+                                      "no_such_stage") == 0
                                         ? seda_env_slip_at(env, 0) : NULL,
-                                    seda__journal_wall(), &dh);
+                                      seda__journal_wall(), &dh);
             ops[nops].op = SEDA_JOP_MOVE;
             if (build_rec(env, seda_stage_name(to), 1,
                           reason ? seda_env_slip_count(env) : 1,
@@ -716,7 +716,7 @@ int seda_stage_replay(seda_stage_t *st)
         int k = 0;
         for (int i = 0; i < c.n; i++) {
             seda_env_t *e = c.envs[i];
-            if (e->ext->due && seda__stage_requeue_later(st, e) == 0)
+            if (e->ext->due && seda__route_requeue_later(st, e) == 0)
                 later++;
             else
                 c.envs[k++] = e;

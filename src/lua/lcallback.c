@@ -61,7 +61,42 @@ struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs)
     cb->ref = luaL_ref(L, LUA_REGISTRYINDEX);
     cb->refs = refs;
     cb->lb = NULL;
+    cb->lost = 0;
+    cb->lost_next = NULL;
     return cb;
+}
+
+/* A report of cb found no memory for its completion (any thread, no
+ * Lua): its reference is dropped on the main thread all the same
+ * (seda__l_callback_drop_lost), so the function is not kept forever. */
+static void lose_report(struct lbus *lb, struct lcb *cb)
+{
+    pthread_mutex_lock(&lb->mu);
+    if (cb->lost++ == 0) {
+        cb->lost_next = lb->lost;
+        lb->lost = cb;
+    }
+    pthread_cond_broadcast(&lb->cv);
+    pthread_mutex_unlock(&lb->mu);
+    seda__l_loop_signal(lb->loop);
+}
+
+void seda__l_callback_drop_lost(lua_State *L, struct lbus *lb)
+{
+    for (;;) {
+        pthread_mutex_lock(&lb->mu);
+        struct lcb *cb = lb->lost;
+        int n = 0;
+        if (cb) {
+            lb->lost = cb->lost_next;
+            n = cb->lost;
+            cb->lost = 0;
+        }
+        pthread_mutex_unlock(&lb->mu);
+        if (!cb)
+            return;
+        seda__l_callback_release(L, cb, n);
+    }
 }
 
 static void queue_completion(struct lbus *lb, struct lcompletion *c)
@@ -90,6 +125,7 @@ void seda__l_callback_on_durable(int rc, void *ud)
         fprintf(stderr, "seda: out of memory queueing on_durable\n");
         atomic_fetch_sub_explicit(&cb->lb->ndurable, 1,
                                   memory_order_acq_rel);
+        lose_report(cb->lb, cb);
         return;
     }
     c->cb = cb;
@@ -107,6 +143,7 @@ void seda__l_callback_on_done(seda_env_t *env, int outcome, void *ud)
     if (!c) {
         seda_log_write(SEDA_LOG_ERROR, NULL,
                        "out of memory queueing on_complete");
+        lose_report(lb, ud);
         return;
     }
     c->cb = ud;
@@ -245,6 +282,7 @@ int seda__l_callback_run(lua_State *L, struct lbus *lb)
 {
     int ran = 0;
     for (;;) {
+        seda__l_callback_drop_lost(L, lb);
         pthread_mutex_lock(&lb->mu);
         struct lcompletion *c = lb->chead;
         lb->chead = lb->ctail = NULL;

@@ -182,56 +182,59 @@ static void push_preview(lua_State *L, const void *p, size_t len,
                                                   sizeof buf));
 }
 
-/* Push one dead letter as a table: id, stage, reason, error, attempts,
- * at, missing (no_such_stage), headers, and payload (decoded when all of
- * it was kept and decodes) or payload_preview (its first bytes made
- * readable) with payload_size. */
-static void push_dead(lua_State *L, const char *stage,
-                      const seda_dead_letter *d)
+/* ---- envelope snapshots ---- */
+
+void seda__l_errors_snapshot(lua_State *L, const seda_env_snapshot *e,
+                             const char *stage)
 {
+    bool dead = e->reason[0] != '\0';
     lua_createtable(L, 0, 10);
-    lua_pushstring(L, d->id);
+    lua_pushstring(L, e->id);
     lua_setfield(L, -2, "id");
-    lua_pushstring(L, stage);
-    lua_setfield(L, -2, "stage");
-    lua_pushstring(L, d->reason);
-    lua_setfield(L, -2, "reason");
-    if (d->error) {
-        lua_pushstring(L, d->error);
+    if (stage) {
+        lua_pushstring(L, stage);
+        lua_setfield(L, -2, "stage");
+    }
+    if (dead) {
+        lua_pushstring(L, e->reason);
+        lua_setfield(L, -2, "reason");
+    }
+    if (e->error) {
+        lua_pushstring(L, e->error);
         lua_setfield(L, -2, "error");
     }
-    if (d->missing[0]) {
-        lua_pushstring(L, d->missing);
+    if (e->missing[0]) {
+        lua_pushstring(L, e->missing);
         lua_setfield(L, -2, "missing");
     }
-    lua_pushinteger(L, d->attempts);
+    lua_pushinteger(L, e->attempts);
     lua_setfield(L, -2, "attempts");
-    lua_pushnumber(L, d->at);
+    lua_pushnumber(L, e->at);
     lua_setfield(L, -2, "at");
-    lua_pushinteger(L, (lua_Integer)d->payload_size);
+    lua_pushinteger(L, (lua_Integer)e->payload_size);
     lua_setfield(L, -2, "payload_size");
-    bool whole = d->payload_len == d->payload_size;
-    if (whole && d->kind == 0) {
-        lua_pushlstring(L, d->payload, d->payload_len);
+    bool whole = e->payload_len == e->payload_size;
+    int top = lua_gettop(L);
+    char err[128];
+    if (whole && e->kind == 0)
+        lua_pushlstring(L, e->payload, e->payload_len);
+    else if (!whole || seda__codec_decode(L, e->payload, e->payload_len,
+                                          err, sizeof err) != 0)
+        lua_settop(L, top);
+    bool decoded = lua_gettop(L) > top;
+    if (decoded)
         lua_setfield(L, -2, "payload");
-    } else if (whole) {
-        char err[128];
-        int top = lua_gettop(L);
-        if (seda__codec_decode(L, d->payload, d->payload_len, err,
-                               sizeof err) == 0)
-            lua_setfield(L, -2, "payload");
-        else
-            lua_settop(L, top);
-    }
-    if (!whole || d->kind != 0) {
-        push_preview(L, d->payload, d->payload_len, d->payload_size,
-                     d->kind);
+    /* A dead letter shows a codec payload's preview beside the decoded
+     * value; a tap's copy shows one or the other. */
+    if (!decoded || (dead && e->kind != 0)) {
+        push_preview(L, e->payload, e->payload_len, e->payload_size,
+                     e->kind);
         lua_setfield(L, -2, "payload_preview");
     }
-    lua_createtable(L, 0, d->nheaders);
-    for (int i = 0; i < d->nheaders; i++) {
-        lua_pushstring(L, d->headers[2 * i + 1]);
-        lua_setfield(L, -2, d->headers[2 * i]);
+    lua_createtable(L, 0, e->nheaders);
+    for (int i = 0; i < e->nheaders; i++) {
+        lua_pushstring(L, e->headers[2 * i + 1]);
+        lua_setfield(L, -2, e->headers[2 * i]);
     }
     lua_setfield(L, -2, "headers");
 }
@@ -252,7 +255,7 @@ static int push_stage_dead(lua_State *L, seda_stage_t *st, int n)
     lua_setfield(L, -2, "__gc");
     lua_setmetatable(L, -2);
     for (int i = 0; i < m; i++) {
-        push_dead(L, seda_stage_name(st), &a[i]);
+        seda__l_errors_snapshot(L, &a[i], seda_stage_name(st));
         lua_rawseti(L, -3, ++n);
     }
     seda_dead_letters_free(a);
@@ -480,40 +483,6 @@ int seda__l_errors_log_level(lua_State *L)
 
 /* ---- live taps ---- */
 
-void seda__l_errors_tap_entry(lua_State *L, const struct seda_tap_entry *e)
-{
-    lua_createtable(L, 0, 8);
-    lua_pushstring(L, e->id);
-    lua_setfield(L, -2, "id");
-    lua_pushnumber(L, e->at);
-    lua_setfield(L, -2, "at");
-    lua_pushinteger(L, e->attempts);
-    lua_setfield(L, -2, "attempts");
-    lua_pushinteger(L, (lua_Integer)e->payload_size);
-    lua_setfield(L, -2, "payload_size");
-    bool whole = e->payload_len == e->payload_size;
-    int top = lua_gettop(L);
-    char err[64];
-    if (whole && e->kind == 0)
-        lua_pushlstring(L, e->payload, e->payload_len);
-    else if (!whole || seda__codec_decode(L, e->payload, e->payload_len,
-                                          err, sizeof err) != 0)
-        lua_settop(L, top);
-    if (lua_gettop(L) > top) {
-        lua_setfield(L, -2, "payload");
-    } else {
-        push_preview(L, e->payload, e->payload_len, e->payload_size,
-                     e->kind);
-        lua_setfield(L, -2, "payload_preview");
-    }
-    lua_createtable(L, 0, e->nheaders);
-    for (int h = 0; h < e->nheaders; h++) {
-        lua_pushstring(L, e->headers[2 * h + 1]);
-        lua_setfield(L, -2, e->headers[2 * h]);
-    }
-    lua_setfield(L, -2, "headers");
-}
-
 static int tap_box_gc(lua_State *L)
 {
     seda_tap_t **box = lua_touserdata(L, 1);
@@ -563,7 +532,7 @@ int seda__l_errors_tap(lua_State *L)
         int k = seda_tap_read(*box, e, n - got < 16 ? (int)(n - got) : 16,
                               left < 0.05 ? left : 0.05, &missed);
         for (int i = 0; i < k; i++) {
-            seda__l_errors_tap_entry(L, &e[i]);
+            seda__l_errors_snapshot(L, &e[i], NULL);
             lua_rawseti(L, -2, ++got);
             seda_tap_entry_free(&e[i]);
         }

@@ -331,6 +331,7 @@ static int l_bus_gc(lua_State *L)
         seda__l_callback_release(L, c->cb, 1);
         seda__l_callback_completion_free(c);
     }
+    seda__l_callback_drop_lost(L, lb);
     for (int i = 0; i < lb->nstages; i++)
         seda__l_stage_free(lb->stages[i]);
     free(lb->stages);

@@ -108,6 +108,11 @@ struct lcb {
     int ref;                    /* the function in the main registry */
     int refs;                   /* envelopes still to report */
     struct lbus *lb;            /* on_durable's: where to queue */
+    int lost;                   /* reports that found no memory to queue
+                                   a completion: references to drop;
+                                   guarded by the bus's mu */
+    struct lcb *lost_next;      /* on the bus's lost list while lost > 0;
+                                   guarded by the bus's mu */
 };
 
 /* A finished itinerary waiting for the main state. */
@@ -171,6 +176,8 @@ struct lbus {
     pthread_cond_t cv;
     struct lcompletion *chead;  /* guarded by mu */
     struct lcompletion *ctail;  /* guarded by mu */
+    struct lcb *lost;           /* callbacks with lost reports (struct
+                                   lcb's lost); guarded by mu */
     struct lstage **stages;     /* guarded by mu */
     int nstages;                /* guarded by mu */
     int cap_stages;             /* guarded by mu */
@@ -361,6 +368,9 @@ SEDA__API struct lcb *seda__l_callback_new(lua_State *L, int idx, int refs);
 /* on_durable's seda_durable_fn (ud: an lcb with lb set): any thread. */
 SEDA__API void seda__l_callback_on_durable(int rc, void *ud);
 SEDA__API void seda__l_callback_release(lua_State *L, struct lcb *cb, int n);
+/* Drop the references of reports that found no memory to queue their
+ * completion (struct lcb's lost).  Main thread. */
+SEDA__API void seda__l_callback_drop_lost(lua_State *L, struct lbus *lb);
 SEDA__API void seda__l_callback_completion_free(struct lcompletion *c);
 /* Run the bus's queued completions on L; returns how many ran. */
 SEDA__API int seda__l_callback_run(lua_State *L, struct lbus *lb);

@@ -429,8 +429,8 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     }
     seda_stage_opts o = *so;
     o.max_attempts = rs->max_attempts;
-    if ((rc = seda__stage_make_remote(bus, &o, &seda__rstage_ops, rs, &st,
-                                      err, errlen)) != 0)
+    if ((rc = seda__bus_make_remote(bus, &o, &seda__rstage_ops, rs, &st,
+                                    err, errlen)) != 0)
         goto fail_quiet;
     rs->st = st;
     struct rclient cl = {
@@ -440,7 +440,7 @@ int seda_remote_stage_add(seda_bus_t *bus, const seda_stage_opts *so,
     };
     if ((rs->sid = seda__rconn_attach(conn, &cl)) < 0)
         FAIL(SEDA_ENOMEM, "out of memory");
-    rc = seda__stage_register(bus, st, out, err, errlen);
+    rc = seda__bus_register(bus, st, out, err, errlen);
     st = NULL;                          /* registered, or freed by it */
     if (rc == 0)
         return 0;

@@ -118,7 +118,7 @@ static void bad_message(struct rstage *rs, natsMsg *m,
             ctx = NULL;
         }
         seda__stage_count_remote(st, SEDA__REMOTE_ACCEPTED);
-        seda__bus_dead_letter(st, env, "bad_message", NULL);
+        seda__route_dead_letter(st, env, "bad_message", NULL);
     } else {
         char msg[200];
         snprintf(msg, sizeof msg, "out of memory dead-lettering a bad "
@@ -272,7 +272,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         env->done = seda__rctx_done;
         env->done_ud = ctx;
         (void)seda_env_set_header(env, "x-dead-detail", twhy);
-        seda__bus_dead_letter(st, env, "type", NULL);
+        seda__route_dead_letter(st, env, "type", NULL);
     } else if (last) {
         /* JetStream's last delivery, its earlier ones lost (processes
          * died holding it, or overran ack_wait): dead-lettered without
@@ -286,7 +286,7 @@ void seda__rstage_intake(struct rstage *rs, natsMsg *m,
         ctx->reply = NULL;
         env->done = seda__rctx_done;
         env->done_ud = ctx;
-        seda__bus_dead_letter(st, env, "max_attempts", NULL);
+        seda__route_dead_letter(st, env, "max_attempts", NULL);
     } else if (env) {
         env->done = seda__rctx_done;
         env->done_ud = ctx;

@@ -32,7 +32,7 @@
  *   dead-lettered with reason bad_message and termed.
  *
  *   Settling (the worker that delivered it).  ack: the envelope is routed
- *   on as any ack is (seda__bus_route_ack), and the source message is
+ *   on as any ack is (seda__route_ack), and the source message is
  *   acked afterwards -- unless the next hop is itself a remote stage,
  *   which claims the receipt and acks the source only once JetStream
  *   stored the hop (so a crash between the two loses nothing).  nack with
@@ -177,7 +177,7 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
                         double timeout, bool hop)
 {
     struct rstage *rs = seda__stage_remote_ctx(st);
-    int64_t deadline = seda__bus_publish_deadline(rs->bus, timeout);
+    int64_t deadline = seda__publish_deadline(rs->bus, timeout);
     if (!seda__rconn_up(rs->conn) && hop &&
         !atomic_load_explicit(&rs->closing, memory_order_acquire)) {
         /* A hop waits out a reconnect up to its timeout (hop_timeout), as
@@ -449,24 +449,24 @@ static void route_nats(struct rstage *rs, seda_env_t *env,
                      seda_stage_name(rs->st));
             (void)seda_env_set_header(env, "x-dead-detail", why);
             seda_stage_report(rs->st, why);
-            seda__bus_dead_letter(rs->st, env, "hop_refused", tally);
+            seda__route_dead_letter(rs->st, env, "hop_refused", tally);
             return;
         }
         if (nats_out(rs, env, subject, why, sizeof why) != 0) {
             (void)seda_env_set_header(env, "x-dead-detail", why);
             seda_stage_report(rs->st, why);
-            seda__bus_dead_letter(rs->st, env, "hop_refused", tally);
+            seda__route_dead_letter(rs->st, env, "hop_refused", tally);
             return;
         }
     }
-    seda__bus_route_ack(rs->st, env, tally);
+    seda__route_ack(rs->st, env, tally);
 }
 
 /* The delay of a nak: the stage's retry backoff before the
  * next attempt, as a local retry would wait; 0 without one. */
 static int64_t retry_delay_ns(struct seda_stage_s *st, int attempts)
 {
-    return seda__stage_backoff_ns(st, attempts + 1);
+    return seda__route_backoff_ns(st, attempts + 1);
 }
 
 static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
@@ -505,9 +505,9 @@ static void remote_settle(struct seda_stage_s *st, seda_env_t *env, int res,
         if (reply)
             seda__rfeed_settle(rs, reply, RF_TERM, 0);
         seda__free(reply);
-        seda__bus_dead_letter(st, env, res == DR_DEAD_MAX ? "max_attempts"
+        seda__route_dead_letter(st, env, res == DR_DEAD_MAX ? "max_attempts"
                                                           : "no_consumers",
-                              tally);
+                                tally);
     }
 }
 

@@ -239,6 +239,63 @@ static void test_env_exiting_thread_returns_cached_blocks(void **state)
     assert_int_equal(seda__env_unaccounted(), 0);
 }
 
+/* One snapshot serves taps and dead letters: id, attempts, kind, the
+ * headers, the first `keep` bytes of the payload and, when asked, the last
+ * error, all in the one allocation returned; the rest zero. */
+static void test_env_snapshot_copies_what_it_keeps(void **state)
+{
+    (void)state;
+    const char *hdr[] = { "a", "1", "bb", "22" };
+    seda_publish_opts o;
+    seda_publish_opts_init(&o);
+    o.headers = hdr;
+    o.nheaders = 2;
+    char big[300];
+    memset(big, 'p', sizeof big);
+    seda_env_t *e = mk(big, sizeof big, &o);
+    seda_env_fail(e, "first line\nsecond");
+    seda_env_snapshot s;
+    size_t len = 0;
+    char *blob = seda__env_snapshot(e, 128, true, &s, &len);
+    assert_non_null(blob);
+    char id[SEDA_ID_MAX];
+    assert_string_equal(s.id, seda_env_id(e, id));
+    assert_int_equal(s.attempts, 1);
+    assert_int_equal(s.payload_size, sizeof big);
+    assert_int_equal(s.payload_len, 128);
+    assert_memory_equal(s.payload, big, 128);
+    assert_string_equal(s.error, "first line");
+    assert_int_equal(s.nheaders, 2);
+    assert_string_equal(s.headers[2], "bb");
+    assert_string_equal(s.headers[3], "22");
+    assert_string_equal(s.reason, "");
+    assert_string_equal(s.missing, "");
+    assert_null(s.priv);
+    /* Every pointer is into the one allocation. */
+    const char *ptrs[] = { s.error, s.payload, s.headers[0], s.headers[3] };
+    for (int i = 0; i < 4; i++)
+        assert_true(ptrs[i] >= blob && ptrs[i] < blob + len);
+    seda__free(blob);
+    /* Without the error, a payload shorter than keep, no headers. */
+    seda_env_t *f = mk("xy", 2, NULL);
+    blob = seda__env_snapshot(f, 128, false, &s, &len);
+    assert_non_null(blob);
+    assert_null(s.error);
+    assert_int_equal(s.payload_len, 2);
+    assert_int_equal(s.payload_size, 2);
+    assert_int_equal(s.nheaders, 0);
+    assert_null(s.headers);
+    seda__free(blob);
+    /* Out of memory: NULL, nothing to free. */
+    seda_set_allocator(counting_malloc, NULL, NULL);
+    fail_after = 0;
+    assert_null(seda__env_snapshot(e, 128, true, &s, &len));
+    fail_after = -1;
+    seda_set_allocator(NULL, NULL, NULL);
+    seda__env_free(e);
+    seda__env_free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +307,7 @@ int main(void)
         cmocka_unit_test(test_env_new_enomem_at_every_allocation),
         cmocka_unit_test(test_env_new_refuses_bad_counts),
         cmocka_unit_test(test_env_exiting_thread_returns_cached_blocks),
+        cmocka_unit_test(test_env_snapshot_copies_what_it_keeps),
     };
     return cmocka_run_group_tests_name("env", tests, NULL, NULL);
 }
