@@ -38,7 +38,12 @@
  *   group_wait, a group the committer starts with an async request first
  *   waits until that request has waited group_wait (arrivals queue), or
  *   until a caller that does wait queues: holding a thread is not what
- *   group_wait trades.  A waiter spins briefly (a
+ *   group_wait trades.  A LAZY request (apply_async: a drain batch's
+ *   acknowledgements, which may be lost in a crash) starts no commit:
+ *   it waits in the list for the next group someone else starts, and a
+ *   leader that finds only lazy requests left goes idle instead of
+ *   passing the lead; the committer commits them alone once the oldest
+ *   has waited LAZY_NS.  A waiter spins briefly (a
  *   commit takes microseconds) before it sleeps on its own condition
  *   variable.  A leader holding nothing but one drain batch's decisions
  *   waits up to DEFER_NS for company first: with one publisher and one
