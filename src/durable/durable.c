@@ -463,8 +463,9 @@ static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
 
 /* ---- a drain batch ---- */
 
-/* A batch's acknowledgements committing without its worker: the
- * journal's callback reports a failure and frees it. */
+/* A batch's acknowledgements committing without its worker: made by
+ * ack_async, immutable, the journal's from its queueing until aack_done
+ * (which reports a failure and frees it). */
 struct aack {
     struct seda_stage_s *st;
     int n;
