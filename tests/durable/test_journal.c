@@ -766,7 +766,7 @@ static void test_journal_lazy_apply_rides_with_next_group(void **state)
     static struct as_req reqs[3];
     seda_jrec r[3];
     for (int i = 0; i < 3; i++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "l%d", i);
         r[i] = mkrec("lz", id, "", 0);
         assert_int_equal(seda__journal_insert(j, &r[i], 1, 0, NULL), 0);
