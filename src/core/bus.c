@@ -537,6 +537,9 @@ static bool scan_idle(struct seda_bus_s *b, uint64_t *sum)
     *sum = 0;
     for (int i = 0; i < r->n; i++)
         idle &= seda__stage_idle(r->list[i], sum);
+    void *store = seda__bus_store(b);
+    if (idle && store)
+        idle = b->store_ops->settled(store);
     return idle;
 }
 

@@ -128,6 +128,10 @@ SEDA__API int64_t seda__publish_deadline(struct seda_bus_s *b,
  * give it back. */
 SEDA__API int seda__stage_reserve(struct seda_stage_s *st, double timeout);
 SEDA__API void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env);
+/* seda__stage_fill of envs[0..n) in order, in one lock round (a group
+ * commit's publishes: one drain task, not one per envelope). */
+SEDA__API void seda__stage_fill_many(struct seda_stage_s *st,
+                                     seda_env_t **envs, int n);
 SEDA__API void seda__stage_unreserve(struct seda_stage_s *st);
 
 /* Admit envs[0..n) in order with one lock round; returns how many were

@@ -199,8 +199,8 @@ static void spread(struct seda_stage_s *st, bool shed)
 }
 
 /* Take one batch, deliver it, fold the results in.  Returns with st->mu
- * held. */
-static void run_batch(struct seda_stage_s *st, bool *gave_permit)
+ * held, and how many envelopes it took. */
+static int run_batch(struct seda_stage_s *st, bool *gave_permit)
 {
     seda_env_t *batch[SEDA_MAX_BATCH];
     seda_env_t *retry[SEDA_MAX_BATCH];
@@ -259,6 +259,7 @@ static void run_batch(struct seda_stage_s *st, bool *gave_permit)
         seda__shed_update(st, least, t);
     }
     spread(st, bt.shed);
+    return n;
 }
 
 void seda__drain_schedule(struct seda_stage_s *st)
@@ -282,7 +283,7 @@ void seda__drain_run(void *arg)
     struct seda_bus_s *b = st->bus;
     for (;;) {
         bool gave = false;
-        run_batch(st, &gave);           /* returns holding st->mu */
+        int took = run_batch(st, &gave);    /* returns holding st->mu */
         if (gave) {
             /* A suspended call holds this task's permit now; it gives it
              * back (or starts a task) when it is settled. */
@@ -324,8 +325,12 @@ void seda__drain_run(void *arg)
             return;
         }
         /* Linger only as the stage's last task: with another one
-         * running, it will see what arrives next. */
-        if (!stopping &&
+         * running, it will see what arrives next.  And only after a
+         * batch that took something: linger counts held reservations as
+         * coming, and a durable stage's are held for a whole journal
+         * commit (an fsync), through which linger, an empty batch,
+         * linger... would spin.  The envelope's fill starts a task. */
+        if (!stopping && took > 0 &&
             atomic_load_explicit(&st->dr.running, memory_order_relaxed) == 1) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);

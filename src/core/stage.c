@@ -483,6 +483,20 @@ void seda__stage_fill(struct seda_stage_s *st, seda_env_t *env)
         seda__drain_schedule(st);
 }
 
+void seda__stage_fill_many(struct seda_stage_s *st, seda_env_t **envs,
+                           int n)
+{
+    int nsched = 0;
+    seda__mutex_lock(&st->mu);
+    for (int i = 0; i < n; i++) {
+        seda__inbox_unreserve_slot(&st->in);
+        nsched += push_locked(st, envs[i], false);
+    }
+    seda__mutex_unlock(&st->mu);
+    while (nsched-- > 0)
+        seda__drain_schedule(st);
+}
+
 int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
                               int n)
 {

@@ -52,6 +52,12 @@ struct seda__store_ops {
     int (*move)(struct seda_stage_s *from, struct seda_stage_s *to,
                 seda_env_t *env, int skip_slip);
     void (*forget)(struct seda_stage_s *st, seda_env_t *env);
+    /* Whether every decision the store took without waiting for its
+     * commit (a batch's acknowledgements) is committed: the bus is not
+     * idle before (a process that exits once idle replays nothing it
+     * finished); the store calls seda__bus_idle_notify when it gets
+     * there.  Any thread. */
+    bool (*settled)(void *store);
     /* Close the store (seda_bus_free, after the pool stopped). */
     void (*close)(void *store);
 };

@@ -21,12 +21,18 @@
  *             dead letter to a durable DLQ = MOVE with the x-dead
  *             headers; a dead letter its durable dead-letter stage is
  *             done with = KEEP: the row stays, marked done, for
- *             seda-lua dlq), and only then do the hops, completions and
- *             dead letters take effect in memory.  A crash before the commit
- *             replays the whole batch (at-least-once); after it, nothing
- *             is replayed twice.  Envelopes whose decision is already in
- *             the journal are flagged ENV_JDONE so routing does not write
- *             again.
+ *             seda-lua dlq).  A batch with a MOVE among its decisions
+ *             waits for that commit, and only then do the hops,
+ *             completions and dead letters take effect in memory: a crash
+ *             before the commit replays the whole batch (at-least-once);
+ *             after it, nothing is replayed twice.  A batch without one
+ *             (every decision only acknowledges) queues its commit for
+ *             the journal's next group and goes on (ack_async): a crash
+ *             before that commit replays those envelopes, as the
+ *             at-least-once promise allows, and the worker never waits
+ *             for an fsync of acknowledgements.  Envelopes whose
+ *             decision is written (or queued) are flagged ENV_JDONE so
+ *             routing does not write again.
  *   outside a batch (pull acks, hops from in-memory stages into durable
  *             ones, a hop the next stage refused after the MOVE) the same
  *             steps are written one envelope at a time.
@@ -159,6 +165,7 @@ static void report_io(struct seda_stage_s *st, const char *what, int rc)
 
 static const struct seda__store_ops journal_ops;
 static void forget_row(struct seda_stage_s *st, seda_env_t *env, bool keep);
+static void apub_group_end(void);
 
 /* Serialises opening: two threads declaring durable stages at once open
  * the journal once (its flock would refuse the second). */
@@ -176,6 +183,7 @@ int seda_bus_open_journal(seda_bus_t *b, char *err, size_t errlen)
         if (rc == 0) {
             seda__journal_set_group_wait(
                 j, (int64_t)(seda__bus_group_wait(b) * 1e9));
+            seda__journal_set_group_end(j, apub_group_end);
             seda__bus_set_store(b, &journal_ops, j);
         }
         else if (err && errlen)
@@ -274,31 +282,91 @@ struct apub {
     seda_jrec rec;
     struct recbuf rb;
     int dup;
+    int rc;                     /* the outcome, set by apub_done */
     seda_durable_fn done;
     void *ud;
 };
+
+/* A group's publishes, settled at the group's end (apub_group_end): the
+ * committed ones filled into their stages, a run of one stage in one
+ * step (its drain task then takes them as one batch, instead of
+ * starting on the first while the committer fills the rest), then every
+ * publisher told, in commit order.  The committing thread's own (one
+ * group at a time per thread). */
+static _Thread_local struct {
+    struct apub **v;            /* in commit order */
+    int n, cap;
+} tl_group;
+
+/* Tell a's publisher, and free a. */
+static void apub_tell(struct apub *a)
+{
+    seda_durable_fn done = a->done;
+    void *ud = a->ud;
+    int rc = a->rc;
+    seda__free(a);
+    done(rc, ud);
+}
+
+static void apub_group_end(void)
+{
+    seda_env_t *run[64];
+    struct seda_stage_s *st = NULL;
+    int k = 0;
+    for (int i = 0; i < tl_group.n; i++) {
+        struct apub *a = tl_group.v[i];
+        if (a->rc)
+            continue;
+        if (k == 64 || (k > 0 && a->st != st)) {
+            seda__stage_fill_many(st, run, k);
+            k = 0;
+        }
+        st = a->st;
+        run[k++] = a->env;
+    }
+    if (k > 0)
+        seda__stage_fill_many(st, run, k);
+    for (int i = 0; i < tl_group.n; i++)
+        apub_tell(tl_group.v[i]);
+    /* Not kept between groups: a thread that ends leaves nothing. */
+    seda__free(tl_group.v);
+    tl_group.v = NULL;
+    tl_group.n = tl_group.cap = 0;
+}
 
 /* The journal's callback (the committing thread, no journal lock). */
 static void apub_done(int jrc, void *arg)
 {
     struct apub *a = arg;
-    int rc = 0;
+    recbuf_free(&a->rb);
     if (jrc == 0 && !a->dup) {
         /* Cannot fail: the envelope's ext was made before queueing. */
         seda__env_set_jkey(a->env, a->rec.key);
-        seda__stage_fill(a->st, a->env);
     } else {
-        rc = jrc == -EIO ? SEDA_EIO : jrc ? jrc : SEDA_EDUP;
+        a->rc = jrc == -EIO ? SEDA_EIO : jrc ? jrc : SEDA_EDUP;
         seda__env_set_jkey(a->env, 0);
         seda__stage_unreserve(a->st);
         a->env->done = NULL;
         seda__env_free(a->env);
+        a->env = NULL;
     }
-    recbuf_free(&a->rb);
-    seda_durable_fn done = a->done;
-    void *ud = a->ud;
-    seda__free(a);
-    done(rc, ud);
+    if (tl_group.n == tl_group.cap) {
+        int cap = tl_group.cap ? tl_group.cap * 2 : 64;
+        struct apub **v = seda__realloc(tl_group.v, sizeof *v * (size_t)cap);
+        if (v) {
+            tl_group.v = v;
+            tl_group.cap = cap;
+        }
+    }
+    if (tl_group.n < tl_group.cap) {
+        tl_group.v[tl_group.n++] = a;           /* apub_group_end */
+        return;
+    }
+    /* Out of memory for the list: settle it now (out of order only
+     * then). */
+    if (a->rc == 0)
+        seda__stage_fill(a->st, a->env);
+    apub_tell(a);
 }
 
 static int durable_publish_async(struct seda_stage_s *st, seda_env_t *env,
@@ -395,6 +463,46 @@ static void durable_forget(struct seda_stage_s *st, seda_env_t *env)
 
 /* ---- a drain batch ---- */
 
+/* A batch's acknowledgements committing without its worker: made by
+ * ack_async, immutable, the journal's from its queueing until aack_done
+ * (which reports a failure and frees it). */
+struct aack {
+    struct seda_stage_s *st;
+    int n;
+    seda_jop ops[];
+};
+
+/* The journal's callback (the committing thread, no journal lock). */
+static void aack_done(int jrc, void *arg)
+{
+    struct aack *a = arg;
+    if (jrc)
+        report_io(a->st, "batch commit", jrc);
+    struct seda_bus_s *b = seda__stage_bus(a->st);
+    seda__free(a);
+    /* The last one: the bus may be idle now (journal_settled). */
+    if (seda__journal_lazy_open(seda__bus_store(b)) == 0)
+        seda__bus_idle_notify(b);
+}
+
+/* Queue ops (no MOVE among them: nothing to free but the copy) for the
+ * journal's next group without waiting.  Returns 0, or non-zero when
+ * they could not be queued (the caller commits them itself). */
+static int ack_async(struct seda_stage_s *st, struct seda_journal *j,
+                     const seda_jop *ops, int nops)
+{
+    struct aack *a = seda__malloc(sizeof *a + sizeof *ops * (size_t)nops);
+    if (!a)
+        return SEDA_ENOMEM;
+    a->st = st;
+    a->n = nops;
+    memcpy(a->ops, ops, sizeof *ops * (size_t)nops);
+    int rc = seda__journal_apply_async(j, a->ops, nops, aack_done, a);
+    if (rc)
+        seda__free(a);
+    return rc;
+}
+
 static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
                          const int *res, int n)
 {
@@ -477,7 +585,19 @@ static void durable_batch(struct seda_stage_s *st, seda_env_t **envs,
         env->flags |= ENV_JDONE;
         nops++;
     }
-    int rc = nops ? seda__journal_apply(j, ops, nops) : 0;
+    /* Decisions that only acknowledge (completions, hops out of the
+     * journal, dead letters discarded or kept, retries) need not be on
+     * disk before they take effect: a crash that loses them replays the
+     * envelopes (at-least-once), so they join the next group commit and
+     * the worker goes on.  A MOVE must be: the next durable stage may
+     * handle the envelope at once, and a replay must not bring it back
+     * to this one after that; a batch with one commits in place. */
+    bool moves = false;
+    for (int i = 0; i < nops && !moves; i++)
+        moves = ops[i].op == SEDA_JOP_MOVE;
+    int rc = 0;
+    if (nops && (moves || ack_async(st, j, ops, nops) != 0))
+        rc = seda__journal_apply(j, ops, nops);
     if (rc)
         report_io(st, "batch commit", rc);
     for (int i = 0; i < nops; i++) {
@@ -504,6 +624,11 @@ static void journal_close(void *store)
     seda__journal_close(store);
 }
 
+static bool journal_settled(void *store)
+{
+    return seda__journal_lazy_open(store) == 0;
+}
+
 static const struct seda__store_ops journal_ops = {
     .publish = durable_publish,
     .publish_async = durable_publish_async,
@@ -511,6 +636,7 @@ static const struct seda__store_ops journal_ops = {
     .enter = durable_enter,
     .move = durable_move,
     .forget = durable_forget,
+    .settled = journal_settled,
     .close = journal_close,
 };
 

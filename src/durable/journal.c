@@ -25,7 +25,8 @@
  *   request with no thread hand-off at all.
  *
  *   An async request (insert_async: a publish whose publisher does not
- *   wait -- a suspended handler, on_durable, an HTTP request) has no
+ *   wait -- a suspended handler, on_durable, an HTTP request;
+ *   apply_async: a drain batch's acknowledgements) has no
  *   caller to lead: it is the journal's (heap) and its done callback is
  *   called by whoever commits it, with no lock held, right after the
  *   commit.  When the lead falls to one (nobody leads, or a leader passes
@@ -37,7 +38,12 @@
  *   group_wait, a group the committer starts with an async request first
  *   waits until that request has waited group_wait (arrivals queue), or
  *   until a caller that does wait queues: holding a thread is not what
- *   group_wait trades.  A waiter spins briefly (a
+ *   group_wait trades.  A LAZY request (apply_async: a drain batch's
+ *   acknowledgements, which may be lost in a crash) starts no commit:
+ *   it waits in the list for the next group someone else starts, and a
+ *   leader that finds only lazy requests left goes idle instead of
+ *   passing the lead; the committer commits them alone once the oldest
+ *   has waited LAZY_NS.  A waiter spins briefly (a
  *   commit takes microseconds) before it sleeps on its own condition
  *   variable.  A leader holding nothing but one drain batch's decisions
  *   waits up to DEFER_NS for company first: with one publisher and one
@@ -95,6 +101,12 @@
  * 10 us here, a publisher returns for its next one within a few. */
 #define DEFER_NS 5000
 #define DEFER_MAX 16            /* the score's ceiling (and start) */
+/* How long a lazy request (a drain batch's acknowledgements) waits for
+ * a group someone else starts before the committer commits it alone, ns:
+ * acknowledgements need no fsync of their own while publishes keep
+ * committing, and a crash loses at most this much of them (replayed:
+ * at-least-once). */
+#define LAZY_NS 2000000
 #define DEFER_PROBE 32          /* with score 0, one lone commit in this
                                    many still waits, to notice a change */
 
@@ -528,22 +540,39 @@ static void defer_learn(struct seda_journal *j, bool company)
         j->defer_score = j->defer_score > 2 ? j->defer_score - 2 : 0;
 }
 
+/* Whether every queued request is lazy (none, too), and close has not
+ * begun: then nobody need lead yet.  mu held. */
+static bool only_lazy(struct seda_journal *j)
+{
+    return !j->stop && j->nlazy >= atomic_load_explicit(&j->npending,
+                                                         memory_order_relaxed);
+}
+
 /* Call the done callbacks of batch's async requests (and free them);
  * return the others, in order.  Leader, mu not held. */
-static struct jreq *done_async(struct jreq *batch)
+static struct jreq *done_async(struct seda_journal *j, struct jreq *batch)
 {
     struct jreq *keep = NULL, **tail = &keep;
+    bool any = false;
     for (struct jreq *r = batch, *nx; r; r = nx) {
         nx = r->next;
         if (r->done) {
+            /* A lazy one is no longer open when its callback runs (the
+             * callback may look whether it was the last). */
+            if (r->lazy)
+                atomic_fetch_sub_explicit(&j->lazy_open, 1,
+                                          memory_order_acq_rel);
             r->done(r->rc, r->done_ud);
             seda__free(r);
+            any = true;
         } else {
             *tail = r;
             tail = &r->next;
         }
     }
     *tail = NULL;
+    if (any && j->group_end)
+        j->group_end();
     return keep;
 }
 
@@ -555,9 +584,12 @@ static struct jreq *done_async(struct jreq *batch)
  * (released around SQLite); busy is set for us. */
 static void lead(struct seda_journal *j, struct jreq *self)
 {
+    bool flush = j->flush_lazy;
+    j->flush_lazy = false;
     while ((self ? atomic_load_explicit(&self->state, memory_order_relaxed)
                        != JR_DONE
-                 : j->head != NULL) && !j->hold) {
+                 : j->head != NULL && (flush || !only_lazy(j))) &&
+           !j->hold) {
         if (j->head == self && j->tail == self && self->type == REQ_APPLY &&
             !j->stop && defer_now(j)) {
             /* Alone with a drain's decisions: wait a moment for company
@@ -600,8 +632,10 @@ static void lead(struct seda_journal *j, struct jreq *self)
         if (!j->head)
             j->tail = NULL;
         last->next = NULL;
-        for (struct jreq *r = batch; r; r = r->next)
+        for (struct jreq *r = batch; r; r = r->next) {
             j->nwaiting -= !r->done;
+            j->nlazy -= r->lazy;
+        }
         atomic_fetch_sub_explicit(&j->npending, n, memory_order_relaxed);
         seda__mutex_unlock(&j->mu);
         if (batch->type >= REQ_READ) {
@@ -609,7 +643,7 @@ static void lead(struct seda_journal *j, struct jreq *self)
             batch->rc = rc == SQLITE_OK ? 0 : sqlite_errno(rc);
         } else {
             run_group(j, batch);
-            batch = done_async(batch);
+            batch = done_async(j, batch);
         }
         seda__mutex_lock(&j->mu);
         for (struct jreq *r = batch, *nx; r; r = nx) {
@@ -617,12 +651,14 @@ static void lead(struct seda_journal *j, struct jreq *self)
             finish(r, JR_DONE);
         }
     }
-    if (j->head && !j->hold) {
+    if (j->head && !j->hold && !only_lazy(j)) {
         pass_lead(j);                   /* busy stays set: it leads now */
     } else {
         j->busy = false;
         if (j->stop)
             pthread_cond_broadcast(&j->idle_cv);
+        else if (j->head && !j->hold)
+            pthread_cond_signal(&j->commit_cv); /* times the lazy ones */
     }
 }
 
@@ -633,8 +669,19 @@ static void *committer_main(void *arg)
     struct seda_journal *j = arg;
     seda__mutex_lock(&j->mu);
     for (;;) {
-        while (!j->go && !j->cstop)
-            seda__cond_wait(&j->commit_cv, &j->mu, INT64_MAX);
+        while (!j->go && !j->cstop) {
+            /* Queued with nobody leading: lazy requests only.  The
+             * oldest has waited LAZY_NS for company: commit them. */
+            int64_t until = j->head && !j->busy && !j->hold
+                                ? j->head->t0 + LAZY_NS : INT64_MAX;
+            if (until != INT64_MAX && seda__clock_ns() >= until) {
+                j->busy = true;
+                j->go = true;
+                j->flush_lazy = true;
+                break;
+            }
+            seda__cond_wait(&j->commit_cv, &j->mu, until);
+        }
         if (!j->go)
             break;
         j->go = false;
@@ -647,8 +694,9 @@ static void *committer_main(void *arg)
 /* Queue r (append, count, stamp).  mu held. */
 static void enqueue(struct seda_journal *j, struct jreq *r)
 {
-    if (j->group_wait_ns > 0)
+    if (j->group_wait_ns > 0 || r->lazy)
         r->t0 = seda__clock_ns();
+    j->nlazy += r->lazy;
     if (j->tail)
         j->tail->next = r;
     else
@@ -679,11 +727,17 @@ static int submit_async(struct seda_journal *j, struct jreq *r)
         }
         j->cstarted = true;
     }
+    bool first = !j->head;
     enqueue(j, r);
-    /* Even when the journal is idle the committer commits it, not this
-     * thread: its caller (a worker) goes on with other calls, whose
-     * publishes then join the next group. */
-    if (!j->busy && !j->hold) {
+    if (r->lazy) {
+        /* Rides with the next group; the committer times it when it is
+         * the only thing queued. */
+        if (first && !j->busy && !j->hold)
+            pthread_cond_signal(&j->commit_cv);
+    } else if (!j->busy && !j->hold) {
+        /* Even when the journal is idle the committer commits it, not
+         * this thread: its caller (a worker) goes on with other calls,
+         * whose publishes then join the next group. */
         j->busy = true;
         j->go = true;
         pthread_cond_signal(&j->commit_cv);
@@ -808,6 +862,11 @@ int seda__journal_insert_async(struct seda_journal *j, seda_jrec *recs,
     return rc;
 }
 
+void seda__journal_set_group_end(struct seda_journal *j, void (*fn)(void))
+{
+    j->group_end = fn;
+}
+
 void seda__journal_set_group_wait(struct seda_journal *j, int64_t ns)
 {
     j->group_wait_ns = ns > 0 ? ns : 0;
@@ -821,12 +880,9 @@ void seda__journal_groups(struct seda_journal *j, struct seda_jgroups *out)
     out->fsyncs = atomic_load_explicit(&j->fsyncs, memory_order_relaxed);
 }
 
-int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
+/* Check apply's arguments.  Returns 0, -EINVAL or -E2BIG. */
+static int check_ops(const seda_jop *ops, int n)
 {
-    if (!j || n < 0 || (n > 0 && !ops))
-        return -EINVAL;
-    if (n == 0)
-        return 0;
     for (int i = 0; i < n; i++) {
         if (ops[i].op == SEDA_JOP_MOVE) {
             int rc = check_rec(&ops[i].rec);
@@ -844,8 +900,51 @@ int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
             return -EINVAL;
         }
     }
+    return 0;
+}
+
+int seda__journal_apply(struct seda_journal *j, const seda_jop *ops, int n)
+{
+    if (!j || n < 0 || (n > 0 && !ops))
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    int rc = check_ops(ops, n);
+    if (rc)
+        return rc;
     struct jreq r = { .type = REQ_APPLY, .ops = ops, .n = n };
     return submit(j, &r);
+}
+
+int seda__journal_apply_async(struct seda_journal *j, const seda_jop *ops,
+                              int n, seda_jdone_fn done, void *ud)
+{
+    if (!j || n <= 0 || !ops || !done)
+        return -EINVAL;
+    int rc = check_ops(ops, n);
+    if (rc)
+        return rc;
+    struct jreq *r = seda__calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    r->type = REQ_APPLY;
+    r->ops = ops;
+    r->n = n;
+    r->done = done;
+    r->done_ud = ud;
+    r->lazy = true;
+    atomic_fetch_add_explicit(&j->lazy_open, 1, memory_order_acq_rel);
+    rc = submit_async(j, r);
+    if (rc) {
+        atomic_fetch_sub_explicit(&j->lazy_open, 1, memory_order_acq_rel);
+        seda__free(r);
+    }
+    return rc;
+}
+
+int seda__journal_lazy_open(struct seda_journal *j)
+{
+    return atomic_load_explicit(&j->lazy_open, memory_order_acquire);
 }
 
 int seda__journal_delete_stage(struct seda_journal *j, const char *stage)

@@ -62,7 +62,8 @@
  *
  * THREADS: every function is thread-safe unless it says otherwise.  The
  * journal has one thread of its own, the committer, started by the first
- * insert_async: it commits the requests nobody waits for.  Writes
+ * async request (insert_async, apply_async): it commits the requests
+ * nobody waits for.  Writes
  * (insert, apply, delete_stage) block until committed, by the caller
  * itself, by the caller whose commit was running when they arrived, or by
  * the committer.  Reads (replay,
@@ -155,6 +156,30 @@ SEDA__API int seda__journal_insert_async(struct seda_journal *j,
                                          seda_jrec *recs, int n,
                                          int dedup_window, int *dup,
                                          seda_jdone_fn done, void *ud);
+
+/* seda__journal_apply without waiting: the changes join the next group
+ * commit (after every request queued before them, so a later request
+ * naming the same rows sees them applied), and done(rc, ud) is called
+ * when it ended, as for insert_async, but with no hurry: the request
+ * does not start a commit of its own while others keep coming (it rides
+ * with the next group a publish starts), and is committed alone only
+ * after waiting a few ms for one.  ops must stay valid until then.
+ * Returns 0 (done will be called exactly once), or a negative errno
+ * before anything was queued (done is not called). */
+SEDA__API int seda__journal_apply_async(struct seda_journal *j,
+                                        const seda_jop *ops, int n,
+                                        seda_jdone_fn done, void *ud);
+
+/* apply_async requests whose commit has not ended yet (their done
+ * callbacks see themselves no longer counted). */
+SEDA__API int seda__journal_lazy_open(struct seda_journal *j);
+
+/* fn() is called on the committing thread after the done callbacks of
+ * a group's async requests (they may leave work for it: durable.c fills
+ * a group's envelopes into their stages in one step).  No journal lock
+ * held.  Set once, before the first request. */
+SEDA__API void seda__journal_set_group_end(struct seda_journal *j,
+                                           void (*fn)(void));
 
 /* How long a commit may wait for company, ns (0, the default: commit as
  * soon as the journal is free).  Set once, before the first request. */

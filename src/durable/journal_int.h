@@ -52,7 +52,11 @@ struct jreq {
                                    request is the journal's (malloc'd) and
                                    freed after; NULL: a caller waits */
     void *done_ud;
-    int64_t t0;                 /* queued at (group_wait > 0 only) */
+    int64_t t0;                 /* queued at */
+    bool lazy;                  /* async, and no hurry (apply_async): it
+                                   rides with the next group someone
+                                   else starts, or waits LAZY_NS for
+                                   one; immutable once queued */
     atomic_int state;           /* JR_*; see above */
     bool sleeping;              /* the caller waits on cv; mu */
     pthread_cond_t cv;          /* the caller sleeps here, with j->mu */
@@ -87,8 +91,8 @@ enum {
  * quarantined (relaxed counters).  Only one lock; it is never held
  * across SQLite calls.  The committer thread (started by the first async
  * request) leads when asked: go, cstop, cstarted, gwaiting and nwaiting
- * are guarded by mu, commit_cv is signalled under it.  group_wait_ns is
- * immutable after open (set before any request).
+ * are guarded by mu, commit_cv is signalled under it.  group_wait_ns and
+ * group_end are immutable after open (set before any request).
  */
 struct seda_journal {
     char *dir;                  /* the data directory */
@@ -113,6 +117,8 @@ struct seda_journal {
     atomic_uint_fast64_t grp_max; /* most requests in one; relaxed */
     atomic_uint_fast64_t fsyncs; /* fsyncs of the commits; relaxed */
     int64_t group_wait_ns;      /* see seda__journal_set_group_wait */
+    void (*group_end)(void);    /* see seda__journal_set_group_end;
+                                   immutable after it */
     pthread_t committer;        /* runs async requests' commits */
     bool cstarted;              /* committer started; mu */
     bool go;                    /* committer: lead now (busy is set for
@@ -122,6 +128,11 @@ struct seda_journal {
     int nwaiting;               /* queued requests whose caller waits
                                    (not async): they end a group_wait;
                                    mu */
+    int nlazy;                  /* queued lazy requests; mu */
+    atomic_int lazy_open;       /* lazy requests whose done callback has
+                                   not returned (acq_rel) */
+    bool flush_lazy;            /* committer: lead even when only lazy
+                                   requests are queued; mu */
     pthread_cond_t commit_cv;   /* the committer waits here, with mu */
     atomic_uint_fast64_t quarantined; /* rows quarantined; relaxed */
     struct seda_wal_discard wal_lost; /* what recovery dropped at open;

@@ -6,6 +6,9 @@
  * later waits for it (until hop_timeout after the replay began), and
  * seda_bus_journal_stats.
  *
+ * One test also holds the bus's journal (the journal's test hook) to show
+ * that a drain batch's acknowledgements do not hold its worker.
+ *
  * Every test works in a fresh mkdtemp directory under /tmp.  Journals are
  * prepared by a bus whose pull stage nobody receives from (shutdown keeps
  * the rows) and changed with SQLite directly.
@@ -23,6 +26,8 @@
 #include <time.h>
 
 #include "seda.h"
+#include "core/store.h"
+#include "durable/journal.h"
 
 #include "dir_fixture.h"
 #include "testutil.h"
@@ -238,6 +243,57 @@ static void test_durable_new_envelopes_do_not_wait(void **state)
     seda_bus_free(bus);
 }
 
+/* A durable stage's batch does not wait for its acknowledgements' commit:
+ * with one worker and the journal held (no commit can start), the batch
+ * that acked ends and the worker runs another stage's envelope; the bus
+ * is not idle until the acknowledgement is committed, then the row is
+ * gone. */
+static atomic_int gate;
+
+static bool gated(seda_env_t *env, void *ud)
+{
+    (void)env;
+    atomic_fetch_add_explicit((atomic_int *)ud, 1, memory_order_relaxed);
+    double until = seda_now() + 10;
+    while (!atomic_load(&gate) && seda_now() < until) {
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}
+
+static void test_durable_acks_do_not_hold_the_worker(void **state)
+{
+    struct fx *f = *state;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 1;
+    bo.data_dir = f->data;
+    bo.sync_normal = true;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_t *a = add_stage(bus, "a", SEDA_AT_LEAST_ONCE, false);
+    atomic_store(&gate, 0);
+    assert_true(seda_stage_consume(a, gated, &f->calls[0]) >= 0);
+    seda_stage_t *m = add_stage(bus, "m", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(m, counting, &f->calls[1]) >= 0);
+    assert_int_equal(seda_publish(bus, "a", "x", 1, NULL), 0); /* committed */
+    wait_count(&f->calls[0], 1, "a's consumer called");
+    struct seda_journal *j = seda__bus_store(bus);
+    seda__journal_hold(j, true);
+    atomic_store(&gate, 1);                 /* a's batch acks now */
+    assert_int_equal(seda_publish(bus, "m", "y", 1, NULL), 0);
+    wait_count(&f->calls[1], 1,
+               "the worker runs m while a's acknowledgement is queued");
+    assert_int_not_equal(seda_bus_wait_idle(bus, 0.05), 0);   /* not yet */
+    seda__journal_hold(j, false);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    int64_t rows = -1;
+    assert_int_equal(seda__journal_count(j, "a", &rows), 0);
+    assert_int_equal(rows, 0);
+    seda_bus_free(bus);
+}
+
 static void test_durable_journal_stats_without_journal(void **state)
 {
     (void)state;
@@ -418,6 +474,7 @@ int main(void)
         T(test_durable_replayed_hop_waits_for_its_stage),
         T(test_durable_replayed_hop_gives_up_at_hop_timeout),
         T(test_durable_new_envelopes_do_not_wait),
+        T(test_durable_acks_do_not_hold_the_worker),
         T(test_durable_journal_stats_without_journal),
         T(test_durable_retry_due_time_survives_restart),
         T(test_durable_retry_due_in_the_past_runs_at_once),

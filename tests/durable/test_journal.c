@@ -752,6 +752,70 @@ static void test_journal_async_group_wait(void **state)
     seda__journal_close(j);
 }
 
+/* apply_async (a drain batch's acknowledgements) is lazy: queued with
+ * nothing else it starts no commit at once; an insert queued after it
+ * takes it into its own group (one transaction for both, the lazy one
+ * first); alone, it is committed after a few ms all the same; while it
+ * is open, lazy_open counts it. */
+static void test_journal_lazy_apply_rides_with_next_group(void **state)
+{
+    struct fx *f = *state;
+    struct seda_journal *j = jopen(f->sub, true);
+    static struct as_seen s;
+    as_init(&s);
+    static struct as_req reqs[3];
+    seda_jrec r[3];
+    for (int i = 0; i < 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "l%d", i);
+        r[i] = mkrec("lz", id, "", 0);
+        assert_int_equal(seda__journal_insert(j, &r[i], 1, 0, NULL), 0);
+        reqs[i] = (struct as_req){ .s = &s, .i = i };
+    }
+    /* Held: the lazy delete and an async insert queue; released, they
+     * are one group, committed in queue order. */
+    seda_jop del = { .op = SEDA_JOP_DELETE };
+    del.rec.key = r[0].key;
+    seda_jrec ins = mkrec("lz", "l3", "", 0);
+    seda__journal_hold(j, true);
+    uint64_t t0 = seda__journal_txns(j);
+    assert_int_equal(seda__journal_apply_async(j, &del, 1, as_done,
+                                               &reqs[0]), 0);
+    assert_int_equal(seda__journal_lazy_open(j), 1);
+    assert_int_equal(seda__journal_insert_async(j, &ins, 1, 0, NULL,
+                                                as_done, &reqs[1]), 0);
+    assert_int_equal(seda__journal_pending(j), 2);
+    seda__journal_hold(j, false);
+    as_wait(&s, 2);
+    assert_int_equal(seda__journal_txns(j) - t0, 1);
+    assert_int_equal(s.rc[0], 0);
+    assert_int_equal(s.rc[1], 0);
+    assert_int_equal(seda__journal_lazy_open(j), 0);
+    assert_int_equal(count(j, "lz"), 3);        /* l1, l2, l3 */
+
+    /* Alone: committed without company (a few ms), told once. */
+    seda_jop del2 = { .op = SEDA_JOP_DELETE };
+    del2.rec.key = r[1].key;
+    t0 = seda__journal_txns(j);
+    assert_int_equal(seda__journal_apply_async(j, &del2, 1, as_done,
+                                               &reqs[2]), 0);
+    as_wait(&s, 3);
+    assert_int_equal(s.rc[2], 0);
+    assert_int_equal(seda__journal_txns(j) - t0, 1);
+    assert_int_equal(seda__journal_lazy_open(j), 0);
+    assert_int_equal(count(j, "lz"), 2);
+
+    /* Checked before queueing: refused, never told, not counted. */
+    seda_jop bad = { .op = 99 };
+    assert_int_equal(seda__journal_apply_async(j, &bad, 1, as_done,
+                                               &reqs[0]), -EINVAL);
+    assert_int_equal(seda__journal_apply_async(j, &del, 1, NULL, NULL),
+                     -EINVAL);
+    assert_int_equal(seda__journal_lazy_open(j), 0);
+    seda__journal_close(j);
+    assert_int_equal(s.done, 3);
+}
+
 /* A group that cannot be written (a 1 MiB tmpfs, 2 MiB of rows queued at
  * once) fails as a whole: every request of it is told -EIO, and none of
  * its rows is in the journal. */
@@ -1205,6 +1269,7 @@ int main(void)
         T(test_journal_async_inserts_share_one_commit),
         T(test_journal_async_close_flushes),
         T(test_journal_async_group_wait),
+        T(test_journal_lazy_apply_rides_with_next_group),
         T(test_journal_async_failed_group_fails_every_request),
         T(test_journal_dedup_refuses_accepted_id),
         T(test_journal_dedup_window_evicts_oldest),
