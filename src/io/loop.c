@@ -49,6 +49,7 @@
 #include "io_int.h"
 
 #define MAX_EVENTS 64
+#define DRIVE_TURNS 4         /* turns one seda_io_loop_run runs at most */
 
 /*
  * Locking:
@@ -236,6 +237,9 @@ static void run_cancel(seda_io_loop_t *loop, struct seda__io_task *t)
     op_unref(op);               /* the queued cancel's reference */
 }
 
+static bool turn_take(seda_io_loop_t *loop);
+static void run_turns(seda_io_loop_t *loop, bool poll, int max);
+
 int seda__io_submit(seda_io_loop_t *loop, seda_io_op_t *op,
                     const struct seda__io_kind *kind, seda_io_cb cb, void *ud,
                     seda_io_op_t **opp)
@@ -264,10 +268,13 @@ int seda__io_submit(seda_io_loop_t *loop, seda_io_op_t *op,
     *opp = op;                  /* before the callback can run */
     bool was_empty = enqueue_locked(loop, &op->start_task);
     pthread_mutex_unlock(&loop->mu);
-    if (loop->driven)
-        seda_io_loop_run(loop); /* starts it here, or has the holder of
-                                   the turn run another */
-    else if (was_empty)
+    if (loop->driven) {
+        /* Start it here (the queue and the due timers: the events are
+         * the watchers', whose readiness brings them), or have the
+         * holder of the turn run another. */
+        if (turn_take(loop))
+            run_turns(loop, false, 1);
+    } else if (was_empty)
         wake(loop);
     return 0;
 }
@@ -516,11 +523,14 @@ static bool turn_give(seda_io_loop_t *loop)
     return false;
 }
 
-/* The timerfd to the next internal timer (the holder of the turn). */
+/* The timerfd to the next internal timer (the holder of the turn).  Only
+ * ever earlier while it is armed: a timer moved later (curl moves its
+ * own at every step) or gone costs at most one early turn, which finds
+ * nothing due and arms it anew, instead of a system call per turn. */
 static void timerfd_rearm(seda_io_loop_t *loop)
 {
     uint64_t due = loop->timers.n > 0 ? loop->timers.heap[0]->due : 0;
-    if (due == loop->tfd_due)
+    if (due == 0 || (loop->tfd_due != 0 && loop->tfd_due <= due))
         return;
     struct itimerspec its = { { 0, 0 }, { 0, 0 } };
     if (due) {
@@ -543,17 +553,43 @@ static void on_timerfd(seda_io_loop_t *loop, struct seda__io_watch *w,
     loop->tfd_due = 0;          /* expired: disarmed */
 }
 
-void seda_io_loop_run(seda_io_loop_t *loop)
+/* Run turns while asked, at most MAX (the turn taken).  POLL: whether the
+ * first polls for events; the later ones always do (they were asked for
+ * by a thread that got the loop's readiness).  Past MAX the turn is let
+ * go and the eventfd written instead, so the loop's descriptor is ready
+ * again and another turn is run by whoever drives it: a thread that
+ * runs turns for others (a submitter inside a handler, a worker between
+ * its tasks) does a bounded share of them. */
+static void run_turns(seda_io_loop_t *loop, bool poll, int max)
 {
-    if (!loop->driven || !turn_take(loop))
-        return;
     seda_io_loop_t *prev = current_loop;
     current_loop = loop;
-    do {
-        turn(loop, 0);
+    for (int n = 1;; n++) {
+        if (poll) {
+            turn(loop, 0);
+        } else {
+            uint64_t now = seda__io_now();
+            run_queue(loop);
+            seda__io_timers_run(loop, &loop->timers, now);
+            bury(loop);
+            poll = true;
+        }
         timerfd_rearm(loop);
-    } while (!turn_give(loop));
+        if (turn_give(loop))
+            break;
+        if (n >= max) {
+            atomic_exchange_explicit(&loop->turn, 0, memory_order_acq_rel);
+            wake(loop);
+            break;
+        }
+    }
     current_loop = prev;
+}
+
+void seda_io_loop_run(seda_io_loop_t *loop)
+{
+    if (loop->driven && turn_take(loop))
+        run_turns(loop, true, DRIVE_TURNS);
 }
 
 int seda_io_loop_fd(const seda_io_loop_t *loop)

@@ -30,6 +30,15 @@
  *   the bindings.  The waiter is separate from the box so that a callback
  *   firing after the box was collected (an abandoned coroutine, later)
  *   touches live memory: it holds its own reference.
+ *
+ *   Locks around a bus's loop, whose turn runs on whatever thread drives
+ *   it (a worker in the watch's callback, a handler inside its
+ *   submission, a waiter below): the callback takes a waiter's mu, then
+ *   (seda__l_suspend_post) the worker's mail_mu and the pool's lock.  So
+ *   no thread submits to, or drives, the loop while holding any of them,
+ *   nor lb->mu (seda__l_io_loop releases it before returning; the
+ *   readiness set's lock is taken under it only to add the watch, and
+ *   the watch's callback takes neither).  The loop's own lock is a leaf.
  */
 #include <errno.h>
 #include <math.h>
