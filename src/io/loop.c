@@ -27,10 +27,35 @@
  *   watches' events, then the queue, then the due timers.  A watch
  *   released during a batch of events is freed after the batch.
  *
+ *   Two ways to turn.  A loop of seda_io_loop_new has a thread that does
+ *   nothing else.  A driven loop (seda_io_loop_new_driven) has none: its
+ *   epoll set also holds a timerfd armed to the next internal timer, so
+ *   the set's descriptor (seda_io_loop_fd) is readable whenever a turn
+ *   has something to do (an event, a post's eventfd, a due timer), and
+ *   whoever drives it -- a bus's workers, through one watch of their
+ *   readiness set -- runs non-blocking turns (seda_io_loop_run).  "The
+ *   loop thread" is then the thread holding the turn, `turn`: 0 free, 1
+ *   held, 2 held and asked again.  A thread that finds it held asks again
+ *   (1 -> 2) and leaves; the holder, before letting go (1 -> 0), sees 2
+ *   and runs another turn, so nothing asked for is left waiting for an
+ *   event that already came; after a few (DRIVE_TURNS) it lets go and
+ *   writes the eventfd instead, so the descriptor is ready again and the
+ *   drivers take it from there (no thread is held running turns for the
+ *   others).  Every step is an RMW of `turn` (acq_rel), so one holder's
+ *   work happens before the next one's.  A submission to a driven loop
+ *   runs the queue and the due timers inline when the turn is free (the
+ *   op starts on the submitting thread: a handler's request is on the
+ *   wire before its call suspends, no other thread woken); it does not
+ *   poll (events are the drivers'), and if asked again meanwhile it lets
+ *   go and writes the eventfd.  Other posts (cancels, closes, the
+ *   resolver's answers) write the eventfd.
+ *
  *   The end (seda_io_loop_free): `stopping` refuses new submissions; the
  *   thread runs the queue dry, cancels every active op, stops the resolver
  *   and curl, runs the queue again and exits; the freeing thread joins it
- *   and runs what was posted meanwhile (closes from other threads).
+ *   and runs what was posted meanwhile (closes from other threads).  A
+ *   driven loop's freeing thread waits for a turn still ending, takes the
+ *   turn for good and does all of it itself.
  */
 #include <assert.h>
 #include <errno.h>
@@ -38,9 +63,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <time.h>
