@@ -190,8 +190,10 @@ int seda_io_http_request(seda_io_loop_t *loop,
                          seda_io_cb cb, void *ud, seda_io_op_t **opp);
 
 /* The connection cache.  A finished request leaves its connection for the
- * next request to the same host; at most SEDA_IO_HTTP_MAX_IDLE_CONNS stay
- * (past it the oldest is closed).  libcurl drops a dead one (the server
+ * next request to the same host; at most SEDA_IO_HTTP_MAX_IDLE_CONNS idle
+ * ones stay beside those of the requests running (past it the oldest is
+ * closed), and when the last request of a burst of more than that at
+ * once ends, the whole cache is closed.  libcurl drops a dead one (the server
  * closed its side) when it next looks for a connection, which an idle
  * loop never does: so once no request has run for the idle time (default
  * SEDA_IO_HTTP_IDLE_DEFAULT seconds), the whole cache is closed.
