@@ -3,11 +3,23 @@
  * seda_io.h -- the I/O loop (SPEC.md section 12): timers, an HTTP client and
  * TCP sockets whose operations never block their caller.
  *
- * A loop (seda_io_loop_t) is one thread running epoll.  Operations are
- * submitted from any thread; each one's completion callback fires EXACTLY
- * ONCE, on the loop thread, with a status: SEDA_IO_OK, an error, a
- * timeout, or SEDA_IO_CANCELLED.  The layer uses libc, pthreads and
- * libcurl only; it knows nothing of the bus or of Lua.
+ * A loop (seda_io_loop_t) is an epoll set turned by one thread at a time.
+ * Operations are submitted from any thread; each one's completion callback
+ * fires EXACTLY ONCE, on the loop thread, with a status: SEDA_IO_OK, an
+ * error, a timeout, or SEDA_IO_CANCELLED.  The layer uses libc, pthreads
+ * and libcurl only; it knows nothing of the bus or of Lua.
+ *
+ * THE LOOP THREAD
+ *   A loop made by seda_io_loop_new has a thread of its own.  A loop made
+ *   by seda_io_loop_new_driven has none: the threads that drive it (a
+ *   bus's workers, which watch seda_io_loop_fd in their readiness set and
+ *   call seda_io_loop_run when it is readable) take turns, one at a time,
+ *   and "the loop thread" below means the thread running the current
+ *   turn.  A submission to a driven loop may run that turn itself, so the
+ *   callbacks of any of the loop's ops may run on the submitting thread
+ *   before the submission returns: submit holding no lock a callback
+ *   takes.  Host names are resolved by one resolver thread per loop,
+ *   started by the first connect to a name (never for a numeric address).
  *
  * OWNERSHIP OF AN OPERATION
  *   A submission that returns 0 hands the caller an op (seda_io_op_t *)
@@ -81,15 +93,37 @@ const char *seda_io_strerror(int code);
  * (no descriptors), -EAGAIN (no thread).  Any thread. */
 int seda_io_loop_new(seda_io_loop_t **loopp);
 
+/* Make a loop without a thread, for the caller's threads to drive (see
+ * the head of this file).  0 and *loopp set, or -ENOMEM, -EMFILE.  Any
+ * thread. */
+int seda_io_loop_new_driven(seda_io_loop_t **loopp);
+
+/* A driven loop's descriptor: readable (EPOLLIN, level-triggered; it is
+ * an epoll set, so it may be watched by another) whenever a turn has
+ * something to do; -1 for a loop with its own thread.  Owned by the loop.
+ * Any thread. */
+int seda_io_loop_fd(const seda_io_loop_t *loop);
+
+/* Drive LOOP: run turns, never waiting, until nothing is due now.  If
+ * another thread is running a turn, have it run one more and return at
+ * once (what readiness it was called for is not lost).  Does nothing on
+ * a loop with its own thread.  Any thread, a callback's included (it
+ * then returns at once); never blocks. */
+void seda_io_loop_run(seda_io_loop_t *loop);
+
 /* Stop the loop: every pending op completes SEDA_IO_CANCELLED (its callback
  * fires, on the loop thread, before this returns), the thread is joined and
  * the memory freed.  Ops the owners have not freed stay valid until they
  * are.  Every TCP socket of the loop must have been freed (see
  * seda_io_tcp_free) before.  NULL is a no-op.  Must not be called on the
- * loop thread (from a callback).  Blocks until the thread has exited. */
+ * loop thread (from a callback).  Blocks until the thread has exited.  A
+ * driven loop: nobody may drive it any more (its descriptor unwatched,
+ * no seda_io_loop_run to come); a turn still ending is waited for, then
+ * the freeing thread is the loop thread for the cancellations. */
 void seda_io_loop_free(seda_io_loop_t *loop);
 
-/* Whether the calling thread is LOOP's thread.  Any thread. */
+/* Whether the calling thread is LOOP's thread (for a driven loop: runs
+ * its turn now).  Any thread. */
 int seda_io_loop_is_current(const seda_io_loop_t *loop);
 
 /* ---- operations (all kinds) ---- */
@@ -156,8 +190,10 @@ int seda_io_http_request(seda_io_loop_t *loop,
                          seda_io_cb cb, void *ud, seda_io_op_t **opp);
 
 /* The connection cache.  A finished request leaves its connection for the
- * next request to the same host; at most SEDA_IO_HTTP_MAX_IDLE_CONNS stay
- * (past it the oldest is closed).  libcurl drops a dead one (the server
+ * next request to the same host; at most SEDA_IO_HTTP_MAX_IDLE_CONNS idle
+ * ones stay beside those of the requests running (past it the oldest is
+ * closed), and when the last request of a burst of more than that at
+ * once ends, the whole cache is closed.  libcurl drops a dead one (the server
  * closed its side) when it next looks for a connection, which an idle
  * loop never does: so once no request has run for the idle time (default
  * SEDA_IO_HTTP_IDLE_DEFAULT seconds), the whole cache is closed.

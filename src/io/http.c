@@ -8,9 +8,11 @@
  *   HTTP never touches curl's multi).  Its connection cache is where
  *   keep-alive connections wait between requests: an easy handle is
  *   removed and cleaned up when its request is done, its connection stays
- *   in the multi for the next request to the same host.  The cache is
- *   bounded (SEDA_IO_HTTP_MAX_IDLE_CONNS) and closed whole once no
- *   request has run for the loop's idle time (the idle timer): a
+ *   in the multi for the next request to the same host.  The idle
+ *   connections are bounded (SEDA_IO_HTTP_MAX_IDLE_CONNS beside those in
+ *   use: cache_bound) and the cache is closed whole once no request has
+ *   run for the loop's idle time (the idle timer), or as soon as the
+ *   last request of a burst of more than the bound at once ends: a
  *   connection its server closed is otherwise kept in CLOSE_WAIT until
  *   the next request, as libcurl only prunes when it connects.
  *
@@ -53,6 +55,8 @@ struct seda__io_http {
     struct seda__io_timer timer;    /* curl's timeout */
     struct seda__io_timer idle;     /* armed while no transfer runs */
     size_t running;                 /* easy handles in multi */
+    size_t peak;                    /* most running since the cache was
+                                       last closed whole */
     seda_io_loop_t *loop;
 };
 
@@ -197,25 +201,31 @@ static CURLM *multi_new(struct seda__io_http *h)
     return m;
 }
 
-/* No transfer has run for the idle time: close every cached connection
- * (a dead one would otherwise sit in CLOSE_WAIT until the next request)
- * by replacing the multi; a fresh one is made at once, so a failure here
- * keeps the old one. */
+/* Close every cached connection (no transfer runs) by replacing the
+ * multi; a fresh one is made first, so a failure keeps the old one. */
+static void cache_close(struct seda__io_http *h)
+{
+    CURLM *m = multi_new(h);
+    if (!m)
+        return;
+    h->peak = 0;
+    /* h->multi stays the old one until it is closed: its socket callbacks
+     * (CURL_POLL_REMOVE) name it. */
+    curl_multi_cleanup(h->multi);
+    seda__io_timer_disarm(h->loop, &h->timer);
+    seda__io_timer_disarm(h->loop, &h->idle);
+    h->multi = m;
+}
+
+/* No transfer has run for the idle time: close the cache (a dead
+ * connection would otherwise sit in CLOSE_WAIT until the next request). */
 static void on_idle_fire(seda_io_loop_t *loop, struct seda__io_timer *t)
 {
     (void)loop;
     struct seda__io_http *h = (struct seda__io_http *)((char *)t -
                                   offsetof(struct seda__io_http, idle));
-    if (h->running > 0)
-        return;
-    CURLM *m = multi_new(h);
-    if (!m)
-        return;
-    /* h->multi stays the old one until it is closed: its socket callbacks
-     * (CURL_POLL_REMOVE) name it. */
-    curl_multi_cleanup(h->multi);
-    seda__io_timer_disarm(h->loop, &h->timer);
-    h->multi = m;
+    if (h->running == 0)
+        cache_close(h);
 }
 
 static struct seda__io_http *http_of(seda_io_loop_t *loop)
@@ -322,13 +332,35 @@ static const char *too_large_why(const struct http_op *r)
     }
 }
 
+/* The cache's bound: libcurl counts the connections in use in
+ * CURLMOPT_MAXCONNECTS, and closes one as it comes back while the cache
+ * holds more, so a fixed bound below the requests running would close
+ * every connection a request leaves (no reuse at all past 64 at once).
+ * It follows the requests running, so that the idle ones are what is
+ * bounded. */
+static void cache_bound(struct seda__io_http *h)
+{
+    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS,
+                      (long)(h->running + SEDA_IO_HTTP_MAX_IDLE_CONNS));
+}
+
 static void finish_easy(struct http_op *r)
 {
     struct seda__io_http *h = *seda__io_http_slot(r->op.loop);
     curl_multi_remove_handle(h->multi, r->easy);
     curl_easy_cleanup(r->easy);
     r->easy = NULL;
-    if (--h->running == 0)      /* a failed arm: reaped at the next one */
+    h->running--;
+    cache_bound(h);
+    if (h->running > 0)
+        return;
+    /* The last one: after more than the bound at once, libcurl (which
+     * closes one connection per one coming back) may hold more idle than
+     * the bound: close the cache whole now, before this op completes.
+     * Else at the idle time (a failed arm: reaped at the next one). */
+    if (h->peak > SEDA_IO_HTTP_MAX_IDLE_CONNS)
+        cache_close(h);
+    else
         (void)seda__io_timer_arm(h->loop, &h->idle, seda__io_now() +
                                  seda__io_http_idle_ns(h->loop));
 }
@@ -589,6 +621,9 @@ static void http_start(seda_io_op_t *op)
     CURLMcode mc = curl_multi_add_handle(h->multi, e);
     if (mc == CURLM_OK) {
         h->running++;
+        if (h->running > h->peak)
+            h->peak = h->running;
+        cache_bound(h);
         seda__io_timer_disarm(h->loop, &h->idle);
     } else {
         curl_easy_cleanup(e);

@@ -2,7 +2,10 @@
 /*
  * io_int.h -- what the files of the I/O layer share: the loop's parts
  * (tasks posted to its thread, descriptor watches, internal timers) and the
- * common head of every operation.  loop.c owns struct seda_io_loop_s and
+ * common head of every operation.  "The loop thread" and "loop thread
+ * only" mean the thread running the loop's turn: its own thread, or, for
+ * a driven loop, whichever thread holds the turn (loop.c, DESIGN).
+ * loop.c owns struct seda_io_loop_s and
  * struct seda_io_op_s; timer.c the timer heap and seda_io_sleep; http.c
  * the curl multi; tcp.c sockets; resolve.c the resolver thread.
  */

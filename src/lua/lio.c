@@ -6,16 +6,23 @@
  * seda.socket is in lio_tcp.c.  Uses include/seda_io.h only.
  *
  * DESIGN
- *   Which loop: seda__l_io_loop, the only place that knows.  For now one
- *   loop per Lua state, made on first use and kept in the registry by a
- *   userdata whose __gc frees it, so a script that never does I/O starts
- *   no thread.  (Worker states will be pointed at their bus's loop.)
+ *   Which loop: seda__l_io_loop, the only place that knows.  A worker
+ *   state uses its bus's loop: made on the first wait of any of its
+ *   handlers, without a thread (seda_io_loop_new_driven), its descriptor
+ *   one watch of the bus's readiness set, so the workers run its turns
+ *   between tasks and a handler's op starts on the worker that submits
+ *   it.  Any other state (the main one) has a loop of its own, with its
+ *   own thread, made on first use and kept in the registry by a userdata
+ *   whose __gc frees it, so a script that never does I/O starts no
+ *   thread.
  *
  *   Waiting: a binding checks its arguments, pushes an op box (anchoring
  *   the op and a malloc'd waiter: an error anywhere later frees both
  *   through __gc), submits with seda__l_io_cb, then returns
- *   seda__l_io_wait(L, box, k, ctx).  The callback, on the loop thread,
- *   sets the waiter's flag under its mutex and signals.  The wait blocks
+ *   seda__l_io_wait(L, box, k, ctx).  The callback, on the loop thread
+ *   (for a bus's loop: the worker running its turn, possibly the
+ *   submitting one, inside the submission), sets the waiter's flag under
+ *   its mutex and signals; it never touches a Lua state.  The wait blocks
  *   on that for now and then calls k, the continuation that reads the
  *   op's results and pushes them.  Because k is a lua_KFunction that
  *   finds the box at an absolute stack index, the wait can become a
@@ -23,11 +30,21 @@
  *   the bindings.  The waiter is separate from the box so that a callback
  *   firing after the box was collected (an abandoned coroutine, later)
  *   touches live memory: it holds its own reference.
+ *
+ *   Locks around a bus's loop, whose turn runs on whatever thread drives
+ *   it (a worker in the watch's callback, a handler inside its
+ *   submission, a waiter below): the callback takes a waiter's mu, then
+ *   (seda__l_suspend_post) the worker's mail_mu and the pool's lock.  So
+ *   no thread submits to, or drives, the loop while holding any of them,
+ *   nor lb->mu (seda__l_io_loop releases it before returning; the
+ *   readiness set's lock is taken under it only to add the watch, and
+ *   the watch's callback takes neither).  The loop's own lock is a leaf.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
 
 #include "lio.h"
@@ -52,19 +69,54 @@ static int loop_gc(lua_State *L)
     return 0;
 }
 
+/* The watch of a bus's loop, on a worker: a turn, then the watch armed
+ * again.  One-shot, so that while one worker runs the turn the others do
+ * not wake again and again for the same level; re-armed after the turn,
+ * when epoll checks the level anew, so readiness left over (or come
+ * meanwhile) is reported at once.  Reads lb->io and lb->io_watch without
+ * lb->mu: both were written before the watch existed (seda_watch_add
+ * stores the handle under the readiness set's lock, which the dispatch
+ * takes before calling this) and change only after the workers are
+ * joined. */
+static void bus_loop_ready(void *ud, uint32_t events)
+{
+    (void)events;
+    struct lbus *lb = ud;
+    seda_io_loop_run(lb->io);
+    (void)seda_watch_mod(lb->io_watch, EPOLLIN | EPOLLONESHOT);
+}
+
+/* A bus's loop (lb->mu held): driven by its workers through one watch of
+ * their readiness set, so it has no thread; a loop with its own thread
+ * only if the bus is already stopping (no watch can be added then). */
+static int bus_loop_new(struct lbus *lb)
+{
+    seda_io_loop_t *io;
+    int rc = seda_io_loop_new_driven(&io);
+    if (rc != 0)
+        return rc;
+    seda_io_http_set_idle(io, lb->http_idle);
+    lb->io = io;                /* before the watch: its callback reads it */
+    if (seda_watch_add(lb->bus, seda_io_loop_fd(io), EPOLLIN | EPOLLONESHOT,
+                       bus_loop_ready, lb, &lb->io_watch) == 0)
+        return 0;
+    seda_io_loop_free(io);
+    lb->io = NULL;
+    lb->io_watch = NULL;
+    rc = seda_io_loop_new(&lb->io);
+    if (rc == 0)
+        seda_io_http_set_idle(lb->io, lb->http_idle);
+    return rc;
+}
+
 seda_io_loop_t *seda__l_io_loop(lua_State *L)
 {
-    /* A worker's state uses its bus's loop: one thread per bus, made on
-     * the first wait of any of its handlers. */
+    /* A worker's state uses its bus's loop, made on the first wait of any
+     * of its handlers and driven by the bus's workers. */
     struct lworker *w = seda__l_worker_of(L);
     if (w && w->lb) {
         pthread_mutex_lock(&w->lb->mu);
-        int rc = 0;
-        if (!w->lb->io) {
-            rc = seda_io_loop_new(&w->lb->io);
-            if (rc == 0)
-                seda_io_http_set_idle(w->lb->io, w->lb->http_idle);
-        }
+        int rc = w->lb->io ? 0 : bus_loop_new(w->lb);
         seda_io_loop_t *io = w->lb->io;
         pthread_mutex_unlock(&w->lb->mu);
         if (rc != 0)
@@ -204,13 +256,32 @@ int seda__l_io_wait(lua_State *L, int box, lua_KFunction k, lua_KContext ctx)
      * those the script asked to wait forever (no timeout): the wait
      * re-checks each second, so it is a loop on the predicate with a
      * deadline per round, never unbounded inside one pthread call. */
+    /* On a loop the workers drive, every worker may be waiting like this
+     * one (or the pool stopping): each round also drives it, so the op
+     * ends even when no worker serves the loop's watch (rounds of 10 ms:
+     * when one does, the callback's signal ends the wait at once). */
+    seda_io_loop_t *loop = seda__l_io_loop(L);
+    bool driven = seda_io_loop_fd(loop) >= 0;
     void *loan = seda_block_begin();
     pthread_mutex_lock(&w->mu);
     while (!w->fired) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += 1;
+        if (driven) {
+            ts.tv_nsec += 10000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+        } else {
+            ts.tv_sec += 1;
+        }
         pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+        if (driven && !w->fired) {
+            pthread_mutex_unlock(&w->mu);   /* the callback takes it */
+            seda_io_loop_run(loop);
+            pthread_mutex_lock(&w->mu);
+        }
     }
     pthread_mutex_unlock(&w->mu);
     seda_block_end(loan);
@@ -501,4 +572,13 @@ void seda__l_io_register(lua_State *L)
     lua_setfield(L, -2, "socket");
     lua_pushcfunction(L, seda__l_suspend_blocking);
     lua_setfield(L, -2, "blocking");
+}
+
+void seda__l_io_drive(struct lbus *lb)
+{
+    pthread_mutex_lock(&lb->mu);
+    seda_io_loop_t *io = lb->io;
+    pthread_mutex_unlock(&lb->mu);
+    if (io)
+        seda_io_loop_run(io);
 }

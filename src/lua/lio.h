@@ -47,10 +47,19 @@ struct lio_op {
     struct lio_waiter *w;       /* NULL once released */
 };
 
-/* The loop the state's I/O runs on: for now one per Lua state (main or
- * worker), made on first use and kept in the registry; its __gc frees it
- * (cancelling what is pending) at lua_close.  Raises on failure. */
+/* The loop the state's I/O runs on: a worker state's is its bus's (no
+ * thread: the workers drive it), made on first use; any other state's is
+ * its own (with a thread), made on first use and kept in the registry;
+ * its __gc frees it (cancelling what is pending) at lua_close.  Raises on
+ * failure. */
 SEDA__API seda_io_loop_t *seda__l_io_loop(lua_State *L);
+
+/* Run LB's loop now, if it has one (seda_io_loop_run): for a worker that
+ * waits for an op of it outside its pool's loop (a stopping worker
+ * waiting for its suspended calls' posts).  Never blocks; takes lb->mu:
+ * call it holding no lock an op's callback takes. */
+struct lbus;
+SEDA__API void seda__l_io_drive(struct lbus *lb);
 
 /* Push a new op box.  Raises (leaving nothing behind) on no memory. */
 SEDA__API struct lio_op *seda__l_io_op_push(lua_State *L);

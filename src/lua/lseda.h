@@ -198,7 +198,13 @@ struct lbus {
     bool shut;                  /* main thread only: shutdown done */
     int start;                  /* main thread only: START_* */
     seda_io_loop_t *io;         /* the bus's I/O loop for its worker states,
-                                   made on first use; guarded by mu */
+                                   made on first use; guarded by mu (its
+                                   watch's callback reads it unlocked:
+                                   set before the watch exists) */
+    seda_watch_t *io_watch;     /* io's descriptor in the workers'
+                                   readiness set, or NULL; as io.  Dropped
+                                   by seda_bus_free (the workers drive the
+                                   loop until they are joined) */
     struct lhttp *listeners;    /* bus:listen's (lhttp.c); guarded by mu,
                                    changed on the main thread only */
     struct lnats *nats;         /* bus:listen{ nats = }'s (lnats.c);

@@ -57,6 +57,7 @@
 
 #include <lauxlib.h>
 
+#include "lio.h"
 #include "lworker.h"
 
 static int64_t now_ns(void)
@@ -415,8 +416,33 @@ void seda__l_suspend_mail(int index, void *data, void *ud)
 void seda__l_suspend_init(struct lworker *w)
 {
     pthread_mutex_init(&w->mail_mu, NULL);
-    pthread_cond_init(&w->mail_cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->mail_cv, &ca);
+    pthread_condattr_destroy(&ca);
     w->self = seda_worker_self();
+}
+
+/* Wait on mail_cv (mail_mu held) for a while, then drive the bus's I/O
+ * loop: the ops these waits are for end on that loop, which the workers
+ * drive, and every other worker may be stopping (or waiting) too, so
+ * this one drives it as well.  Rounds of 10 ms: a post signals mail_cv,
+ * which ends the wait at once. */
+static void mail_wait_driving(struct lworker *w)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_nsec += 10000000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    if (pthread_cond_timedwait(&w->mail_cv, &w->mail_mu, &ts) == 0)
+        return;
+    pthread_mutex_unlock(&w->mail_mu);  /* the callbacks post under it */
+    seda__l_io_drive(w->lb);
+    pthread_mutex_lock(&w->mail_mu);
 }
 
 void seda__l_suspend_end(struct lworker *w)
@@ -428,7 +454,7 @@ void seda__l_suspend_end(struct lworker *w)
         while (w->nsusp > 0) {
             pthread_mutex_lock(&w->mail_mu);
             while (!w->mail)
-                pthread_cond_wait(&w->mail_cv, &w->mail_mu);
+                mail_wait_driving(w);
             pthread_mutex_unlock(&w->mail_mu);
             seda__l_suspend_mail(w->index, w, NULL);
         }
@@ -440,12 +466,13 @@ void seda__l_suspend_end(struct lworker *w)
     for (struct lcall *c = w->susp; c; c = c->next)
         if (c->suspended && c->cancel)
             c->cancel(c->wait_arg);
+    seda__l_io_drive(w->lb);            /* the cancels, here and now */
     for (struct lcall *c = w->susp; c; c = c->next) {
         if (!c->suspended)
             continue;
         pthread_mutex_lock(&w->mail_mu);
         while (!c->posted)
-            pthread_cond_wait(&w->mail_cv, &w->mail_mu);
+            mail_wait_driving(w);
         pthread_mutex_unlock(&w->mail_mu);
     }
     (void)mail_take(w);                 /* posted; not run again */

@@ -5,7 +5,9 @@
  * before and after firing and racing with it, freeing the op early,
  * freeing the loop with ops pending (each callback fires cancelled, before
  * seda_io_loop_free returns), submissions from several threads; every
- * callback once, on the loop thread.
+ * callback once, on the loop thread.  A driven loop (no thread of its
+ * own): a submission runs the turn inline, timers wake its descriptor,
+ * two drivers and two submitters racing, freed with ops pending.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +17,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "seda_io.h"
 #include "testutil.h"
@@ -402,6 +407,129 @@ static void test_loop_strerror_and_bad_arguments(void **state)
     seda_io_op_free(NULL);
 }
 
+/* ---- a driven loop ---- */
+
+static void test_loop_driven_no_thread_runs_inline(void **state)
+{
+    (void)state;
+    int threads = tu_thread_count();
+    seda_io_loop_t *loop;
+    assert_int_equal(seda_io_loop_new_driven(&loop), 0);
+    assert_true(seda_io_loop_fd(loop) >= 0);
+    assert_int_equal(tu_thread_count(), threads);       /* no thread */
+    rec_t r;
+    rec_init(&r, loop, 4);
+    slot_t s[2] = { { &r, 0, NULL }, { &r, 1, NULL } };
+    /* A sleep of 0 is due on the turn that starts it: with the turn free,
+     * that turn is the submitter's own, so the callback has run, on this
+     * thread and as the loop thread, before the submission returns. */
+    sleep_ok(loop, &s[0], 0);
+    assert_int_equal(tu_counter_get(&r.fired), 1);
+    assert_int_equal(r.status[0], SEDA_IO_OK);
+    assert_int_equal(r.off_loop, 0);
+    assert_false(seda_io_loop_is_current(loop));        /* turn given back */
+    /* Nothing drives it: a pending op waits, then ends with the loop. */
+    sleep_ok(loop, &s[1], 60.0);
+    seda_io_loop_run(loop);
+    assert_int_equal(tu_counter_get(&r.fired), 1);
+    seda_io_loop_free(loop);
+    assert_int_equal(tu_counter_get(&r.fired), 2);
+    assert_int_equal(r.status[1], SEDA_IO_CANCELLED);
+    assert_int_equal(r.off_loop, 0);
+    seda_io_op_free(s[0].op);
+    seda_io_op_free(s[1].op);
+    assert_int_equal(tu_thread_count(), threads);
+    /* A loop with its own thread has no descriptor to drive. */
+    assert_int_equal(seda_io_loop_new(&loop), 0);
+    assert_int_equal(seda_io_loop_fd(loop), -1);
+    seda_io_loop_run(loop);                             /* does nothing */
+    seda_io_loop_free(loop);
+    rec_destroy(&r);
+}
+
+/* A driver: waits (no bound) for the loop's descriptor or its stop
+ * eventfd, runs the loop. */
+typedef struct driver {
+    seda_io_loop_t *loop;
+    int stopfd;
+    long turns;
+} driver_t;
+
+static void *drive_main(void *arg)
+{
+    driver_t *d = arg;
+    struct pollfd p[2] = { { seda_io_loop_fd(d->loop), POLLIN, 0 },
+                           { d->stopfd, POLLIN, 0 } };
+    for (;;) {
+        if (poll(p, 2, -1) < 0)
+            continue;
+        if (p[1].revents)
+            return NULL;
+        seda_io_loop_run(d->loop);
+        d->turns++;
+    }
+}
+
+static void test_loop_driven_by_two_threads(void **state)
+{
+    (void)state;
+    seda_io_loop_t *loop;
+    assert_int_equal(seda_io_loop_new_driven(&loop), 0);
+    enum { T = 2, PER = 1000, LATE = 50 };
+    rec_t r;
+    rec_init(&r, loop, T * PER + LATE);
+    slot_t *s = calloc(T * PER + LATE, sizeof *s);
+    assert_non_null(s);
+    for (int i = 0; i < T * PER + LATE; i++)
+        s[i] = (slot_t){ &r, i, NULL };
+    int stopfd = eventfd(0, EFD_CLOEXEC);
+    assert_true(stopfd >= 0);
+    driver_t d[2] = { { loop, stopfd, 0 }, { loop, stopfd, 0 } };
+    pthread_t dt[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&dt[i], NULL, drive_main, &d[i]), 0);
+    /* Sleeps of 1..4 ms: only the timerfd in the loop's set wakes the
+     * drivers for them (they wait without a bound). */
+    tu_rendezvous start;
+    tu_rendezvous_init(&start, T);
+    pthread_t th[T];
+    submitter_t sb[T];
+    for (int t = 0; t < T; t++) {
+        sb[t] = (submitter_t){ loop, s, t * PER, PER, &start };
+        assert_int_equal(pthread_create(&th[t], NULL, submit_many, &sb[t]), 0);
+    }
+    for (int t = 0; t < T; t++) {
+        void *ret;
+        pthread_join(th[t], &ret);
+        assert_null(ret);
+    }
+    TU_WAIT(tu_counter_wait_ge(&r.fired, T * PER, TU_DEADLINE), "the sleeps");
+    /* A sleep submitted from here, due in 20 ms: the drivers wake for it. */
+    sleep_ok(loop, &s[T * PER], 0.02);
+    TU_WAIT(tu_counter_wait_ge(&r.fired, T * PER + 1, TU_DEADLINE),
+            "a later sleep, woken by its timer alone");
+    for (int i = T * PER + 1; i < T * PER + LATE; i++)
+        sleep_ok(loop, &s[i], 60.0);
+    uint64_t one = 1;
+    assert_int_equal(write(stopfd, &one, sizeof one), (ssize_t)sizeof one);
+    for (int i = 0; i < 2; i++)
+        pthread_join(dt[i], NULL);
+    seda_io_loop_free(loop);
+    assert_int_equal(tu_counter_get(&r.fired), T * PER + LATE);
+    for (int i = 0; i < T * PER + LATE; i++) {
+        assert_int_equal(r.calls[i], 1);
+        assert_int_equal(r.status[i], i <= T * PER ? SEDA_IO_OK
+                                                   : SEDA_IO_CANCELLED);
+        seda_io_op_free(s[i].op);
+    }
+    assert_int_equal(r.off_loop, 0);
+    assert_true(d[0].turns + d[1].turns > 0);
+    close(stopfd);
+    tu_rendezvous_destroy(&start);
+    rec_destroy(&r);
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -415,6 +543,8 @@ int main(void)
         cmocka_unit_test(test_loop_free_with_pending_ops),
         cmocka_unit_test(test_loop_submissions_from_threads),
         cmocka_unit_test(test_loop_strerror_and_bad_arguments),
+        cmocka_unit_test(test_loop_driven_no_thread_runs_inline),
+        cmocka_unit_test(test_loop_driven_by_two_threads),
     };
     return cmocka_run_group_tests_name("io_loop", tests, NULL, NULL);
 }
