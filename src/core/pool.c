@@ -65,7 +65,6 @@
  *   and handlers can reach their per-worker data (the Lua state).
  */
 #include <errno.h>
-#include <sched.h>
 #include <string.h>
 
 #include "pool.h"
@@ -131,9 +130,6 @@ struct seda_pool {
                                    (acquire) as a hint only */
     atomic_int spinning;        /* workers spinning before sleep (relaxed;
                                    the decision is re-checked under mu) */
-    _Atomic int64_t gap_ns;     /* recent idle gaps of the pool, a moving
-                                   average the spinner keeps (relaxed: a
-                                   hint for the spin's length) */
     atomic_bool stopping;       /* release/acquire, see pool.h */
     bool joined;                /* guarded by resize_mu */
     seda__mutex_t resize_mu;    /* serialises resize and stop; outermost */
@@ -179,18 +175,17 @@ struct seda_pool {
                                    hint, decided again under mu) */
 };
 
-/* How long an idle worker watches for new tasks before sleeping.  A
+/* How long an idle worker watches for new tasks before it parks.  A
  * kernel wake-up costs microseconds on a VM; a stage whose producer is a
  * little slower than its consumer would otherwise pay one per batch.  The
- * spin is bounded: an idle pool sleeps after this.  When work has been
- * coming back within SPIN_MAX_NS of the pool going idle (a producer
- * paced in 1 ms ticks: ~0.5 ms gaps at half load), the spin stretches to
- * 1.5 times the recent gap, so the next tick finds a worker awake instead
- * of paying a sleeping vCPU's wake-up (tens of microseconds, more on a
- * busy host) for its first envelopes; a pool idle for longer than that
- * spins SPIN_NS as before. */
+ * watch is cpu_relax only (PAUSE: the sibling hyperthread and the
+ * producer keep the core's issue slots) and short: no sched_yield loop,
+ * which on a small machine puts the spinner back on the run queue beside
+ * the threads doing the work, and no stretching to the pool's recent idle
+ * gaps (it spun up to a millisecond at a time with a producer paced in
+ * 1 ms ticks: a core's worth of CPU for half a core's worth of work).  An
+ * idle pool is asleep after SPIN_NS. */
 #define SPIN_NS 20000
-#define SPIN_MAX_NS 1000000
 
 /* How often at most a busy worker looks for readiness between tasks. */
 #define LOOK_NS 10000
@@ -204,21 +199,9 @@ struct seda_pool {
 #define LOAN_KEEP_DATA 4
 
 
-/* The spinner found work gap ns after the pool went idle. */
-static void note_gap(struct seda_pool *p, int64_t gap)
-{
-    if (gap > 4 * SPIN_MAX_NS)
-        gap = 4 * SPIN_MAX_NS;
-    int64_t g = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
-    atomic_store_explicit(&p->gap_ns, g ? (3 * g + gap) / 4 : gap,
-                          memory_order_relaxed);
-}
-
-/* Spin (mu not held) until a task may be pending or the spin's time
- * passes (see SPIN_NS).  The caller re-checks under mu either way.
- * Returns when the spin began, or 0 when another worker is the spinner
- * (only the spinner measures the gaps). */
-static int64_t spin_for_work(struct seda_pool *p)
+/* Spin (mu not held) until a task may be pending or SPIN_NS pass.  The
+ * caller re-checks under mu either way. */
+static void spin_for_work(struct seda_pool *p)
 {
     /* One spinner at a time: on a small machine more would steal the
      * cores that producers and busy workers need. */
@@ -226,26 +209,18 @@ static int64_t spin_for_work(struct seda_pool *p)
     if (!atomic_compare_exchange_strong_explicit(&p->spinning, &expect, 1,
                                                  memory_order_relaxed,
                                                  memory_order_relaxed))
-        return 0;
-    int64_t start = seda__now_ns();
-    int64_t gap = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
-    int64_t spin = gap > 0 && gap <= SPIN_MAX_NS ? gap + gap / 2 : SPIN_NS;
-    int64_t end = start + (spin < SPIN_NS ? SPIN_NS
-                           : spin > SPIN_MAX_NS ? SPIN_MAX_NS : spin);
+        return;
+    int64_t end = seda__now_ns() + SPIN_NS;
     for (unsigned i = 1;; i++) {
         /* Acquire: pairs with the release store in seda__pool_submit. */
         if (atomic_load_explicit(&p->pending, memory_order_acquire) ||
             atomic_load_explicit(&p->stopping, memory_order_acquire))
             break;
-        if (i < 64)
-            seda__cpu_relax();
-        else
-            sched_yield();              /* let a runnable thread have it */
+        seda__cpu_relax();
         if ((i & 15) == 0 && seda__now_ns() >= end)
             break;
     }
     atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
-    return start;
 }
 
 /* Take w off the idle stack (mu held). */
@@ -402,14 +377,13 @@ static void *worker_main(void *arg)
 
     seda__mutex_lock(&p->mu);
     for (;;) {
-        int64_t idle_at = 0;
         /* With watches, no spin: a worker that would take the poller's
          * next task from under it (a request it read and published) is
          * not wanted, and the cores are the network's too. */
         if (p->count == 0 && !must_leave(p, w) &&
             !(p->rd && seda__ready_any(p->rd))) {
             seda__mutex_unlock(&p->mu);
-            idle_at = spin_for_work(p);
+            spin_for_work(p);
             seda__mutex_lock(&p->mu);
         }
         while (p->count == 0 && !must_leave(p, w) &&
@@ -471,8 +445,6 @@ static void *worker_main(void *arg)
         }
         if (p->count == 0)
             continue;                   /* woken for a timer not yet due */
-        if (idle_at)
-            note_gap(p, seda__now_ns() - idle_at);
         if (poll_wanted(p)) {
             /* Busy, and nobody waits for readiness: look first. */
             int64_t now = seda__now_ns();
@@ -649,7 +621,6 @@ int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
     atomic_init(&p->stopping, false);
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
-    atomic_init(&p->gap_ns, 0);
     atomic_init(&p->has_rd, false);
     atomic_init(&p->looked_ns, 0);
     atomic_init(&p->n, 0);
