@@ -60,6 +60,19 @@
  *   request it just read) from under it, and compete with the network
  *   for the cores; the idle wait is epoll_wait or a condition variable.
  *
+ *   The keeper: a thread of the pool's own, made with it, that runs no
+ *   task.  A handler may hold its worker for seconds, and with every
+ *   worker inside one, nobody would look: a request refused at the door
+ *   would wait for a handler to end for its 503.  So a worker that takes
+ *   a task leaving no worker parked and nobody polling arms the keeper;
+ *   armed, it wakes every KEEP_NS, and when nobody has looked for that
+ *   long it looks itself (as a busy worker does between tasks, and as
+ *   Go's sysmon polls the network when no P has for a while): what it
+ *   reads is refused at the door at once or queued for the workers.  It
+ *   disarms (and sleeps until armed again) as soon as a worker is parked.
+ *   So readiness waits at most about KEEP_NS, whatever the handlers do,
+ *   and an idle pool's keeper costs nothing.
+ *
  *   Each worker publishes its identity in thread-local storage so the bus
  *   can tell when a publish comes from one of its own workers (hop timeout)
  *   and handlers can reach their per-worker data (the Lua state).
@@ -79,7 +92,8 @@ struct task {
 struct seda_worker_s {
     struct seda_pool *pool;     /* immutable */
     int index;                  /* immutable */
-    int slot;                   /* loan slot, or -1 (regular); immutable */
+    int slot;                   /* loan slot, -1 (regular) or -2 (the
+                                   keeper); immutable */
     pthread_t tid;              /* written before start, read at join */
     pthread_cond_t cv;          /* this worker sleeps here */
     bool parked;                /* on the idle stack; guarded by pool mu */
@@ -168,11 +182,19 @@ struct seda_pool {
      * since, and when a busy worker last looked. */
     struct seda_ready *rd;
     struct seda_worker_s *poller;
+    bool poller_waits;          /* the poller blocks (an idle worker's
+                                   wait), not a look */
     bool kicked;
     atomic_bool has_rd;         /* rd is set (release; read acquire
                                    without mu, then rd is immutable) */
-    _Atomic int64_t looked_ns;  /* a busy worker's last look (relaxed: a
-                                   hint, decided again under mu) */
+    _Atomic int64_t looked_ns;  /* when a worker last took readiness
+                                   events (relaxed: a hint, decided again
+                                   under mu) */
+    /* The keeper (see DESIGN): immutable after seda__pool_new (NULL when
+     * its thread could not start); keeper_armed, guarded by mu: it
+     * watches the pool (wakes every KEEP_NS) instead of sleeping. */
+    struct seda_worker_s *keeper;
+    bool keeper_armed;
 };
 
 /* How long an idle worker watches for new tasks before it parks.  A
@@ -189,6 +211,11 @@ struct seda_pool {
 
 /* How often at most a busy worker looks for readiness between tasks. */
 #define LOOK_NS 10000
+
+/* How long readiness may go unlooked-at while every worker is inside a
+ * task before the keeper looks; how often an armed keeper wakes; how long
+ * it stays armed with nothing to do. */
+#define KEEP_NS 1000000
 
 /* Events taken per wait. */
 #define READY_BATCH 64
@@ -285,6 +312,7 @@ static int poll_ready(struct seda_pool *p, struct seda_worker_s *w,
                                                         : (int)((left + 999999) / 1000000);
     }
     p->poller = w;
+    p->poller_waits = ms != 0;
     p->kicked = false;
     struct seda_ready *rd = p->rd;
     seda__mutex_unlock(&p->mu);
@@ -292,6 +320,8 @@ static int poll_ready(struct seda_pool *p, struct seda_worker_s *w,
     int n = seda__ready_wait(rd, evs, READY_BATCH, ms);
     if (n > 0)
         seda__ready_dispatch(rd, evs, n);
+    atomic_store_explicit(&p->looked_ns, seda__now_ns(),
+                          memory_order_relaxed);
     seda__mutex_lock(&p->mu);
     p->poller = NULL;
     return n;
@@ -468,9 +498,14 @@ static void *worker_main(void *arg)
         if (p->count > 0 && p->idle > 0)
             wake_one(p);
         /* Nobody would wait for readiness while this task runs: a parked
-         * worker does. */
+         * worker does, or with none left, the keeper watches. */
         else if (p->idle > 0 && poll_wanted(p))
             wake_one(p);
+        else if (p->idle == 0 && p->keeper && !p->keeper_armed &&
+                 poll_wanted(p)) {
+            p->keeper_armed = true;
+            pthread_cond_signal(&p->keeper->cv);
+        }
         seda__mutex_unlock(&p->mu);
         t.fn(t.arg);
         seda__mutex_lock(&p->mu);
@@ -501,6 +536,86 @@ static void *worker_main(void *arg)
         seda__free(w);
     }
     return NULL;
+}
+
+/* Whether the keeper should watch (mu held): readiness is watched, no
+ * worker is parked (to wait for it later) and none waits for it now. */
+static bool keep_wanted(const struct seda_pool *p)
+{
+    return p->rd && p->idle == 0 && !(p->poller && p->poller_waits) &&
+           seda__ready_any(p->rd);
+}
+
+/* The keeper (see DESIGN).  Asleep until a worker takes a task and leaves
+ * nobody to wait for readiness (keeper_armed); then it wakes every
+ * KEEP_NS, and when nobody has looked for that long, looks itself, as a
+ * busy worker does between tasks (epoll_wait, timeout 0).  Not wanted for
+ * KEEP_NS (a worker parked or waiting for readiness), it disarms: a pool
+ * going in and out of saturation arms it at most once a KEEP_NS. */
+static void *keeper_main(void *arg)
+{
+    struct seda_worker_s *w = arg;
+    struct seda_pool *p = w->pool;
+    tls_worker = w;
+    tls_data_set = true;                /* no worker data: it runs no task */
+    tls_looking = true;                 /* what it publishes is for others */
+    int64_t unwanted = 0;               /* since when not wanted, or 0 */
+    seda__mutex_lock(&p->mu);
+    while (!atomic_load_explicit(&p->stopping, memory_order_acquire)) {
+        if (!p->keeper_armed) {
+            seda__cond_wait(&w->cv, &p->mu, INT64_MAX);
+            continue;
+        }
+        int64_t now = seda__now_ns();
+        if (!keep_wanted(p)) {
+            if (!unwanted) {
+                unwanted = now;
+            } else if (now - unwanted >= KEEP_NS) {
+                p->keeper_armed = false;        /* a worker is free */
+                unwanted = 0;
+                continue;
+            }
+            seda__cond_wait(&w->cv, &p->mu, unwanted + KEEP_NS);
+            continue;
+        }
+        unwanted = 0;
+        int64_t last = atomic_load_explicit(&p->looked_ns,
+                                            memory_order_relaxed);
+        if (p->poller || now - last < KEEP_NS) {
+            int64_t until = p->poller ? now + KEEP_NS : last + KEEP_NS;
+            seda__cond_wait(&w->cv, &p->mu, until);
+            continue;
+        }
+        poll_ready(p, w, now);
+        /* A worker parked meanwhile: readiness is its to wait for. */
+        if (p->idle > 0 && poll_wanted(p))
+            wake_one(p);
+    }
+    seda__mutex_unlock(&p->mu);
+    tls_worker = NULL;
+    return NULL;
+}
+
+/* Start the keeper (resize_mu held, before any watch).  Without it (no
+ * thread to be had) busy workers still look between tasks. */
+static void keeper_start(struct seda_pool *p)
+{
+    struct seda_worker_s *w = seda__calloc(1, sizeof *w);
+    if (!w)
+        return;
+    if (seda__cond_init(&w->cv) != 0) {
+        seda__free(w);
+        return;
+    }
+    w->pool = p;
+    w->index = -1;
+    w->slot = -2;
+    if (pthread_create(&w->tid, NULL, keeper_main, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        seda__free(w);
+        return;
+    }
+    p->keeper = w;
 }
 
 /* Start workers [from, to).  resize_mu held.  Returns 0 or -EAGAIN /
@@ -630,6 +745,8 @@ int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
     p->owner = owner;
     seda__mutex_lock(&p->resize_mu);
     rc = start_workers(p, 0, n);
+    if (rc == 0)
+        keeper_start(p);
     seda__mutex_unlock(&p->resize_mu);
     if (rc) {
         seda__pool_free(p);             /* unwinds the ones running */
@@ -979,12 +1096,16 @@ void seda__pool_stop(struct seda_pool *p)
     wake_all(p);
     for (int i = 0; i < p->nspare; i++)
         pthread_cond_signal(&p->spares[i]->cv);
+    if (p->keeper)
+        pthread_cond_signal(&p->keeper->cv);
     seda__mutex_unlock(&p->mu);
     if (p->joined) {
         seda__mutex_unlock(&p->resize_mu);
         return;
     }
     stop_workers(p, 0);
+    if (p->keeper)
+        pthread_join(p->keeper->tid, NULL);
     /* Loan threads: a block_begin that started one before it saw the
      * flag has finished starting it once loan_mu is ours. */
     seda__mutex_lock(&p->loan_mu);
@@ -1021,6 +1142,10 @@ void seda__pool_free(struct seda_pool *p)
     for (int i = 0; i < p->nslots; i++)
         if (p->slots[i].has_data && p->stop)
             p->stop(SEDA_LOAN_INDEX0 + i, p->slots[i].data, p->ud);
+    if (p->keeper) {
+        pthread_cond_destroy(&p->keeper->cv);
+        seda__free(p->keeper);
+    }
     seda__mutex_destroy(&p->mu);
     seda__mutex_destroy(&p->resize_mu);
     seda__mutex_destroy(&p->loan_mu);
@@ -1056,7 +1181,7 @@ int seda_worker_index(void) { return tls_worker ? tls_worker->index : -1; }
 seda_worker_t *seda_worker_self(void)
 {
     struct seda_worker_s *w = tls_worker;
-    return w && w->slot < 0 ? w : NULL;
+    return w && w->slot == -1 ? w : NULL;
 }
 
 void seda_worker_wake(seda_worker_t *w)
