@@ -37,7 +37,7 @@ end
 -- Both workers spin in Lua until the gate opens (or 120 s pass).
 local GATE = "listen_busy.gate"
 local function busy_bus()
-  local bus = T.bus{ workers = 2 }
+  local bus = T.bus{ workers = 2, hold_warn = false }
   bus:stage{ name = "long", concurrency = 2, handler = function(env)
     local d = seda.now() + 120
     while not seda.shared:get("listen_busy.gate") and seda.now() < d do end
