@@ -99,18 +99,24 @@ _Thread_local int64_t tls_blocked_ns;
  * kernel wake-up costs microseconds on a VM; a stage whose producer is a
  * little slower than its consumer would otherwise pay one per batch.  The
  * watch is cpu_relax only (PAUSE: the sibling hyperthread and the
- * producer keep the core's issue slots) and short: no sched_yield loop,
- * which on a small machine puts the spinner back on the run queue beside
- * the threads doing the work, and no stretching to the pool's recent idle
- * gaps (it spun up to a millisecond at a time with a producer paced in
- * 1 ms ticks: a core's worth of CPU for half a core's worth of work).  An
- * idle pool is asleep after SPIN_NS. */
+ * producer keep the core's issue slots), never a sched_yield loop, which
+ * on a small machine puts the spinner back on the run queue beside the
+ * threads doing the work.  It lasts SPIN_NS, or, when work has been
+ * coming back within SPIN_MAX_NS of the pool going idle, 1.5 times that
+ * recent gap (at most SPIN_MAX_NS), so a producer's short stalls do not
+ * each cost a wake-up; a pool idle for longer sleeps after SPIN_NS.  (It
+ * was up to a millisecond with sched_yield: under a producer paced in
+ * 1 ms ticks, a core's worth of CPU for half a core's work.  A flat
+ * SPIN_NS cost the one-producer hand-off a fifth of its rate.) */
 #define SPIN_NS 20000
+#define SPIN_MAX_NS 200000
 
 
-/* Spin (mu not held) until a task may be pending or SPIN_NS pass.  The
- * caller re-checks under mu either way. */
-static void spin_for_work(struct seda_pool *p)
+/* Spin (mu not held) until a task may be pending or the watch's time
+ * passes (see SPIN_NS).  The caller re-checks under mu either way.
+ * Returns when the spin began, or 0 when another worker is the spinner
+ * (only the spinner measures the gaps). */
+static int64_t spin_for_work(struct seda_pool *p)
 {
     /* One spinner at a time: on a small machine more would steal the
      * cores that producers and busy workers need. */
@@ -118,8 +124,12 @@ static void spin_for_work(struct seda_pool *p)
     if (!atomic_compare_exchange_strong_explicit(&p->spinning, &expect, 1,
                                                  memory_order_relaxed,
                                                  memory_order_relaxed))
-        return;
-    int64_t end = seda__now_ns() + SPIN_NS;
+        return 0;
+    int64_t start = seda__now_ns();
+    int64_t gap = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
+    int64_t spin = gap > 0 && gap <= SPIN_MAX_NS ? gap + gap / 2 : SPIN_NS;
+    int64_t end = start + (spin < SPIN_NS ? SPIN_NS
+                           : spin > SPIN_MAX_NS ? SPIN_MAX_NS : spin);
     for (unsigned i = 1;; i++) {
         /* Acquire: pairs with the release store in seda__pool_submit. */
         if (atomic_load_explicit(&p->pending, memory_order_acquire) ||
@@ -130,6 +140,17 @@ static void spin_for_work(struct seda_pool *p)
             break;
     }
     atomic_fetch_sub_explicit(&p->spinning, 1, memory_order_relaxed);
+    return start;
+}
+
+/* The spinner found work gap ns after the pool went idle. */
+static void note_gap(struct seda_pool *p, int64_t gap)
+{
+    if (gap > 4 * SPIN_MAX_NS)
+        gap = 4 * SPIN_MAX_NS;
+    int64_t g = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
+    atomic_store_explicit(&p->gap_ns, g ? (3 * g + gap) / 4 : gap,
+                          memory_order_relaxed);
 }
 
 /* Take w off the idle stack (mu held). */
@@ -191,15 +212,17 @@ static int parked_room(struct seda_pool *p)
 
 /* Wait (mu held; dropped while waiting) until w has something to do: a
  * task, a due timed task, mail, or leaving. */
-static void wait_for_work(struct seda_pool *p, struct seda_worker_s *w)
+/* Returns when its spin began, or 0 (see spin_for_work). */
+static int64_t wait_for_work(struct seda_pool *p, struct seda_worker_s *w)
 {
+    int64_t idle_at = 0;
     /* With watches, no spin: a worker that would take the poller's
      * next task from under it (a request it read and published) is
      * not wanted, and the cores are the network's too. */
     if (p->count == 0 && !must_leave(p, w) &&
         !(p->rd && seda__ready_any(p->rd))) {
         seda__mutex_unlock(&p->mu);
-        spin_for_work(p);
+        idle_at = spin_for_work(p);
         seda__mutex_lock(&p->mu);
     }
     while (p->count == 0 && !must_leave(p, w) &&
@@ -225,6 +248,7 @@ static void wait_for_work(struct seda_pool *p, struct seda_worker_s *w)
         if (w->parked)
             unpark(p, w);           /* woken by a broadcast or due */
     }
+    return idle_at;
 }
 
 /* w leaves the pool (mu held; dropped): a loan slot keeps its data or
@@ -271,7 +295,7 @@ void *worker_main(void *arg)
 
     seda__mutex_lock(&p->mu);
     for (;;) {
-        wait_for_work(p, w);
+        int64_t idle_at = wait_for_work(p, w);
         if (w->mail && p->mail_fn &&
             !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
             /* Mail first: what it resumes holds its stage's permit and
@@ -322,6 +346,8 @@ void *worker_main(void *arg)
                     continue;
             }
         }
+        if (idle_at)
+            note_gap(p, seda__now_ns() - idle_at);
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;
@@ -447,6 +473,7 @@ int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
     atomic_init(&p->stopping, false);
     atomic_init(&p->pending, 0);
     atomic_init(&p->spinning, 0);
+    atomic_init(&p->gap_ns, 0);
     atomic_init(&p->has_rd, false);
     atomic_init(&p->looked_ns, 0);
     atomic_init(&p->n, 0);

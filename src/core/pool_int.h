@@ -91,6 +91,9 @@ struct seda_pool {
     atomic_uint pending;        /* mirror of count for spinners: written
                                    under mu (release), read without it
                                    (acquire) as a hint only */
+    _Atomic int64_t gap_ns;     /* recent idle gaps of the pool, a moving
+                                   average the spinner keeps (relaxed: a
+                                   hint for the spin's length) */
     atomic_int spinning;        /* workers spinning before sleep (relaxed;
                                    the decision is re-checked under mu) */
     atomic_bool stopping;       /* release/acquire, see pool.h */
