@@ -14,8 +14,13 @@
  *   openloop -p PORT -u PATH -r RATE -d SECONDS [-c MAXCONN] [-b BODYBYTES]
  *
  * Prints one JSON object: counts by class, goodput, latency percentiles of
- * the 2xx and of the 503 answers (nearest rank), and a per-second series
- * of the 2xx p99 (the overload chart).  libc only; a standalone tool, not
+ * the 2xx and of the 503 answers (nearest rank), where a 503's time went
+ * (p99_503_lag_us: scheduled to its last byte written -- the client's
+ * own lag or its wait for a connection; p50/p99_503_sent_us: from then
+ * to the answer, the server's part), and a per-second series of the 2xx
+ * p99 (the overload chart).  Between requests it sleeps to the
+ * nanosecond (epoll_pwait2), never spinning: on a small machine a
+ * spinning client takes a core from the server it measures.  libc only; a standalone tool, not
  * part of seda-bench.
  */
 #include <arpa/inet.h>
@@ -45,6 +50,7 @@ struct conn {
     bool busy;
     bool connecting;
     double sched;               /* the request's scheduled time */
+    double sent_at;             /* when its last byte was written */
     size_t sent;                /* bytes of the request written */
     char buf[8192];
     size_t have;
@@ -53,6 +59,7 @@ struct conn {
 struct sample {
     double t;                   /* scheduled, from the start */
     float lat;                  /* seconds */
+    float lag;                  /* scheduled to written, seconds */
     short status;               /* 0: error */
 };
 
@@ -67,10 +74,12 @@ static size_t nsamples;
 static double *queue;           /* scheduled times waiting for a connection */
 static size_t qhead, qtail, qcap;
 
-static void record(double t0, double sched, double done, int status)
+static void record(double t0, const struct conn *c, double done, int status)
 {
+    double sched = c->sched;
     samples[nsamples].t = sched - t0;
     samples[nsamples].lat = (float)(done - sched);
+    samples[nsamples].lag = (float)((c->sent_at ? c->sent_at : done) - sched);
     samples[nsamples].status = (short)status;
     nsamples++;
 }
@@ -104,6 +113,8 @@ static void try_send(struct conn *c)
         if (n <= 0)
             return;
         c->sent += (size_t)n;
+        if (c->sent == reqlen)
+            c->sent_at = now();
     }
 }
 
@@ -112,6 +123,7 @@ static void start(struct conn *c, double sched)
     c->busy = true;
     c->sched = sched;
     c->sent = 0;
+    c->sent_at = 0;
     c->have = 0;
     try_send(c);
 }
@@ -205,9 +217,13 @@ int main(int argc, char **argv)
             break;
         if (t >= end + 5)
             break;                      /* the rest are errors */
+        /* Sleep until the next request is due (to the nanosecond:
+         * epoll_wait's milliseconds would round the wait down to 0 and
+         * spin, taking a core from the server under test). */
         double next = t < end ? t0 + (double)scheduled / rate : t + 0.01;
-        int ms = (int)((next - t) * 1000);
-        int n = epoll_wait(ep, evs, 256, ms < 0 ? 0 : ms > 10 ? 10 : ms);
+        double wait = next - t < 0 ? 0 : next - t > 0.01 ? 0.01 : next - t;
+        struct timespec ts = { 0, (long)(wait * 1e9) };
+        int n = epoll_pwait2(ep, evs, 256, &ts, NULL);
         for (int k = 0; k < n; k++) {
             struct conn *c = evs[k].data.ptr;
             if (c->connecting && (evs[k].events & EPOLLOUT))
@@ -227,7 +243,7 @@ int main(int argc, char **argv)
                 size_t len;
                 int status;
                 while (c->busy && (status = parse(c, &len)) != 0) {
-                    record(t0, c->sched, now(), status);
+                    record(t0, c, now(), status);
                     inflight--;
                     memmove(c->buf, c->buf + len, c->have - len);
                     c->have -= len;
@@ -238,7 +254,7 @@ int main(int argc, char **argv)
             }
             if (dead) {
                 if (c->busy) {
-                    record(t0, c->sched, now(), 0);
+                    record(t0, c, now(), 0);
                     inflight--;
                     c->busy = false;
                 }
@@ -282,11 +298,27 @@ int main(int argc, char **argv)
         printf("%s%.0f", s ? "," : "", pct(tmp, m, 0.99));
     }
     printf("],");
+    /* Where a 503's time went: before its last byte was written (the
+     * client's own lag, or its wait for a free connection), and after. */
+    float *lag = malloc(sizeof(float) * (nsamples + 1));
+    float *srv = malloc(sizeof(float) * (nsamples + 1));
+    size_t m = 0;
+    for (size_t i = 0; i < nsamples; i++) {
+        if (samples[i].status != 503)
+            continue;
+        lag[m] = samples[i].lag;
+        srv[m++] = samples[i].lat - samples[i].lag;
+    }
+    qsort(lag, m, sizeof *lag, cmpf);
+    qsort(srv, m, sizeof *srv, cmpf);
     qsort(ok, nok, sizeof *ok, cmpf);
     qsort(s503, n503, sizeof *s503, cmpf);
     printf("\"p50_2xx_us\":%.0f,\"p99_2xx_us\":%.0f,\"p999_2xx_us\":%.0f,"
-           "\"p50_503_us\":%.0f,\"p99_503_us\":%.0f,\"elapsed_s\":%.2f}\n",
+           "\"p50_503_us\":%.0f,\"p99_503_us\":%.0f,"
+           "\"p99_503_lag_us\":%.0f,\"p50_503_sent_us\":%.0f,"
+           "\"p99_503_sent_us\":%.0f,\"elapsed_s\":%.2f}\n",
            pct(ok, nok, 0.5), pct(ok, nok, 0.99), pct(ok, nok, 0.999),
-           pct(s503, n503, 0.5), pct(s503, n503, 0.99), elapsed);
+           pct(s503, n503, 0.5), pct(s503, n503, 0.99), pct(lag, m, 0.99),
+           pct(srv, m, 0.5), pct(srv, m, 0.99), elapsed);
     return 0;
 }

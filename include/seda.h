@@ -790,8 +790,11 @@ void seda_worker_wake(seda_worker_t *w);
  * so a server needs no thread of its own.  A watched descriptor's
  * callback runs on a worker when epoll(7) reports events for it (events:
  * EPOLLIN, EPOLLOUT, ... of <sys/epoll.h>, level-triggered).  An idle
- * worker waits for them; a busy one looks between tasks, so readiness is
- * served within about a task's time even when every worker is busy.  One
+ * worker waits for them; a busy one looks between tasks; and when every
+ * worker has been inside a task for a millisecond without a look, the
+ * pool's keeper thread looks (it runs no handler: there seda_worker_index
+ * is -1 and seda_worker_data NULL), so readiness waits about a
+ * millisecond at most, however long the handlers run.  One
  * watch's callback never runs on two threads at once.  It must not block
  * (no waiting on a socket) and may publish: what it publishes is queued
  * behind what is there and is often that worker's next task.  Events may

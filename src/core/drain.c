@@ -93,6 +93,9 @@ static bool linger(struct seda_stage_s *st)
         if (atomic_load_explicit(&b->stopping, memory_order_relaxed) ||
             seda__pool_pending(b->pool))
             return false;
+        /* The yield stays (unlike the pool's idle watch): this wait is
+         * for the producer, bounded by LINGER_NS once per task's end, and
+         * a producer sharing this core is what it hands the core to. */
         if (i < 64) {
             for (int r = 0; r < 8; r++)
                 seda__cpu_relax();

@@ -234,6 +234,9 @@ static void inbox_spill(struct seda_inbox *in)
         }
         if (atomic_load_explicit(&in->out_pos, memory_order_relaxed) >= end)
             break;                      /* only tombstones were left */
+        /* Not an idle wait: a publisher holding a ticket stores within a
+         * few instructions; the yield is for when it was preempted
+         * mid-store on this core (also below). */
         if (spin++ < 64)
             seda__cpu_relax();
         else

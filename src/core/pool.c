@@ -60,161 +60,59 @@
  *   request it just read) from under it, and compete with the network
  *   for the cores; the idle wait is epoll_wait or a condition variable.
  *
+ *   The keeper: a thread of the pool's own, made with it, that runs no
+ *   task.  A handler may hold its worker for seconds, and with every
+ *   worker inside one, nobody would look: a request refused at the door
+ *   would wait for a handler to end for its 503.  So a worker that takes
+ *   a task leaving no worker parked and nobody polling arms the keeper;
+ *   armed, it wakes every KEEP_NS, and when nobody has looked for that
+ *   long it looks itself (as a busy worker does between tasks, and as
+ *   Go's sysmon polls the network when no P has for a while): what it
+ *   reads is refused at the door at once or queued for the workers.  It
+ *   disarms (and sleeps until armed again) as soon as a worker is parked.
+ *   So readiness waits at most about KEEP_NS, whatever the handlers do,
+ *   and an idle pool's keeper costs nothing.
+ *
  *   Each worker publishes its identity in thread-local storage so the bus
  *   can tell when a publish comes from one of its own workers (hop timeout)
  *   and handlers can reach their per-worker data (the Lua state).
+ *
+ *   Files: this one has the task ring, the workers, their idle wait and
+ *   the pool's life; pool_ready.c who waits for readiness and the keeper;
+ *   pool_loan.c managed blocking; pool_int.h the structures they share.
  */
-#include <errno.h>
-#include <sched.h>
-#include <string.h>
+#include "pool_int.h"
 
-#include "pool.h"
-#include "ready.h"
-#include "timeheap.h"
+/* Per thread: this thread's worker (NULL off the pool), whether callbacks
+ * run inside a task, the worker data, and seda's own waits on this thread
+ * (block_begin/end): nesting depth, the clock at the outermost begin, the
+ * time summed since the last take. */
+_Thread_local struct seda_worker_s *tls_worker;
+_Thread_local bool tls_looking;
+_Thread_local void *tls_data;
+_Thread_local bool tls_data_set;        /* tls_data holds start()'s value */
+_Thread_local int tls_block_depth;
+_Thread_local int64_t tls_block_t0;
+_Thread_local int64_t tls_blocked_ns;
 
-struct task {
-    seda__task_fn fn;
-    void *arg;
-};
-
-struct seda_worker_s {
-    struct seda_pool *pool;     /* immutable */
-    int index;                  /* immutable */
-    int slot;                   /* loan slot, or -1 (regular); immutable */
-    pthread_t tid;              /* written before start, read at join */
-    pthread_cond_t cv;          /* this worker sleeps here */
-    bool parked;                /* on the idle stack; guarded by pool mu */
-    bool spare;                 /* loan thread waiting to be lent again;
-                                   guarded by pool mu */
-    bool mail;                  /* woken to run the mail hook before its
-                                   next task (seda_worker_wake); guarded
-                                   by pool mu */
-};
-
-/* A loan slot: at most one thread at a time, and the worker data it
- * keeps between threads.  All fields guarded by pool mu. */
-struct loan_slot {
-    bool busy;                  /* a thread runs here, or is being made */
-    bool joinable;              /* tid has been started and not joined */
-    pthread_t tid;              /* the slot's latest thread */
-    bool has_data;              /* data holds a kept start() value */
-    void *data;
-};
-
-/*
- * Locking:
- *   mu guards: ring, mask, head, count, idle, parked and parked_cap (the
- *   idle stack and each worker's parked flag), target.
- *   resize_mu guards workers, cap, joined (resize and stop hold it; it is
- *   taken before mu).
- *   loan_mu serialises making and joining loan threads (block_begin and
- *   stop; taken before mu, after resize_mu, never while a stage lock is
- *   held).  The loan fields below are guarded by mu.
- *   Immutable after seda__pool_new: start, stop, ud, owner.
- *   Atomic: stopping (release in stop / acquire in readers).
- *   Lock order: stage->mu may be held when taking pool->mu, never the
- *   reverse.
- */
-struct seda_pool {
-    seda__mutex_t mu;
-    struct task *ring;          /* guarded by mu */
-    uint32_t mask;              /* guarded by mu */
-    uint32_t head;              /* guarded by mu */
-    uint32_t count;             /* guarded by mu */
-    uint32_t reserved;          /* slots promised; guarded by mu */
-    int idle;                   /* sleeping workers; guarded by mu */
-    seda_worker_mail_fn mail_fn;/* the mail hook; guarded by mu */
-    struct seda_worker_s **parked;     /* idle stack, most recent last; mu */
-    int parked_cap;             /* room in parked; guarded by mu */
-    atomic_uint pending;        /* mirror of count for spinners: written
-                                   under mu (release), read without it
-                                   (acquire) as a hint only */
-    atomic_int spinning;        /* workers spinning before sleep (relaxed;
-                                   the decision is re-checked under mu) */
-    _Atomic int64_t gap_ns;     /* recent idle gaps of the pool, a moving
-                                   average the spinner keeps (relaxed: a
-                                   hint for the spin's length) */
-    atomic_bool stopping;       /* release/acquire, see pool.h */
-    bool joined;                /* guarded by resize_mu */
-    seda__mutex_t resize_mu;    /* serialises resize and stop; outermost */
-    seda__mutex_t loan_mu;      /* serialises loan threads' start, join */
-    atomic_int n;               /* running threads: written under mu and
-                                   resize_mu, read relaxed for stats */
-    int target;                 /* workers with index >= target exit;
-                                   guarded by mu */
-    /* Loans (see DESIGN); all guarded by mu. */
-    int max_loans;              /* bound on lent */
-    bool max_loans_set;         /* max_loans given, not 4 * workers */
-    int blocked;                /* threads inside a managed block */
-    int lent;                   /* loan threads in service */
-    int lent_peak;              /* highest lent so far */
-    uint64_t loans;             /* loans started so far */
-    uint64_t uncovered;         /* waits no loan covered (max_loans
-                                   reached): each can starve the stages
-                                   that need a worker; guarded by mu */
-    struct loan_slot *slots;    /* nslots entries */
-    int nslots;
-    struct seda_worker_s **spares;     /* retired loan threads, nslots room */
-    int nspare;
-    /* Timed tasks (seda__pool_submit_at), all guarded by mu: a min-heap by
-     * due time.  Workers run a due one before the ring's next task, and
-     * park with their next due time as the deadline. */
-    struct seda__timeheap timers;
-    struct seda_worker_s **workers;    /* cap entries; guarded by resize_mu */
-    int cap;                    /* guarded by resize_mu */
-    seda_worker_start_fn start;
-    seda_worker_stop_fn stop;
-    void *ud;
-    void *owner;
-    /* Readiness (ready.c; see DESIGN), guarded by mu: the set (made at
-     * the first watch, then immutable until free), the worker waiting on
-     * it now (blocking, or looking between tasks), whether it was kicked
-     * since, and when a busy worker last looked. */
-    struct seda_ready *rd;
-    struct seda_worker_s *poller;
-    bool kicked;
-    atomic_bool has_rd;         /* rd is set (release; read acquire
-                                   without mu, then rd is immutable) */
-    _Atomic int64_t looked_ns;  /* a busy worker's last look (relaxed: a
-                                   hint, decided again under mu) */
-};
-
-/* How long an idle worker watches for new tasks before sleeping.  A
+/* How long an idle worker watches for new tasks before it parks.  A
  * kernel wake-up costs microseconds on a VM; a stage whose producer is a
  * little slower than its consumer would otherwise pay one per batch.  The
- * spin is bounded: an idle pool sleeps after this.  When work has been
- * coming back within SPIN_MAX_NS of the pool going idle (a producer
- * paced in 1 ms ticks: ~0.5 ms gaps at half load), the spin stretches to
- * 1.5 times the recent gap, so the next tick finds a worker awake instead
- * of paying a sleeping vCPU's wake-up (tens of microseconds, more on a
- * busy host) for its first envelopes; a pool idle for longer than that
- * spins SPIN_NS as before. */
+ * watch is cpu_relax only (PAUSE: the sibling hyperthread and the
+ * producer keep the core's issue slots), never a sched_yield loop, which
+ * on a small machine puts the spinner back on the run queue beside the
+ * threads doing the work.  It lasts SPIN_NS, or, when work has been
+ * coming back within SPIN_MAX_NS of the pool going idle, 1.5 times that
+ * recent gap (at most SPIN_MAX_NS), so a producer's short stalls do not
+ * each cost a wake-up; a pool idle for longer sleeps after SPIN_NS.  (It
+ * was up to a millisecond with sched_yield: under a producer paced in
+ * 1 ms ticks, a core's worth of CPU for half a core's work.  A flat
+ * SPIN_NS cost the one-producer hand-off a fifth of its rate.) */
 #define SPIN_NS 20000
-#define SPIN_MAX_NS 1000000
-
-/* How often at most a busy worker looks for readiness between tasks. */
-#define LOOK_NS 10000
-
-/* Events taken per wait. */
-#define READY_BATCH 64
-
-/* How long a retired loan thread waits to be lent again before it exits,
- * and how many slots keep their worker data after that. */
-#define LOAN_KEEP_NS 2000000000
-#define LOAN_KEEP_DATA 4
+#define SPIN_MAX_NS 200000
 
 
-/* The spinner found work gap ns after the pool went idle. */
-static void note_gap(struct seda_pool *p, int64_t gap)
-{
-    if (gap > 4 * SPIN_MAX_NS)
-        gap = 4 * SPIN_MAX_NS;
-    int64_t g = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
-    atomic_store_explicit(&p->gap_ns, g ? (3 * g + gap) / 4 : gap,
-                          memory_order_relaxed);
-}
-
-/* Spin (mu not held) until a task may be pending or the spin's time
+/* Spin (mu not held) until a task may be pending or the watch's time
  * passes (see SPIN_NS).  The caller re-checks under mu either way.
  * Returns when the spin began, or 0 when another worker is the spinner
  * (only the spinner measures the gaps). */
@@ -237,10 +135,7 @@ static int64_t spin_for_work(struct seda_pool *p)
         if (atomic_load_explicit(&p->pending, memory_order_acquire) ||
             atomic_load_explicit(&p->stopping, memory_order_acquire))
             break;
-        if (i < 64)
-            seda__cpu_relax();
-        else
-            sched_yield();              /* let a runnable thread have it */
+        seda__cpu_relax();
         if ((i & 15) == 0 && seda__now_ns() >= end)
             break;
     }
@@ -248,8 +143,18 @@ static int64_t spin_for_work(struct seda_pool *p)
     return start;
 }
 
+/* The spinner found work gap ns after the pool went idle. */
+static void note_gap(struct seda_pool *p, int64_t gap)
+{
+    if (gap > 4 * SPIN_MAX_NS)
+        gap = 4 * SPIN_MAX_NS;
+    int64_t g = atomic_load_explicit(&p->gap_ns, memory_order_relaxed);
+    atomic_store_explicit(&p->gap_ns, g ? (3 * g + gap) / 4 : gap,
+                          memory_order_relaxed);
+}
+
 /* Take w off the idle stack (mu held). */
-static void unpark(struct seda_pool *p, struct seda_worker_s *w)
+void unpark(struct seda_pool *p, struct seda_worker_s *w)
 {
     for (int i = 0; i < p->idle; i++) {
         if (p->parked[i] == w) {
@@ -263,23 +168,11 @@ static void unpark(struct seda_pool *p, struct seda_worker_s *w)
 }
 
 /* Wake the most recently parked worker (mu held). */
-static void wake_one(struct seda_pool *p)
+void wake_one(struct seda_pool *p)
 {
     struct seda_worker_s *w = p->parked[--p->idle];
     w->parked = false;
     pthread_cond_signal(&w->cv);
-}
-
-static _Thread_local struct seda_worker_s *tls_worker;
-
-/* Wake the worker waiting for readiness (mu held); not when that is the
- * caller (running what it got: it looks again before it waits). */
-static void kick(struct seda_pool *p)
-{
-    if (p->poller && !p->kicked && p->poller != tls_worker) {
-        p->kicked = true;
-        seda__ready_kick(p->rd);
-    }
 }
 
 /* Wake every parked worker (mu held): stop and resize. */
@@ -290,53 +183,6 @@ static void wake_all(struct seda_pool *p)
     kick(p);
 }
 
-/* Whether an idle worker should wait for readiness (mu held): watches
- * are registered and nobody waits for them. */
-static bool poll_wanted(const struct seda_pool *p)
-{
-    return p->rd && !p->poller && seda__ready_any(p->rd);
-}
-
-/* Wait for readiness until due (or a look, when due is now), run what
- * came (mu held; dropped while waiting and running).  Returns how many
- * events came. */
-static int poll_ready(struct seda_pool *p, struct seda_worker_s *w,
-                      int64_t due)
-{
-    int ms = -1;
-    if (due != INT64_MAX) {
-        int64_t left = due - seda__now_ns();
-        ms = left <= 0 ? 0 : left / 1000000 >= INT32_MAX ? INT32_MAX
-                                                        : (int)((left + 999999) / 1000000);
-    }
-    p->poller = w;
-    p->kicked = false;
-    struct seda_ready *rd = p->rd;
-    seda__mutex_unlock(&p->mu);
-    struct epoll_event evs[READY_BATCH];
-    int n = seda__ready_wait(rd, evs, READY_BATCH, ms);
-    if (n > 0)
-        seda__ready_dispatch(rd, evs, n);
-    seda__mutex_lock(&p->mu);
-    p->poller = NULL;
-    return n;
-}
-
-static _Thread_local bool tls_looking;  /* callbacks run inside a task */
-static _Thread_local void *tls_data;
-static _Thread_local bool tls_data_set; /* tls_data holds start()'s value */
-/* seda's own waits on this thread (block_begin/end): nesting depth, the
- * clock at the outermost begin, the time summed since the last take. */
-static _Thread_local int tls_block_depth;
-static _Thread_local int64_t tls_block_t0;
-static _Thread_local int64_t tls_blocked_ns;
-
-/* More loan threads in service than waits to cover (mu held). */
-static bool loan_excess(const struct seda_pool *p)
-{
-    return p->lent > p->blocked;
-}
-
 /* Whether w must stop taking tasks (mu held): the pool stops, a shrink
  * retired it, or it is a loan thread no longer needed. */
 static bool must_leave(const struct seda_pool *p, const struct seda_worker_s *w)
@@ -344,31 +190,6 @@ static bool must_leave(const struct seda_pool *p, const struct seda_worker_s *w)
     if (atomic_load_explicit(&p->stopping, memory_order_acquire))
         return true;
     return w->slot < 0 ? w->index >= p->target : loan_excess(p);
-}
-
-/* A loan thread whose loan ended waits as a spare (mu held) until it is
- * lent again (true), or LOAN_KEEP_NS pass or the pool stops (false: it
- * exits). */
-static bool loan_retire(struct seda_pool *p, struct seda_worker_s *w)
-{
-    p->lent--;
-    w->spare = true;
-    p->spares[p->nspare++] = w;
-    int64_t until = seda__now_ns() + LOAN_KEEP_NS;
-    while (w->spare &&
-           !atomic_load_explicit(&p->stopping, memory_order_acquire) &&
-           seda__cond_wait(&w->cv, &p->mu, until) != ETIMEDOUT)
-        ;
-    if (!w->spare)
-        return true;                    /* lent again: lent counts it */
-    for (int i = 0; i < p->nspare; i++) {
-        if (p->spares[i] == w) {
-            p->spares[i] = p->spares[--p->nspare];
-            break;
-        }
-    }
-    w->spare = false;
-    return false;
 }
 
 /* Room on the idle stack for one more sleeper (mu held).  Workers and
@@ -389,7 +210,79 @@ static int parked_room(struct seda_pool *p)
     return 0;
 }
 
-static void *worker_main(void *arg)
+/* Wait (mu held; dropped while waiting) until w has something to do: a
+ * task, a due timed task, mail, or leaving. */
+/* Returns when its spin began, or 0 (see spin_for_work). */
+static int64_t wait_for_work(struct seda_pool *p, struct seda_worker_s *w)
+{
+    int64_t idle_at = 0;
+    /* With watches, no spin: a worker that would take the poller's
+     * next task from under it (a request it read and published) is
+     * not wanted, and the cores are the network's too. */
+    if (p->count == 0 && !must_leave(p, w) &&
+        !(p->rd && seda__ready_any(p->rd))) {
+        seda__mutex_unlock(&p->mu);
+        idle_at = spin_for_work(p);
+        seda__mutex_lock(&p->mu);
+    }
+    while (p->count == 0 && !must_leave(p, w) &&
+           !seda__timeheap_due(&p->timers) && !w->mail) {
+        int64_t due = seda__timeheap_next(&p->timers);
+        if (poll_wanted(p)) {
+            /* The pool's one waiter on readiness (see DESIGN). */
+            poll_ready(p, w, due);
+            continue;
+        }
+        if (parked_room(p) != 0) {
+            /* No memory to park: look again in a millisecond. */
+            int64_t soon = seda__now_ns() + 1000000;
+            seda__cond_wait(&w->cv, &p->mu, due < soon ? due : soon);
+            continue;
+        }
+        /* Park on the idle stack: a submit wakes the most recently
+         * parked worker, whose cache is the warmest.  With timed
+         * tasks waiting, until the next one is due. */
+        p->parked[p->idle++] = w;
+        w->parked = true;
+        seda__cond_wait(&w->cv, &p->mu, due);
+        if (w->parked)
+            unpark(p, w);           /* woken by a broadcast or due */
+    }
+    return idle_at;
+}
+
+/* w leaves the pool (mu held; dropped): a loan slot keeps its data or
+ * the stop hook gets it, and a loan thread's worker goes. */
+static void worker_exit(struct seda_pool *p, struct seda_worker_s *w)
+{
+    bool keep = false;
+    if (w->slot >= 0) {
+        struct loan_slot *ls = &p->slots[w->slot];
+        /* A slot among the first few keeps the data for its next thread,
+         * unless the pool is going away. */
+        keep = tls_data_set && w->slot < LOAN_KEEP_DATA &&
+               !atomic_load_explicit(&p->stopping, memory_order_acquire);
+        if (keep) {
+            ls->data = tls_data;
+            ls->has_data = true;
+        }
+        ls->busy = false;               /* joinable stays: stop joins it */
+    }
+    seda__mutex_unlock(&p->mu);
+
+    if (p->stop && tls_data_set && !keep)
+        p->stop(w->index, tls_data, p->ud);
+    tls_data = NULL;
+    tls_data_set = false;
+    tls_worker = NULL;
+    if (w->slot >= 0) {
+        /* Nothing refers to a loan thread's worker once busy is clear. */
+        pthread_cond_destroy(&w->cv);
+        seda__free(w);
+    }
+}
+
+void *worker_main(void *arg)
 {
     struct seda_worker_s *w = arg;
     struct seda_pool *p = w->pool;
@@ -402,39 +295,7 @@ static void *worker_main(void *arg)
 
     seda__mutex_lock(&p->mu);
     for (;;) {
-        int64_t idle_at = 0;
-        /* With watches, no spin: a worker that would take the poller's
-         * next task from under it (a request it read and published) is
-         * not wanted, and the cores are the network's too. */
-        if (p->count == 0 && !must_leave(p, w) &&
-            !(p->rd && seda__ready_any(p->rd))) {
-            seda__mutex_unlock(&p->mu);
-            idle_at = spin_for_work(p);
-            seda__mutex_lock(&p->mu);
-        }
-        while (p->count == 0 && !must_leave(p, w) &&
-               !seda__timeheap_due(&p->timers) && !w->mail) {
-            int64_t due = seda__timeheap_next(&p->timers);
-            if (poll_wanted(p)) {
-                /* The pool's one waiter on readiness (see DESIGN). */
-                poll_ready(p, w, due);
-                continue;
-            }
-            if (parked_room(p) != 0) {
-                /* No memory to park: look again in a millisecond. */
-                int64_t soon = seda__now_ns() + 1000000;
-                seda__cond_wait(&w->cv, &p->mu, due < soon ? due : soon);
-                continue;
-            }
-            /* Park on the idle stack: a submit wakes the most recently
-             * parked worker, whose cache is the warmest.  With timed
-             * tasks waiting, until the next one is due. */
-            p->parked[p->idle++] = w;
-            w->parked = true;
-            seda__cond_wait(&w->cv, &p->mu, due);
-            if (w->parked)
-                unpark(p, w);           /* woken by a broadcast or due */
-        }
+        int64_t idle_at = wait_for_work(p, w);
         if (w->mail && p->mail_fn &&
             !atomic_load_explicit(&p->stopping, memory_order_acquire)) {
             /* Mail first: what it resumes holds its stage's permit and
@@ -471,8 +332,6 @@ static void *worker_main(void *arg)
         }
         if (p->count == 0)
             continue;                   /* woken for a timer not yet due */
-        if (idle_at)
-            note_gap(p, seda__now_ns() - idle_at);
         if (poll_wanted(p)) {
             /* Busy, and nobody waits for readiness: look first. */
             int64_t now = seda__now_ns();
@@ -487,6 +346,8 @@ static void *worker_main(void *arg)
                     continue;
             }
         }
+        if (idle_at)
+            note_gap(p, seda__now_ns() - idle_at);
         struct task t = p->ring[p->head];
         p->head = (p->head + 1) & p->mask;
         p->count--;
@@ -496,38 +357,19 @@ static void *worker_main(void *arg)
         if (p->count > 0 && p->idle > 0)
             wake_one(p);
         /* Nobody would wait for readiness while this task runs: a parked
-         * worker does. */
+         * worker does, or with none left, the keeper watches. */
         else if (p->idle > 0 && poll_wanted(p))
             wake_one(p);
+        else if (p->idle == 0 && p->keeper && !p->keeper_armed &&
+                 poll_wanted(p)) {
+            p->keeper_armed = true;
+            pthread_cond_signal(&p->keeper->cv);
+        }
         seda__mutex_unlock(&p->mu);
         t.fn(t.arg);
         seda__mutex_lock(&p->mu);
     }
-    bool keep = false;
-    if (w->slot >= 0) {
-        struct loan_slot *ls = &p->slots[w->slot];
-        /* A slot among the first few keeps the data for its next thread,
-         * unless the pool is going away. */
-        keep = tls_data_set && w->slot < LOAN_KEEP_DATA &&
-               !atomic_load_explicit(&p->stopping, memory_order_acquire);
-        if (keep) {
-            ls->data = tls_data;
-            ls->has_data = true;
-        }
-        ls->busy = false;               /* joinable stays: stop joins it */
-    }
-    seda__mutex_unlock(&p->mu);
-
-    if (p->stop && tls_data_set && !keep)
-        p->stop(w->index, tls_data, p->ud);
-    tls_data = NULL;
-    tls_data_set = false;
-    tls_worker = NULL;
-    if (w->slot >= 0) {
-        /* Nothing refers to a loan thread's worker once busy is clear. */
-        pthread_cond_destroy(&w->cv);
-        seda__free(w);
-    }
+    worker_exit(p, w);
     return NULL;
 }
 
@@ -602,24 +444,6 @@ static void stop_workers(struct seda_pool *p, int to)
     }
 }
 
-/* Make room for max loan slots (mu held).  0 or SEDA_ENOMEM. */
-static int slots_grow(struct seda_pool *p, int max)
-{
-    if (max <= p->nslots)
-        return 0;
-    struct loan_slot *sl = seda__realloc(p->slots, sizeof *sl * (size_t)max);
-    if (!sl)
-        return SEDA_ENOMEM;
-    p->slots = sl;
-    memset(&sl[p->nslots], 0, sizeof *sl * (size_t)(max - p->nslots));
-    struct seda_worker_s **sp = seda__realloc(p->spares, sizeof *sp * (size_t)max);
-    if (!sp)
-        return SEDA_ENOMEM;
-    p->spares = sp;
-    p->nslots = max;
-    return 0;
-}
-
 int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
                    seda_worker_stop_fn stop, void *ud, void *owner,
                    struct seda_pool **out)
@@ -659,6 +483,8 @@ int seda__pool_new(int n, int max_loans, seda_worker_start_fn start,
     p->owner = owner;
     seda__mutex_lock(&p->resize_mu);
     rc = start_workers(p, 0, n);
+    if (rc == 0)
+        keeper_start(p);
     seda__mutex_unlock(&p->resize_mu);
     if (rc) {
         seda__pool_free(p);             /* unwinds the ones running */
@@ -751,157 +577,6 @@ int seda__pool_submit(struct seda_pool *p, seda__task_fn fn, void *arg,
     return 0;
 }
 
-/* Count a loan started (mu held). */
-static void lend(struct seda_pool *p)
-{
-    p->lent++;
-    p->loans++;
-    if (p->lent > p->lent_peak)
-        p->lent_peak = p->lent;
-}
-
-/* Start a loan thread in slot k, reserved (busy) and counted in lent by
- * the caller.  loan_mu held, mu not held.  On failure the loan is undone
- * (the waiter goes on without one, as with max_loans reached). */
-static void loan_start(struct seda_pool *p, int k)
-{
-    seda__mutex_lock(&p->mu);
-    bool stop = atomic_load_explicit(&p->stopping, memory_order_acquire);
-    bool join = p->slots[k].joinable;
-    pthread_t old = p->slots[k].tid;
-    p->slots[k].joinable = false;
-    seda__mutex_unlock(&p->mu);
-    if (join)
-        pthread_join(old, NULL);        /* it exited: quick */
-    struct seda_worker_s *w = stop ? NULL : seda__calloc(1, sizeof *w);
-    pthread_t tid;
-    if (w && seda__cond_init(&w->cv) == 0) {
-        w->pool = p;
-        w->index = SEDA_LOAN_INDEX0 + k;
-        w->slot = k;
-        if (pthread_create(&tid, NULL, worker_main, w) == 0) {
-            seda__mutex_lock(&p->mu);
-            p->slots[k].tid = tid;
-            p->slots[k].joinable = true;
-            seda__mutex_unlock(&p->mu);
-            return;
-        }
-        pthread_cond_destroy(&w->cv);
-    }
-    seda__free(w);
-    seda__mutex_lock(&p->mu);
-    p->slots[k].busy = false;
-    p->lent--;
-    p->loans--;
-    seda__mutex_unlock(&p->mu);
-}
-
-struct seda_pool *seda__pool_block_begin(void)
-{
-    if (!tls_worker)
-        return NULL;
-    struct seda_pool *p = tls_worker->pool;
-    int k = -1;
-    seda__mutex_lock(&p->mu);
-    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
-        seda__mutex_unlock(&p->mu);
-        return NULL;
-    }
-    p->blocked++;
-    /* The caller will not come back for the tasks it queued: a sleeper
-     * takes them. */
-    if (p->idle > 0 &&
-        p->count > (uint32_t)atomic_load_explicit(&p->spinning,
-                                                  memory_order_relaxed))
-        wake_one(p);
-    if (p->lent < p->blocked && p->lent < p->max_loans) {
-        if (p->nspare > 0) {
-            struct seda_worker_s *w = p->spares[--p->nspare];
-            w->spare = false;
-            pthread_cond_signal(&w->cv);
-            lend(p);
-        } else {
-            for (int i = 0; i < p->nslots && i < p->max_loans; i++) {
-                if (!p->slots[i].busy) {
-                    k = i;
-                    break;
-                }
-            }
-            if (k >= 0) {
-                p->slots[k].busy = true;
-                lend(p);
-            }
-        }
-    }
-    if (p->lent < p->blocked)
-        p->uncovered++;                 /* this wait holds a worker */
-    seda__mutex_unlock(&p->mu);
-    if (k >= 0) {
-        seda__mutex_lock(&p->loan_mu);
-        loan_start(p, k);
-        seda__mutex_unlock(&p->loan_mu);
-    }
-    if (tls_block_depth++ == 0)
-        tls_block_t0 = seda__clock_ns();
-    return p;
-}
-
-int64_t seda__pool_blocked_take(void)
-{
-    int64_t ns = tls_blocked_ns;
-    tls_blocked_ns = 0;
-    return ns;
-}
-
-bool seda__pool_in_block(void)
-{
-    return tls_block_depth > 0;
-}
-
-void seda__pool_block_end(struct seda_pool *p)
-{
-    if (!p)
-        return;
-    if (tls_block_depth > 0 && --tls_block_depth == 0)
-        tls_blocked_ns += seda__clock_ns() - tls_block_t0;
-    seda__mutex_lock(&p->mu);
-    p->blocked--;
-    if (loan_excess(p) && p->poller && p->poller->slot >= 0)
-        kick(p);                /* a loan thread waits for readiness */
-    if (loan_excess(p)) {
-        /* A loan thread asleep on the idle stack retires now; one that is
-         * running retires when its task returns. */
-        for (int i = p->idle - 1; i >= 0; i--) {
-            struct seda_worker_s *w = p->parked[i];
-            if (w->slot >= 0) {
-                unpark(p, w);
-                pthread_cond_signal(&w->cv);
-                break;
-            }
-        }
-    }
-    seda__mutex_unlock(&p->mu);
-}
-
-uint64_t seda__pool_uncovered(struct seda_pool *p)
-{
-    seda__mutex_lock(&p->mu);
-    uint64_t n = p->uncovered;
-    seda__mutex_unlock(&p->mu);
-    return n;
-}
-
-void seda__pool_loan_stats(struct seda_pool *p, int *lent, uint64_t *loans,
-                           int *peak, int *max_loans)
-{
-    seda__mutex_lock(&p->mu);
-    *lent = p->lent;
-    *loans = p->loans;
-    *peak = p->lent_peak;
-    *max_loans = p->max_loans;
-    seda__mutex_unlock(&p->mu);
-}
-
 int seda__pool_idle(struct seda_pool *p)
 {
     seda__mutex_lock(&p->mu);
@@ -919,14 +594,6 @@ bool seda__pool_self_mail(void)
     bool mail = w->mail;
     seda__mutex_unlock(&w->pool->mu);
     return mail;
-}
-
-bool seda__pool_loans_exhausted(struct seda_pool *p)
-{
-    seda__mutex_lock(&p->mu);
-    bool out = p->lent >= p->max_loans && p->blocked > p->lent;
-    seda__mutex_unlock(&p->mu);
-    return out;
 }
 
 int seda__pool_submit_at(struct seda_pool *p, int64_t due, seda__task_fn fn,
@@ -1008,12 +675,16 @@ void seda__pool_stop(struct seda_pool *p)
     wake_all(p);
     for (int i = 0; i < p->nspare; i++)
         pthread_cond_signal(&p->spares[i]->cv);
+    if (p->keeper)
+        pthread_cond_signal(&p->keeper->cv);
     seda__mutex_unlock(&p->mu);
     if (p->joined) {
         seda__mutex_unlock(&p->resize_mu);
         return;
     }
     stop_workers(p, 0);
+    if (p->keeper)
+        pthread_join(p->keeper->tid, NULL);
     /* Loan threads: a block_begin that started one before it saw the
      * flag has finished starting it once loan_mu is ours. */
     seda__mutex_lock(&p->loan_mu);
@@ -1050,6 +721,10 @@ void seda__pool_free(struct seda_pool *p)
     for (int i = 0; i < p->nslots; i++)
         if (p->slots[i].has_data && p->stop)
             p->stop(SEDA_LOAN_INDEX0 + i, p->slots[i].data, p->ud);
+    if (p->keeper) {
+        pthread_cond_destroy(&p->keeper->cv);
+        seda__free(p->keeper);
+    }
     seda__mutex_destroy(&p->mu);
     seda__mutex_destroy(&p->resize_mu);
     seda__mutex_destroy(&p->loan_mu);
@@ -1085,7 +760,7 @@ int seda_worker_index(void) { return tls_worker ? tls_worker->index : -1; }
 seda_worker_t *seda_worker_self(void)
 {
     struct seda_worker_s *w = tls_worker;
-    return w && w->slot < 0 ? w : NULL;
+    return w && w->slot == -1 ? w : NULL;
 }
 
 void seda_worker_wake(seda_worker_t *w)
@@ -1102,16 +777,6 @@ void seda_worker_wake(seda_worker_t *w)
     seda__mutex_unlock(&p->mu);
 }
 
-void *seda_block_begin(void)
-{
-    return seda__pool_block_begin();
-}
-
-void seda_block_end(void *token)
-{
-    seda__pool_block_end(token);
-}
-
 void seda__pool_set_mail(struct seda_pool *p, seda_worker_mail_fn fn)
 {
     seda__mutex_lock(&p->mu);
@@ -1119,74 +784,3 @@ void seda__pool_set_mail(struct seda_pool *p, seda_worker_mail_fn fn)
     seda__mutex_unlock(&p->mu);
 }
 
-void *seda_worker_data(void)
-{
-    struct seda_worker_s *w = tls_worker;
-    if (SEDA__UNLIKELY(w && !tls_data_set)) {
-        /* A loan thread's first use: the data its slot kept, else new. */
-        struct seda_pool *p = w->pool;
-        struct loan_slot *ls;
-        seda__mutex_lock(&p->mu);
-        ls = &p->slots[w->slot];
-        bool kept = ls->has_data;
-        if (kept) {
-            tls_data = ls->data;
-            ls->has_data = false;
-            ls->data = NULL;
-        }
-        seda__mutex_unlock(&p->mu);
-        if (!kept)
-            tls_data = p->start ? p->start(w->index, p->ud) : NULL;
-        tls_data_set = true;
-    }
-    return tls_data;
-}
-
-int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
-                     seda_watch_fn fn, void *ud, seda_watch_t **out)
-{
-    seda__mutex_lock(&p->mu);
-    if (atomic_load_explicit(&p->stopping, memory_order_acquire)) {
-        seda__mutex_unlock(&p->mu);
-        return SEDA_ECLOSED;
-    }
-    if (!p->rd) {
-        int rc = seda__ready_new(&p->rd);
-        if (rc) {
-            seda__mutex_unlock(&p->mu);
-            return rc;
-        }
-        atomic_store_explicit(&p->has_rd, true, memory_order_release);
-    }
-    struct seda_ready *rd = p->rd;
-    seda__mutex_unlock(&p->mu);
-    int rc = seda__ready_add(rd, fd, events, fn, ud, out);
-    if (rc == 0) {
-        /* Every worker may be parked: one waits for readiness now. */
-        seda__mutex_lock(&p->mu);
-        if (p->idle > 0 && poll_wanted(p))
-            wake_one(p);
-        seda__mutex_unlock(&p->mu);
-    }
-    return rc;
-}
-
-void seda__pool_look(struct seda_pool *p)
-{
-    struct seda_worker_s *w = tls_worker;
-    if (SEDA__LIKELY(!atomic_load_explicit(&p->has_rd, memory_order_acquire)) ||
-        !w || w->pool != p || !seda__ready_any(p->rd))
-        return;
-    int64_t now = seda__now_ns();
-    if (now - atomic_load_explicit(&p->looked_ns, memory_order_relaxed) <
-        LOOK_NS)
-        return;
-    seda__mutex_lock(&p->mu);
-    if (poll_wanted(p)) {
-        atomic_store_explicit(&p->looked_ns, now, memory_order_relaxed);
-        tls_looking = true;
-        poll_ready(p, w, now);
-        tls_looking = false;
-    }
-    seda__mutex_unlock(&p->mu);
-}

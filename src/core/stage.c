@@ -210,6 +210,9 @@ static void wait_for_room(struct seda_stage_s *st, int64_t deadline_ns)
     for (unsigned i = 1;; i++) {
         if (seda__inbox_count(&st->in) < full)
             return;
+        /* Not an idle wait: a publisher blocked on a full stage, for at
+         * most ROOM_SPIN_NS before the condition variable; the yield lets
+         * the drain task it waits for run if it shares this core. */
         if (i < 64)
             seda__cpu_relax();
         else
