@@ -303,7 +303,7 @@ int seda_watch_add(seda_bus_t *b, int fd, uint32_t events, seda_watch_fn fn,
         return SEDA_EINVAL;
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
-    return seda__pool_watch(b->pool, fd, events, fn, ud, out);
+    return seda__pool_ready_watch(b->pool, fd, events, fn, ud, out);
 }
 
 void seda_bus_pause(seda_bus_t *b)
@@ -666,5 +666,5 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
     out->closed = seda_bus_closed(b);
     seda__pool_loan_stats(b->pool, &out->workers_loaned, &out->loans,
                           &out->loans_peak, &out->max_loans);
-    out->waits_uncovered = seda__pool_uncovered(b->pool);
+    out->waits_uncovered = seda__pool_loan_uncovered(b->pool);
 }

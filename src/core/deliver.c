@@ -66,9 +66,9 @@ long_hold(struct seda_stage_s *st, int64_t ns)
 {
     /* Inside managed blocking now (a blocking = true stage's whole
      * call): the worker is lent, not held. */
-    if (seda__pool_in_block())
+    if (seda__pool_loan_in_block())
         return;
-    ns -= seda__pool_blocked_take();
+    ns -= seda__pool_loan_blocked_take();
     if (ns <= st->hold_warn_ns)
         return;
     uint64_t n = atomic_fetch_add_explicit(&st->long_holds, 1,
@@ -322,7 +322,7 @@ void seda__batch_run(struct seda_batch_s *b)
     struct seda_stage_s *st = b->st;
     int n0 = b->i;
     /* seda's waits before this batch are no part of its calls. */
-    (void)seda__pool_blocked_take();
+    (void)seda__pool_loan_blocked_take();
     /* Acquire: pairs with the release in seda_stage_consume. */
     int nc = atomic_load_explicit(&st->cons.n, memory_order_acquire);
     if (nc == 1 && st->cons.cons[0].bfn) {
@@ -466,7 +466,7 @@ seda_env_t *seda_pending_env(seda_pending_t *p)
 void seda_pending_enter(seda_pending_t *p)
 {
     seda__env_resume_begin(p->env, &p->undo, p->failed);
-    (void)seda__pool_blocked_take();
+    (void)seda__pool_loan_blocked_take();
     p->run = seda__clock_ns();
 }
 

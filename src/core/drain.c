@@ -306,7 +306,7 @@ void seda__drain_run(void *arg)
                 /* Readiness first, as Go's scheduler polls the network
                  * between goroutines (SPEC.md section 16): a request read
                  * now may be refused at the door at once, or queued. */
-                seda__pool_look(b->pool);
+                seda__pool_ready_look(b->pool);
                 if (seda__pool_pending(b->pool) == 0) {
                     gather(st, depth);
                     continue;

@@ -13,7 +13,7 @@
  *   anyone spins, and for the first task queued by a worker that comes
  *   straight back for it (`prompt`; not from inside a consumer call,
  *   which may run or wait for long).  A worker about to block in
- *   admission calls seda__pool_block_begin, so what it queued gets another
+ *   admission calls seda__pool_loan_block_begin, so what it queued gets another
  *   worker (a handler filling a full stage would otherwise wait on the
  *   very drain task it queued).  A worker routing a hop into a full
  *   stage may also take that stage's queued drain task out of the ring
@@ -25,7 +25,7 @@
  *
  *   Managed blocking (loans): a worker about to wait inside a consumer
  *   call or a hop (room in a full stage, a pull receive) brackets the wait
- *   with seda__pool_block_begin/end.  While `blocked` threads wait, the
+ *   with seda__pool_loan_block_begin/end.  While `blocked` threads wait, the
  *   pool keeps `lent` loan threads in service (lent <= min(blocked,
  *   max_loans)), so `target` threads stay runnable and the drain tasks the
  *   waiters depend on keep running.  A loan thread is an ordinary worker

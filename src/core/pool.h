@@ -74,16 +74,16 @@ SEDA__API void seda__pool_drop_timers(struct seda_pool *p,
  * the pools' workers, or once the pool stops, begin returns NULL, and
  * end(NULL) is a no-op.  Hold no stage lock around either (they take
  * loan_mu and mu; begin may start a thread). */
-SEDA__API struct seda_pool *seda__pool_block_begin(void);
-SEDA__API void seda__pool_block_end(struct seda_pool *p);
+SEDA__API struct seda_pool *seda__pool_loan_block_begin(void);
+SEDA__API void seda__pool_loan_block_end(struct seda_pool *p);
 
 /* Time this thread spent between block_begin and block_end (the
  * outermost pair) since the last call, in ns; the count starts again at
  * 0.  Whether the thread is inside such a pair now.  Thread-local: no
  * lock.  (The long-hold check in deliver.c subtracts seda's own waits
  * from a handler's time with them.) */
-SEDA__API int64_t seda__pool_blocked_take(void);
-SEDA__API bool seda__pool_in_block(void);
+SEDA__API int64_t seda__pool_loan_blocked_take(void);
+SEDA__API bool seda__pool_loan_in_block(void);
 
 /* Loan figures: in service now, started so far, the most at once, and
  * the bound.  Takes mu. */
@@ -96,14 +96,14 @@ SEDA__API int seda__pool_idle(struct seda_pool *p);
 
 /* True when a worker waits without a loan because max_loans are in
  * service (for the message of a wait that timed out).  Takes mu. */
-SEDA__API bool seda__pool_loans_exhausted(struct seda_pool *p);
+SEDA__API bool seda__pool_loan_exhausted(struct seda_pool *p);
 
 /* True when the calling worker has mail it has not run (seda_worker_wake:
  * a call suspended on its worker data, ready to resume, waits for it).
  * False off the pool.  Takes mu. */
 SEDA__API bool seda__pool_self_mail(void);
 /* Waits no loan covered so far (max_loans reached).  Takes mu. */
-SEDA__API uint64_t seda__pool_uncovered(struct seda_pool *p);
+SEDA__API uint64_t seda__pool_loan_uncovered(struct seda_pool *p);
 
 /* Remove the queued task (fn, arg), if one is queued, so the caller can
  * run it itself.  Returns whether it did.  Takes pool->mu. */
@@ -125,7 +125,7 @@ SEDA__API void seda__pool_free(struct seda_pool *p);
 /* Install the mail hook regular workers run when seda_worker_wake wakes
  * them (before their next task), with the pool's ud.  Any thread. */
 /* seda_watch_add on p's readiness set (made at the first call). */
-SEDA__API int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
+SEDA__API int seda__pool_ready_watch(struct seda_pool *p, int fd, uint32_t events,
                                seda_watch_fn fn, void *ud,
                                seda_watch_t **out);
 
@@ -134,7 +134,7 @@ SEDA__API int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
  * and run what came, here.  What those callbacks publish is not this
  * worker's to take next (it drains on).  No lock held; cheap when nothing
  * is watched. */
-SEDA__API void seda__pool_look(struct seda_pool *p);
+SEDA__API void seda__pool_ready_look(struct seda_pool *p);
 
 SEDA__API void seda__pool_set_mail(struct seda_pool *p,
                                    seda_worker_mail_fn fn);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * pool_loan.c -- managed blocking: the loans of threads to waits that
- * hold a worker (seda__pool_block_begin/end), the loan threads' slots,
+ * hold a worker (seda__pool_loan_block_begin/end), the loan threads' slots,
  * spares and retirement, and a loan thread's lazy worker data.  See
  * pool.c's DESIGN; the fields are struct seda_pool's (pool_int.h),
  * guarded as it says.
@@ -96,7 +96,7 @@ static void loan_start(struct seda_pool *p, int k)
     seda__mutex_unlock(&p->mu);
 }
 
-struct seda_pool *seda__pool_block_begin(void)
+struct seda_pool *seda__pool_loan_block_begin(void)
 {
     if (!tls_worker)
         return NULL;
@@ -146,19 +146,19 @@ struct seda_pool *seda__pool_block_begin(void)
     return p;
 }
 
-int64_t seda__pool_blocked_take(void)
+int64_t seda__pool_loan_blocked_take(void)
 {
     int64_t ns = tls_blocked_ns;
     tls_blocked_ns = 0;
     return ns;
 }
 
-bool seda__pool_in_block(void)
+bool seda__pool_loan_in_block(void)
 {
     return tls_block_depth > 0;
 }
 
-void seda__pool_block_end(struct seda_pool *p)
+void seda__pool_loan_block_end(struct seda_pool *p)
 {
     if (!p)
         return;
@@ -183,7 +183,7 @@ void seda__pool_block_end(struct seda_pool *p)
     seda__mutex_unlock(&p->mu);
 }
 
-uint64_t seda__pool_uncovered(struct seda_pool *p)
+uint64_t seda__pool_loan_uncovered(struct seda_pool *p)
 {
     seda__mutex_lock(&p->mu);
     uint64_t n = p->uncovered;
@@ -202,7 +202,7 @@ void seda__pool_loan_stats(struct seda_pool *p, int *lent, uint64_t *loans,
     seda__mutex_unlock(&p->mu);
 }
 
-bool seda__pool_loans_exhausted(struct seda_pool *p)
+bool seda__pool_loan_exhausted(struct seda_pool *p)
 {
     seda__mutex_lock(&p->mu);
     bool out = p->lent >= p->max_loans && p->blocked > p->lent;
@@ -212,12 +212,12 @@ bool seda__pool_loans_exhausted(struct seda_pool *p)
 
 void *seda_block_begin(void)
 {
-    return seda__pool_block_begin();
+    return seda__pool_loan_block_begin();
 }
 
 void seda_block_end(void *token)
 {
-    seda__pool_block_end(token);
+    seda__pool_loan_block_end(token);
 }
 
 void *seda_worker_data(void)

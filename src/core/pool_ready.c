@@ -133,7 +133,7 @@ void keeper_start(struct seda_pool *p)
     p->keeper = w;
 }
 
-int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
+int seda__pool_ready_watch(struct seda_pool *p, int fd, uint32_t events,
                      seda_watch_fn fn, void *ud, seda_watch_t **out)
 {
     seda__mutex_lock(&p->mu);
@@ -162,7 +162,7 @@ int seda__pool_watch(struct seda_pool *p, int fd, uint32_t events,
     return rc;
 }
 
-void seda__pool_look(struct seda_pool *p)
+void seda__pool_ready_look(struct seda_pool *p)
 {
     struct seda_worker_s *w = tls_worker;
     if (SEDA__LIKELY(!atomic_load_explicit(&p->has_rd, memory_order_acquire)) ||

@@ -136,8 +136,8 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
              * wait: the pool lends a thread meanwhile (managed blocking),
              * so the stages feeding this one keep draining. */
             seda__mutex_unlock(&st->mu);
-            loaned = seda__pool_block_begin();
-            if (loaned && seda__pool_loans_exhausted(loaned)) {
+            loaned = seda__pool_loan_block_begin();
+            if (loaned && seda__pool_loan_exhausted(loaned)) {
                 report_uncovered(st, loaned);
                 reported = true;
             }
@@ -151,7 +151,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
              * (loans used up since it began, or calls pinned to this
              * worker's state), within a second, not when it times out. */
             seda__mutex_unlock(&st->mu);
-            if (seda__pool_loans_exhausted(loaned)) {
+            if (seda__pool_loan_exhausted(loaned)) {
                 report_uncovered(st, loaned);
                 reported = true;
             } else if (seda__pool_self_mail()) {
@@ -171,7 +171,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     }
     if (rc) {
         seda__mutex_unlock(&st->mu);
-        seda__pool_block_end(loaned);
+        seda__pool_loan_block_end(loaned);
         seda__free(l);
         return rc;
     }
@@ -179,7 +179,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     seda__inbox_take(&st->in, &env, 1);
     if (!env) {                         /* a publisher is mid-way */
         seda__mutex_unlock(&st->mu);
-        seda__pool_block_end(loaned);
+        seda__pool_loan_block_end(loaned);
         seda__free(l);
         return seda_stage_receive(st, timeout, out);
     }
@@ -192,7 +192,7 @@ int seda_stage_receive(seda_stage_t *st, double timeout, seda_lease_t **out)
     l->st = st;
     seda__pull_add(&st->pl, l, env);
     seda__mutex_unlock(&st->mu);
-    seda__pool_block_end(loaned);
+    seda__pool_loan_block_end(loaned);
     *out = l;
     return 0;
 }

@@ -59,14 +59,14 @@ struct seda_stage_s *seda__route_hop_target(struct seda_stage_s *st,
              "began: hop_timeout)", id, name,
              (double)b->hop_timeout_ns / 1e9);
     seda_stage_report(st, msg);
-    struct seda_pool *loaned = seda__pool_block_begin();
+    struct seda_pool *loaned = seda__pool_loan_block_begin();
     seda__mutex_lock(&b->mu);
     while (!((to = seda__bus_lookup(b, name)) && stage_ready(to)) &&
            !atomic_load_explicit(&b->stopping, memory_order_acquire) &&
            seda__now_ns() < until)
         seda__cond_wait(&b->stage_cv, &b->mu, until);
     seda__mutex_unlock(&b->mu);
-    seda__pool_block_end(loaned);
+    seda__pool_loan_block_end(loaned);
     if (!to) {
         snprintf(msg, sizeof msg, "stage '%s' was not declared within "
                  "hop_timeout of the replay: replayed envelope '%s' goes on "

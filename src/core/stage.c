@@ -294,7 +294,7 @@ static void report_hop_timeout(struct seda_stage_s *st, seda_env_t *env,
                  "(%gs) for room in it: a cycle (a stage publishing into "
                  "itself while full cannot drain; give it room or another "
                  "path)", st->name, (double)b->hop_timeout_ns / 1e9);
-    else if (seda__pool_loans_exhausted(b->pool))
+    else if (seda__pool_loan_exhausted(b->pool))
         snprintf(msg, sizeof msg, "a worker%s%s%s waited hop_timeout (%gs) "
                  "for room here: loans exhausted (%d of max_loans %d in "
                  "use; raise max_loans or workers)", from ? " of stage '" : "",
@@ -345,7 +345,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
              * depends on -- this stage's among them -- keep running.
              * Then look for room again: the lock was let go. */
             seda__mutex_unlock(&st->mu);
-            loaned = seda__pool_block_begin();
+            loaned = seda__pool_loan_block_begin();
             seda__mutex_lock(&st->mu);
             on_pool = loaned != NULL;
             continue;
@@ -373,7 +373,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
     seda__mutex_unlock(&st->mu);
     if (rc == SEDA_ETIMEDOUT && capped)
         report_hop_timeout(st, env, hop);   /* still counted as blocked */
-    seda__pool_block_end(loaned);
+    seda__pool_loan_block_end(loaned);
     while (nsched-- > 0)
         seda__drain_schedule(st);
     if (victim) {
@@ -431,7 +431,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
             if (on_pool && !loaned) {
                 /* Managed blocking, as in seda__stage_admit. */
                 seda__mutex_unlock(&st->mu);
-                loaned = seda__pool_block_begin();
+                loaned = seda__pool_loan_block_begin();
                 seda__mutex_lock(&st->mu);
                 on_pool = loaned != NULL;
                 continue;
@@ -454,7 +454,7 @@ int seda__stage_admit_many(struct seda_stage_s *st, seda_env_t **envs,
     seda__mutex_unlock(&st->mu);
     if (*rc == SEDA_ETIMEDOUT && capped)
         report_hop_timeout(st, NULL, false);
-    seda__pool_block_end(loaned);
+    seda__pool_loan_block_end(loaned);
     while (nsched-- > 0)
         seda__drain_schedule(st);
     for (int i = 0; i < nv; i++)

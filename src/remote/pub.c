@@ -182,7 +182,7 @@ int seda__rpub_reserve(struct rstage *rs, int64_t deadline_ns)
             /* A worker about to wait: the pool lends a thread meanwhile
              * (managed blocking), so the stages this wait depends on
              * keep draining. */
-            loaned = seda__pool_block_begin();
+            loaned = seda__pool_loan_block_begin();
             on_pool = loaned != NULL;
         }
         seda__mutex_lock(&rs->pmu);
@@ -194,7 +194,7 @@ int seda__rpub_reserve(struct rstage *rs, int64_t deadline_ns)
         rs->waiters--;
     }
     seda__mutex_unlock(&rs->pmu);
-    seda__pool_block_end(loaned);
+    seda__pool_loan_block_end(loaned);
     return rc;
 }
 

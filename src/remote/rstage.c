@@ -185,9 +185,9 @@ static int remote_enter(struct seda_stage_s *st, seda_env_t *env,
          * reason to dead-letter (and a durable source keeps its row
          * meanwhile).  A worker lends its thread while it waits. */
         struct seda_pool *loaned = seda__pool_current_owner()
-                                       ? seda__pool_block_begin() : NULL;
+                                       ? seda__pool_loan_block_begin() : NULL;
         seda__rconn_wait_up(rs->conn, deadline);
-        seda__pool_block_end(loaned);
+        seda__pool_loan_block_end(loaned);
     }
     if (!seda__rconn_up(rs->conn)) {
         seda__stage_count_dropped(st);      /* a refusal, as any other */

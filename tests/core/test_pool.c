@@ -229,11 +229,11 @@ static void submit_and_wait(void *arg)
 {
     struct waiter *w = arg;
     assert_int_equal(seda__pool_submit(w->p, mark_ran, w, w->kick), 0);
-    struct seda_pool *b = w->kick ? seda__pool_block_begin() : NULL;
+    struct seda_pool *b = w->kick ? seda__pool_loan_block_begin() : NULL;
     int64_t deadline = seda__now_ns() + 5 * (int64_t)1000000000;
     while (!atomic_load(&w->ran) && seda__now_ns() < deadline)
         sched_yield();
-    seda__pool_block_end(b);
+    seda__pool_loan_block_end(b);
     atomic_store(&w->waited_ok, atomic_load(&w->ran));
 }
 
@@ -390,13 +390,13 @@ static void blocker(void *arg)
                                            false), 0);
     else
         assert_int_equal(seda__pool_submit(b->p, leaf, b, false), 0);
-    struct seda_pool *lp = seda__pool_block_begin();
+    struct seda_pool *lp = seda__pool_loan_block_begin();
     assert_ptr_equal(lp, b->p);
     atomic_fetch_add(&b->started, 1);
     int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
     while (!atomic_load(&b->release) && seda__now_ns() < deadline)
         sched_yield();
-    seda__pool_block_end(lp);
+    seda__pool_loan_block_end(lp);
 }
 
 static void blockers_init(struct blockers *b, int depth)
@@ -425,8 +425,8 @@ static void test_pool_block_lends_a_thread(void **state)
     assert_int_equal(seda__pool_new(1, -1, on_start, on_stop, &c, NULL, &b.p),
                      0);
     assert_int_equal(seda__pool_reserve(b.p, 8), 0);
-    assert_null(seda__pool_block_begin());      /* not a worker: no-op */
-    seda__pool_block_end(NULL);
+    assert_null(seda__pool_loan_block_begin());      /* not a worker: no-op */
+    seda__pool_loan_block_end(NULL);
     assert_int_equal(seda__pool_submit(b.p, blocker, &b.arg[0], false), 0);
     int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
     while ((!atomic_load(&b.leaf_ran) || atomic_load(&b.started) < 3) &&
@@ -488,14 +488,14 @@ struct nested {
 static void nested_blocker(void *arg)
 {
     struct nested *n = arg;
-    struct seda_pool *a = seda__pool_block_begin();
-    struct seda_pool *b = seda__pool_block_begin();
+    struct seda_pool *a = seda__pool_loan_block_begin();
+    struct seda_pool *b = seda__pool_loan_block_begin();
     atomic_store(&n->in, 1);
     int64_t deadline = seda__now_ns() + 10 * (int64_t)1000000000;
     while (!atomic_load(&n->release) && seda__now_ns() < deadline)
         sched_yield();
-    seda__pool_block_end(b);
-    seda__pool_block_end(a);
+    seda__pool_loan_block_end(b);
+    seda__pool_loan_block_end(a);
 }
 
 static bool two_lent_asleep(struct seda_pool *p)
@@ -532,7 +532,7 @@ static void test_pool_loans_never_exceed_max_loans(void **state)
     while (atomic_load(&b.started) < 3 && seda__now_ns() < deadline)
         sched_yield();
     assert_int_equal(atomic_load(&b.started), 3);
-    assert_true(seda__pool_loans_exhausted(b.p));
+    assert_true(seda__pool_loan_exhausted(b.p));
     /* Give a wrongly made third loan every chance to show up. */
     deadline = seda__now_ns() + 50000000;
     while (seda__now_ns() < deadline)
