@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ldoor.c -- the door of bus:listen's listeners: a route's first stage's
+ * admit rule run for a request that came with no Lua state (an HTTP
+ * request in lhttp.c, a NATS request in lnats.c), as bus:publish runs it
+ * in the main state.
+ *
+ * DESIGN
+ *   Requests are handed over on the threads that read them (the bus's
+ *   workers for HTTP, the service's subscription thread for NATS), so
+ *   each listener keeps one Lua state for its admit rules, made on the
+ *   first request that needs it and used under the door's mutex, one
+ *   thread at a time.  The rule sees the request as a table its listener
+ *   pushes (seda__l_door_push_fn) and runs through seda__l_admit with
+ *   the listener's name for a sender.  Lua is entered through lua_pcall
+ *   only; no seda lock is held meanwhile.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ldoor.h"
+
+void seda__l_door_init(struct ldoor *d)
+{
+    pthread_mutex_init(&d->mu, NULL);
+    d->L = NULL;
+    memset(&d->ac, 0, sizeof d->ac);
+}
+
+void seda__l_door_reset(struct ldoor *d)
+{
+    if (d->L) {
+        seda__l_admit_cache_free(d->L, &d->ac);
+        seda__l_worker_closestate(d->L);
+        d->L = NULL;
+    }
+}
+
+void seda__l_door_destroy(struct ldoor *d)
+{
+    seda__l_door_reset(d);
+    pthread_mutex_destroy(&d->mu);
+}
+
+/* lua_pcall'ed on the door's state: 1 the door, 2 the stage, 3 the
+ * request, 4 its push function, 5 the sender, 6 the stage's name, 7 the
+ * priority, 8 the reason's buffer (all but the names light userdata). */
+static int admit_call(lua_State *L)
+{
+    struct ldoor *d = lua_touserdata(L, 1);
+    struct lstage *ls = lua_touserdata(L, 2);
+    const void *req = lua_touserdata(L, 3);
+    seda__l_door_push_fn push = *(seda__l_door_push_fn *)lua_touserdata(L, 4);
+    const char *sender = lua_tostring(L, 5);
+    const char *to = lua_tostring(L, 6);
+    int *prio = lua_touserdata(L, 7);
+    char *why = lua_touserdata(L, 8);
+    push(L, req);
+    int rc = seda__l_admit(L, ls, &d->ac, to, lua_gettop(L), 0, sender,
+                           prio, why, 200);
+    lua_pushinteger(L, rc);
+    return 1;
+}
+
+int seda__l_door_admit(struct ldoor *d, struct lstage *ls,
+                       const char *sender, seda__l_door_push_fn push,
+                       const void *req, const char *to, int *prio,
+                       char *why)
+{
+    pthread_mutex_lock(&d->mu);
+    if (!d->L) {
+        d->L = seda__l_worker_newstate();
+        if (!d->L) {
+            pthread_mutex_unlock(&d->mu);
+            snprintf(why, 200, "admit_error");
+            return -1;
+        }
+    }
+    lua_State *L = d->L;
+    lua_pushcfunction(L, admit_call);
+    lua_pushlightuserdata(L, d);
+    lua_pushlightuserdata(L, ls);
+    lua_pushlightuserdata(L, (void *)req);
+    lua_pushlightuserdata(L, &push);
+    lua_pushstring(L, sender);
+    lua_pushstring(L, to);
+    lua_pushlightuserdata(L, prio);
+    lua_pushlightuserdata(L, why);
+    int rc;
+    if (lua_pcall(L, 8, 1, 0) != LUA_OK) {
+        snprintf(why, 200, "admit_error");
+        rc = 1;
+    } else {
+        rc = (int)lua_tointeger(L, -1);
+    }
+    lua_settop(L, 0);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
+}
+
+int seda__l_door_lookup_error(seda_bus_t *bus)
+{
+    return seda_bus_closed(bus) ? SEDA_ECLOSED
+           : seda_bus_paused(bus) ? SEDA_EPAUSED
+           : SEDA_ENOSTAGE;
+}
