@@ -20,7 +20,8 @@
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
- *                  journal, or of a live process (--control PATH)
+ *                  journal; the words of both forms
+ *   cli_dlq_live.c `seda-lua dlq --control PATH`: those of a live process
  *   cli_term.c     text made safe for a terminal (every text view)
  *
  * Everything here runs on the main thread, the only one that touches the
@@ -237,6 +238,14 @@ int cli_attach_collect(const char *path, const char *who, const char *line,
  * ...` with argv[0] "dlq"; returns the exit status (0, 1 error, 2
  * usage). */
 int cli_dlq(int argc, char **argv);
+
+/* cli_dlq_live.c: `seda-lua dlq --control sock [list [stage]] [--json]`:
+ * the dead letters of the live buses behind the control socket sock (of
+ * stage only, when not NULL: a valid stage name), printed as text or
+ * JSON on stdout.  Returns the exit status: 0, or 1 said on stderr
+ * (cannot connect, no such stage, out of memory, cannot write).  Main
+ * thread. */
+int cli_dlq_live(const char *sock, const char *stage, bool json);
 
 /* cli_watch.c */
 int cli_watch_start(void);
