@@ -6,6 +6,7 @@
  *   cli_loop.c     shared state, the main-thread event loop, Lua glue
  *   cli_repl.c     the local REPL (readline callback interface), top()
  *   cli_control.c  the control socket server
+ *   cli_control_sock.c  the control socket's file
  *   cli_attach.c   the `attach` client
  *   cli_watch.c    --watch: inotify on the handler directories
  *   cli_metrics.c  the Prometheus exposition (lua/seda/metrics.lua
@@ -41,6 +42,7 @@
 #include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <lua.h>
 
@@ -380,10 +382,24 @@ extern const char cli_test_end[];
  * (package.preload).  Cannot fail but for memory (raises). */
 void cli_preload_test(lua_State *L);
 
+/* cli_control_sock.c: the control socket's file. */
+struct cli_control_sock {
+    int fd;                     /* listening, or -1 */
+    char *path;                 /* where (malloc'd), or NULL */
+    dev_t dev;                  /* the socket file made there, to remove */
+    ino_t ino;                  /* it at close only if it is still ours */
+};
 /* Fill a unix socket address for path; -1 (reported, naming the path)
  * when it is too long. */
 struct sockaddr_un;
-int cli_control_fill_addr(struct sockaddr_un *a, const char *path);
+int cli_control_sock_addr(struct sockaddr_un *a, const char *path);
+/* Listen at path (s->fd), replacing a stale socket there; 0, or -1
+ * logged naming path and why (too long, in use, not a socket, cannot
+ * bind).  s->fd must be -1. */
+int cli_control_sock_open(struct cli_control_sock *s, const char *path);
+/* Close s's socket and remove its file if it is still the one s made;
+ * s->fd is -1 after.  Cannot fail; a closed s is left as it is. */
+void cli_control_sock_close(struct cli_control_sock *s);
 /* Write s (n bytes) to out (room for 4 * n) with each backslash doubled and
  * control bytes as \xHH, so that a command of several lines travels as
  * one control request line; returns the bytes written. */

@@ -417,7 +417,7 @@ static int attach_open(const char *path, struct collect *greet,
                        const char **st)
 {
     struct sockaddr_un a;
-    if (cli_control_fill_addr(&a, path) != 0)
+    if (cli_control_sock_addr(&a, path) != 0)
         return 1;
     afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof a) != 0) {
