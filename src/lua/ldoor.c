@@ -13,7 +13,10 @@
  *   thread at a time.  The rule sees the request as a table its listener
  *   pushes (seda__l_door_push_fn) and runs through seda__l_admit with
  *   the listener's name for a sender.  Lua is entered through lua_pcall
- *   only; no seda lock is held meanwhile.
+ *   only; no seda lock is held meanwhile.  An admitted request is
+ *   published to the route's first stage with the rest of the route as
+ *   its slip, never waiting for room: a full stage is an answer (503),
+ *   not a wait on the thread that serves the requests.
  */
 #include <stdio.h>
 #include <string.h>
@@ -62,11 +65,14 @@ static int admit_call(lua_State *L)
     return 1;
 }
 
-int seda__l_door_admit(struct ldoor *d, struct lstage *ls,
+int seda__l_door_admit(struct ldoor *d, seda_stage_t *st,
                        const char *sender, seda__l_door_push_fn push,
                        const void *req, const char *to, int *prio,
                        char *why)
 {
+    struct lstage *ls = seda_stage_userdata(st);
+    if (!ls || !atomic_load_explicit(&ls->has_admit, memory_order_acquire))
+        return 0;
     pthread_mutex_lock(&d->mu);
     if (!d->L) {
         d->L = seda__l_worker_newstate();
@@ -96,6 +102,31 @@ int seda__l_door_admit(struct ldoor *d, struct lstage *ls,
     lua_settop(L, 0);
     pthread_mutex_unlock(&d->mu);
     return rc;
+}
+
+const char *seda__l_door_publish(seda_stage_t *st, char *const *stages,
+                                 int n, const char *sender, const void *p,
+                                 size_t len, seda_publish_opts *o, char *why,
+                                 size_t whylen)
+{
+    why[0] = '\0';
+    o->why = why;
+    o->whylen = whylen;
+    o->sender = sender;
+    if (n > 1) {                        /* a slip pointer needs a count */
+        o->slip = (const char *const *)stages + 1;
+        o->nslip = n - 1;
+    }
+    o->timeout = 0;                     /* never wait for room */
+    o->kind = SEDA_KIND_LUA;
+    int rc = seda_stage_publish(st, p, len, o);
+    if (rc == 0)
+        return NULL;
+    /* A full block-policy stage says "timeout" after no wait at all. */
+    return rc == SEDA_ETYPE ? why
+           : rc == SEDA_ETIMEDOUT ? "full"
+           : rc == SEDA_ETOOLARGE ? "too_large"
+           : seda_strerror(rc);
 }
 
 int seda__l_door_lookup_error(seda_bus_t *bus)

@@ -37,16 +37,32 @@ SEDA__API void seda__l_door_reset(struct ldoor *d);
  * after.  Cannot fail. */
 SEDA__API void seda__l_door_destroy(struct ldoor *d);
 
-/* Runs ls's admit rule for req on d's state (made if need be), the
- * request pushed by push and seen by the rule as sent by sender ("http",
- * "nats").  Returns 0 admitted (*prio may be changed by the rule), 1
- * refused (why, 200 bytes, says why), -1 no state could be made (why
+/* Runs the admit rule of st (a route's first stage), if it has one, for
+ * req on d's state (made if need be), the request pushed by push and
+ * seen by the rule as sent by sender ("http", "nats").  Returns 0
+ * admitted, or no rule (*prio may be changed by the rule), 1 refused
+ * (why, 200 bytes, says why), -1 no state could be made (why
  * "admit_error").  Blocks while another thread is at the door.  Any
  * thread but one holding a seda lock. */
-SEDA__API int seda__l_door_admit(struct ldoor *d, struct lstage *ls,
+SEDA__API int seda__l_door_admit(struct ldoor *d, seda_stage_t *st,
                                  const char *sender,
                                  seda__l_door_push_fn push, const void *req,
                                  const char *to, int *prio, char *why);
+
+/* Publishes the request's payload p[0..len) to st, the first of a
+ * route's n stages, the others its slip: as sent by sender, never
+ * waiting for room, a Lua value in the codec's format, with o's done
+ * callback, on_durable and priority (o made by seda_publish_opts_init;
+ * its why is set here to why[0..whylen)).  Returns NULL when st took it,
+ * else the refusal as a request's answer says it: why (what a typed
+ * stage refused), "full", "too_large" or the error's name.  Any thread;
+ * never blocks. */
+SEDA__API const char *seda__l_door_publish(seda_stage_t *st,
+                                           char *const *stages, int n,
+                                           const char *sender,
+                                           const void *p, size_t len,
+                                           seda_publish_opts *o, char *why,
+                                           size_t whylen);
 
 /* Why seda_bus_stage(bus, ...) found no stage: SEDA_ECLOSED (the bus is
  * closed), SEDA_EPAUSED (paused: its stages are not reachable) or

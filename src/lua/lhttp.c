@@ -158,14 +158,11 @@ static void on_request(seda_http_req_t *req, void *ud)
     }
     seda_publish_opts o;
     seda_publish_opts_init(&o);
-    struct lstage *ls = seda_stage_userdata(st);
-    if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire)) {
-        char why[200];
-        if (seda__l_door_admit(&h->door, ls, "http", push_request, req,
-                               rt->stages[0], &o.priority, why) != 0) {
-            seda__l_http_answer_plain(req, 503, why);
-            return;
-        }
+    char why[256];
+    if (seda__l_door_admit(&h->door, st, "http", push_request, req,
+                           rt->stages[0], &o.priority, why) != 0) {
+        seda__l_http_answer_plain(req, 503, why);
+        return;
     }
     unsigned char small[4096];
     struct buf bb = { small, 0, sizeof small, false, true };
@@ -177,17 +174,6 @@ static void on_request(seda_http_req_t *req, void *ud)
         seda__l_http_answer_plain(req, 500, "out_of_memory");
         return;
     }
-    char why[256];
-    why[0] = '\0';
-    o.why = why;
-    o.whylen = sizeof why;
-    o.sender = "http";
-    if (rt->n > 1) {                    /* a slip pointer needs a count */
-        o.slip = (const char *const *)rt->stages + 1;
-        o.nslip = rt->n - 1;
-    }
-    o.timeout = 0;                      /* never wait for room */
-    o.kind = SEDA_KIND_LUA;
     o.done = seda__l_http_answer_done;
     o.done_ud = req;
     if (seda_stage_durability(st) != SEDA_MEMORY) {
@@ -196,16 +182,13 @@ static void on_request(seda_http_req_t *req, void *ud)
         o.on_durable = on_durable;
         o.on_durable_ud = req;
     }
-    int rc = seda_stage_publish(st, b->p, b->len, &o);
+    const char *refused = seda__l_door_publish(st, rt->stages, rt->n, "http",
+                                               b->p, b->len, &o, why,
+                                               sizeof why);
     if (!b->borrowed)
         free(b->p);
-    if (rc == 0)
-        return;
-    /* A full block-policy stage says "timeout" after no wait at all. */
-    seda__l_http_answer_plain(req, 503, rc == SEDA_ETYPE ? why
-                              : rc == SEDA_ETIMEDOUT ? "full"
-                              : rc == SEDA_ETOOLARGE ? "too_large"
-                              : seda_strerror(rc));
+    if (refused)
+        seda__l_http_answer_plain(req, 503, refused);
 }
 
 /* ---- the loop: the bus's workers (SPEC.md section 16) ---- */

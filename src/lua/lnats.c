@@ -265,11 +265,9 @@ static void on_request(seda_nsvc_req_t *req, int ep, void *ud)
     }
     seda_publish_opts o;
     seda_publish_opts_init(&o);
-    struct lstage *ls = seda_stage_userdata(st);
     char why[256];
     why[0] = '\0';
-    if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire) &&
-        seda__l_door_admit(&l->door, ls, "nats", push_request, req,
+    if (seda__l_door_admit(&l->door, st, "nats", push_request, req,
                            rt->stages[0], &o.priority, why) != 0) {
         seda_nsvc_respond_error(req, 503, why);
         return;
@@ -294,27 +292,17 @@ static void on_request(seda_nsvc_req_t *req, int ep, void *ud)
     }
     q->l = l;
     q->req = req;
-    o.why = why;
-    o.whylen = sizeof why;
-    o.sender = "nats";
-    if (rt->n > 1) {
-        o.slip = (const char *const *)rt->stages + 1;
-        o.nslip = rt->n - 1;
-    }
-    o.timeout = 0;                      /* never wait for room */
-    o.kind = SEDA_KIND_LUA;
     o.done = on_done;
     o.done_ud = q;
-    int rc = seda_stage_publish(st, bb.p, bb.len, &o);
+    const char *refused = seda__l_door_publish(st, rt->stages, rt->n, "nats",
+                                               bb.p, bb.len, &o, why,
+                                               sizeof why);
     if (!bb.borrowed)
         free(bb.p);
-    if (rc == 0)
+    if (!refused)
         return;
     free(q);
-    seda_nsvc_respond_error(req, 503, rc == SEDA_ETYPE ? why
-                                      : rc == SEDA_ETIMEDOUT ? "full"
-                                      : rc == SEDA_ETOOLARGE ? "too_large"
-                                      : seda_strerror(rc));
+    seda_nsvc_respond_error(req, 503, refused);
 }
 
 /* ---- the listener object ---- */
