@@ -213,6 +213,20 @@ void cli_repl_top_local(double seconds);
 char **cli_repl_complete_list(const char *text, char **(*fetch)(const char *,
                               bool in_string));
 void cli_repl_history_path(char *buf, size_t n);
+/* Shared by the local REPL and attach: readline's callback interface.
+ * rl_open: the history path into hp[0..n) ("" without $HOME), readline
+ * named "seda-lua", the history (at most 1000 lines) read from it;
+ * rl_save: the history written back to hp (nothing when hp is "");
+ * rl_take: what a line handler does first: at the end of input (line
+ * NULL) it removes the handler, ends the terminal's line and returns
+ * false; otherwise a non-empty line goes to the history, true;
+ * rl_clear: the line being typed dropped and a fresh prompt shown (a
+ * Ctrl-C).  Main thread; none fails (history files that cannot be read
+ * or written are skipped). */
+void cli_repl_rl_open(char *hp, size_t n);
+void cli_repl_rl_save(const char *hp);
+bool cli_repl_rl_take(const char *line);
+void cli_repl_rl_clear(const char *prompt);
 
 /* cli_control.c */
 extern double cli_control_idle_timeout; /* --idle-timeout seconds; 0 never */

@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <readline/history.h>
 #include <readline/readline.h>
 
 #include "cli.h"
@@ -292,15 +291,10 @@ static int arc;                 /* exit status */
 
 static void on_attach_line(char *line)
 {
-    if (!line) {
-        rl_callback_handler_remove();
-        fputs("\n", stdout);
-        fflush(stdout);
+    if (!cli_repl_rl_take(line)) {
         adone = true;
         return;
     }
-    if (*line)
-        add_history(line);
     size_t n = strlen(line);
     char *req = malloc(n + 1);
     if (req) {
@@ -329,24 +323,14 @@ static void attach_clear_line(void)
     if (aprompt && strcmp(aprompt, ">> ") == 0 && send_all(&b, 1) != 0)
         return;
     aprompt = "> ";
-    rl_free_line_state();
-    rl_callback_sigcleanup();
-    rl_replace_line("", 0);
-    rl_crlf();
-    rl_set_prompt(aprompt);
-    rl_on_new_line();
-    rl_redisplay();
+    cli_repl_rl_clear(aprompt);
 }
 
 static int attach_tty(void)
 {
     char hp[4096];
-    cli_repl_history_path(hp, sizeof hp);
-    rl_readline_name = "seda-lua";
+    cli_repl_rl_open(hp, sizeof hp);
     rl_catch_signals = 0;               /* SIGINT is ours (attach_sigint) */
-    stifle_history(1000);
-    if (hp[0])
-        read_history(hp);
     cli_repl_complete_list(NULL, fetch_remote);
     rl_callback_handler_install(aprompt, on_attach_line);
     while (!adone) {
@@ -378,10 +362,7 @@ static int attach_tty(void)
         if (p[0].revents)
             rl_callback_read_char();
     }
-    if (hp[0]) {
-        write_history(hp);
-        history_truncate_file(hp, 1000);
-    }
+    cli_repl_rl_save(hp);
     return arc;
 }
 
