@@ -209,6 +209,14 @@ void cli_repl_interrupt(void);          /* SIGINT at the prompt */
 bool cli_repl_tty(void);                /* reading a terminal (readline) */
 void cli_repl_end(void);
 void cli_repl_top_local(double seconds);
+/* Shared by top() in the REPL and in attach: the terminal (stdin) in
+ * top()'s mode, keys read one at a time and not echoed, the cursor
+ * hidden; false, with nothing changed, when stdin's settings cannot be
+ * read (old then is not set).  top_leave shows the cursor on a new line
+ * and, when restore, sets old back.  Main thread. */
+struct termios;
+bool cli_repl_top_enter(struct termios *old);
+void cli_repl_top_leave(const struct termios *old, bool restore);
 /* Shared by the local REPL and attach: readline completion setup. */
 char **cli_repl_complete_list(const char *text, char **(*fetch)(const char *,
                               bool in_string));

@@ -196,16 +196,8 @@ static char **fetch_remote(const char *text, bool in_string)
 static void remote_top(double secs)
 {
     bool tty = isatty(0) && isatty(1);
-    struct termios old, raw;
-    bool tio = tty && tcgetattr(0, &old) == 0;
-    if (tio) {
-        raw = old;
-        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
-        raw.c_cc[VMIN] = 1;
-        raw.c_cc[VTIME] = 0;
-        tcsetattr(0, TCSANOW, &raw);
-        fputs("\033[?25l", stdout);
-    }
+    struct termios old;
+    bool tio = tty && cli_repl_top_enter(&old);
     for (;;) {
         struct collect col = { 0 };
         if (send_all("\x01top\n", 5) != 0 || !read_reply(collect_emit, &col)) {
@@ -235,11 +227,8 @@ static void remote_top(double secs)
         if (r < 0 && errno != EINTR)
             break;
     }
-    if (tio) {
-        fputs("\033[?25h\n", stdout);
-        fflush(stdout);
-        tcsetattr(0, TCSANOW, &old);
-    }
+    if (tio)
+        cli_repl_top_leave(&old, true);
 }
 
 /* Handle a reply's status; returns the next prompt, or NULL when the

@@ -389,6 +389,27 @@ static void drain_escape(void)
     }
 }
 
+bool cli_repl_top_enter(struct termios *old)
+{
+    if (tcgetattr(0, old) != 0)
+        return false;
+    struct termios raw = *old;
+    raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    tcsetattr(0, TCSANOW, &raw);
+    fputs("\033[?25l", stdout);
+    return true;
+}
+
+void cli_repl_top_leave(const struct termios *old, bool restore)
+{
+    fputs("\033[?25h\n", stdout);
+    fflush(stdout);
+    if (restore)
+        tcsetattr(0, TCSANOW, old);
+}
+
 void cli_repl_top_local(double secs)
 {
     lua_State *L = cli.L;
@@ -398,16 +419,8 @@ void cli_repl_top_local(double secs)
         lua_pop(L, 1);
         return;
     }
-    struct termios old, raw;
-    bool tio = tcgetattr(0, &old) == 0;
-    if (tio) {
-        raw = old;
-        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
-        raw.c_cc[VMIN] = 1;
-        raw.c_cc[VTIME] = 0;
-        tcsetattr(0, TCSANOW, &raw);
-    }
-    fputs("\033[?25l", stdout);
+    struct termios old;
+    bool tio = cli_repl_top_enter(&old);
     bool done = false;
     while (!done && !cli.stop) {
         if (!draw_top(secs))
@@ -435,8 +448,5 @@ void cli_repl_top_local(double secs)
     }
     cli.intr = 0;
     lua_sethook(L, NULL, 0, 0);
-    fputs("\033[?25h\n", stdout);
-    fflush(stdout);
-    if (tio)
-        tcsetattr(0, TCSANOW, &old);
+    cli_repl_top_leave(&old, tio);
 }
