@@ -637,6 +637,16 @@ int seda__l_stage_declare(lua_State *L)
     return 1;
 }
 
+/* ---- the bus's stages ---- */
+
+struct lstage *seda__l_stage_nth(struct lbus *lb, int i)
+{
+    pthread_mutex_lock(&lb->mu);
+    struct lstage *ls = i < lb->nstages ? lb->stages[i] : NULL;
+    pthread_mutex_unlock(&lb->mu);
+    return ls;
+}
+
 /* ---- starting: the replay of durable stages ---- */
 
 int seda__l_stage_replay(struct lstage *ls, char *err, size_t errlen)
@@ -671,13 +681,8 @@ int seda__l_stage_start_all(struct lbus *lb, char *err, size_t errlen)
         return 0;
     lb->start = START_DONE;
     int rc = 0;
-    pthread_mutex_lock(&lb->mu);
-    int n = lb->nstages;
-    pthread_mutex_unlock(&lb->mu);
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&lb->mu);
-        struct lstage *ls = lb->stages[i];
-        pthread_mutex_unlock(&lb->mu);
+    struct lstage *ls;
+    for (int i = 0; (ls = seda__l_stage_nth(lb, i)) != NULL; i++) {
         char e[256];
         if (seda__l_stage_replay(ls, e, sizeof e) != 0 && rc == 0) {
             snprintf(err, errlen, "%s", e);
@@ -786,13 +791,8 @@ int seda__l_stage_handler_files(lua_State *L)
     struct lbusud *u = seda__l_check_bus(L);
     struct lbus *lb = u->lb;
     lua_newtable(L);
-    pthread_mutex_lock(&lb->mu);
-    int n = lb->nstages;
-    pthread_mutex_unlock(&lb->mu);
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&lb->mu);
-        struct lstage *ls = lb->stages[i];
-        pthread_mutex_unlock(&lb->mu);
+    struct lstage *ls;
+    for (int i = 0; (ls = seda__l_stage_nth(lb, i)) != NULL; i++) {
         lua_newtable(L);
         int k = 0;
         for (int j = 0; j < ls->nsrc; j++) {

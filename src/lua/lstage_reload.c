@@ -151,14 +151,9 @@ int seda__l_stage_reload(lua_State *L)
     struct lbus *lb = u->lb;
     const char *name = luaL_optstring(L, 2, NULL);
     char err[2048];
-    pthread_mutex_lock(&lb->mu);
-    int n = lb->nstages;
-    pthread_mutex_unlock(&lb->mu);
     bool found = false;
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&lb->mu);
-        struct lstage *ls = lb->stages[i];
-        pthread_mutex_unlock(&lb->mu);
+    struct lstage *ls;
+    for (int i = 0; (ls = seda__l_stage_nth(lb, i)) != NULL; i++) {
         const char *sn = seda_stage_name(ls->st);
         if (name && strcmp(name, sn) != 0)
             continue;
