@@ -1,5 +1,5 @@
 #!/bin/sh
-# Fuzz the payload decoder (src/lua/lcodec.c) through tests/lua/fuzz_codec.c,
+# Fuzz the payload decoder (src/lua/lcodec_decode.c) through tests/lua/fuzz_codec.c,
 # and the remote stages' JSON and MessagePack readers (src/lua/lformat.c)
 # through tests/lua/fuzz_format.c.
 #
@@ -29,8 +29,8 @@ CFLAGS="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -Wall -Wextra
  -Iinclude -Isrc -Isrc/lua $LUA_CFLAGS -g"
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all
  -fno-omit-frame-pointer"
-TARGET="src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_codec.c"
-FORMAT_TARGET="src/lua/lformat.c src/lua/lcodec_read.c src/lua/lcodec_write.c src/lua/ljson_write.c src/lua/lcodec.c src/lua/lpath.c tests/lua/fuzz_format.c"
+TARGET="src/lua/lcodec.c src/lua/lcodec_decode.c src/lua/lpath.c tests/lua/fuzz_codec.c"
+FORMAT_TARGET="src/lua/lformat.c src/lua/lcodec_read.c src/lua/lcodec_write.c src/lua/ljson_write.c src/lua/lcodec.c src/lua/lcodec_decode.c src/lua/lpath.c tests/lua/fuzz_format.c"
 FORMAT_LIBS=$($PKG_CONFIG --libs jansson msgpack)
 mkdir -p "$OUT"
 

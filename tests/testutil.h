@@ -19,7 +19,10 @@
 #ifndef SEDA_TESTUTIL_H
 #define SEDA_TESTUTIL_H
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "seda.h"
@@ -498,6 +502,28 @@ static inline int tu_iterations(int normal, int stress)
     const char *s = getenv("STRESS");
     return (s != NULL && s[0] != '\0' && strcmp(s, "0") != 0) ? stress
                                                                : normal;
+}
+
+/* ---- sockets ---- */
+
+/* A TCP socket listening on 127.0.0.1 at a free port (*port), with room
+ * for backlog connections not yet accepted; fails the running test when
+ * it cannot be made.  The caller closes it.  Test thread only. */
+static inline int tu_listen_loopback(int backlog, int *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        fail_msg("socket: %s", strerror(errno));
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(fd, backlog) != 0)
+        fail_msg("listening on 127.0.0.1: %s", strerror(errno));
+    socklen_t alen = sizeof a;
+    if (getsockname(fd, (struct sockaddr *)&a, &alen) != 0)
+        fail_msg("getsockname: %s", strerror(errno));
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 #endif /* SEDA_TESTUTIL_H */

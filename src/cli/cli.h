@@ -6,6 +6,7 @@
  *   cli_loop.c     shared state, the main-thread event loop, Lua glue
  *   cli_repl.c     the local REPL (readline callback interface), top()
  *   cli_control.c  the control socket server
+ *   cli_control_sock.c  the control socket's file
  *   cli_attach.c   the `attach` client
  *   cli_watch.c    --watch: inotify on the handler directories
  *   cli_metrics.c  the Prometheus exposition (lua/seda/metrics.lua
@@ -20,7 +21,8 @@
  *   cli_json.c     Lua values as JSON; the /stats.json document
  *   cli_lua.c      lua/seda/cli.lua embedded into the binary
  *   cli_dlq.c      `seda-lua dlq`: the dead letters of a stopped bus's
- *                  journal, or of a live process (--control PATH)
+ *                  journal; the words of both forms
+ *   cli_dlq_live.c `seda-lua dlq --control PATH`: those of a live process
  *   cli_term.c     text made safe for a terminal (every text view)
  *
  * Everything here runs on the main thread, the only one that touches the
@@ -40,6 +42,7 @@
 #include <stddef.h>
 #include <poll.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include <lua.h>
 
@@ -206,10 +209,32 @@ void cli_repl_interrupt(void);          /* SIGINT at the prompt */
 bool cli_repl_tty(void);                /* reading a terminal (readline) */
 void cli_repl_end(void);
 void cli_repl_top_local(double seconds);
+/* Shared by top() in the REPL and in attach: the terminal (stdin) in
+ * top()'s mode, keys read one at a time and not echoed, the cursor
+ * hidden; false, with nothing changed, when stdin's settings cannot be
+ * read (old then is not set).  top_leave shows the cursor on a new line
+ * and, when restore, sets old back.  Main thread. */
+struct termios;
+bool cli_repl_top_enter(struct termios *old);
+void cli_repl_top_leave(const struct termios *old, bool restore);
 /* Shared by the local REPL and attach: readline completion setup. */
 char **cli_repl_complete_list(const char *text, char **(*fetch)(const char *,
                               bool in_string));
 void cli_repl_history_path(char *buf, size_t n);
+/* Shared by the local REPL and attach: readline's callback interface.
+ * rl_open: the history path into hp[0..n) ("" without $HOME), readline
+ * named "seda-lua", the history (at most 1000 lines) read from it;
+ * rl_save: the history written back to hp (nothing when hp is "");
+ * rl_take: what a line handler does first: at the end of input (line
+ * NULL) it removes the handler, ends the terminal's line and returns
+ * false; otherwise a non-empty line goes to the history, true;
+ * rl_clear: the line being typed dropped and a fresh prompt shown (a
+ * Ctrl-C).  Main thread; none fails (history files that cannot be read
+ * or written are skipped). */
+void cli_repl_rl_open(char *hp, size_t n);
+void cli_repl_rl_save(const char *hp);
+bool cli_repl_rl_take(const char *line);
+void cli_repl_rl_clear(const char *prompt);
 
 /* cli_control.c */
 extern double cli_control_idle_timeout; /* --idle-timeout seconds; 0 never */
@@ -237,6 +262,14 @@ int cli_attach_collect(const char *path, const char *who, const char *line,
  * ...` with argv[0] "dlq"; returns the exit status (0, 1 error, 2
  * usage). */
 int cli_dlq(int argc, char **argv);
+
+/* cli_dlq_live.c: `seda-lua dlq --control sock [list [stage]] [--json]`:
+ * the dead letters of the live buses behind the control socket sock (of
+ * stage only, when not NULL: a valid stage name), printed as text or
+ * JSON on stdout.  Returns the exit status: 0, or 1 said on stderr
+ * (cannot connect, no such stage, out of memory, cannot write).  Main
+ * thread. */
+int cli_dlq_live(const char *sock, const char *stage, bool json);
 
 /* cli_watch.c */
 int cli_watch_start(void);
@@ -371,10 +404,24 @@ extern const char cli_test_end[];
  * (package.preload).  Cannot fail but for memory (raises). */
 void cli_preload_test(lua_State *L);
 
+/* cli_control_sock.c: the control socket's file. */
+struct cli_control_sock {
+    int fd;                     /* listening, or -1 */
+    char *path;                 /* where (malloc'd), or NULL */
+    dev_t dev;                  /* the socket file made there, to remove */
+    ino_t ino;                  /* it at close only if it is still ours */
+};
 /* Fill a unix socket address for path; -1 (reported, naming the path)
  * when it is too long. */
 struct sockaddr_un;
-int cli_control_fill_addr(struct sockaddr_un *a, const char *path);
+int cli_control_sock_addr(struct sockaddr_un *a, const char *path);
+/* Listen at path (s->fd), replacing a stale socket there; 0, or -1
+ * logged naming path and why (too long, in use, not a socket, cannot
+ * bind).  s->fd must be -1. */
+int cli_control_sock_open(struct cli_control_sock *s, const char *path);
+/* Close s's socket and remove its file if it is still the one s made;
+ * s->fd is -1 after.  Cannot fail; a closed s is left as it is. */
+void cli_control_sock_close(struct cli_control_sock *s);
 /* Write s (n bytes) to out (room for 4 * n) with each backslash doubled and
  * control bytes as \xHH, so that a command of several lines travels as
  * one control request line; returns the bytes written. */

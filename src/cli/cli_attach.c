@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <readline/history.h>
 #include <readline/readline.h>
 
 #include "cli.h"
@@ -197,16 +196,8 @@ static char **fetch_remote(const char *text, bool in_string)
 static void remote_top(double secs)
 {
     bool tty = isatty(0) && isatty(1);
-    struct termios old, raw;
-    bool tio = tty && tcgetattr(0, &old) == 0;
-    if (tio) {
-        raw = old;
-        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
-        raw.c_cc[VMIN] = 1;
-        raw.c_cc[VTIME] = 0;
-        tcsetattr(0, TCSANOW, &raw);
-        fputs("\033[?25l", stdout);
-    }
+    struct termios old;
+    bool tio = tty && cli_repl_top_enter(&old);
     for (;;) {
         struct collect col = { 0 };
         if (send_all("\x01top\n", 5) != 0 || !read_reply(collect_emit, &col)) {
@@ -236,11 +227,8 @@ static void remote_top(double secs)
         if (r < 0 && errno != EINTR)
             break;
     }
-    if (tio) {
-        fputs("\033[?25h\n", stdout);
-        fflush(stdout);
-        tcsetattr(0, TCSANOW, &old);
-    }
+    if (tio)
+        cli_repl_top_leave(&old, true);
 }
 
 /* Handle a reply's status; returns the next prompt, or NULL when the
@@ -292,15 +280,10 @@ static int arc;                 /* exit status */
 
 static void on_attach_line(char *line)
 {
-    if (!line) {
-        rl_callback_handler_remove();
-        fputs("\n", stdout);
-        fflush(stdout);
+    if (!cli_repl_rl_take(line)) {
         adone = true;
         return;
     }
-    if (*line)
-        add_history(line);
     size_t n = strlen(line);
     char *req = malloc(n + 1);
     if (req) {
@@ -329,24 +312,14 @@ static void attach_clear_line(void)
     if (aprompt && strcmp(aprompt, ">> ") == 0 && send_all(&b, 1) != 0)
         return;
     aprompt = "> ";
-    rl_free_line_state();
-    rl_callback_sigcleanup();
-    rl_replace_line("", 0);
-    rl_crlf();
-    rl_set_prompt(aprompt);
-    rl_on_new_line();
-    rl_redisplay();
+    cli_repl_rl_clear(aprompt);
 }
 
 static int attach_tty(void)
 {
     char hp[4096];
-    cli_repl_history_path(hp, sizeof hp);
-    rl_readline_name = "seda-lua";
+    cli_repl_rl_open(hp, sizeof hp);
     rl_catch_signals = 0;               /* SIGINT is ours (attach_sigint) */
-    stifle_history(1000);
-    if (hp[0])
-        read_history(hp);
     cli_repl_complete_list(NULL, fetch_remote);
     rl_callback_handler_install(aprompt, on_attach_line);
     while (!adone) {
@@ -378,10 +351,7 @@ static int attach_tty(void)
         if (p[0].revents)
             rl_callback_read_char();
     }
-    if (hp[0]) {
-        write_history(hp);
-        history_truncate_file(hp, 1000);
-    }
+    cli_repl_rl_save(hp);
     return arc;
 }
 
@@ -417,7 +387,7 @@ static int attach_open(const char *path, struct collect *greet,
                        const char **st)
 {
     struct sockaddr_un a;
-    if (cli_control_fill_addr(&a, path) != 0)
+    if (cli_control_sock_addr(&a, path) != 0)
         return 1;
     afd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (afd < 0 || connect(afd, (struct sockaddr *)&a, sizeof a) != 0) {

@@ -43,8 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,99 +90,16 @@ struct client {
     struct client *next;
 };
 
-static int lfd = -1;
-static char *lpath;
-static dev_t ldev;
-static ino_t lino;
+static struct cli_control_sock lsock = { .fd = -1 };   /* the socket */
 static struct client *clients;
 static int nclients;
 static int next_id = 1;
 
 /* ---- listening ---- */
 
-int cli_control_fill_addr(struct sockaddr_un *a, const char *path)
-{
-    memset(a, 0, sizeof *a);
-    a->sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof a->sun_path) {
-        cli_logf(SEDA_LOG_ERROR, "--control: socket path too long (at most %zu "
-                 "bytes): %s", sizeof a->sun_path - 1, path);
-        return -1;
-    }
-    strcpy(a->sun_path, path);
-    return 0;
-}
-
 int cli_control_listen(const char *path)
 {
-    struct sockaddr_un a;
-    if (cli_control_fill_addr(&a, path) != 0)
-        return 1;
-    struct stat sb;
-    if (lstat(path, &sb) == 0) {
-        if (!S_ISSOCK(sb.st_mode)) {
-            cli_logf(SEDA_LOG_ERROR, "--control: '%s' exists and is not a "
-                     "socket; refusing to replace it", path);
-            return 1;
-        }
-        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe < 0) {
-            cli_logf(SEDA_LOG_ERROR, "--control: socket: %s",
-                     strerror(errno));
-            return 1;
-        }
-        int rc = connect(probe, (struct sockaddr *)&a, sizeof a);
-        int e = errno;
-        close(probe);
-        if (rc == 0) {
-            cli_logf(SEDA_LOG_ERROR, "--control: '%s' is in use by a "
-                     "running process; refusing to start", path);
-            return 1;
-        }
-        if (e != ECONNREFUSED) {
-            cli_logf(SEDA_LOG_ERROR, "--control: '%s' exists and cannot be "
-                     "checked (%s); refusing to start", path, strerror(e));
-            return 1;
-        }
-        if (unlink(path) != 0) {        /* stale: nobody listens */
-            cli_logf(SEDA_LOG_ERROR, "--control: cannot remove the stale "
-                     "socket '%s': %s", path, strerror(errno));
-            return 1;
-        }
-    } else if (errno != ENOENT) {
-        cli_logf(SEDA_LOG_ERROR, "--control: '%s': %s", path,
-                 strerror(errno));
-        return 1;
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        cli_logf(SEDA_LOG_ERROR, "--control: socket: %s", strerror(errno));
-        return 1;
-    }
-    mode_t old = umask(0177);
-    int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
-    int e = errno;
-    umask(old);
-    if (rc != 0) {
-        cli_logf(SEDA_LOG_ERROR, "--control: cannot bind '%s': %s",
-                 path, strerror(e));
-        close(fd);
-        return 1;
-    }
-    if (chmod(path, 0600) != 0 || listen(fd, 16) != 0) {
-        cli_logf(SEDA_LOG_ERROR, "--control: '%s': %s", path,
-                 strerror(errno));
-        close(fd);
-        unlink(path);
-        return 1;
-    }
-    if (stat(path, &sb) == 0) {
-        ldev = sb.st_dev;
-        lino = sb.st_ino;
-    }
-    lfd = fd;
-    lpath = strdup(path);
-    return 0;
+    return cli_control_sock_open(&lsock, path) == 0 ? 0 : 1;
 }
 
 /* ---- client output ---- */
@@ -804,9 +719,9 @@ static void read_client(struct client *c)
 int cli_control_fds(struct pollfd *fds, int max)
 {
     int n = 0;
-    if (lfd < 0 || max < 1)
+    if (lsock.fd < 0 || max < 1)
         return 0;
-    fds[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+    fds[n++] = (struct pollfd){ .fd = lsock.fd, .events = POLLIN };
     for (struct client *c = clients; c && n < max; c = c->next) {
         short ev = 0;
         if (unsent(c) <= OUT_SOFT && !c->eof && !c->busy &&
@@ -835,7 +750,7 @@ static void sweep(void)
 
 void cli_control_handle(struct pollfd *fds, int n)
 {
-    if (lfd < 0 || n < 1)
+    if (lsock.fd < 0 || n < 1)
         return;
     /* Clients first: match descriptors (the list may change below). */
     for (int i = 1; i < n; i++) {
@@ -856,7 +771,7 @@ void cli_control_handle(struct pollfd *fds, int n)
     }
     if (fds[0].revents & POLLIN) {
         for (int k = 0; k < 16; k++) {
-            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            int fd = accept4(lsock.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0)
                 break;
             if (nclients >= MAX_CLIENTS) {
@@ -878,7 +793,7 @@ void cli_control_handle(struct pollfd *fds, int n)
 
 void cli_control_tick(double now)
 {
-    if (lfd < 0 || !(cli_control_idle_timeout > 0))
+    if (lsock.fd < 0 || !(cli_control_idle_timeout > 0))
         return;
     bool any = false;
     for (struct client *c = clients; c; c = c->next) {
@@ -905,14 +820,5 @@ void cli_control_close(void)
         c->dead = true;
     }
     sweep();
-    if (lfd >= 0) {
-        close(lfd);
-        lfd = -1;
-        struct stat sb;
-        if (lpath && stat(lpath, &sb) == 0 && sb.st_dev == ldev &&
-            sb.st_ino == lino)
-            unlink(lpath);
-    }
-    free(lpath);
-    lpath = NULL;
+    cli_control_sock_close(&lsock);
 }

@@ -338,6 +338,21 @@ static int push_buses(lua_State *L)
     return lua_gettop(L);
 }
 
+/* Push bus i of the list at index list (at list + 1) and what its method
+ * returns; false, with the stack back at list, when that is no table
+ * (the bus closed meanwhile: skipped). */
+static bool bus_call(lua_State *L, int list, lua_Integer i,
+                     const char *method)
+{
+    lua_rawgeti(L, list, i);
+    call_method(L, lua_gettop(L), method);
+    if (!lua_istable(L, -1)) {
+        lua_settop(L, list);
+        return false;
+    }
+    return true;
+}
+
 /* ,"error_sites":[...],"error_sites_more":N for the bus:errors() list at
  * the top of L (cli.lua's M.error_sites; nil when absent: none). */
 static void error_sites(struct cli_jbuf *b, lua_State *L)
@@ -378,13 +393,9 @@ static int build_stats(lua_State *L)
     lua_Integer n = (lua_Integer)lua_rawlen(L, list);
     int written = 0;
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, list, i);
-        int bi = lua_gettop(L);
-        call_method(L, bi, "stats");
-        if (!lua_istable(L, -1)) {
-            lua_settop(L, list);        /* closed meanwhile: skipped */
+        if (!bus_call(L, list, i, "stats"))
             continue;
-        }
+        int bi = list + 1;
         snprintf(num, sizeof num, "%s{\"index\":%lld,\"order\":",
                  written++ ? "," : "", (long long)i);
         adds(b, num);
@@ -418,13 +429,9 @@ static int build_dlq(lua_State *L)
     lua_Integer n = (lua_Integer)lua_rawlen(L, list);
     int written = 0;
     for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, list, i);
-        int bi = lua_gettop(L);
-        call_method(L, bi, "dead_letters");
-        if (!lua_istable(L, -1)) {
-            lua_settop(L, list);
+        if (!bus_call(L, list, i, "dead_letters"))
             continue;
-        }
+        int bi = list + 1;
         adds(b, written++ ? ",{\"name\":" : "{\"name\":");
         lua_getfield(L, bi, "name");
         size_t len;

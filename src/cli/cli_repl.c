@@ -55,6 +55,47 @@ void cli_repl_history_path(char *buf, size_t n)
         buf[0] = '\0';
 }
 
+void cli_repl_rl_open(char *hp, size_t n)
+{
+    cli_repl_history_path(hp, n);
+    rl_readline_name = "seda-lua";
+    stifle_history(1000);
+    if (hp[0])
+        read_history(hp);
+}
+
+void cli_repl_rl_save(const char *hp)
+{
+    if (hp[0]) {
+        write_history(hp);
+        history_truncate_file(hp, 1000);
+    }
+}
+
+bool cli_repl_rl_take(const char *line)
+{
+    if (!line) {
+        rl_callback_handler_remove();
+        fputs("\n", stdout);
+        fflush(stdout);
+        return false;
+    }
+    if (*line)
+        add_history(line);
+    return true;
+}
+
+void cli_repl_rl_clear(const char *prompt)
+{
+    rl_free_line_state();
+    rl_callback_sigcleanup();
+    rl_replace_line("", 0);
+    rl_crlf();
+    rl_set_prompt(prompt);
+    rl_on_new_line();
+    rl_redisplay();
+}
+
 /* Evaluate one input line (with the pending chunk). */
 static void do_line(const char *line, size_t len)
 {
@@ -197,15 +238,10 @@ static char **fetch_local(const char *text, bool in_string)
 
 static void on_line(char *line)
 {
-    if (!line) {
-        rl_callback_handler_remove();
-        fputs("\n", stdout);
-        fflush(stdout);
+    if (!cli_repl_rl_take(line)) {
         active = false;
         return;
     }
-    if (*line)
-        add_history(line);
     do_line(line, strlen(line));
     free(line);
     if (active)
@@ -227,11 +263,7 @@ void cli_repl_start(void)
     if (!use_rl)
         return;
     char hp[4096];
-    cli_repl_history_path(hp, sizeof hp);
-    rl_readline_name = "seda-lua";
-    stifle_history(1000);
-    if (hp[0])
-        read_history(hp);
+    cli_repl_rl_open(hp, sizeof hp);
     cli_repl_complete_list(NULL, fetch_local);
     rl_callback_handler_install(PROMPT1, on_line);
 }
@@ -243,15 +275,8 @@ void cli_repl_interrupt(void)
     free(pending);
     pending = NULL;
     pending_len = 0;
-    if (use_rl) {
-        rl_free_line_state();
-        rl_callback_sigcleanup();
-        rl_replace_line("", 0);
-        rl_crlf();
-        rl_set_prompt(PROMPT1);
-        rl_on_new_line();
-        rl_redisplay();
-    }
+    if (use_rl)
+        cli_repl_rl_clear(PROMPT1);
 }
 
 /* ---- plain mode ---- */
@@ -324,10 +349,7 @@ void cli_repl_end(void)
             rl_callback_handler_remove();
         char hp[4096];
         cli_repl_history_path(hp, sizeof hp);
-        if (hp[0]) {
-            write_history(hp);
-            history_truncate_file(hp, 1000);
-        }
+        cli_repl_rl_save(hp);
     }
     active = false;
     free(pending);
@@ -367,6 +389,27 @@ static void drain_escape(void)
     }
 }
 
+bool cli_repl_top_enter(struct termios *old)
+{
+    if (tcgetattr(0, old) != 0)
+        return false;
+    struct termios raw = *old;
+    raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+    raw.c_cc[VMIN] = 1;
+    raw.c_cc[VTIME] = 0;
+    tcsetattr(0, TCSANOW, &raw);
+    fputs("\033[?25l", stdout);
+    return true;
+}
+
+void cli_repl_top_leave(const struct termios *old, bool restore)
+{
+    fputs("\033[?25h\n", stdout);
+    fflush(stdout);
+    if (restore)
+        tcsetattr(0, TCSANOW, old);
+}
+
 void cli_repl_top_local(double secs)
 {
     lua_State *L = cli.L;
@@ -376,16 +419,8 @@ void cli_repl_top_local(double secs)
         lua_pop(L, 1);
         return;
     }
-    struct termios old, raw;
-    bool tio = tcgetattr(0, &old) == 0;
-    if (tio) {
-        raw = old;
-        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
-        raw.c_cc[VMIN] = 1;
-        raw.c_cc[VTIME] = 0;
-        tcsetattr(0, TCSANOW, &raw);
-    }
-    fputs("\033[?25l", stdout);
+    struct termios old;
+    bool tio = cli_repl_top_enter(&old);
     bool done = false;
     while (!done && !cli.stop) {
         if (!draw_top(secs))
@@ -413,8 +448,5 @@ void cli_repl_top_local(double secs)
     }
     cli.intr = 0;
     lua_sethook(L, NULL, 0, 0);
-    fputs("\033[?25h\n", stdout);
-    fflush(stdout);
-    if (tio)
-        tcsetattr(0, TCSANOW, &old);
+    cli_repl_top_leave(&old, tio);
 }

@@ -24,38 +24,6 @@
 
 #include "cli.h"
 
-/* The length of the valid UTF-8 sequence at s (n bytes left), 0 when s[0]
- * does not start one (overlongs and surrogates are not valid). */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned min;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    unsigned cp = c & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
-
 size_t cli_term_escape(const char *text, size_t n, int flags, char *out)
 {
     static const char hex[] = "0123456789abcdef";
@@ -73,7 +41,7 @@ size_t cli_term_escape(const char *text, size_t n, int flags, char *out)
             i++;
             continue;
         }
-        size_t len = c >= 0x80 ? utf8_len(s + i, n - i) : 0;
+        size_t len = c >= 0x80 ? cli_json_utf8_len(s + i, n - i) : 0;
         if (len > 0 && !(c == 0xc2 && s[i + 1] < 0xa0)) {
             memcpy(out + o, s + i, len);
             o += len;

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lenvtab.h"
 #include "lseda.h"
 /* ---- completions ---- */
 
@@ -199,22 +200,8 @@ static int call_completion(lua_State *L)
         return 0;
     }
     lua_settop(L, 1);
-    lua_createtable(L, 0, 7);
-    lua_pushstring(L, c->id);
-    lua_setfield(L, -2, "id");
-    lua_pushstring(L, c->to);
-    lua_setfield(L, -2, "to");
-    if (c->sender) {
-        lua_pushstring(L, c->sender);
-        lua_setfield(L, -2, "sender");
-    }
-    lua_pushinteger(L, c->attempts);
-    lua_setfield(L, -2, "attempts");
-    lua_createtable(L, 0, c->nh);
-    for (int i = 0; i < c->nh; i++) {
-        lua_pushstring(L, c->hdr[2 * i + 1]);
-        lua_setfield(L, -2, c->hdr[2 * i]);
-    }
+    seda__l_envtab_push_fields(L, 7, c->id, c->to, c->sender, c->attempts);
+    seda__l_envtab_push_headers(L, c->hdr, c->nh);
     lua_setfield(L, -2, "headers");
     lua_newtable(L);                    /* completed: no hops remain */
     lua_setfield(L, -2, "slip");

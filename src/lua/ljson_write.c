@@ -195,6 +195,20 @@ static int json_key(struct buf *b, struct cr *r, const struct cval *k,
     return 0;
 }
 
+/* The value next in r written at b, one level below depth; p (its path)
+ * is set back to old length after.  0, or -1 with e set. */
+static int write_next(struct buf *b, struct cr *r, int mode,
+                      struct seda_jpath *p, size_t old, int depth,
+                      struct seda_jerr *e)
+{
+    struct cval x;
+    int rc = seda__l_cr_head(r, &x) != 0
+                 ? seda__l_jrefuse(e, p, "not the payload codec's bytes")
+                 : seda__l_json_write(b, r, &x, mode, p, depth + 1, e);
+    seda__l_jpath_back(p, old);
+    return rc;
+}
+
 static int json_table(struct buf *b, struct cr *r, const struct cval *v,
                       int mode, struct seda_jpath *p, int depth,
                       struct seda_jerr *e)
@@ -207,7 +221,6 @@ static int json_table(struct buf *b, struct cr *r, const struct cval *v,
                                "list items and other keys");
     bool array = v->nrec == 0 && v->narr > 0;
     seda__l_cw_byte(b, array ? '[' : '{');
-    struct cval x;
     for (uint64_t i = 0; i < v->narr; i++) {
         if (i)
             seda__l_cw_byte(b, ',');
@@ -217,11 +230,7 @@ static int json_table(struct buf *b, struct cr *r, const struct cval *v,
             put_cstr(b, k);
         }
         size_t old = seda__l_jpath_idx(p, (long long)i + 1);
-        int rc = seda__l_cr_head(r, &x) != 0
-                     ? seda__l_jrefuse(e, p, "not the payload codec's bytes")
-                     : seda__l_json_write(b, r, &x, mode, p, depth + 1, e);
-        seda__l_jpath_back(p, old);
-        if (rc != 0)
+        if (write_next(b, r, mode, p, old, depth, e) != 0)
             return -1;
     }
     for (uint64_t i = 0; i < v->nrec; i++) {
@@ -234,11 +243,7 @@ static int json_table(struct buf *b, struct cr *r, const struct cval *v,
         if (json_key(b, r, &k, mode, p, &old, e) != 0)
             return -1;
         seda__l_cw_byte(b, ':');
-        int rc = seda__l_cr_head(r, &x) != 0
-                     ? seda__l_jrefuse(e, p, "not the payload codec's bytes")
-                     : seda__l_json_write(b, r, &x, mode, p, depth + 1, e);
-        seda__l_jpath_back(p, old);
-        if (rc != 0)
+        if (write_next(b, r, mode, p, old, depth, e) != 0)
             return -1;
     }
     seda__l_cw_byte(b, array ? ']' : '}');

@@ -21,7 +21,7 @@
  *   request past `timeout` 504 (the service answers it).
  *
  *   Admit rules of a route's first stage run in the listener's own Lua
- *   state (made on first use, door_mu), as for HTTP.
+ *   state (made on first use: ldoor.c), as for HTTP.
  *
  *   Listeners belong to their bus: shutdown stops their subscriptions
  *   first (no new request; the answers of those in flight still go out);
@@ -35,6 +35,7 @@
 #include <strings.h>
 
 #include "lcodec_write.h"
+#include "ldoor.h"
 #include "lhttp_wire.h"
 #include "lseda.h"
 #include "seda_remote.h"
@@ -51,7 +52,7 @@ struct lnroute {
 /*
  * A listener.  Immutable after bus:listen but for next (lb->mu), svc
  * (main thread; the callbacks run only while it is open) and the door
- * state (door_mu).
+ * state (its own mutex).
  */
 struct lnats {
     struct lbus *lb;
@@ -64,9 +65,7 @@ struct lnats {
                                            Content-Type; NULL: "seda" */
     bool raw_in;                /* no format given: such a body is a
                                    string */
-    pthread_mutex_t door_mu;
-    lua_State *door;            /* guarded by door_mu */
-    struct ladmit_cache ac;     /* guarded by door_mu */
+    struct ldoor door;          /* admit rules' state (ldoor.h) */
     struct lnats *next;         /* lb's list; guarded by lb->mu */
 };
 
@@ -231,8 +230,9 @@ static void encode_request(struct buf *b, const struct lnats *l,
 }
 
 /* The request as a Lua table on the door state (admit rules read it). */
-static void push_request(lua_State *L, const seda_nsvc_req_t *r)
+static void push_request(lua_State *L, const void *req)
 {
+    const seda_nsvc_req_t *r = req;
     lua_createtable(L, 0, 3);
     lua_pushstring(L, seda_nsvc_req_subject(r));
     lua_setfield(L, -2, "subject");
@@ -252,56 +252,6 @@ static void push_request(lua_State *L, const seda_nsvc_req_t *r)
     lua_setfield(L, -2, "body");
 }
 
-static int admit_call(lua_State *L)
-{
-    struct lnats *l = lua_touserdata(L, 1);
-    struct lstage *ls = lua_touserdata(L, 2);
-    const seda_nsvc_req_t *r = lua_touserdata(L, 3);
-    const char *to = lua_tostring(L, 4);
-    int *prio = lua_touserdata(L, 5);
-    char *why = lua_touserdata(L, 6);
-    push_request(L, r);
-    int rc = seda__l_admit(L, ls, &l->ac, to, lua_gettop(L), 0, "nats",
-                           prio, why, 200);
-    lua_pushinteger(L, rc);
-    return 1;
-}
-
-/* Run ls's admit rule for r on the door state: 0 admit, else refused
- * (why says). */
-static int door_admit(struct lnats *l, struct lstage *ls,
-                      const seda_nsvc_req_t *r, const char *to, int *prio,
-                      char *why)
-{
-    pthread_mutex_lock(&l->door_mu);
-    if (!l->door) {
-        l->door = seda__l_worker_newstate();
-        if (!l->door) {
-            pthread_mutex_unlock(&l->door_mu);
-            snprintf(why, 200, "admit_error");
-            return -1;
-        }
-    }
-    lua_State *L = l->door;
-    lua_pushcfunction(L, admit_call);
-    lua_pushlightuserdata(L, l);
-    lua_pushlightuserdata(L, ls);
-    lua_pushlightuserdata(L, (void *)r);
-    lua_pushstring(L, to);
-    lua_pushlightuserdata(L, prio);
-    lua_pushlightuserdata(L, why);
-    int rc;
-    if (lua_pcall(L, 6, 1, 0) != LUA_OK) {
-        snprintf(why, 200, "admit_error");
-        rc = 1;
-    } else {
-        rc = (int)lua_tointeger(L, -1);
-    }
-    lua_settop(L, 0);
-    pthread_mutex_unlock(&l->door_mu);
-    return rc;
-}
-
 static void on_request(seda_nsvc_req_t *req, int ep, void *ud)
 {
     struct lnats *l = ud;
@@ -310,17 +260,15 @@ static void on_request(seda_nsvc_req_t *req, int ep, void *ud)
     seda_stage_t *st = seda_bus_stage(bus, rt->stages[0]);
     if (!st) {
         seda_nsvc_respond_error(req, 503, seda_strerror(
-            seda_bus_closed(bus) ? SEDA_ECLOSED
-            : seda_bus_paused(bus) ? SEDA_EPAUSED : SEDA_ENOSTAGE));
+            seda__l_door_lookup_error(bus)));
         return;
     }
     seda_publish_opts o;
     seda_publish_opts_init(&o);
-    struct lstage *ls = seda_stage_userdata(st);
     char why[256];
     why[0] = '\0';
-    if (ls && atomic_load_explicit(&ls->has_admit, memory_order_acquire) &&
-        door_admit(l, ls, req, rt->stages[0], &o.priority, why) != 0) {
+    if (seda__l_door_admit(&l->door, st, "nats", push_request, req,
+                           rt->stages[0], &o.priority, why) != 0) {
         seda_nsvc_respond_error(req, 503, why);
         return;
     }
@@ -344,27 +292,17 @@ static void on_request(seda_nsvc_req_t *req, int ep, void *ud)
     }
     q->l = l;
     q->req = req;
-    o.why = why;
-    o.whylen = sizeof why;
-    o.sender = "nats";
-    if (rt->n > 1) {
-        o.slip = (const char *const *)rt->stages + 1;
-        o.nslip = rt->n - 1;
-    }
-    o.timeout = 0;                      /* never wait for room */
-    o.kind = SEDA_KIND_LUA;
     o.done = on_done;
     o.done_ud = q;
-    int rc = seda_stage_publish(st, bb.p, bb.len, &o);
+    const char *refused = seda__l_door_publish(st, rt->stages, rt->n, "nats",
+                                               bb.p, bb.len, &o, why,
+                                               sizeof why);
     if (!bb.borrowed)
         free(bb.p);
-    if (rc == 0)
+    if (!refused)
         return;
     free(q);
-    seda_nsvc_respond_error(req, 503, rc == SEDA_ETYPE ? why
-                                      : rc == SEDA_ETIMEDOUT ? "full"
-                                      : rc == SEDA_ETOOLARGE ? "too_large"
-                                      : seda_strerror(rc));
+    seda_nsvc_respond_error(req, 503, refused);
 }
 
 /* ---- the listener object ---- */
@@ -396,11 +334,7 @@ static void lnats_free(struct lnats *l)
 {
     stop(l);
     seda_nsvc_free(l->svc);
-    if (l->door) {
-        seda__l_admit_cache_free(l->door, &l->ac);
-        seda__l_worker_closestate(l->door);
-    }
-    pthread_mutex_destroy(&l->door_mu);
+    seda__l_door_destroy(&l->door);
     routes_free(l->routes, l->nroutes);
     free(l->service);
     free(l->version);
@@ -610,7 +544,7 @@ int seda__l_nats_listen(lua_State *L)
     struct lnats *l = calloc(1, sizeof *l);
     if (!l)
         return luaL_error(L, "listen: out of memory");
-    pthread_mutex_init(&l->door_mu, NULL);
+    seda__l_door_init(&l->door);
     u->l = l;
     l->lb = lb;
     const char *service = opt_str(L, nt, "service", NULL);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lenvtab.h"
 #include "lseda.h"
 
 #define LEASE_MT "seda.received"
@@ -366,23 +367,9 @@ static void lease_fill(lua_State *L, int obj, const struct lcopy *c)
 {
     lua_pushlstring(L, c->payload ? c->payload : "", c->plen);
     lua_setiuservalue(L, obj, 3);
-    lua_createtable(L, 0, c->nh);
-    for (int i = 0; i < c->nh; i++) {
-        lua_pushstring(L, c->strs[2 * i + 1]);
-        lua_setfield(L, -2, c->strs[2 * i]);
-    }
+    seda__l_envtab_push_headers(L, c->strs, c->nh);
     lua_setiuservalue(L, obj, 2);
-    lua_createtable(L, 0, 6);
-    lua_pushstring(L, c->id);
-    lua_setfield(L, -2, "id");
-    lua_pushstring(L, c->to);
-    lua_setfield(L, -2, "to");
-    if (c->sender) {
-        lua_pushstring(L, c->sender);
-        lua_setfield(L, -2, "sender");
-    }
-    lua_pushinteger(L, c->attempts);
-    lua_setfield(L, -2, "attempts");
+    seda__l_envtab_push_fields(L, 6, c->id, c->to, c->sender, c->attempts);
     lua_createtable(L, c->ns, 0);
     for (int i = 0; i < c->ns; i++) {
         lua_pushstring(L, c->strs[2 * c->nh + i]);

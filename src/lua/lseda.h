@@ -313,6 +313,9 @@ SEDA__API int seda__l_stage_reload(lua_State *L);
 SEDA__API int seda__l_stage_tune(lua_State *L);
 SEDA__API int seda__l_stage_handler_files(lua_State *L);
 SEDA__API void seda__l_stage_free(struct lstage *ls);
+/* lb's stage i in declaration order, or NULL past the last (read under
+ * lb->mu: a worker may look while the main thread declares one). */
+SEDA__API struct lstage *seda__l_stage_nth(struct lbus *lb, int i);
 
 /* ---- lworker.c ---- */
 

@@ -351,34 +351,53 @@ static int nclients(struct rconn *c)
     return n;
 }
 
-static void tick_all(struct rconn *c, int64_t now)
+/* Call fn(client, arg) for every client attached now, each entered
+ * meanwhile (it cannot detach until fn returns).  No lock held. */
+static void each_client(struct rconn *c,
+                        void (*fn)(const struct rclient *cl, void *arg),
+                        void *arg)
 {
-    c->last_tick = now;
     int n = nclients(c);
     for (int sid = 0; sid < n; sid++) {
         struct rclient cl;
         if (!enter(c, sid, &cl))
             continue;
-        if (cl.on_flush)
-            cl.on_flush(cl.ud);
-        if (cl.on_tick)
-            cl.on_tick(cl.ud, now);
+        fn(&cl, arg);
         leave(c, sid);
     }
+}
+
+static void client_flush(const struct rclient *cl, void *arg)
+{
+    (void)arg;
+    if (cl->on_flush)
+        cl->on_flush(cl->ud);
+}
+
+static void client_tick(const struct rclient *cl, void *arg)
+{
+    client_flush(cl, NULL);
+    if (cl->on_tick)
+        cl->on_tick(cl->ud, *(const int64_t *)arg);
+}
+
+static void client_reconnect(const struct rclient *cl, void *arg)
+{
+    (void)arg;
+    if (cl->on_reconnect)
+        cl->on_reconnect(cl->ud);
+}
+
+static void tick_all(struct rconn *c, int64_t now)
+{
+    c->last_tick = now;
+    each_client(c, client_tick, &now);
 }
 
 /* Nothing more waits for the dispatch thread: let gathered work go. */
 static void flush_all(struct rconn *c)
 {
-    int n = nclients(c);
-    for (int sid = 0; sid < n; sid++) {
-        struct rclient cl;
-        if (!enter(c, sid, &cl))
-            continue;
-        if (cl.on_flush)
-            cl.on_flush(cl.ud);
-        leave(c, sid);
-    }
+    each_client(c, client_flush, NULL);
 }
 
 /* ---- dispatch ---- */
@@ -522,15 +541,7 @@ static void on_reconnected(natsConnection *nc, void *closure)
     seda__mutex_lock(&c->mu);
     pthread_cond_broadcast(&c->cv);
     seda__mutex_unlock(&c->mu);
-    int n = nclients(c);
-    for (int sid = 0; sid < n; sid++) {
-        struct rclient cl;
-        if (!enter(c, sid, &cl))
-            continue;
-        if (cl.on_reconnect)
-            cl.on_reconnect(cl.ud);
-        leave(c, sid);
-    }
+    each_client(c, client_reconnect, NULL);
 }
 
 static void on_closed(natsConnection *nc, void *closure)

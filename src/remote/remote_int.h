@@ -181,6 +181,11 @@ void seda__rconn_detach(struct rconn *c, int sid);
  * reports and errors show.  Cannot fail (truncates). */
 void seda__rconn_redact(const char *url, char *buf, size_t len);
 
+/* svc_opts.c: o checked as seda_nsvc_new needs it (names, version, queue,
+ * endpoints and their subjects).  Returns 0, or SEDA_EINVAL with err
+ * naming the service, the endpoint and what is wrong.  Any thread. */
+int seda__nsvc_opts_check(const seda_nsvc_opts *o, char *err, size_t errlen);
+
 /* True while the connection is up (requests and publishes can go out). */
 bool seda__rconn_up(struct rconn *c);
 /* Wait until the connection is up, or the deadline (monotonic ns), or

@@ -83,66 +83,6 @@ struct seda_nsvc {
 
 /* ---- small things ---- */
 
-static bool name_ok(const char *s)
-{
-    if (!s || !*s)
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
-              (*s >= '0' && *s <= '9') || *s == '_' || *s == '-'))
-            return false;
-    return true;
-}
-
-/* A subject a request may be sent to: tokens of printable characters
- * separated by single dots; no wildcard other than a whole "*" or a
- * last ">". */
-static bool subject_ok(const char *s)
-{
-    if (!s || !*s || *s == '.' || s[strlen(s) - 1] == '.' ||
-        strncmp(s, "$SRV.", 5) == 0)
-        return false;
-    for (const char *p = s; *p; p++) {
-        if ((unsigned char)*p <= ' ' || *p == 0x7f)
-            return false;
-        if (*p == '.' && p[1] == '.')
-            return false;
-        if ((*p == '*' || *p == '>') &&
-            !((p == s || p[-1] == '.') && (!p[1] || p[1] == '.')))
-            return false;
-        if (*p == '>' && p[1])
-            return false;
-    }
-    return true;
-}
-
-/* A semantic version: MAJOR.MINOR.PATCH, then -pre and +build parts of
- * [0-9A-Za-z.-]. */
-static bool version_ok(const char *v)
-{
-    if (!v)
-        return false;
-    for (int part = 0; part < 3; part++) {
-        if (*v < '0' || *v > '9')
-            return false;
-        if (*v == '0' && v[1] >= '0' && v[1] <= '9')
-            return false;               /* no leading zero */
-        while (*v >= '0' && *v <= '9')
-            v++;
-        if (part < 2 && *v++ != '.')
-            return false;
-    }
-    if (*v == '-' || *v == '+') {
-        for (v++; *v; v++)
-            if (!((*v >= '0' && *v <= '9') || (*v >= 'a' && *v <= 'z') ||
-                  (*v >= 'A' && *v <= 'Z') || *v == '.' || *v == '-' ||
-                  *v == '+'))
-                return false;
-        return true;
-    }
-    return *v == '\0';
-}
-
 /* JSON string s, quoted, at b (NUL-ended; truncated at n).  Returns the
  * length written. */
 static size_t jstr(char *b, size_t n, const char *s)
@@ -609,54 +549,6 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-static int check(const seda_nsvc_opts *o, char *err, size_t errlen)
-{
-    if (!name_ok(o->name)) {
-        snprintf(err, errlen, "service '%s': a service name is letters, "
-                 "digits, _ and - only", o->name ? o->name : "");
-        return SEDA_EINVAL;
-    }
-    if (!version_ok(o->version)) {
-        snprintf(err, errlen, "service '%s': version '%s' is not a "
-                 "semantic version (such as \"1.2.0\")", o->name,
-                 o->version ? o->version : "");
-        return SEDA_EINVAL;
-    }
-    if (!o->queue || !*o->queue || strpbrk(o->queue, " \t\r\n")) {
-        snprintf(err, errlen, "service '%s': queue must be a non-empty "
-                 "word", o->name);
-        return SEDA_EINVAL;
-    }
-    if (o->nendpoints < 1 || !o->ep_names || !o->ep_subjects ||
-        !o->on_request || !o->conn) {
-        snprintf(err, errlen, "service '%s': no endpoint", o->name);
-        return SEDA_EINVAL;
-    }
-    for (int i = 0; i < o->nendpoints; i++) {
-        if (!name_ok(o->ep_names[i])) {
-            snprintf(err, errlen, "service '%s': endpoint '%s': a name is "
-                     "letters, digits, _ and - only", o->name,
-                     o->ep_names[i] ? o->ep_names[i] : "");
-            return SEDA_EINVAL;
-        }
-        if (!subject_ok(o->ep_subjects[i])) {
-            snprintf(err, errlen, "service '%s': endpoint '%s': '%s' is "
-                     "not a subject requests can be sent to", o->name,
-                     o->ep_names[i], o->ep_subjects[i]
-                                         ? o->ep_subjects[i] : "");
-            return SEDA_EINVAL;
-        }
-        for (int j = 0; j < i; j++)
-            if (strcmp(o->ep_subjects[i], o->ep_subjects[j]) == 0) {
-                snprintf(err, errlen, "service '%s': endpoints '%s' and "
-                         "'%s' have the same subject '%s'", o->name,
-                         o->ep_names[j], o->ep_names[i], o->ep_subjects[i]);
-                return SEDA_EINVAL;
-            }
-    }
-    return 0;
-}
-
 /* Close the connection and wait (bounded) for cnats's threads to let go
  * of s. */
 static bool close_conn(struct seda_nsvc *s)
@@ -700,25 +592,13 @@ static void svc_free(struct seda_nsvc *s, bool wait_ok)
     seda__free(s);
 }
 
-int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
-                  size_t errlen)
+/* A service for o at url (its options checked), its options copied, not
+ * connected.  NULL when out of memory (nothing left allocated). */
+static struct seda_nsvc *svc_alloc(const seda_nsvc_opts *o, const char *url)
 {
-    *out = NULL;
-    int rc = check(o, err, errlen);
-    if (rc)
-        return rc;
-    const seda_remote_opts *ro = o->conn;
-    char url[4096];
-    if (seda__rconn_join_urls(ro, url, sizeof url) != 0 || !url[0]) {
-        snprintf(err, errlen, "service '%s': url is required (or urls, "
-                 "together under 4 KiB)", o->name);
-        return SEDA_EINVAL;
-    }
     struct seda_nsvc *s = seda__calloc(1, sizeof *s);
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-        return SEDA_ENOMEM;
-    }
+    if (!s)
+        return NULL;
     seda__mutex_init(&s->mu);
     seda__cond_init(&s->cv);
     bool failed = false;
@@ -742,10 +622,18 @@ int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
     seda__rconn_redact(url, s->shown, sizeof s->shown);
     started_now(s->started, sizeof s->started);
     if (failed) {
-        snprintf(err, errlen, "out of memory");
         svc_free(s, true);
-        return SEDA_ENOMEM;
+        return NULL;
     }
+    return s;
+}
+
+/* Connect s to url with ro's credentials and s's callbacks (s->nc).
+ * Returns 0, or SEDA_ENOMEM / SEDA_EUNAVAIL with err saying why; s is
+ * the caller's to free either way. */
+static int svc_connect(struct seda_nsvc *s, const seda_remote_opts *ro,
+                       const char *url, char *err, size_t errlen)
+{
     struct rauth auth = { ro->tls_ca, ro->tls_cert, ro->tls_key, ro->creds,
                           ro->user, ro->password, ro->token };
     natsOptions *no = NULL;
@@ -767,19 +655,34 @@ int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
                  s->name, s->shown, natsStatus_GetText(ns), le ? ": " : "",
                  le ? le : "");
         natsOptions_Destroy(no);
-        svc_free(s, true);
         return ns == NATS_NO_MEMORY ? SEDA_ENOMEM : SEDA_EUNAVAIL;
     }
     natsOptions_Destroy(no);
+    return 0;
+}
+
+/* The service's instance id (s->id): the unique part of a new inbox. */
+static natsStatus svc_name_instance(struct seda_nsvc *s)
+{
     char nuid[64];
     natsInbox *ib = NULL;
-    ns = natsInbox_Create(&ib);
+    natsStatus ns = natsInbox_Create(&ib);
     if (ns == NATS_OK) {
         const char *dot = strrchr((const char *)ib, '.');
         snprintf(nuid, sizeof nuid, "%s", dot ? dot + 1 : (const char *)ib);
         natsInbox_Destroy(ib);
         snprintf(s->id, sizeof s->id, "%.22s", nuid);
     }
+    return ns;
+}
+
+/* Subscribe s's endpoints (its queue group) and discovery ($SRV.>),
+ * flush, and start the timeouts' thread when s has a timeout.  The first
+ * failure stops the steps and is returned; what was subscribed is
+ * counted in s->subs, for close_conn. */
+static natsStatus svc_subscribe(struct seda_nsvc *s)
+{
+    natsStatus ns = NATS_OK;
     for (int i = 0; ns == NATS_OK && i < s->nep; i++) {
         ns = natsConnection_QueueSubscribe(&s->eps[i].sub, s->nc,
                                            s->eps[i].subject, s->queue,
@@ -807,6 +710,36 @@ int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
         if (!s->thread_on)
             ns = NATS_NO_MEMORY;
     }
+    return ns;
+}
+
+int seda_nsvc_new(const seda_nsvc_opts *o, seda_nsvc_t **out, char *err,
+                  size_t errlen)
+{
+    *out = NULL;
+    int rc = seda__nsvc_opts_check(o, err, errlen);
+    if (rc)
+        return rc;
+    const seda_remote_opts *ro = o->conn;
+    char url[4096];
+    if (seda__rconn_join_urls(ro, url, sizeof url) != 0 || !url[0]) {
+        snprintf(err, errlen, "service '%s': url is required (or urls, "
+                 "together under 4 KiB)", o->name);
+        return SEDA_EINVAL;
+    }
+    struct seda_nsvc *s = svc_alloc(o, url);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return SEDA_ENOMEM;
+    }
+    rc = svc_connect(s, ro, url, err, errlen);
+    if (rc) {
+        svc_free(s, true);
+        return rc;
+    }
+    natsStatus ns = svc_name_instance(s);
+    if (ns == NATS_OK)
+        ns = svc_subscribe(s);
     if (ns != NATS_OK) {
         const char *le = nats_GetLastError(NULL);
         snprintf(err, errlen, "service '%s': cannot subscribe on %s: %s%s%s",

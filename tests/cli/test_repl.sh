@@ -17,6 +17,13 @@ shows() { screen "$1" | grep -qF -- "$2"; }
 # type SESSION TEXT: type literally, then Enter.
 type_line() { T send-keys -t "$1" -l -- "$2"; T send-keys -t "$1" Enter; }
 gone() { ! T has-session -t "$1" 2>/dev/null; }
+# cleared SESSION: the last line shown is an empty "> " prompt: a Ctrl-C
+# at the prompt was taken (what is typed before that would be part of the
+# line it clears).
+cleared() {
+    [ "$(T capture-pane -p -J -t "$1" | sed 's/ *$//' | grep -v '^$' |
+         tail -n 1)" = ">" ]
+}
 
 printf '%s\n' \
     'local seda = require "seda"' \
@@ -102,6 +109,7 @@ type_line repl 'end'
 check "-i: a multi-line chunk" wait_until "$DEADLINE" shows repl "loop=2"
 T send-keys -t repl -l -- "print('zz' .. 'local')"
 T send-keys -t repl C-c
+check "-i: Ctrl-C at the prompt: a fresh prompt" wait_until "$DEADLINE" cleared repl
 type_line repl "print('after' .. 'ctrlc')"
 check "-i: Ctrl-C at the prompt clears the line" \
     wait_until "$DEADLINE" shows repl "afterctrlc"
@@ -129,8 +137,11 @@ check "attach: Ctrl-C interrupts the remote command" \
     wait_until "$DEADLINE" shows att "interrupted!"
 T send-keys -t att -l -- "print('zz' .. 'remote')"
 T send-keys -t att C-c
+check "attach: Ctrl-C at the prompt: a fresh prompt" wait_until "$DEADLINE" cleared att
 type_line att 'for i = 1, 2 do'
+check "attach: a chunk continued" wait_until "$DEADLINE" shows att ">> "
 T send-keys -t att C-c
+check "attach: ... and Ctrl-C there: a fresh prompt" wait_until "$DEADLINE" cleared att
 type_line att "print('after' .. 'ctrlc')"
 check "attach: Ctrl-C at the prompt keeps the client" \
     wait_until "$DEADLINE" shows att "afterctrlc"
@@ -144,14 +155,27 @@ if command -v socat >/dev/null 2>&1; then
     mkfifo "$D/idle"
     exec 3<>"$D/idle"
     CL=""
-    i=0
-    while [ $i -lt 64 ]; do
-        socat STDIO UNIX-CONNECT:"$S" <"$D/idle" >/dev/null 2>&1 &
-        CL="$CL $!"
-        i=$((i + 1))
-    done
-    PIDS="$PIDS $CL"
-    full() { ! echo 'print(1)' | timeout 20 "$SEDA" attach "$S" >/dev/null 2>&1; }
+    # idle_clients: 64 idle clients running.  One the server refused (the
+    # probe below held a slot when it connected) has exited: it is
+    # started again, so the probe is refused once all 64 are in.
+    idle_clients() {
+        live=""
+        for p in $CL; do
+            if kill -0 "$p" 2>/dev/null; then live="$live $p"; fi
+        done
+        CL=$live
+        n=$(echo $CL | wc -w)
+        while [ "$n" -lt 64 ]; do
+            socat STDIO UNIX-CONNECT:"$S" <"$D/idle" >/dev/null 2>&1 &
+            CL="$CL $!"
+            PIDS="$PIDS $!"
+            n=$((n + 1))
+        done
+    }
+    full() {
+        idle_clients
+        ! echo 'print(1)' | timeout 20 "$SEDA" attach "$S" >/dev/null 2>&1
+    }
     check "64 clients connected" wait_until "$DEADLINE" full
     T new-session -d -s att65 -x 160 -y 50 \
         "env HOME='$D' TERM=xterm '$SEDA' attach '$S'; echo \"[rc=\$?]\"; sleep 30"

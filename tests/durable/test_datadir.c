@@ -29,29 +29,18 @@
 #define NOBODY 65534
 
 struct fx {
-    char dir[64];               /* mkdtemp result */
-    char sub[96];               /* dir/data: the journal's directory */
+    struct dir_fx d;            /* d.sub: dir/data, the journal's directory */
 };
 
 static int fx_setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    if (!dir_make(f->dir, sizeof f->dir, "datadir")) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->sub, sizeof f->sub, "%s/data", f->dir);
-    *state = f;
-    return 0;
+    *state = dir_fx_new(sizeof(struct fx), "datadir", "data");
+    return *state ? 0 : -1;
 }
 
 static int fx_teardown(void **state)
 {
-    struct fx *f = *state;
-    dir_remove(f->dir);
-    free(f);
+    dir_fx_free(*state);
     return 0;
 }
 
@@ -66,7 +55,7 @@ static unsigned mode_of(const char *path)
 static void file_in(const struct fx *f, const char *name, char *out,
                     size_t outlen)
 {
-    snprintf(out, outlen, "%s/%s", f->sub, name);
+    snprintf(out, outlen, "%s/%s", f->d.sub, name);
 }
 
 /* Open, write one row, close: a journal with something to replay. */
@@ -116,7 +105,7 @@ static void test_datadir_new_journal_is_private(void **state)
 {
     struct fx *f = *state;
     char nested[160], db[200], lock[200], wal[200];
-    snprintf(nested, sizeof nested, "%s/a/b", f->sub);
+    snprintf(nested, sizeof nested, "%s/a/b", f->d.sub);
     struct seda_journal *j = NULL;
     char err[512];
     assert_int_equal(seda__journal_open(nested, false, &j, err, sizeof err),
@@ -128,7 +117,7 @@ static void test_datadir_new_journal_is_private(void **state)
     snprintf(wal, sizeof wal, "%s/seda.db-wal", nested);
     /* Every directory made on the way, the database, its WAL (alive
      * while the journal is open) and the lock. */
-    assert_int_equal(mode_of(f->sub), 0700);
+    assert_int_equal(mode_of(f->d.sub), 0700);
     assert_int_equal(mode_of(nested), 0700);
     assert_int_equal(mode_of(db), 0600);
     assert_int_equal(mode_of(wal), 0600);
@@ -142,27 +131,27 @@ static void test_datadir_new_journal_is_private(void **state)
 static void test_datadir_refuses_dir_writable_by_others(void **state)
 {
     struct fx *f = *state;
-    make_journal(f->sub);
-    assert_int_equal(chmod(f->sub, 0770), 0);
-    expect_refused(f->sub, "writable by group or others (mode 0770)",
-                   f->sub);
-    assert_int_equal(chmod(f->sub, 0703), 0);
-    expect_refused(f->sub, "writable by group or others (mode 0703)",
+    make_journal(f->d.sub);
+    assert_int_equal(chmod(f->d.sub, 0770), 0);
+    expect_refused(f->d.sub, "writable by group or others (mode 0770)",
+                   f->d.sub);
+    assert_int_equal(chmod(f->d.sub, 0703), 0);
+    expect_refused(f->d.sub, "writable by group or others (mode 0703)",
                    "chmod go-w");
-    assert_int_equal(chmod(f->sub, 0755), 0);   /* readable is allowed */
-    make_journal(f->sub);
+    assert_int_equal(chmod(f->d.sub, 0755), 0);   /* readable is allowed */
+    make_journal(f->d.sub);
 }
 
 static void test_datadir_refuses_files_writable_by_others(void **state)
 {
     struct fx *f = *state;
     static const char *const names[] = { "seda.db", "seda.lock" };
-    make_journal(f->sub);
+    make_journal(f->d.sub);
     for (int i = 0; i < 2; i++) {
         char p[200];
         file_in(f, names[i], p, sizeof p);
         assert_int_equal(chmod(p, 0666), 0);
-        expect_refused(f->sub, p, "writable by group or others");
+        expect_refused(f->d.sub, p, "writable by group or others");
         assert_int_equal(chmod(p, 0600), 0);
     }
     /* A WAL left behind by a crash, writable by others. */
@@ -172,24 +161,24 @@ static void test_datadir_refuses_files_writable_by_others(void **state)
     assert_non_null(fp);
     fclose(fp);
     assert_int_equal(chmod(wal, 0622), 0);
-    expect_refused(f->sub, wal, "mode 0622");
+    expect_refused(f->d.sub, wal, "mode 0622");
     assert_int_equal(unlink(wal), 0);
-    make_journal(f->sub);
+    make_journal(f->d.sub);
 }
 
 static void test_datadir_refuses_symlinked_db(void **state)
 {
     struct fx *f = *state;
-    assert_int_equal(mkdir(f->sub, 0700), 0);
+    assert_int_equal(mkdir(f->d.sub, 0700), 0);
     char target[160], db[200];
-    snprintf(target, sizeof target, "%s/elsewhere", f->dir);
+    snprintf(target, sizeof target, "%s/elsewhere", f->d.dir);
     FILE *fp = fopen(target, "w");
     assert_non_null(fp);
     fputs("precious", fp);
     fclose(fp);
     file_in(f, "seda.db", db, sizeof db);
     assert_int_equal(symlink(target, db), 0);
-    expect_refused(f->sub, db, "symbolic link");
+    expect_refused(f->d.sub, db, "symbolic link");
     struct stat sb;
     assert_int_equal(stat(target, &sb), 0);
     assert_int_equal(sb.st_size, 8);           /* untouched */
@@ -204,21 +193,21 @@ static void test_datadir_refuses_dir_owned_by_another_user(void **state)
     struct fx *f = *state;
     if (!can_chown())
         skip();
-    make_journal(f->sub);
+    make_journal(f->d.sub);
     char db[200], lock[200];
     file_in(f, "seda.db", db, sizeof db);
     file_in(f, "seda.lock", lock, sizeof lock);
-    assert_int_equal(chown(f->sub, NOBODY, NOBODY), 0);
+    assert_int_equal(chown(f->d.sub, NOBODY, NOBODY), 0);
     assert_int_equal(chown(db, NOBODY, NOBODY), 0);
     assert_int_equal(chown(lock, NOBODY, NOBODY), 0);
-    expect_refused(f->sub, "owned by uid 65534", f->sub);
+    expect_refused(f->d.sub, "owned by uid 65534", f->d.sub);
     /* Only the files another user's: each is named. */
-    assert_int_equal(chown(f->sub, 0, 0), 0);
-    expect_refused(f->sub, "owned by uid 65534", lock);
+    assert_int_equal(chown(f->d.sub, 0, 0), 0);
+    expect_refused(f->d.sub, "owned by uid 65534", lock);
     assert_int_equal(chown(lock, 0, 0), 0);
-    expect_refused(f->sub, "owned by uid 65534", db);
+    expect_refused(f->d.sub, "owned by uid 65534", db);
     assert_int_equal(chown(db, 0, 0), 0);
-    make_journal(f->sub);
+    make_journal(f->d.sub);
 }
 
 int main(void)

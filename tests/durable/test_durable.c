@@ -33,30 +33,19 @@
 #include "testutil.h"
 
 struct fx {
-    char dir[64];               /* mkdtemp result */
-    char data[96];              /* dir/data: the data_dir */
+    struct dir_fx d;            /* d.sub: dir/data, the data_dir */
     atomic_int calls[3];        /* consumer calls per counter */
 };
 
 static int fx_setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    if (!dir_make(f->dir, sizeof f->dir, "durable")) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->data, sizeof f->data, "%s/data", f->dir);
-    *state = f;
-    return 0;
+    *state = dir_fx_new(sizeof(struct fx), "durable", "data");
+    return *state ? 0 : -1;
 }
 
 static int fx_teardown(void **state)
 {
-    struct fx *f = *state;
-    dir_remove(f->dir);
-    free(f);
+    dir_fx_free(*state);
     return 0;
 }
 
@@ -66,7 +55,7 @@ static seda_bus_t *open_bus(struct fx *f, double hop_timeout,
     seda_bus_opts bo;
     seda_bus_opts_init(&bo);
     bo.workers = 2;
-    bo.data_dir = f->data;
+    bo.data_dir = f->d.sub;
     bo.sync_normal = true;
     bo.hop_timeout = hop_timeout;
     bo.dead_letter = dlq;
@@ -120,7 +109,7 @@ static void fill(struct fx *f, int n, const char *next)
 static void sql(struct fx *f, const char *q)
 {
     char path[160];
-    snprintf(path, sizeof path, "%s/seda.db", f->data);
+    snprintf(path, sizeof path, "%s/seda.db", f->d.sub);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     char *msg = NULL;
@@ -352,7 +341,7 @@ static seda_stage_t *add_retrying(seda_bus_t *bus, struct retry_rec *r)
 static int journal_row(struct fx *f, int *attempts, double *due_wall)
 {
     char path[160];
-    snprintf(path, sizeof path, "%s/seda.db", f->data);
+    snprintf(path, sizeof path, "%s/seda.db", f->d.sub);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_stmt *s = NULL;

@@ -32,33 +32,23 @@
 /* ---- fixture: a temporary directory ---- */
 
 struct fx {
-    char dir[64];               /* mkdtemp result */
-    char sub[96];               /* dir/data: the journal's directory */
-    bool mounted;               /* a tmpfs is mounted on sub */
+    struct dir_fx d;            /* d.sub: dir/data, the journal's directory */
+    bool mounted;               /* a tmpfs is mounted on d.sub */
 };
 
 static int fx_setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    if (!dir_make(f->dir, sizeof f->dir, "journal")) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->sub, sizeof f->sub, "%s/data", f->dir);
-    *state = f;
-    return 0;
+    *state = dir_fx_new(sizeof(struct fx), "journal", "data");
+    return *state ? 0 : -1;
 }
 
 static int fx_teardown(void **state)
 {
     struct fx *f = *state;
     if (f->mounted)
-        umount2(f->sub, MNT_DETACH);
-    chmod(f->dir, 0700);
-    dir_remove(f->dir);
-    free(f);
+        umount2(f->d.sub, MNT_DETACH);
+    chmod(f->d.dir, 0700);
+    dir_fx_free(f);
     return 0;
 }
 
@@ -150,7 +140,7 @@ static int64_t count(struct seda_journal *j, const char *stage)
 static void test_journal_insert_replay_round_trip(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     static const unsigned char bin[] = { 0, 1, 0, 255, 'x', 0 };
     seda_jrec r[3] = {
         mkrec("s", "id-1", bin, sizeof bin),
@@ -206,7 +196,7 @@ static void test_journal_insert_replay_round_trip(void **state)
 static void test_journal_move_replays_under_new_stage(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[3] = {
         mkrec("a", "1", "p1", 2), mkrec("a", "2", "p2", 2),
         mkrec("a", "3", "p3", 2),
@@ -244,7 +234,7 @@ static void test_journal_move_replays_under_new_stage(void **state)
 static void test_journal_delete_removes_row(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[3] = {
         mkrec("a", "1", "x", 1), mkrec("a", "2", "x", 1),
         mkrec("a", "3", "x", 1),
@@ -277,7 +267,7 @@ static int find_id(const seda_jrec *rec, void *ud)
 static void test_journal_get_and_purge(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[2] = { mkrec("dlq", "a", "xyz", 3), mkrec("dlq", "b", "", 0) };
     assert_int_equal(seda__journal_insert(j, r, 2, 0, NULL), 0);
     struct row w = { 0 };
@@ -304,7 +294,7 @@ static int requeue(const seda_jrec *rec, void *ud)
 static void test_journal_replay_callback_may_write(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[3] = {
         mkrec("a", "1", "x", 1), mkrec("a", "2", "x", 1),
         mkrec("a", "3", "x", 1),
@@ -320,7 +310,7 @@ static void test_journal_replay_callback_may_write(void **state)
 static void test_journal_delete_run_removes_only_named(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[6] = {
         mkrec("a", "0", "x", 1), mkrec("a", "1", "x", 1),
         mkrec("b", "2", "x", 1), mkrec("a", "3", "x", 1),
@@ -350,7 +340,7 @@ static void test_journal_delete_run_removes_only_named(void **state)
 static void test_journal_keys_never_reused(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[2] = { mkrec("a", "1", "x", 1), mkrec("a", "2", "x", 1) };
     assert_int_equal(seda__journal_insert(j, r, 2, 0, NULL), 0);
     seda_jop del[2] = {
@@ -364,7 +354,7 @@ static void test_journal_keys_never_reused(void **state)
     assert_true(c.key > r[1].key);
     seda__journal_close(j);
     /* Reopened: keys still follow the rows that are left. */
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     seda_jrec d = mkrec("a", "4", "x", 1);
     assert_int_equal(seda__journal_insert(j, &d, 1, 0, NULL), 0);
     assert_true(d.key > c.key);
@@ -375,7 +365,7 @@ static void test_journal_keys_never_reused(void **state)
 static void test_journal_scan_selects_in_key_order(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[4] = {
         mkrec("b", "x", "1", 1), mkrec("a", "y", "2", 1),
         mkrec("a", "x", "3", 1), mkrec("c", "z", "4", 1),
@@ -428,7 +418,7 @@ static int count_rows(const seda_jrec *rec, void *ud)
 static void test_journal_reads_interleave_with_writers(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     pthread_t th[RW_WRITERS];
     struct rw_arg args[RW_WRITERS];
     for (int t = 0; t < RW_WRITERS; t++) {
@@ -507,7 +497,7 @@ static void *one_insert(void *p)
 static void test_journal_group_commit_one_txn_for_queued(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     uint64_t t0 = seda__journal_txns(j);
     seda__journal_hold(j, true);
     pthread_t th[GC_THREADS];
@@ -543,7 +533,7 @@ static void test_journal_group_commit_one_txn_for_queued(void **state)
 static void test_journal_group_commit_shares_transactions(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, true);
+    struct seda_journal *j = jopen(f->d.sub, true);
     uint64_t t0 = seda__journal_txns(j);
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, GC_THREADS);
@@ -643,7 +633,7 @@ static void as_wait(struct as_seen *s, int n)
 static void test_journal_async_inserts_share_one_commit(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, true);
+    struct seda_journal *j = jopen(f->d.sub, true);
     static struct as_seen s;
     as_init(&s);
     static seda_jrec recs[AS_N];
@@ -690,7 +680,7 @@ static void test_journal_async_inserts_share_one_commit(void **state)
 static void test_journal_async_close_flushes(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     static struct as_seen s;
     as_init(&s);
     static seda_jrec recs[4];
@@ -706,7 +696,7 @@ static void test_journal_async_close_flushes(void **state)
     assert_int_equal(s.done, 4);
     for (int i = 0; i < 4; i++)
         assert_int_equal(s.rc[i], 0);
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     assert_int_equal(count(j, "cl"), 4);
     seda__journal_close(j);
 }
@@ -717,7 +707,7 @@ static void test_journal_async_close_flushes(void **state)
 static void test_journal_async_group_wait(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     static struct as_seen s;
     as_init(&s);
     static seda_jrec recs[2];
@@ -734,7 +724,7 @@ static void test_journal_async_group_wait(void **state)
     seda__journal_close(j);
 
     /* A minute of group_wait: the waiting caller does not sit it out. */
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     seda__journal_set_group_wait(j, 60000000000LL);
     uint64_t txns = seda__journal_txns(j);
     recs[1] = mkrec("gw", "b", "", 0);
@@ -822,14 +812,14 @@ static void test_journal_lazy_apply_rides_with_next_group(void **state)
 static void test_journal_async_failed_group_fails_every_request(void **state)
 {
     struct fx *f = *state;
-    assert_int_equal(mkdir(f->sub, 0755), 0);
-    if (mount("tmpfs", f->sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
+    assert_int_equal(mkdir(f->d.sub, 0755), 0);
+    if (mount("tmpfs", f->d.sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
         print_message("skipped: cannot mount a tmpfs (%s)\n",
                       strerror(errno));
         skip();
     }
     f->mounted = true;
-    struct seda_journal *j = jopen(f->sub, true);
+    struct seda_journal *j = jopen(f->d.sub, true);
     static unsigned char big[96 * 1024];
     memset(big, 0xcd, sizeof big);
     static struct as_seen s;
@@ -852,7 +842,7 @@ static void test_journal_async_failed_group_fails_every_request(void **state)
     seda_jrec small = mkrec("ff", "small", "s", 1);
     assert_int_equal(seda__journal_insert(j, &small, 1, 0, NULL), 0);
     seda__journal_close(j);
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     assert_int_equal(count(j, "ff"), 1);
     seda__journal_close(j);
 }
@@ -872,7 +862,7 @@ static int insert_id(struct seda_journal *j, const char *id, int window)
 static void test_journal_dedup_refuses_accepted_id(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     assert_int_equal(insert_id(j, "m1", 10), 0);
     assert_int_equal(insert_id(j, "m1", 10), 1);
     /* Within one batch: the second y is a duplicate of the first. */
@@ -898,7 +888,7 @@ static void test_journal_dedup_refuses_accepted_id(void **state)
     assert_int_equal(insert_id(j, "y", 10), 1);
     seda__journal_close(j);
 
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     assert_int_equal(insert_id(j, "m1", 10), 1);
     assert_int_equal(insert_id(j, "y", 10), 1);
     assert_int_equal(insert_id(j, "new", 10), 0);
@@ -908,7 +898,7 @@ static void test_journal_dedup_refuses_accepted_id(void **state)
 static void test_journal_dedup_window_evicts_oldest(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     const char *ids[] = { "a", "b", "c", "d" };
     for (int i = 0; i < 4; i++)
         assert_int_equal(insert_id(j, ids[i], 3), 0);
@@ -917,7 +907,7 @@ static void test_journal_dedup_window_evicts_oldest(void **state)
     assert_int_equal(insert_id(j, "b", 3), 1);
     assert_int_equal(insert_id(j, "a", 3), 0);  /* now c, d, a */
     seda__journal_close(j);
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     assert_int_equal(insert_id(j, "b", 3), 0);  /* now d, a, b */
     assert_int_equal(insert_id(j, "c", 3), 0);  /* now a, b, c */
     assert_int_equal(insert_id(j, "a", 3), 1);
@@ -931,14 +921,14 @@ static void test_journal_reopen_keeps_data(void **state)
 {
     struct fx *f = *state;
     for (int full = 0; full < 2; full++) {
-        struct seda_journal *j = jopen(f->sub, full);
+        struct seda_journal *j = jopen(f->d.sub, full);
         char id[16];
         snprintf(id, sizeof id, "r%d", full);
         seda_jrec r = mkrec("keep", id, "data\0more", 9);
         assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
         seda__journal_close(j);
     }
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     struct rows got = { 0 };
     assert_int_equal(seda__journal_replay(j, "keep", collect, &got), 0);
     assert_int_equal(got.n, 2);
@@ -958,9 +948,9 @@ static void test_journal_reopen_keeps_data(void **state)
 static void test_journal_corrupt_db_fails_clearly(void **state)
 {
     struct fx *f = *state;
-    assert_int_equal(mkdir(f->sub, 0755), 0);
+    assert_int_equal(mkdir(f->d.sub, 0755), 0);
     char path[160];
-    snprintf(path, sizeof path, "%s/seda.db", f->sub);
+    snprintf(path, sizeof path, "%s/seda.db", f->d.sub);
     FILE *fp = fopen(path, "w");
     assert_non_null(fp);
     for (int i = 0; i < 512; i++)
@@ -968,7 +958,7 @@ static void test_journal_corrupt_db_fails_clearly(void **state)
     fclose(fp);
     struct seda_journal *j = NULL;
     char err[256] = "";
-    int rc = seda__journal_open(f->sub, false, &j, err, sizeof err);
+    int rc = seda__journal_open(f->d.sub, false, &j, err, sizeof err);
     assert_int_equal(rc, -EILSEQ);
     assert_null(j);
     assert_non_null(strstr(err, "not a database (corrupt?)"));
@@ -978,16 +968,16 @@ static void test_journal_corrupt_db_fails_clearly(void **state)
 static void test_journal_second_open_is_locked(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     struct seda_journal *j2 = NULL;
     char err[256] = "";
-    assert_int_equal(seda__journal_open(f->sub, false, &j2, err, sizeof err),
+    assert_int_equal(seda__journal_open(f->d.sub, false, &j2, err, sizeof err),
                      -EBUSY);
     assert_null(j2);
     assert_non_null(strstr(err, "locked by another process"));
-    assert_non_null(strstr(err, f->sub));
+    assert_non_null(strstr(err, f->d.sub));
     seda__journal_close(j);
-    j2 = jopen(f->sub, false);     /* the lock went with the close */
+    j2 = jopen(f->d.sub, false);     /* the lock went with the close */
     seda__journal_close(j2);
 }
 
@@ -997,7 +987,7 @@ static void test_journal_unwritable_dir_fails_clearly(void **state)
     /* Root ignores permission bits: a path under a regular file fails for
      * everyone. */
     char file[128], dir[160];
-    snprintf(file, sizeof file, "%s/file", f->dir);
+    snprintf(file, sizeof file, "%s/file", f->d.dir);
     snprintf(dir, sizeof dir, "%s/sub/more", file);
     FILE *fp = fopen(file, "w");
     assert_non_null(fp);
@@ -1019,14 +1009,14 @@ static void test_journal_unwritable_dir_fails_clearly(void **state)
 static void test_journal_full_disk_returns_eio(void **state)
 {
     struct fx *f = *state;
-    assert_int_equal(mkdir(f->sub, 0755), 0);
-    if (mount("tmpfs", f->sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
+    assert_int_equal(mkdir(f->d.sub, 0755), 0);
+    if (mount("tmpfs", f->d.sub, "tmpfs", 0, "size=1m,mode=0755") != 0) {
         print_message("skipped: cannot mount a tmpfs (%s)\n",
                       strerror(errno));
         skip();
     }
     f->mounted = true;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     static unsigned char big[64 * 1024];
     memset(big, 0xab, sizeof big);
     int accepted = 0, rc = 0;
@@ -1050,7 +1040,7 @@ static void test_journal_full_disk_returns_eio(void **state)
     int expect = accepted + (rc == 0);
     seda__journal_close(j);
 
-    j = jopen(f->sub, false);
+    j = jopen(f->d.sub, false);
     assert_int_equal(count(j, "full"), expect);
     seda__journal_close(j);
 }
@@ -1060,7 +1050,7 @@ static void test_journal_full_disk_returns_eio(void **state)
 static void test_journal_rejects_bad_arguments(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r = mkrec("a", NULL, "", 0);
     assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), -EINVAL);
     r = mkrec("a", "1", NULL, 5);
@@ -1078,7 +1068,7 @@ static void test_journal_rejects_bad_arguments(void **state)
 static void test_journal_keep_hides_row_from_replay(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r[3] = { mkrec("dlq", "d1", "a", 1), mkrec("dlq", "d2", "b", 1),
                        mkrec("dlq", "d3", "c", 1) };
     for (int i = 0; i < 3; i++)
@@ -1128,8 +1118,8 @@ static void test_journal_opens_schema_1_and_upgrades(void **state)
 {
     struct fx *f = *state;
     char path[160];
-    assert_int_equal(mkdir(f->sub, 0700), 0);
-    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->sub);
+    assert_int_equal(mkdir(f->d.sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->d.sub);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
@@ -1143,7 +1133,7 @@ static void test_journal_opens_schema_1_and_upgrades(void **state)
         "INSERT INTO envelopes VALUES(7, 's', 'old', 1, NULL, x'', x'', 0,"
         " x'6f6c64', 3.5);", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     struct rows got = { 0 };
     assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
     assert_int_equal(got.n, 1);
@@ -1170,7 +1160,7 @@ static void test_journal_opens_schema_1_and_upgrades(void **state)
 static void test_journal_retry_keeps_attempts_and_due(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     seda_jrec r = mkrec("s", "a", "p", 1);
     assert_int_equal(seda__journal_insert(j, &r, 1, 0, NULL), 0);
     seda_jop op = { .op = SEDA_JOP_RETRY,
@@ -1213,8 +1203,8 @@ static void test_journal_opens_schema_2_and_upgrades(void **state)
 {
     struct fx *f = *state;
     char path[160];
-    assert_int_equal(mkdir(f->sub, 0700), 0);
-    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->sub);
+    assert_int_equal(mkdir(f->d.sub, 0700), 0);
+    snprintf(path, sizeof path, "%s/" SEDA_JOURNAL_FILE, f->d.sub);
     sqlite3 *db;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db,
@@ -1233,7 +1223,7 @@ static void test_journal_opens_schema_2_and_upgrades(void **state)
         "INSERT INTO envelopes VALUES(9, 's', 'old', 2, NULL, x'', x'', 0,"
         " x'6f6c64', 3.5, 1.7e9, NULL);", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    struct seda_journal *j = jopen(f->sub, false);
+    struct seda_journal *j = jopen(f->d.sub, false);
     struct rows got = { 0 };
     assert_int_equal(seda__journal_replay(j, "s", collect, &got), 0);
     assert_int_equal(got.n, 1);

@@ -20,37 +20,21 @@
 
 #include "durable/journal.h"
 
+#include "dir_fixture.h"
+
 struct fx {
-    char dir[64];
-    char db[96];
+    struct dir_fx d;            /* d.sub: dir/t.db, the database */
 };
 
 static int fx_setup(void **state)
 {
-    struct fx *f = calloc(1, sizeof *f);
-    if (!f)
-        return -1;
-    snprintf(f->dir, sizeof f->dir, "/tmp/seda-walvfs-XXXXXX");
-    if (!mkdtemp(f->dir)) {
-        free(f);
-        return -1;
-    }
-    snprintf(f->db, sizeof f->db, "%s/t.db", f->dir);
-    *state = f;
-    return 0;
+    *state = dir_fx_new(sizeof(struct fx), "walvfs", "t.db");
+    return *state ? 0 : -1;
 }
 
 static int fx_teardown(void **state)
 {
-    struct fx *f = *state;
-    char p[128];
-    static const char *const sfx[] = { "", "-wal", "-shm" };
-    for (int i = 0; i < 3; i++) {
-        snprintf(p, sizeof p, "%s%s", f->db, sfx[i]);
-        unlink(p);
-    }
-    rmdir(f->dir);
-    free(f);
+    dir_fx_free(*state);
     return 0;
 }
 
@@ -118,7 +102,7 @@ static void test_walvfs_commit_survives_process_death(void **state)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        sqlite3 *db = open_shim(f->db);
+        sqlite3 *db = open_shim(f->d.sub);
         insert_rows(db, 0, 1, 8);
         insert_rows(db, 1, 4, 8);
         insert_rows(db, 4, 44, 100);
@@ -128,7 +112,7 @@ static void test_walvfs_commit_survives_process_death(void **state)
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_int_equal(count_plain(f->db), 2044);
+    assert_int_equal(count_plain(f->d.sub), 2044);
 }
 
 /* Through the shim, reads see what was just written (within and across
@@ -136,7 +120,7 @@ static void test_walvfs_commit_survives_process_death(void **state)
 static void test_walvfs_reads_see_writes(void **state)
 {
     struct fx *f = *state;
-    sqlite3 *db = open_shim(f->db);
+    sqlite3 *db = open_shim(f->d.sub);
     for (int t = 0; t < 50; t++)
         insert_rows(db, t * 10, t * 10 + 10, 64 + t);
     sqlite3_stmt *s;
@@ -156,7 +140,7 @@ static void test_walvfs_reads_see_writes(void **state)
                                                NULL, NULL), SQLITE_OK);
     insert_rows(db, 500, 510, 8);
     assert_int_equal(sqlite3_close(db), SQLITE_OK);
-    assert_int_equal(count_plain(f->db), 510);
+    assert_int_equal(count_plain(f->d.sub), 510);
 }
 
 /* ---- what recovery discards is counted ---- */
@@ -168,7 +152,7 @@ static void crash_with_wal(const struct fx *f)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        sqlite3 *db = open_shim(f->db);
+        sqlite3 *db = open_shim(f->d.sub);
         for (int t = 0; t < 12; t++)
             insert_rows(db, t, t + 1, 200);
         _exit(0);
@@ -181,7 +165,7 @@ static void crash_with_wal(const struct fx *f)
 static long long wal_size(const struct fx *f)
 {
     char p[128];
-    snprintf(p, sizeof p, "%s-wal", f->db);
+    snprintf(p, sizeof p, "%s-wal", f->d.sub);
     FILE *fp = fopen(p, "rb");
     assert_non_null(fp);
     fseek(fp, 0, SEEK_END);
@@ -194,7 +178,7 @@ static long long wal_size(const struct fx *f)
 static void scribble(const struct fx *f, long off, int n)
 {
     char p[128];
-    snprintf(p, sizeof p, "%s-wal", f->db);
+    snprintf(p, sizeof p, "%s-wal", f->d.sub);
     FILE *fp = fopen(p, "r+b");
     assert_non_null(fp);
     assert_int_equal(fseek(fp, off, SEEK_SET), 0);
@@ -212,7 +196,7 @@ static void scribble(const struct fx *f, long off, int n)
 static struct seda_wal_discard reopen(const struct fx *f, long *rows)
 {
     sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open_v2(f->db, &db, SQLITE_OPEN_READWRITE,
+    assert_int_equal(sqlite3_open_v2(f->d.sub, &db, SQLITE_OPEN_READWRITE,
                                      SEDA_JOURNAL_VFS), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "PRAGMA locking_mode=EXCLUSIVE",
                                   NULL, NULL, NULL), SQLITE_OK);
@@ -294,7 +278,7 @@ static void test_walvfs_counts_a_truncated_log(void **state)
     struct fx *f = *state;
     crash_with_wal(f);
     char p[128];
-    snprintf(p, sizeof p, "%s-wal", f->db);
+    snprintf(p, sizeof p, "%s-wal", f->d.sub);
     assert_true(wal_size(f) > 5000);
     assert_int_equal(truncate(p, 5000), 0);
     long rows;
@@ -315,7 +299,7 @@ static void test_walvfs_unfinished_write_is_not_a_loss(void **state)
     struct fx *f = *state;
     crash_with_wal(f);
     char p[128];
-    snprintf(p, sizeof p, "%s-wal", f->db);
+    snprintf(p, sizeof p, "%s-wal", f->d.sub);
     long long size = wal_size(f);
     long long fsz = 1024 + 24;
     /* The last frame again, as the next one (its salt is this log's, its

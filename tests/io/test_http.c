@@ -218,26 +218,11 @@ static void *acceptor_main(void *arg)
     }
 }
 
-/* A listening socket on 127.0.0.1 and a free port. */
-static int listen_any(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 512), 0);
-    socklen_t alen = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &alen);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void server_start(server_t *sv)
 {
     memset(sv, 0, sizeof *sv);
     pthread_mutex_init(&sv->mu, NULL);
-    sv->lfd = listen_any(&sv->port);
+    sv->lfd = tu_listen_loopback(512, &sv->port);
     assert_int_equal(pthread_create(&sv->acceptor, NULL, acceptor_main, sv), 0);
 }
 
@@ -411,7 +396,7 @@ static void test_http_refused(void **state)
 {
     fixture_t *f = *state;
     int port;
-    int fd = listen_any(&port);
+    int fd = tu_listen_loopback(512, &port);
     close(fd);                  /* nobody listens there now */
     char u[64];
     snprintf(u, sizeof u, "http://127.0.0.1:%d/", port);

@@ -45,26 +45,12 @@ static void *peer_main(void *arg)
     return NULL;
 }
 
-static int listen_any(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    socklen_t alen = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &alen);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void peer_start(peer_t *p, void (*script)(peer_t *, int))
 {
     memset(p, 0, sizeof *p);
     tu_gate_init(&p->gate);
     p->script = script;
-    p->lfd = listen_any(&p->port);
+    p->lfd = tu_listen_loopback(16, &p->port);
     assert_int_equal(pthread_create(&p->thread, NULL, peer_main, p), 0);
 }
 
@@ -267,7 +253,7 @@ static void test_tcp_refused(void **state)
     fixture_t *f = *state;
     long seen = 0;
     int port;
-    close(listen_any(&port));
+    close(tu_listen_loopback(16, &port));
     seda_io_tcp_t *s;
     seda_io_op_t *op;
     assert_int_equal(seda_io_tcp_new(f->loop, &s), 0);

@@ -255,6 +255,43 @@ function T.write(path, text)
   return path
 end
 
+-- ---- a raw HTTP/1.1 client (LuaSocket, loaded on first use) ----
+
+-- A TCP connection to 127.0.0.1:port whose reads and writes give up
+-- after timeout_s seconds (10 unless given).
+function T.http_connect(port, timeout_s)
+  local socket = require "socket"
+  local c = assert(socket.tcp())
+  c:settimeout(timeout_s or 10)
+  assert(c:connect("127.0.0.1", port))
+  return c
+end
+
+-- Read one response from c: status, headers (lower-case names), body; or
+-- nil, err when the connection ends first.
+function T.http_read(c)
+  local line, err = c:receive("*l")
+  if not line then return nil, err end
+  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
+  if not status then return nil, "bad status line: " .. line end
+  local h = {}
+  while true do
+    local l, e = c:receive("*l")
+    if not l then return nil, e end
+    if l == "" then break end
+    local k, v = l:match("^([^:]+):%s*(.*)$")
+    if k then h[k:lower()] = v end
+  end
+  local body = ""
+  local n = tonumber(h["content-length"] or "0")
+  if n > 0 then
+    local b, e = c:receive(n)
+    if not b then return nil, e end
+    body = b
+  end
+  return status, h, body
+end
+
 -- ---- running ----
 
 function T.test(name, fn)

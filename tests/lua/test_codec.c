@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_codec.c -- cmocka tests for the payload codec (src/lua/lcodec.c).
+ * test_codec.c -- cmocka tests for the payload codec (src/lua/lcodec.c and
+ * lcodec_decode.c).
  *
  * Pins down property C10 of the README's correctness table: every supported value survives
  * encode -> decode exactly, unsupported values and cycles fail with the

@@ -40,22 +40,6 @@ static void run(lua_State *L, const char *code)
         fail_msg("%s", lua_tostring(L, -1));
 }
 
-/* A listener on 127.0.0.1 (connections complete in its backlog; nobody
- * accepts them) and its port. */
-static int listener(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 16), 0);
-    socklen_t len = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &len);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 static void test_lio_no_io_no_thread(void **state)
 {
     (void)state;
@@ -86,7 +70,8 @@ static void test_lio_sockets_closed_at_close(void **state)
 {
     (void)state;
     int port;
-    int lfd = listener(&port);
+    /* Connections complete in its backlog; nobody accepts them. */
+    int lfd = tu_listen_loopback(16, &port);
     int threads = tu_thread_count();
     int fds = tu_fd_count();
     lua_State *L = new_state();

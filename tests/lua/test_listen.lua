@@ -1,5 +1,5 @@
 -- SPEC §13: bus:listen -- HTTP requests as itineraries, with real clients:
--- curl, and a raw client of this file's own (LuaSocket) for keep-alive,
+-- curl, and a raw client (the harness's, on LuaSocket) for keep-alive,
 -- pipelining, slow clients and garbage.  Every status the listener gives
 -- (200, early answers, 404, 413, 400, 431, 500, 503 for each admission
 -- refusal, 504), 10 000 requests over keep-alive connections each
@@ -13,37 +13,7 @@ local socket = require "socket"
 
 -- ---- a raw HTTP/1.1 client ----
 
-local function connect(port)
-  local c = assert(socket.tcp())
-  c:settimeout(10)
-  assert(c:connect("127.0.0.1", port))
-  return c
-end
-
--- Read one response from c: status, headers (lower-case names), body; or
--- nil, err when the connection ends first.
-local function read_response(c)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
-  if not status then return nil, "bad status line: " .. line end
-  local h = {}
-  while true do
-    local l, e = c:receive("*l")
-    if not l then return nil, e end
-    if l == "" then break end
-    local k, v = l:match("^([^:]+):%s*(.*)$")
-    if k then h[k:lower()] = v end
-  end
-  local body = ""
-  local n = tonumber(h["content-length"] or "0")
-  if n > 0 then
-    local b, e = c:receive(n)
-    if not b then return nil, e end
-    body = b
-  end
-  return status, h, body
-end
+local connect, read_response = T.http_connect, T.http_read
 
 local function request_text(method, path, body, extra)
   body = body or ""

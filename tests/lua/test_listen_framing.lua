@@ -12,39 +12,8 @@
 -- are busy in Lua.
 local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
 local seda = require "seda"
-local socket = require "socket"
 
-local function connect(port)
-  local c = assert(socket.tcp())
-  c:settimeout(10)
-  assert(c:connect("127.0.0.1", port))
-  return c
-end
-
--- One response from c: status, headers (lower-case names), body; or nil,
--- err when the connection ends first.
-local function read_response(c)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
-  if not status then return nil, "bad status line: " .. line end
-  local h = {}
-  while true do
-    local l, e = c:receive("*l")
-    if not l then return nil, e end
-    if l == "" then break end
-    local k, v = l:match("^([^:]+):%s*(.*)$")
-    if k then h[k:lower()] = v end
-  end
-  local body = ""
-  local n = tonumber(h["content-length"] or "0")
-  if n > 0 then
-    local b, e = c:receive(n)
-    if not b then return nil, e end
-    body = b
-  end
-  return status, h, body
-end
+local connect, read_response = T.http_connect, T.http_read
 
 -- The connection is closed by the server: a read ends (within 5 s).
 local function closed(c)

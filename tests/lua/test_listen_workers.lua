@@ -6,7 +6,6 @@
 -- threads option is refused naming why.
 local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
 local seda = require "seda"
-local socket = require "socket"
 
 local function threads()
   local n = 0
@@ -16,27 +15,8 @@ local function threads()
   return n
 end
 
-local function connect(port)
-  local c = assert(socket.tcp())
-  c:settimeout(20)
-  assert(c:connect("127.0.0.1", port))
-  return c
-end
-
-local function read_response(c)
-  local line, err = c:receive("*l")
-  if not line then return nil, err end
-  local status = tonumber(line:match("^HTTP/1%.%d (%d%d%d)"))
-  local h = {}
-  while true do
-    local l = assert(c:receive("*l"))
-    if l == "" then break end
-    local k, v = l:match("^([^:]+):%s*(.*)$")
-    if k then h[k:lower()] = v end
-  end
-  local n = tonumber(h["content-length"] or "0")
-  return status, h, n > 0 and c:receive(n) or ""
-end
+local function connect(port) return T.http_connect(port, 20) end
+local read_response = T.http_read
 
 local function get(c, path)
   assert(c:send("GET " .. path .. " HTTP/1.1\r\nHost: t\r\n\r\n"))

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_schema.c -- cmocka tests for typed-stage schemas (src/lua/lschema.c).
+ * test_schema.c -- cmocka tests for typed-stage schemas (src/lua/lschema.c
+ * and lschema_bytes.c).
  *
  * Pins down the `accepts` contract: every type name on matching and
  * mismatching values, optional fields, strict mode, nested schemas, bad

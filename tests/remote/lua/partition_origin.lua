@@ -11,13 +11,11 @@
 -- were still awaited) and "remote <republished> <duplicates>
 -- <publish_failed> <reconnects>".
 local seda = require "seda"
-local urls = {}
-for u in arg[1]:gmatch("[^,]+") do urls[#urls + 1] = u end
+local O = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") ..
+                 "origin_common.lua")
 local n, rate = tonumber(arg[3]), tonumber(arg[4])
-local bus = seda.bus{ workers = 2 }
-bus:stage{ name = "cwork", capacity = 512, publish_timeout = 60,
-  remote = { urls = urls, stream = arg[2], replicas = 3 } }
-local completed, refusals, accepted = 0, 0, 0
+local bus = O.bus(arg[1], arg[2], 512)
+local completed = 0
 local seen = {}
 local start = seda.now()
 local last, stall = start, 0
@@ -28,21 +26,9 @@ local function done(env)
   if not seen[env.payload] then completed = completed + 1 end
   seen[env.payload] = true
 end
-local i = 1
 local deadline = start + 240
-while i <= n and seda.now() < deadline do
-  local due = start + (i - 1) / rate
-  if seda.now() < due then bus:wait(due - seda.now()) end
-  local ok = bus:publish("cwork", "p" .. i, { on_complete = done })
-  if ok then
-    accepted = accepted + 1
-    if i % 500 == 0 then print("published " .. i); io.stdout:flush() end
-    i = i + 1
-  else
-    refusals = refusals + 1
-    bus:wait(0.05)
-  end
-end
+local accepted, refusals = O.publish(bus, "p", n, done, deadline, rate,
+                                     start)
 while completed < accepted and seda.now() < deadline do
   bus:wait(0.1)
 end
@@ -56,10 +42,4 @@ print(("origin %d %d %d %d %d %.1f"):format(accepted, completed,
 local r = bus:stats("cwork").remote
 print(("remote %d %d %d %d"):format(r.republished, r.duplicates,
   r.publish_failed, r.reconnects))
-if completed < accepted then
-  local missing = {}
-  for k = 1, accepted do
-    if not seen["p" .. k] then missing[#missing + 1] = "p" .. k end
-  end
-  print("missing " .. table.concat(missing, " ", 1, math.min(#missing, 20)))
-end
+O.missing(seen, "p", accepted)
