@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ldoor.h"
 #include "lworker.h"
 
 /* ---- publishing ---- */
@@ -295,11 +296,7 @@ int seda__l_publish(lua_State *L, struct lbus *lb, int first,
     seda_stage_t *st = seda_bus_stage(lb->bus, to);
     if (!st) {
         lua_pushboolean(L, 0);
-        lua_pushstring(L, seda_strerror(seda_bus_closed(lb->bus)
-                                            ? SEDA_ECLOSED
-                                        : seda_bus_paused(lb->bus)
-                                            ? SEDA_EPAUSED
-                                            : SEDA_ENOSTAGE));
+        lua_pushstring(L, seda_strerror(seda__l_door_lookup_error(lb->bus)));
         return 2;
     }
     if (duridx && seda_stage_durability(st) == SEDA_MEMORY)
