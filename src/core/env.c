@@ -15,9 +15,8 @@
 #include <assert.h>
 #include <string.h>
 
-#include "bus.h"
 #include "env.h"
-#include "stage.h"
+#include "tally.h"
 
 /* ---- ids ---- */
 
@@ -404,7 +403,8 @@ void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u, bool keep)
              * nothing: out of memory at the worst moment). */
             seda_env_t *was = tls_undo_env;
             tls_undo_env = NULL;
-            (void)seda_env_set_payload_kind(env, u->pay, u->len, u->kind);
+            (void)seda__env_put_payload(env, u->pay, u->len, u->kind,
+                                        SIZE_MAX);
             tls_undo_env = was;
         }
         u->payload = false;
@@ -514,19 +514,11 @@ const char *seda_env_slip_at(const seda_env_t *env, int i)
     return sl->name[sl->n - 1 - i];
 }
 
-int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
+int seda__env_slip_insert(seda_env_t *env, const char *const *stages,
+                          int n)
 {
-    if (n < 0 || (n > 0 && !stages))
-        return SEDA_EINVAL;
-    for (int i = 0; i < n; i++)
-        if (!seda__valid_name(stages[i]))
-            return SEDA_EINVAL;
-    if (n == 0)
-        return 0;
     if (!ext_of(env))
         return SEDA_ENOMEM;
-    if (env->at)                        /* the program's own hops */
-        seda__ownhops_note(&env->at->bus->ownhops, stages, n);
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
@@ -537,15 +529,6 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
         seda__free(env->ext->slip);
     }
     env->ext->slip = s;
-    /* The door rule learns where this stage's handlers forward (shed.c):
-     * a new itinerary is refused while a stage it may reach sheds. */
-    if (env->at)
-        for (int i = 0; i < n; i++) {
-            struct seda_stage_s *to = seda__bus_lookup(env->at->bus,
-                                                       stages[i]);
-            if (to && to != env->at)
-                seda__shed_fwd_learn(env->at, to);
-        }
     return 0;
 }
 
@@ -896,13 +879,6 @@ int seda__env_set_id(seda_env_t *env, const char *id)
 
 uint64_t seda_env_seq(const seda_env_t *env) { return env->seq; }
 
-const char *seda_env_to(const seda_env_t *env)
-{
-    if (SEDA__UNLIKELY(env->ext && env->ext->to))
-        return env->ext->to;
-    return env->at ? env->at->name : NULL;
-}
-
 int seda__env_set_to(seda_env_t *env, const char *name)
 {
     if (!ext_of(env))
@@ -942,12 +918,12 @@ const void *seda_env_payload(const seda_env_t *env, size_t *len)
 
 int seda_env_payload_kind(const seda_env_t *env) { return env->kind; }
 
-int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
-                              int kind)
+int seda__env_put_payload(seda_env_t *env, const void *p, size_t len,
+                          int kind, size_t max)
 {
     if (len > UINT32_MAX)
         return SEDA_EINVAL;
-    if (env->at && len > env->at->bus->max_payload)
+    if (len > max)
         return SEDA_ETOOLARGE;
     if (undo_save_payload(env) != 0)
         return SEDA_ENOMEM;
@@ -967,11 +943,6 @@ int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
     env->len = (uint32_t)len;
     env->kind = (uint8_t)kind;
     return 0;
-}
-
-int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
-{
-    return seda_env_set_payload_kind(env, p, len, 0);
 }
 
 /* Keep msg's first line (at most ERR_KEEP bytes) as env's last error;
@@ -999,19 +970,17 @@ const char *seda__env_last_error(const seda_env_t *env)
     return env->ext ? env->ext->last_error : NULL;
 }
 
-void seda_env_fail(seda_env_t *env, const char *msg)
+void seda__env_fail_note(seda_env_t *env, const char *msg)
 {
     if (env == tls_delivering)
         tls_failed = true;
-    keep_error(env, msg ? msg : "consumer failed");
-    if (env->at)
-        seda_stage_report(env->at, msg ? msg : "consumer failed");
+    keep_error(env, msg);
 }
 
 /* ---- ending an envelope ---- */
 
-void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
-                   struct stage_counters *tally)
+void seda__env_end(seda_env_t *env, int outcome, struct stage_counters *tally,
+                   seda__mutex_t *mu, struct stage_counters *c)
 {
     if (!(env->flags & ENV_DEAD)) {
         if (tally) {
@@ -1020,12 +989,12 @@ void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
             else if (outcome == SEDA_DROPPED)
                 tally->it_lost++;
         } else {
-            seda__mutex_lock(&st->mu);
+            seda__mutex_lock(mu);
             if (outcome == SEDA_COMPLETED)
-                st->stats.c.completed++;
+                c->completed++;
             else if (outcome == SEDA_DROPPED)
-                st->stats.c.it_lost++;
-            seda__mutex_unlock(&st->mu);
+                c->it_lost++;
+            seda__mutex_unlock(mu);
         }
     }
     if (env->done) {

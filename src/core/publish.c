@@ -266,3 +266,16 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     return done;
 }
 
+/* A handler's new payload is held to the bus's publish limit. */
+int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
+                              int kind)
+{
+    return seda__env_put_payload(env, p, len, kind,
+                                 env->at ? env->at->bus->max_payload
+                                         : SIZE_MAX);
+}
+
+int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
+{
+    return seda_env_set_payload_kind(env, p, len, 0);
+}
