@@ -425,7 +425,8 @@ void seda__route_nack(struct seda_stage_s *st, seda_env_t *env)
 
 int seda__route_sweep(struct seda_stage_s *st)
 {
-    int swept = st->pull ? seda__receive_sweep(st) : 0;
+    int swept = st->pull ? seda__pull_sweep(&st->pl, &st->mu, &st->stats.c)
+                         : 0;
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
