@@ -224,6 +224,20 @@ SEDA__API int seda__env_put_payload(seda_env_t *env, const void *p,
  * seda_env_fail does to the envelope; route.c tells the stage). */
 SEDA__API void seda__env_fail_note(seda_env_t *env, const char *msg);
 
+/* env's extension block, made on first use; NULL when out of memory. */
+SEDA__API struct env_ext *seda__env_ext(seda_env_t *env);
+
+/* Before a change of env's headers: when env is tracked on this thread
+ * and its headers not saved yet, keep a copy of them for a nack.  0, or
+ * SEDA_ENOMEM (the change must then not be made). */
+SEDA__API int seda__env_undo_save_headers(seda_env_t *env);
+
+/* A header table's end (NULL is a no-op) and its deep copy (NULL for
+ * none or empty; *ok false when out of memory) (env_headers.c). */
+SEDA__API void seda__env_headers_free(struct env_hdrs *h);
+SEDA__API struct env_hdrs *seda__env_headers_dup(const struct env_hdrs *h,
+                                                 bool *ok);
+
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);
 
