@@ -517,7 +517,38 @@ int seda_env_slip_end(seda_env_t *env)
     return 0;
 }
 
-/* ---- the snapshot (the headers are env_headers.c's) ---- */
+/* ---- the snapshot ---- */
+
+/* The bytes the headers of h take as copies: their strings with NULs,
+ * and 2 * count pointers. */
+static size_t snap_headers_size(const struct env_hdrs *h)
+{
+    int nh = h ? h->n : 0;
+    size_t len = (size_t)nh * 2 * sizeof(char *);
+    for (int i = 0; i < nh; i++)
+        len += strlen(h->kv[i].key) + strlen(h->kv[i].value) + 2;
+    return len;
+}
+
+/* Copy the headers of h into q (room for their strings), hv[2i] and
+ * hv[2i+1] pointing at the copies of the i-th name and value.  Returns
+ * the end of what was written. */
+static char *snap_headers_copy(const struct env_hdrs *h, const char **hv,
+                               char *q)
+{
+    int nh = h ? h->n : 0;
+    for (int i = 0; i < nh; i++) {
+        const char *k = h->kv[i].key, *v = h->kv[i].value;
+        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
+        memcpy(q, k, kn);
+        hv[2 * i] = q;
+        q += kn;
+        memcpy(q, v, vn);
+        hv[2 * i + 1] = q;
+        q += vn;
+    }
+    return q;
+}
 
 char *seda__env_snapshot(const seda_env_t *env, size_t keep,
                          bool with_error, seda_env_snapshot *out,
@@ -527,9 +558,9 @@ char *seda__env_snapshot(const seda_env_t *env, size_t keep,
     size_t plen;
     const void *p = seda_env_payload(env, &plen);
     size_t pkeep = plen < keep ? plen : keep;
-    int nh = seda_env_header_count(env);
-    size_t n = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
-               + pkeep;
+    const struct env_hdrs *h = env->ext ? env->ext->hdrs : NULL;
+    int nh = h ? h->n : 0;
+    size_t n = snap_headers_size(h) + (err ? strlen(err) + 1 : 0) + pkeep;
     char *blob = seda__malloc(n ? n : 1);
     if (!blob)
         return NULL;
@@ -552,7 +583,7 @@ char *seda__env_snapshot(const seda_env_t *env, size_t keep,
     out->payload = q;
     out->payload_len = pkeep;
     q += pkeep;
-    seda__env_headers_copy(env, hv, q);
+    snap_headers_copy(h, hv, q);
     out->headers = nh ? hv : NULL;
     *len = n;
     return blob;

@@ -175,15 +175,6 @@ SEDA__API bool seda__env_resume_end(void);
 /* The latest failure's message (first line), or NULL. */
 SEDA__API const char *seda__env_last_error(const seda_env_t *env);
 
-/* The bytes env's headers take as copies: their strings with NULs, and
- * 2 * count pointers. */
-SEDA__API size_t seda__env_headers_size(const seda_env_t *env);
-/* Copy env's headers into q (room for their strings), hv[2i] and hv[2i+1]
- * pointing at the copies of the i-th name and value.  Returns the end of
- * what was written. */
-SEDA__API char *seda__env_headers_copy(const seda_env_t *env,
-                                       const char **hv, char *q);
-
 /* A snapshot of env (seda.h's seda_env_snapshot, for taps and dead
  * letters): its id, attempts, kind, headers, the first `keep` bytes of
  * its payload and, when with_error, its last error, into *out (the rest

@@ -2,7 +2,8 @@
 /*
  * env_headers.c -- an envelope's headers: the table of name/value pairs
  * in its extension block (struct env_hdrs, env.h), read, set and deleted
- * by its holder, copied whole for a nack's undo and for a snapshot.
+ * by its holder, copied whole for a nack's undo (a snapshot copies them
+ * itself, env.c).
  *
  * DESIGN
  *   A small array searched in order (at most SEDA_HEADERS_MAX pairs),
@@ -80,35 +81,6 @@ int seda_env_header_at(const seda_env_t *env, int i, const char **key,
     *key = h->kv[i].key;
     *value = h->kv[i].value;
     return 0;
-}
-
-size_t seda__env_headers_size(const seda_env_t *env)
-{
-    int nh = seda_env_header_count(env);
-    size_t len = (size_t)nh * 2 * sizeof(char *);
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        len += strlen(k) + strlen(v) + 2;
-    }
-    return len;
-}
-
-char *seda__env_headers_copy(const seda_env_t *env, const char **hv, char *q)
-{
-    int nh = seda_env_header_count(env);
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
-        memcpy(q, k, kn);
-        hv[2 * i] = q;
-        q += kn;
-        memcpy(q, v, vn);
-        hv[2 * i + 1] = q;
-        q += vn;
-    }
-    return q;
 }
 
 int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
