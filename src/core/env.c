@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * env.c -- envelope construction, accessors and the routing slip.
+ * env.c -- envelope construction, accessors, the routing slip and the
+ * undo of a nacked attempt (the headers are env_headers.c's).
  *
  * DESIGN
  *   One allocation per envelope, recycled (see "recycling" below):
@@ -15,9 +16,8 @@
 #include <assert.h>
 #include <string.h>
 
-#include "bus.h"
 #include "env.h"
-#include "stage.h"
+#include "tally.h"
 
 /* ---- ids ---- */
 
@@ -218,7 +218,7 @@ long seda__env_unaccounted(void)
 
 /* ---- the extension block ---- */
 
-static struct env_ext *ext_of(seda_env_t *env)
+struct env_ext *seda__env_ext(seda_env_t *env)
 {
     if (!env->ext)
         env->ext = seda__calloc(1, sizeof *env->ext);
@@ -262,7 +262,6 @@ static struct env_slip *slip_build(const char *const *front, int nfront,
 }
 
 #define SLIP(env) ((env)->ext ? (env)->ext->slip : NULL)
-#define HDRS(env) ((env)->ext ? (env)->ext->hdrs : NULL)
 
 const char *seda__env_slip_pop(seda_env_t *env)
 {
@@ -305,36 +304,6 @@ static void undo_key_init(void)
     pthread_key_create(&undo_key, undo_thread_exit);
 }
 
-static void hdrs_free(struct env_hdrs *h);
-
-/* A deep copy of h (NULL for none).  *ok false when out of memory. */
-static struct env_hdrs *hdrs_copy(const struct env_hdrs *h, bool *ok)
-{
-    *ok = true;
-    if (!h || h->n == 0)
-        return NULL;
-    struct env_hdrs *c = seda__malloc(sizeof *c + sizeof c->kv[0] *
-                                      (size_t)h->n);
-    if (!c) {
-        *ok = false;
-        return NULL;
-    }
-    c->n = 0;
-    c->cap = h->n;
-    for (int i = 0; i < h->n; i++) {
-        char *k = seda__strdup(h->kv[i].key);
-        char *v = k ? seda__strdup(h->kv[i].value) : NULL;
-        if (!v) {
-            seda__free(k);
-            hdrs_free(c);
-            *ok = false;
-            return NULL;
-        }
-        c->kv[c->n++] = (struct env_hdr){ k, v };
-    }
-    return c;
-}
-
 /* Before a tracked change of env's payload or headers: keep what it was.
  * Returns 0, or SEDA_ENOMEM (the change must then not be made: it could
  * not be undone). */
@@ -362,13 +331,14 @@ static int undo_save_payload(seda_env_t *env)
     return 0;
 }
 
-static int undo_save_headers(seda_env_t *env)
+int seda__env_undo_save_headers(seda_env_t *env)
 {
     struct seda__undo *u = tls_undo;
     if (env != tls_undo_env || u->hdrs)
         return 0;
     bool ok;
-    struct env_hdrs *c = hdrs_copy(env->ext ? env->ext->hdrs : NULL, &ok);
+    struct env_hdrs *c = seda__env_headers_dup(env->ext ? env->ext->hdrs
+                                                          : NULL, &ok);
     if (!ok)
         return SEDA_ENOMEM;
     u->saved = c;
@@ -404,7 +374,8 @@ void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u, bool keep)
              * nothing: out of memory at the worst moment). */
             seda_env_t *was = tls_undo_env;
             tls_undo_env = NULL;
-            (void)seda_env_set_payload_kind(env, u->pay, u->len, u->kind);
+            (void)seda__env_put_payload(env, u->pay, u->len, u->kind,
+                                        SIZE_MAX);
             tls_undo_env = was;
         }
         u->payload = false;
@@ -419,10 +390,10 @@ void seda__env_undo_finish(seda_env_t *env, struct seda__undo *u, bool keep)
     }
     if (u->hdrs) {
         if (!keep && env->ext) {
-            hdrs_free(env->ext->hdrs);
+            seda__env_headers_free(env->ext->hdrs);
             env->ext->hdrs = u->saved;
         } else {
-            hdrs_free(u->saved);
+            seda__env_headers_free(u->saved);
         }
         u->saved = NULL;
         u->hdrs = false;
@@ -514,19 +485,11 @@ const char *seda_env_slip_at(const seda_env_t *env, int i)
     return sl->name[sl->n - 1 - i];
 }
 
-int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
+int seda__env_slip_insert(seda_env_t *env, const char *const *stages,
+                          int n)
 {
-    if (n < 0 || (n > 0 && !stages))
-        return SEDA_EINVAL;
-    for (int i = 0; i < n; i++)
-        if (!seda__valid_name(stages[i]))
-            return SEDA_EINVAL;
-    if (n == 0)
-        return 0;
-    if (!ext_of(env))
+    if (!seda__env_ext(env))
         return SEDA_ENOMEM;
-    if (env->at)                        /* the program's own hops */
-        seda__ownhops_note(&env->at->bus->ownhops, stages, n);
     struct env_slip *s = slip_build(stages, n, env->ext->slip);
     if (!s)
         return SEDA_ENOMEM;
@@ -537,15 +500,6 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
         seda__free(env->ext->slip);
     }
     env->ext->slip = s;
-    /* The door rule learns where this stage's handlers forward (shed.c):
-     * a new itinerary is refused while a stage it may reach sheds. */
-    if (env->at)
-        for (int i = 0; i < n; i++) {
-            struct seda_stage_s *to = seda__bus_lookup(env->at->bus,
-                                                       stages[i]);
-            if (to && to != env->at)
-                seda__shed_fwd_learn(env->at, to);
-        }
     return 0;
 }
 
@@ -563,63 +517,28 @@ int seda_env_slip_end(seda_env_t *env)
     return 0;
 }
 
-/* ---- headers ---- */
+/* ---- the snapshot ---- */
 
-static void hdrs_free(struct env_hdrs *h)
+/* The bytes the headers of h take as copies: their strings with NULs,
+ * and 2 * count pointers. */
+static size_t snap_headers_size(const struct env_hdrs *h)
 {
-    if (!h)
-        return;
-    for (int i = 0; i < h->n; i++) {
-        seda__free(h->kv[i].key);
-        seda__free(h->kv[i].value);
-    }
-    seda__free(h);
-}
-
-const char *seda_env_header(const seda_env_t *env, const char *key)
-{
-    const struct env_hdrs *h = HDRS(env);
-    for (int i = 0; h && i < h->n; i++)
-        if (strcmp(h->kv[i].key, key) == 0)
-            return h->kv[i].value;
-    return NULL;
-}
-
-int seda_env_header_count(const seda_env_t *env)
-{
-    const struct env_hdrs *h = HDRS(env);
-    return h ? h->n : 0;
-}
-
-int seda_env_header_at(const seda_env_t *env, int i, const char **key,
-                       const char **value)
-{
-    const struct env_hdrs *h = HDRS(env);
-    if (!h || i < 0 || i >= h->n)
-        return SEDA_ERANGE;
-    *key = h->kv[i].key;
-    *value = h->kv[i].value;
-    return 0;
-}
-
-size_t seda__env_headers_size(const seda_env_t *env)
-{
-    int nh = seda_env_header_count(env);
+    int nh = h ? h->n : 0;
     size_t len = (size_t)nh * 2 * sizeof(char *);
-    for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
-        len += strlen(k) + strlen(v) + 2;
-    }
+    for (int i = 0; i < nh; i++)
+        len += strlen(h->kv[i].key) + strlen(h->kv[i].value) + 2;
     return len;
 }
 
-char *seda__env_headers_copy(const seda_env_t *env, const char **hv, char *q)
+/* Copy the headers of h into q (room for their strings), hv[2i] and
+ * hv[2i+1] pointing at the copies of the i-th name and value.  Returns
+ * the end of what was written. */
+static char *snap_headers_copy(const struct env_hdrs *h, const char **hv,
+                               char *q)
 {
-    int nh = seda_env_header_count(env);
+    int nh = h ? h->n : 0;
     for (int i = 0; i < nh; i++) {
-        const char *k, *v;
-        seda_env_header_at(env, i, &k, &v);
+        const char *k = h->kv[i].key, *v = h->kv[i].value;
         size_t kn = strlen(k) + 1, vn = strlen(v) + 1;
         memcpy(q, k, kn);
         hv[2 * i] = q;
@@ -639,9 +558,9 @@ char *seda__env_snapshot(const seda_env_t *env, size_t keep,
     size_t plen;
     const void *p = seda_env_payload(env, &plen);
     size_t pkeep = plen < keep ? plen : keep;
-    int nh = seda_env_header_count(env);
-    size_t n = seda__env_headers_size(env) + (err ? strlen(err) + 1 : 0)
-               + pkeep;
+    const struct env_hdrs *h = env->ext ? env->ext->hdrs : NULL;
+    int nh = h ? h->n : 0;
+    size_t n = snap_headers_size(h) + (err ? strlen(err) + 1 : 0) + pkeep;
     char *blob = seda__malloc(n ? n : 1);
     if (!blob)
         return NULL;
@@ -664,68 +583,10 @@ char *seda__env_snapshot(const seda_env_t *env, size_t keep,
     out->payload = q;
     out->payload_len = pkeep;
     q += pkeep;
-    seda__env_headers_copy(env, hv, q);
+    snap_headers_copy(h, hv, q);
     out->headers = nh ? hv : NULL;
     *len = n;
     return blob;
-}
-
-int seda_env_set_header(seda_env_t *env, const char *key, const char *value)
-{
-    if (!key)
-        return SEDA_EINVAL;
-    if (strlen(key) > SEDA_HEADER_KEY_MAX ||
-        (value && strlen(value) > SEDA_HEADER_VALUE_MAX))
-        return SEDA_ETOOLARGE;
-    if (undo_save_headers(env) != 0)
-        return SEDA_ENOMEM;
-    struct env_hdrs *h = HDRS(env);
-    int i = 0;
-    while (h && i < h->n && strcmp(h->kv[i].key, key) != 0)
-        i++;
-    if (!value) {                       /* delete */
-        if (!h || i == h->n)
-            return 0;
-        seda__free(h->kv[i].key);
-        seda__free(h->kv[i].value);
-        h->kv[i] = h->kv[--h->n];
-        return 0;
-    }
-    if (!ext_of(env))
-        return SEDA_ENOMEM;
-    char *v = seda__strdup(value);
-    if (!v)
-        return SEDA_ENOMEM;
-    if (h && i < h->n) {                /* replace */
-        seda__free(h->kv[i].value);
-        h->kv[i].value = v;
-        return 0;
-    }
-    if (h && h->n >= SEDA_HEADERS_MAX) {
-        seda__free(v);
-        return SEDA_ETOOLARGE;
-    }
-    char *k = seda__strdup(key);
-    if (!k) {
-        seda__free(v);
-        return SEDA_ENOMEM;
-    }
-    if (!h || h->n == h->cap) {
-        int cap = h ? h->cap * 2 : 4;
-        struct env_hdrs *nh = seda__realloc(h, sizeof *nh +
-                                            sizeof nh->kv[0] * (size_t)cap);
-        if (!nh) {
-            seda__free(k);
-            seda__free(v);
-            return SEDA_ENOMEM;
-        }
-        if (!h)
-            nh->n = 0;
-        nh->cap = cap;
-        env->ext->hdrs = h = nh;
-    }
-    h->kv[h->n++] = (struct env_hdr){ k, v };
-    return 0;
 }
 
 /* ---- construction ---- */
@@ -802,7 +663,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
         e->prio = (uint8_t)opts->priority;
         e->done = opts->done;
         e->done_ud = opts->done_ud;
-        if (opts->sender && (!ext_of(e) ||
+        if (opts->sender && (!seda__env_ext(e) ||
                              !(e->ext->sender = seda__strdup(opts->sender))))
             goto oom;
         for (int i = 0; i < opts->nheaders; i++) {
@@ -818,7 +679,7 @@ seda_env_t *seda__env_new(const void *payload, size_t len,
                 goto oom;
         }
         if (opts->nslip > 0 &&
-            (!ext_of(e) ||
+            (!seda__env_ext(e) ||
              !(e->ext->slip = slip_build(opts->slip, opts->nslip, NULL))))
             goto oom;
         if (opts->id) {
@@ -847,7 +708,7 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->payload);
     if (env->ext) {
         seda__free(env->ext->sender);
-        hdrs_free(env->ext->hdrs);
+        seda__env_headers_free(env->ext->hdrs);
         seda__free(env->ext->slip);
         seda__free(env->ext->slip_prev);
         seda__free(env->ext->id);
@@ -873,7 +734,7 @@ int seda__env_set_jkey(seda_env_t *env, int64_t key)
 {
     if (!key && !env->ext)
         return 0;
-    if (!ext_of(env))
+    if (!seda__env_ext(env))
         return SEDA_ENOMEM;
     env->ext->jkey = key;
     return 0;
@@ -884,7 +745,7 @@ int seda__env_set_id(seda_env_t *env, const char *id)
     size_t n = id ? strlen(id) : 0;
     if (n == 0 || n >= SEDA_ID_MAX)
         return SEDA_EINVAL;
-    if (!ext_of(env))
+    if (!seda__env_ext(env))
         return SEDA_ENOMEM;
     char *d = seda__strdup(id);
     if (!d)
@@ -896,16 +757,9 @@ int seda__env_set_id(seda_env_t *env, const char *id)
 
 uint64_t seda_env_seq(const seda_env_t *env) { return env->seq; }
 
-const char *seda_env_to(const seda_env_t *env)
-{
-    if (SEDA__UNLIKELY(env->ext && env->ext->to))
-        return env->ext->to;
-    return env->at ? env->at->name : NULL;
-}
-
 int seda__env_set_to(seda_env_t *env, const char *name)
 {
-    if (!ext_of(env))
+    if (!seda__env_ext(env))
         return SEDA_ENOMEM;
     char *d = seda__strdup(name);
     if (!d)
@@ -942,12 +796,12 @@ const void *seda_env_payload(const seda_env_t *env, size_t *len)
 
 int seda_env_payload_kind(const seda_env_t *env) { return env->kind; }
 
-int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
-                              int kind)
+int seda__env_put_payload(seda_env_t *env, const void *p, size_t len,
+                          int kind, size_t max)
 {
     if (len > UINT32_MAX)
         return SEDA_EINVAL;
-    if (env->at && len > env->at->bus->max_payload)
+    if (len > max)
         return SEDA_ETOOLARGE;
     if (undo_save_payload(env) != 0)
         return SEDA_ENOMEM;
@@ -969,17 +823,12 @@ int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
     return 0;
 }
 
-int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
-{
-    return seda_env_set_payload_kind(env, p, len, 0);
-}
-
 /* Keep msg's first line (at most ERR_KEEP bytes) as env's last error;
  * out of memory keeps none. */
 #define ERR_KEEP 200
 static void keep_error(seda_env_t *env, const char *msg)
 {
-    struct env_ext *x = ext_of(env);
+    struct env_ext *x = seda__env_ext(env);
     if (!x)
         return;
     size_t n = strcspn(msg, "\n");
@@ -999,19 +848,17 @@ const char *seda__env_last_error(const seda_env_t *env)
     return env->ext ? env->ext->last_error : NULL;
 }
 
-void seda_env_fail(seda_env_t *env, const char *msg)
+void seda__env_fail_note(seda_env_t *env, const char *msg)
 {
     if (env == tls_delivering)
         tls_failed = true;
-    keep_error(env, msg ? msg : "consumer failed");
-    if (env->at)
-        seda_stage_report(env->at, msg ? msg : "consumer failed");
+    keep_error(env, msg);
 }
 
 /* ---- ending an envelope ---- */
 
-void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
-                   struct stage_counters *tally)
+void seda__env_end(seda_env_t *env, int outcome, struct stage_counters *tally,
+                   seda__mutex_t *mu, struct stage_counters *c)
 {
     if (!(env->flags & ENV_DEAD)) {
         if (tally) {
@@ -1020,12 +867,12 @@ void seda__env_end(struct seda_stage_s *st, seda_env_t *env, int outcome,
             else if (outcome == SEDA_DROPPED)
                 tally->it_lost++;
         } else {
-            seda__mutex_lock(&st->mu);
+            seda__mutex_lock(mu);
             if (outcome == SEDA_COMPLETED)
-                st->stats.c.completed++;
+                c->completed++;
             else if (outcome == SEDA_DROPPED)
-                st->stats.c.it_lost++;
-            seda__mutex_unlock(&st->mu);
+                c->it_lost++;
+            seda__mutex_unlock(mu);
         }
     }
     if (env->done) {

@@ -175,15 +175,6 @@ SEDA__API bool seda__env_resume_end(void);
 /* The latest failure's message (first line), or NULL. */
 SEDA__API const char *seda__env_last_error(const seda_env_t *env);
 
-/* The bytes env's headers take as copies: their strings with NULs, and
- * 2 * count pointers. */
-SEDA__API size_t seda__env_headers_size(const seda_env_t *env);
-/* Copy env's headers into q (room for their strings), hv[2i] and hv[2i+1]
- * pointing at the copies of the i-th name and value.  Returns the end of
- * what was written. */
-SEDA__API char *seda__env_headers_copy(const seda_env_t *env,
-                                       const char **hv, char *q);
-
 /* A snapshot of env (seda.h's seda_env_snapshot, for taps and dead
  * letters): its id, attempts, kind, headers, the first `keep` bytes of
  * its payload and, when with_error, its last error, into *out (the rest
@@ -195,15 +186,48 @@ SEDA__API char *seda__env_snapshot(const seda_env_t *env, size_t keep,
                                    bool with_error, seda_env_snapshot *out,
                                    size_t *len);
 
-/* End an envelope with an outcome: count it (in tally, or on st under its
- * lock when tally is NULL), fire done, free it (env.c, the end of every
- * envelope). */
-SEDA__API void seda__env_end(struct seda_stage_s *st, seda_env_t *env,
-                             int outcome, struct stage_counters *tally);
+/* End an envelope with an outcome: count it (in tally, or in c under mu
+ * when tally is NULL: the stage's counters and lock), fire done, free it
+ * (the end of every envelope). */
+SEDA__API void seda__env_end(seda_env_t *env, int outcome,
+                             struct stage_counters *tally, seda__mutex_t *mu,
+                             struct stage_counters *c);
 
 /* End an envelope that was evicted or swept (its stage already counted
  * it dropped): fire done with SEDA_DROPPED, free it. */
 SEDA__API void seda__env_end_dropped(seda_env_t *env);
+
+/* Put stages (n > 0 valid names) before env's remaining slip; a nack of
+ * the current delivery restores the slip it replaced.  0 or SEDA_ENOMEM.
+ * (seda_env_forward, route.c, checks the names and tells the bus.) */
+SEDA__API int seda__env_slip_insert(seda_env_t *env,
+                                    const char *const *stages, int n);
+
+/* Replace env's payload with a copy of p (len bytes, of the binding's
+ * kind): 0, SEDA_EINVAL (over 4 GiB), SEDA_ETOOLARGE (over max: the bus's
+ * publish limit) or SEDA_ENOMEM.  The first change during a delivery
+ * keeps the old payload for a nack. */
+SEDA__API int seda__env_put_payload(seda_env_t *env, const void *p,
+                                    size_t len, int kind, size_t max);
+
+/* Keep msg's first line as env's last error and, when env is the one
+ * being delivered on this thread, mark the delivery failed (what
+ * seda_env_fail does to the envelope; route.c tells the stage). */
+SEDA__API void seda__env_fail_note(seda_env_t *env, const char *msg);
+
+/* env's extension block, made on first use; NULL when out of memory. */
+SEDA__API struct env_ext *seda__env_ext(seda_env_t *env);
+
+/* Before a change of env's headers: when env is tracked on this thread
+ * and its headers not saved yet, keep a copy of them for a nack.  0, or
+ * SEDA_ENOMEM (the change must then not be made). */
+SEDA__API int seda__env_undo_save_headers(seda_env_t *env);
+
+/* A header table's end (NULL is a no-op) and its deep copy (NULL for
+ * none or empty; *ok false when out of memory) (env_headers.c). */
+SEDA__API void seda__env_headers_free(struct env_hdrs *h);
+SEDA__API struct env_hdrs *seda__env_headers_dup(const struct env_hdrs *h,
+                                                 bool *ok);
 
 /* Drop the remaining slip. */
 SEDA__API void seda__env_slip_clear(seda_env_t *env);

@@ -3,7 +3,7 @@
  * permits.c -- a stage's permits for drain tasks: claimed by whoever
  * queues work (a publish, a retry that comes due, a tune), given back or
  * passed on by a task that ends.  A part: it sees the drain state's
- * counters (drain.h) and the queue's depth (inbox.h), never the stage.
+ * counters (drain_state.h) and the queue's depth (inbox.h), never the stage.
  *
  * DESIGN
  *   running counts the tasks queued in the pool or running; a claim takes
@@ -13,7 +13,7 @@
  *   of the Dekker pairing with the lock-free publish path (inbox.c, HOW IT
  *   WORKS): running is lowered with seq_cst, then the queue looked at once
  *   more, so a queued envelope always has a task.  Every function here
- *   runs under the stage's mu (the guard drain.h names).
+ *   runs under the stage's mu (the guard drain_state.h names).
  */
 #include "env.h"
 #include "permits.h"

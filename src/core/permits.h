@@ -2,13 +2,13 @@
 /*
  * permits.h -- a stage's permits for drain tasks (permits.c): claimed
  * when work is queued, given back or passed on when a task ends.  The
- * counters are the drain state's (drain.h); the stage's mu guards every
+ * counters are the drain state's (drain_state.h); the stage's mu guards every
  * call.
  */
 #ifndef SEDA_PERMITS_H
 #define SEDA_PERMITS_H
 
-#include "drain.h"
+#include "drain_state.h"
 #include "inbox.h"
 #include "seda_int.h"
 

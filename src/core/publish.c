@@ -145,23 +145,20 @@ int seda_stage_publish(seda_stage_t *st, const void *payload, size_t len,
     char why[256];
     if ((rc = seda__stage_check(st, env, why, sizeof why)) != 0) {
         tell_why(opts, why);
-        env->done = NULL;
-        seda__env_free(env);
-        return rc;
+    } else {
+        double t = opts && opts->timeout >= 0 ? opts->timeout
+                                              : st->publish_timeout;
+        if (st->durable && opts && opts->on_durable)
+            return seda__bus_store_ops(b)->publish_async(
+                st, env, t, opts->on_durable, opts->on_durable_ud);
+        if (st->durable) {
+            seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
+            return rc;
+        }
+        rc = seda__stage_enter(st, env, t, false);
     }
-    double t = opts && opts->timeout >= 0 ? opts->timeout
-                                          : st->publish_timeout;
-    if (st->durable && opts && opts->on_durable)
-        return seda__bus_store_ops(b)->publish_async(st, env, t,
-                                                     opts->on_durable,
-                                                     opts->on_durable_ud);
-    if (st->durable) {
-        seda__bus_store_ops(b)->publish(st, &env, 1, t, &rc);
-        return rc;
-    }
-    rc = seda__stage_enter(st, env, t, false);
-    if (rc) {
-        env->done = NULL;               /* refused: done never fires */
+    if (rc) {                   /* refused, or failed its check: done */
+        env->done = NULL;       /* never fires */
         seda__env_free(env);
     }
     return rc;
@@ -266,3 +263,16 @@ int seda_publish_many(seda_bus_t *b, const char *to,
     return done;
 }
 
+/* A handler's new payload is held to the bus's publish limit. */
+int seda_env_set_payload_kind(seda_env_t *env, const void *p, size_t len,
+                              int kind)
+{
+    return seda__env_put_payload(env, p, len, kind,
+                                 env->at ? env->at->bus->max_payload
+                                         : SIZE_MAX);
+}
+
+int seda_env_set_payload(seda_env_t *env, const void *p, size_t len)
+{
+    return seda_env_set_payload_kind(env, p, len, 0);
+}

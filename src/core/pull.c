@@ -10,6 +10,7 @@
 #include "env.h"
 #include "pull.h"
 #include "seda_int.h"
+#include "tally.h"
 
 int seda__pull_init(struct seda_pull *p, int64_t ack_timeout_ns,
                     seda__mutex_t *guard)
@@ -113,4 +114,24 @@ seda_env_t *seda__pull_take_oldest(struct seda_pull *p)
         p->leased--;
     }
     return env;
+}
+
+int seda__pull_sweep(struct seda_pull *p, seda__mutex_t *mu,
+                     struct stage_counters *c)
+{
+    int swept = 0;
+    for (;;) {
+        seda__mutex_lock(mu);
+        seda_env_t *env = seda__pull_take_oldest(p);
+        if (env) {
+            c->dropped++;
+            if (!(env->flags & ENV_DEAD))
+                c->it_lost++;
+        }
+        seda__mutex_unlock(mu);
+        if (!env)
+            return swept;
+        seda__env_end_dropped(env);
+        swept++;
+    }
 }

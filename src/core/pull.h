@@ -74,6 +74,13 @@ SEDA__API int seda__pull_expire(struct seda_pull *p, int64_t now,
  * changes kept, or NULL when none is out. */
 SEDA__API seda_env_t *seda__pull_take_oldest(struct seda_pull *p);
 
+/* At shutdown (no lock held): end every lease's envelope, each counted
+ * dropped (and it_lost unless counted dead) in c under mu (the stage's
+ * counters and lock).  Returns how many. */
+struct stage_counters;
+SEDA__API int seda__pull_sweep(struct seda_pull *p, seda__mutex_t *mu,
+                               struct stage_counters *c);
+
 /* True when no lease is outstanding (guarded). */
 static inline bool seda__pull_settled(const struct seda_pull *p)
 {

@@ -19,39 +19,14 @@
  *   stats call seda__pull_expire and nack what it hands back (retry at the
  *   head, or dead letter).  A late ack or nack finds the pointer cleared
  *   and returns SEDA_ETIMEDOUT.  At shutdown every outstanding lease is
- *   swept the same way and its envelope counted dropped.
+ *   swept the same way and its envelope counted dropped (seda__pull_sweep,
+ *   pull.c).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "bus.h"
 #include "stage.h"
-
-/* ---- the sweep ---- */
-
-int seda__receive_sweep(struct seda_stage_s *st)
-{
-    int swept = 0;
-    for (;;) {
-        seda__mutex_lock(&st->mu);
-        seda_env_t *env = seda__pull_take_oldest(&st->pl);
-        if (env) {
-            st->stats.c.dropped++;
-            if (!(env->flags & ENV_DEAD))
-                st->stats.c.it_lost++;
-        }
-        seda__mutex_unlock(&st->mu);
-        if (!env)
-            return swept;
-        if (env->done) {
-            seda_done_fn done = env->done;
-            env->done = NULL;
-            done(env, SEDA_DROPPED, env->done_ud);
-        }
-        seda__env_free(env);
-        swept++;
-    }
-}
 
 /* How long a receive on a worker waits before it looks again at what its
  * wait holds up (STARVE_CHECK_NS), and the longest slice of its wait. */

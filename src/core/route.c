@@ -89,7 +89,7 @@ void seda__route_ack(struct seda_stage_s *st, seda_env_t *env,
     if (!next) {
         if (!jdone && seda__env_jkey(env))
             seda__bus_store_forget(st, env);          /* completed */
-        seda__env_end(st, env, SEDA_COMPLETED, tally);
+        seda__env_end(env, SEDA_COMPLETED, tally, &st->mu, &st->stats.c);
         return;
     }
     struct seda_stage_s *to = seda__route_hop_target(st, env, next);
@@ -132,7 +132,7 @@ void seda__route_ack(struct seda_stage_s *st, seda_env_t *env,
             tally->dropped++;
         else
             seda__stage_count_dropped(st);
-        seda__env_end(st, env, SEDA_DROPPED, tally);
+        seda__env_end(env, SEDA_DROPPED, tally, &st->mu, &st->stats.c);
         return;
     }
     env->at = st;
@@ -425,7 +425,8 @@ void seda__route_nack(struct seda_stage_s *st, seda_env_t *env)
 
 int seda__route_sweep(struct seda_stage_s *st)
 {
-    int swept = st->pull ? seda__receive_sweep(st) : 0;
+    int swept = st->pull ? seda__pull_sweep(&st->pl, &st->mu, &st->stats.c)
+                         : 0;
     for (;;) {
         seda_env_t *chunk[64];
         seda__mutex_lock(&st->mu);
@@ -449,4 +450,45 @@ int seda__route_sweep(struct seda_stage_s *st)
 void seda__route_push_head(struct seda_stage_s *st, seda_env_t *env)
 {
     seda__inbox_push_head(&st->in, env);
+}
+
+/* ---- what a handler decides of its envelope ---- */
+
+int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
+{
+    if (n < 0 || (n > 0 && !stages))
+        return SEDA_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (!seda__valid_name(stages[i]))
+            return SEDA_EINVAL;
+    if (n == 0)
+        return 0;
+    int rc = seda__env_slip_insert(env, stages, n);
+    if (rc != 0)
+        return rc;
+    if (!env->at)
+        return 0;
+    seda__ownhops_note(&env->at->bus->ownhops, stages, n); /* own hops */
+    /* The door rule learns where this stage's handlers forward (shed.c):
+     * a new itinerary is refused while a stage it may reach sheds. */
+    for (int i = 0; i < n; i++) {
+        struct seda_stage_s *to = seda__bus_lookup(env->at->bus, stages[i]);
+        if (to && to != env->at)
+            seda__shed_fwd_learn(env->at, to);
+    }
+    return 0;
+}
+
+const char *seda_env_to(const seda_env_t *env)
+{
+    if (SEDA__UNLIKELY(env->ext && env->ext->to))
+        return env->ext->to;
+    return env->at ? env->at->name : NULL;
+}
+
+void seda_env_fail(seda_env_t *env, const char *msg)
+{
+    seda__env_fail_note(env, msg ? msg : "consumer failed");
+    if (env->at)
+        seda_stage_report(env->at, msg ? msg : "consumer failed");
 }

@@ -43,7 +43,6 @@
 #include "permits.h"
 #include "pool.h"
 #include "pull.h"
-#include "receive.h"
 #include "route.h"
 #include "remote.h"
 #include "seda_int.h"

@@ -243,16 +243,17 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
      * batch of a fast handler's, for microseconds) is neither queued nor
      * being handled; the bus's in_system counts it.  A pull stage's are
      * its leases. */
-    out->in_flight = st->pull ? st->pl.leased : st->dr.in_flight;
-    out->suspended = st->dr.suspended;
+    out->in_flight = st->pull ? st->pl.leased
+                              : seda__drain_in_flight(&st->dr);
+    out->suspended = seda__drain_suspended(&st->dr);
     if (!st->pull) {
         /* Drain tasks hold the permits suspended calls do not. */
         int run = atomic_load_explicit(&st->dr.running,
                                        memory_order_relaxed) -
-                  st->dr.suspended;
+                  seda__drain_suspended(&st->dr);
         if (out->in_flight > run)
             out->in_flight = run;
-        out->in_flight += st->dr.suspended;
+        out->in_flight += seda__drain_suspended(&st->dr);
     }
     out->enqueued = st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     out->delivered = st->stats.c.delivered;

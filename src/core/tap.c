@@ -57,37 +57,18 @@ static char *copy_of(const seda_env_t *env, seda_tap_entry *e)
 
 void seda__taps_offer(struct seda_taps *t, const seda_env_t *env)
 {
-    seda_tap_entry e;
-    char *blob = copy_of(env, &e);
     seda__mutex_lock(&t->mu);
     for (struct seda_tap_s *tap = t->list; tap; tap = tap->next) {
-        if (!blob || tap->n == tap->cap) {
+        /* Each tap its own copy, made into its ring's next entry. */
+        struct tap_item *it = &tap->ring[(tap->head + tap->n) % tap->cap];
+        if (tap->n == tap->cap || !(it->blob = copy_of(env, &it->e))) {
             tap->missed++;
             continue;
-        }
-        /* Each tap its own copy of the blob (the first takes this one). */
-        char *b = blob;
-        if (tap->next) {
-            seda_tap_entry e2;
-            b = copy_of(env, &e2);
-            if (!b) {
-                tap->missed++;
-                continue;
-            }
-            struct tap_item *it = &tap->ring[(tap->head + tap->n) % tap->cap];
-            it->e = e2;
-            it->blob = b;
-        } else {
-            struct tap_item *it = &tap->ring[(tap->head + tap->n) % tap->cap];
-            it->e = e;
-            it->blob = blob;
-            blob = NULL;
         }
         tap->n++;
         pthread_cond_signal(&tap->cv);
     }
     seda__mutex_unlock(&t->mu);
-    seda__free(blob);                   /* no tap took it */
 }
 
 int seda__taps_open(struct seda_taps *t, int capacity, seda_tap_t **out)

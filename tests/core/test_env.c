@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "core/env.h"
+#include "core/tally.h"
 
 static seda_env_t *mk(const void *p, size_t n, const seda_publish_opts *o)
 {
@@ -296,6 +297,82 @@ static void test_env_snapshot_copies_what_it_keeps(void **state)
     seda__env_free(f);
 }
 
+/* The envelope is a leaf: its end counts into the counters it is given
+ * (a tally as is, the stage's under their lock), never into a stage. */
+struct end_seen {
+    int calls;
+    int outcome;
+};
+
+static void end_done(seda_env_t *env, int outcome, void *ud)
+{
+    (void)env;
+    struct end_seen *s = ud;
+    s->calls++;
+    s->outcome = outcome;
+}
+
+static void test_env_end_counts_in_the_counters_it_is_given(void **state)
+{
+    (void)state;
+    long before = seda__env_unaccounted();
+    seda__mutex_t mu;
+    seda__mutex_init(&mu);
+    struct stage_counters c, tally;
+    memset(&c, 0, sizeof c);
+    memset(&tally, 0, sizeof tally);
+    struct end_seen seen = { 0, -1 };
+
+    seda_env_t *e = mk("x", 1, NULL);   /* no tally: c, under mu */
+    e->done = end_done;
+    e->done_ud = &seen;
+    seda__env_end(e, SEDA_COMPLETED, NULL, &mu, &c);
+    assert_int_equal(c.completed, 1);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.outcome, SEDA_COMPLETED);
+
+    e = mk("x", 1, NULL);               /* a tally takes it, c does not */
+    e->done = end_done;
+    e->done_ud = &seen;
+    seda__env_end(e, SEDA_DROPPED, &tally, &mu, &c);
+    assert_int_equal(tally.it_lost, 1);
+    assert_int_equal(c.it_lost, 0);
+    assert_int_equal(seen.calls, 2);
+    assert_int_equal(seen.outcome, SEDA_DROPPED);
+
+    e = mk("x", 1, NULL);               /* counted dead already: no count */
+    e->flags |= ENV_DEAD;
+    seda__env_end(e, SEDA_DROPPED, NULL, &mu, &c);
+    assert_int_equal(c.it_lost, 0);
+    assert_int_equal(c.completed, 1);
+    assert_int_equal(seda__env_unaccounted(), before);   /* all freed */
+    seda__mutex_destroy(&mu);
+}
+
+/* The payload limit is passed in: over it the envelope keeps its payload
+ * and the caller hears SEDA_ETOOLARGE; at it the payload is taken. */
+static void test_env_put_payload_holds_to_the_limit_given(void **state)
+{
+    (void)state;
+    seda_env_t *e = mk("old", 3, NULL);
+    char big[64];
+    memset(big, 'b', sizeof big);
+    assert_int_equal(seda__env_put_payload(e, big, sizeof big, 2, 63),
+                     SEDA_ETOOLARGE);
+    size_t len;
+    const char *p = seda_env_payload(e, &len);
+    assert_int_equal(len, 3);
+    assert_memory_equal(p, "old", 3);
+    assert_int_equal(seda__env_put_payload(e, big, sizeof big, 2, 64), 0);
+    p = seda_env_payload(e, &len);
+    assert_int_equal(len, 64);
+    assert_memory_equal(p, big, 64);
+    assert_int_equal(seda_env_payload_kind(e), 2);
+    /* Not at a stage: no bus limit, only the 4 GiB one. */
+    assert_int_equal(seda_env_set_payload(e, "new", 3), 0);
+    seda__env_free(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_env_new_refuses_bad_counts),
         cmocka_unit_test(test_env_exiting_thread_returns_cached_blocks),
         cmocka_unit_test(test_env_snapshot_copies_what_it_keeps),
+        cmocka_unit_test(test_env_end_counts_in_the_counters_it_is_given),
+        cmocka_unit_test(test_env_put_payload_holds_to_the_limit_given),
     };
     return cmocka_run_group_tests_name("env", tests, NULL, NULL);
 }
