@@ -257,7 +257,7 @@ static void test_durable_acks_do_not_hold_the_worker(void **state)
     seda_bus_opts bo;
     seda_bus_opts_init(&bo);
     bo.workers = 1;
-    bo.data_dir = f->data;
+    bo.data_dir = f->d.sub;
     bo.sync_normal = true;
     seda_bus_t *bus = NULL;
     assert_int_equal(seda_bus_new(&bo, &bus), 0);

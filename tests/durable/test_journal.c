@@ -750,7 +750,7 @@ static void test_journal_async_group_wait(void **state)
 static void test_journal_lazy_apply_rides_with_next_group(void **state)
 {
     struct fx *f = *state;
-    struct seda_journal *j = jopen(f->sub, true);
+    struct seda_journal *j = jopen(f->d.sub, true);
     static struct as_seen s;
     as_init(&s);
     static struct as_req reqs[3];
