@@ -393,6 +393,12 @@ int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env)
     return seda__bus_store_ops(to->bus)->enter(to, env);
 }
 
+int seda__bus_store_enter_async(struct seda_stage_s *to, seda_env_t *env,
+                                double timeout)
+{
+    return seda__bus_store_ops(to->bus)->enter_async(to, env, timeout);
+}
+
 int seda__bus_store_move(struct seda_stage_s *from, struct seda_stage_s *to,
                          seda_env_t *env, int skip_slip)
 {

@@ -283,6 +283,9 @@ struct apub {
     struct recbuf rb;
     int dup;
     int rc;                     /* the outcome, set by apub_done */
+    bool hop;                   /* a hop from memory (durable_enter_async):
+                                   no publisher to tell, counted in the
+                                   journal's user_open until queued */
     seda_durable_fn done;
     void *ud;
 };
@@ -298,9 +301,17 @@ static _Thread_local struct {
     int n, cap;
 } tl_group;
 
-/* Tell a's publisher, and free a. */
+/* Tell a's publisher, and free a.  A hop has no publisher: it was
+ * queued in its stage just before, and the bus may be idle now. */
 static void apub_tell(struct apub *a)
 {
+    if (a->hop) {
+        struct seda_bus_s *b = seda__stage_bus(a->st);
+        seda__free(a);
+        if (seda__journal_user_open(seda__bus_store(b), -1) == 0)
+            seda__bus_idle_notify(b);
+        return;
+    }
     seda_durable_fn done = a->done;
     void *ud = a->ud;
     int rc = a->rc;
@@ -342,6 +353,11 @@ static void apub_done(int jrc, void *arg)
     if (jrc == 0 && !a->dup) {
         /* Cannot fail: the envelope's ext was made before queueing. */
         seda__env_set_jkey(a->env, a->rec.key);
+    } else if (a->hop) {
+        /* As durable_enter's failure: reported, and the envelope goes on
+         * into its stage without a row. */
+        report_io(a->st, "insert", jrc);
+        seda__env_set_jkey(a->env, 0);
     } else {
         a->rc = jrc == -EIO ? SEDA_EIO : jrc ? jrc : SEDA_EDUP;
         seda__env_set_jkey(a->env, 0);
@@ -410,6 +426,44 @@ static int durable_publish_async(struct seda_stage_s *st, seda_env_t *env,
 }
 
 /* ---- single steps ---- */
+
+/* A hop from an in-memory stage into durable stage `to`: as
+ * durable_publish_async, with the slot held for hop_timeout and no
+ * publisher (apub_tell).  A refused slot is the caller's to handle; any
+ * later failure is durable_enter's (reported, env goes on without a
+ * row), so once the slot is held this returns 0. */
+static int durable_enter_async(struct seda_stage_s *to, seda_env_t *env,
+                               double timeout)
+{
+    int rc = seda__stage_reserve(to, timeout);
+    if (rc)
+        return rc;
+    struct seda_journal *j = journal_of(to);
+    struct apub *a = seda__calloc(1, sizeof *a);
+    rc = a && seda__env_set_jkey(env, -1) == 0 ? 0 : SEDA_ENOMEM;
+    if (rc == 0)
+        rc = build_rec(env, seda_stage_name(to), seda_env_attempts(env), 0,
+                       NULL, &a->rb, &a->rec);
+    if (rc == 0) {
+        a->st = to;
+        a->env = env;
+        a->hop = true;
+        seda__journal_user_open(j, 1);
+        rc = seda__journal_insert_async(j, &a->rec, 1, 0, &a->dup,
+                                        apub_done, a);
+        if (rc) {
+            recbuf_free(&a->rb);
+            seda__journal_user_open(j, -1);
+        }
+    }
+    if (rc) {
+        seda__free(a);
+        seda__env_set_jkey(env, 0);
+        report_io(to, "insert", rc);
+        seda__stage_fill(to, env);
+    }
+    return 0;
+}
 
 static int durable_enter(struct seda_stage_s *to, seda_env_t *env)
 {
@@ -626,7 +680,8 @@ static void journal_close(void *store)
 
 static bool journal_settled(void *store)
 {
-    return seda__journal_lazy_open(store) == 0;
+    return seda__journal_lazy_open(store) == 0 &&
+           seda__journal_user_open(store, 0) == 0;
 }
 
 static const struct seda__store_ops journal_ops = {
@@ -634,6 +689,7 @@ static const struct seda__store_ops journal_ops = {
     .publish_async = durable_publish_async,
     .batch = durable_batch,
     .enter = durable_enter,
+    .enter_async = durable_enter_async,
     .move = durable_move,
     .forget = durable_forget,
     .settled = journal_settled,

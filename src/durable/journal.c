@@ -240,6 +240,12 @@ int seda__journal_lazy_open(struct seda_journal *j)
     return atomic_load_explicit(&j->lazy_open, memory_order_acquire);
 }
 
+int seda__journal_user_open(struct seda_journal *j, int delta)
+{
+    return atomic_fetch_add_explicit(&j->user_open, delta,
+                                     memory_order_acq_rel) + delta;
+}
+
 int seda__journal_delete_stage(struct seda_journal *j, const char *stage)
 {
     if (!j || !stage)
@@ -434,6 +440,7 @@ int seda__journal_open(const char *dir, bool sync_full,
     atomic_init(&j->grp_max, 0);
     atomic_init(&j->fsyncs, 0);
     atomic_init(&j->quarantined, 0);
+    atomic_init(&j->user_open, 0);
     j->defer_score = SEDA__JOURNAL_DEFER_MAX;
     *out = j;
     return 0;

@@ -133,6 +133,8 @@ struct seda_journal {
     int nlazy;                  /* queued lazy requests; mu */
     atomic_int lazy_open;       /* lazy requests whose done callback has
                                    not returned (acq_rel) */
+    atomic_int user_open;       /* the user's work in flight, see
+                                   seda__journal_user_open (acq_rel) */
     bool flush_lazy;            /* committer: lead even when only lazy
                                    requests are queued; mu */
     pthread_cond_t commit_cv;   /* the committer waits here, with mu */
