@@ -33,9 +33,15 @@
  *             for an fsync of acknowledgements.  Envelopes whose
  *             decision is written (or queued) are flagged ENV_JDONE so
  *             routing does not write again.
- *   outside a batch (pull acks, hops from in-memory stages into durable
- *             ones, a hop the next stage refused after the MOVE) the same
- *             steps are written one envelope at a time.
+ *   outside a batch (pull acks, a hop the next stage refused after the
+ *             MOVE, a dead letter from memory into a durable DLQ) the
+ *             same steps are written one envelope at a time.  A hop from
+ *             an in-memory stage into a durable one (durable_enter_async)
+ *             is a publish without a publisher: the slot is held in the
+ *             next stage, the row queued for the next group, and the
+ *             envelope queued there when it commits; the worker goes on.
+ *             A failed commit is reported and the envelope goes on without
+ *             a row (as durable_enter's failure).
  *   restart   seda_stage_replay requeues a durable stage's rows in key
  *             (publish) order before anything new (durable_replay.c).
  *   shutdown  swept envelopes keep their rows: they come back next time.
