@@ -393,6 +393,12 @@ int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env)
     return seda__bus_store_ops(to->bus)->enter(to, env);
 }
 
+int seda__bus_store_enter_async(struct seda_stage_s *to, seda_env_t *env,
+                                double timeout)
+{
+    return seda__bus_store_ops(to->bus)->enter_async(to, env, timeout);
+}
+
 int seda__bus_store_move(struct seda_stage_s *from, struct seda_stage_s *to,
                          seda_env_t *env, int skip_slip)
 {
@@ -584,6 +590,29 @@ int seda_bus_wait_idle(seda_bus_t *b, double timeout)
     }
 }
 
+/* Wait until what the store took without waiting for its commit (a hop
+ * into a durable stage, a batch's acknowledgements) is committed: with
+ * the pool stopped nothing adds to it, and a hop that commits now is
+ * queued in its stage, for the sweep (its row kept for the next start).
+ * The store calls seda__bus_idle_notify when it gets there. */
+static void store_settle(struct seda_bus_s *b)
+{
+    void *store = seda__bus_store(b);
+    if (!store)
+        return;
+    for (;;) {
+        seda__mutex_lock(&b->idle_mu);
+        uint64_t gen = b->idle_gen;
+        seda__mutex_unlock(&b->idle_mu);
+        if (b->store_ops->settled(store))
+            return;
+        seda__mutex_lock(&b->idle_mu);
+        while (b->idle_gen == gen)
+            seda__cond_wait(&b->idle_cv, &b->idle_mu, INT64_MAX);
+        seda__mutex_unlock(&b->idle_mu);
+    }
+}
+
 static void wake_all(struct seda_bus_s *b)
 {
     struct registry *r = atomic_load_explicit(&b->reg, memory_order_acquire);
@@ -616,6 +645,7 @@ int seda_bus_shutdown(seda_bus_t *b, double timeout)
     pthread_cond_broadcast(&b->stage_cv);   /* so do replayed hops */
     seda__mutex_unlock(&b->mu);
     seda__pool_stop(b->pool);
+    store_settle(b);
 
     /* Retries still waiting out their backoff are swept too. */
     int swept = seda__pool_timers(b->pool);

@@ -100,12 +100,17 @@ void seda__route_ack(struct seda_stage_s *st, seda_env_t *env,
         return;
     }
     /* The journal follows the envelope: a durable next stage gets the row
-     * (moved, or inserted when it comes from memory), an in-memory one
-     * means the row goes. */
+     * (moved, or inserted when it comes from memory: that insert rides
+     * the journal's next group, and env enters `to` when it commits,
+     * without this worker waiting), an in-memory one means the row
+     * goes. */
+    bool commit_hop = false;
     if (!jdone) {
         if (to->durable) {
             if (seda__env_jkey(env))
                 seda__bus_store_move(st, to, env, 1);
+            else if (!to->remote_ops)
+                commit_hop = true;
             else
                 (void)seda__bus_store_enter(to, env); /* reported */
         } else if (seda__env_jkey(env)) {
@@ -122,8 +127,9 @@ void seda__route_ack(struct seda_stage_s *st, seda_env_t *env,
         seda__route_dead_letter(st, env, "type", tally);
         return;
     }
-    int rc = seda__stage_enter(to, env, (double)b->hop_timeout_ns / 1e9,
-                               true);
+    double timeout = (double)b->hop_timeout_ns / 1e9;
+    int rc = commit_hop ? seda__bus_store_enter_async(to, env, timeout)
+                        : seda__stage_enter(to, env, timeout, true);
     if (rc == 0)
         return;
     if (rc == SEDA_ECLOSED) {           /* the pool is stopping */

@@ -49,6 +49,14 @@ struct seda__store_ops {
      * hops of its slip dropped); env's row deleted.  enter and move
      * return 0 or a negative code; all report failures on the stage. */
     int (*enter)(struct seda_stage_s *to, seda_env_t *env);
+    /* A hop of env (no row) into durable stage `to` that does not wait
+     * for the commit: hold a slot in `to` (waiting at most timeout), queue
+     * env's row for the journal's next group and return 0; the committing
+     * thread then queues env in `to` (a failed commit is reported as
+     * enter's and env goes on without a row).  A refused slot is returned
+     * with env untouched (the caller's, as after seda__stage_enter). */
+    int (*enter_async)(struct seda_stage_s *to, seda_env_t *env,
+                       double timeout);
     int (*move)(struct seda_stage_s *from, struct seda_stage_s *to,
                 seda_env_t *env, int skip_slip);
     void (*forget)(struct seda_stage_s *st, seda_env_t *env);
@@ -79,6 +87,8 @@ SEDA__API const struct seda__store_ops *seda__bus_store_ops(
  * envelope without a row. */
 SEDA__API void seda__bus_store_forget(struct seda_stage_s *st, seda_env_t *env);
 SEDA__API int seda__bus_store_enter(struct seda_stage_s *to, seda_env_t *env);
+SEDA__API int seda__bus_store_enter_async(struct seda_stage_s *to,
+                                          seda_env_t *env, double timeout);
 SEDA__API int seda__bus_store_move(struct seda_stage_s *from,
                                    struct seda_stage_s *to, seda_env_t *env,
                                    int skip_slip);

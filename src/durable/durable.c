@@ -33,11 +33,17 @@
  *             for an fsync of acknowledgements.  Envelopes whose
  *             decision is written (or queued) are flagged ENV_JDONE so
  *             routing does not write again.
- *   outside a batch (pull acks, hops from in-memory stages into durable
- *             ones, a hop the next stage refused after the MOVE) the same
- *             steps are written one envelope at a time.
+ *   outside a batch (pull acks, a hop the next stage refused after the
+ *             MOVE, a dead letter from memory into a durable DLQ) the
+ *             same steps are written one envelope at a time.  A hop from
+ *             an in-memory stage into a durable one (durable_enter_async)
+ *             is a publish without a publisher: the slot is held in the
+ *             next stage, the row queued for the next group, and the
+ *             envelope queued there when it commits; the worker goes on.
+ *             A failed commit is reported and the envelope goes on without
+ *             a row (as durable_enter's failure).
  *   restart   seda_stage_replay requeues a durable stage's rows in key
- *             (publish) order before anything new.
+ *             (publish) order before anything new (durable_replay.c).
  *   shutdown  swept envelopes keep their rows: they come back next time.
  *
  *   Blobs: headers are "key\0value\0..." and the slip "stage\0..." in
@@ -283,6 +289,9 @@ struct apub {
     struct recbuf rb;
     int dup;
     int rc;                     /* the outcome, set by apub_done */
+    bool hop;                   /* a hop from memory (durable_enter_async):
+                                   no publisher to tell, counted in the
+                                   journal's user_open until queued */
     seda_durable_fn done;
     void *ud;
 };
@@ -298,9 +307,17 @@ static _Thread_local struct {
     int n, cap;
 } tl_group;
 
-/* Tell a's publisher, and free a. */
+/* Tell a's publisher, and free a.  A hop has no publisher: it was
+ * queued in its stage just before, and the bus may be idle now. */
 static void apub_tell(struct apub *a)
 {
+    if (a->hop) {
+        struct seda_bus_s *b = seda__stage_bus(a->st);
+        seda__free(a);
+        if (seda__journal_user_open(seda__bus_store(b), -1) == 0)
+            seda__bus_idle_notify(b);
+        return;
+    }
     seda_durable_fn done = a->done;
     void *ud = a->ud;
     int rc = a->rc;
@@ -342,6 +359,11 @@ static void apub_done(int jrc, void *arg)
     if (jrc == 0 && !a->dup) {
         /* Cannot fail: the envelope's ext was made before queueing. */
         seda__env_set_jkey(a->env, a->rec.key);
+    } else if (a->hop) {
+        /* As durable_enter's failure: reported, and the envelope goes on
+         * into its stage without a row. */
+        report_io(a->st, "insert", jrc);
+        seda__env_set_jkey(a->env, 0);
     } else {
         a->rc = jrc == -EIO ? SEDA_EIO : jrc ? jrc : SEDA_EDUP;
         seda__env_set_jkey(a->env, 0);
@@ -410,6 +432,44 @@ static int durable_publish_async(struct seda_stage_s *st, seda_env_t *env,
 }
 
 /* ---- single steps ---- */
+
+/* A hop from an in-memory stage into durable stage `to`: as
+ * durable_publish_async, with the slot held for hop_timeout and no
+ * publisher (apub_tell).  A refused slot is the caller's to handle; any
+ * later failure is durable_enter's (reported, env goes on without a
+ * row), so once the slot is held this returns 0. */
+static int durable_enter_async(struct seda_stage_s *to, seda_env_t *env,
+                               double timeout)
+{
+    int rc = seda__stage_reserve(to, timeout);
+    if (rc)
+        return rc;
+    struct seda_journal *j = journal_of(to);
+    struct apub *a = seda__calloc(1, sizeof *a);
+    rc = a && seda__env_set_jkey(env, -1) == 0 ? 0 : SEDA_ENOMEM;
+    if (rc == 0)
+        rc = build_rec(env, seda_stage_name(to), seda_env_attempts(env), 0,
+                       NULL, &a->rb, &a->rec);
+    if (rc == 0) {
+        a->st = to;
+        a->env = env;
+        a->hop = true;
+        seda__journal_user_open(j, 1);
+        rc = seda__journal_insert_async(j, &a->rec, 1, 0, &a->dup,
+                                        apub_done, a);
+        if (rc) {
+            recbuf_free(&a->rb);
+            seda__journal_user_open(j, -1);
+        }
+    }
+    if (rc) {
+        seda__free(a);
+        seda__env_set_jkey(env, 0);
+        report_io(to, "insert", rc);
+        seda__stage_fill(to, env);
+    }
+    return 0;
+}
 
 static int durable_enter(struct seda_stage_s *to, seda_env_t *env)
 {
@@ -626,7 +686,8 @@ static void journal_close(void *store)
 
 static bool journal_settled(void *store)
 {
-    return seda__journal_lazy_open(store) == 0;
+    return seda__journal_lazy_open(store) == 0 &&
+           seda__journal_user_open(store, 0) == 0;
 }
 
 static const struct seda__store_ops journal_ops = {
@@ -634,292 +695,9 @@ static const struct seda__store_ops journal_ops = {
     .publish_async = durable_publish_async,
     .batch = durable_batch,
     .enter = durable_enter,
+    .enter_async = durable_enter_async,
     .move = durable_move,
     .forget = durable_forget,
     .settled = journal_settled,
     .close = journal_close,
 };
-
-/* ---- replay ---- */
-
-/* Malformed rows named one by one on stderr; the rest are counted in
- * the summary. */
-#define QUARANTINE_SAID 3
-
-struct replay_ctx {
-    struct seda_stage_s *st;
-    seda_env_t **envs;
-    int n, cap;
-    int quarantined;            /* malformed rows set aside */
-    int delayed;                /* retries not yet due among envs */
-    int rc;
-};
-
-/* Split a blob of NUL-terminated strings into *out (seda__malloc'd, the
- * pointers into blob).  Returns the count, or -1 with why set (the blob
- * does not end in NUL), or -2 when out of memory. */
-static int split_blob(const char *blob, size_t len, const char ***out,
-                      char *why, size_t whylen, const char *what)
-{
-    *out = NULL;
-    if (!blob || len == 0)
-        return 0;
-    if (blob[len - 1] != '\0') {
-        snprintf(why, whylen, "%s blob (%zu bytes) does not end in NUL",
-                 what, len);
-        return -1;
-    }
-    int n = 0;
-    for (size_t i = 0; i < len; i++)
-        n += blob[i] == '\0';
-    const char **a = seda__malloc(sizeof *a * (size_t)n);
-    if (!a)
-        return -2;
-    int k = 0;
-    for (const char *p = blob; p < blob + len; p += strlen(p) + 1)
-        a[k++] = p;
-    *out = a;
-    return n;
-}
-
-/* Check a journal row before it becomes an envelope again.  Returns 0,
- * 1 (malformed: why says what is wrong), or SEDA_ENOMEM. */
-static int parse_row(const seda_jrec *rec, const char ***hk, int *nh,
-                     const char ***sl, int *ns, char *why, size_t whylen)
-{
-    *hk = *sl = NULL;
-    size_t idlen = rec->id ? strlen(rec->id) : 0;
-    if (idlen >= SEDA_ID_MAX) {
-        snprintf(why, whylen, "id is %zu bytes (at most %d)", idlen,
-                 SEDA_ID_MAX - 1);
-        return 1;
-    }
-    if (rec->attempts < 0 || rec->attempts > 65535) {
-        snprintf(why, whylen, "attempts %d out of range", rec->attempts);
-        return 1;
-    }
-    if (rec->kind < 0 || rec->kind > 255) {
-        snprintf(why, whylen, "payload kind %d out of range", rec->kind);
-        return 1;
-    }
-    if (rec->plen > UINT32_MAX) {
-        snprintf(why, whylen, "payload of %zu bytes", rec->plen);
-        return 1;
-    }
-    *nh = split_blob(rec->headers, rec->hlen, hk, why, whylen, "headers");
-    if (*nh >= 0 && *nh % 2 != 0) {
-        snprintf(why, whylen, "headers blob holds %d strings, not key/value "
-                 "pairs", *nh);
-        *nh = -1;
-    }
-    if (*nh >= 0)
-        *ns = split_blob(rec->slip, rec->slen, sl, why, whylen, "slip");
-    if (*nh == -2 || (*nh >= 0 && *ns == -2))
-        return SEDA_ENOMEM;
-    if (*nh < 0 || *ns < 0)
-        return 1;
-    for (int i = 0; i < *ns; i++) {
-        if (!seda__valid_name((*sl)[i])) {
-            snprintf(why, whylen, "slip[%d] (\"%.40s\") is not a stage name",
-                     i + 1, (*sl)[i]);
-            return 1;
-        }
-    }
-    for (int i = 0; i < *nh; i += 2) {
-        if (!(*hk)[i][0]) {
-            snprintf(why, whylen, "header %d has an empty key", i / 2 + 1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Set a malformed row aside (the quarantine table), and say so.  Returns
- * 0, or the journal's error. */
-static int quarantine(struct replay_ctx *c, const seda_jrec *rec,
-                      const char *why)
-{
-    seda_jop op = { .op = SEDA_JOP_QUARANTINE, .reason = why };
-    op.rec.key = rec->key;
-    int rc = seda__journal_apply(journal_of(c->st), &op, 1);
-    if (c->quarantined < QUARANTINE_SAID || rc != 0) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "replay: journal row %lld (id "
-                 "\"%.40s%s\") is malformed: %s; %s", (long long)rec->key,
-                 rec->id ? rec->id : "",
-                 rec->id && strlen(rec->id) > 40 ? "..." : "", why,
-                 rc == 0 ? "quarantined" : "could not quarantine it");
-        seda_stage_report(c->st, msg);
-    }
-    if (rc == 0)
-        c->quarantined++;
-    return rc;
-}
-
-static int replay_one(const seda_jrec *rec, void *ud)
-{
-    struct replay_ctx *c = ud;
-    const char **hk, **sl;
-    int nh = 0, ns = 0;
-    char why[256];
-    int rc = parse_row(rec, &hk, &nh, &sl, &ns, why, sizeof why);
-    seda_env_t *env = NULL;
-    if (rc == 0) {
-        seda_publish_opts o;
-        seda_publish_opts_init(&o);
-        o.sender = rec->sender;
-        o.headers = hk;
-        o.nheaders = nh / 2;
-        o.slip = sl;
-        o.nslip = ns;
-        o.kind = rec->kind;
-        o.id = rec->id && *rec->id ? rec->id : NULL;
-        env = seda__env_new(rec->payload, rec->plen, &o, &rc);
-        if (!env && rc == SEDA_EINVAL) {
-            snprintf(why, sizeof why, "not a valid envelope");
-            rc = 1;
-        } else if (!env) {
-            rc = rc ? rc : SEDA_ENOMEM;
-        }
-    }
-    seda__free(hk);
-    seda__free(sl);
-    if (rc == 1) {
-        rc = quarantine(c, rec, why);
-        if (rc == 0)
-            return 0;
-    }
-    if (rc == 0 && seda__env_set_jkey(env, rec->key) != 0)
-        rc = SEDA_ENOMEM;
-    if (rc == 0 && c->n == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 64;
-        seda_env_t **a = seda__realloc(c->envs, sizeof *a * (size_t)cap);
-        if (a) {
-            c->envs = a;
-            c->cap = cap;
-        } else {
-            rc = SEDA_ENOMEM;
-        }
-    }
-    if (rc != 0) {
-        seda__env_free(env);
-        c->rc = rc;
-        return 1;
-    }
-    env->attempts = (uint16_t)(rec->attempts > 0 ? rec->attempts : 1);
-    env->flags |= ENV_REPLAYED;
-    if (rec->due_wall > 0) {
-        /* A retry whose backoff had not run out: the rest of it, from
-         * now (a due time in the past is due now). */
-        double left = rec->due_wall - seda__journal_wall();
-        if (left > 0) {
-            env->ext->due = seda__now_ns() + seda__secs_to_ns(left);
-            c->delayed++;
-        }
-    }
-    c->envs[c->n++] = env;
-    return 0;
-}
-
-int seda_stage_replay(seda_stage_t *st)
-{
-    if (!seda__stage_durability(st))
-        return 0;
-    struct seda_journal *j = journal_of(st);
-    if (!j)
-        return SEDA_EINVAL;
-    struct replay_ctx c = { .st = st };
-    int rc = seda__journal_replay(j, seda_stage_name(st), replay_one, &c);
-    if (rc == 0)
-        rc = c.rc;
-    if (rc == 0 && c.n > 0)
-        seda__bus_replay_begins(seda__stage_bus(st));
-    int later = 0;
-    if (rc == 0 && c.delayed > 0) {
-        /* Retries not yet due wait out the rest of their backoff on a
-         * timer; the others are queued now, in journal order (a timer
-         * that cannot be set leaves its envelope among them). */
-        int k = 0;
-        for (int i = 0; i < c.n; i++) {
-            seda_env_t *e = c.envs[i];
-            if (e->ext->due && seda__route_requeue_later(st, e) == 0)
-                later++;
-            else
-                c.envs[k++] = e;
-        }
-        c.n = k;
-    }
-    if (rc == 0)
-        rc = seda__stage_requeue_front(st, c.envs, c.n);
-    if (c.quarantined > 0) {
-        char line[512];
-        snprintf(line, sizeof line, "replay: %d malformed journal row%s "
-                 "quarantined, %d envelope%s replayed (seda-lua dlq %s "
-                 "quarantine lists them)", c.quarantined,
-                 c.quarantined == 1 ? "" : "s", rc == 0 ? c.n + later : 0,
-                 rc == 0 && c.n + later == 1 ? "" : "s",
-                 seda__bus_data_dir(seda__stage_bus(st)));
-        seda_log_write(SEDA_LOG_WARN, seda_stage_name(st), line);
-    }
-    if (rc != 0) {
-        for (int i = 0; i < c.n; i++)
-            seda__env_free(c.envs[i]);
-        seda__free(c.envs);
-        return rc < 0 ? rc : SEDA_EIO;
-    }
-    seda__free(c.envs);
-    return c.n + later;
-}
-
-/* ---- rows for stages the bus does not declare ---- */
-
-struct orphans {
-    seda_bus_t *bus;
-    struct { char name[SEDA_NAME_MAX + 1]; long long n; } *v;
-    int n, cap;
-    bool oom;
-};
-
-static int orphan_row(const seda_jrec *rec, void *ud)
-{
-    struct orphans *o = ud;
-    if (!rec->stage || seda_bus_stage(o->bus, rec->stage))
-        return 0;
-    for (int i = 0; i < o->n; i++)
-        if (strcmp(o->v[i].name, rec->stage) == 0) {
-            o->v[i].n++;
-            return 0;
-        }
-    if (o->n == o->cap) {
-        int cap = o->cap ? o->cap * 2 : 8;
-        void *nv = seda__realloc(o->v, sizeof *o->v * (size_t)cap);
-        if (!nv) {
-            o->oom = true;
-            return 1;
-        }
-        o->v = nv;
-        o->cap = cap;
-    }
-    snprintf(o->v[o->n].name, sizeof o->v[o->n].name, "%s", rec->stage);
-    o->v[o->n++].n = 1;
-    return 0;
-}
-
-int seda_bus_journal_orphans(seda_bus_t *b,
-                             void (*cb)(const char *stage, long long rows,
-                                        void *ud),
-                             void *ud)
-{
-    struct seda_journal *j = seda__bus_store(b);
-    if (!j || !cb)
-        return j ? SEDA_EINVAL : 0;
-    struct orphans o = { .bus = b };
-    int rc = seda__journal_scan(j, "WHERE done_at IS NULL", NULL, orphan_row,
-                                &o);
-    if (rc == 0 && o.oom)
-        rc = SEDA_ENOMEM;
-    for (int i = 0; rc == 0 && i < o.n; i++)
-        cb(o.v[i].name, o.v[i].n, ud);
-    seda__free(o.v);
-    return rc < 0 ? rc : 0;
-}

@@ -174,6 +174,12 @@ SEDA__API int seda__journal_apply_async(struct seda_journal *j,
  * callbacks see themselves no longer counted). */
 SEDA__API int seda__journal_lazy_open(struct seda_journal *j);
 
+/* A count the journal's user keeps of its own work that waits on a
+ * commit (durable.c: hops from in-memory stages whose rows are not
+ * committed yet, so the bus is not idle): adds delta, returns the new
+ * value. */
+SEDA__API int seda__journal_user_open(struct seda_journal *j, int delta);
+
 /* fn() is called on the committing thread after the done callbacks of
  * a group's async requests (they may leave work for it: durable.c fills
  * a group's envelopes into their stages in one step).  No journal lock

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * journal_int.h -- what journal.c (requests, group commit, reads) and
- * journal_db.c (the database: schema, statements, opening) share.  Not a
+ * journal_int.h -- what journal.c (the API that builds requests, open
+ * and close), journal_commit.c (running requests: group commit, reads,
+ * the committer thread) and journal_db.c (the database: schema,
+ * statements, opening) share.  Not a
  * public header; journal.h is the API.
  */
 #ifndef SEDA_JOURNAL_INT_H
@@ -131,6 +133,8 @@ struct seda_journal {
     int nlazy;                  /* queued lazy requests; mu */
     atomic_int lazy_open;       /* lazy requests whose done callback has
                                    not returned (acq_rel) */
+    atomic_int user_open;       /* the user's work in flight, see
+                                   seda__journal_user_open (acq_rel) */
     bool flush_lazy;            /* committer: lead even when only lazy
                                    requests are queued; mu */
     pthread_cond_t commit_cv;   /* the committer waits here, with mu */
@@ -159,5 +163,32 @@ SEDA__API int seda__jdb_files(struct seda_journal *j, char *err,
  * either way. */
 SEDA__API int seda__jdb_setup(struct seda_journal *j, bool sync_full,
                               char *err, size_t errlen);
+
+/* ---- journal_commit.c ---- */
+
+/* The lone-drain-commit score's ceiling, and its value at open. */
+#define SEDA__JOURNAL_DEFER_MAX 16
+
+/* Run r and return its result (0 or a negative errno), or -ECANCELED
+ * when close began, -ENOMEM if a wait could not be set up.  Takes
+ * j->mu. */
+SEDA__API int seda__journal_commit_submit(struct seda_journal *j,
+                                          struct jreq *r);
+
+/* Queue an async request r (the journal's from here on when it returns
+ * 0).  Returns 0, -ECANCELED after close began, -EAGAIN when the
+ * committer could not be started.  Takes j->mu. */
+SEDA__API int seda__journal_commit_submit_async(struct seda_journal *j,
+                                                struct jreq *r);
+
+/* Nobody leads but requests wait (hold was just lifted, or close began):
+ * make the oldest waiter the leader.  j->mu held. */
+SEDA__API void seda__journal_commit_wake_leader(struct seda_journal *j);
+
+/* Drop the leader's cache of each stage's next dedup seq. */
+SEDA__API void seda__journal_commit_seqs_drop(struct seda_journal *j);
+
+/* Free a read's copied rows. */
+SEDA__API void seda__journal_commit_rows_free(struct jrow *w);
 
 #endif /* SEDA_JOURNAL_INT_H */

@@ -6,8 +6,9 @@
  * later waits for it (until hop_timeout after the replay began), and
  * seda_bus_journal_stats.
  *
- * One test also holds the bus's journal (the journal's test hook) to show
- * that a drain batch's acknowledgements do not hold its worker.
+ * Two tests also hold the bus's journal (the journal's test hook) to show
+ * that a drain batch's acknowledgements, and a hop from an in-memory
+ * stage into a durable one, do not hold their worker.
  *
  * Every test works in a fresh mkdtemp directory under /tmp.  Journals are
  * prepared by a bus whose pull stage nobody receives from (shutdown keeps
@@ -283,6 +284,99 @@ static void test_durable_acks_do_not_hold_the_worker(void **state)
     seda_bus_free(bus);
 }
 
+/* A hop from an in-memory stage into a durable one does not wait for its
+ * row's commit either: with one worker and the journal held, m's handler
+ * acks, its envelope's row for d is queued, and the worker runs o's
+ * envelope; d gets the envelope only once the row commits, and the bus
+ * is not idle before. */
+static void test_durable_hop_from_memory_does_not_hold_the_worker(
+    void **state)
+{
+    struct fx *f = *state;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 1;
+    bo.data_dir = f->d.sub;
+    bo.sync_normal = true;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_t *m = add_stage(bus, "m", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(m, counting, &f->calls[0]) >= 0);
+    seda_stage_t *d = add_stage(bus, "d", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(d, counting, &f->calls[1]) >= 0);
+    seda_stage_t *o = add_stage(bus, "o", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(o, counting, &f->calls[2]) >= 0);
+    struct seda_journal *j = seda__bus_store(bus);
+    seda__journal_hold(j, true);
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    const char *hop = "d";
+    po.slip = &hop;
+    po.nslip = 1;
+    assert_int_equal(seda_publish(bus, "m", "x", 1, &po), 0);
+    wait_count(&f->calls[0], 1, "m's consumer called");
+    assert_int_equal(seda_publish(bus, "o", "y", 1, NULL), 0);
+    wait_count(&f->calls[2], 1,
+               "the worker runs o while the hop into d waits for its commit");
+    assert_int_not_equal(seda_bus_wait_idle(bus, 0.05), 0);   /* not yet */
+    assert_int_equal(atomic_load(&f->calls[1]), 0);  /* not before commit */
+    seda__journal_hold(j, false);
+    assert_int_equal(seda_bus_wait_idle(bus, 10), 0);
+    assert_int_equal(atomic_load(&f->calls[1]), 1);
+    seda_bus_stats bs;
+    seda_bus_stats_get(bus, &bs);
+    assert_int_equal(bs.completed, 2);
+    int64_t rows = -1;
+    assert_int_equal(seda__journal_count(j, "d", &rows), 0);
+    assert_int_equal(rows, 0);
+    seda_bus_free(bus);
+}
+
+/* A hop from memory into a durable stage still uncommitted when the bus
+ * shuts down is committed before the sweep: the envelope is either
+ * handled by d or kept in d's journal for the next start, never lost,
+ * and nothing is left in a stage after the sweep. */
+static void test_durable_hop_pending_at_shutdown_is_kept(void **state)
+{
+    struct fx *f = *state;
+    seda_bus_opts bo;
+    seda_bus_opts_init(&bo);
+    bo.workers = 1;
+    bo.data_dir = f->d.sub;
+    bo.sync_normal = true;
+    seda_bus_t *bus = NULL;
+    assert_int_equal(seda_bus_new(&bo, &bus), 0);
+    seda_stage_t *m = add_stage(bus, "m", SEDA_MEMORY, false);
+    assert_true(seda_stage_consume(m, counting, &f->calls[0]) >= 0);
+    seda_stage_t *d = add_stage(bus, "d", SEDA_AT_LEAST_ONCE, false);
+    assert_true(seda_stage_consume(d, counting, &f->calls[1]) >= 0);
+    struct seda_journal *j = seda__bus_store(bus);
+    seda__journal_hold(j, true);
+    seda_publish_opts po;
+    seda_publish_opts_init(&po);
+    const char *hop = "d";
+    po.slip = &hop;
+    po.nslip = 1;
+    assert_int_equal(seda_publish(bus, "m", "x", 1, &po), 0);
+    double until = seda_now() + 10;
+    while (seda__journal_pending(j) < 1) {
+        if (seda_now() > until)
+            fail_msg("timed out waiting for the hop's row to queue");
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    seda__journal_hold(j, false);
+    seda_bus_shutdown(bus, 0);
+    seda_bus_free(bus);
+    bus = open_bus(f, 5, NULL);
+    add_stage(bus, "d", SEDA_AT_LEAST_ONCE, true);
+    int64_t rows = -1;
+    assert_int_equal(seda__journal_count(seda__bus_store(bus), "d", &rows),
+                     0);
+    assert_int_equal(rows + atomic_load(&f->calls[1]), 1);
+    seda_bus_free(bus);
+}
+
 static void test_durable_journal_stats_without_journal(void **state)
 {
     (void)state;
@@ -464,6 +558,8 @@ int main(void)
         T(test_durable_replayed_hop_gives_up_at_hop_timeout),
         T(test_durable_new_envelopes_do_not_wait),
         T(test_durable_acks_do_not_hold_the_worker),
+        T(test_durable_hop_from_memory_does_not_hold_the_worker),
+        T(test_durable_hop_pending_at_shutdown_is_kept),
         T(test_durable_journal_stats_without_journal),
         T(test_durable_retry_due_time_survives_restart),
         T(test_durable_retry_due_in_the_past_runs_at_once),

@@ -2,7 +2,8 @@
 -- durable stage waits for its commit without holding its worker, so many
 -- handlers' publishes share one transaction (and one fsync); a group that
 -- fails fails every publish in it; the main state's on_durable; group_wait
--- and the journal's figures in stats().
+-- and the journal's figures in stats(); hops from memory into a durable
+-- stage on a full disk.
 --
 --   build/<variant>/seda-lua tests/lua/test_durable_group.lua
 local T = dofile((debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "harness.lua")
@@ -235,6 +236,53 @@ T.test("full disk (tmpfs): a failed group fails every publish in it, none half-w
            p .. (accepted and ": accepted, in the journal once" or ": refused, not in the journal"))
     end
     print(string.format("  %d accepted, %d refused with io", oks, bads))
+  end)
+  os.execute("umount " .. q(mnt) .. " 2>/dev/null")
+  if not ok then error(err, 0) end
+end)
+
+-- A full disk again, now for hops from an in-memory stage into a durable
+-- one: 64 handlers of "m" forward 4 KB envelopes into "d2" until commits
+-- fail.  Their workers never wait for those commits; a hop whose group
+-- failed is reported on d2 ("journal: insert failed") and goes on without
+-- a row, as the synchronous insert always did: every envelope is handled
+-- by d2 once and completes, and bus:wait returns.
+T.test("full disk (tmpfs): hops from memory into a durable stage whose group failed are reported and go on", function()
+  local mnt = T.tmpdir()
+  if os.execute("mount -t tmpfs -o size=1m tmpfs " .. q(mnt) .. " 2>/dev/null") ~= true then
+    print("  skipped: cannot mount a tmpfs here (not root?)")
+    return
+  end
+  local ok, err = pcall(function()
+    os.execute("dd if=/dev/zero of=" .. q(mnt .. "/filler") .. " bs=1k count=500 2>/dev/null")
+    local k = T.uniq("hop")
+    local bus = seda.bus{ data_dir = mnt .. "/data", workers = 2, sync = "full" }
+    bus:stage{ name = "d2", durable = "at_least_once", capacity = 1000,
+               handler = function(env)
+                 seda.shared:incr(env.headers.k .. ":d2", 1)
+                 return true
+               end }
+    bus:stage{ name = "m", concurrency = 64, capacity = 1000,
+               handler = function(env) return env:forward("d2") end }
+    local n = 300
+    local pad = string.rep("z", 4000)
+    for i = 1, n do
+      assert(bus:publish("m", "e" .. i .. pad, { headers = { k = k } }))
+    end
+    T.ok(bus:wait(60), "bus:wait returns once every hop settled")
+    T.eq(seda.shared:get(k .. ":d2") or 0, n, "every forwarded envelope reached d2 once")
+    local st = bus:stats()
+    T.eq(st.completed, n, "every itinerary completed")
+    local failed = 0
+    for _, e in ipairs(bus:errors("d2") or {}) do
+      local msg = type(e) == "table" and (e.message or e.msg) or tostring(e)
+      if tostring(msg):find("journal: insert failed", 1, true) then failed = failed + 1 end
+    end
+    T.ok(failed > 0, "d2 reports the hops whose commit failed")
+    print(string.format("  %d hops, insert failures reported: %d distinct", n, failed))
+    bus:shutdown(0)
+    bus = nil
+    collectgarbage()
   end)
   os.execute("umount " .. q(mnt) .. " 2>/dev/null")
   if not ok then error(err, 0) end
