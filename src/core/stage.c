@@ -46,6 +46,26 @@ static uint32_t lane_slots(struct seda_stage_s *st)
                                        st->adm.concurrency);
 }
 
+/* An admitted envelope goes into the inbox, the taps seeing it first:
+ * the one place a tap is offered a copy, for both admission paths, so a
+ * tap sees exactly the admitted envelopes, before a drain task can take
+ * them.  fast: the lock-free path's claimed ticket t (no lock held);
+ * otherwise pushed into its lane with st->mu held. */
+static inline void inbox_enter(struct seda_stage_s *st, seda_env_t *env,
+                               bool fast, uint64_t t)
+{
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
+    if (fast) {
+        seda__inbox_store(&st->in, t, env);
+        return;
+    }
+    /* A lane that cannot be allocated leaves the envelope at normal
+     * priority rather than refusing what the caller already owns (a
+     * committed journal row, a hop). */
+    seda__inbox_push(&st->in, env, lane_slots(st));
+}
+
 /* Push env (lock held, room checked).  Returns true when the caller must
  * submit a drain task after unlocking. */
 static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
@@ -56,12 +76,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
      * journal commit) starts its clock now, not when it was made.  (The
      * lock-free path admits right after the envelope is made.) */
     env->enq_ts = seda__clock_ns();
-    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
-        seda__taps_offer(&st->taps, env);
-    /* A lane that cannot be allocated leaves the envelope at normal
-     * priority rather than refusing what the caller already owns (a
-     * committed journal row, a hop). */
-    seda__inbox_push(&st->in, env, lane_slots(st));
+    inbox_enter(st, env, false, 0);
     st->stats.c.enqueued++;
     if (!hop)
         st->stats.c.accepted++;
@@ -255,9 +270,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         env->enq_ts = seda__clock_ns();
         seda__inbox_count_hop(&st->in);
     }
-    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
-        seda__taps_offer(&st->taps, env);
-    seda__inbox_store(&st->in, t, env);
+    inbox_enter(st, env, true, t);
     SEDA__CHAOS();
     /* Dekker pairing: the ticket above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
