@@ -56,14 +56,14 @@ static inline void inbox_enter(struct seda_stage_s *st, seda_env_t *env,
 {
     if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
         seda__taps_offer(&st->taps, env);
-    if (fast) {
-        seda__inbox_store(&st->in, t, env);
+    if (!fast) {
+        /* A lane that cannot be allocated leaves the envelope at normal
+         * priority rather than refusing what the caller already owns (a
+         * committed journal row, a hop). */
+        seda__inbox_push(&st->in, env, lane_slots(st));
         return;
     }
-    /* A lane that cannot be allocated leaves the envelope at normal
-     * priority rather than refusing what the caller already owns (a
-     * committed journal row, a hop). */
-    seda__inbox_push(&st->in, env, lane_slots(st));
+    seda__inbox_store(&st->in, t, env);
 }
 
 /* Push env (lock held, room checked).  Returns true when the caller must
