@@ -259,7 +259,7 @@ static int run_batch(struct seda_stage_s *st, bool *gave_permit)
     seda__stats_fold(&st->stats.c, &tally);
     if (i > 0) {
         seda__stats_rate_sample(&st->stats, t);
-        seda__shed_update(st, least, t);
+        seda__shed_update(&st->shed, least, t);
     }
     spread(st, bt.shed);
     return n;

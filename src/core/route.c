@@ -474,7 +474,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     for (int i = 0; i < n; i++) {
         struct seda_stage_s *to = seda__bus_lookup(env->at->bus, stages[i]);
         if (to && to != env->at)
-            seda__shed_fwd_learn(env->at, to);
+            seda__shed_fwd_learn(&env->at->fwd, to);
     }
     return 0;
 }

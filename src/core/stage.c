@@ -108,6 +108,42 @@ static int full_answer(int policy, bool can_evict)
     }
 }
 
+/* The shedding level now (mu held): the shed part asks the drain's
+ * handling time, the depth and the workers. */
+static int shed_level_now(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    return seda__shed_level_now(&st->shed, &st->dr, seda__stage_depth(st),
+                                st->adm.concurrency,
+                                seda__pool_size(st->bus->pool));
+}
+
+/* Shedding at the door (SPEC.md section 13): a new itinerary whose slip
+ * names st is refused while st sheds at its priority, as st would refuse
+ * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
+ * when st is shedding. */
+int seda__stage_shed_door(struct seda_stage_s *st, int prio)
+{
+    if (prio == SEDA_PRIO_HIGH ||
+        SEDA__LIKELY(!seda__shed_level(&st->shed)))
+        return 0;
+    seda__mutex_lock(&st->mu);
+    int level = shed_level_now(st);
+    bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
+    if (refuse)
+        st->stats.c.shed_for++;
+    seda__mutex_unlock(&st->mu);
+    return refuse ? SEDA_ESHED : 0;
+}
+
+void seda__stage_shed_count(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->stats.c.shed++;
+    st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
+}
+
 /* Decide for one offered envelope with the lock held.  Returns 0 when
  * admitted (*nsched is raised by the drain tasks to start after unlocking:
  * one per permit taken, and a run of offers can take several; *victim an
@@ -122,12 +158,12 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
     if (env && env->prio == SEDA_PRIO_LOW && !hop)
-        st->adm.low_offered++;              /* shedding looks at low traffic */
+        st->shed.low_offered++;              /* shedding looks at low traffic */
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
-    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
+    int level = seda__shed_level(&st->shed);
     if (SEDA__UNLIKELY(level > 0) && !hop &&
-        (level = seda__shed_level_now(st))) {
+        (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -245,8 +281,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (st->pull || env->prio != SEDA_PRIO_NORMAL)
         return 1;                       /* receivers need a signal; lanes
                                            are under the lock */
-    if (!hop && atomic_load_explicit(&st->adm.shed_level,
-                                     memory_order_relaxed))
+    if (!hop && seda__shed_level(&st->shed))
         return 1;                       /* shedding: the locked path says */
     uint64_t cap = (uint64_t)atomic_load_explicit(&st->adm.cap_fast,
                                                   memory_order_relaxed);
@@ -608,11 +643,8 @@ int seda__stage_admission_init(struct seda_admission *a,
     a->capacity = o->capacity;
     a->concurrency = o->concurrency;
     a->policy = o->policy;
-    a->shed_target_ns = seda__secs_to_ns(o->shed_target);
-    a->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
     atomic_init(&a->cap_fast, o->capacity);
     atomic_init(&a->conc_fast, o->concurrency);
-    atomic_init(&a->shed_level, 0);
     return 0;
 }
 
@@ -732,12 +764,12 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
     }
     seda__mutex_lock(&st->mu);
     if (shed) {
-        st->adm.shed_target_ns = seda__secs_to_ns(o->shed_target);
-        st->adm.shed_interval_ns = seda__secs_to_ns(o->shed_interval);
-        st->adm.shed_above_since = 0;
-        st->adm.shed_rearm = 0;                /* a new rule starts afresh */
+        st->shed.target_ns = seda__secs_to_ns(o->shed_target);
+        st->shed.interval_ns = seda__secs_to_ns(o->shed_interval);
+        st->shed.above_since = 0;
+        st->shed.rearm = 0;                    /* a new rule starts afresh */
         if (o->shed_target == 0)
-            seda__shed_set(st, 0);
+            seda__shed_set(&st->shed, 0);
     }
     if (retry)
         seda__route_retry_set(&st->rt, o);

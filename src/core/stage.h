@@ -5,8 +5,9 @@
  * written by the file that owns it:
  *
  *   in      the queue (inbox.c, a leaf: struct seda_inbox)
- *   adm     admission: capacity, policy, shedding (stage.c; the
- *           struct is here)
+ *   adm     admission: capacity, policy (stage.c; the struct is here)
+ *   shed    adaptive shedding and forward targets (shed.c, a leaf:
+ *           struct seda_shed, struct seda_fwd_seen)
  *   rt      retry backoff and the retries waiting it out (route.c)
  *   dr      the drain task's permits and handling time (drain.c)
  *   cons    the consumers (deliver.c)
@@ -46,6 +47,7 @@
 #include "route.h"
 #include "remote.h"
 #include "seda_int.h"
+#include "shed.h"
 #include "stats.h"
 #include "tap.h"
 #include "store.h"
@@ -54,7 +56,7 @@ struct seda_bus_s;
 
 /*
  * Admission (stage.c): what a publish meets.  Guarded by the stage's mu,
- * but for the publishers' line: cap_fast, conc_fast and shed_level are
+ * but for the publishers' line: cap_fast and conc_fast are
  * mirrors written guarded (relaxed) and read by the lock-free path as
  * hints, checked again on the locked path.
  */
@@ -65,40 +67,9 @@ struct seda_admission {
     int waiters;                /* publishers waiting for room */
     pthread_cond_t not_full;    /* block-policy publishers wait here */
 
-    /* Adaptive shedding (CoDel on sojourn). */
-    int64_t shed_target_ns;     /* 0: off */
-    int64_t shed_interval_ns;
-    int64_t shed_above_since;   /* first start above target with none
-                                   below since (clock ns), or 0 */
-    int64_t shed_level_at;      /* when the level last rose (clock ns) */
-    uint64_t low_offered;       /* low-priority publishes offered */
-    uint64_t shed_low_mark;     /* low_offered when shed_above_since was
-                                   set: none since, no low traffic to
-                                   refuse first */
-    int shed_rearm;             /* the level shedding had when it last
-                                   ended: armed with it until
-                                   shed_rearm_until; 0: never shed */
-    int64_t shed_rearm_until;   /* (clock ns) */
-
     /* ---- the publishers' line ---- */
     _Alignas(64) atomic_int cap_fast;   /* capacity mirror */
     atomic_int conc_fast;       /* concurrency mirror */
-    atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal) */
-};
-
-/*
- * The stages this stage's handlers were seen to forward to
- * (seda_env_forward), each with when it last was (shed.c): the door rule
- * checks them as it checks a slip, and forgets a target not forwarded to
- * within the bus's stats_window.  Lock-free: a slot's stage is swapped in
- * with release after its time is stored, and read with acquire; the times
- * are relaxed.  Stages live as long as their bus, so a pointer read here
- * stays good.  Duplicates are possible after a race and harmless.
- */
-#define SEDA__FWD_SEEN 8
-struct seda_fwd_seen {
-    _Atomic(struct seda_stage_s *) to[SEDA__FWD_SEEN];
-    _Atomic int64_t at[SEDA__FWD_SEEN];     /* clock ns; relaxed */
 };
 
 struct seda_stage_s {
@@ -129,6 +100,7 @@ struct seda_stage_s {
      * above, which publishers read on every publish. */
     _Alignas(64) seda__mutex_t mu;
     struct seda_admission adm;  /* stage.c */
+    struct seda_shed shed;      /* shed.c */
     struct seda_retry rt;       /* route.c */
     struct seda_inbox in;       /* inbox.c */
     struct seda_drain dr;       /* drain.c */
@@ -142,7 +114,7 @@ struct seda_stage_s {
      * call was that long. */
     atomic_uint_least64_t long_holds;
     atomic_int_least64_t hold_warned;
-    struct seda_fwd_seen fwd;   /* shed.c; atomics as said there */
+    struct seda_fwd_seen fwd;   /* shed.c; atomics as said in shed.h */
 };
 
 /* ---- making (stage_new.c) ---- */
@@ -175,34 +147,12 @@ SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
 
 /* seda__stage_check is in door.h (the remote layer checks at intake). */
 
-/* Shedding at the door (SPEC.md section 13, bus.c): SEDA_ESHED when st
- * is shedding at priority prio (counted in st's shed_for), else 0; and
- * the refusal counted at the stage the itinerary was offered to (shed,
- * dropped).  No lock held; they take st->mu. */
-SEDA__API int seda__shed_door(struct seda_stage_s *st, int prio);
-SEDA__API void seda__shed_count(struct seda_stage_s *st);
-
-/* Forward targets (shed.c): st's handler forwarded to `to` (learned,
- * lock-free); and the targets seen within the bus's stats_window, into
- * out (up to SEDA__FWD_SEEN), returning how many. */
-SEDA__API void seda__shed_fwd_learn(struct seda_stage_s *st,
-                                    struct seda_stage_s *to);
-SEDA__API int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
-                                  struct seda_stage_s **out);
-
-/* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
- * the queue was `least` ns started at clock time now. */
-SEDA__API void seda__shed_update(struct seda_stage_s *st,
-                                 int64_t least, int64_t now);
-
-/* The shedding level now (mu held): ended here when the queue could not
- * be slow (empty, or its backlog under target at the recent handling
- * time). */
-SEDA__API int seda__shed_level_now(struct seda_stage_s *st);
-
-/* Set the shedding level (mu held), keeping the bus's count of stages
- * that shed. */
-SEDA__API void seda__shed_set(struct seda_stage_s *st, int level);
+/* Shedding at the door (SPEC.md section 13, stage.c): SEDA_ESHED when
+ * st is shedding at priority prio (counted in st's shed_for), else 0;
+ * and the refusal counted at the stage the itinerary was offered to
+ * (shed, dropped).  No lock held; they take st->mu. */
+SEDA__API int seda__stage_shed_door(struct seda_stage_s *st, int prio);
+SEDA__API void seda__stage_shed_count(struct seda_stage_s *st);
 
 /* Wake every publisher and receiver blocked on st (close and stop). */
 SEDA__API void seda__stage_wake(struct seda_stage_s *st);

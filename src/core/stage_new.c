@@ -110,10 +110,9 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->hold_warn_ns = bus->hold_warn_ns;
     atomic_init(&st->long_holds, 0);
     atomic_init(&st->hold_warned, 0);
-    for (int i = 0; i < SEDA__FWD_SEEN; i++) {
-        atomic_init(&st->fwd.to[i], NULL);
-        atomic_init(&st->fwd.at[i], 0);
-    }
+    seda__shed_init(&st->shed, seda__secs_to_ns(o->shed_target),
+                    seda__secs_to_ns(o->shed_interval), &bus->shedding);
+    seda__shed_fwd_init(&st->fwd);
     if (seda__stats_init(&st->stats, bus->stats_window_ns,
                          bus->dead_letter_keep) != 0) {
         seda__pull_free(&st->pl);
@@ -267,7 +266,7 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
     out->shed = st->stats.c.shed;
     out->shed_for = st->stats.c.shed_for;
     out->delayed = st->rt.delayed;
-    out->shedding = atomic_load_explicit(&st->adm.shed_level,
+    out->shedding = atomic_load_explicit(&st->shed.level,
                                          memory_order_relaxed);
     out->depth_high = (int)seda__queue_count(&st->in.q_high);
     out->depth_low = (int)seda__queue_count(&st->in.q_low);
