@@ -282,14 +282,6 @@ void seda__route_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
 
 /* ---- retry backoff ---- */
 
-void seda__route_retry_set(struct seda_retry *r, const seda_stage_opts *o)
-{
-    r->backoff = o->retry_backoff;
-    r->max = o->retry_max_backoff;
-    r->mult = o->retry_multiplier;
-    r->jitter = o->retry_jitter;
-}
-
 /* A uniform double in [0, 1) from a per-thread xorshift generator. */
 static double jitter01(void)
 {

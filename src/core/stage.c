@@ -42,8 +42,8 @@ void seda__stage_count_dropped(struct seda_stage_s *st)
 /* A priority lane's size, allocated on first use (mu held). */
 static uint32_t lane_slots(struct seda_stage_s *st)
 {
-    return (uint32_t)seda__stage_slots(st, st->adm.capacity,
-                                       st->adm.concurrency);
+    return (uint32_t)seda__admission_slots(st->adm.capacity,
+                                          st->adm.concurrency, st->bus->batch);
 }
 
 /* An admitted envelope goes into the inbox, the taps seeing it first:
@@ -553,8 +553,8 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
 {
     int nsched = 0;
     seda__mutex_lock(&st->mu);
-    uint64_t slots = seda__stage_slots(st, st->adm.capacity,
-                                       st->adm.concurrency);
+    uint64_t slots = seda__admission_slots(st->adm.capacity,
+                                          st->adm.concurrency, st->bus->batch);
     for (int i = 0; i < n; i++)
         envs[i]->at = st;
     if (slots > UINT32_MAX / 2 ||
@@ -633,67 +633,6 @@ void seda__stage_count_remote(struct seda_stage_s *st, int what)
     seda__mutex_unlock(&st->mu);
 }
 
-/* ---- making and tuning admission ---- */
-
-int seda__stage_admission_init(struct seda_admission *a,
-                               const seda_stage_opts *o)
-{
-    if (seda__cond_init(&a->not_full))
-        return SEDA_ENOMEM;
-    a->capacity = o->capacity;
-    a->concurrency = o->concurrency;
-    a->policy = o->policy;
-    atomic_init(&a->cap_fast, o->capacity);
-    atomic_init(&a->conc_fast, o->concurrency);
-    return 0;
-}
-
-void seda__stage_admission_free(struct seda_admission *a)
-{
-    pthread_cond_destroy(&a->not_full);
-}
-
-/* The admission options' ranges; 0, or -1 with why naming the field.
- * A NaN fails every comparison, so each test is written to fail on it. */
-static int check_admission(double starve, double target, double interval,
-                           double backoff, double max_backoff, double mult,
-                           char *why, size_t n)
-{
-    if (!(starve > 0))
-        return snprintf(why, n, "starve_after must be > 0 (got %g)",
-                        starve), -1;
-    if (!(target >= 0))
-        return snprintf(why, n, "shed.target must be >= 0 (got %g)",
-                        target), -1;
-    if (target > 0 && !(interval > 0))
-        return snprintf(why, n, "shed.interval must be > 0 (got %g)",
-                        interval), -1;
-    if (!(backoff >= 0))
-        return snprintf(why, n, "retry.backoff must be >= 0 (got %g)",
-                        backoff), -1;
-    if (backoff > 0 && !(max_backoff >= backoff))
-        return snprintf(why, n, "retry.max_backoff must be >= "
-                        "retry.backoff (got %g < %g)", max_backoff,
-                        backoff), -1;
-    if (backoff > 0 && !(mult >= 1))
-        return snprintf(why, n, "retry.multiplier must be >= 1 (got %g)",
-                        mult), -1;
-    return 0;
-}
-
-int seda__stage_check_admission(const seda_stage_opts *o, unsigned what,
-                                char *why, size_t n)
-{
-    bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
-         starve = what & SEDA_TUNE_STARVE;
-    return check_admission(starve ? o->starve_after : 1,
-                           shed ? o->shed_target : 0,
-                           shed ? o->shed_interval : 0,
-                           retry ? o->retry_backoff : 0,
-                           retry ? o->retry_max_backoff : 0,
-                           retry ? o->retry_multiplier : 1, why, n);
-}
-
 #define FAIL(...) do { \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
         return SEDA_EINVAL; \
@@ -716,7 +655,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     seda__mutex_lock(&st->mu);
     int cap = capacity > 0 ? capacity : st->adm.capacity;
     int conc = concurrency > 0 ? concurrency : st->adm.concurrency;
-    uint64_t slots = seda__stage_slots(st, cap, conc);
+    uint64_t slots = seda__admission_slots(cap, conc, st->bus->batch);
     /* The ring must also hold what is queued now plus what is in flight
      * (a shrink below the current depth keeps everything). */
     uint64_t need = (uint64_t)seda__stage_depth(st) +
@@ -757,7 +696,7 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
     char why[160];
     bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
          starve = what & SEDA_TUNE_STARVE;
-    if (seda__stage_check_admission(o, what, why, sizeof why) != 0) {
+    if (seda__admission_check(o, what, why, sizeof why) != 0) {
         if (err && errlen)
             snprintf(err, errlen, "stage '%s': %s", st->name, why);
         return SEDA_EINVAL;
@@ -812,13 +751,6 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
 }
 
 /* ---- what the layers beside the core read (door.h) ---- */
-
-uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
-                           int concurrency)
-{
-    return (uint64_t)capacity +
-           (uint64_t)concurrency * (uint64_t)st->bus->batch;
-}
 
 struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
 {

@@ -5,7 +5,8 @@
  * written by the file that owns it:
  *
  *   in      the queue (inbox.c, a leaf: struct seda_inbox)
- *   adm     admission: capacity, policy (stage.c; the struct is here)
+ *   adm     admission: capacity, policy (admission.c, a leaf: struct
+ *           seda_admission; the paths a publish takes are stage.c's)
  *   shed    adaptive shedding and forward targets (shed.c, a leaf:
  *           struct seda_shed, struct seda_fwd_seen)
  *   rt      retry backoff and the retries waiting it out (route.c)
@@ -36,6 +37,7 @@
 #ifndef SEDA_STAGE_H
 #define SEDA_STAGE_H
 
+#include "admission.h"
 #include "deliver.h"
 #include "door.h"
 #include "drain.h"
@@ -53,24 +55,6 @@
 #include "store.h"
 
 struct seda_bus_s;
-
-/*
- * Admission (stage.c): what a publish meets.  Guarded by the stage's mu,
- * but for the publishers' line: cap_fast and conc_fast are
- * mirrors written guarded (relaxed) and read by the lock-free path as
- * hints, checked again on the locked path.
- */
-struct seda_admission {
-    int capacity;               /* admission bound */
-    int concurrency;            /* permits for drain tasks */
-    int policy;                 /* enum seda_policy */
-    int waiters;                /* publishers waiting for room */
-    pthread_cond_t not_full;    /* block-policy publishers wait here */
-
-    /* ---- the publishers' line ---- */
-    _Alignas(64) atomic_int cap_fast;   /* capacity mirror */
-    atomic_int conc_fast;       /* concurrency mirror */
-};
 
 struct seda_stage_s {
     struct seda_bus_s *bus;
@@ -127,12 +111,6 @@ SEDA__API int seda__stage_new(struct seda_bus_s *bus,
                               struct seda_stage_s **out, char *err,
                               size_t errlen);
 
-/* The head ring's size for a capacity and concurrency (stage.c): admissions
- * stop at capacity, and the headroom guarantees that every envelope a drain
- * task took can go back to the head (retry, or an interrupted batch). */
-SEDA__API uint64_t seda__stage_slots(const struct seda_stage_s *st,
-                                     int capacity, int concurrency);
-
 /* ---- admission (stage.c) ---- */
 
 /* Admit env into st under its policy.  hop: the envelope is already
@@ -160,16 +138,6 @@ SEDA__API void seda__stage_wake(struct seda_stage_s *st);
 /* Idle check for the bus: true when nothing is queued or scheduled; adds
  * the stage's progress count to *sum. */
 SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
-
-/* Admission's part: made and freed with the stage (0 or SEDA_ENOMEM),
- * and its options' ranges checked for the parts `what` names
- * (SEDA_TUNE_*): 0, or -1 with why naming the field. */
-SEDA__API int seda__stage_admission_init(struct seda_admission *a,
-                                         const seda_stage_opts *o);
-SEDA__API void seda__stage_admission_free(struct seda_admission *a);
-SEDA__API int seda__stage_check_admission(const seda_stage_opts *o,
-                                          unsigned what, char *why,
-                                          size_t n);
 
 /* Queued envelopes, not counting held reservations (mu held). */
 static inline uint32_t seda__stage_depth(struct seda_stage_s *st)
