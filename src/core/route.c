@@ -308,7 +308,7 @@ static void retry_due(void *arg)
     if (st->pull)
         seda__pull_wake(&st->pl, false);
     else
-        sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+        sched = seda__permits_claim(&st->task, st->adm.concurrency,
                                     seda__stage_depth(st), true);
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -429,7 +429,7 @@ int seda__route_sweep(struct seda_stage_s *st)
                 st->stats.c.it_lost++;
         }
         if (n == 0)
-            seda__permits_reset(&st->dr);
+            seda__permits_reset(&st->task);
         seda__mutex_unlock(&st->mu);
         if (n == 0)
             return swept;

@@ -165,16 +165,14 @@ int seda__shed_level_now(struct seda_shed *sh, const struct seda_drain *dr,
      * life: that life, not the worker's share (svc_ns leaves those calls
      * out), is what the backlog waits for.  Unknown (queued envelopes and
      * no call measured yet) counts as slow: the next start decides. */
-    uint64_t svc = atomic_load_explicit(&dr->svc_ns, memory_order_relaxed);
-    if (dr->life_ns > svc)
-        svc = dr->life_ns;
+    uint64_t svc = seda__drain_backlog_ns(dr);
     if (svc == 0 && depth > 0)
         return level;
     /* The queue drains at most as many at once as there are workers
      * (and calls suspended on the network, which hold none): a
      * concurrency over that does not make the backlog shorter. */
     uint64_t par = (uint64_t)concurrency;
-    int workers = pool_size + dr->suspended;
+    int workers = pool_size + seda__drain_suspended(dr);
     if (workers > 0 && (uint64_t)workers < par)
         par = (uint64_t)workers;
     uint64_t backlog = (uint64_t)depth * svc / par;

@@ -84,7 +84,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
         seda__pull_wake(&st->pl, false);
         return false;
     }
-    return seda__permits_claim(&st->dr, st->adm.concurrency,
+    return seda__permits_claim(&st->task, st->adm.concurrency,
                                seda__stage_depth(st), false);
 }
 
@@ -113,7 +113,7 @@ static int full_answer(int policy, bool can_evict)
 static int shed_level_now(struct seda_stage_s *st)
 {
     SEDA__ASSERT_HELD(&st->mu);
-    return seda__shed_level_now(&st->shed, &st->dr, seda__stage_depth(st),
+    return seda__shed_level_now(&st->shed, &st->task, seda__stage_depth(st),
                                 st->adm.concurrency,
                                 seda__pool_size(st->bus->pool));
 }
@@ -309,11 +309,11 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     SEDA__CHAOS();
     /* Dekker pairing: the ticket above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
-    int run = seda__drain_running(&st->dr);
+    int run = seda__drain_running(&st->task);
     if (run < atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) &&
-        seda__drain_want_task(&st->dr, run, depth + 1)) {
+        seda__drain_want_task(&st->task, run, depth + 1)) {
         seda__mutex_lock(&st->mu);
-        bool sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+        bool sched = seda__permits_claim(&st->task, st->adm.concurrency,
                                          seda__stage_depth(st), false);
         seda__mutex_unlock(&st->mu);
         if (sched)
@@ -399,7 +399,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             continue;
         }
         if (!spun && (!loaned || !seda__batch_busy()) &&
-            atomic_load_explicit(&st->dr.running, memory_order_relaxed) > 0) {
+            seda__drain_running_hint(&st->task) > 0) {
             /* A drain task is working on it: room usually appears within
              * a batch, so watch for it briefly (yielding the core after a
              * few rounds) instead of paying two kernel round trips (our
@@ -567,7 +567,7 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     if (st->pull)
         seda__pull_wake(&st->pl, true);
     else
-        nsched = seda__permits_claim_n(&st->dr, st->adm.concurrency,
+        nsched = seda__permits_claim_n(&st->task, st->adm.concurrency,
                                        seda__stage_depth(st));
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
@@ -602,7 +602,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
-    bool idle = seda__drain_running(&st->dr) == 0 &&
+    bool idle = seda__drain_running(&st->task) == 0 &&
                 seda__stage_depth(st) == 0 && st->rt.delayed == 0;
     *sum += st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     seda__mutex_unlock(&st->mu);
@@ -659,7 +659,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     /* The ring must also hold what is queued now plus what is in flight
      * (a shrink below the current depth keeps everything). */
     uint64_t need = (uint64_t)seda__stage_depth(st) +
-                    (uint64_t)st->dr.in_flight +
+                    (uint64_t)seda__drain_in_flight(&st->task) +
                     (uint64_t)conc * (uint64_t)b->batch;
     if (need > slots)
         slots = need;
@@ -675,7 +675,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         atomic_store_explicit(&st->adm.cap_fast, cap, memory_order_relaxed);
         atomic_store_explicit(&st->adm.conc_fast, conc, memory_order_relaxed);
         if (!st->pull)
-            nsched = seda__permits_claim_n(&st->dr, conc,
+            nsched = seda__permits_claim_n(&st->task, conc,
                                            seda__stage_depth(st));
         pthread_cond_broadcast(&st->adm.not_full);
     }

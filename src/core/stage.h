@@ -10,7 +10,9 @@
  *   shed    adaptive shedding and forward targets (shed.c, a leaf:
  *           struct seda_shed, struct seda_fwd_seen)
  *   rt      retry backoff and the retries waiting it out (route.c)
- *   dr      the drain task's permits and handling time (drain.c)
+ *   task    the drain task's permits and handling time (drain.c; the
+ *           one door to it: others read it through drain_state.h's
+ *           functions)
  *   cons    the consumers (deliver.c)
  *   pl      a pull stage's receivers and leases (pull.c)
  *   stats   counters, histograms, rate, recent errors (stats.c)
@@ -21,8 +23,8 @@
  * stage through door.h.
  *
  * Locking:
- *   mu guards the guarded fields of adm, rt, in, dr, pl and stats.c (each
- *   part's header lists them).  Takers of envelopes (drain tasks,
+ *   mu guards the guarded fields of adm, shed, rt, in, task, pl and
+ *   stats.c (each part's header lists them).  Takers of envelopes (drain tasks,
  *   evictions, sweeps, receivers) always hold it, so the inbox has one
  *   consumer at a time.
  *   Immutable after seda__stage_new: bus, mem, name, dead_letter,
@@ -87,7 +89,7 @@ struct seda_stage_s {
     struct seda_shed shed;      /* shed.c */
     struct seda_retry rt;       /* route.c */
     struct seda_inbox in;       /* inbox.c */
-    struct seda_drain dr;       /* drain.c */
+    struct seda_drain task;     /* drain.c */
     struct seda_pull pl;        /* pull.c */
     struct seda_stats stats;    /* stats.c */
     struct seda_taps taps;      /* tap.c */

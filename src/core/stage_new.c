@@ -103,7 +103,7 @@ int seda__stage_new(struct seda_bus_s *bus, const seda_stage_opts *o,
     st->durable = o->durable;
     st->dedup_window = o->dedup_window;
     seda__consumers_init(&st->cons);
-    seda__drain_init(&st->dr);
+    seda__drain_init(&st->task);
     atomic_init(&st->userdata, NULL);
     seda__taps_init(&st->taps);
     atomic_init(&st->check, NULL);

@@ -45,16 +45,15 @@ void seda_stage_stats_get(seda_stage_t *st, seda_stage_stats *out)
      * being handled; the bus's in_system counts it.  A pull stage's are
      * its leases. */
     out->in_flight = st->pull ? st->pl.leased
-                              : seda__drain_in_flight(&st->dr);
-    out->suspended = seda__drain_suspended(&st->dr);
+                              : seda__drain_in_flight(&st->task);
+    out->suspended = seda__drain_suspended(&st->task);
     if (!st->pull) {
         /* Drain tasks hold the permits suspended calls do not. */
-        int run = atomic_load_explicit(&st->dr.running,
-                                       memory_order_relaxed) -
-                  seda__drain_suspended(&st->dr);
+        int run = seda__drain_running_hint(&st->task) -
+                  seda__drain_suspended(&st->task);
         if (out->in_flight > run)
             out->in_flight = run;
-        out->in_flight += seda__drain_suspended(&st->dr);
+        out->in_flight += seda__drain_suspended(&st->task);
     }
     out->enqueued = st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     out->delivered = st->stats.c.delivered;
