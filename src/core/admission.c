@@ -10,11 +10,6 @@
 #include "admission.h"
 #include "seda_int.h"
 
-uint64_t seda__admission_slots(int capacity, int concurrency, int batch)
-{
-    return (uint64_t)capacity + (uint64_t)concurrency * (uint64_t)batch;
-}
-
 int seda__admission_init(struct seda_admission *a, const seda_stage_opts *o)
 {
     if (seda__cond_init(&a->not_full))

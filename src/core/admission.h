@@ -37,8 +37,12 @@ SEDA__API int seda__admission_check(const seda_stage_opts *o, unsigned what,
 /* The head ring's size for a capacity and concurrency, batch envelopes a
  * drain task takes: admissions stop at capacity, and the headroom
  * guarantees that every envelope a drain task took can go back to the
- * head (retry, or an interrupted batch). */
-SEDA__API uint64_t seda__admission_slots(int capacity, int concurrency,
-                                         int batch);
+ * head (retry, or an interrupted batch).  Inline: the locked publish
+ * path asks it for every envelope it pushes. */
+static inline uint64_t seda__admission_slots(int capacity, int concurrency,
+                                             int batch)
+{
+    return (uint64_t)capacity + (uint64_t)concurrency * (uint64_t)batch;
+}
 
 #endif /* SEDA_ADMISSION_H */
