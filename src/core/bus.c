@@ -682,7 +682,7 @@ void seda_bus_stats_get(seda_bus_t *b, seda_bus_stats *out)
         out->dead_lettered += st->stats.c.it_dead;
         out->dropped += st->stats.c.it_lost;
         out->handed_off += st->stats.c.it_remote;
-        out->suspended += seda__drain_suspended(&st->dr);
+        out->suspended += seda__drain_suspended(&st->task);
         seda__mutex_unlock(&st->mu);
         out->long_holds += atomic_load_explicit(&st->long_holds,
                                                 memory_order_relaxed);

@@ -441,11 +441,11 @@ seda_pending_t *seda_batch_suspend(seda_batch_t *b)
     p->sojourn = b->sojourn[i];
     seda__env_suspend(p->env, &p->undo, &p->failed);
     seda__mutex_lock(&st->mu);
-    if (!seda__permits_claim(&st->dr, st->adm.concurrency, 0, true)) {
+    if (!seda__permits_claim(&st->task, st->adm.concurrency, 0, true)) {
         b->gave_permit = true;          /* the task's permit is the call's */
         b->cut = true;
     }
-    st->dr.suspended++;
+    st->task.suspended++;
     seda__mutex_unlock(&st->mu);
     b->res[i] = DR_SUSPENDED;
     b->service[i] = -1;
@@ -488,11 +488,11 @@ static void pending_end(struct seda_stage_s *st,
     seda__mutex_lock(&st->mu);
     seda__stats_fold(&st->stats.c, tally);
     if (life >= 0) {
-        uint64_t old = st->dr.life_ns, v = (uint64_t)life + 1;
-        st->dr.life_ns = old ? (old * 7 + v) / 8 : v;
+        uint64_t old = st->task.life_ns, v = (uint64_t)life + 1;
+        st->task.life_ns = old ? (old * 7 + v) / 8 : v;
     }
-    st->dr.suspended--;
-    sched = seda__permits_release(&st->dr, &st->in, st->adm.concurrency,
+    st->task.suspended--;
+    sched = seda__permits_release(&st->task, &st->in, st->adm.concurrency,
                                   seda__bus_stopping(st->bus), &idle);
     seda__mutex_unlock(&st->mu);
     if (sched)

@@ -61,7 +61,7 @@
 static void gather(struct seda_stage_s *st, unsigned depth)
 {
     unsigned want =
-        seda__drain_take_limit(&st->dr, (uint32_t)st->bus->batch) / 2;
+        seda__drain_take_limit(&st->task, (uint32_t)st->bus->batch) / 2;
     if (depth >= want ||
         atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) > 1)
         return;
@@ -114,16 +114,16 @@ static bool linger(struct seda_stage_s *st)
  * handled one after another by the first. */
 static uint32_t fair_share(struct seda_stage_s *st)
 {
-    uint32_t want = seda__drain_take_limit(&st->dr, (uint32_t)st->bus->batch);
+    uint32_t want = seda__drain_take_limit(&st->task, (uint32_t)st->bus->batch);
     if (st->adm.concurrency <= 1)
         return want;
     /* Tasks to share with: those queued or running, or, for work slow
      * enough to want more, as many as the permits allow (a publisher
      * counts its envelope before it starts the task for it). */
     uint32_t depth = seda__stage_depth(st);
-    uint32_t tasks = (uint32_t)atomic_load_explicit(&st->dr.running,
+    uint32_t tasks = (uint32_t)atomic_load_explicit(&st->task.running,
                                                     memory_order_relaxed);
-    bool slow = seda__drain_want_task(&st->dr, (int)tasks, depth);
+    bool slow = seda__drain_want_task(&st->task, (int)tasks, depth);
     if (slow) {
         tasks = (uint32_t)st->adm.concurrency;
         if (tasks > depth)
@@ -184,16 +184,16 @@ static void spread(struct seda_stage_s *st, bool shed)
     if (st->adm.concurrency <= 1 ||
         atomic_load_explicit(&st->bus->stopping, memory_order_relaxed))
         return;
-    int tasks = atomic_load_explicit(&st->dr.running, memory_order_relaxed);
+    int tasks = atomic_load_explicit(&st->task.running, memory_order_relaxed);
     int nsched = 0;
     uint32_t depth = seda__stage_depth(st);
     while (tasks < st->adm.concurrency && (uint32_t)(nsched + 1) < depth &&
-           (shed || seda__drain_want_task(&st->dr, tasks, depth))) {
+           (shed || seda__drain_want_task(&st->task, tasks, depth))) {
         tasks++;
         nsched++;
     }
     if (nsched > 0) {
-        atomic_store_explicit(&st->dr.running, tasks, memory_order_seq_cst);
+        atomic_store_explicit(&st->task.running, tasks, memory_order_seq_cst);
         seda__mutex_unlock(&st->mu);
         while (nsched-- > 0)
             seda__drain_schedule(st);
@@ -213,7 +213,7 @@ static int run_batch(struct seda_stage_s *st, bool *gave_permit)
 
     seda__mutex_lock(&st->mu);
     int n = (int)seda__inbox_take(&st->in, batch, fair_share(st));
-    st->dr.in_flight += n;
+    st->task.in_flight += n;
     if (st->adm.waiters > 0 && n > 0)
         pthread_cond_broadcast(&st->adm.not_full);
     /* Retry backoff (read under mu: tune changes it): nacked envelopes
@@ -236,7 +236,7 @@ static int run_batch(struct seda_stage_s *st, bool *gave_permit)
     /* Latency samples under their own lock, so the stage lock (which
      * publishers want) is held only for the counters below. */
     seda__stats_latency(&st->stats, sojourn, service, i);
-    svc_update(&st->dr, service, i);    /* both skip suspended calls */
+    svc_update(&st->task, service, i);    /* both skip suspended calls */
 
     /* Shedding looks at the shortest wait of the batch: CoDel's "every
      * envelope that started in the interval waited longer than target"
@@ -255,11 +255,11 @@ static int run_batch(struct seda_stage_s *st, bool *gave_permit)
     for (int k = nretry - 1; k >= 0; k--)
         if (!seda__route_retry_later(st, retry[k]))
             seda__route_push_head(st, retry[k]);
-    st->dr.in_flight -= n;
+    st->task.in_flight -= n;
     seda__stats_fold(&st->stats.c, &tally);
     if (i > 0) {
         seda__stats_rate_sample(&st->stats, t);
-        seda__shed_update(st, least, t);
+        seda__shed_update(&st->shed, least, t);
     }
     spread(st, bt.shed);
     return n;
@@ -273,7 +273,7 @@ void seda__drain_schedule(struct seda_stage_s *st)
                           !seda__env_in_delivery()) != 0) {
         /* Pool stopping: give the permit back; the bus sweeps the queue. */
         seda__mutex_lock(&st->mu);
-        atomic_fetch_sub_explicit(&st->dr.running, 1, memory_order_seq_cst);
+        atomic_fetch_sub_explicit(&st->task.running, 1, memory_order_seq_cst);
         seda__mutex_unlock(&st->mu);
     }
 }
@@ -334,7 +334,7 @@ void seda__drain_run(void *arg)
          * commit (an fsync), through which linger, an empty batch,
          * linger... would spin.  The envelope's fill starts a task. */
         if (!stopping && took > 0 &&
-            atomic_load_explicit(&st->dr.running, memory_order_relaxed) == 1) {
+            atomic_load_explicit(&st->task.running, memory_order_relaxed) == 1) {
             seda__mutex_unlock(&st->mu);
             bool more = linger(st);
             seda__mutex_lock(&st->mu);
@@ -347,16 +347,16 @@ void seda__drain_run(void *arg)
          * pairing with admit_fast): a lock-free publisher that read the
          * old running count did not schedule, so its envelope is ours. */
         SEDA__CHAOS();
-        atomic_fetch_sub_explicit(&st->dr.running, 1, memory_order_seq_cst);
+        atomic_fetch_sub_explicit(&st->task.running, 1, memory_order_seq_cst);
         SEDA__CHAOS();
         if (!stopping && seda__stage_depth(st) > 0 &&
-            atomic_load_explicit(&st->dr.running, memory_order_relaxed) <
+            atomic_load_explicit(&st->task.running, memory_order_relaxed) <
                 st->adm.concurrency) {
-            atomic_fetch_add_explicit(&st->dr.running, 1, memory_order_seq_cst);
+            atomic_fetch_add_explicit(&st->task.running, 1, memory_order_seq_cst);
             seda__mutex_unlock(&st->mu);
             continue;
         }
-        bool idle = atomic_load_explicit(&st->dr.running,
+        bool idle = atomic_load_explicit(&st->task.running,
                                          memory_order_relaxed) == 0 &&
                     seda__stage_depth(st) == 0;
         seda__mutex_unlock(&st->mu);

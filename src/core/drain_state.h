@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * drain_state.h -- the drain task's state on a stage (struct seda_drain,
- * st->dr): the permits it holds, what its batches have out, and the
+ * st->task): the permits it holds, what its batches have out, and the
  * recent handling time that decides how many tasks a stage wants and how
  * much each takes.  Plain data and its readers: the drain task (drain.c,
- * deliver.c) writes it, the permits (permits.c) count in it, the stage
- * and its readers read it through the functions below.
+ * deliver.c) writes it, the permits (permits.c) count in it; the stage,
+ * its readers and shedding read it only through the functions below,
+ * never its fields.
  *
  * Locking (the stage's mu is the guard):
  *   running: drain tasks queued or running.  Changed guarded with seq_cst
@@ -74,6 +75,23 @@ static inline bool seda__drain_want_task(struct seda_drain *d, int run,
 static inline int seda__drain_running(struct seda_drain *d)
 {
     return atomic_load_explicit(&d->running, memory_order_seq_cst);
+}
+
+/* Tasks queued or running, relaxed: a hint for a reader that checks
+ * again, or holds the guard. */
+static inline int seda__drain_running_hint(const struct seda_drain *d)
+{
+    return atomic_load_explicit(&d->running, memory_order_relaxed);
+}
+
+/* The handling time a backlog waits for, per envelope (guarded): a
+ * suspended call holds its permit for its whole life, so that life, not
+ * the worker's share (svc_ns leaves those calls out), when longer; 0 when
+ * nothing was measured yet. */
+static inline uint64_t seda__drain_backlog_ns(const struct seda_drain *d)
+{
+    uint64_t svc = atomic_load_explicit(&d->svc_ns, memory_order_relaxed);
+    return d->life_ns > svc ? d->life_ns : svc;
 }
 
 /* A stage's drain state before its first task. */

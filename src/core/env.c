@@ -704,11 +704,11 @@ void seda__env_free(seda_env_t *env)
 {
     if (!env)
         return;
-    if (env->payload != env->inl)
-        seda__free(env->payload);
+    /* The headers' table first: its own file frees it, then every
+     * block of the envelope's own goes back in one run. */
     if (env->ext) {
-        seda__free(env->ext->sender);
         seda__env_headers_free(env->ext->hdrs);
+        seda__free(env->ext->sender);
         seda__free(env->ext->slip);
         seda__free(env->ext->slip_prev);
         seda__free(env->ext->id);
@@ -716,6 +716,8 @@ void seda__env_free(seda_env_t *env)
         seda__free(env->ext->last_error);
         seda__free(env->ext);
     }
+    if (env->payload != env->inl)
+        seda__free(env->payload);
     env_release(env);
 }
 

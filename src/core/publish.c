@@ -95,13 +95,14 @@ static int door_shed(struct seda_bus_s *b, struct seda_stage_s *st,
     int64_t now = seda__now_ns();
     for (int i = 0; i < n; i++) {
         struct seda_stage_s *h = seen[i];
-        if (h != st && seda__shed_door(h, prio)) {
-            seda__shed_count(st);
+        if (h != st && seda__stage_shed_door(h, prio)) {
+            seda__stage_shed_count(st);
             tell_why(opts, h->name);
             return SEDA_ESHED;
         }
         struct seda_stage_s *to[SEDA__FWD_SEEN];
-        int k = seda__shed_fwd_seen(h, now, to);
+        int k = seda__shed_fwd_seen(&h->fwd, now, h->bus->stats_window_ns,
+                                    to);
         for (int j = 0; j < k && n < DOOR_REACH; j++)
             if (!door_seen(seen, n, to[j]))
                 seen[n++] = to[j];

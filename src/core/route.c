@@ -288,14 +288,6 @@ void seda__route_dead_letter_to(struct seda_stage_s *st, seda_env_t *env,
 
 /* ---- retry backoff ---- */
 
-void seda__route_retry_set(struct seda_retry *r, const seda_stage_opts *o)
-{
-    r->backoff = o->retry_backoff;
-    r->max = o->retry_max_backoff;
-    r->mult = o->retry_multiplier;
-    r->jitter = o->retry_jitter;
-}
-
 /* A uniform double in [0, 1) from a per-thread xorshift generator. */
 static double jitter01(void)
 {
@@ -322,7 +314,7 @@ static void retry_due(void *arg)
     if (st->pull)
         seda__pull_wake(&st->pl, false);
     else
-        sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+        sched = seda__permits_claim(&st->task, st->adm.concurrency,
                                     seda__stage_depth(st), true);
     seda__mutex_unlock(&st->mu);
     if (sched)
@@ -443,7 +435,7 @@ int seda__route_sweep(struct seda_stage_s *st)
                 st->stats.c.it_lost++;
         }
         if (n == 0)
-            seda__permits_reset(&st->dr);
+            seda__permits_reset(&st->task);
         seda__mutex_unlock(&st->mu);
         if (n == 0)
             return swept;
@@ -480,7 +472,7 @@ int seda_env_forward(seda_env_t *env, const char *const *stages, int n)
     for (int i = 0; i < n; i++) {
         struct seda_stage_s *to = seda__bus_lookup(env->at->bus, stages[i]);
         if (to && to != env->at)
-            seda__shed_fwd_learn(env->at, to);
+            seda__shed_fwd_learn(&env->at->fwd, to);
     }
     return 0;
 }

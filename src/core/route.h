@@ -31,8 +31,14 @@ struct seda_retry {
 
 /* Set r from o's retry options (checked by the caller; the stage's mu
  * held, or the stage not yet shared).  Cannot fail. */
-SEDA__API void seda__route_retry_set(struct seda_retry *r,
-                                     const seda_stage_opts *o);
+static inline void seda__route_retry_set(struct seda_retry *r,
+                                         const seda_stage_opts *o)
+{
+    r->backoff = o->retry_backoff;
+    r->max = o->retry_max_backoff;
+    r->mult = o->retry_multiplier;
+    r->jitter = o->retry_jitter;
+}
 
 /* Requeue a nacked envelope at the head, or dead-letter it when out of
  * attempts (no lock held).  Counts the nack. */

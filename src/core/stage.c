@@ -42,8 +42,28 @@ void seda__stage_count_dropped(struct seda_stage_s *st)
 /* A priority lane's size, allocated on first use (mu held). */
 static uint32_t lane_slots(struct seda_stage_s *st)
 {
-    return (uint32_t)seda__stage_slots(st, st->adm.capacity,
-                                       st->adm.concurrency);
+    return (uint32_t)seda__admission_slots(st->adm.capacity,
+                                          st->adm.concurrency, st->bus->batch);
+}
+
+/* An admitted envelope goes into the inbox, the taps seeing it first:
+ * the one place a tap is offered a copy, for both admission paths, so a
+ * tap sees exactly the admitted envelopes, before a drain task can take
+ * them.  fast: the lock-free path's claimed ticket t (no lock held);
+ * otherwise pushed into its lane with st->mu held. */
+static inline void inbox_enter(struct seda_stage_s *st, seda_env_t *env,
+                               bool fast, uint64_t t)
+{
+    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
+        seda__taps_offer(&st->taps, env);
+    if (!fast) {
+        /* A lane that cannot be allocated leaves the envelope at normal
+         * priority rather than refusing what the caller already owns (a
+         * committed journal row, a hop). */
+        seda__inbox_push(&st->in, env, lane_slots(st));
+        return;
+    }
+    seda__inbox_store(&st->in, t, env);
 }
 
 /* Push env (lock held, room checked).  Returns true when the caller must
@@ -56,12 +76,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
      * journal commit) starts its clock now, not when it was made.  (The
      * lock-free path admits right after the envelope is made.) */
     env->enq_ts = seda__clock_ns();
-    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
-        seda__taps_offer(&st->taps, env);
-    /* A lane that cannot be allocated leaves the envelope at normal
-     * priority rather than refusing what the caller already owns (a
-     * committed journal row, a hop). */
-    seda__inbox_push(&st->in, env, lane_slots(st));
+    inbox_enter(st, env, false, 0);
     st->stats.c.enqueued++;
     if (!hop)
         st->stats.c.accepted++;
@@ -69,7 +84,7 @@ static bool push_locked(struct seda_stage_s *st, seda_env_t *env, bool hop)
         seda__pull_wake(&st->pl, false);
         return false;
     }
-    return seda__permits_claim(&st->dr, st->adm.concurrency,
+    return seda__permits_claim(&st->task, st->adm.concurrency,
                                seda__stage_depth(st), false);
 }
 
@@ -93,6 +108,42 @@ static int full_answer(int policy, bool can_evict)
     }
 }
 
+/* The shedding level now (mu held): the shed part asks the drain's
+ * handling time, the depth and the workers. */
+static int shed_level_now(struct seda_stage_s *st)
+{
+    SEDA__ASSERT_HELD(&st->mu);
+    return seda__shed_level_now(&st->shed, &st->task, seda__stage_depth(st),
+                                st->adm.concurrency,
+                                seda__pool_size(st->bus->pool));
+}
+
+/* Shedding at the door (SPEC.md section 13): a new itinerary whose slip
+ * names st is refused while st sheds at its priority, as st would refuse
+ * it (high is never shed).  Counted in st's shed_for.  Takes st->mu only
+ * when st is shedding. */
+int seda__stage_shed_door(struct seda_stage_s *st, int prio)
+{
+    if (prio == SEDA_PRIO_HIGH ||
+        SEDA__LIKELY(!seda__shed_level(&st->shed)))
+        return 0;
+    seda__mutex_lock(&st->mu);
+    int level = shed_level_now(st);
+    bool refuse = level >= (prio == SEDA_PRIO_LOW ? 1 : 2);
+    if (refuse)
+        st->stats.c.shed_for++;
+    seda__mutex_unlock(&st->mu);
+    return refuse ? SEDA_ESHED : 0;
+}
+
+void seda__stage_shed_count(struct seda_stage_s *st)
+{
+    seda__mutex_lock(&st->mu);
+    st->stats.c.shed++;
+    st->stats.c.dropped++;
+    seda__mutex_unlock(&st->mu);
+}
+
 /* Decide for one offered envelope with the lock held.  Returns 0 when
  * admitted (*nsched is raised by the drain tasks to start after unlocking:
  * one per permit taken, and a run of offers can take several; *victim an
@@ -107,12 +158,12 @@ static int offer_locked(struct seda_stage_s *st, seda_env_t *env, bool hop,
     if (atomic_load_explicit(&b->stopping, memory_order_acquire))
         return SEDA_ECLOSED;
     if (env && env->prio == SEDA_PRIO_LOW && !hop)
-        st->adm.low_offered++;              /* shedding looks at low traffic */
+        st->shed.low_offered++;              /* shedding looks at low traffic */
     /* Shedding refuses new publishes, never hops (accepted already) nor
      * high priority; a journal slot (env NULL) counts as normal. */
-    int level = atomic_load_explicit(&st->adm.shed_level, memory_order_relaxed);
+    int level = seda__shed_level(&st->shed);
     if (SEDA__UNLIKELY(level > 0) && !hop &&
-        (level = seda__shed_level_now(st))) {
+        (level = shed_level_now(st))) {
         int prio = env ? env->prio : SEDA_PRIO_NORMAL;
         if (prio == SEDA_PRIO_LOW ||
             (prio == SEDA_PRIO_NORMAL && level >= 2)) {
@@ -230,8 +281,7 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
     if (st->pull || env->prio != SEDA_PRIO_NORMAL)
         return 1;                       /* receivers need a signal; lanes
                                            are under the lock */
-    if (!hop && atomic_load_explicit(&st->adm.shed_level,
-                                     memory_order_relaxed))
+    if (!hop && seda__shed_level(&st->shed))
         return 1;                       /* shedding: the locked path says */
     uint64_t cap = (uint64_t)atomic_load_explicit(&st->adm.cap_fast,
                                                   memory_order_relaxed);
@@ -255,17 +305,15 @@ static int admit_fast(struct seda_stage_s *st, seda_env_t *env, bool hop)
         env->enq_ts = seda__clock_ns();
         seda__inbox_count_hop(&st->in);
     }
-    if (SEDA__UNLIKELY(seda__taps_active(&st->taps)))
-        seda__taps_offer(&st->taps, env);
-    seda__inbox_store(&st->in, t, env);
+    inbox_enter(st, env, true, t);
     SEDA__CHAOS();
     /* Dekker pairing: the ticket above, then running here; a drain task
      * does running-- then reads in_pos (both seq_cst). */
-    int run = seda__drain_running(&st->dr);
+    int run = seda__drain_running(&st->task);
     if (run < atomic_load_explicit(&st->adm.conc_fast, memory_order_relaxed) &&
-        seda__drain_want_task(&st->dr, run, depth + 1)) {
+        seda__drain_want_task(&st->task, run, depth + 1)) {
         seda__mutex_lock(&st->mu);
-        bool sched = seda__permits_claim(&st->dr, st->adm.concurrency,
+        bool sched = seda__permits_claim(&st->task, st->adm.concurrency,
                                          seda__stage_depth(st), false);
         seda__mutex_unlock(&st->mu);
         if (sched)
@@ -351,7 +399,7 @@ int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
             continue;
         }
         if (!spun && (!loaned || !seda__batch_busy()) &&
-            atomic_load_explicit(&st->dr.running, memory_order_relaxed) > 0) {
+            seda__drain_running_hint(&st->task) > 0) {
             /* A drain task is working on it: room usually appears within
              * a batch, so watch for it briefly (yielding the core after a
              * few rounds) instead of paying two kernel round trips (our
@@ -505,8 +553,8 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
 {
     int nsched = 0;
     seda__mutex_lock(&st->mu);
-    uint64_t slots = seda__stage_slots(st, st->adm.capacity,
-                                       st->adm.concurrency);
+    uint64_t slots = seda__admission_slots(st->adm.capacity,
+                                          st->adm.concurrency, st->bus->batch);
     for (int i = 0; i < n; i++)
         envs[i]->at = st;
     if (slots > UINT32_MAX / 2 ||
@@ -519,7 +567,7 @@ int seda__stage_requeue_front(struct seda_stage_s *st, seda_env_t **envs,
     if (st->pull)
         seda__pull_wake(&st->pl, true);
     else
-        nsched = seda__permits_claim_n(&st->dr, st->adm.concurrency,
+        nsched = seda__permits_claim_n(&st->task, st->adm.concurrency,
                                        seda__stage_depth(st));
     seda__mutex_unlock(&st->mu);
     while (nsched-- > 0)
@@ -554,7 +602,7 @@ bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum)
         return idle && n == 0;
     }
     seda__mutex_lock(&st->mu);
-    bool idle = seda__drain_running(&st->dr) == 0 &&
+    bool idle = seda__drain_running(&st->task) == 0 &&
                 seda__stage_depth(st) == 0 && st->rt.delayed == 0;
     *sum += st->stats.c.enqueued + seda__inbox_fast_all(&st->in);
     seda__mutex_unlock(&st->mu);
@@ -585,70 +633,6 @@ void seda__stage_count_remote(struct seda_stage_s *st, int what)
     seda__mutex_unlock(&st->mu);
 }
 
-/* ---- making and tuning admission ---- */
-
-int seda__stage_admission_init(struct seda_admission *a,
-                               const seda_stage_opts *o)
-{
-    if (seda__cond_init(&a->not_full))
-        return SEDA_ENOMEM;
-    a->capacity = o->capacity;
-    a->concurrency = o->concurrency;
-    a->policy = o->policy;
-    a->shed_target_ns = seda__secs_to_ns(o->shed_target);
-    a->shed_interval_ns = seda__secs_to_ns(o->shed_interval);
-    atomic_init(&a->cap_fast, o->capacity);
-    atomic_init(&a->conc_fast, o->concurrency);
-    atomic_init(&a->shed_level, 0);
-    return 0;
-}
-
-void seda__stage_admission_free(struct seda_admission *a)
-{
-    pthread_cond_destroy(&a->not_full);
-}
-
-/* The admission options' ranges; 0, or -1 with why naming the field.
- * A NaN fails every comparison, so each test is written to fail on it. */
-static int check_admission(double starve, double target, double interval,
-                           double backoff, double max_backoff, double mult,
-                           char *why, size_t n)
-{
-    if (!(starve > 0))
-        return snprintf(why, n, "starve_after must be > 0 (got %g)",
-                        starve), -1;
-    if (!(target >= 0))
-        return snprintf(why, n, "shed.target must be >= 0 (got %g)",
-                        target), -1;
-    if (target > 0 && !(interval > 0))
-        return snprintf(why, n, "shed.interval must be > 0 (got %g)",
-                        interval), -1;
-    if (!(backoff >= 0))
-        return snprintf(why, n, "retry.backoff must be >= 0 (got %g)",
-                        backoff), -1;
-    if (backoff > 0 && !(max_backoff >= backoff))
-        return snprintf(why, n, "retry.max_backoff must be >= "
-                        "retry.backoff (got %g < %g)", max_backoff,
-                        backoff), -1;
-    if (backoff > 0 && !(mult >= 1))
-        return snprintf(why, n, "retry.multiplier must be >= 1 (got %g)",
-                        mult), -1;
-    return 0;
-}
-
-int seda__stage_check_admission(const seda_stage_opts *o, unsigned what,
-                                char *why, size_t n)
-{
-    bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
-         starve = what & SEDA_TUNE_STARVE;
-    return check_admission(starve ? o->starve_after : 1,
-                           shed ? o->shed_target : 0,
-                           shed ? o->shed_interval : 0,
-                           retry ? o->retry_backoff : 0,
-                           retry ? o->retry_max_backoff : 0,
-                           retry ? o->retry_multiplier : 1, why, n);
-}
-
 #define FAIL(...) do { \
         if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
         return SEDA_EINVAL; \
@@ -671,11 +655,11 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
     seda__mutex_lock(&st->mu);
     int cap = capacity > 0 ? capacity : st->adm.capacity;
     int conc = concurrency > 0 ? concurrency : st->adm.concurrency;
-    uint64_t slots = seda__stage_slots(st, cap, conc);
+    uint64_t slots = seda__admission_slots(cap, conc, st->bus->batch);
     /* The ring must also hold what is queued now plus what is in flight
      * (a shrink below the current depth keeps everything). */
     uint64_t need = (uint64_t)seda__stage_depth(st) +
-                    (uint64_t)st->dr.in_flight +
+                    (uint64_t)seda__drain_in_flight(&st->task) +
                     (uint64_t)conc * (uint64_t)b->batch;
     if (need > slots)
         slots = need;
@@ -691,7 +675,7 @@ int seda_stage_tune(seda_stage_t *st, int capacity, int concurrency,
         atomic_store_explicit(&st->adm.cap_fast, cap, memory_order_relaxed);
         atomic_store_explicit(&st->adm.conc_fast, conc, memory_order_relaxed);
         if (!st->pull)
-            nsched = seda__permits_claim_n(&st->dr, conc,
+            nsched = seda__permits_claim_n(&st->task, conc,
                                            seda__stage_depth(st));
         pthread_cond_broadcast(&st->adm.not_full);
     }
@@ -712,19 +696,19 @@ int seda_stage_tune_admission(seda_stage_t *st, const seda_stage_opts *o,
     char why[160];
     bool shed = what & SEDA_TUNE_SHED, retry = what & SEDA_TUNE_RETRY,
          starve = what & SEDA_TUNE_STARVE;
-    if (seda__stage_check_admission(o, what, why, sizeof why) != 0) {
+    if (seda__admission_check(o, what, why, sizeof why) != 0) {
         if (err && errlen)
             snprintf(err, errlen, "stage '%s': %s", st->name, why);
         return SEDA_EINVAL;
     }
     seda__mutex_lock(&st->mu);
     if (shed) {
-        st->adm.shed_target_ns = seda__secs_to_ns(o->shed_target);
-        st->adm.shed_interval_ns = seda__secs_to_ns(o->shed_interval);
-        st->adm.shed_above_since = 0;
-        st->adm.shed_rearm = 0;                /* a new rule starts afresh */
+        st->shed.target_ns = seda__secs_to_ns(o->shed_target);
+        st->shed.interval_ns = seda__secs_to_ns(o->shed_interval);
+        st->shed.above_since = 0;
+        st->shed.rearm = 0;                    /* a new rule starts afresh */
         if (o->shed_target == 0)
-            seda__shed_set(st, 0);
+            seda__shed_set(&st->shed, 0);
     }
     if (retry)
         seda__route_retry_set(&st->rt, o);
@@ -767,13 +751,6 @@ int seda__stage_check(struct seda_stage_s *st, const seda_env_t *env,
 }
 
 /* ---- what the layers beside the core read (door.h) ---- */
-
-uint64_t seda__stage_slots(const struct seda_stage_s *st, int capacity,
-                           int concurrency)
-{
-    return (uint64_t)capacity +
-           (uint64_t)concurrency * (uint64_t)st->bus->batch;
-}
 
 struct seda_bus_s *seda__stage_bus(const struct seda_stage_s *st)
 {

@@ -5,10 +5,14 @@
  * written by the file that owns it:
  *
  *   in      the queue (inbox.c, a leaf: struct seda_inbox)
- *   adm     admission: capacity, policy, shedding (stage.c; the
- *           struct is here)
+ *   adm     admission: capacity, policy (admission.c, a leaf: struct
+ *           seda_admission; the paths a publish takes are stage.c's)
+ *   shed    adaptive shedding and forward targets (shed.c, a leaf:
+ *           struct seda_shed, struct seda_fwd_seen)
  *   rt      retry backoff and the retries waiting it out (route.c)
- *   dr      the drain task's permits and handling time (drain.c)
+ *   task    the drain task's permits and handling time (drain.c; the
+ *           one door to it: others read it through drain_state.h's
+ *           functions)
  *   cons    the consumers (deliver.c)
  *   pl      a pull stage's receivers and leases (pull.c)
  *   stats   counters, histograms, rate, recent errors (stats.c)
@@ -19,8 +23,8 @@
  * stage through door.h.
  *
  * Locking:
- *   mu guards the guarded fields of adm, rt, in, dr, pl and stats.c (each
- *   part's header lists them).  Takers of envelopes (drain tasks,
+ *   mu guards the guarded fields of adm, shed, rt, in, task, pl and
+ *   stats.c (each part's header lists them).  Takers of envelopes (drain tasks,
  *   evictions, sweeps, receivers) always hold it, so the inbox has one
  *   consumer at a time.
  *   Immutable after seda__stage_new: bus, mem, name, dead_letter,
@@ -35,6 +39,7 @@
 #ifndef SEDA_STAGE_H
 #define SEDA_STAGE_H
 
+#include "admission.h"
 #include "deliver.h"
 #include "door.h"
 #include "drain.h"
@@ -46,60 +51,12 @@
 #include "route.h"
 #include "remote.h"
 #include "seda_int.h"
+#include "shed.h"
 #include "stats.h"
 #include "tap.h"
 #include "store.h"
 
 struct seda_bus_s;
-
-/*
- * Admission (stage.c): what a publish meets.  Guarded by the stage's mu,
- * but for the publishers' line: cap_fast, conc_fast and shed_level are
- * mirrors written guarded (relaxed) and read by the lock-free path as
- * hints, checked again on the locked path.
- */
-struct seda_admission {
-    int capacity;               /* admission bound */
-    int concurrency;            /* permits for drain tasks */
-    int policy;                 /* enum seda_policy */
-    int waiters;                /* publishers waiting for room */
-    pthread_cond_t not_full;    /* block-policy publishers wait here */
-
-    /* Adaptive shedding (CoDel on sojourn). */
-    int64_t shed_target_ns;     /* 0: off */
-    int64_t shed_interval_ns;
-    int64_t shed_above_since;   /* first start above target with none
-                                   below since (clock ns), or 0 */
-    int64_t shed_level_at;      /* when the level last rose (clock ns) */
-    uint64_t low_offered;       /* low-priority publishes offered */
-    uint64_t shed_low_mark;     /* low_offered when shed_above_since was
-                                   set: none since, no low traffic to
-                                   refuse first */
-    int shed_rearm;             /* the level shedding had when it last
-                                   ended: armed with it until
-                                   shed_rearm_until; 0: never shed */
-    int64_t shed_rearm_until;   /* (clock ns) */
-
-    /* ---- the publishers' line ---- */
-    _Alignas(64) atomic_int cap_fast;   /* capacity mirror */
-    atomic_int conc_fast;       /* concurrency mirror */
-    atomic_int shed_level;      /* 0, 1 (refuse low), 2 (and normal) */
-};
-
-/*
- * The stages this stage's handlers were seen to forward to
- * (seda_env_forward), each with when it last was (shed.c): the door rule
- * checks them as it checks a slip, and forgets a target not forwarded to
- * within the bus's stats_window.  Lock-free: a slot's stage is swapped in
- * with release after its time is stored, and read with acquire; the times
- * are relaxed.  Stages live as long as their bus, so a pointer read here
- * stays good.  Duplicates are possible after a race and harmless.
- */
-#define SEDA__FWD_SEEN 8
-struct seda_fwd_seen {
-    _Atomic(struct seda_stage_s *) to[SEDA__FWD_SEEN];
-    _Atomic int64_t at[SEDA__FWD_SEEN];     /* clock ns; relaxed */
-};
 
 struct seda_stage_s {
     struct seda_bus_s *bus;
@@ -129,9 +86,10 @@ struct seda_stage_s {
      * above, which publishers read on every publish. */
     _Alignas(64) seda__mutex_t mu;
     struct seda_admission adm;  /* stage.c */
+    struct seda_shed shed;      /* shed.c */
     struct seda_retry rt;       /* route.c */
     struct seda_inbox in;       /* inbox.c */
-    struct seda_drain dr;       /* drain.c */
+    struct seda_drain task;     /* drain.c */
     struct seda_pull pl;        /* pull.c */
     struct seda_stats stats;    /* stats.c */
     struct seda_taps taps;      /* tap.c */
@@ -142,7 +100,7 @@ struct seda_stage_s {
      * call was that long. */
     atomic_uint_least64_t long_holds;
     atomic_int_least64_t hold_warned;
-    struct seda_fwd_seen fwd;   /* shed.c; atomics as said there */
+    struct seda_fwd_seen fwd;   /* shed.c; atomics as said in shed.h */
 };
 
 /* ---- making (stage_new.c) ---- */
@@ -154,12 +112,6 @@ SEDA__API int seda__stage_new(struct seda_bus_s *bus,
                               const seda_stage_opts *o,
                               struct seda_stage_s **out, char *err,
                               size_t errlen);
-
-/* The head ring's size for a capacity and concurrency (stage.c): admissions
- * stop at capacity, and the headroom guarantees that every envelope a drain
- * task took can go back to the head (retry, or an interrupted batch). */
-SEDA__API uint64_t seda__stage_slots(const struct seda_stage_s *st,
-                                     int capacity, int concurrency);
 
 /* ---- admission (stage.c) ---- */
 
@@ -175,34 +127,12 @@ SEDA__API int seda__stage_admit(struct seda_stage_s *st, seda_env_t *env,
 
 /* seda__stage_check is in door.h (the remote layer checks at intake). */
 
-/* Shedding at the door (SPEC.md section 13, bus.c): SEDA_ESHED when st
- * is shedding at priority prio (counted in st's shed_for), else 0; and
- * the refusal counted at the stage the itinerary was offered to (shed,
- * dropped).  No lock held; they take st->mu. */
-SEDA__API int seda__shed_door(struct seda_stage_s *st, int prio);
-SEDA__API void seda__shed_count(struct seda_stage_s *st);
-
-/* Forward targets (shed.c): st's handler forwarded to `to` (learned,
- * lock-free); and the targets seen within the bus's stats_window, into
- * out (up to SEDA__FWD_SEEN), returning how many. */
-SEDA__API void seda__shed_fwd_learn(struct seda_stage_s *st,
-                                    struct seda_stage_s *to);
-SEDA__API int seda__shed_fwd_seen(struct seda_stage_s *st, int64_t now,
-                                  struct seda_stage_s **out);
-
-/* Adaptive shedding (shed.c; mu held): a batch whose shortest wait in
- * the queue was `least` ns started at clock time now. */
-SEDA__API void seda__shed_update(struct seda_stage_s *st,
-                                 int64_t least, int64_t now);
-
-/* The shedding level now (mu held): ended here when the queue could not
- * be slow (empty, or its backlog under target at the recent handling
- * time). */
-SEDA__API int seda__shed_level_now(struct seda_stage_s *st);
-
-/* Set the shedding level (mu held), keeping the bus's count of stages
- * that shed. */
-SEDA__API void seda__shed_set(struct seda_stage_s *st, int level);
+/* Shedding at the door (SPEC.md section 13, stage.c): SEDA_ESHED when
+ * st is shedding at priority prio (counted in st's shed_for), else 0;
+ * and the refusal counted at the stage the itinerary was offered to
+ * (shed, dropped).  No lock held; they take st->mu. */
+SEDA__API int seda__stage_shed_door(struct seda_stage_s *st, int prio);
+SEDA__API void seda__stage_shed_count(struct seda_stage_s *st);
 
 /* Wake every publisher and receiver blocked on st (close and stop). */
 SEDA__API void seda__stage_wake(struct seda_stage_s *st);
@@ -210,16 +140,6 @@ SEDA__API void seda__stage_wake(struct seda_stage_s *st);
 /* Idle check for the bus: true when nothing is queued or scheduled; adds
  * the stage's progress count to *sum. */
 SEDA__API bool seda__stage_idle(struct seda_stage_s *st, uint64_t *sum);
-
-/* Admission's part: made and freed with the stage (0 or SEDA_ENOMEM),
- * and its options' ranges checked for the parts `what` names
- * (SEDA_TUNE_*): 0, or -1 with why naming the field. */
-SEDA__API int seda__stage_admission_init(struct seda_admission *a,
-                                         const seda_stage_opts *o);
-SEDA__API void seda__stage_admission_free(struct seda_admission *a);
-SEDA__API int seda__stage_check_admission(const seda_stage_opts *o,
-                                          unsigned what, char *why,
-                                          size_t n);
 
 /* Queued envelopes, not counting held reservations (mu held). */
 static inline uint32_t seda__stage_depth(struct seda_stage_s *st)
