@@ -255,6 +255,15 @@ function T.write(path, text)
   return path
 end
 
+-- How many threads this process has now (/proc/self/task).
+function T.threads()
+  local n = 0
+  for _ in io.popen("ls /proc/" .. io.open("/proc/self/stat"):read("n") .. "/task"):lines() do
+    n = n + 1
+  end
+  return n
+end
+
 -- ---- a raw HTTP/1.1 client (LuaSocket, loaded on first use) ----
 
 -- A TCP connection to 127.0.0.1:port whose reads and writes give up
